@@ -1,0 +1,363 @@
+package cas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/batonhq/baton"
+)
+
+// Options configures a Backend. The zero value means the documented defaults.
+type Options struct {
+	// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s, TTL/3,
+	// TTL/10).
+	baton.Config
+
+	// PollInterval is how often a waiting candidate re-reads the record. Zero
+	// means RenewInterval. With a Notifier a release wakes waiters at once and
+	// polling only times takeovers from dead holders.
+	PollInterval time.Duration
+
+	// Logger receives log lines (group "cas"). Nil means silent.
+	Logger *slog.Logger
+}
+
+// Backend runs baton leases over a Store. It is safe for concurrent use. One
+// Backend stands for one process; it may hold any number of leases.
+type Backend struct {
+	store  Store
+	cfg    baton.Config
+	poll   time.Duration
+	log    *slog.Logger
+	notify Notifier
+
+	mu     sync.Mutex
+	closed bool
+	active map[string]*holding // by lease name + "\x00" + candidate ID
+	// left records, by the same key, the token of a term of ours that ended
+	// without a release, so that we may take that record back at once rather
+	// than wait a TTL for our own ghost.
+	left map[string]uint64
+	wg   sync.WaitGroup
+}
+
+var _ baton.Backend = (*Backend)(nil)
+
+// holding is one lease this process campaigns for or holds.
+type holding struct {
+	name, id string
+	term     *baton.BasicTerm
+	stop     chan struct{} // closed to stop the renewer
+	stopped  chan struct{} // closed when the renewer returned
+
+	// Owned by the renewer while it runs, then by release.
+	version uint64
+	rec     Record
+}
+
+// New returns a Backend over store.
+func New(store Store, opts Options) (*Backend, error) {
+	cfg, err := opts.Config.WithDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if store == nil {
+		return nil, &baton.ConfigError{Problems: []string{"cas: Store is nil"}}
+	}
+	if opts.PollInterval < 0 {
+		return nil, &baton.ConfigError{Problems: []string{fmt.Sprintf("cas: PollInterval (%s) must be positive, or zero for RenewInterval", opts.PollInterval)}}
+	}
+	poll := opts.PollInterval
+	if poll == 0 {
+		poll = cfg.RenewInterval
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	b := &Backend{store: store, cfg: cfg, poll: poll, log: log.WithGroup("cas"), active: map[string]*holding{}, left: map[string]uint64{}}
+	b.notify, _ = store.(Notifier)
+	return b, nil
+}
+
+// Config returns the timing the Backend uses, defaults filled in.
+func (b *Backend) Config() baton.Config { return b.cfg }
+
+// Campaign implements baton.Backend.
+func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) (baton.Term, error) {
+	if name == "" || c.ID == "" {
+		return nil, fmt.Errorf("cas: lease name and candidate ID must not be empty (name %q, id %q)", name, c.ID)
+	}
+	key := name + "\x00" + c.ID
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, baton.ErrClosed
+	}
+	if _, ok := b.active[key]; ok {
+		b.mu.Unlock()
+		return nil, fmt.Errorf("%w: lease %q, candidate %q", baton.ErrAlreadyCampaigning, name, c.ID)
+	}
+	h := &holding{name: name, id: c.ID}
+	b.active[key] = h
+	b.mu.Unlock()
+
+	t, err := b.campaign(ctx, h)
+	if err != nil {
+		b.mu.Lock()
+		delete(b.active, key)
+		b.mu.Unlock()
+		return nil, err
+	}
+	return t, nil
+}
+
+func (b *Backend) campaign(ctx context.Context, h *holding) (baton.Term, error) {
+	var wake <-chan struct{}
+	if b.notify != nil {
+		nctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		if ch, err := b.notify.Notify(nctx, h.name); err == nil {
+			wake = ch
+		} else {
+			b.log.Debug("notifications unavailable; polling", "lease", h.name, "err", err)
+		}
+	}
+	var (
+		seen   bool
+		seenV  uint64
+		seenAt time.Time
+	)
+	for {
+		rec, v, err := b.store.Get(ctx, h.name)
+		if err != nil {
+			return nil, b.unavailable(ctx, "read lease "+h.name, err)
+		}
+		now := time.Now()
+		wait := b.poll
+		switch {
+		case rec.Holder == "" || b.leftBehind(h, rec):
+			// Free, or left by an earlier term of this very Backend that ended
+			// without a release: nobody acts on it, take it now. (A record that
+			// merely carries our ID could be another process misconfigured
+			// with the same ID; that one waits a TTL like any other.)
+			if t, err := b.acquire(ctx, h, v, rec); t != nil || err != nil {
+				return t, err
+			}
+			seen = false
+			continue
+		case !seen || v != seenV:
+			seen, seenV, seenAt = true, v, now
+		default:
+			ttl := max(rec.TTL, b.cfg.TTL)
+			left := ttl - now.Sub(seenAt)
+			if left <= 0 {
+				b.log.Info("taking over a lease unrenewed for a full TTL", "lease", h.name, "from", rec.Holder, "ttl", ttl)
+				if t, err := b.acquire(ctx, h, v, rec); t != nil || err != nil {
+					return t, err
+				}
+				seen = false
+				continue
+			}
+		}
+		if seen {
+			wait = min(wait, max(rec.TTL, b.cfg.TTL)-now.Sub(seenAt))
+		}
+		timer := time.NewTimer(max(wait, time.Millisecond))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, ctx.Err()
+		case <-wake:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// acquire tries to swap in a record naming h's candidate. It returns (nil,
+// nil) when another writer won the race, so the caller reads again.
+func (b *Backend) acquire(ctx context.Context, h *holding, v uint64, old Record) (baton.Term, error) {
+	rec := Record{Holder: h.id, Token: old.Token + 1, TTL: b.cfg.TTL, Since: time.Now()}
+	start := time.Now()
+	nv, err := b.store.CompareAndSwap(ctx, h.name, v, rec)
+	if errors.Is(err, ErrConflict) {
+		return nil, nil
+	}
+	if err != nil {
+		// The write may have landed although its reply was lost: look.
+		got, gv, gerr := b.store.Get(ctx, h.name)
+		if gerr != nil || got.Holder != rec.Holder || got.Token != rec.Token {
+			if gerr != nil {
+				b.markLeft(h, rec.Token) // it may have landed after all
+			}
+			return nil, b.unavailable(ctx, "acquire lease "+h.name, err)
+		}
+		// It did land, at or after start: the deadline from start is safe.
+		nv = gv
+	}
+	h.version, h.rec = nv, rec
+	h.stop, h.stopped = make(chan struct{}), make(chan struct{})
+	t := baton.NewBasicTerm(h.name, rec.Token, b.cfg.SafeUntil(start, b.cfg.TTL), func(ctx context.Context) error {
+		return b.release(ctx, h)
+	})
+	b.mu.Lock()
+	h.term = t
+	delete(b.left, h.name+"\x00"+h.id)
+	b.mu.Unlock()
+	b.wg.Go(func() { b.renew(h) })
+	b.log.Debug("acquired", "lease", h.name, "token", rec.Token)
+	return h.term, nil
+}
+
+func (b *Backend) unavailable(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("%w: %s: %w", baton.ErrBackendUnavailable, what, err)
+}
+
+// renew keeps h's record fresh until the term ends or stop is closed.
+func (b *Backend) renew(h *holding) {
+	defer close(h.stopped)
+	defer b.forget(h)
+	next := b.cfg.RenewInterval
+	for {
+		timer := time.NewTimer(next)
+		select {
+		case <-h.stop:
+			timer.Stop()
+			return
+		case <-h.term.Done():
+			timer.Stop()
+			if errors.Is(h.term.Err(), baton.ErrExpired) {
+				b.markLeft(h, h.rec.Token)
+			}
+			return
+		case <-timer.C:
+		}
+		next = b.cfg.RenewInterval
+		// A renewal that cannot finish before safe-until is useless: bound it.
+		ctx, cancel := context.WithDeadline(context.Background(), h.term.SafeUntil())
+		start := time.Now()
+		nv, err := b.store.CompareAndSwap(ctx, h.name, h.version, h.rec)
+		switch {
+		case err == nil:
+			h.version = nv
+			h.term.Extend(b.cfg.SafeUntil(start, b.cfg.TTL))
+		case errors.Is(err, ErrConflict):
+			got, gv, gerr := b.store.Get(ctx, h.name)
+			switch {
+			case gerr != nil:
+				h.term.RenewFailed(gerr)
+				next = b.cfg.RenewInterval / 4
+			case got.Holder == h.id && got.Token == h.rec.Token:
+				// An earlier renewal landed though its reply was lost. Adopt
+				// its version and renew again at once, so the deadline moves
+				// from a write whose start we know.
+				b.log.Debug("adopted a renewal whose reply was lost", "lease", h.name, "token", h.rec.Token)
+				h.version = gv
+				next = 0
+			default:
+				h.term.End(fmt.Errorf("%w: lease %q is now held by %q with token %d", baton.ErrLeaseLost, h.name, got.Holder, got.Token))
+				cancel()
+				return
+			}
+		default:
+			h.term.RenewFailed(err)
+			b.log.Warn("renewal failed; retrying", "lease", h.name, "token", h.rec.Token, "err", err, "safe_until_in", time.Until(h.term.SafeUntil()))
+			next = b.cfg.RenewInterval / 4
+		}
+		cancel()
+	}
+}
+
+func (b *Backend) leftBehind(h *holding, rec Record) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tok, ok := b.left[h.name+"\x00"+h.id]
+	return ok && rec.Holder == h.id && rec.Token == tok
+}
+
+func (b *Backend) markLeft(h *holding, token uint64) {
+	b.mu.Lock()
+	b.left[h.name+"\x00"+h.id] = token
+	b.mu.Unlock()
+}
+
+// forget drops h from the active set so the candidate may campaign again.
+func (b *Backend) forget(h *holding) {
+	b.mu.Lock()
+	if b.active[h.name+"\x00"+h.id] == h {
+		delete(b.active, h.name+"\x00"+h.id)
+	}
+	b.mu.Unlock()
+}
+
+// release stops the renewer and clears the holder, keeping the token.
+func (b *Backend) release(ctx context.Context, h *holding) error {
+	select {
+	case <-h.stop:
+	default:
+		close(h.stop)
+	}
+	<-h.stopped
+	free := Record{Token: h.rec.Token, TTL: h.rec.TTL}
+	for {
+		_, err := b.store.CompareAndSwap(ctx, h.name, h.version, free)
+		if err == nil || !errors.Is(err, ErrConflict) {
+			if err != nil {
+				return fmt.Errorf("cas: release lease %q: %w", h.name, err)
+			}
+			return nil
+		}
+		got, gv, gerr := b.store.Get(ctx, h.name)
+		if gerr != nil {
+			return fmt.Errorf("cas: release lease %q: %w", h.name, gerr)
+		}
+		if got.Holder != h.id || got.Token != h.rec.Token {
+			return nil // somebody else's now: nothing of ours to release
+		}
+		h.version = gv // a lost-reply write of ours: release on top of it
+	}
+}
+
+// Leader implements baton.Backend. It reports what the store says, which may
+// name a holder that died less than a TTL ago.
+func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error) {
+	rec, _, err := b.store.Get(ctx, name)
+	if err != nil {
+		return baton.Record{}, b.unavailable(ctx, "read lease "+name, err)
+	}
+	if rec.Holder == "" {
+		return baton.Record{}, fmt.Errorf("%w for lease %q", baton.ErrNoLeader, name)
+	}
+	return baton.Record{Lease: name, Holder: rec.Holder, Token: rec.Token, Since: rec.Since}, nil
+}
+
+// Close ends every term this Backend holds (Err wraps baton.ErrClosed),
+// releases their leases so standbys take over at once, and waits for its
+// goroutines. The Store is the caller's and is not closed.
+func (b *Backend) Close(ctx context.Context) error {
+	b.mu.Lock()
+	b.closed = true
+	var held []*holding
+	for _, h := range b.active {
+		if h.term != nil {
+			held = append(held, h)
+		}
+	}
+	b.mu.Unlock()
+	var errs []error
+	for _, h := range held {
+		if h.term.End(fmt.Errorf("%w: lease %q released on close", baton.ErrClosed, h.name)) {
+			errs = append(errs, b.release(ctx, h))
+		}
+	}
+	b.wg.Wait()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,71 @@
+// Package cas is the lease loop shared by every backend that stores a lease as
+// one record in a store with compare-and-swap (PostgreSQL, Redis, DynamoDB,
+// Kubernetes, and the in-process backend/memory).
+//
+// # Guarantees
+//
+// A record store has no server-side sessions, so liveness rests on versions:
+//
+//   - A contender takes a lease over only after it has seen the record's
+//     version unchanged for a full TTL (the longer of the holder's recorded TTL
+//     and its own) on its own monotonic clock. The holder's term ends at the
+//     start of its last confirmed renewal + TTL − drift margin, which is
+//     earlier, provided clock rates differ by less than the margin.
+//   - Every acquisition is a compare-and-swap that bumps the record's token,
+//     so tokens strictly increase; a release clears the holder but keeps the
+//     token, so the next acquisition still moves it forward.
+//   - A renewal whose reply was lost but which did land is recognised by the
+//     next read (the record still names this holder and token) and adopted,
+//     not mistaken for a loss.
+//   - A released record is taken at once; a waiter learns of the release from
+//     the store's Notifier when it has one, otherwise at its next poll.
+//
+// Not guaranteed: Leader may name a holder that died less than a TTL ago,
+// because nobody can tell a dead holder from a slow one before then.
+package cas
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrConflict is returned (possibly wrapped) by Store.CompareAndSwap when the
+// record's version is not the expected one.
+var ErrConflict = errors.New("cas: version conflict")
+
+// Record is what a Store keeps for one lease.
+type Record struct {
+	// Holder is the holding candidate's ID, or "" when the lease is free.
+	Holder string
+	// Token is the fencing token of the latest term; never reset.
+	Token uint64
+	// TTL is the holder's TTL: contenders wait at least this long.
+	TTL time.Duration
+	// Since is the wall-clock start of the term; informational only.
+	Since time.Time
+}
+
+// Store is a compare-and-swap record store. Implementations must be safe for
+// concurrent use.
+type Store interface {
+	// Get returns the record of name and its version. An absent record has
+	// version 0 and the zero Record.
+	Get(ctx context.Context, name string) (Record, uint64, error)
+
+	// CompareAndSwap stores rec as the record of name if its current version is
+	// version (0: only if absent) and returns the new version, which must differ
+	// from every earlier version of that record even when rec is unchanged. It
+	// returns an error wrapping ErrConflict when the version differs. Any other
+	// error leaves the outcome unknown: the write may have landed.
+	CompareAndSwap(ctx context.Context, name string, version uint64, rec Record) (uint64, error)
+}
+
+// Notifier is an optional Store capability: a push notice when a record
+// changes, so that waiters wake on a release without polling (LISTEN/NOTIFY,
+// Redis pub/sub, a Kubernetes watch).
+type Notifier interface {
+	// Notify returns a channel that receives a value (dropped if one is already
+	// pending) after each change to name's record, until ctx ends.
+	Notify(ctx context.Context, name string) (<-chan struct{}, error)
+}

@@ -1,0 +1,103 @@
+package baton
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"time"
+)
+
+// Backend is a lease store that candidates campaign on. Implementations are
+// safe for concurrent use; one Backend value stands for one process's view of
+// the store (one session where the store has sessions), and holds any number
+// of leases at once.
+type Backend interface {
+	// Campaign blocks until c holds the lease name, or ctx ends. ctx bounds the
+	// wait only, never the term: cancelling it after Campaign returned has no
+	// effect on the Term. A candidate that stops waiting leaves no trace behind
+	// that could later make it leader unknowingly.
+	Campaign(ctx context.Context, name string, c Candidate) (Term, error)
+
+	// Leader reports the current holder of name, or an error wrapping
+	// ErrNoLeader when nobody holds it.
+	Leader(ctx context.Context, name string) (Record, error)
+}
+
+// Term is one continuous span of holding a lease. Its methods are safe for
+// concurrent use.
+type Term interface {
+	// Lease is the name of the lease this term holds.
+	Lease() string
+
+	// Token is the fencing token of this term: it is strictly greater than the
+	// token of every earlier term of the same lease, on every backend. Pass it
+	// with every write to a downstream store and have the store reject a token
+	// lower than the highest it has seen.
+	Token() uint64
+
+	// SafeUntil is the deadline, on this process's monotonic clock, until which
+	// no other candidate can have taken the lease. It moves forward with each
+	// confirmed renewal. At SafeUntil the term ends by itself (Err returns
+	// ErrExpired) even if the backend cannot be reached.
+	SafeUntil() time.Time
+
+	// Done is closed exactly once, when the term ends for any reason.
+	Done() <-chan struct{}
+
+	// Err is nil while the term lasts and afterwards says why it ended: it
+	// wraps ErrResigned, ErrLeaseLost, ErrExpired or ErrClosed.
+	Err() error
+
+	// Resign ends the term (Err then wraps ErrResigned) and releases the lease
+	// so that a waiting candidate takes over at once, without waiting for a
+	// TTL. The term ends before the release is attempted, so the holder stops
+	// acting even if releasing fails; a failed release is returned, and the
+	// lease then expires after its TTL. Resign after the term ended is a no-op.
+	Resign(ctx context.Context) error
+}
+
+// Candidate is a contender for a lease.
+type Candidate struct {
+	// ID identifies the candidate and must be unique per process incarnation
+	// (NewCandidateID makes one: host name plus a random suffix), so that a
+	// restarted process never mistakes its predecessor's lease for its own.
+	// It is what Leader reports as Record.Holder.
+	ID string
+}
+
+// Record describes the holder of a lease as the backend reports it.
+type Record struct {
+	// Lease is the lease name.
+	Lease string
+	// Holder is the holding candidate's ID.
+	Holder string
+	// Token is the holder's fencing token.
+	Token uint64
+	// Since is the wall-clock time at which the term began, when the backend
+	// records it; the zero Time when it does not (etcd). It is informational:
+	// no safety decision rests on wall clocks.
+	Since time.Time
+}
+
+// NewCandidateID returns an ID of the form "HOST/SUFFIX", where HOST is the
+// host name and SUFFIX eight random hexadecimal digits.
+func NewCandidateID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "baton"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux since Go 1.24
+	return host + "/" + hex.EncodeToString(b[:])
+}
+
+// HostOf returns the host part of an ID made by NewCandidateID: everything
+// before the last "/", or id itself when it has none.
+func HostOf(id string) string {
+	if i := strings.LastIndexByte(id, '/'); i >= 0 {
+		return id[:i]
+	}
+	return id
+}

@@ -1,0 +1,484 @@
+// Package batontest is the conformance suite every baton backend must pass,
+// against a real server. It is exported so that third-party backends can run
+// it too:
+//
+//	func TestConformance(t *testing.T) {
+//		batontest.Run(t, batontest.Target{New: func(t *testing.T, cfg baton.Config) *batontest.Process {
+//			...
+//		}})
+//	}
+//
+// Each test stands up several simulated processes, each with its own Backend
+// (its own connection and session), against one shared store.
+package batontest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+)
+
+// Process is one simulated process of the backend under test.
+type Process struct {
+	// Backend is the process's backend, with its own connection and session.
+	Backend baton.Backend
+	// Kill makes the process vanish without releasing anything, as kill -9
+	// would: it never talks to the store again.
+	Kill func()
+	// Cut cuts the process off from the store, as a network partition would;
+	// Heal reconnects it.
+	Cut, Heal func()
+}
+
+// Target describes a backend under test.
+type Target struct {
+	// New starts a new process against the store shared by the whole test,
+	// with the given timing. It registers its own clean-up with t.Cleanup.
+	New func(t *testing.T, cfg baton.Config) *Process
+	// MinTTL is the shortest TTL the backend supports (etcd: whole seconds);
+	// zero means the suite's default of 1 s is fine.
+	MinTTL time.Duration
+}
+
+// Run runs the whole suite as subtests of t.
+func Run(t *testing.T, target Target) {
+	s := &suite{target: target, ttl: max(time.Second, target.MinTTL)}
+	t.Run("LeaderReportsHolder", s.leaderReportsHolder)
+	t.Run("OneHolderAmongTwentyCandidates", s.oneHolderAtATime)
+	t.Run("TokensIncreaseOverHandOvers", s.tokensIncrease)
+	t.Run("ResignWakesWaiter", s.resignWakesWaiter)
+	t.Run("CancelledCampaignLeavesNoTrace", s.cancelledCampaign)
+	t.Run("KilledHolderReplacedAfterTTL", s.killedHolderReplaced)
+	t.Run("CutOffHolderStopsBySafeUntil", s.cutOffHolderStops)
+	t.Run("ThousandLeasesOneSession", s.manyLeases)
+}
+
+type suite struct {
+	target Target
+	ttl    time.Duration
+}
+
+func (s *suite) cfg() baton.Config { return baton.Config{TTL: s.ttl} }
+
+// leaseName returns a lease name unique to this run, so subtests sharing one
+// server never see each other's leases.
+func leaseName(t *testing.T) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "conf-" + hex.EncodeToString(b[:])
+}
+
+func campaign(t *testing.T, p *Process, lease, id string, timeout time.Duration) baton.Term {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	term, err := p.Backend.Campaign(ctx, lease, baton.Candidate{ID: id})
+	if err != nil {
+		t.Fatalf("campaign %s for %s: %v", id, lease, err)
+	}
+	return term
+}
+
+func resign(t *testing.T, term baton.Term) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := term.Resign(ctx); err != nil {
+		t.Errorf("resign token %d: %v", term.Token(), err)
+	}
+	if !errors.Is(term.Err(), baton.ErrResigned) {
+		t.Errorf("after Resign, Err() = %v, want ErrResigned", term.Err())
+	}
+}
+
+// eventually polls cond until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (s *suite) leaderReportsHolder(t *testing.T) {
+	p := s.target.New(t, s.cfg())
+	lease := leaseName(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := p.Backend.Leader(ctx, lease); !errors.Is(err, baton.ErrNoLeader) {
+		t.Fatalf("Leader of a lease nobody holds: err = %v, want ErrNoLeader", err)
+	}
+	term := campaign(t, p, lease, "holder-1", 10*time.Second)
+	if term.Lease() != lease {
+		t.Errorf("Term.Lease() = %q, want %q", term.Lease(), lease)
+	}
+	if term.Token() == 0 {
+		t.Errorf("token is 0; tokens must be positive so that 0 can mean 'none'")
+	}
+	if !time.Now().Before(term.SafeUntil()) {
+		t.Errorf("SafeUntil %v is not in the future right after Campaign", term.SafeUntil())
+	}
+	rec, err := p.Backend.Leader(ctx, lease)
+	if err != nil {
+		t.Fatalf("Leader: %v", err)
+	}
+	if rec.Holder != "holder-1" || rec.Token != term.Token() || rec.Lease != lease {
+		t.Errorf("Leader = %+v, want holder-1 with token %d on %s", rec, term.Token(), lease)
+	}
+	resign(t, term)
+	if _, err := p.Backend.Leader(ctx, lease); !errors.Is(err, baton.ErrNoLeader) {
+		t.Errorf("Leader after resign: err = %v, want ErrNoLeader", err)
+	}
+	select {
+	case <-term.Done():
+	default:
+		t.Errorf("Done() not closed after Resign")
+	}
+}
+
+// interval is one term as its holder acted on it.
+type interval struct {
+	id         string
+	token      uint64
+	start, end time.Time
+}
+
+func checkIntervals(t *testing.T, ivs []interval) {
+	t.Helper()
+	sort.Slice(ivs, func(i, j int) bool { return ivs[i].start.Before(ivs[j].start) })
+	for i := 1; i < len(ivs); i++ {
+		prev, cur := ivs[i-1], ivs[i]
+		if cur.start.Before(prev.end) {
+			t.Errorf("overlap: %s (token %d) acted from %v while %s (token %d) acted until %v",
+				cur.id, cur.token, cur.start.Format(time.StampMicro), prev.id, prev.token, prev.end.Format(time.StampMicro))
+		}
+		if cur.token <= prev.token {
+			t.Errorf("token did not increase: %s got %d after %s had %d", cur.id, cur.token, prev.id, prev.token)
+		}
+	}
+}
+
+// runElectors runs n processes with an Elector each until terms terms have
+// been held, each term doing hold of work, and returns the intervals.
+func (s *suite) runElectors(t *testing.T, n, terms int, hold time.Duration) []interval {
+	t.Helper()
+	lease := leaseName(t)
+	var (
+		mu     sync.Mutex
+		ivs    []interval
+		active atomic.Int32
+		count  atomic.Int32
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range n {
+		p := s.target.New(t, s.cfg())
+		e, err := baton.NewElector(p.Backend, baton.ElectorConfig{Lease: lease, Candidate: baton.Candidate{ID: fmt.Sprintf("p%02d", i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			_ = e.Run(ctx, func(fctx context.Context, term baton.Term) error {
+				iv := interval{id: e.ID(), token: term.Token(), start: time.Now()}
+				if a := active.Add(1); a != 1 {
+					t.Errorf("%d callbacks active at once (token %d)", a, term.Token())
+				}
+				select {
+				case <-time.After(hold): // the leader's work
+				case <-fctx.Done():
+				}
+				active.Add(-1)
+				iv.end = time.Now()
+				mu.Lock()
+				ivs = append(ivs, iv)
+				mu.Unlock()
+				if count.Add(1) >= int32(terms) {
+					cancel()
+				}
+				return nil
+			})
+		})
+	}
+	wg.Wait()
+	if got := count.Load(); got < int32(terms) {
+		t.Fatalf("only %d of %d terms were held within the time limit", got, terms)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return ivs
+}
+
+func (s *suite) oneHolderAtATime(t *testing.T) {
+	ivs := s.runElectors(t, 20, 60, 5*time.Millisecond)
+	checkIntervals(t, ivs)
+	holders := map[string]bool{}
+	for _, iv := range ivs {
+		holders[iv.id] = true
+	}
+	if len(holders) < 2 {
+		t.Errorf("only %d distinct holders among 20 candidates over %d terms: the lease never changed hands", len(holders), len(ivs))
+	}
+}
+
+func (s *suite) tokensIncrease(t *testing.T) {
+	ivs := s.runElectors(t, 3, 100, 0)
+	if len(ivs) < 100 {
+		t.Fatalf("%d terms, want at least 100", len(ivs))
+	}
+	checkIntervals(t, ivs)
+}
+
+func (s *suite) resignWakesWaiter(t *testing.T) {
+	cfg := baton.Config{TTL: 20 * time.Second}
+	a, b := s.target.New(t, cfg), s.target.New(t, cfg)
+	lease := leaseName(t)
+	ta := campaign(t, a, lease, "a", 10*time.Second)
+
+	got := make(chan baton.Term, 1)
+	errc := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.TTL/2)
+	defer cancel()
+	go func() {
+		tb, err := b.Backend.Campaign(ctx, lease, baton.Candidate{ID: "b"})
+		if err != nil {
+			errc <- err
+			return
+		}
+		got <- tb
+	}()
+	// b must be waiting, not holding.
+	select {
+	case tb := <-got:
+		t.Fatalf("b acquired token %d while a held the lease", tb.Token())
+	case <-time.After(200 * time.Millisecond):
+	}
+	resigned := time.Now()
+	resign(t, ta)
+	select {
+	case tb := <-got:
+		if tb.Token() <= ta.Token() {
+			t.Errorf("b's token %d is not greater than a's %d", tb.Token(), ta.Token())
+		}
+		t.Logf("hand-over after resign took %s (TTL %s)", time.Since(resigned), cfg.TTL)
+		resign(t, tb)
+	case err := <-errc:
+		t.Fatalf("b did not take over within TTL/2 (%s) of a's resignation: %v", cfg.TTL/2, err)
+	}
+}
+
+func (s *suite) cancelledCampaign(t *testing.T) {
+	a, b, c := s.target.New(t, s.cfg()), s.target.New(t, s.cfg()), s.target.New(t, s.cfg())
+	lease := leaseName(t)
+	ta := campaign(t, a, lease, "a", 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, err := b.Backend.Campaign(ctx, lease, baton.Candidate{ID: "b"})
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("campaign with an expiring context: err = %v, want context.DeadlineExceeded", err)
+	}
+	resign(t, ta)
+	tc := campaign(t, c, lease, "c", 10*time.Second)
+	lctx, lcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer lcancel()
+	rec, err := c.Backend.Leader(lctx, lease)
+	if err != nil || rec.Holder != "c" {
+		t.Fatalf("after b gave up and a resigned, Leader = %+v, %v; want c", rec, err)
+	}
+	resign(t, tc)
+}
+
+func (s *suite) killedHolderReplaced(t *testing.T) {
+	cfg, _ := s.cfg().WithDefaults()
+	a, b := s.target.New(t, cfg), s.target.New(t, cfg)
+	lease := leaseName(t)
+	ta := campaign(t, a, lease, "a", 10*time.Second)
+	aDone := watchDone(ta)
+
+	got := make(chan baton.Term, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		tb, err := b.Backend.Campaign(ctx, lease, baton.Candidate{ID: "b"})
+		if err != nil {
+			t.Errorf("b's campaign: %v", err)
+			close(got)
+			return
+		}
+		got <- tb
+	}()
+	// Let a renew at least once with b waiting, so that b's takeover really
+	// depends on a's renewals stopping.
+	first := ta.SafeUntil()
+	eventually(t, 5*time.Second, "a's first renewal", func() bool { return ta.SafeUntil().After(first) })
+	killed := time.Now()
+	a.Kill()
+	tb, ok := <-got
+	if !ok {
+		return
+	}
+	took := time.Since(killed)
+	acquired := time.Now()
+	// The bound of DESIGN.md: TTL + one renew interval, plus scheduling slack
+	// for a loaded CI machine.
+	bound := cfg.TTL + cfg.RenewInterval + 750*time.Millisecond
+	t.Logf("crash failover took %s (TTL %s, renew every %s)", took, cfg.TTL, cfg.RenewInterval)
+	if took > bound {
+		t.Errorf("b took over %s after a was killed; want at most TTL + renew interval (%s, with slack)", took, bound)
+	}
+	if tb.Token() <= ta.Token() {
+		t.Errorf("b's token %d is not greater than a's %d", tb.Token(), ta.Token())
+	}
+	select {
+	case at := <-aDone:
+		if !at.Before(acquired) {
+			t.Errorf("a's term ended at %v, after b acquired at %v", at, acquired)
+		}
+	default:
+		t.Errorf("b acquired while the killed holder's term had not ended: two holders at once")
+	}
+	resign(t, tb)
+}
+
+// watchDone returns a channel that receives the time at which term ended.
+func watchDone(term baton.Term) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	go func() {
+		<-term.Done()
+		ch <- time.Now()
+	}()
+	return ch
+}
+
+func (s *suite) cutOffHolderStops(t *testing.T) {
+	cfg, _ := s.cfg().WithDefaults()
+	a, b := s.target.New(t, cfg), s.target.New(t, cfg)
+	lease := leaseName(t)
+	ta := campaign(t, a, lease, "a", 10*time.Second)
+	aDone := watchDone(ta)
+
+	got := make(chan baton.Term, 1)
+	bAcquired := make(chan time.Time, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		tb, err := b.Backend.Campaign(ctx, lease, baton.Candidate{ID: "b"})
+		if err != nil {
+			t.Errorf("b's campaign: %v", err)
+			close(got)
+			return
+		}
+		bAcquired <- time.Now()
+		got <- tb
+	}()
+	first := ta.SafeUntil()
+	eventually(t, 5*time.Second, "a's first renewal", func() bool { return ta.SafeUntil().After(first) })
+	a.Cut()
+	var endedAt time.Time
+	select {
+	case endedAt = <-aDone:
+	case <-time.After(cfg.TTL + 5*time.Second):
+		t.Fatalf("a's term did not end within TTL + 5s of being cut off")
+	}
+	safeUntil := ta.SafeUntil()
+	if late := endedAt.Sub(safeUntil); late > 100*time.Millisecond {
+		t.Errorf("a's term ended %s after its safe-until; it must end by safe-until", late)
+	}
+	if err := ta.Err(); !errors.Is(err, baton.ErrExpired) && !errors.Is(err, baton.ErrLeaseLost) {
+		t.Errorf("a's term ended with %v; want ErrExpired or ErrLeaseLost", err)
+	}
+	tb, ok := <-got
+	if !ok {
+		return
+	}
+	if at := <-bAcquired; !endedAt.Before(at) {
+		t.Errorf("b acquired at %v, before the cut-off holder stopped at %v", at, endedAt)
+	}
+	if tb.Token() <= ta.Token() {
+		t.Errorf("b's token %d is not greater than a's %d", tb.Token(), ta.Token())
+	}
+	// After healing, a can lead again, with a higher token.
+	a.Heal()
+	resign(t, tb)
+	ta2 := campaign(t, a, lease, "a", 30*time.Second)
+	if ta2.Token() <= tb.Token() {
+		t.Errorf("a's new token %d is not greater than b's %d", ta2.Token(), tb.Token())
+	}
+	resign(t, ta2)
+}
+
+func (s *suite) manyLeases(t *testing.T) {
+	const n = 1000
+	p := s.target.New(t, s.cfg())
+	prefix := leaseName(t)
+	terms := make([]baton.Term, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			term, err := p.Backend.Campaign(ctx, fmt.Sprintf("%s-%04d", prefix, i), baton.Candidate{ID: "many"})
+			if err != nil {
+				t.Errorf("campaign %d: %v", i, err)
+				return
+			}
+			terms[i] = term
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	// Every lease must be renewed, not just acquired: wait until each term's
+	// deadline has moved past where it started.
+	initial := make([]time.Time, n)
+	for i, term := range terms {
+		initial[i] = term.SafeUntil()
+	}
+	eventually(t, 3*s.ttl+10*time.Second, "all 1000 leases to be renewed", func() bool {
+		for i, term := range terms {
+			if !term.SafeUntil().After(initial[i]) {
+				return false
+			}
+		}
+		return true
+	})
+	for i, term := range terms {
+		if err := term.Err(); err != nil {
+			t.Fatalf("lease %d ended while held: %v", i, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, i := range []int{0, 1, 499, 998, 999} {
+		rec, err := p.Backend.Leader(ctx, fmt.Sprintf("%s-%04d", prefix, i))
+		if err != nil || rec.Holder != "many" || rec.Token != terms[i].Token() {
+			t.Errorf("Leader of lease %d = %+v, %v; want holder many with token %d", i, rec, err, terms[i].Token())
+		}
+	}
+	for _, term := range terms {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if err := term.Resign(ctx); err != nil {
+				t.Errorf("resign %s: %v", term.Lease(), err)
+			}
+		})
+	}
+	wg.Wait()
+}

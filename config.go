@@ -1,0 +1,79 @@
+package baton
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults applied by Config.WithDefaults when a field is zero.
+const (
+	// DefaultTTL is the lease time-to-live when Config.TTL is zero.
+	DefaultTTL = 10 * time.Second
+)
+
+// Config holds the timing every backend shares. Its zero value means the
+// documented defaults; backends embed it in their own options. A Config is a
+// plain value and safe to copy.
+type Config struct {
+	// TTL is how long a lease survives without a confirmed renewal. A contender
+	// takes over only after it has seen the lease unrenewed for a full TTL on its
+	// own monotonic clock (or the server reports the session dead). Larger TTLs
+	// ride out longer backend hiccups; smaller ones fail over faster.
+	// Zero means DefaultTTL (10 s). Must not be negative.
+	TTL time.Duration
+
+	// RenewInterval is how often the holder renews. Zero means TTL/3, which
+	// leaves two more attempts before the lease is in danger. It must be
+	// positive and below TTL - DriftMargin, or no renewal could ever keep the
+	// lease safe.
+	RenewInterval time.Duration
+
+	// DriftMargin is subtracted from every safe-until deadline to absorb the
+	// difference in clock *rate* between the holder and the server or the
+	// contenders (wall-clock offsets do not matter: baton only compares
+	// monotonic durations). Zero means TTL/10 with a floor of 10 ms. It must be
+	// below TTL.
+	DriftMargin time.Duration
+}
+
+// WithDefaults returns c with every zero field replaced by its default, or a
+// *ConfigError naming every invalid field.
+func (c Config) WithDefaults() (Config, error) {
+	var errs ConfigError
+	if c.TTL < 0 {
+		errs.add(fmt.Sprintf("TTL (%s) must be positive: use a duration such as 10s", c.TTL))
+	}
+	if c.RenewInterval < 0 {
+		errs.add(fmt.Sprintf("RenewInterval (%s) must be positive, or zero for TTL/3", c.RenewInterval))
+	}
+	if c.DriftMargin < 0 {
+		errs.add(fmt.Sprintf("DriftMargin (%s) must be positive, or zero for TTL/10", c.DriftMargin))
+	}
+	if err := errs.errOrNil(); err != nil {
+		return c, err
+	}
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.RenewInterval == 0 {
+		c.RenewInterval = c.TTL / 3
+	}
+	if c.DriftMargin == 0 {
+		c.DriftMargin = max(c.TTL/10, 10*time.Millisecond)
+	}
+	if c.DriftMargin >= c.TTL {
+		errs.add(fmt.Sprintf("DriftMargin (%s) must be below TTL (%s)", c.DriftMargin, c.TTL))
+	} else if c.RenewInterval >= c.TTL-c.DriftMargin {
+		errs.add(fmt.Sprintf("RenewInterval (%s) must be below TTL - DriftMargin (%s): renew more often or raise TTL",
+			c.RenewInterval, c.TTL-c.DriftMargin))
+	}
+	return c, errs.errOrNil()
+}
+
+// SafeUntil returns the deadline by which a holder must stop acting when its
+// last confirmed renewal (or acquisition) was *sent* at start and the lease
+// lasts ttl from when the server applied it. start must carry a monotonic
+// reading (come from time.Now), so the deadline survives wall-clock jumps.
+func (c Config) SafeUntil(start time.Time, ttl time.Duration) time.Time {
+	return start.Add(ttl - c.DriftMargin)
+}

@@ -1,0 +1,360 @@
+package baton
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ElectorConfig configures an Elector. The zero value of each field means the
+// documented default; Lease is the only required field.
+type ElectorConfig struct {
+	// Lease is the name of the lease to campaign for. Required.
+	Lease string
+
+	// Candidate is who campaigns. An empty ID means NewCandidateID().
+	Candidate Candidate
+
+	// Logger receives the Elector's log lines (group "baton"). Nil means silent.
+	Logger *slog.Logger
+
+	// RetryMin and RetryMax bound the exponential back-off (with jitter) between
+	// campaigns that failed because the backend was unavailable. Zero means
+	// 100 ms and 10 s.
+	RetryMin, RetryMax time.Duration
+
+	// ResignTimeout bounds the release of the lease after the callback returned.
+	// Zero means 5 s. A release that times out is logged; the lease then
+	// expires after its TTL.
+	ResignTimeout time.Duration
+}
+
+// Status is a snapshot of an Elector's state.
+type Status struct {
+	// Lease is the lease name and ID the candidate's ID.
+	Lease, ID string
+	// Leader reports whether this Elector holds the lease and is before its
+	// safe-until deadline.
+	Leader bool
+	// Token is the fencing token of the current term, or of the last one.
+	Token uint64
+	// SafeUntil is the current term's deadline; zero when not leading.
+	SafeUntil time.Time
+	// Since is when the current state (leading or not) began.
+	Since time.Time
+	// Terms counts the terms this Elector has held.
+	Terms int
+	// LastError is the most recent campaign error or term-ending reason.
+	LastError error
+}
+
+// Change is one transition of an Elector's leadership.
+type Change struct {
+	// Leader is true when the Elector became leader, false when it stopped.
+	Leader bool
+	// Token is the term's fencing token.
+	Token uint64
+	// Reason is nil on election and says why the term ended on demotion: it
+	// wraps ErrResigned, ErrLeaseLost, ErrExpired or ErrClosed.
+	Reason error
+	// At is when the transition happened.
+	At time.Time
+	// Missed counts the changes dropped before this one because the receiver
+	// fell behind; Status is always current.
+	Missed int
+}
+
+// Elector campaigns for one lease on a Backend and runs a callback while it
+// leads. Create it with NewElector. Its methods are safe for concurrent use;
+// Run may be active at most once at a time.
+type Elector struct {
+	b   Backend
+	cfg ElectorConfig
+	log *slog.Logger
+
+	running atomic.Bool
+	term    atomic.Pointer[termBox]
+
+	mu      sync.Mutex
+	status  Status
+	changed chan struct{} // closed and replaced on each transition
+	subs    map[*subscriber]struct{}
+}
+
+type termBox struct{ t Term }
+
+type subscriber struct {
+	ch     chan Change
+	missed int
+}
+
+// NewElector returns an Elector campaigning for cfg.Lease on b.
+func NewElector(b Backend, cfg ElectorConfig) (*Elector, error) {
+	var errs ConfigError
+	if b == nil {
+		errs.add("Backend is nil: pass a backend such as memory.New(...) or etcd.New(...)")
+	}
+	if cfg.Lease == "" {
+		errs.add("Lease is empty: name the lease to campaign for")
+	}
+	if cfg.RetryMin < 0 || cfg.RetryMax < 0 || cfg.ResignTimeout < 0 {
+		errs.add(fmt.Sprintf("RetryMin (%s), RetryMax (%s) and ResignTimeout (%s) must not be negative",
+			cfg.RetryMin, cfg.RetryMax, cfg.ResignTimeout))
+	}
+	if err := errs.errOrNil(); err != nil {
+		return nil, err
+	}
+	if cfg.Candidate.ID == "" {
+		cfg.Candidate.ID = NewCandidateID()
+	}
+	if cfg.RetryMin == 0 {
+		cfg.RetryMin = 100 * time.Millisecond
+	}
+	if cfg.RetryMax == 0 {
+		cfg.RetryMax = 10 * time.Second
+	}
+	cfg.RetryMax = max(cfg.RetryMax, cfg.RetryMin)
+	if cfg.ResignTimeout == 0 {
+		cfg.ResignTimeout = 5 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	e := &Elector{
+		b:       b,
+		cfg:     cfg,
+		log:     log.WithGroup("baton").With("lease", cfg.Lease, "id", cfg.Candidate.ID),
+		changed: make(chan struct{}),
+		subs:    map[*subscriber]struct{}{},
+	}
+	e.status = Status{Lease: cfg.Lease, ID: cfg.Candidate.ID, Since: time.Now()}
+	return e, nil
+}
+
+// ID returns the candidate ID the Elector campaigns with.
+func (e *Elector) ID() string { return e.cfg.Candidate.ID }
+
+// Run campaigns until ctx ends. Each time it wins, it calls fn with a context
+// that is cancelled when the term ends for any reason — lost, expired at
+// safe-until, or ctx cancelled — and with the Term. When fn returns, Run
+// resigns (so a standby takes over at once) and campaigns again. Run always
+// waits for fn to return before it resigns.
+//
+// Run returns when ctx ends (with ctx's error), or when fn returns a non-nil
+// error (with that error, after resigning). Campaign failures are retried
+// with back-off and logged, never returned.
+func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t Term) error) error {
+	if !e.running.CompareAndSwap(false, true) {
+		return errors.New("baton: Elector.Run is already running; use one Elector per Run")
+	}
+	defer e.running.Store(false)
+
+	retry := e.cfg.RetryMin
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t, err := e.b.Campaign(ctx, e.cfg.Lease, e.cfg.Candidate)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			e.setError(err)
+			wait := retry/2 + rand.N(retry/2+1)
+			e.log.Warn("campaign failed; retrying", "err", err, "retry_in", wait)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(wait):
+			}
+			retry = min(2*retry, e.cfg.RetryMax)
+			continue
+		}
+		retry = e.cfg.RetryMin
+		if ferr := e.lead(ctx, t, fn); ferr != nil {
+			return ferr
+		}
+	}
+}
+
+// lead runs fn for one term and gives the lease back afterwards.
+func (e *Elector) lead(ctx context.Context, t Term, fn func(context.Context, Term) error) error {
+	e.elected(t)
+	fctx, cancel := context.WithCancel(ctx)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		// The term ends itself at SafeUntil, but a Term from a third-party
+		// backend might not: enforce the deadline here too.
+		timer := time.NewTimer(time.Until(t.SafeUntil()))
+		defer timer.Stop()
+		for {
+			select {
+			case <-t.Done():
+				cancel()
+				return
+			case <-stop:
+				return
+			case <-timer.C:
+				if left := time.Until(t.SafeUntil()); left > 0 {
+					timer.Reset(left)
+					continue
+				}
+				e.log.Warn("safe-until passed without a confirmed renewal; stopping", "token", t.Token())
+				cancel()
+				return
+			}
+		}
+	})
+	ferr := fn(fctx, t)
+	close(stop)
+	wg.Wait()
+	cancel()
+
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ResignTimeout)
+	if err := t.Resign(rctx); err != nil {
+		e.log.Warn("releasing the lease failed; it will expire after its TTL", "token", t.Token(), "err", err)
+	}
+	rcancel()
+	e.demoted(t, t.Err())
+	return ferr
+}
+
+// IsLeader reports whether the Elector holds its lease now and is before the
+// term's safe-until deadline. It does not contact the backend.
+func (e *Elector) IsLeader() bool {
+	b := e.term.Load()
+	if b == nil {
+		return false
+	}
+	select {
+	case <-b.t.Done():
+		return false
+	default:
+	}
+	return time.Now().Before(b.t.SafeUntil())
+}
+
+// Term returns the current term, or nil when the Elector does not lead.
+func (e *Elector) Term() Term {
+	if b := e.term.Load(); b != nil && e.IsLeader() {
+		return b.t
+	}
+	return nil
+}
+
+// Leader asks the backend who holds the lease.
+func (e *Elector) Leader(ctx context.Context) (Record, error) {
+	return e.b.Leader(ctx, e.cfg.Lease)
+}
+
+// Await blocks until the Elector leads (while Run is active elsewhere) and
+// returns the term, or returns ctx's error. Like Curator's LeaderLatch.await.
+func (e *Elector) Await(ctx context.Context) (Term, error) {
+	for {
+		e.mu.Lock()
+		ch := e.changed
+		e.mu.Unlock()
+		if t := e.Term(); t != nil {
+			return t, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+// Status returns a snapshot of the Elector's state.
+func (e *Elector) Status() Status {
+	e.mu.Lock()
+	s := e.status
+	e.mu.Unlock()
+	s.Leader = e.IsLeader()
+	if t := e.Term(); t != nil {
+		s.SafeUntil = t.SafeUntil()
+	}
+	return s
+}
+
+// Changes returns a channel that receives every leadership transition from
+// now until ctx ends, when it is closed. A receiver that falls more than 64
+// changes behind loses the oldest ones; the next delivered Change counts
+// them in Missed.
+func (e *Elector) Changes(ctx context.Context) <-chan Change {
+	s := &subscriber{ch: make(chan Change, 64)}
+	e.mu.Lock()
+	e.subs[s] = struct{}{}
+	e.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		e.mu.Lock()
+		delete(e.subs, s)
+		close(s.ch)
+		e.mu.Unlock()
+	})
+	return s.ch
+}
+
+func (e *Elector) elected(t Term) {
+	e.term.Store(&termBox{t})
+	now := time.Now()
+	e.log.Info("elected", "token", t.Token())
+	e.mu.Lock()
+	e.status.Token = t.Token()
+	e.status.Since = now
+	e.status.Terms++
+	e.publishLocked(Change{Leader: true, Token: t.Token(), At: now})
+	e.mu.Unlock()
+}
+
+func (e *Elector) demoted(t Term, reason error) {
+	e.term.Store(nil)
+	now := time.Now()
+	e.log.Info("term ended", "token", t.Token(), "reason", reason)
+	e.mu.Lock()
+	e.status.Since = now
+	e.status.LastError = reason
+	e.publishLocked(Change{Leader: false, Token: t.Token(), Reason: reason, At: now})
+	e.mu.Unlock()
+}
+
+func (e *Elector) setError(err error) {
+	e.mu.Lock()
+	e.status.LastError = err
+	e.mu.Unlock()
+}
+
+func (e *Elector) publishLocked(c Change) {
+	close(e.changed)
+	e.changed = make(chan struct{})
+	for s := range e.subs {
+		c := c
+		c.Missed = s.missed
+		select {
+		case s.ch <- c:
+			s.missed = 0
+			continue
+		default:
+		}
+		// Full: drop the oldest so the newest state always arrives.
+		select {
+		case <-s.ch:
+			s.missed++
+		default:
+		}
+		c.Missed = s.missed
+		select {
+		case s.ch <- c:
+			s.missed = 0
+		default:
+			s.missed++
+		}
+	}
+}

@@ -1,0 +1,163 @@
+package baton
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// BasicTerm is a ready-made Term for backend authors. The backend creates it
+// when it acquires a lease, calls Extend after each confirmed renewal and End
+// when the store says the lease is gone; BasicTerm ends itself with
+// ErrExpired when SafeUntil passes without an Extend. Safe for concurrent use.
+type BasicTerm struct {
+	lease   string
+	token   uint64
+	release func(context.Context) error
+	done    chan struct{}
+
+	mu        sync.Mutex
+	safeUntil time.Time
+	err       error
+	renewErr  error
+	timer     *time.Timer
+	released  bool
+	relErr    error
+}
+
+var _ Term = (*BasicTerm)(nil)
+
+// NewBasicTerm starts a term of lease with token, safe until safeUntil (which
+// must carry a monotonic clock reading). release gives the lease back to the
+// store; Resign calls it at most once, after the term has ended. release may
+// be nil.
+func NewBasicTerm(lease string, token uint64, safeUntil time.Time, release func(context.Context) error) *BasicTerm {
+	t := &BasicTerm{
+		lease:     lease,
+		token:     token,
+		release:   release,
+		done:      make(chan struct{}),
+		safeUntil: safeUntil,
+	}
+	t.mu.Lock()
+	t.timer = time.AfterFunc(time.Until(safeUntil), t.expire)
+	t.mu.Unlock()
+	return t
+}
+
+// expire runs at the deadline it was armed for; a renewal may have moved the
+// deadline since, in which case it re-arms instead of ending the term.
+func (t *BasicTerm) expire() {
+	t.mu.Lock()
+	if t.err != nil {
+		t.mu.Unlock()
+		return
+	}
+	if left := time.Until(t.safeUntil); left > 0 {
+		t.timer.Reset(left)
+		t.mu.Unlock()
+		return
+	}
+	err := ErrExpired
+	if t.renewErr != nil {
+		err = fmt.Errorf("%w (last renewal error: %w)", ErrExpired, t.renewErr)
+	}
+	t.endLocked(err)
+	t.mu.Unlock()
+}
+
+// Lease implements Term.
+func (t *BasicTerm) Lease() string { return t.lease }
+
+// Token implements Term.
+func (t *BasicTerm) Token() uint64 { return t.token }
+
+// SafeUntil implements Term.
+func (t *BasicTerm) SafeUntil() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.safeUntil
+}
+
+// Done implements Term.
+func (t *BasicTerm) Done() <-chan struct{} { return t.done }
+
+// Err implements Term.
+func (t *BasicTerm) Err() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.err
+}
+
+// Extend moves SafeUntil forward to safeUntil after a confirmed renewal. A
+// deadline earlier than the current one is ignored, because a late reply to an
+// old renewal must not shorten a newer promise. It reports whether the term is
+// still running.
+func (t *BasicTerm) Extend(safeUntil time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err != nil {
+		return false
+	}
+	if safeUntil.After(t.safeUntil) {
+		t.safeUntil = safeUntil
+	}
+	t.renewErr = nil
+	return true
+}
+
+// RenewFailed records err as the latest renewal failure; if the term then
+// expires, Err wraps it beside ErrExpired.
+func (t *BasicTerm) RenewFailed(err error) {
+	t.mu.Lock()
+	t.renewErr = err
+	t.mu.Unlock()
+}
+
+// End ends the term with reason err (which should wrap one of the package's
+// loss sentinels) and reports whether this call ended it; only the first
+// reason is kept.
+func (t *BasicTerm) End(err error) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.endLocked(err)
+}
+
+func (t *BasicTerm) endLocked(err error) bool {
+	if t.err != nil {
+		return false
+	}
+	t.err = err
+	t.timer.Stop()
+	close(t.done)
+	return true
+}
+
+// Resign implements Term: it ends the term with ErrResigned, then calls the
+// release function once. A second Resign returns the first one's result.
+func (t *BasicTerm) Resign(ctx context.Context) error {
+	t.mu.Lock()
+	ended := t.endLocked(ErrResigned)
+	if !ended && t.released {
+		err := t.relErr
+		t.mu.Unlock()
+		return err
+	}
+	if !ended && t.err != ErrResigned {
+		// The store already ended the term (lost, expired, closed): there is
+		// nothing of ours left to release.
+		t.mu.Unlock()
+		return nil
+	}
+	t.released = true
+	t.mu.Unlock()
+	var err error
+	if t.release != nil {
+		err = t.release(ctx)
+	}
+	t.mu.Lock()
+	t.relErr = err
+	t.mu.Unlock()
+	return err
+}
