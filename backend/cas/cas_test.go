@@ -1,0 +1,307 @@
+package cas_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend/cas"
+	"github.com/batonhq/baton/backend/memory"
+)
+
+var errReplyLost = errors.New("test: reply lost")
+
+// faultStore wraps a real in-memory store and injects faults into replies:
+// the operation still happens on the store, only its answer goes astray.
+type faultStore struct {
+	*memory.Store
+	loseCAS  atomic.Int32 // lose the reply of the next N compare-and-swaps
+	slow     atomic.Int64 // delay every reply by this many nanoseconds
+	down     atomic.Bool  // fail without touching the store
+	mu       sync.Mutex
+	casCalls int
+}
+
+func (f *faultStore) reply(ctx context.Context) error {
+	if d := time.Duration(f.slow.Load()); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (f *faultStore) Get(ctx context.Context, name string) (cas.Record, uint64, error) {
+	if f.down.Load() {
+		return cas.Record{}, 0, errReplyLost
+	}
+	r, v, err := f.Store.Get(ctx, name)
+	if rerr := f.reply(ctx); rerr != nil {
+		return cas.Record{}, 0, rerr
+	}
+	return r, v, err
+}
+
+func (f *faultStore) CompareAndSwap(ctx context.Context, name string, version uint64, rec cas.Record) (uint64, error) {
+	if f.down.Load() {
+		return 0, errReplyLost
+	}
+	f.mu.Lock()
+	f.casCalls++
+	f.mu.Unlock()
+	v, err := f.Store.CompareAndSwap(ctx, name, version, rec)
+	if err == nil && f.loseCAS.Load() > 0 {
+		f.loseCAS.Add(-1)
+		return 0, errReplyLost
+	}
+	if rerr := f.reply(ctx); rerr != nil {
+		return 0, rerr
+	}
+	return v, err
+}
+
+func newBackend(t *testing.T, s cas.Store, cfg baton.Config) *cas.Backend {
+	t.Helper()
+	b, err := cas.New(s, cas.Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close(context.Background()) })
+	return b
+}
+
+var cfg = baton.Config{TTL: 3 * time.Second}
+
+func TestLostAcquireReplyIsAdopted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultStore{Store: memory.NewStore()}
+		b := newBackend(t, f, cfg)
+		f.loseCAS.Store(1)
+		term, err := b.Campaign(t.Context(), "l", baton.Candidate{ID: "a"})
+		if err != nil {
+			t.Fatalf("campaign whose acquiring write landed but lost its reply: %v", err)
+		}
+		if term.Token() != 1 {
+			t.Errorf("token = %d, want 1", term.Token())
+		}
+		rec, _, _ := f.Store.Get(t.Context(), "l")
+		if rec.Holder != "a" || rec.Token != 1 {
+			t.Errorf("record = %+v, want holder a token 1", rec)
+		}
+		_ = term.Resign(t.Context())
+	})
+}
+
+func TestLostRenewalReplyIsAdopted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultStore{Store: memory.NewStore()}
+		b := newBackend(t, f, cfg)
+		term, err := b.Campaign(t.Context(), "l", baton.Candidate{ID: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.loseCAS.Store(2) // two renewals in a row land but lose their replies
+		// Run through several renew intervals: the term must survive, with its
+		// deadline kept moving by the adopted renewals.
+		for range 6 {
+			time.Sleep(cfg.TTL / 3)
+			synctest.Wait()
+		}
+		if err := term.Err(); err != nil {
+			t.Fatalf("term ended after lost renewal replies: %v", err)
+		}
+		if f.loseCAS.Load() != 0 {
+			t.Fatalf("the fault was never exercised")
+		}
+		if left := time.Until(term.SafeUntil()); left < cfg.TTL/2 {
+			t.Errorf("safe-until only %s away after renewals resumed", left)
+		}
+		rec, _, _ := f.Store.Get(t.Context(), "l")
+		if rec.Holder != "a" || rec.Token != term.Token() {
+			t.Errorf("record = %+v, want still held by a with token %d", rec, term.Token())
+		}
+		_ = term.Resign(t.Context())
+	})
+}
+
+func TestSlowRepliesEndTermBySafeUntil(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultStore{Store: memory.NewStore()}
+		b := newBackend(t, f, cfg)
+		term, err := b.Campaign(t.Context(), "l", baton.Candidate{ID: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.slow.Store(int64(10 * cfg.TTL)) // every reply now arrives too late
+		<-term.Done()
+		if late := time.Since(term.SafeUntil()); late > 0 {
+			t.Errorf("term ended %s after safe-until", late)
+		}
+		if !errors.Is(term.Err(), baton.ErrExpired) {
+			t.Errorf("Err = %v, want ErrExpired", term.Err())
+		}
+		// The writes did land: a waiting contender's view is what decides.
+		f.slow.Store(0)
+	})
+}
+
+func TestTakeoverWaitsFullTTLOnObserversClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		fa := &faultStore{Store: store}
+		a := newBackend(t, fa, cfg)
+		b := newBackend(t, store, cfg)
+		ta, err := a.Campaign(t.Context(), "l", baton.Candidate{ID: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(cfg.TTL) // a renews a few times
+		fa.down.Store(true)
+		cut := time.Now()
+		// The last renewal landed at most one renew interval before the cut.
+		full, _ := cfg.WithDefaults()
+		lastRenewal := cut.Add(-full.RenewInterval)
+		tb, err := b.Campaign(t.Context(), "l", baton.Candidate{ID: "b"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(lastRenewal); waited < cfg.TTL {
+			t.Errorf("b took over %s after a's last renewal; must wait a full TTL (%s)", waited, cfg.TTL)
+		}
+		select {
+		case <-ta.Done():
+		default:
+			t.Fatalf("b acquired while a's term was still running")
+		}
+		if tb.Token() != ta.Token()+1 {
+			t.Errorf("b's token = %d, want %d", tb.Token(), ta.Token()+1)
+		}
+		_ = tb.Resign(t.Context())
+	})
+}
+
+func TestContenderHonoursHoldersLongerTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		fa := &faultStore{Store: store}
+		long := baton.Config{TTL: 30 * time.Second}
+		a := newBackend(t, fa, long)
+		b := newBackend(t, store, baton.Config{TTL: time.Second})
+		if _, err := a.Campaign(t.Context(), "l", baton.Candidate{ID: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		fa.down.Store(true)
+		start := time.Now()
+		tb, err := b.Campaign(t.Context(), "l", baton.Candidate{ID: "b"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(start); waited < long.TTL {
+			t.Errorf("b took over after %s; the holder's recorded TTL is %s", waited, long.TTL)
+		}
+		_ = tb.Resign(t.Context())
+	})
+}
+
+func TestReleaseKeepsToken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		b := newBackend(t, store, cfg)
+		for want := uint64(1); want <= 3; want++ {
+			term, err := b.Campaign(t.Context(), "l", baton.Candidate{ID: "a"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if term.Token() != want {
+				t.Fatalf("token = %d, want %d", term.Token(), want)
+			}
+			if err := term.Resign(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			rec, _, _ := store.Get(t.Context(), "l")
+			if rec.Holder != "" || rec.Token != want {
+				t.Fatalf("after release record = %+v, want no holder and token %d", rec, want)
+			}
+		}
+	})
+}
+
+func TestSameIDInAnotherProcessWaitsTTL(t *testing.T) {
+	// Two processes misconfigured with one ID must not both lead.
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		a := newBackend(t, store, cfg)
+		b := newBackend(t, store, cfg)
+		ta, err := a.Campaign(t.Context(), "l", baton.Candidate{ID: "same"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 2*cfg.TTL)
+		defer cancel()
+		if tb, err := b.Campaign(ctx, "l", baton.Candidate{ID: "same"}); err == nil {
+			t.Fatalf("second process with the same ID acquired token %d while the first held %d", tb.Token(), ta.Token())
+		}
+		_ = ta.Resign(t.Context())
+	})
+}
+
+func TestAlreadyCampaigning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBackend(t, memory.NewStore(), cfg)
+		ta, err := b.Campaign(t.Context(), "l", baton.Candidate{ID: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Campaign(t.Context(), "l", baton.Candidate{ID: "a"}); !errors.Is(err, baton.ErrAlreadyCampaigning) {
+			t.Errorf("second campaign: err = %v, want ErrAlreadyCampaigning", err)
+		}
+		_ = ta.Resign(t.Context())
+		// After the release the candidate may campaign again.
+		tb, err := b.Campaign(t.Context(), "l", baton.Candidate{ID: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = tb.Resign(t.Context())
+	})
+}
+
+func TestCloseReleasesAndEndsTerms(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		b, err := cas.New(store, cas.Options{Config: cfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		term, err := b.Campaign(t.Context(), "l", baton.Candidate{ID: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(term.Err(), baton.ErrClosed) {
+			t.Errorf("Err after Close = %v, want ErrClosed", term.Err())
+		}
+		if rec, _, _ := store.Get(t.Context(), "l"); rec.Holder != "" {
+			t.Errorf("Close left the record held: %+v", rec)
+		}
+		if _, err := b.Campaign(t.Context(), "l", baton.Candidate{ID: "a"}); !errors.Is(err, baton.ErrClosed) {
+			t.Errorf("Campaign after Close: err = %v, want ErrClosed", err)
+		}
+	})
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	_, err := cas.New(memory.NewStore(), cas.Options{Config: baton.Config{TTL: -time.Second, RenewInterval: -1}, PollInterval: -1})
+	var ce *baton.ConfigError
+	if !errors.As(err, &ce) || len(ce.Problems) < 2 {
+		t.Fatalf("err = %v; want a ConfigError listing every problem", err)
+	}
+}

@@ -1,0 +1,230 @@
+package baton_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend/memory"
+)
+
+var testCfg = baton.Config{TTL: 3 * time.Second}
+
+func newElector(t *testing.T, store *memory.Store, id string) (*baton.Elector, *memory.Backend) {
+	t.Helper()
+	b, err := memory.New(store, memory.Options{Config: testCfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close(context.Background()) })
+	e, err := baton.NewElector(b, baton.ElectorConfig{Lease: "job", Candidate: baton.Candidate{ID: id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, b
+}
+
+func TestRunWaitsForCallbackBeforeResigning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		a, _ := newElector(t, store, "a")
+		b, _ := newElector(t, store, "b")
+		ctx, cancel := context.WithCancel(t.Context())
+		aReturned := make(chan time.Time, 1)
+		aLeads := make(chan struct{})
+		go func() {
+			_ = a.Run(ctx, func(fctx context.Context, _ baton.Term) error {
+				close(aLeads)
+				<-fctx.Done()
+				time.Sleep(time.Second) // slow clean-up, ignoring the cancel
+				aReturned <- time.Now()
+				return nil
+			})
+		}()
+		<-aLeads
+		bLed := make(chan time.Time, 1)
+		bctx, bcancel := context.WithCancel(t.Context())
+		go func() {
+			_ = b.Run(bctx, func(context.Context, baton.Term) error {
+				bLed <- time.Now()
+				bcancel()
+				return nil
+			})
+		}()
+		cancel()
+		returned, led := <-aReturned, <-bLed
+		if led.Before(returned) {
+			t.Errorf("b led at %v, before a's callback returned at %v", led, returned)
+		}
+		if led.Sub(returned) >= testCfg.TTL {
+			t.Errorf("b took over %s after a returned; Run must resign, not let the lease expire", led.Sub(returned))
+		}
+	})
+}
+
+func TestCallbackCancelledAtSafeUntilWhenCutOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		e, b := newElector(t, store, "a")
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		var safeUntil time.Time
+		got := make(chan error, 1)
+		go func() {
+			got <- e.Run(ctx, func(fctx context.Context, term baton.Term) error {
+				b.Disconnect()
+				<-fctx.Done()
+				safeUntil = term.SafeUntil()
+				if late := time.Since(safeUntil); late > 0 {
+					t.Errorf("callback cancelled %s after safe-until", late)
+				}
+				if !errors.Is(term.Err(), baton.ErrExpired) {
+					t.Errorf("term.Err() = %v, want ErrExpired", term.Err())
+				}
+				return errors.New("stop")
+			})
+		}()
+		if err := <-got; err == nil || err.Error() != "stop" {
+			t.Fatalf("Run returned %v, want the callback's error", err)
+		}
+		if e.IsLeader() {
+			t.Errorf("IsLeader after the term expired")
+		}
+	})
+}
+
+func TestChangesCarryReasons(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e, _ := newElector(t, memory.NewStore(), "a")
+		ctx, cancel := context.WithCancel(t.Context())
+		changes := e.Changes(ctx)
+		done := make(chan error)
+		go func() {
+			done <- e.Run(ctx, func(context.Context, baton.Term) error { return errors.New("done") })
+		}()
+		<-done
+		up, down := <-changes, <-changes
+		if !up.Leader || up.Reason != nil || up.Token != 1 {
+			t.Errorf("first change = %+v, want elected with token 1", up)
+		}
+		if down.Leader || !errors.Is(down.Reason, baton.ErrResigned) {
+			t.Errorf("second change = %+v, want demoted with ErrResigned", down)
+		}
+		cancel()
+		if _, ok := <-changes; ok {
+			t.Errorf("Changes channel not closed after its context ended")
+		}
+	})
+}
+
+func TestAwaitStatusIsLeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e, _ := newElector(t, memory.NewStore(), "a")
+		if e.IsLeader() {
+			t.Fatal("IsLeader before Run")
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		release := make(chan struct{})
+		done := make(chan error)
+		go func() {
+			done <- e.Run(ctx, func(fctx context.Context, _ baton.Term) error {
+				<-release
+				return nil
+			})
+		}()
+		term, err := e.Await(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := e.Status()
+		if !e.IsLeader() || !st.Leader || st.Token != term.Token() || st.Terms != 1 || st.ID != "a" || st.Lease != "job" {
+			t.Errorf("Status = %+v while leading with token %d", st, term.Token())
+		}
+		rec, err := e.Leader(t.Context())
+		if err != nil || rec.Holder != "a" {
+			t.Errorf("Leader = %+v, %v", rec, err)
+		}
+		if err := e.Run(ctx, nil); err == nil {
+			t.Errorf("a second concurrent Run was accepted")
+		}
+		cancel()
+		close(release)
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run returned %v, want context.Canceled", err)
+		}
+		if e.IsLeader() || e.Status().Leader {
+			t.Errorf("still leader after Run returned")
+		}
+	})
+}
+
+func TestRunRetriesUnavailableBackend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e, b := newElector(t, memory.NewStore(), "a")
+		b.Disconnect()
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		done := make(chan error)
+		go func() { done <- e.Run(ctx, func(context.Context, baton.Term) error { return errors.New("led") }) }()
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if err := e.Status().LastError; !errors.Is(err, baton.ErrBackendUnavailable) {
+			t.Errorf("Status().LastError = %v, want ErrBackendUnavailable", err)
+		}
+		b.Reconnect()
+		if err := <-done; err == nil || err.Error() != "led" {
+			t.Errorf("Run = %v; want it to lead once the backend is back", err)
+		}
+	})
+}
+
+func TestNewElectorReportsEveryProblem(t *testing.T) {
+	_, err := baton.NewElector(nil, baton.ElectorConfig{RetryMin: -1})
+	var ce *baton.ConfigError
+	if !errors.As(err, &ce) || len(ce.Problems) != 3 {
+		t.Fatalf("err = %v; want a ConfigError with 3 problems", err)
+	}
+	for _, want := range []string{"Backend is nil", "Lease is empty", "must not be negative"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+func TestConfigDefaultsAndValidation(t *testing.T) {
+	c, err := baton.Config{}.WithDefaults()
+	if err != nil || c.TTL != 10*time.Second || c.RenewInterval != c.TTL/3 || c.DriftMargin != time.Second {
+		t.Errorf("defaults = %+v, %v", c, err)
+	}
+	for _, bad := range []baton.Config{
+		{TTL: -1},
+		{TTL: time.Second, RenewInterval: time.Second},
+		{TTL: time.Second, DriftMargin: 2 * time.Second},
+	} {
+		if _, err := bad.WithDefaults(); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+	_, err = baton.Config{TTL: -1, RenewInterval: -1, DriftMargin: -1}.WithDefaults()
+	var ce *baton.ConfigError
+	if !errors.As(err, &ce) || len(ce.Problems) != 3 {
+		t.Errorf("err = %v; want all three problems at once", err)
+	}
+}
+
+func TestCandidateID(t *testing.T) {
+	a, b := baton.NewCandidateID(), baton.NewCandidateID()
+	if a == b {
+		t.Errorf("two candidate IDs are equal: %s", a)
+	}
+	if baton.HostOf(a) != baton.HostOf(b) || baton.HostOf(a) == "" {
+		t.Errorf("HostOf(%q) = %q, HostOf(%q) = %q", a, baton.HostOf(a), b, baton.HostOf(b))
+	}
+	if baton.HostOf("plain") != "plain" {
+		t.Errorf("HostOf of an ID without a slash must be the ID itself")
+	}
+}

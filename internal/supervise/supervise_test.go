@@ -1,0 +1,485 @@
+//go:build linux
+
+package supervise
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const testTimeout = 10 * time.Second
+
+// start starts cfg and makes sure the child's group is gone when the test ends.
+func start(t *testing.T, cfg Config) *Process {
+	t.Helper()
+	p, err := Start(cfg)
+	if err != nil {
+		t.Fatalf("Start(%q): %v", cfg.Command, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = p.Stop(ctx)
+	})
+	return p
+}
+
+// lines gives the child a stdout pipe and returns a channel of its lines, so
+// tests can wait for the child to announce it is ready (e.g. traps are set).
+func lines(t *testing.T, cfg *Config) <-chan string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Stdout = w
+	ch := make(chan string, 16)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(ch)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			ch <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		w.Close()
+		r.Close()
+		wg.Wait()
+	})
+	return ch
+}
+
+func expectLine(t *testing.T, ch <-chan string, want string) {
+	t.Helper()
+	select {
+	case got, ok := <-ch:
+		if !ok {
+			t.Fatalf("child output closed, want %q", want)
+		}
+		if got != want {
+			t.Fatalf("child printed %q, want %q", got, want)
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out waiting for child to print %q", want)
+	}
+}
+
+func waitDone(t *testing.T, p *Process) {
+	t.Helper()
+	select {
+	case <-p.Done():
+	case <-time.After(testTimeout):
+		t.Fatalf("child %d did not exit", p.Pid())
+	}
+}
+
+func stop(t *testing.T, p *Process) (time.Duration, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	t0 := time.Now()
+	err := p.Stop(ctx)
+	return time.Since(t0), err
+}
+
+// dead reports whether pid is gone or a zombie; in containers PID 1 may never
+// reap orphaned zombies.
+func dead(pid int) bool {
+	state, _, ok := procStat(strconv.Itoa(pid))
+	return !ok || state == 'Z' || state == 'X'
+}
+
+func waitDead(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for !dead(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d still alive", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// readPid polls path until it holds a pid written by a child.
+func readPid(t *testing.T, path string) int {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil && bytes.HasSuffix(b, []byte("\n")) {
+			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil {
+				t.Fatalf("bad pid file %s: %q", path, b)
+			}
+			return pid
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for pid in %s", path)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	p := start(t, Config{Command: []string{"sh", "-c", "exit 7"}})
+	waitDone(t, p)
+	if got := p.ExitCode(); got != 7 {
+		t.Errorf("ExitCode = %d, want 7", got)
+	}
+	var ee *exec.ExitError
+	if !errors.As(p.Err(), &ee) {
+		t.Errorf("Err = %v, want *exec.ExitError", p.Err())
+	}
+}
+
+func TestExitCodeZero(t *testing.T) {
+	p := start(t, Config{Command: []string{"true"}})
+	waitDone(t, p)
+	if p.ExitCode() != 0 || p.Err() != nil {
+		t.Errorf("ExitCode, Err = %d, %v; want 0, nil", p.ExitCode(), p.Err())
+	}
+}
+
+func TestExitCodeKilledBySignal(t *testing.T) {
+	p := start(t, Config{Command: []string{"sh", "-c", "kill -KILL $$"}})
+	waitDone(t, p)
+	if got, want := p.ExitCode(), 128+int(syscall.SIGKILL); got != want {
+		t.Errorf("ExitCode = %d, want %d", got, want)
+	}
+}
+
+func TestSignal(t *testing.T) {
+	p := start(t, Config{Command: []string{"sleep", "1000"}})
+	if got := p.ExitCode(); got != -1 {
+		t.Errorf("ExitCode while running = %d, want -1", got)
+	}
+	if err := p.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatalf("Signal: %v", err)
+	}
+	waitDone(t, p)
+	if got, want := p.ExitCode(), 128+int(syscall.SIGUSR1); got != want {
+		t.Errorf("ExitCode = %d, want %d", got, want)
+	}
+	if err := p.Signal(syscall.SIGUSR1); !errors.Is(err, os.ErrProcessDone) {
+		t.Errorf("Signal after exit = %v, want os.ErrProcessDone", err)
+	}
+}
+
+func TestStopGraceful(t *testing.T) {
+	cfg := Config{
+		Command: []string{"sh", "-c", `trap "exit 0" TERM; echo ready; while :; do sleep 0.1; done`},
+		Grace:   testTimeout,
+	}
+	out := lines(t, &cfg)
+	p := start(t, cfg)
+	expectLine(t, out, "ready")
+
+	took, err := stop(t, p)
+	if err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if p.ExitCode() != 0 {
+		t.Errorf("ExitCode = %d, want 0 (trap should exit on SIGTERM)", p.ExitCode())
+	}
+	if took >= testTimeout {
+		t.Errorf("Stop took %v; SIGTERM should have sufficed", took)
+	}
+}
+
+func TestStopKillsAfterGrace(t *testing.T) {
+	const grace = 200 * time.Millisecond
+	cfg := Config{
+		Command: []string{"sh", "-c", `trap "" TERM; echo ready; while :; do sleep 0.1; done`},
+		Grace:   grace,
+	}
+	out := lines(t, &cfg)
+	p := start(t, cfg)
+	expectLine(t, out, "ready")
+
+	took, err := stop(t, p)
+	if err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if got, want := p.ExitCode(), 128+int(syscall.SIGKILL); got != want {
+		t.Errorf("ExitCode = %d, want %d", got, want)
+	}
+	if took < grace {
+		t.Errorf("Stop took %v, less than grace %v", took, grace)
+	}
+}
+
+func TestStopContextEscalates(t *testing.T) {
+	cfg := Config{
+		Command: []string{"sh", "-c", `trap "" TERM; echo ready; while :; do sleep 0.1; done`},
+		Grace:   time.Hour,
+	}
+	out := lines(t, &cfg)
+	p := start(t, cfg)
+	expectLine(t, out, "ready")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := p.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop = %v, want context.DeadlineExceeded", err)
+	}
+	if got, want := p.ExitCode(), 128+int(syscall.SIGKILL); got != want {
+		t.Errorf("ExitCode = %d, want %d", got, want)
+	}
+}
+
+func TestStopConcurrentAndIdempotent(t *testing.T) {
+	p := start(t, Config{Command: []string{"sleep", "1000"}})
+	var wg sync.WaitGroup
+	errs := make([]error, 5)
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = stop(t, p) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("Stop #%d: %v", i, err)
+		}
+	}
+	if _, err := stop(t, p); err != nil {
+		t.Errorf("Stop after stop: %v", err)
+	}
+	if got, want := p.ExitCode(), 128+int(syscall.SIGTERM); got != want {
+		t.Errorf("ExitCode = %d, want %d", got, want)
+	}
+}
+
+func TestStopKillsGrandchild(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	p := start(t, Config{
+		Command: []string{"sh", "-c", `sleep 1000 & echo $! > "$1"; wait`, "sh", pidFile},
+	})
+	grandchild := readPid(t, pidFile)
+	if dead(grandchild) {
+		t.Fatalf("grandchild %d not running", grandchild)
+	}
+	if _, err := stop(t, p); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	waitDead(t, grandchild)
+}
+
+// TestStopKillsOrphanThatIgnoresTERM covers a group member that outlives the
+// leader and ignores SIGTERM: Stop must still wait out the grace period for
+// it and then SIGKILL the group.
+func TestStopKillsOrphanThatIgnoresTERM(t *testing.T) {
+	const grace = 200 * time.Millisecond
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	p := start(t, Config{
+		Command: []string{"sh", "-c", `(trap "" TERM; exec sleep 1000) & echo $! > "$1"`, "sh", pidFile},
+		Grace:   grace,
+	})
+	waitDone(t, p) // the leader exits by itself, leaving the orphan behind
+	orphan := readPid(t, pidFile)
+	if dead(orphan) {
+		t.Fatalf("orphan %d not running", orphan)
+	}
+	took, err := stop(t, p)
+	if err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if took < grace {
+		t.Errorf("Stop took %v, less than grace %v", took, grace)
+	}
+	waitDead(t, orphan)
+}
+
+func TestEnv(t *testing.T) {
+	var out bytes.Buffer
+	p := start(t, Config{
+		Command: []string{"sh", "-c", `printf %s "$BATON_TEST_VAR"`},
+		Env:     []string{"PATH=" + os.Getenv("PATH"), "BATON_TEST_VAR=hello baton"},
+		Stdout:  &out,
+	})
+	waitDone(t, p)
+	if got := out.String(); got != "hello baton" {
+		t.Errorf("child saw BATON_TEST_VAR=%q", got)
+	}
+}
+
+func TestCommandNotFound(t *testing.T) {
+	_, err := Start(Config{Command: []string{"baton-no-such-command-7f3a"}})
+	if err == nil {
+		t.Fatal("Start succeeded")
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "baton-no-such-command-7f3a") || !strings.Contains(msg, "PATH") {
+		t.Errorf("error %q should name the command and mention PATH", msg)
+	}
+	if !errors.Is(err, exec.ErrNotFound) {
+		t.Errorf("error %v should wrap exec.ErrNotFound", err)
+	}
+}
+
+func TestCommandNotExecutable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(path, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Start(Config{Command: []string{path}})
+	if err == nil {
+		t.Fatal("Start succeeded")
+	}
+	if msg := err.Error(); !strings.Contains(msg, path) || !strings.Contains(msg, "not executable") {
+		t.Errorf("error %q should name the command and say it is not executable", msg)
+	}
+}
+
+func TestInvalidConfig(t *testing.T) {
+	for name, cfg := range map[string]Config{
+		"no command":     {},
+		"empty command":  {Command: []string{""}},
+		"negative grace": {Command: []string{"true"}, Grace: -time.Second},
+	} {
+		if _, err := Start(cfg); err == nil {
+			t.Errorf("%s: Start succeeded", name)
+		}
+	}
+}
+
+func TestForward(t *testing.T) {
+	cfg := Config{
+		Command: []string{"sh", "-c", `trap "echo got-usr2" USR2; echo ready; while :; do sleep 0.1; done`},
+	}
+	out := lines(t, &cfg)
+	p := start(t, cfg)
+	expectLine(t, out, "ready")
+
+	stopForward := p.Forward(context.Background(), syscall.SIGUSR2)
+	defer stopForward()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	expectLine(t, out, "got-usr2")
+	stopForward()
+	stopForward() // idempotent
+}
+
+func TestForwardStopsWithContext(t *testing.T) {
+	p := start(t, Config{Command: []string{"sleep", "1000"}})
+	ctx, cancel := context.WithCancel(context.Background())
+	stopForward := p.Forward(ctx)
+	cancel()
+	finished := make(chan struct{})
+	go func() { stopForward(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(testTimeout):
+		t.Fatal("stop did not return after context was cancelled")
+	}
+}
+
+const helperEnv = "BATON_SUPERVISE_HELPER_PIDFILE"
+
+// TestHelperParent is not a test: TestPdeathsig re-executes the test binary
+// to run it as an intermediate parent that can be killed with SIGKILL.
+func TestHelperParent(t *testing.T) {
+	pidFile := os.Getenv(helperEnv)
+	if pidFile == "" {
+		t.Skip("helper process for TestPdeathsig")
+	}
+	_, err := Start(Config{
+		Command: []string{"sh", "-c", `echo $$ > "$1"; exec sleep 1000`, "sh", pidFile},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait to be killed; the timeout only stops a stray helper lingering.
+	time.Sleep(time.Minute)
+	t.Fatal("helper was not killed")
+}
+
+func TestPdeathsig(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	helper := exec.Command(os.Args[0], "-test.run=^TestHelperParent$")
+	helper.Env = append(os.Environ(), helperEnv+"="+pidFile)
+	helper.Stdout, helper.Stderr = os.Stderr, os.Stderr
+	if err := helper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = helper.Process.Kill(); _ = helper.Wait() })
+
+	child := readPid(t, pidFile)
+	t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
+	if dead(child) {
+		t.Fatalf("child %d not running", child)
+	}
+	if err := helper.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = helper.Wait()
+	waitDead(t, child)
+}
+
+// TestPdeathsigSurvivesCallerThreadExit checks that Start does not tie the
+// child's life to the caller's OS thread: a goroutine that locks its thread
+// and exits without unlocking makes the runtime terminate that thread, which
+// would trigger Pdeathsig had the fork happened on it.
+func TestPdeathsigSurvivesCallerThreadExit(t *testing.T) {
+	type result struct {
+		p   *Process
+		err error
+		tid int
+	}
+	var r result
+	for {
+		res := make(chan result, 1)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread dies with us
+			p, err := Start(Config{Command: []string{"sleep", "1000"}})
+			res <- result{p, err, syscall.Gettid()}
+		}()
+		r = <-res
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		p := r.p
+		t.Cleanup(func() { _, _ = stop(t, p) })
+		// The runtime wedges rather than exits the main thread, so that
+		// attempt proves nothing; the next goroutine cannot land on it.
+		if r.tid != os.Getpid() {
+			break
+		}
+	}
+
+	task := "/proc/self/task/" + strconv.Itoa(r.tid)
+	deadline := time.Now().Add(testTimeout)
+	for {
+		if _, err := os.Stat(task); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("caller thread %d did not exit", r.tid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The kernel queues Pdeathsig as the thread exits, but the child may take
+	// a moment to die; proving that something does not happen needs an
+	// observation window.
+	deadline = time.Now().Add(500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if dead(r.p.Pid()) {
+			t.Fatalf("child %d died when the caller's thread exited", r.p.Pid())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
