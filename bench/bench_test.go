@@ -1,0 +1,256 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend/cas"
+	"github.com/batonhq/baton/backend/memory"
+)
+
+// process is one simulated process of a backend under benchmark.
+type process struct {
+	backend baton.Backend
+	kill    func() // vanish without releasing, like kill -9
+}
+
+// target is a backend under benchmark. requests counts the backend requests
+// made by all processes created so far.
+type target struct {
+	name     string
+	new      func(b *testing.B, cfg baton.Config) *process
+	requests func() int64
+}
+
+// targets lists the backends; backends with a server add themselves in
+// their own file.
+var (
+	targetsMu sync.Mutex
+	targets   = []func(b *testing.B) target{memoryTarget}
+)
+
+// countingStore counts the requests a cas.Backend makes, as a server would.
+type countingStore struct {
+	cas.Store
+	n *atomic.Int64
+}
+
+func (c countingStore) Get(ctx context.Context, name string) (cas.Record, uint64, error) {
+	c.n.Add(1)
+	return c.Store.Get(ctx, name)
+}
+
+func (c countingStore) CompareAndSwap(ctx context.Context, name string, v uint64, r cas.Record) (uint64, error) {
+	c.n.Add(1)
+	return c.Store.CompareAndSwap(ctx, name, v, r)
+}
+
+// Notify is passed through so waiters wake on release as they would on the
+// real memory backend.
+func (c countingStore) Notify(ctx context.Context, name string) (<-chan struct{}, error) {
+	return c.Store.(cas.Notifier).Notify(ctx, name)
+}
+
+// downStore fails every call once down is set: the process is gone.
+type downStore struct {
+	cas.Store
+	down *atomic.Bool
+}
+
+func (d downStore) Get(ctx context.Context, name string) (cas.Record, uint64, error) {
+	if d.down.Load() {
+		return cas.Record{}, 0, memory.ErrDisconnected
+	}
+	return d.Store.Get(ctx, name)
+}
+
+func (d downStore) CompareAndSwap(ctx context.Context, name string, v uint64, r cas.Record) (uint64, error) {
+	if d.down.Load() {
+		return 0, memory.ErrDisconnected
+	}
+	return d.Store.CompareAndSwap(ctx, name, v, r)
+}
+
+func (d downStore) Notify(ctx context.Context, name string) (<-chan struct{}, error) {
+	return d.Store.(cas.Notifier).Notify(ctx, name)
+}
+
+func memoryTarget(b *testing.B) target {
+	store := memory.NewStore()
+	var n atomic.Int64
+	return target{
+		name: "memory",
+		new: func(b *testing.B, cfg baton.Config) *process {
+			var down atomic.Bool
+			be, err := cas.New(downStore{countingStore{store, &n}, &down}, cas.Options{Config: cfg})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = be.Close(context.Background()) })
+			return &process{backend: be, kill: func() { down.Store(true) }}
+		},
+		requests: n.Load,
+	}
+}
+
+func forEachTarget(b *testing.B, fn func(b *testing.B, tg target)) {
+	targetsMu.Lock()
+	list := append([]func(*testing.B) target(nil), targets...)
+	targetsMu.Unlock()
+	for _, mk := range list {
+		tg := mk(b)
+		b.Run(tg.name, func(b *testing.B) { fn(b, tg) })
+	}
+}
+
+var benchCfg = baton.Config{TTL: time.Second}
+
+func mustCampaign(b *testing.B, p *process, lease, id string) baton.Term {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t, err := p.backend.Campaign(ctx, lease, baton.Candidate{ID: id})
+	if err != nil {
+		b.Fatalf("campaign %s: %v", lease, err)
+	}
+	return t
+}
+
+// handOver measures, per iteration, the time from the holder's end (killed
+// or resigned) to a waiting contender's acquisition.
+func handOver(b *testing.B, tg target, crash bool) {
+	var samples []time.Duration
+	for i := 0; b.Loop(); i++ {
+		lease := fmt.Sprintf("handover-%v-%d-%d", crash, time.Now().UnixNano(), i)
+		holder, waiter := tg.new(b, benchCfg), tg.new(b, benchCfg)
+		th := mustCampaign(b, holder, lease, "holder")
+		got := make(chan time.Time, 1)
+		go func() {
+			mustCampaign(b, waiter, lease, "waiter")
+			got <- time.Now()
+		}()
+		// Let the waiter start waiting and the holder renew once.
+		first := th.SafeUntil()
+		for !th.SafeUntil().After(first) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		start := time.Now()
+		if crash {
+			holder.kill()
+		} else {
+			_ = th.Resign(context.Background())
+		}
+		samples = append(samples, (<-got).Sub(start))
+	}
+	report(b, samples, "failover")
+}
+
+func report(b *testing.B, samples []time.Duration, what string) {
+	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
+	med := samples[len(samples)/2]
+	b.ReportMetric(float64(med.Microseconds())/1000, what+"-median-ms")
+	b.ReportMetric(float64(samples[len(samples)-1].Microseconds())/1000, what+"-max-ms")
+}
+
+// BenchmarkCrashFailover: the holder vanishes (kill -9); time until a waiting
+// contender leads. TTL 1 s.
+func BenchmarkCrashFailover(b *testing.B) {
+	forEachTarget(b, func(b *testing.B, tg target) { handOver(b, tg, true) })
+}
+
+// BenchmarkGracefulHandOver: the holder resigns; time until a waiting
+// contender leads. TTL 1 s.
+func BenchmarkGracefulHandOver(b *testing.B) {
+	forEachTarget(b, func(b *testing.B, tg target) { handOver(b, tg, false) })
+}
+
+// BenchmarkSteadyState: backend requests per second made by one process
+// holding one lease (TTL 10 s) with one standby process waiting.
+func BenchmarkSteadyState(b *testing.B) {
+	forEachTarget(b, func(b *testing.B, tg target) {
+		cfg := baton.Config{} // defaults: TTL 10 s
+		lease := fmt.Sprintf("steady-%d", time.Now().UnixNano())
+		holder := tg.new(b, cfg)
+		th := mustCampaign(b, holder, lease, "holder")
+		waiter := tg.new(b, cfg)
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Go(func() { _, _ = waiter.backend.Campaign(ctx, lease, baton.Candidate{ID: "waiter"}) })
+		const window = 10 * time.Second
+		var rate float64
+		for b.Loop() {
+			before, start := tg.requests(), time.Now()
+			time.Sleep(window) // the measurement window itself, not synchronisation
+			rate = float64(tg.requests()-before) / time.Since(start).Seconds() / 2
+		}
+		b.ReportMetric(rate, "req/s/process")
+		cancel()
+		wg.Wait()
+		_ = th.Resign(context.Background())
+	})
+}
+
+// BenchmarkTenThousandLeases: CPU and heap for one process holding 10,000
+// leases (TTL 10 s) through one backend.
+func BenchmarkTenThousandLeases(b *testing.B) {
+	forEachTarget(b, func(b *testing.B, tg target) {
+		const n = 10000
+		for b.Loop() {
+			runtime.GC()
+			var m0 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			p := tg.new(b, baton.Config{})
+			prefix := fmt.Sprintf("many-%d", time.Now().UnixNano())
+			terms := make([]baton.Term, n)
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, 64)
+			for i := range n {
+				wg.Go(func() {
+					sem <- struct{}{}
+					defer func() { <-sem }()
+					terms[i] = mustCampaign(b, p, fmt.Sprintf("%s-%05d", prefix, i), "many")
+				})
+			}
+			wg.Wait()
+			// Hold through several renewals and measure the process's CPU.
+			const window = 10 * time.Second
+			cpu0, start := cpuTime(), time.Now()
+			time.Sleep(window)
+			cpu := cpuTime() - cpu0
+			wall := time.Since(start)
+			runtime.GC()
+			var m1 runtime.MemStats
+			runtime.ReadMemStats(&m1)
+			for _, t := range terms {
+				if t.Err() != nil {
+					b.Fatalf("lease %s ended while held: %v", t.Lease(), t.Err())
+				}
+			}
+			b.ReportMetric(100*cpu.Seconds()/wall.Seconds(), "cpu-%")
+			b.ReportMetric(float64(int64(m1.HeapInuse)-int64(m0.HeapInuse))/(1<<20), "heap-MB")
+			b.ReportMetric(float64(runtime.NumGoroutine()), "goroutines")
+			for _, t := range terms {
+				wg.Go(func() {
+					sem <- struct{}{}
+					defer func() { <-sem }()
+					_ = t.Resign(context.Background())
+				})
+			}
+			wg.Wait()
+		}
+	})
+}
+
+// cpuTime is this process's user+system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

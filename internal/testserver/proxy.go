@@ -1,0 +1,190 @@
+package testserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// proxyDialTimeout bounds the dial to the target so that a dead target makes
+// the client's connection fail rather than hang past Close.
+const proxyDialTimeout = 5 * time.Second
+
+// Proxy is a TCP proxy on loopback that can partition its clients from the
+// target: give one client the proxy's address and the others the target's,
+// and Cut isolates that one client alone.
+//
+// While cut, the proxy closes the connections it was forwarding and then
+// accepts new ones but forwards nothing, in either direction. Closing makes
+// the cut take effect at once, with no in-flight bytes slipping through;
+// holding new connections open (instead of refusing them) is what a real
+// partition looks like to a client: its dials and requests time out, rather
+// than failing fast with "connection refused", which clients treat as the
+// server being down and retry differently.
+type Proxy struct {
+	ln     net.Listener
+	target string
+	ctx    context.Context // cancelled by Close, to abort dials in flight
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	cut    bool
+	closed bool
+	conns  map[net.Conn]struct{} // every open conn, both ends of each pair
+}
+
+// NewProxy starts a proxy to target on a random 127.0.0.1 port. The caller
+// must Close it.
+func NewProxy(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("proxy to %s: %w", target, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Proxy{
+		ln:     ln,
+		target: target,
+		ctx:    ctx,
+		cancel: cancel,
+		conns:  make(map[net.Conn]struct{}),
+	}
+	p.wg.Go(p.accept)
+	return p, nil
+}
+
+// StartProxy starts a proxy to target and closes it when the test ends.
+func StartProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	p, err := NewProxy(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Addr returns the address clients should dial instead of the target,
+// "127.0.0.1:PORT".
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Cut partitions the proxy's clients from the target: established
+// connections are closed and new ones are held without forwarding, until
+// Heal.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	p.closeAllLocked()
+}
+
+// Heal ends a Cut. Connections held during the cut are closed, because they
+// never reached the target and their clients would otherwise wait for their
+// own timeouts before redialling.
+func (p *Proxy) Heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.cut {
+		return
+	}
+	p.cut = false
+	p.closeAllLocked()
+}
+
+// Close stops the proxy, closes every connection and waits for all of its
+// goroutines. It is idempotent.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		p.cancel()
+		p.ln.Close()
+		p.closeAllLocked()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func (p *Proxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors, typically: back off like net/http
+			// does rather than spin, as the condition may clear.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		p.mu.Lock()
+		switch {
+		case p.closed:
+			c.Close()
+		case p.cut:
+			p.conns[c] = struct{}{}
+			p.wg.Go(func() { p.hold(c) })
+		default:
+			p.conns[c] = struct{}{}
+			p.wg.Go(func() { p.forward(c) })
+		}
+		p.mu.Unlock()
+	}
+}
+
+// hold swallows what the client sends, so its writes do not block on a full
+// socket buffer, and frees the conn as soon as the client gives up.
+func (p *Proxy) hold(c net.Conn) {
+	_, _ = io.Copy(io.Discard, c)
+	p.drop(c)
+}
+
+func (p *Proxy) forward(c net.Conn) {
+	var d net.Dialer
+	ctx, cancel := context.WithTimeout(p.ctx, proxyDialTimeout)
+	up, err := d.DialContext(ctx, "tcp", p.target)
+	cancel()
+	if err != nil {
+		p.drop(c)
+		return
+	}
+
+	p.mu.Lock()
+	if _, open := p.conns[c]; !open {
+		// Cut, Heal or Close ran during the dial and already closed c.
+		p.mu.Unlock()
+		up.Close()
+		return
+	}
+	p.conns[up] = struct{}{}
+	p.mu.Unlock()
+
+	// Either direction ending ends the pair: a half-open connection through
+	// a proxy is not something tests want to reason about.
+	var pair sync.WaitGroup
+	pair.Go(func() { pipe(up, c); p.drop(c); p.drop(up) })
+	pair.Go(func() { pipe(c, up); p.drop(c); p.drop(up) })
+	pair.Wait()
+}
+
+func pipe(dst, src net.Conn) { _, _ = io.Copy(dst, src) }
+
+// drop closes c and forgets it; closing twice is harmless for net.Conn.
+func (p *Proxy) drop(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+	c.Close()
+}
+
+func (p *Proxy) closeAllLocked() {
+	for c := range p.conns {
+		c.Close()
+		delete(p.conns, c)
+	}
+}

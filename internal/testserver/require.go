@@ -1,0 +1,48 @@
+// Package testserver starts real servers for tests: on loopback, on random
+// ports, with data in temporary directories, and torn down by t.Cleanup.
+//
+// Servers that cannot run skip the test on a developer machine, where a
+// missing binary should not block work on unrelated code, but fail it in CI,
+// where a skipped backend would pass silently. CI opts into the strict
+// behaviour by setting BATON_REQUIRE_SERVERS=1.
+package testserver
+
+import (
+	"fmt"
+	"os"
+	"testing"
+)
+
+// RequireServersEnv is the environment variable that turns a missing server
+// from a skip into a failure.
+const RequireServersEnv = "BATON_REQUIRE_SERVERS"
+
+// hints tell a developer how to get a server that Unavailable reported
+// missing. Servers not listed get a generic hint.
+var hints = map[string]string{
+	"etcd": "etcd needs no install: testserver.StartEtcd embeds it; for an external one, " +
+		"run `etcd --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379`",
+}
+
+// RequireServers reports whether missing servers must fail tests rather than
+// skip them, i.e. whether BATON_REQUIRE_SERVERS=1.
+func RequireServers() bool {
+	return os.Getenv(RequireServersEnv) == "1"
+}
+
+// Unavailable ends the test because server could not be reached or started,
+// for the reason why. It skips the test unless RequireServers, in which case
+// it fails it, so that CI cannot go green without exercising the backend.
+func Unavailable(t testing.TB, server string, why error) {
+	t.Helper()
+	hint, ok := hints[server]
+	if !ok {
+		hint = fmt.Sprintf("install %s and make it reachable on 127.0.0.1", server)
+	}
+	if RequireServers() {
+		t.Fatalf("%s unavailable: %v\n%s\n(failing rather than skipping because %s=1)",
+			server, why, hint, RequireServersEnv)
+	}
+	t.Skipf("%s unavailable: %v\n%s\n(set %s=1 to fail instead of skip)",
+		server, why, hint, RequireServersEnv)
+}
