@@ -32,8 +32,10 @@ var (
 	// terms that were still held when it closed.
 	ErrClosed = errors.New("baton: backend closed")
 
-	// ErrAlreadyCampaigning is returned by Campaign when the same backend is
-	// already campaigning for, or holding, the same lease name for the same candidate.
+	// ErrAlreadyCampaigning is returned by Campaign when the same Backend is
+	// already campaigning for, or holding, the same lease: for the same
+	// candidate on record stores, for any candidate on session backends such as
+	// etcd, where a process has one election key per lease.
 	ErrAlreadyCampaigning = errors.New("baton: already campaigning for this lease")
 )
 

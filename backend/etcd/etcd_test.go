@@ -1,0 +1,420 @@
+package etcd_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend/etcd"
+	"github.com/batonhq/baton/batontest"
+	"github.com/batonhq/baton/internal/testserver"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func TestConformance(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	batontest.Run(t, batontest.Target{
+		MinTTL: time.Second, // etcd grants whole seconds
+		New: func(t *testing.T, cfg baton.Config) *batontest.Process {
+			// Each process reaches etcd through a proxy of its own, so that
+			// cutting one off leaves the others connected.
+			proxy := testserver.StartProxy(t, srv.Endpoint())
+			client := testserver.EtcdClient(t, proxy.Addr())
+			b := newBackend(t, client, etcd.Options{Config: cfg})
+			var once sync.Once
+			killed := make(chan struct{})
+			return &batontest.Process{
+				Backend: b,
+				// A process killed with -9 never revokes its session: close
+				// the connection without Close, and never heal it.
+				Kill: func() {
+					once.Do(func() {
+						close(killed)
+						proxy.Cut()
+						_ = client.Close()
+					})
+				},
+				Cut: proxy.Cut,
+				Heal: func() {
+					select {
+					case <-killed:
+					default:
+						proxy.Heal()
+					}
+				},
+			}
+		},
+	})
+}
+
+// newBackend returns a Backend on client, closed when the test ends (before
+// the client, since cleanups run last-in first-out).
+func newBackend(t *testing.T, client *clientv3.Client, opts etcd.Options) *etcd.Backend {
+	t.Helper()
+	b, err := etcd.New(client, opts)
+	if err != nil {
+		t.Fatalf("etcd.New: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		// A killed process's client is closed, so its revoke fails: the
+		// error says nothing about the backend.
+		_ = b.Close(ctx)
+	})
+	return b
+}
+
+func testContext(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func campaign(t *testing.T, b *etcd.Backend, lease, id string) baton.Term {
+	t.Helper()
+	term, err := b.Campaign(testContext(t, 10*time.Second), lease, baton.Candidate{ID: id})
+	if err != nil {
+		t.Fatalf("campaign %s for %s: %v", id, lease, err)
+	}
+	return term
+}
+
+// campaignAsync campaigns in the background and delivers the term, or nil
+// after reporting the error.
+func campaignAsync(t *testing.T, b *etcd.Backend, lease, id string) <-chan baton.Term {
+	got := make(chan baton.Term, 1)
+	ctx := testContext(t, 30*time.Second)
+	go func() {
+		term, err := b.Campaign(ctx, lease, baton.Candidate{ID: id})
+		if err != nil {
+			t.Errorf("campaign %s for %s: %v", id, lease, err)
+		}
+		got <- term
+	}()
+	return got
+}
+
+func waitTerm(t *testing.T, got <-chan baton.Term, d time.Duration) baton.Term {
+	t.Helper()
+	select {
+	case term := <-got:
+		if term == nil {
+			t.FailNow()
+		}
+		return term
+	case <-time.After(d):
+		t.Fatalf("no term within %s", d)
+		return nil
+	}
+}
+
+func waitDone(t *testing.T, term baton.Term, d time.Duration) {
+	t.Helper()
+	select {
+	case <-term.Done():
+	case <-time.After(d):
+		t.Fatalf("term %d of %s did not end within %s", term.Token(), term.Lease(), d)
+	}
+}
+
+// keys returns the election keys of lease, oldest first.
+func keys(t *testing.T, c *clientv3.Client, election string) []string {
+	t.Helper()
+	resp, err := c.Get(testContext(t, 5*time.Second), election+"/",
+		clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		t.Fatalf("get %s/: %v", election, err)
+	}
+	var ks []string
+	for _, kv := range resp.Kvs {
+		ks = append(ks, string(kv.Key))
+	}
+	return ks
+}
+
+// awaitKeys waits, by watching, until election has n keys, and returns them.
+func awaitKeys(t *testing.T, c *clientv3.Client, election string, n int) []string {
+	t.Helper()
+	ctx := testContext(t, 10*time.Second)
+	for {
+		resp, err := c.Get(ctx, election+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		if err != nil {
+			t.Fatalf("waiting for %d keys under %s/: %v", n, election, err)
+		}
+		if len(resp.Kvs) >= n {
+			ks := make([]string, len(resp.Kvs))
+			for i, kv := range resp.Kvs {
+				ks[i] = string(kv.Key)
+			}
+			return ks
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		<-c.Watch(wctx, election+"/", clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		cancel()
+	}
+}
+
+func etcdctl(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("etcdctl")
+	if err != nil {
+		testserver.Unavailable(t, "etcdctl", fmt.Errorf("%w (Debian: apt-get install etcd-client)", err))
+	}
+	return path
+}
+
+// etcdctlCmd prepares an etcdctl command against endpoint, killed when the
+// test ends if still running.
+func etcdctlCmd(t *testing.T, path, endpoint string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(testContext(t, 30*time.Second), path, append([]string{"--endpoints=" + endpoint}, args...)...)
+	cmd.Env = append(os.Environ(), "ETCDCTL_API=3")
+	return cmd
+}
+
+// TestEtcdctlElectListenSeesHolder checks the interoperability the key layout
+// exists for: etcd's own tool reports baton's holder, and follows hand-overs.
+func TestEtcdctlElectListenSeesHolder(t *testing.T) {
+	bin := etcdctl(t)
+	srv := testserver.StartEtcd(t)
+	a := newBackend(t, srv.Client(t), etcd.Options{})
+	b := newBackend(t, srv.Client(t), etcd.Options{})
+	const lease = "interop"
+
+	ta := campaign(t, a, lease, "alpha/1")
+
+	cmd := etcdctlCmd(t, bin, srv.Endpoint(), "elect", "--listen", lease)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start etcdctl: %v", err)
+	}
+	lines := make(chan string)
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		for range lines { // unblock the scanner so that Wait can close the pipe
+		}
+		<-scanned
+		_ = cmd.Wait()
+	})
+	// etcdctl prints the holder's key, then its value, for each holder.
+	expect := func(id string) {
+		t.Helper()
+		timeout := time.After(20 * time.Second)
+		var seen []string
+		for {
+			select {
+			case line, ok := <-lines:
+				if !ok {
+					t.Fatalf("etcdctl exited before printing %q; it printed %q; stderr: %s", id, seen, stderr.String())
+				}
+				seen = append(seen, line)
+				if line == id {
+					if len(seen) < 2 || !strings.HasPrefix(seen[len(seen)-2], lease+"/") {
+						t.Errorf("etcdctl printed %q before %q, want the election key %s/<lease ID>", seen, id, lease)
+					}
+					return
+				}
+			case <-timeout:
+				t.Fatalf("etcdctl did not print %q within 20s; it printed %q", id, seen)
+			}
+		}
+	}
+	expect("alpha/1")
+
+	got := campaignAsync(t, b, lease, "beta/2")
+	if err := ta.Resign(testContext(t, 5*time.Second)); err != nil {
+		t.Fatalf("resign: %v", err)
+	}
+	tb := waitTerm(t, got, 10*time.Second)
+	if tb.Token() <= ta.Token() {
+		t.Errorf("beta's token %d is not greater than alpha's %d", tb.Token(), ta.Token())
+	}
+	expect("beta/2")
+}
+
+// TestOperatorDeleteEndsTerm: `etcdctl del` of the holder's key is how an
+// operator forces a hand-over, so the holder must notice and stop.
+func TestOperatorDeleteEndsTerm(t *testing.T) {
+	bin := etcdctl(t)
+	srv := testserver.StartEtcd(t)
+	c := srv.Client(t)
+	a := newBackend(t, c, etcd.Options{Prefix: "ops/"})
+	b := newBackend(t, srv.Client(t), etcd.Options{Prefix: "ops/"})
+	const lease = "deleted"
+
+	ta := campaign(t, a, lease, "a")
+	got := campaignAsync(t, b, lease, "b")
+	ks := awaitKeys(t, c, "ops/"+lease, 2) // b is queued behind a
+	out, err := etcdctlCmd(t, bin, srv.Endpoint(), "del", ks[0]).CombinedOutput()
+	if err != nil {
+		t.Fatalf("etcdctl del %s: %v\n%s", ks[0], err, out)
+	}
+	if strings.TrimSpace(string(out)) != "1" {
+		t.Fatalf("etcdctl del %s printed %q, want 1 key deleted", ks[0], out)
+	}
+	waitDone(t, ta, 5*time.Second)
+	if err := ta.Err(); !errors.Is(err, baton.ErrLeaseLost) {
+		t.Errorf("after etcdctl del, Err() = %v, want ErrLeaseLost", err)
+	}
+	tb := waitTerm(t, got, 5*time.Second)
+	if tb.Token() <= ta.Token() {
+		t.Errorf("b's token %d is not greater than a's %d", tb.Token(), ta.Token())
+	}
+	// a's name is free again: it can queue behind b.
+	got = campaignAsync(t, a, lease, "a")
+	if err := tb.Resign(testContext(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	ta2 := waitTerm(t, got, 5*time.Second)
+	if ta2.Token() <= tb.Token() {
+		t.Errorf("a's new token %d is not greater than b's %d", ta2.Token(), tb.Token())
+	}
+}
+
+// TestSessionRevokedEndsTerms: when etcd says the session is gone, every term
+// on it is lost, and the next campaign starts a new session.
+func TestSessionRevokedEndsTerms(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	c := srv.Client(t)
+	b := newBackend(t, c, etcd.Options{Config: baton.Config{TTL: 2 * time.Second}})
+
+	t1 := campaign(t, b, "one", "x")
+	t2 := campaign(t, b, "two", "x")
+	k1, k2 := keys(t, c, "one"), keys(t, c, "two")
+	if len(k1) != 1 || len(k2) != 1 {
+		t.Fatalf("keys: %q, %q; want one each", k1, k2)
+	}
+	id1, id2 := strings.TrimPrefix(k1[0], "one/"), strings.TrimPrefix(k2[0], "two/")
+	if id1 != id2 {
+		t.Fatalf("leases of one Backend ride on different sessions: %s, %s", id1, id2)
+	}
+	var lease int64
+	if _, err := fmt.Sscanf(id1, "%x", &lease); err != nil {
+		t.Fatalf("key %s does not end in a hexadecimal lease ID: %v", k1[0], err)
+	}
+	if _, err := c.Revoke(testContext(t, 5*time.Second), clientv3.LeaseID(lease)); err != nil {
+		t.Fatal(err)
+	}
+	for _, term := range []baton.Term{t1, t2} {
+		waitDone(t, term, 5*time.Second)
+		if !errors.Is(term.Err(), baton.ErrLeaseLost) {
+			t.Errorf("%s: Err() = %v, want ErrLeaseLost", term.Lease(), term.Err())
+		}
+	}
+	t3 := campaign(t, b, "one", "x")
+	if k := keys(t, c, "one"); len(k) != 1 || k[0] == k1[0] {
+		t.Errorf("after the session was revoked, keys = %q; want one key of a new session", k)
+	}
+	if t3.Token() <= t1.Token() {
+		t.Errorf("token %d after revoke is not greater than %d", t3.Token(), t1.Token())
+	}
+}
+
+func TestCloseHandsOverAtOnce(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	cfg := baton.Config{TTL: 20 * time.Second}
+	a := newBackend(t, srv.Client(t), etcd.Options{Config: cfg})
+	b := newBackend(t, srv.Client(t), etcd.Options{Config: cfg})
+
+	ta := campaign(t, a, "closing", "a")
+	got := campaignAsync(t, b, "closing", "b")
+	if err := a.Close(testContext(t, 5*time.Second)); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if !errors.Is(ta.Err(), baton.ErrClosed) {
+		t.Errorf("after Close, Err() = %v, want ErrClosed", ta.Err())
+	}
+	// Well within the 20 s TTL: the revoke, not expiry, let b in.
+	waitTerm(t, got, 5*time.Second)
+	if _, err := a.Campaign(testContext(t, time.Second), "other", baton.Candidate{ID: "a"}); !errors.Is(err, baton.ErrClosed) {
+		t.Errorf("Campaign after Close: err = %v, want ErrClosed", err)
+	}
+	if err := a.Close(testContext(t, time.Second)); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestSecondCampaignForSameName(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	b := newBackend(t, srv.Client(t), etcd.Options{})
+	term := campaign(t, b, "twice", "x")
+	for _, id := range []string{"x", "y"} {
+		if _, err := b.Campaign(testContext(t, time.Second), "twice", baton.Candidate{ID: id}); !errors.Is(err, baton.ErrAlreadyCampaigning) {
+			t.Errorf("second campaign by %s: err = %v, want ErrAlreadyCampaigning", id, err)
+		}
+	}
+	if err := term.Resign(testContext(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	again := campaign(t, b, "twice", "x")
+	if again.Token() <= term.Token() {
+		t.Errorf("token %d after resign is not greater than %d", again.Token(), term.Token())
+	}
+}
+
+func TestTTLRoundedUpToWholeSeconds(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	c := srv.Client(t)
+	b := newBackend(t, c, etcd.Options{Config: baton.Config{TTL: 1500 * time.Millisecond}})
+	start := time.Now()
+	term := campaign(t, b, "rounded", "x")
+	k := keys(t, c, "rounded")
+	var lease int64
+	if _, err := fmt.Sscanf(strings.TrimPrefix(k[0], "rounded/"), "%x", &lease); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.TimeToLive(testContext(t, 5*time.Second), clientv3.LeaseID(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GrantedTTL != 2 {
+		t.Errorf("granted TTL %d s, want 1.5 s rounded up to 2", resp.GrantedTTL)
+	}
+	// Safe-until is timed by the granted TTL: 2 s minus the 150 ms margin.
+	if got := term.SafeUntil().Sub(start); got < 1850*time.Millisecond || got > 2*time.Second {
+		t.Errorf("SafeUntil is %s after the campaign began; want a little over 2 s - 150 ms", got)
+	}
+}
+
+func TestInvalidOptionsAndNames(t *testing.T) {
+	if _, err := etcd.New(nil, etcd.Options{}); err == nil {
+		t.Error("New(nil client) succeeded")
+	}
+	srv := testserver.StartEtcd(t)
+	c := srv.Client(t)
+	if _, err := etcd.New(c, etcd.Options{Config: baton.Config{TTL: -time.Second}}); err == nil {
+		t.Error("New with a negative TTL succeeded")
+	}
+	b := newBackend(t, c, etcd.Options{})
+	for _, name := range []string{"", "a/b"} {
+		if _, err := b.Campaign(testContext(t, time.Second), name, baton.Candidate{ID: "x"}); err == nil {
+			t.Errorf("Campaign(%q) succeeded", name)
+		}
+	}
+	if _, err := b.Leader(testContext(t, time.Second), "nobody"); !errors.Is(err, baton.ErrNoLeader) {
+		t.Errorf("Leader of an empty election: err = %v, want ErrNoLeader", err)
+	}
+}
