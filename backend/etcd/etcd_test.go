@@ -418,3 +418,15 @@ func TestInvalidOptionsAndNames(t *testing.T) {
 		t.Errorf("Leader of an empty election: err = %v, want ErrNoLeader", err)
 	}
 }
+
+// An unreachable etcd must surface as ErrBackendUnavailable, so the Elector
+// logs it and retries, instead of a campaign that blocks silently.
+func TestUnreachableServerIsReported(t *testing.T) {
+	proxy := testserver.StartProxy(t, testserver.StartEtcd(t).Endpoint())
+	proxy.Cut()
+	b := newBackend(t, testserver.EtcdClient(t, proxy.Addr()), etcd.Options{Config: baton.Config{TTL: time.Second}})
+	_, err := b.Campaign(testContext(t, time.Minute), "unreachable", baton.Candidate{ID: "a"})
+	if !errors.Is(err, baton.ErrBackendUnavailable) {
+		t.Fatalf("Campaign against an unreachable etcd: err = %v, want ErrBackendUnavailable", err)
+	}
+}

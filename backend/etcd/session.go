@@ -62,8 +62,15 @@ func (b *Backend) session(ctx context.Context) (*session, error) {
 	if s != nil && s.ctx.Err() == nil {
 		return s, nil
 	}
+	// The client waits for a connection rather than failing, so an
+	// unreachable etcd would block here silently; bound the grant so the
+	// caller (the Elector) sees ErrBackendUnavailable, logs it and retries.
+	// Not below 5 s: gRPC's reconnect back-off after a partition heals can
+	// take a few seconds by itself.
+	gctx, gcancel := context.WithTimeout(ctx, max(b.cfg.TTL, 5*time.Second))
+	defer gcancel()
 	start := time.Now()
-	resp, err := b.client.Grant(ctx, b.ttlSec)
+	resp, err := b.client.Grant(gctx, b.ttlSec)
 	if err != nil {
 		return nil, b.unavailable(ctx, "grant session lease", err)
 	}
@@ -78,7 +85,7 @@ func (b *Backend) session(ctx context.Context) (*session, error) {
 			return nil, fmt.Errorf("%w: etcd confirms session renewals too slowly for a TTL of %s", baton.ErrBackendUnavailable, ttl)
 		}
 		start := time.Now()
-		ka, err := b.client.KeepAliveOnce(ctx, resp.ID)
+		ka, err := b.client.KeepAliveOnce(gctx, resp.ID)
 		if err != nil {
 			b.revokeLater(resp.ID)
 			return nil, b.unavailable(ctx, "renew new session lease", err)

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend/etcd"
+	"github.com/batonhq/baton/backend/memory"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// backendSchemes is the one place that maps a --backend URL scheme to a
+// backend. The library never does this (backends take typed values); only
+// the CLI needs names, and an explicit table keeps the set visible.
+var backendSchemes = map[string]backendScheme{
+	"etcd":   {form: "etcd://host:port[,host:port]", parse: parseEtcdURL, checkLease: checkEtcdLease},
+	"memory": {form: "memory://", parse: parseMemoryURL},
+}
+
+type backendScheme struct {
+	form  string                         // the URL form, for messages and help
+	parse func(*url.URL) (opener, error) // checks the URL without connecting
+	// checkLease rejects lease names the backend cannot take, so that the
+	// mistake is a usage error rather than a campaign retried forever. Nil
+	// accepts any non-empty name.
+	checkLease func(string) error
+}
+
+// opener connects to a backend described by a parsed URL.
+type opener func(ctx context.Context, o backendOptions) (*openBackend, error)
+
+// backendOptions are the settings every backend takes from common flags.
+type backendOptions struct {
+	TTL    time.Duration
+	Logger *slog.Logger
+}
+
+// openBackend is a connected backend and how to let go of it.
+type openBackend struct {
+	baton.Backend
+	// close releases the backend and whatever the CLI created for it (the
+	// etcd client); it is safe to call once.
+	close func(ctx context.Context) error
+}
+
+// backendSpec is a validated --backend URL.
+type backendSpec struct {
+	scheme     string
+	open       opener
+	checkLease func(string) error
+}
+
+// etcdDialTimeout bounds etcd's authentication round trip; connecting itself
+// is lazy and bounded by each command's context.
+const etcdDialTimeout = 5 * time.Second
+
+func supportedSchemes() string {
+	forms := make([]string, 0, len(backendSchemes))
+	for _, s := range backendSchemes {
+		forms = append(forms, s.form)
+	}
+	slices.Sort(forms)
+	return strings.Join(forms, ", ")
+}
+
+// parseBackend checks a --backend URL and returns how to open it. The error
+// says what is wrong and what a valid URL looks like.
+func parseBackend(raw string) (*backendSpec, error) {
+	scheme, _, ok := strings.Cut(raw, "://")
+	if !ok {
+		return nil, fmt.Errorf("not a backend URL: write SCHEME://..., e.g. etcd://%s; supported: %s",
+			strings.TrimPrefix(raw, "//"), supportedSchemes())
+	}
+	s, known := backendSchemes[strings.ToLower(scheme)]
+	if !known {
+		return nil, fmt.Errorf("unknown backend scheme %q: supported are %s", scheme, supportedSchemes())
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url.Parse rejects hosts like "h:99999" or "a:1,b:2" in some
+		// forms; the scheme's parser gives the precise reason, so hand it
+		// the authority by hand.
+		u, err = splitURL(raw)
+		if err != nil {
+			return nil, fmt.Errorf("malformed URL: %v; use %s", err, s.form)
+		}
+	}
+	open, err := s.parse(u)
+	if err != nil {
+		return nil, err
+	}
+	return &backendSpec{scheme: strings.ToLower(scheme), open: open, checkLease: s.checkLease}, nil
+}
+
+// splitURL separates scheme://authority/path?query without validating the
+// authority, which url.Parse does too strictly for comma-separated hosts.
+func splitURL(raw string) (*url.URL, error) {
+	scheme, rest, _ := strings.Cut(raw, "://")
+	if strings.ContainsAny(rest, " \t\n") {
+		return nil, errors.New("it contains white space")
+	}
+	host, path, _ := strings.Cut(rest, "/")
+	var user *url.Userinfo
+	if at := strings.LastIndexByte(host, '@'); at >= 0 {
+		u, p, hasP := strings.Cut(host[:at], ":")
+		if hasP {
+			user = url.UserPassword(u, p)
+		} else {
+			user = url.User(u)
+		}
+		host = host[at+1:]
+	}
+	path, query, _ := strings.Cut(path, "?")
+	if path != "" {
+		path = "/" + path
+	}
+	return &url.URL{Scheme: scheme, User: user, Host: host, Path: path, RawQuery: query}, nil
+}
+
+// parseEtcdURL accepts etcd://[user[:password]@]host[:port][,host[:port]...]
+// with the port defaulting to 2379.
+func parseEtcdURL(u *url.URL) (opener, error) {
+	const form = "etcd://host:port[,host:port]"
+	if u.Path != "" && u.Path != "/" {
+		return nil, fmt.Errorf("etcd URLs take no path (got %q): use %s", u.Path, form)
+	}
+	if u.RawQuery != "" {
+		return nil, fmt.Errorf("etcd URLs take no query parameters (got %q): use %s", u.RawQuery, form)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("no etcd endpoint: name at least one, as in etcd://127.0.0.1:2379")
+	}
+	var endpoints []string
+	for _, ep := range strings.Split(u.Host, ",") {
+		host, port := ep, "2379"
+		if h, p, err := net.SplitHostPort(ep); err == nil {
+			host, port = h, p
+		} else if strings.Count(ep, ":") == 1 || strings.HasPrefix(ep, "[") {
+			return nil, fmt.Errorf("endpoint %q is not host:port (%v): use %s", ep, err, form)
+		}
+		if host == "" {
+			return nil, fmt.Errorf("endpoint %q has no host: use %s", ep, form)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("endpoint %q: port %q is not a number from 1 to 65535: use %s", ep, port, form)
+		}
+		endpoints = append(endpoints, net.JoinHostPort(host, port))
+	}
+	var username, password string
+	if u.User != nil {
+		username = u.User.Username()
+		password, _ = u.User.Password()
+	}
+	return func(ctx context.Context, o backendOptions) (*openBackend, error) {
+		client, err := clientv3.New(clientv3.Config{
+			Endpoints:   endpoints,
+			DialTimeout: etcdDialTimeout,
+			Username:    username,
+			Password:    password,
+			Context:     context.WithoutCancel(ctx),
+			// The client logs every reconnection attempt at length; the
+			// backend reports what matters through our logger.
+			Logger: zap.NewNop(),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
+		}
+		b, err := etcd.New(client, etcd.Options{
+			Config: baton.Config{TTL: o.TTL},
+			Logger: o.Logger,
+		})
+		if err != nil {
+			_ = client.Close()
+			return nil, err
+		}
+		return &openBackend{Backend: b, close: func(ctx context.Context) error {
+			// The backend does not own the client (it was handed in), so
+			// close both: the backend first, to revoke its session.
+			return errors.Join(b.Close(ctx), client.Close())
+		}}, nil
+	}, nil
+}
+
+// checkEtcdLease mirrors the etcd backend's rule: elections "a" and "a/b"
+// would share a key prefix.
+func checkEtcdLease(name string) error {
+	if strings.Contains(name, "/") {
+		return errors.New(`etcd lease names must not contain "/" (the key prefixes of leases "a" and "a/b" would overlap): use e.g. "-" instead`)
+	}
+	return nil
+}
+
+// parseMemoryURL accepts only memory://: the store lives in this process.
+func parseMemoryURL(u *url.URL) (opener, error) {
+	if u.Host != "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+		return nil, fmt.Errorf("memory URLs take nothing after the scheme: use memory:// (the store lives inside this baton process)")
+	}
+	return func(_ context.Context, o backendOptions) (*openBackend, error) {
+		b, err := memory.New(memory.NewStore(), memory.Options{
+			Config: baton.Config{TTL: o.TTL},
+			Logger: o.Logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return &openBackend{Backend: b, close: b.Close}, nil
+	}, nil
+}

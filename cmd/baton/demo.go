@@ -1,0 +1,525 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend/etcd"
+	"github.com/batonhq/baton/internal/etcdserver"
+	"github.com/batonhq/baton/internal/supervise"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+const demoLong = `Show failover on this machine, with nothing installed but baton.
+
+The demo starts an etcd server inside this process (loopback, random port, data
+in a temporary directory removed at exit) and --nodes copies of this binary, each
+running
+
+  baton run --backend etcd://127.0.0.1:PORT --lease demo --id node-K --ttl TTL --grace 1s -- baton demo-job
+
+where demo-job prints "node-K working with token N" every 500ms. Every
+--interval it kills the current leader, alternating kill -9 (a crash: the
+others must wait until the dead leader's lease expires, about --ttl) and
+SIGTERM (a shutdown: the leader stops its job and resigns, and a standby takes
+over at once), and restarts the killed node so that the group stays at
+--nodes. It prints a timeline, and after --rounds kills a summary of the
+failover times. Ctrl-C stops early, with the summary so far.
+
+Exit statuses: 0 done or interrupted; 1 the demo could not run; 2 bad flags.`
+
+// demoLease is the lease the demo's nodes contend for.
+const demoLease = "demo"
+
+type demoCommand struct {
+	app      *App
+	nodes    int
+	rounds   int
+	ttl      time.Duration
+	interval time.Duration
+	verbose  bool
+	fs       *pflag.FlagSet
+}
+
+func (a *App) newDemoCommand() *cobra.Command {
+	c := &demoCommand{app: a}
+	cmd := &cobra.Command{
+		Use:   "demo [--nodes N] [--rounds R] [--ttl D] [--interval D]",
+		Short: "Run a local group, kill its leaders, and show failover",
+		Long:  demoLong,
+		Args:  noArgs,
+		RunE: wrapRunE(func(cmd *cobra.Command, args []string) error {
+			return c.Run(cmd.Context(), args)
+		}),
+	}
+	c.fs = cmd.Flags()
+	c.fs.IntVar(&c.nodes, "nodes", 3, "number of nodes, 2 to 9")
+	c.fs.IntVar(&c.rounds, "rounds", 6, "number of leaders to kill before stopping")
+	c.fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "lease TTL of the nodes (etcd rounds it up to whole seconds)")
+	c.fs.DurationVar(&c.interval, "interval", 3*time.Second, "how long each leader leads before it is killed")
+	c.fs.BoolVarP(&c.verbose, "verbose", "v", false, "also show every line of the nodes' output and logs")
+	return cmd
+}
+
+// Run runs the demo until --rounds kills are done or ctx ends.
+func (c *demoCommand) Run(ctx context.Context, _ []string) error {
+	var problems []string
+	if c.nodes < 2 || c.nodes > 9 {
+		problems = append(problems, fmt.Sprintf("--nodes %d: use 2 to 9 (failover needs a standby)", c.nodes))
+	}
+	if c.rounds < 1 {
+		problems = append(problems, fmt.Sprintf("--rounds %d: must be at least 1", c.rounds))
+	}
+	if c.ttl <= 0 {
+		problems = append(problems, fmt.Sprintf("--ttl %s: the TTL must be positive, e.g. --ttl 2s", c.ttl))
+	}
+	if c.interval <= 0 {
+		problems = append(problems, fmt.Sprintf("--interval %s: must be positive, e.g. --interval 3s", c.interval))
+	}
+	if err := problemsError(problems); err != nil {
+		return err
+	}
+	exe, err := c.app.executable()
+	if err != nil {
+		return fmt.Errorf("cannot find this baton binary to start the nodes: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "baton-demo-")
+	if err != nil {
+		return fmt.Errorf("creating a temporary directory for etcd: %w", err)
+	}
+	defer os.RemoveAll(dir)
+
+	out := c.app.stdout()
+	start := time.Now()
+	srv, err := etcdserver.Start(filepath.Join(dir, "etcd"), etcdserver.Options{
+		// The data is thrown away at exit, so durability buys nothing.
+		UnsafeNoFsync: true,
+	})
+	if err != nil {
+		return fmt.Errorf("starting the embedded etcd: %w", err)
+	}
+	defer srv.Close()
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{srv.Endpoint()},
+		DialTimeout: etcdDialTimeout,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return fmt.Errorf("connecting to the embedded etcd: %w", err)
+	}
+	defer client.Close() // before srv.Close: etcd waits for open streams
+	observer, err := etcd.New(client, etcd.Options{Config: baton.Config{TTL: c.ttl}})
+	if err != nil {
+		return err
+	}
+	defer observer.Close(context.WithoutCancel(ctx))
+
+	d := &demo{
+		c:        c,
+		exe:      exe,
+		endpoint: srv.Endpoint(),
+		out:      out,
+		start:    start,
+		events:   make(chan demoEvent, 64),
+		quit:     make(chan struct{}),
+	}
+	d.printf("etcd listening on %s; starting %d nodes (lease %q, --ttl %s)", srv.Endpoint(), c.nodes, demoLease, c.ttl)
+	d.printf("meanwhile, try: baton leader --backend etcd://%s --lease %s", srv.Endpoint(), demoLease)
+	return d.run(ctx, client, observer, srv)
+}
+
+// demo is one run of `baton demo`. Only the goroutine in run touches its
+// node and timing state; the others send demoEvents.
+type demo struct {
+	c        *demoCommand
+	exe      string
+	endpoint string
+	out      io.Writer
+	start    time.Time
+	events   chan demoEvent
+	quit     chan struct{} // closed when run stops reading events
+	wg       sync.WaitGroup
+
+	nodes []*demoNode
+}
+
+type demoNode struct {
+	name string
+	proc *supervise.Process
+}
+
+type eventKind int
+
+const (
+	leaderChanged eventKind = iota // holder, token (holder "" if none)
+	nodeExited                     // node, proc, code
+	jobOutput                      // node, line, token
+	nodeLog                        // node, line
+)
+
+type demoEvent struct {
+	kind   eventKind
+	at     time.Time
+	node   int
+	proc   *supervise.Process
+	code   int
+	holder string
+	token  uint64
+	line   string
+	err    error
+}
+
+// send hands e to the run loop unless it has stopped.
+func (d *demo) send(e demoEvent) {
+	e.at = time.Now()
+	select {
+	case d.events <- e:
+	case <-d.quit:
+	}
+}
+
+func (d *demo) printf(format string, args ...any) {
+	el := time.Since(d.start).Seconds()
+	fmt.Fprintf(d.out, "%7.2fs  %s\n", el, fmt.Sprintf(format, args...))
+}
+
+// kill is a leader kill whose failover has not been observed yet.
+type kill struct {
+	crash bool // kill -9, else SIGTERM
+	at    time.Time
+	node  int
+	token uint64
+}
+
+func (d *demo) run(ctx context.Context, client *clientv3.Client, observer *etcd.Backend, srv *etcdserver.Server) error {
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	d.wg.Go(func() { d.observe(watchCtx, client, observer) })
+	defer func() {
+		stopWatch()
+		close(d.quit)
+		d.wg.Wait()
+	}()
+	defer d.stopAll()
+
+	for i := range d.c.nodes {
+		d.nodes = append(d.nodes, &demoNode{name: fmt.Sprintf("node-%d", i+1)})
+		if err := d.startNode(i); err != nil {
+			return err
+		}
+	}
+
+	var (
+		holder     string
+		token      uint64
+		pending    *kill
+		kills      int
+		crash      []time.Duration
+		graceful   []time.Duration
+		restart    = map[int]bool{} // victims to restart once they exited
+		jobToken   = map[int]uint64{}
+		unexpected int
+		killTimer  <-chan time.Time
+	)
+	const firstLeaderWait = 30 * time.Second
+	waitTimer := time.NewTimer(firstLeaderWait)
+	defer waitTimer.Stop()
+	failoverWait := 3*d.c.ttl + 10*time.Second
+
+	summary := func(why string) {
+		fmt.Fprintf(d.out, "\nsummary (%s): %d kill(s), %d nodes, --ttl %s\n", why, kills, d.c.nodes, d.c.ttl)
+		fmt.Fprintf(d.out, "  crash failover (kill -9):      %s\n", stats(crash))
+		fmt.Fprintf(d.out, "      the standbys waited for the dead leader's lease to expire (about --ttl)\n")
+		fmt.Fprintf(d.out, "  graceful hand-over (SIGTERM):  %s\n", stats(graceful))
+		fmt.Fprintf(d.out, "      the leader stopped its job and resigned; a standby took over at once\n")
+	}
+
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(d.out)
+			d.printf("interrupted (%v); stopping the nodes", context.Cause(ctx))
+			d.stopAll()
+			summary("interrupted")
+			return nil
+
+		case <-srv.Stopped():
+			return errors.New("the embedded etcd stopped unexpectedly")
+
+		case <-waitTimer.C:
+			if pending != nil {
+				return fmt.Errorf("no new leader within %s of the last kill; run with --verbose to see the nodes' logs", failoverWait)
+			}
+			return fmt.Errorf("no node became leader within %s; run with --verbose to see the nodes' logs", firstLeaderWait)
+
+		case <-killTimer:
+			killTimer = nil
+			victim := d.nodeIndex(holder)
+			if victim < 0 {
+				// The holder is not (or no longer) one of ours; wait for
+				// the next leader.
+				continue
+			}
+			k := &kill{crash: kills%2 == 0, at: time.Now(), node: victim, token: token}
+			p := d.nodes[victim].proc
+			if k.crash {
+				d.printf("kill -9 %s", holder)
+				_ = p.Signal(syscall.SIGKILL)
+			} else {
+				d.printf("SIGTERM %s", holder)
+				_ = p.Signal(syscall.SIGTERM)
+			}
+			kills++
+			pending = k
+			restart[victim] = true
+			waitTimer.Reset(failoverWait)
+
+		case e := <-d.events:
+			switch e.kind {
+			case leaderChanged:
+				if e.err != nil {
+					d.printf("cannot read the leader from etcd: %v", e.err)
+					continue
+				}
+				if e.holder == holder && e.token == token {
+					continue
+				}
+				holder, token = e.holder, e.token
+				if holder == "" {
+					if d.c.verbose {
+						d.printf("no leader")
+					}
+					continue
+				}
+				msg := fmt.Sprintf("%s leads (token %d)", holder, token)
+				if pending != nil && token > pending.token {
+					took := e.at.Sub(pending.at)
+					if pending.crash {
+						crash = append(crash, took)
+						msg += " — failover " + fmtDuration(took)
+					} else {
+						graceful = append(graceful, took)
+						msg += " — hand-over " + fmtDuration(took)
+					}
+					pending = nil
+				}
+				d.printf("%s", msg)
+				if pending == nil {
+					if kills >= d.c.rounds {
+						d.printf("%d kills done; stopping the nodes", kills)
+						d.stopAll()
+						summary("done")
+						return nil
+					}
+					waitTimer.Stop()
+					killTimer = time.After(d.c.interval)
+				}
+
+			case nodeExited:
+				n := d.nodes[e.node]
+				if n.proc != e.proc {
+					continue // an earlier incarnation
+				}
+				if restart[e.node] {
+					delete(restart, e.node)
+				} else {
+					unexpected++
+					d.printf("%s exited unexpectedly (status %d)", n.name, e.code)
+					if unexpected > 3*d.c.nodes {
+						return errors.New("the nodes keep exiting; run with --verbose to see their logs")
+					}
+				}
+				if err := d.startNode(e.node); err != nil {
+					return err
+				}
+				d.printf("%s restarted", n.name)
+
+			case jobOutput:
+				if d.c.verbose {
+					d.printf("%s | %s", d.nodes[e.node].name, e.line)
+				} else if e.token != 0 && jobToken[e.node] != e.token {
+					d.printf("%s job running: %q", d.nodes[e.node].name, e.line)
+				}
+				if e.token != 0 {
+					jobToken[e.node] = e.token
+				}
+
+			case nodeLog:
+				d.printf("%s ! %s", d.nodes[e.node].name, e.line)
+			}
+		}
+	}
+}
+
+func (d *demo) nodeIndex(name string) int {
+	return slices.IndexFunc(d.nodes, func(n *demoNode) bool { return n.name == name })
+}
+
+// startNode starts node i as `baton run ... -- baton demo-job`.
+func (d *demo) startNode(i int) error {
+	n := d.nodes[i]
+	args := []string{d.exe, "run",
+		"--backend", "etcd://" + d.endpoint,
+		"--lease", demoLease,
+		"--id", n.name,
+		"--ttl", d.c.ttl.String(),
+		"--grace", "1s",
+		"--",
+		d.exe, "demo-job",
+	}
+	cfg := supervise.Config{
+		Command: args,
+		Env:     d.c.app.environ(),
+		Stdout: &lineWriter{fn: func(line string) {
+			d.send(demoEvent{kind: jobOutput, node: i, line: line, token: parseJobToken(line)})
+		}},
+		Grace: 5 * time.Second,
+	}
+	if d.c.verbose {
+		cfg.Stderr = &lineWriter{fn: func(line string) {
+			d.send(demoEvent{kind: nodeLog, node: i, line: line})
+		}}
+	}
+	p, err := supervise.Start(cfg)
+	if err != nil {
+		return fmt.Errorf("starting %s: %w", n.name, err)
+	}
+	n.proc = p
+	d.wg.Go(func() {
+		<-p.Done()
+		d.send(demoEvent{kind: nodeExited, node: i, proc: p, code: p.ExitCode()})
+	})
+	return nil
+}
+
+// stopAll stops every node the way an operator would, with SIGTERM, and
+// waits for all of them; each node stops its job and resigns first.
+func (d *demo) stopAll() {
+	// The nodes' last output and exit reports arrive while they stop; keep
+	// reading them so that the copying goroutines never block.
+	drained := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for {
+			select {
+			case <-d.events:
+			case <-stopped:
+				return
+			}
+		}
+	}()
+	defer func() { close(stopped); <-drained }()
+	var wg sync.WaitGroup
+	for _, n := range d.nodes {
+		if n.proc == nil {
+			continue
+		}
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			_ = n.proc.Stop(ctx)
+		})
+	}
+	wg.Wait()
+}
+
+// observe reports the leader each time the demo lease's keys change.
+func (d *demo) observe(ctx context.Context, client *clientv3.Client, observer *etcd.Backend) {
+	report := func() {
+		rec, err := observer.Leader(ctx, demoLease)
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, baton.ErrNoLeader) {
+			err = nil
+		}
+		d.send(demoEvent{kind: leaderChanged, holder: rec.Holder, token: rec.Token, err: err})
+	}
+	// Watch before the first read, so that no change falls between them.
+	wch := client.Watch(clientv3.WithRequireLeader(ctx), demoLease+"/", clientv3.WithPrefix())
+	report()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-wch:
+			if !ok {
+				if ctx.Err() != nil {
+					return
+				}
+				wch = client.Watch(clientv3.WithRequireLeader(ctx), demoLease+"/", clientv3.WithPrefix())
+			}
+			report()
+		}
+	}
+}
+
+// parseJobToken reads N from "node-K working with token N"; 0 otherwise.
+func parseJobToken(line string) uint64 {
+	f := strings.Fields(line)
+	if len(f) == 5 && f[1] == "working" {
+		t, _ := strconv.ParseUint(f[4], 10, 64)
+		return t
+	}
+	return 0
+}
+
+func stats(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	var median time.Duration
+	if len(s)%2 == 1 {
+		median = s[len(s)/2]
+	} else {
+		median = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return fmt.Sprintf("%d×  median %s  max %s", len(s), fmtDuration(median), fmtDuration(s[len(s)-1]))
+}
+
+func fmtDuration(d time.Duration) string {
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return fmt.Sprintf("%.2fs", d.Seconds())
+}
+
+// lineWriter calls fn with each complete line written to it. Writes come
+// from one copying goroutine per stream.
+type lineWriter struct {
+	mu  sync.Mutex
+	buf []byte
+	fn  func(string)
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			break
+		}
+		w.fn(string(w.buf[:i]))
+		w.buf = w.buf[i+1:]
+	}
+	return len(p), nil
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+const isLeaderLong = `Ask the backend whether this instance holds the lease, for scripts and health
+checks. Prints nothing on stdout unless --verbose; errors go to stderr.
+
+"This instance" is the holder whose id equals --id. Without --id it is any
+holder on this host: an id whose part before the last "/" equals the host name,
+which is the form 'baton run' gives ids by default (HOST/RANDOM). So a script
+on the same host as 'baton run' works without knowing the random suffix. (A
+'baton run' child also has BATON_LEASE set, so inside it only --backend is
+needed.)
+
+Exit statuses:
+  0  this instance leads
+  1  another instance leads, or nobody does
+  2  usage or configuration error
+  3  undetermined: the backend did not answer within --timeout
+
+` + envHelp
+
+const defaultQueryTimeout = 5 * time.Second
+
+type isLeaderCommand struct {
+	app     *App
+	common  commonFlags
+	timeout time.Duration
+	verbose bool
+	fs      *pflag.FlagSet
+}
+
+func (a *App) newIsLeaderCommand() *cobra.Command {
+	c := &isLeaderCommand{app: a}
+	cmd := &cobra.Command{
+		Use:     "is-leader [flags]",
+		Short:   "Exit 0 if this instance holds the lease, 1 if not, 3 if unknown",
+		Long:    isLeaderLong,
+		Args:    noArgs,
+		Example: `  baton is-leader --backend etcd://10.0.0.5:2379 --lease billing-cron && ./run-leader-only-task`,
+		RunE: wrapRunE(func(cmd *cobra.Command, args []string) error {
+			return c.Run(cmd.Context(), args)
+		}),
+	}
+	c.fs = cmd.Flags()
+	c.common.register(c.fs, "this instance's candidate id (default: any holder on this host)")
+	c.fs.DurationVar(&c.timeout, "timeout", defaultQueryTimeout, "give up (exit 3) when the backend has not answered within this time")
+	c.fs.BoolVarP(&c.verbose, "verbose", "v", false, "print the answer and the holder on stdout")
+	return cmd
+}
+
+// noArgs rejects positional arguments as a usage error naming the command.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageErrorf("unexpected argument %q: %s takes only flags; see '%s --help'", args[0], cmd.Name(), cmd.CommandPath())
+	}
+	return nil
+}
+
+// Run answers whether this instance leads, through the exit status.
+func (c *isLeaderCommand) Run(ctx context.Context, _ []string) error {
+	problems, spec := c.common.validate()
+	if c.timeout <= 0 {
+		problems = append(problems, fmt.Sprintf("--timeout %s: must be positive, e.g. --timeout 5s", c.timeout))
+	}
+	if err := problemsError(problems); err != nil {
+		return err
+	}
+	match, err := c.matcher()
+	if err != nil {
+		return err
+	}
+	rec, err := queryLeader(ctx, spec, &c.common, c.timeout, c.app)
+	out := c.app.stdout()
+	switch {
+	case errors.Is(err, baton.ErrNoLeader):
+		if c.verbose {
+			fmt.Fprintf(out, "not leader: nobody holds lease %q\n", c.common.lease)
+		}
+		return &exitError{code: exitFailure}
+	case err != nil:
+		return err
+	case match(rec.Holder):
+		if c.verbose {
+			fmt.Fprintf(out, "leader: holder=%s token=%d\n", rec.Holder, rec.Token)
+		}
+		return nil
+	default:
+		if c.verbose {
+			fmt.Fprintf(out, "not leader: holder=%s token=%d\n", rec.Holder, rec.Token)
+		}
+		return &exitError{code: exitFailure}
+	}
+}
+
+// matcher decides which holders count as this instance.
+func (c *isLeaderCommand) matcher() (func(holder string) bool, error) {
+	if c.common.id != "" {
+		id := c.common.id
+		return func(h string) bool { return h == id }, nil
+	}
+	host, err := c.app.hostname()
+	if err != nil || host == "" {
+		return nil, usageErrorf("cannot tell which holder is this instance: the host name is unknown (%v); pass --id", err)
+	}
+	return func(h string) bool { return baton.HostOf(h) == host }, nil
+}
+
+// queryLeader opens the backend and asks it for the holder of the lease,
+// all within timeout. Failing to get an answer is exit status 3.
+func queryLeader(ctx context.Context, spec *backendSpec, common *commonFlags, timeout time.Duration, app *App) (baton.Record, error) {
+	log := common.logger(app.stderr())
+	qctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	b, err := spec.open(qctx, backendOptions{TTL: common.ttl, Logger: log})
+	if err != nil {
+		var ce *baton.ConfigError
+		if errors.As(err, &ce) {
+			return baton.Record{}, err
+		}
+		return baton.Record{}, undetermined(qctx, common, timeout, err)
+	}
+	defer closeBackend(ctx, b, log)
+	rec, err := b.Leader(qctx, common.lease)
+	if err != nil && !errors.Is(err, baton.ErrNoLeader) {
+		return rec, undetermined(qctx, common, timeout, err)
+	}
+	return rec, err
+}
+
+func undetermined(ctx context.Context, common *commonFlags, timeout time.Duration, err error) error {
+	switch {
+	case stoppedBySignal(ctx):
+		err = fmt.Errorf("interrupted (%v) before the backend answered", context.Cause(ctx))
+	case ctx.Err() != nil:
+		err = fmt.Errorf("no answer from %s within --timeout %s (%v): check that the backend is running and reachable, or raise --timeout",
+			common.backend, timeout, err)
+	default:
+		err = fmt.Errorf("asking %s who holds lease %q: %w", common.backend, common.lease, err)
+	}
+	return &exitError{code: exitUndetermined, err: err}
+}

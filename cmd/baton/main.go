@@ -1,0 +1,175 @@
+// Command baton runs leader-only work from the shell: a command that runs only
+// while this instance holds a lease (`baton run`), checks for scripts
+// (`baton is-leader`, `baton leader`) and a self-contained failover demo
+// (`baton demo`).
+//
+// Exit statuses are part of the contract that scripts and health checks rely
+// on; they are listed in the help of each command and in exitCode below.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/batonhq/baton"
+)
+
+// Exit statuses. They are stable: scripts depend on them.
+const (
+	// exitOK: success; `is-leader`: this instance leads.
+	exitOK = 0
+	// exitFailure: `is-leader`: not the leader; `leader`: nobody leads;
+	// otherwise a runtime error (the message says which).
+	exitFailure = 1
+	// exitUsage: bad flags, arguments, environment or backend URL.
+	exitUsage = 2
+	// exitUndetermined: the backend could not answer in time (`is-leader`,
+	// `leader`), or `run --timeout` passed before this instance was elected.
+	exitUndetermined = 3
+	// exitLost: `run --once` lost the lease while the command ran.
+	exitLost = 4
+)
+
+// exitError gives an error the exit status main reports for it. A nil err
+// exits with code silently (e.g. `is-leader` answering "no").
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageErrorf reports a mistake of the caller's, exit status 2.
+func usageErrorf(format string, args ...any) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// exitCode maps an error returned by App.Run to the process exit status.
+// Errors that carry no status are failures (1), except configuration errors
+// from the library, which are usage errors (2): they come from flag values.
+func exitCode(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	var ce *baton.ConfigError
+	if errors.As(err, &ce) {
+		return exitUsage
+	}
+	return exitFailure
+}
+
+// signalError is the cancellation cause of the root context when baton got
+// SIGTERM or SIGINT.
+type signalError struct{ sig os.Signal }
+
+func (e *signalError) Error() string { return "received " + e.sig.String() }
+
+// stoppedBySignal reports whether ctx ended because baton was asked to stop,
+// as opposed to a timeout or a lost term.
+func stoppedBySignal(ctx context.Context) bool {
+	var se *signalError
+	return errors.As(context.Cause(ctx), &se)
+}
+
+// App is the baton command line with its environment injected, so that tests
+// run commands in-process. Nil fields mean the real process's.
+type App struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+
+	// LookupEnv reads BATON_* defaults for flags (os.LookupEnv).
+	LookupEnv func(string) (string, bool)
+	// Environ is the environment handed to children (os.Environ).
+	Environ func() []string
+	// Hostname names this host for `is-leader` without --id (os.Hostname).
+	Hostname func() (string, error)
+	// Executable is this binary, which `demo` starts copies of (os.Executable).
+	Executable func() (string, error)
+}
+
+// Main runs the command line args (without the program name), prints any
+// error on a.Stderr and returns the exit status.
+func (a *App) Main(ctx context.Context, args []string) int {
+	err := a.Run(ctx, args)
+	var ee *exitError
+	if err != nil && (!errors.As(err, &ee) || ee.err != nil) {
+		fmt.Fprintf(a.stderr(), "baton: %v\n", err)
+	}
+	return exitCode(err)
+}
+
+func main() {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		sig := <-sigs
+		// Only the first signal asks for an orderly stop (stop the child, then
+		// resign). Restoring the default action lets a second Ctrl-C kill a
+		// baton whose child ignores SIGTERM without waiting for --grace; the
+		// child still dies with it (parent-death signal) and the lease then
+		// expires after its TTL.
+		signal.Stop(sigs)
+		cancel(&signalError{sig})
+	}()
+	app := &App{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+	os.Exit(app.Main(ctx, os.Args[1:]))
+}
+
+func (a *App) stdout() io.Writer {
+	if a.Stdout == nil {
+		return os.Stdout
+	}
+	return a.Stdout
+}
+
+func (a *App) stderr() io.Writer {
+	if a.Stderr == nil {
+		return os.Stderr
+	}
+	return a.Stderr
+}
+
+func (a *App) lookupEnv(key string) (string, bool) {
+	if a.LookupEnv == nil {
+		return os.LookupEnv(key)
+	}
+	return a.LookupEnv(key)
+}
+
+func (a *App) environ() []string {
+	if a.Environ == nil {
+		return os.Environ()
+	}
+	return a.Environ()
+}
+
+func (a *App) hostname() (string, error) {
+	if a.Hostname == nil {
+		return os.Hostname()
+	}
+	return a.Hostname()
+}
+
+func (a *App) executable() (string, error) {
+	if a.Executable == nil {
+		return os.Executable()
+	}
+	return a.Executable()
+}

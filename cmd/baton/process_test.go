@@ -1,0 +1,366 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/internal/testserver"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// batonProc is a baton process started by a test.
+type batonProc struct {
+	name string
+	cmd  *exec.Cmd
+	out  *syncBuffer // stdout and stderr
+	done chan struct{}
+}
+
+// testEnv is this process's environment without BATON_* variables, which
+// would change what the commands under test do, plus extra.
+func testEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "BATON_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+// startBaton starts the baton binary; it is killed with SIGKILL at the end
+// of the test if it is still running, and its output is logged if the test
+// failed.
+func startBaton(t *testing.T, name string, env []string, args ...string) *batonProc {
+	t.Helper()
+	p := &batonProc{name: name, out: new(syncBuffer), done: make(chan struct{})}
+	p.cmd = exec.Command(batonBin, args...)
+	p.cmd.Env = env
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	// Should the test binary die, its batons (and through them their
+	// children) must not linger.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("output of %s (%s):\n%s", name, strings.Join(args, " "), p.out)
+		}
+	})
+	return p
+}
+
+// wait waits for p to exit and returns its exit status.
+func (p *batonProc) wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(timeout):
+		t.Fatalf("%s did not exit within %s", p.name, timeout)
+		return -1
+	}
+}
+
+// runBaton runs the baton binary to completion.
+func runBaton(t *testing.T, timeout time.Duration, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	var stdout, stderr syncBuffer
+	cmd := exec.CommandContext(ctx, batonBin, args...)
+	cmd.Env = testEnv()
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("baton %s: %v", strings.Join(args, " "), err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("baton %s did not finish within %s; stderr:\n%s", strings.Join(args, " "), timeout, stderr.String())
+	}
+	return result{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
+}
+
+func starts(evs []event) []event {
+	var s []event
+	for _, e := range evs {
+		if e.kind == "start" {
+			s = append(s, e)
+		}
+	}
+	return s
+}
+
+func stopOf(evs []event, pid int) (event, bool) {
+	for _, e := range evs {
+		if e.kind == "stop" && e.pid == pid {
+			return e, true
+		}
+	}
+	return event{}, false
+}
+
+// killLeftoverChildren kills, at the end of a test, any child in file that
+// still runs: a failing test must not leave them behind.
+func killLeftoverChildren(t *testing.T, file string) {
+	t.Cleanup(func() {
+		// The batons are gone by now (their cleanups ran first); the
+		// kernel's parent-death SIGKILL may take a moment to land.
+		deadline := time.Now().Add(5 * time.Second)
+		for _, e := range starts(readEvents(file)) {
+			for isOurChild(e.pid) && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if isOurChild(e.pid) {
+				t.Errorf("child %d (token %d) outlived its baton", e.pid, e.token)
+				_ = syscall.Kill(e.pid, syscall.SIGKILL)
+			}
+		}
+	})
+}
+
+// leaderProc returns the baton process whose child is pid.
+func leaderProc(t *testing.T, procs []*batonProc, pid int) *batonProc {
+	t.Helper()
+	_, ppid, ok := procStat(pid)
+	if !ok {
+		t.Fatalf("child %d is gone", pid)
+	}
+	for _, p := range procs {
+		if p.cmd.Process.Pid == ppid {
+			return p
+		}
+	}
+	t.Fatalf("the parent %d of child %d is none of the batons", ppid, pid)
+	return nil
+}
+
+// TestRunFailover runs three `baton run` processes on a real etcd and checks
+// that the command runs on one of them at a time, that a crashed leader's
+// command dies with it, and that a stopped leader hands over.
+func TestRunFailover(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartEtcd(t)
+	backend := "etcd://" + srv.Endpoint()
+	const lease = "failover"
+	file := filepath.Join(t.TempDir(), "events")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	killLeftoverChildren(t, file)
+	env := testEnv(childEnv+"=1", childFileEnv+"="+file)
+	var procs []*batonProc
+	for i := range 3 {
+		procs = append(procs, startBaton(t, fmt.Sprintf("baton-%d", i+1), env,
+			"run", "--backend", backend, "--lease", lease, "--ttl", "1s", "--grace", "1s", "--log-level", "debug", "--", self))
+	}
+
+	eventually(t, 30*time.Second, "a child to start", func() bool { return len(starts(readEvents(file))) >= 1 })
+	first := starts(readEvents(file))[0]
+	if first.others != 0 {
+		t.Errorf("first child started with %d others alive", first.others)
+	}
+	leader := leaderProc(t, procs, first.pid)
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(first.holder, host+"/") {
+		t.Errorf("default id %q should be HOST/SUFFIX with HOST %q", first.holder, host)
+	}
+
+	t.Run("queries", func(t *testing.T) {
+		q := []string{"--backend", backend, "--lease", lease, "--timeout", "10s"}
+		if r := runBaton(t, 30*time.Second, append([]string{"is-leader", "--id", first.holder}, q...)...); r.code != 0 || r.stdout != "" {
+			t.Errorf("is-leader --id <holder>: exit %d, stdout %q, stderr %q; want 0 and no output", r.code, r.stdout, r.stderr)
+		}
+		if r := runBaton(t, 30*time.Second, append([]string{"is-leader", "--id", host + "/other"}, q...)...); r.code != 1 {
+			t.Errorf("is-leader --id <other>: exit %d, want 1; stderr %q", r.code, r.stderr)
+		}
+		// Without --id, any holder on this host is "this instance".
+		if r := runBaton(t, 30*time.Second, append([]string{"is-leader", "--verbose"}, q...)...); r.code != 0 || !strings.HasPrefix(r.stdout, "leader: holder="+first.holder) {
+			t.Errorf("is-leader without --id on the leader's host: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		r := runBaton(t, 30*time.Second, append([]string{"leader", "--json"}, q...)...)
+		var got struct {
+			Lease  string  `json:"lease"`
+			Holder *string `json:"holder"`
+			Token  uint64  `json:"token"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != 0 {
+			t.Fatalf("leader --json: exit %d, stdout %q (%v), stderr %q", r.code, r.stdout, err, r.stderr)
+		}
+		if got.Lease != lease || got.Holder == nil || *got.Holder != first.holder || got.Token != first.token {
+			t.Errorf("leader --json = %s, want lease %q holder %q token %d", r.stdout, lease, first.holder, first.token)
+		}
+		r = runBaton(t, 30*time.Second, append([]string{"leader"}, q...)...)
+		if want := fmt.Sprintf("holder=%s token=%d\n", first.holder, first.token); r.code != 0 || r.stdout != want {
+			t.Errorf("leader: exit %d, stdout %q, want %q", r.code, r.stdout, want)
+		}
+		// The lease is taken, so a bounded wait ends with 3.
+		r = runBaton(t, 30*time.Second, "run", "--backend", backend, "--lease", lease, "--timeout", "500ms", "--", "true")
+		if r.code != exitUndetermined || !strings.Contains(r.stderr, "not elected within --timeout") {
+			t.Errorf("run --timeout on a held lease: exit %d, want 3; stderr:\n%s", r.code, r.stderr)
+		}
+	})
+
+	// A crash: the leader's command must die with it, and a standby's start
+	// only once it is gone.
+	if err := leader.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	leader.wait(t, 10*time.Second)
+	eventually(t, 10*time.Second, "the crashed leader's child to die (parent-death signal)", func() bool { return !alive(first.pid) })
+	eventually(t, 30*time.Second, "a standby's child to start after the crash", func() bool { return len(starts(readEvents(file))) >= 2 })
+	second := starts(readEvents(file))[1]
+	if second.token <= first.token {
+		t.Errorf("token after the crash %d, want more than %d", second.token, first.token)
+	}
+	if second.others != 0 {
+		t.Errorf("a child started while %d others were alive", second.others)
+	}
+
+	// A shutdown: SIGTERM stops the command, then resigns; exit 0.
+	leader = leaderProc(t, procs, second.pid)
+	if err := leader.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := leader.wait(t, 30*time.Second); code != 0 {
+		t.Errorf("baton exited %d after SIGTERM, want 0", code)
+	}
+	stop, ok := stopOf(readEvents(file), second.pid)
+	if !ok {
+		t.Fatal("the stopped leader's child did not get SIGTERM (no stop line)")
+	}
+	eventually(t, 30*time.Second, "the last standby's child to start after the hand-over", func() bool { return len(starts(readEvents(file))) >= 3 })
+	third := starts(readEvents(file))[2]
+	if third.at < stop.at {
+		t.Errorf("a child started at %d, before its predecessor stopped at %d", third.at, stop.at)
+	}
+
+	// Every start follows its predecessor's stop, if that one had a chance
+	// to write it, and tokens strictly increase.
+	evs := readEvents(file)
+	ss := starts(evs)
+	for i, s := range ss {
+		if s.others != 0 {
+			t.Errorf("child %d (token %d) started while %d others were alive", s.pid, s.token, s.others)
+		}
+		if i == 0 {
+			continue
+		}
+		prev := ss[i-1]
+		if s.token <= prev.token {
+			t.Errorf("tokens do not increase: %d then %d", prev.token, s.token)
+		}
+		if st, ok := stopOf(evs, prev.pid); ok && s.at < st.at {
+			t.Errorf("child with token %d started before the one with token %d stopped", s.token, prev.token)
+		}
+	}
+}
+
+func TestRunOnce(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartEtcd(t)
+	backend := "etcd://" + srv.Endpoint()
+
+	r := runBaton(t, 60*time.Second, "run", "--once", "--backend", backend, "--lease", "once", "--", "sh", "-c", "exit 7")
+	if r.code != 7 {
+		t.Errorf("run --once -- sh -c 'exit 7': exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+
+	// Losing the lease (here: an operator deletes the key) stops the
+	// command and exits 4.
+	file := filepath.Join(t.TempDir(), "events")
+	killLeftoverChildren(t, file)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startBaton(t, "baton-once", testEnv(childEnv+"=1", childFileEnv+"="+file),
+		"run", "--once", "--backend", backend, "--lease", "lost", "--ttl", "2s", "--grace", "5s", "--", self)
+	eventually(t, 30*time.Second, "the child to start", func() bool { return len(starts(readEvents(file))) == 1 })
+	client := srv.Client(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := client.Delete(ctx, "lost/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 30*time.Second); code != exitLost {
+		t.Errorf("run --once after the lease was lost: exit %d, want %d", code, exitLost)
+	}
+	if _, ok := stopOf(readEvents(file), starts(readEvents(file))[0].pid); !ok {
+		t.Error("the command was not stopped with SIGTERM when the lease was lost")
+	}
+}
+
+// closedPort returns a loopback address nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+func TestUnreachableBackend(t *testing.T) {
+	t.Parallel()
+	backend := "etcd://" + closedPort(t)
+	t.Run("is-leader", func(t *testing.T) {
+		t.Parallel()
+		const timeout = time.Second
+		start := time.Now()
+		r := runBaton(t, 30*time.Second, "is-leader", "--backend", backend, "--lease", "x", "--timeout", timeout.String())
+		took := time.Since(start)
+		if r.code != exitUndetermined {
+			t.Errorf("exit %d, want 3; stderr %q", r.code, r.stderr)
+		}
+		if !strings.Contains(r.stderr, "no answer from "+backend+" within --timeout 1s") {
+			t.Errorf("stderr should say the backend did not answer: %q", r.stderr)
+		}
+		// A bound, not a speed test: the answer comes at the timeout, not
+		// at some later dial or retry timeout.
+		if took > timeout+5*time.Second {
+			t.Errorf("took %s with --timeout %s", took, timeout)
+		}
+	})
+	t.Run("leader", func(t *testing.T) {
+		t.Parallel()
+		r := runBaton(t, 30*time.Second, "leader", "--json", "--backend", backend, "--lease", "x", "--timeout", "500ms")
+		if r.code != exitUndetermined || r.stdout != "" {
+			t.Errorf("exit %d (want 3), stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+	})
+	t.Run("run", func(t *testing.T) {
+		t.Parallel()
+		r := runBaton(t, 30*time.Second, "run", "--backend", backend, "--lease", "x", "--timeout", "4s", "--", "true")
+		if r.code != exitUndetermined {
+			t.Errorf("exit %d, want 3; stderr:\n%s", r.code, r.stderr)
+		}
+		if !strings.Contains(r.stderr, "backend unreachable") {
+			t.Errorf("a standby should report the unreachable backend; stderr:\n%s", r.stderr)
+		}
+	})
+}

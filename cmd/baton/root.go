@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// envAnnotation marks the flags that also read BATON_<NAME> from the
+// environment. Only the settings that describe where an instance belongs are
+// taken from the environment, so that a deployment can set them once for
+// `baton run` and for the checks it runs; per-invocation knobs such as
+// --timeout or --json are not, because an inherited value would silently
+// change a script's behaviour.
+const envAnnotation = "baton_env"
+
+const envHelp = `Flags marked [$BATON_...] may instead be given as environment variables named
+BATON_ plus the flag name in upper case with dashes as underscores (BATON_BACKEND,
+BATON_LEASE, BATON_ID, BATON_TTL, BATON_LOG_LEVEL, BATON_GRACE). A flag given on the
+command line wins over the environment.`
+
+const rootLong = `baton runs work on exactly one instance of a group at a time and hands it over
+quickly and safely when that instance dies, hangs or is shut down.
+
+Backends (--backend URL):
+  etcd://host:port[,host:port]   an etcd cluster (port defaults to 2379)
+  memory://                      in-process only; lets you try 'baton run' alone
+
+Exit statuses:
+  0  success (is-leader: this instance leads)
+  1  is-leader: not the leader; leader: nobody leads; otherwise a runtime error
+  2  usage or configuration error (bad flag, environment variable or URL)
+  3  undetermined: the backend did not answer within --timeout
+     (run: --timeout passed before this instance was elected)
+  4  run --once: the lease was lost while the command ran
+  run --once passes the command's own exit status through.
+
+` + envHelp
+
+// Run executes the command line args (without the program name). It returns
+// an error carrying the exit status (see exitCode), and never exits.
+func (a *App) Run(ctx context.Context, args []string) error {
+	root := a.newRootCommand()
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return nil
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return err
+	}
+	var ce *baton.ConfigError
+	if errors.As(err, &ce) {
+		return err
+	}
+	// Only cobra's own argument parsing returns plain errors (every RunE
+	// wraps its errors): unknown commands and the like.
+	return usageErrorf("%w\nRun 'baton --help' for usage.", err)
+}
+
+func (a *App) newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "baton",
+		Short:         "Leader election for any program",
+		Long:          rootLong,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cmd.SetOut(a.stderr())
+			_ = cmd.Usage()
+			return usageErrorf("no command given: use one of run, is-leader, leader, demo")
+		},
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+	}
+	root.SetIn(a.Stdin)
+	root.SetOut(a.stdout())
+	root.SetErr(a.stderr())
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageErrorf("%w\nRun '%s --help' for usage.", err, cmd.CommandPath())
+	})
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		return a.applyEnv(cmd.Flags())
+	}
+	root.AddCommand(
+		a.newRunCommand(),
+		a.newIsLeaderCommand(),
+		a.newLeaderCommand(),
+		a.newDemoCommand(),
+		a.newDemoJobCommand(),
+	)
+	return root
+}
+
+// wrapRunE makes every error a command returns carry an exit status, so that
+// App.Run can tell them from cobra's parsing errors.
+func wrapRunE(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		err := f(cmd, args)
+		if err == nil {
+			return nil
+		}
+		var ee *exitError
+		var ce *baton.ConfigError
+		if errors.As(err, &ee) || errors.As(err, &ce) {
+			return err
+		}
+		return &exitError{code: exitFailure, err: err}
+	}
+}
+
+// envName is the environment variable for flag name.
+func envName(flag string) string {
+	return "BATON_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// withEnv marks the flag name of fs as readable from the environment and
+// says so in its usage text.
+func withEnv(fs *pflag.FlagSet, names ...string) {
+	for _, name := range names {
+		f := fs.Lookup(name)
+		f.Usage += " [$" + envName(name) + "]"
+		if f.Annotations == nil {
+			f.Annotations = map[string][]string{}
+		}
+		f.Annotations[envAnnotation] = []string{envName(name)}
+	}
+}
+
+// applyEnv sets every env-enabled flag that the command line left alone
+// from its BATON_<NAME> variable. The flag's Changed bit is left unset;
+// flagSource tells where a value came from for error messages.
+func (a *App) applyEnv(fs *pflag.FlagSet) error {
+	var problems []string
+	fs.VisitAll(func(f *pflag.Flag) {
+		env, ok := f.Annotations[envAnnotation]
+		if !ok || f.Changed {
+			return
+		}
+		v, ok := a.lookupEnv(env[0])
+		if !ok || v == "" {
+			return
+		}
+		if err := f.Value.Set(v); err != nil {
+			problems = append(problems, fmt.Sprintf("environment variable %s=%q is not a valid --%s: %v", env[0], v, f.Name, err))
+			return
+		}
+		f.Annotations[envAnnotation] = append(env[:1], "set")
+	})
+	return problemsError(problems)
+}
+
+// flagSource names where the value of flag came from, for messages:
+// "--ttl" or "BATON_TTL".
+func flagSource(fs *pflag.FlagSet, name string) string {
+	f := fs.Lookup(name)
+	if f != nil && !f.Changed {
+		if env := f.Annotations[envAnnotation]; len(env) == 2 {
+			return env[0]
+		}
+	}
+	return "--" + name
+}
+
+// problemsError reports all problems at once, so that a user fixes them in
+// one go, as a usage error; nil when there are none.
+func problemsError(problems []string) error {
+	switch len(problems) {
+	case 0:
+		return nil
+	case 1:
+		return usageErrorf("%s", problems[0])
+	default:
+		return usageErrorf("%d problems:\n  %s", len(problems), strings.Join(problems, "\n  "))
+	}
+}
+
+// commonFlags are the flags every command that talks to a backend shares.
+type commonFlags struct {
+	backend  string
+	lease    string
+	id       string
+	ttl      time.Duration
+	logLevel string
+
+	fs *pflag.FlagSet // for flagSource
+}
+
+func (c *commonFlags) register(fs *pflag.FlagSet, idUsage string) {
+	c.fs = fs
+	fs.StringVar(&c.backend, "backend", "", "backend URL: etcd://host:port[,host:port] or memory:// (required)")
+	fs.StringVar(&c.lease, "lease", "", "name of the lease (required)")
+	fs.StringVar(&c.id, "id", "", idUsage)
+	fs.DurationVar(&c.ttl, "ttl", baton.DefaultTTL, "lease time-to-live: how long a dead leader keeps the lease before a standby takes over")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
+	withEnv(fs, "backend", "lease", "id", "ttl", "log-level")
+}
+
+// validate returns the problems with the common flags, each saying how to
+// fix it, and the parsed backend URL when it is valid.
+func (c *commonFlags) validate() ([]string, *backendSpec) {
+	var problems []string
+	var spec *backendSpec
+	if c.backend == "" {
+		problems = append(problems, "--backend is required: pass e.g. --backend etcd://127.0.0.1:2379, or set BATON_BACKEND")
+	} else if s, err := parseBackend(c.backend); err != nil {
+		problems = append(problems, fmt.Sprintf("%s %q: %v", flagSource(c.fs, "backend"), c.backend, err))
+	} else {
+		spec = s
+	}
+	if c.lease == "" {
+		problems = append(problems, "--lease is required: name the lease the group shares, e.g. --lease my-service, or set BATON_LEASE")
+	} else if spec != nil && spec.checkLease != nil {
+		if err := spec.checkLease(c.lease); err != nil {
+			problems = append(problems, fmt.Sprintf("%s %q: %v", flagSource(c.fs, "lease"), c.lease, err))
+		}
+	}
+	if c.ttl <= 0 {
+		problems = append(problems, fmt.Sprintf("%s %s: the TTL must be positive, e.g. --ttl 10s", flagSource(c.fs, "ttl"), c.ttl))
+	}
+	if _, err := parseLevel(c.logLevel); err != nil {
+		problems = append(problems, fmt.Sprintf("%s %q: %v", flagSource(c.fs, "log-level"), c.logLevel, err))
+	}
+	return problems, spec
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, errors.New("unknown log level: use debug, info, warn or error")
+	}
+	return l, nil
+}
+
+// logger returns the text logger on w at the flag's level. Components log
+// in groups of their own (baton, supervise, etcd, run).
+func (c *commonFlags) logger(w io.Writer) *slog.Logger {
+	l, _ := parseLevel(c.logLevel) // validated before
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}

@@ -1,0 +1,393 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/supervise"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+const runLong = `Run CMD only while this instance holds the lease, and restart it each time
+this instance is elected again.
+
+Once elected, baton starts CMD in a process group of its own, with the
+environment variables BATON_LEASE (the lease), BATON_TOKEN (the fencing token of
+this term: pass it with every write to a downstream store, which should reject
+tokens lower than the highest it has seen) and BATON_HOLDER (the --id) added.
+CMD's stdout and stderr are baton's; its stdin is /dev/null. SIGHUP, SIGUSR1,
+SIGUSR2, SIGWINCH and SIGQUIT sent to baton are forwarded to CMD's group.
+
+When the term ends (the lease was lost, or it could not be renewed before its
+safe-until deadline), CMD's group gets SIGTERM and, --grace later, SIGKILL; then
+baton campaigns again. Another instance may already lead while CMD is in its
+grace period: make --grace as short as CMD's clean shutdown allows, and fence
+writes with BATON_TOKEN. If baton dies, even by kill -9, the kernel kills CMD
+(parent-death signal); CMD's own descendants are not covered.
+
+SIGTERM or SIGINT to baton: CMD is stopped the same way, then baton resigns so
+that a standby takes over at once, and exits 0. A second SIGTERM/SIGINT kills
+baton immediately (CMD dies with it; the lease expires after --ttl).
+
+If CMD exits by itself while this instance leads, baton resigns and campaigns
+again (after 1s if CMD ran for less than 1s), unless --once is given.
+
+Exit statuses:
+  0  stopped by SIGTERM/SIGINT; with --once, CMD exited 0
+  1  runtime error, e.g. CMD could not be started
+  2  usage or configuration error
+  3  --timeout passed before this instance was elected
+  4  --once: the lease was lost while CMD ran (CMD was stopped)
+  N  --once: CMD's exit status (128+S if it was killed by signal S); note that
+     CMD's own statuses 1-4 are then indistinguishable from baton's
+
+A standby logs who leads whenever that changes ("standing by"). While the
+backend cannot be reached it keeps trying and logs a warning ("backend
+unreachable" or "campaign failed; retrying") every few seconds.
+
+` + envHelp
+
+const (
+	// quickExit is how long a command must run for baton to campaign again
+	// at once after it exits; a command that fails faster waits restartDelay
+	// first, so that a crash loop does not hammer the backend or flap the
+	// leadership between instances.
+	quickExit    = time.Second
+	restartDelay = time.Second
+)
+
+// errElectionTimeout is the cause of a run cancelled by --timeout.
+var errElectionTimeout = errors.New("not elected within --timeout")
+
+// errLostOnce ends `run --once` when its term ended under a running command.
+var errLostOnce = errors.New("the lease was lost while the command ran (--once): the command was stopped")
+
+// childExitedError ends one Elector.Run when the command exited by itself.
+type childExitedError struct {
+	code int
+	ran  time.Duration
+}
+
+func (e *childExitedError) Error() string {
+	return fmt.Sprintf("command exited with status %d after %s", e.code, e.ran.Round(time.Millisecond))
+}
+
+type runCommand struct {
+	app     *App
+	common  commonFlags
+	grace   time.Duration
+	once    bool
+	timeout time.Duration
+	fs      *pflag.FlagSet
+}
+
+func (a *App) newRunCommand() *cobra.Command {
+	c := &runCommand{app: a}
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- CMD [ARGS...]",
+		Short: "Run CMD only while this instance holds the lease",
+		Long:  runLong,
+		Example: `  baton run --backend etcd://10.0.0.5:2379 --lease billing-cron -- ./billing --loop
+  BATON_BACKEND=memory:// baton run --lease try -- sh -c 'echo leading with token $BATON_TOKEN; sleep 5'`,
+		RunE: wrapRunE(func(cmd *cobra.Command, args []string) error {
+			if dash := cmd.ArgsLenAtDash(); dash > 0 || (dash < 0 && len(args) > 0) {
+				before := args
+				if dash > 0 {
+					before = args[:dash]
+				}
+				return usageErrorf("unexpected argument %q: put the command after --, as in: baton run [flags] -- %s",
+					before[0], strings.Join(args, " "))
+			}
+			return c.Run(cmd.Context(), args)
+		}),
+	}
+	c.fs = cmd.Flags()
+	c.common.register(c.fs, "candidate id, unique per process (default HOST/RANDOM)")
+	c.fs.DurationVar(&c.grace, "grace", supervise.DefaultGrace, "time between SIGTERM and SIGKILL when stopping CMD (0: SIGKILL right after SIGTERM)")
+	c.fs.BoolVar(&c.once, "once", false, "run CMD for one term only, then exit with its status")
+	c.fs.DurationVar(&c.timeout, "timeout", 0, "give up (exit 3) if not elected within this time (0: wait forever)")
+	withEnv(c.fs, "grace")
+	return cmd
+}
+
+// Run campaigns and runs args as the command while leading, until ctx ends
+// or, with --once, the command's term is over.
+func (c *runCommand) Run(ctx context.Context, args []string) error {
+	problems, spec := c.common.validate()
+	if c.grace < 0 {
+		problems = append(problems, fmt.Sprintf("%s %s: must not be negative; use e.g. --grace 10s (0 kills right after SIGTERM)",
+			flagSource(c.fs, "grace"), c.grace))
+	}
+	if c.timeout < 0 {
+		problems = append(problems, fmt.Sprintf("--timeout %s: must not be negative; use 0 to wait forever", c.timeout))
+	}
+	if len(args) == 0 {
+		problems = append(problems, "no command to run: put it after --, as in: baton run --backend URL --lease NAME -- my-server --port 8080")
+	} else if _, err := exec.LookPath(args[0]); err != nil {
+		problems = append(problems, fmt.Sprintf("command %q: %v; check its spelling, PATH and permissions", args[0], unwrapExecError(err)))
+	}
+	if err := problemsError(problems); err != nil {
+		return err
+	}
+
+	log := c.common.logger(c.app.stderr())
+	id := c.common.id
+	if id == "" {
+		id = baton.NewCandidateID()
+	}
+	b, err := spec.open(ctx, backendOptions{TTL: c.common.ttl, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer closeBackend(ctx, b, log)
+
+	e, err := baton.NewElector(b, baton.ElectorConfig{
+		Lease:     c.common.lease,
+		Candidate: baton.Candidate{ID: id},
+		Logger:    log,
+	})
+	if err != nil {
+		return err
+	}
+	r := &runner{
+		c:      c,
+		args:   args,
+		id:     id,
+		log:    log.WithGroup("run").With("lease", c.common.lease, "id", id),
+		supLog: log.WithGroup("supervise").With("lease", c.common.lease),
+	}
+	return r.loop(ctx, e)
+}
+
+// unwrapExecError drops exec's repetition of the command name.
+func unwrapExecError(err error) error {
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		return ee.Err
+	}
+	return err
+}
+
+func closeBackend(ctx context.Context, b *openBackend, log *slog.Logger) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := b.close(cctx); err != nil {
+		log.Warn("closing the backend", "err", err)
+	}
+}
+
+// runner is one `baton run`.
+type runner struct {
+	c      *runCommand
+	args   []string
+	id     string
+	log    *slog.Logger
+	supLog *slog.Logger // for package supervise
+
+	// electedOnce is closed when the first term starts, which disarms
+	// --timeout.
+	electedOnce sync.Once
+	elected     chan struct{}
+}
+
+func (r *runner) loop(ctx context.Context, e *baton.Elector) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	r.elected = make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if r.c.timeout > 0 {
+		wg.Go(func() {
+			t := time.NewTimer(r.c.timeout)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				cancel(errElectionTimeout)
+			case <-r.elected:
+			case <-ctx.Done():
+			}
+		})
+	}
+	// Signals that would be forwarded to the command must not kill a
+	// standby (SIGHUP's default action) while no command runs.
+	wg.Go(func() { r.ignoreForwardedSignals(ctx) })
+	wg.Go(func() { r.reportStandby(ctx, e) })
+	defer cancel(nil) // runs before wg.Wait
+
+	r.log.Info("campaigning", "backend", r.c.common.backend, "command", r.args)
+	for {
+		err := e.Run(ctx, r.lead)
+		var exited *childExitedError
+		switch {
+		case errors.As(err, &exited):
+			if r.c.once {
+				if exited.code == 0 {
+					return nil
+				}
+				return &exitError{code: exited.code}
+			}
+			r.log.Warn("command exited while leading; resigned and campaigning again", "exit_code", exited.code, "ran", exited.ran)
+			if exited.ran < quickExit {
+				r.log.Info("command exited quickly; waiting before campaigning again", "delay", restartDelay)
+				t := time.NewTimer(restartDelay)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+				}
+			}
+			continue
+		case errors.Is(err, errLostOnce):
+			return &exitError{code: exitLost, err: err}
+		case ctx.Err() != nil:
+			cause := context.Cause(ctx)
+			if errors.Is(cause, errElectionTimeout) {
+				return &exitError{code: exitUndetermined, err: fmt.Errorf(
+					"%w (%s): another instance holds lease %q, or the backend is unreachable; raise --timeout or use 0 to wait forever",
+					errElectionTimeout, r.c.timeout, r.c.common.lease)}
+			}
+			if stoppedBySignal(ctx) {
+				r.log.Info("stopped", "cause", cause)
+				return nil
+			}
+			return cause
+		default:
+			return err
+		}
+	}
+}
+
+// standbyCheck is how often a standby asks the backend who leads, so that a
+// user sees why this instance waits. Some backends' campaigns block quietly
+// while the backend is unreachable (etcd's client waits for a connection),
+// so this is also where an unreachable backend gets reported.
+const (
+	standbyCheck        = 5 * time.Second
+	standbyQueryTimeout = 2 * time.Second
+)
+
+// reportStandby logs, while this instance does not lead, who does, each time
+// that changes, and warns each time the backend cannot be reached.
+func (r *runner) reportStandby(ctx context.Context, e *baton.Elector) {
+	t := time.NewTimer(time.Second) // let an uncontested campaign win first
+	defer t.Stop()
+	last := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		t.Reset(standbyCheck)
+		if e.IsLeader() {
+			last = ""
+			continue
+		}
+		qctx, cancel := context.WithTimeout(ctx, standbyQueryTimeout)
+		rec, err := e.Leader(qctx)
+		cancel()
+		var state string
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, baton.ErrNoLeader):
+			state = "nobody"
+		case errors.Is(err, context.DeadlineExceeded):
+			r.log.Warn("backend unreachable: no answer; still campaigning", "backend", r.c.common.backend, "waited", standbyQueryTimeout)
+			last = ""
+			continue
+		case err != nil:
+			r.log.Warn("backend unreachable; still campaigning", "backend", r.c.common.backend, "err", err)
+			last = ""
+			continue
+		case rec.Holder == r.id:
+			continue // elected meanwhile
+		default:
+			state = fmt.Sprintf("%s (token %d)", rec.Holder, rec.Token)
+		}
+		if state != last {
+			r.log.Info("standing by", "leader", state)
+			last = state
+		}
+	}
+}
+
+// ignoreForwardedSignals swallows the forwarded signals while no command
+// runs; while one runs, Process.Forward relays them too.
+func (r *runner) ignoreForwardedSignals(ctx context.Context) {
+	ch := make(chan os.Signal, 4)
+	signal.Notify(ch, supervise.DefaultForwardSignals()...)
+	defer signal.Stop(ch)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case sig := <-ch:
+			r.log.Debug("received signal", "signal", sig)
+		}
+	}
+}
+
+// lead runs the command for one term. It returns nil when the term ended or
+// baton is stopping (the Elector then resigns and, unless stopping,
+// campaigns again), *childExitedError when the command exited by itself,
+// and errLostOnce when --once lost its term.
+func (r *runner) lead(ctx context.Context, t baton.Term) error {
+	r.electedOnce.Do(func() { close(r.elected) })
+	if ctx.Err() != nil {
+		// --timeout fired just as we were elected, or we are stopping.
+		return nil
+	}
+	log := r.log.With("token", t.Token())
+	p, err := supervise.Start(supervise.Config{
+		Command: r.args,
+		Env: append(r.c.app.environ(),
+			"BATON_LEASE="+r.c.common.lease,
+			"BATON_TOKEN="+strconv.FormatUint(t.Token(), 10),
+			"BATON_HOLDER="+r.id),
+		Stdout: r.c.app.stdout(),
+		Stderr: r.c.app.stderr(),
+		// supervise reads zero as its default; the CLI documents 0 as
+		// "no grace", so pass the smallest positive grace instead.
+		Grace:  max(r.c.grace, time.Nanosecond),
+		Logger: r.supLog.With("token", t.Token()),
+	})
+	if err != nil {
+		return fmt.Errorf("leading, but the command could not be started (resigned): %w", err)
+	}
+	started := time.Now()
+	// Forward until the command is gone, including during its grace period,
+	// when a SIGQUIT for a stack dump is most useful.
+	stopForward := p.Forward(context.Background())
+	defer stopForward()
+
+	select {
+	case <-p.Done():
+		// Stop also removes what the command left in its group.
+		_ = p.Stop(context.Background())
+		return &childExitedError{code: p.ExitCode(), ran: time.Since(started)}
+	case <-ctx.Done():
+	}
+	if stoppedBySignal(ctx) {
+		log.Info("stopping the command before resigning", "cause", context.Cause(ctx))
+	} else {
+		log.Warn("term ended; stopping the command", "reason", t.Err())
+	}
+	// Not ctx: it has ended, and Stop must still allow the full grace.
+	_ = p.Stop(context.Background())
+	log.Info("command stopped", "exit_code", p.ExitCode())
+	if r.c.once && !stoppedBySignal(ctx) && !errors.Is(context.Cause(ctx), errElectionTimeout) {
+		return errLostOnce
+	}
+	return nil
+}

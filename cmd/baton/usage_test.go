@@ -1,0 +1,311 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+)
+
+// TestUsageErrors runs each bad input in-process and checks that it exits 2
+// with a message that says what is wrong and how to fix it.
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	ok := []string{"--backend", "memory://", "--lease", "x"}
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want []string // substrings of stderr
+	}{
+		{"unknown scheme", nil,
+			[]string{"run", "--backend", "zk://h:2181", "--lease", "x", "--", "true"},
+			[]string{`unknown backend scheme "zk"`, "supported are", "etcd://host:port", "memory://"}},
+		{"no scheme", nil,
+			[]string{"is-leader", "--backend", "localhost:2379", "--lease", "x"},
+			[]string{"not a backend URL", "etcd://localhost:2379"}},
+		{"garbage", nil,
+			[]string{"is-leader", "--backend", "%%%", "--lease", "x"},
+			[]string{`--backend "%%%"`, "not a backend URL", "etcd://"}},
+		{"etcd without host", nil,
+			[]string{"is-leader", "--backend", "etcd://", "--lease", "x"},
+			[]string{"no etcd endpoint", "etcd://127.0.0.1:2379"}},
+		{"etcd port out of range", nil,
+			[]string{"is-leader", "--backend", "etcd://h:99999", "--lease", "x"},
+			[]string{`port "99999"`, "1 to 65535", "etcd://host:port"}},
+		{"etcd port not a number", nil,
+			[]string{"is-leader", "--backend", "etcd://h1:2379,h2:http", "--lease", "x"},
+			[]string{`endpoint "h2:http"`, `port "http"`}},
+		{"etcd empty endpoint", nil,
+			[]string{"is-leader", "--backend", "etcd://h1:2379,:2379", "--lease", "x"},
+			[]string{`endpoint ":2379" has no host`}},
+		{"etcd with path", nil,
+			[]string{"is-leader", "--backend", "etcd://h:2379/x", "--lease", "x"},
+			[]string{"no path", "etcd://host:port"}},
+		{"memory with host", nil,
+			[]string{"is-leader", "--backend", "memory://h", "--lease", "x"},
+			[]string{"use memory://"}},
+		{"etcd lease with slash", nil,
+			[]string{"is-leader", "--backend", "etcd://h:2379", "--lease", "a/b"},
+			[]string{`--lease "a/b"`, `must not contain "/"`}},
+		{"missing backend", nil,
+			[]string{"is-leader", "--lease", "x"},
+			[]string{"--backend is required", "BATON_BACKEND"}},
+		{"missing lease", nil,
+			[]string{"leader", "--backend", "memory://"},
+			[]string{"--lease is required", "--lease my-service", "BATON_LEASE"}},
+		{"zero ttl", nil,
+			append([]string{"run", "--ttl", "0"}, append(ok, "--", "true")...),
+			[]string{"--ttl 0s", "must be positive", "--ttl 10s"}},
+		{"negative ttl", nil,
+			append([]string{"is-leader", "--ttl", "-1s"}, ok...),
+			[]string{"--ttl -1s", "must be positive"}},
+		{"zero ttl from env", map[string]string{"BATON_TTL": "0s"},
+			append([]string{"is-leader"}, ok...),
+			[]string{"BATON_TTL 0s", "must be positive"}},
+		{"bad ttl from env", map[string]string{"BATON_TTL": "ten"},
+			append([]string{"is-leader"}, ok...),
+			[]string{`BATON_TTL="ten"`, "not a valid --ttl"}},
+		{"bad ttl flag", nil,
+			append([]string{"is-leader", "--ttl", "ten"}, ok...),
+			[]string{`invalid argument "ten"`, "baton is-leader --help"}},
+		{"negative grace", nil,
+			append([]string{"run", "--grace", "-1s"}, append(ok, "--", "true")...),
+			[]string{"--grace -1s", "must not be negative", "--grace 10s"}},
+		{"negative grace from env", map[string]string{"BATON_GRACE": "-5s"},
+			append([]string{"run"}, append(ok, "--", "true")...),
+			[]string{"BATON_GRACE -5s", "must not be negative"}},
+		{"negative run timeout", nil,
+			append([]string{"run", "--timeout", "-1s"}, append(ok, "--", "true")...),
+			[]string{"--timeout -1s", "0 to wait forever"}},
+		{"run without command", nil,
+			append([]string{"run"}, ok...),
+			[]string{"no command to run", "put it after --"}},
+		{"run with empty command after dash", nil,
+			append([]string{"run"}, append(ok, "--")...),
+			[]string{"no command to run"}},
+		{"run command without dash", nil,
+			append([]string{"run"}, append(ok, "sleep", "1")...),
+			[]string{`unexpected argument "sleep"`, "put the command after --", "-- sleep 1"}},
+		{"run command not found", nil,
+			append([]string{"run"}, append(ok, "--", "no-such-command-xyz")...),
+			[]string{`command "no-such-command-xyz"`, "not found", "PATH"}},
+		{"unknown flag", nil,
+			append([]string{"run", "--bogus"}, append(ok, "--", "true")...),
+			[]string{"unknown flag: --bogus", "baton run --help"}},
+		{"unknown flag of is-leader", nil,
+			append([]string{"is-leader", "--json"}, ok...),
+			[]string{"unknown flag: --json", "baton is-leader --help"}},
+		{"positional argument", nil,
+			append([]string{"is-leader", "extra"}, ok...),
+			[]string{`unexpected argument "extra"`}},
+		{"bad log level", nil,
+			append([]string{"is-leader", "--log-level", "loud"}, ok...),
+			[]string{`--log-level "loud"`, "debug, info, warn or error"}},
+		{"query timeout zero", nil,
+			append([]string{"leader", "--timeout", "0"}, ok...),
+			[]string{"--timeout 0s", "must be positive"}},
+		{"unknown command", nil,
+			[]string{"elect"},
+			[]string{`unknown command "elect"`, "baton --help"}},
+		{"no command", nil,
+			nil,
+			[]string{"no command given", "run, is-leader, leader, demo"}},
+		{"demo nodes", nil,
+			[]string{"demo", "--nodes", "10"},
+			[]string{"--nodes 10", "2 to 9"}},
+		{"demo rounds", nil,
+			[]string{"demo", "--rounds", "0", "--nodes", "1"},
+			[]string{"2 problems", "--rounds 0", "--nodes 1"}},
+		{"every problem at once", nil,
+			[]string{"run", "--backend", "etcd://", "--ttl", "0", "--grace", "-1s"},
+			[]string{"5 problems", "no etcd endpoint", "--lease is required", "--ttl 0s", "--grace -1s", "no command to run"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := runApp(t.Context(), tt.env, tt.args...)
+			if r.code != exitUsage {
+				t.Errorf("exit status %d, want %d; stderr:\n%s", r.code, exitUsage, r.stderr)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("stderr does not mention %q:\n%s", w, r.stderr)
+				}
+			}
+			if r.stdout != "" {
+				t.Errorf("stdout should be empty on a usage error, got:\n%s", r.stdout)
+			}
+		})
+	}
+}
+
+// TestFlagWinsOverEnv checks the precedence of BATON_* variables, through
+// is-leader on the memory backend, where nobody leads (exit 1) but the
+// configuration is valid.
+func TestFlagWinsOverEnv(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"BATON_BACKEND": "memory://", "BATON_LEASE": "x", "BATON_TTL": "0s", "BATON_LOG_LEVEL": "loud"}
+	r := runApp(t.Context(), env, "is-leader", "--ttl", "5s", "--log-level", "warn", "--verbose")
+	if r.code != exitFailure {
+		t.Fatalf("exit status %d, want 1 (valid configuration, no leader); stderr:\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stdout, `not leader: nobody holds lease "x"`) {
+		t.Errorf("--verbose output: %q", r.stdout)
+	}
+	r = runApp(t.Context(), env, "is-leader", "--ttl", "5s")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "BATON_LOG_LEVEL") {
+		t.Errorf("bad BATON_LOG_LEVEL: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// A flag given as an empty string is still given.
+	r = runApp(t.Context(), env, "is-leader", "--ttl", "5s", "--log-level", "info", "--lease", "")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--lease is required") {
+		t.Errorf("empty --lease over BATON_LEASE: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestHelpDocumentsEnvAndExitCodes(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []string{"run", "is-leader", "leader"} {
+		r := runApp(t.Context(), nil, cmd, "--help")
+		if r.code != 0 {
+			t.Fatalf("%s --help: exit %d: %s", cmd, r.code, r.stderr)
+		}
+		for _, w := range []string{"[$BATON_BACKEND]", "[$BATON_LEASE]", "[$BATON_TTL]", "A flag given on the\ncommand line wins over the environment", "Exit statuses"} {
+			if !strings.Contains(r.stdout, w) {
+				t.Errorf("%s --help does not mention %q:\n%s", cmd, w, r.stdout)
+			}
+		}
+	}
+}
+
+func TestLeaderNoLeader(t *testing.T) {
+	t.Parallel()
+	r := runApp(t.Context(), nil, "leader", "--backend", "memory://", "--lease", "x", "--json")
+	if r.code != exitFailure {
+		t.Errorf("exit %d, want 1", r.code)
+	}
+	if got, want := r.stdout, `{"lease":"x","holder":null}`+"\n"; got != want {
+		t.Errorf("stdout %q, want %q", got, want)
+	}
+	if !strings.Contains(r.stderr, `nobody holds lease "x"`) {
+		t.Errorf("stderr %q", r.stderr)
+	}
+	r = runApp(t.Context(), nil, "leader", "--backend", "memory://", "--lease", "x")
+	if r.code != exitFailure || r.stdout != "" {
+		t.Errorf("text: exit %d, stdout %q", r.code, r.stdout)
+	}
+}
+
+func TestIsLeaderMatchesHostWithoutID(t *testing.T) {
+	t.Parallel()
+	c := &isLeaderCommand{app: &App{Hostname: func() (string, error) { return "web-1", nil }}}
+	match, err := c.matcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for holder, want := range map[string]bool{"web-1/0a1b2c3d": true, "web-1": true, "web-2/0a1b2c3d": false, "web-1x/1": false} {
+		if got := match(holder); got != want {
+			t.Errorf("holder %q matched %v, want %v", holder, got, want)
+		}
+	}
+	c.common.id = "web-1/0a1b2c3d"
+	match, _ = c.matcher()
+	if !match("web-1/0a1b2c3d") || match("web-1/ffffffff") {
+		t.Error("with --id only that exact holder may match")
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	t.Parallel()
+	for err, want := range map[error]int{
+		nil:                                     0,
+		errors.New("x"):                         1,
+		&exitError{code: 7}:                     7,
+		fmt.Errorf("w: %w", &exitError{3, nil}): 3,
+		&baton.ConfigError{Problems: []string{"p"}}: 2,
+	} {
+		if got := exitCode(err); got != want {
+			t.Errorf("exitCode(%v) = %d, want %d", err, got, want)
+		}
+	}
+}
+
+func TestRunOncePassesExitStatusAndEnv(t *testing.T) {
+	t.Parallel()
+	r := runApp(t.Context(), nil, "run", "--backend", "memory://", "--lease", "x", "--id", "me", "--once", "--",
+		"sh", "-c", `echo "$BATON_LEASE $BATON_TOKEN $BATON_HOLDER"; exit 7`)
+	if r.code != 7 {
+		t.Errorf("exit %d, want the command's 7; stderr:\n%s", r.code, r.stderr)
+	}
+	if r.stdout != "x 1 me\n" {
+		t.Errorf("the command printed %q, want %q", r.stdout, "x 1 me\n")
+	}
+	r = runApp(t.Context(), nil, "run", "--backend", "memory://", "--lease", "x", "--once", "--", "true")
+	if r.code != 0 {
+		t.Errorf("--once with a successful command: exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+}
+
+// TestRunRestartsCommand checks that without --once a command that exits is
+// run again (after the back-off), and that a stop request exits 0.
+func TestRunRestartsCommand(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "runs")
+	ctx, cancel := context.WithCancelCause(t.Context())
+	defer cancel(nil)
+	done := make(chan result, 1)
+	go func() {
+		done <- runApp(ctx, nil, "run", "--backend", "memory://", "--lease", "x", "--",
+			"sh", "-c", `echo "$BATON_TOKEN" >> "$0"`, file)
+	}()
+	eventually(t, 20*time.Second, "the command to run twice", func() bool {
+		b, _ := os.ReadFile(file)
+		return strings.Count(string(b), "\n") >= 2
+	})
+	cancel(&signalError{syscall.SIGTERM})
+	r := <-done
+	if r.code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0; stderr:\n%s", r.code, r.stderr)
+	}
+	b, _ := os.ReadFile(file)
+	if lines := strings.Fields(string(b)); len(lines) < 2 || lines[0] == lines[1] {
+		t.Errorf("each run should have a new token: %q", lines)
+	}
+	if !strings.Contains(r.stderr, "waiting before campaigning again") {
+		t.Errorf("a quickly exiting command should be restarted after a back-off; stderr:\n%s", r.stderr)
+	}
+}
+
+// TestRunStopsCommandOnSignal checks that SIGTERM to baton stops the command
+// with SIGTERM before baton exits 0.
+func TestRunStopsCommandOnSignal(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "log")
+	ctx, cancel := context.WithCancelCause(t.Context())
+	defer cancel(nil)
+	done := make(chan result, 1)
+	go func() {
+		done <- runApp(ctx, nil, "run", "--backend", "memory://", "--lease", "x", "--grace", "30s", "--",
+			"sh", "-c", `trap 'echo stopped >> "$0"; exit 0' TERM; echo started >> "$0"; while :; do sleep 0.05; done`, file)
+	}()
+	eventually(t, 20*time.Second, "the command to start", func() bool {
+		b, _ := os.ReadFile(file)
+		return strings.Contains(string(b), "started")
+	})
+	cancel(&signalError{syscall.SIGINT})
+	r := <-done
+	if r.code != 0 {
+		t.Errorf("exit %d, want 0; stderr:\n%s", r.code, r.stderr)
+	}
+	if b, _ := os.ReadFile(file); string(b) != "started\nstopped\n" {
+		t.Errorf("the command should have been stopped with SIGTERM before baton exited; its log: %q", b)
+	}
+}
