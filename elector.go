@@ -28,6 +28,15 @@ type ElectorConfig struct {
 	// 100 ms and 10 s.
 	RetryMin, RetryMax time.Duration
 
+	// StopEarly makes the callback's context end this long before the
+	// term's safe-until deadline when renewals lag, instead of at the deadline,
+	// so that work which needs time to wind down (a child process given a grace
+	// period before SIGKILL) is over before another candidate can take over.
+	// In healthy operation safe-until stays at least TTL − RenewInterval −
+	// DriftMargin ahead, so StopEarly must be below that or every term ends at
+	// once. Zero (the default) means at safe-until.
+	StopEarly time.Duration
+
 	// ResignTimeout bounds the release of the lease after the callback returned.
 	// Zero means 5 s. A release that times out is logged; the lease then
 	// expires after its TTL.
@@ -102,9 +111,9 @@ func NewElector(b Backend, cfg ElectorConfig) (*Elector, error) {
 	if cfg.Lease == "" {
 		errs.add("Lease is empty: name the lease to campaign for")
 	}
-	if cfg.RetryMin < 0 || cfg.RetryMax < 0 || cfg.ResignTimeout < 0 {
-		errs.add(fmt.Sprintf("RetryMin (%s), RetryMax (%s) and ResignTimeout (%s) must not be negative",
-			cfg.RetryMin, cfg.RetryMax, cfg.ResignTimeout))
+	if cfg.RetryMin < 0 || cfg.RetryMax < 0 || cfg.ResignTimeout < 0 || cfg.StopEarly < 0 {
+		errs.add(fmt.Sprintf("RetryMin (%s), RetryMax (%s), ResignTimeout (%s) and StopEarly (%s) must not be negative",
+			cfg.RetryMin, cfg.RetryMax, cfg.ResignTimeout, cfg.StopEarly))
 	}
 	if err := errs.errOrNil(); err != nil {
 		return nil, err
@@ -191,8 +200,10 @@ func (e *Elector) lead(ctx context.Context, t Term, fn func(context.Context, Ter
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		// The term ends itself at SafeUntil, but a Term from a third-party
-		// backend might not: enforce the deadline here too.
-		timer := time.NewTimer(time.Until(t.SafeUntil()))
+		// backend might not, and StopEarly wants the callback out sooner:
+		// enforce the deadline here too.
+		deadline := func() time.Time { return t.SafeUntil().Add(-e.cfg.StopEarly) }
+		timer := time.NewTimer(time.Until(deadline()))
 		defer timer.Stop()
 		for {
 			select {
@@ -202,11 +213,11 @@ func (e *Elector) lead(ctx context.Context, t Term, fn func(context.Context, Ter
 			case <-stop:
 				return
 			case <-timer.C:
-				if left := time.Until(t.SafeUntil()); left > 0 {
+				if left := time.Until(deadline()); left > 0 {
 					timer.Reset(left)
 					continue
 				}
-				e.log.Warn("safe-until passed without a confirmed renewal; stopping", "token", t.Token())
+				e.log.Warn("renewals lag: stopping before safe-until", "token", t.Token(), "safe_until_in", time.Until(t.SafeUntil()))
 				cancel()
 				return
 			}

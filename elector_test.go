@@ -228,3 +228,38 @@ func TestCandidateID(t *testing.T) {
 		t.Errorf("HostOf of an ID without a slash must be the ID itself")
 	}
 }
+
+func TestStopEarlyCancelsBeforeSafeUntil(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		b, err := memory.New(store, memory.Options{Config: testCfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close(context.Background())
+		const early = 500 * time.Millisecond
+		e, err := baton.NewElector(b, baton.ElectorConfig{Lease: "job", StopEarly: early})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = e.Run(t.Context(), func(ctx context.Context, term baton.Term) error {
+			// Healthy renewals never trigger StopEarly.
+			time.Sleep(3 * testCfg.TTL)
+			if ctx.Err() != nil {
+				t.Fatalf("callback cancelled while renewals were healthy")
+			}
+			b.Disconnect()
+			<-ctx.Done()
+			if left := time.Until(term.SafeUntil()); left < early {
+				t.Errorf("cancelled %s before safe-until, want at least %s", left, early)
+			}
+			if term.Err() != nil {
+				t.Errorf("term already ended (%v): the cancel came at safe-until, not before", term.Err())
+			}
+			return errors.New("stopped")
+		})
+		if err == nil || err.Error() != "stopped" {
+			t.Fatalf("Run = %v", err)
+		}
+	})
+}

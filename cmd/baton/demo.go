@@ -31,7 +31,7 @@ The demo starts an etcd server inside this process (loopback, random port, data
 in a temporary directory removed at exit) and --nodes copies of this binary, each
 running
 
-  baton run --backend etcd://127.0.0.1:PORT --lease demo --id node-K --ttl TTL --grace 1s -- baton demo-job
+  baton run --backend etcd://127.0.0.1:PORT --lease demo --id node-K --ttl TTL -- baton demo-job
 
 where demo-job prints "node-K working with token N" every 500ms. Every
 --interval it kills the current leader, alternating kill -9 (a crash: the
@@ -377,7 +377,6 @@ func (d *demo) startNode(i int) error {
 		"--lease", demoLease,
 		"--id", n.name,
 		"--ttl", d.c.ttl.String(),
-		"--grace", "1s",
 		"--",
 		d.exe, "demo-job",
 	}

@@ -171,7 +171,7 @@ func TestRunFailover(t *testing.T) {
 	var procs []*batonProc
 	for i := range 3 {
 		procs = append(procs, startBaton(t, fmt.Sprintf("baton-%d", i+1), env,
-			"run", "--backend", backend, "--lease", lease, "--ttl", "1s", "--grace", "1s", "--log-level", "debug", "--", self))
+			"run", "--backend", backend, "--lease", lease, "--ttl", "1s", "--grace", "300ms", "--log-level", "debug", "--", self))
 	}
 
 	eventually(t, 30*time.Second, "a child to start", func() bool { return len(starts(readEvents(file))) >= 1 })
@@ -297,7 +297,7 @@ func TestRunOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startBaton(t, "baton-once", testEnv(childEnv+"=1", childFileEnv+"="+file),
-		"run", "--once", "--backend", backend, "--lease", "lost", "--ttl", "2s", "--grace", "5s", "--", self)
+		"run", "--once", "--backend", backend, "--lease", "lost", "--ttl", "2s", "--grace", "500ms", "--", self)
 	eventually(t, 30*time.Second, "the child to start", func() bool { return len(starts(readEvents(file))) == 1 })
 	client := srv.Client(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)

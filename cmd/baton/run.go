@@ -29,12 +29,15 @@ tokens lower than the highest it has seen) and BATON_HOLDER (the --id) added.
 CMD's stdout and stderr are baton's; its stdin is /dev/null. SIGHUP, SIGUSR1,
 SIGUSR2, SIGWINCH and SIGQUIT sent to baton are forwarded to CMD's group.
 
-When the term ends (the lease was lost, or it could not be renewed before its
-safe-until deadline), CMD's group gets SIGTERM and, --grace later, SIGKILL; then
-baton campaigns again. Another instance may already lead while CMD is in its
-grace period: make --grace as short as CMD's clean shutdown allows, and fence
-writes with BATON_TOKEN. If baton dies, even by kill -9, the kernel kills CMD
-(parent-death signal); CMD's own descendants are not covered.
+When the term ends (the lease was lost), CMD's group gets SIGTERM and, --grace
+later, SIGKILL; then baton campaigns again. When renewals lag, baton does not
+wait for the safe-until deadline: it sends SIGTERM --grace before it, so that
+SIGKILL has landed by the time another instance may take over. --grace must
+therefore be below the renewal window (--ttl minus its renew interval and drift
+margin: 5.67s at --ttl 10s); by default it is half of that, at most 5s. Fence
+writes with BATON_TOKEN all the same: a paused process can still write late. If
+baton dies, even by kill -9, the kernel kills CMD (parent-death signal); CMD's
+own descendants are not covered.
 
 SIGTERM or SIGINT to baton: CMD is stopped the same way, then baton resigns so
 that a standby takes over at once, and exits 0. A second SIGTERM/SIGINT kills
@@ -114,7 +117,7 @@ func (a *App) newRunCommand() *cobra.Command {
 	}
 	c.fs = cmd.Flags()
 	c.common.register(c.fs, "candidate id, unique per process (default HOST/RANDOM)")
-	c.fs.DurationVar(&c.grace, "grace", supervise.DefaultGrace, "time between SIGTERM and SIGKILL when stopping CMD (0: SIGKILL right after SIGTERM)")
+	c.fs.DurationVar(&c.grace, "grace", 0, "time between SIGTERM and SIGKILL when stopping CMD; when renewals lag, SIGTERM comes this long before the safe-until deadline so that SIGKILL lands by it (default: half of the renewal window, at most 5s: 2.8s at --ttl 10s)")
 	c.fs.BoolVar(&c.once, "once", false, "run CMD for one term only, then exit with its status")
 	c.fs.DurationVar(&c.timeout, "timeout", 0, "give up (exit 3) if not elected within this time (0: wait forever)")
 	withEnv(c.fs, "grace")
@@ -125,9 +128,22 @@ func (a *App) newRunCommand() *cobra.Command {
 // or, with --once, the command's term is over.
 func (c *runCommand) Run(ctx context.Context, args []string) error {
 	problems, spec := c.common.validate()
-	if c.grace < 0 {
-		problems = append(problems, fmt.Sprintf("%s %s: must not be negative; use e.g. --grace 10s (0 kills right after SIGTERM)",
+	// The renewal window: how far ahead safe-until stays while renewals are
+	// healthy. A grace as long as that would stop every term at once.
+	window := time.Duration(0)
+	if timing, err := (baton.Config{TTL: c.common.ttl}).WithDefaults(); err == nil {
+		window = timing.TTL - timing.RenewInterval - timing.DriftMargin
+	}
+	graceSet := c.fs.Lookup("grace").Changed || flagSource(c.fs, "grace") != "--grace"
+	switch {
+	case c.grace < 0:
+		problems = append(problems, fmt.Sprintf("%s %s: must not be negative; use e.g. --grace 2s (0 kills right after SIGTERM)",
 			flagSource(c.fs, "grace"), c.grace))
+	case !graceSet && window > 0:
+		c.grace = min(5*time.Second, window/2)
+	case graceSet && window > 0 && c.grace >= window:
+		problems = append(problems, fmt.Sprintf("%s %s: must be below %s (--ttl %s minus its renew interval and drift margin), or a child could outlive the term while another instance leads; lower --grace or raise --ttl",
+			flagSource(c.fs, "grace"), c.grace, window.Round(time.Millisecond), c.common.ttl))
 	}
 	if c.timeout < 0 {
 		problems = append(problems, fmt.Sprintf("--timeout %s: must not be negative; use 0 to wait forever", c.timeout))
@@ -156,6 +172,8 @@ func (c *runCommand) Run(ctx context.Context, args []string) error {
 		Lease:     c.common.lease,
 		Candidate: baton.Candidate{ID: id},
 		Logger:    log,
+		// SIGKILL must land by safe-until: start stopping CMD a grace early.
+		StopEarly: c.grace,
 	})
 	if err != nil {
 		return err

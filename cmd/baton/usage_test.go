@@ -78,7 +78,10 @@ func TestUsageErrors(t *testing.T) {
 			[]string{`invalid argument "ten"`, "baton is-leader --help"}},
 		{"negative grace", nil,
 			append([]string{"run", "--grace", "-1s"}, append(ok, "--", "true")...),
-			[]string{"--grace -1s", "must not be negative", "--grace 10s"}},
+			[]string{"--grace -1s", "must not be negative", "--grace 2s"}},
+		{"grace longer than the renewal window", nil,
+			append([]string{"run", "--grace", "6s"}, append(ok, "--", "true")...),
+			[]string{"--grace 6s", "must be below", "lower --grace or raise --ttl"}},
 		{"negative grace from env", map[string]string{"BATON_GRACE": "-5s"},
 			append([]string{"run"}, append(ok, "--", "true")...),
 			[]string{"BATON_GRACE -5s", "must not be negative"}},
@@ -293,7 +296,7 @@ func TestRunStopsCommandOnSignal(t *testing.T) {
 	defer cancel(nil)
 	done := make(chan result, 1)
 	go func() {
-		done <- runApp(ctx, nil, "run", "--backend", "memory://", "--lease", "x", "--grace", "30s", "--",
+		done <- runApp(ctx, nil, "run", "--backend", "memory://", "--lease", "x", "--grace", "5s", "--",
 			"sh", "-c", `trap 'echo stopped >> "$0"; exit 0' TERM; echo started >> "$0"; while :; do sleep 0.05; done`, file)
 	}()
 	eventually(t, 20*time.Second, "the command to start", func() bool {
