@@ -156,7 +156,8 @@ func (e *Elector) ID() string { return e.cfg.Candidate.ID }
 // waits for fn to return before it resigns.
 //
 // Run returns when ctx ends (with ctx's error), or when fn returns a non-nil
-// error (with that error, after resigning). Campaign failures are retried
+// error (with that error, after resigning), or when the backend is closed
+// (with an error wrapping ErrClosed). Other campaign failures are retried
 // with back-off and logged, never returned.
 func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t Term) error) error {
 	if !e.running.CompareAndSwap(false, true) {
@@ -173,6 +174,9 @@ func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t Term) 
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if errors.Is(err, ErrClosed) {
+				return err // nothing left to campaign on
 			}
 			e.setError(err)
 			wait := retry/2 + rand.N(retry/2+1)
@@ -194,6 +198,15 @@ func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t Term) 
 
 // lead runs fn for one term and gives the lease back afterwards.
 func (e *Elector) lead(ctx context.Context, t Term, fn func(context.Context, Term) error) error {
+	if left := time.Until(t.SafeUntil()); left <= e.cfg.StopEarly {
+		// Won with too little of the term left to wind down in time (a
+		// lagging session): don't start what could not be stopped by safe-until.
+		e.log.Warn("elected with too little time before safe-until; resigning", "token", t.Token(), "left", left, "stop_early", e.cfg.StopEarly)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ResignTimeout)
+		_ = t.Resign(rctx)
+		rcancel()
+		return nil
+	}
 	e.elected(t)
 	fctx, cancel := context.WithCancel(ctx)
 	stop := make(chan struct{})
@@ -238,7 +251,7 @@ func (e *Elector) lead(ctx context.Context, t Term, fn func(context.Context, Ter
 }
 
 // IsLeader reports whether the Elector holds its lease now and is before the
-// term's safe-until deadline. It does not contact the backend.
+// term's safe-until deadline (less StopEarly). It does not contact the backend.
 func (e *Elector) IsLeader() bool {
 	b := e.term.Load()
 	if b == nil {
@@ -249,7 +262,7 @@ func (e *Elector) IsLeader() bool {
 		return false
 	default:
 	}
-	return time.Now().Before(b.t.SafeUntil())
+	return time.Now().Before(b.t.SafeUntil().Add(-e.cfg.StopEarly))
 }
 
 // Term returns the current term, or nil when the Elector does not lead.

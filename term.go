@@ -134,21 +134,19 @@ func (t *BasicTerm) endLocked(err error) bool {
 	return true
 }
 
-// Resign implements Term: it ends the term with ErrResigned, then calls the
-// release function once. A second Resign returns the first one's result.
+// Resign implements Term: it ends the term with ErrResigned (unless it had
+// already ended for another reason), then calls the release function once.
+// Release runs even after a loss or an expiry: the store may still hold
+// something of ours — an expired holder's key on a session that recovered —
+// and release functions only remove what is still this term's. A second
+// Resign returns the first one's result.
 func (t *BasicTerm) Resign(ctx context.Context) error {
 	t.mu.Lock()
-	ended := t.endLocked(ErrResigned)
-	if !ended && t.released {
+	t.endLocked(ErrResigned)
+	if t.released {
 		err := t.relErr
 		t.mu.Unlock()
 		return err
-	}
-	if !ended && t.err != ErrResigned {
-		// The store already ended the term (lost, expired, closed): there is
-		// nothing of ours left to release.
-		t.mu.Unlock()
-		return nil
 	}
 	t.released = true
 	t.mu.Unlock()

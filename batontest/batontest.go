@@ -290,7 +290,13 @@ func (s *suite) cancelledCampaign(t *testing.T) {
 		t.Fatalf("campaign with an expiring context: err = %v, want context.DeadlineExceeded", err)
 	}
 	resign(t, ta)
-	tc := campaign(t, c, lease, "c", 10*time.Second)
+	lctx0, lcancel0 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer lcancel0()
+	if rec, err := c.Backend.Leader(lctx0, lease); !errors.Is(err, baton.ErrNoLeader) {
+		t.Fatalf("after a resigned, with b's campaign cancelled, Leader = %+v, %v; want ErrNoLeader", rec, err)
+	}
+	// Within a TTL: b left nothing that c would have to wait out.
+	tc := campaign(t, c, lease, "c", s.ttl*9/10)
 	lctx, lcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer lcancel()
 	rec, err := c.Backend.Leader(lctx, lease)
@@ -308,6 +314,7 @@ func (s *suite) killedHolderReplaced(t *testing.T) {
 	aDone := watchDone(ta)
 
 	got := make(chan baton.Term, 1)
+	bAcquired := make(chan time.Time, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -317,6 +324,7 @@ func (s *suite) killedHolderReplaced(t *testing.T) {
 			close(got)
 			return
 		}
+		bAcquired <- time.Now()
 		got <- tb
 	}()
 	// Let a renew at least once with b waiting, so that b's takeover really
@@ -329,8 +337,8 @@ func (s *suite) killedHolderReplaced(t *testing.T) {
 	if !ok {
 		return
 	}
-	took := time.Since(killed)
-	acquired := time.Now()
+	acquired := <-bAcquired
+	took := acquired.Sub(killed)
 	// The bound of DESIGN.md: TTL + one renew interval, plus scheduling slack
 	// for a loaded CI machine.
 	bound := cfg.TTL + cfg.RenewInterval + 750*time.Millisecond
@@ -341,13 +349,16 @@ func (s *suite) killedHolderReplaced(t *testing.T) {
 	if tb.Token() <= ta.Token() {
 		t.Errorf("b's token %d is not greater than a's %d", tb.Token(), ta.Token())
 	}
+	if su := ta.SafeUntil(); !su.Before(acquired) {
+		t.Errorf("b acquired at %v, before the killed holder's safe-until %v: two holders at once", acquired, su)
+	}
 	select {
 	case at := <-aDone:
 		if !at.Before(acquired) {
 			t.Errorf("a's term ended at %v, after b acquired at %v", at, acquired)
 		}
-	default:
-		t.Errorf("b acquired while the killed holder's term had not ended: two holders at once")
+	case <-time.After(5 * time.Second):
+		t.Errorf("the killed holder's term never ended")
 	}
 	resign(t, tb)
 }

@@ -37,12 +37,18 @@ type Backend struct {
 
 	mu     sync.Mutex
 	closed bool
+	done   chan struct{}       // closed by Close: waiting campaigns give up
 	active map[string]*holding // by lease name + "\x00" + candidate ID
 	// left records, by the same key, the token of a term of ours that ended
 	// without a release, so that we may take that record back at once rather
 	// than wait a TTL for our own ghost.
 	left map[string]uint64
-	wg   sync.WaitGroup
+	// released records, by the same key, when we last released a lease, so
+	// that we give waiters one poll interval to take it before we take it
+	// back: without that, a holder that resigns and campaigns again would
+	// win every time over waiters that learn of the release by polling.
+	released map[string]time.Time
+	wg       sync.WaitGroup
 }
 
 var _ baton.Backend = (*Backend)(nil)
@@ -79,7 +85,7 @@ func New(store Store, opts Options) (*Backend, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	b := &Backend{store: store, cfg: cfg, poll: poll, log: log.WithGroup("cas"), active: map[string]*holding{}, left: map[string]uint64{}}
+	b := &Backend{done: make(chan struct{}), store: store, cfg: cfg, poll: poll, log: log.WithGroup("cas"), active: map[string]*holding{}, left: map[string]uint64{}, released: map[string]time.Time{}}
 	b.notify, _ = store.(Notifier)
 	return b, nil
 }
@@ -145,6 +151,10 @@ func (b *Backend) campaign(ctx context.Context, h *holding) (baton.Term, error) 
 			// without a release: nobody acts on it, take it now. (A record that
 			// merely carries our ID could be another process misconfigured
 			// with the same ID; that one waits a TTL like any other.)
+			if d := b.yieldLeft(h); d > 0 && rec.Holder == "" {
+				wait = d
+				break
+			}
 			if t, err := b.acquire(ctx, h, v, rec); t != nil || err != nil {
 				return t, err
 			}
@@ -172,6 +182,9 @@ func (b *Backend) campaign(ctx context.Context, h *holding) (baton.Term, error) 
 		case <-ctx.Done():
 			timer.Stop()
 			return nil, ctx.Err()
+		case <-b.done:
+			timer.Stop()
+			return nil, baton.ErrClosed
 		case <-wake:
 		case <-timer.C:
 		}
@@ -206,10 +219,22 @@ func (b *Backend) acquire(ctx context.Context, h *holding, v uint64, old Record)
 		return b.release(ctx, h)
 	})
 	b.mu.Lock()
+	if b.closed {
+		// Close already took its snapshot of held leases: give this one back.
+		b.mu.Unlock()
+		close(h.stop)
+		close(h.stopped)
+		t.End(fmt.Errorf("%w: lease %q", baton.ErrClosed, h.name))
+		_, _ = b.store.CompareAndSwap(context.WithoutCancel(ctx), h.name, nv, Record{Token: rec.Token, TTL: rec.TTL})
+		return nil, baton.ErrClosed
+	}
 	h.term = t
 	delete(b.left, h.name+"\x00"+h.id)
-	b.mu.Unlock()
+	delete(b.released, h.name+"\x00"+h.id)
+	// Started under b.mu so that Close, which sets closed under b.mu before
+	// it waits, never misses a renewer.
 	b.wg.Go(func() { b.renew(h) })
+	b.mu.Unlock()
 	b.log.Debug("acquired", "lease", h.name, "token", rec.Token)
 	return h.term, nil
 }
@@ -276,6 +301,27 @@ func (b *Backend) renew(h *holding) {
 	}
 }
 
+// yieldLeft is how much longer h's candidate should leave a lease it just
+// released to the waiters.
+func (b *Backend) yieldLeft(h *holding) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	at, ok := b.released[h.name+"\x00"+h.id]
+	if !ok {
+		return 0
+	}
+	yield := b.poll
+	if b.notify != nil {
+		// Waiters hear of the release at once; a round trip is all they need.
+		yield = min(yield, 100*time.Millisecond)
+	}
+	left := yield - time.Since(at)
+	if left <= 0 {
+		delete(b.released, h.name+"\x00"+h.id)
+	}
+	return left
+}
+
 func (b *Backend) leftBehind(h *holding, rec Record) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -305,14 +351,24 @@ func (b *Backend) release(ctx context.Context, h *holding) error {
 	default:
 		close(h.stop)
 	}
-	<-h.stopped
+	select {
+	case <-h.stopped:
+	case <-ctx.Done():
+		// The renewer is stuck in a store call; it stops when that returns
+		// (bounded by safe-until) and the record then expires unrenewed.
+		return fmt.Errorf("cas: release lease %q: %w", h.name, ctx.Err())
+	}
 	free := Record{Token: h.rec.Token, TTL: h.rec.TTL}
 	for {
 		_, err := b.store.CompareAndSwap(ctx, h.name, h.version, free)
 		if err == nil || !errors.Is(err, ErrConflict) {
 			if err != nil {
+				b.markLeft(h, h.rec.Token) // it may have landed after all
 				return fmt.Errorf("cas: release lease %q: %w", h.name, err)
 			}
+			b.mu.Lock()
+			b.released[h.name+"\x00"+h.id] = time.Now()
+			b.mu.Unlock()
 			return nil
 		}
 		got, gv, gerr := b.store.Get(ctx, h.name)
@@ -344,6 +400,9 @@ func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error)
 // goroutines. The Store is the caller's and is not closed.
 func (b *Backend) Close(ctx context.Context) error {
 	b.mu.Lock()
+	if !b.closed {
+		close(b.done)
+	}
 	b.closed = true
 	var held []*holding
 	for _, h := range b.active {

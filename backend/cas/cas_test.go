@@ -305,3 +305,55 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		t.Fatalf("err = %v; want a ConfigError listing every problem", err)
 	}
 }
+
+// A term that expired while its store was slow may still be named in the
+// record once the store recovers; Resign must clear it rather than leave the
+// lease blocked for a TTL (or, on a session backend, for the session's life).
+func TestResignAfterExpiryReleases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultStore{Store: memory.NewStore()}
+		b := newBackend(t, f, cfg)
+		term, err := b.Campaign(t.Context(), "l", baton.Candidate{ID: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.down.Store(true)
+		<-term.Done()
+		f.down.Store(false)
+		if err := term.Resign(t.Context()); err != nil {
+			t.Fatalf("Resign after expiry: %v", err)
+		}
+		if rec, _, _ := f.Store.Get(t.Context(), "l"); rec.Holder != "" {
+			t.Errorf("record after Resign = %+v, want released", rec)
+		}
+	})
+}
+
+// Close must not hang on, or leak, a campaign that wins while it closes.
+func TestCloseDuringCampaign(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		a := newBackend(t, store, cfg)
+		b, err := cas.New(store, cas.Options{Config: cfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ta, err := a.Campaign(t.Context(), "l", baton.Candidate{ID: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		errc := make(chan error, 1)
+		go func() {
+			_, err := b.Campaign(t.Context(), "l", baton.Candidate{ID: "b"})
+			errc <- err
+		}()
+		synctest.Wait() // b is waiting
+		if err := b.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errc; !errors.Is(err, baton.ErrClosed) {
+			t.Errorf("waiting campaign after Close: err = %v, want ErrClosed", err)
+		}
+		_ = ta.Resign(t.Context())
+	})
+}

@@ -401,8 +401,13 @@ func (r *runner) lead(ctx context.Context, t baton.Term) error {
 	} else {
 		log.Warn("term ended; stopping the command", "reason", t.Err())
 	}
-	// Not ctx: it has ended, and Stop must still allow the full grace.
-	_ = p.Stop(context.Background())
+	// Not ctx: it has ended, and Stop must still allow the grace — but never
+	// past safe-until, after which another instance may lead. (StopEarly
+	// normally leaves a full grace before it; a term lost outright or won
+	// late may not.)
+	sctx, scancel := context.WithDeadline(context.Background(), t.SafeUntil())
+	_ = p.Stop(sctx)
+	scancel()
 	log.Info("command stopped", "exit_code", p.ExitCode())
 	if r.c.once && !stoppedBySignal(ctx) && !errors.Is(context.Cause(ctx), errElectionTimeout) {
 		return errLostOnce
