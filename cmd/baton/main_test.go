@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -10,10 +9,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/batonhq/baton/internal/testserver"
 )
 
 // Environment of the test binary in child-helper mode, which the
@@ -179,7 +179,7 @@ type result struct {
 
 // runApp runs args in-process with env as the whole environment.
 func runApp(ctx context.Context, env map[string]string, args ...string) result {
-	var stdout, stderr syncBuffer
+	var stdout, stderr testserver.SyncBuffer
 	app := &App{
 		Stdout: &stdout,
 		Stderr: &stderr,
@@ -198,23 +198,4 @@ func runApp(ctx context.Context, env map[string]string, args ...string) result {
 	}
 	code := app.Main(ctx, args)
 	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
-}
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a command
-// and its child's output copier.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

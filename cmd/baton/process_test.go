@@ -22,7 +22,7 @@ import (
 type batonProc struct {
 	name string
 	cmd  *exec.Cmd
-	out  *syncBuffer // stdout and stderr
+	out  *testserver.SyncBuffer // stdout and stderr
 	done chan struct{}
 }
 
@@ -43,7 +43,7 @@ func testEnv(extra ...string) []string {
 // failed.
 func startBaton(t *testing.T, name string, env []string, args ...string) *batonProc {
 	t.Helper()
-	p := &batonProc{name: name, out: new(syncBuffer), done: make(chan struct{})}
+	p := &batonProc{name: name, out: new(testserver.SyncBuffer), done: make(chan struct{})}
 	p.cmd = exec.Command(batonBin, args...)
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
@@ -84,7 +84,7 @@ func runBaton(t *testing.T, timeout time.Duration, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr testserver.SyncBuffer
 	cmd := exec.CommandContext(ctx, batonBin, args...)
 	cmd.Env = testEnv()
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

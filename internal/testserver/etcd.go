@@ -27,9 +27,9 @@ func NewEtcd(dir string) (*Etcd, error) {
 	return newEtcd(dir, nil)
 }
 
-func newEtcd(dir string, log *syncBuffer) (*Etcd, error) {
+func newEtcd(dir string, log *SyncBuffer) (*Etcd, error) {
 	opts := etcdserver.Options{UnsafeNoFsync: true} // the data dies with the test
-	// A nil *syncBuffer stored in opts.Log would be a non-nil io.Writer.
+	// A nil *SyncBuffer stored in opts.Log would be a non-nil io.Writer.
 	if log != nil {
 		opts.Log = log
 	}
@@ -47,7 +47,7 @@ func newEtcd(dir string, log *syncBuffer) (*Etcd, error) {
 // etcd is compiled in, so it cannot be missing, and a skip would hide a bug.
 func StartEtcd(t testing.TB) *Etcd {
 	t.Helper()
-	log := new(syncBuffer)
+	log := new(SyncBuffer)
 	e, err := newEtcd(t.TempDir(), log)
 	if err != nil {
 		t.Fatalf("start embedded etcd: %v\netcd log:\n%s", err, log)
@@ -98,26 +98,30 @@ func EtcdClient(t testing.TB, endpoint string) *clientv3.Client {
 	return c
 }
 
-// syncBuffer collects etcd's log lines, which arrive from etcd's goroutines
-// while the test goroutine may read them.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe for concurrent use: etcd's log lines, or
+// a command's output copied by several goroutines, arrive while the test
+// goroutine may read them. The zero value is ready to use.
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+// Write appends p.
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) Len() int {
+// Len returns the number of bytes written so far.
+func (b *SyncBuffer) Len() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Len()
 }
 
-func (b *syncBuffer) String() string {
+// String returns everything written so far.
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
