@@ -59,43 +59,19 @@ func (c countingStore) Notify(ctx context.Context, name string) (<-chan struct{}
 	return c.Store.(cas.Notifier).Notify(ctx, name)
 }
 
-// downStore fails every call once down is set: the process is gone.
-type downStore struct {
-	cas.Store
-	down *atomic.Bool
-}
-
-func (d downStore) Get(ctx context.Context, name string) (cas.Record, uint64, error) {
-	if d.down.Load() {
-		return cas.Record{}, 0, memory.ErrDisconnected
-	}
-	return d.Store.Get(ctx, name)
-}
-
-func (d downStore) CompareAndSwap(ctx context.Context, name string, v uint64, r cas.Record) (uint64, error) {
-	if d.down.Load() {
-		return 0, memory.ErrDisconnected
-	}
-	return d.Store.CompareAndSwap(ctx, name, v, r)
-}
-
-func (d downStore) Notify(ctx context.Context, name string) (<-chan struct{}, error) {
-	return d.Store.(cas.Notifier).Notify(ctx, name)
-}
-
 func memoryTarget(b *testing.B) target {
 	store := memory.NewStore()
 	var n atomic.Int64
 	return target{
 		name: "memory",
 		new: func(b *testing.B, cfg baton.Config) *process {
-			var down atomic.Bool
-			be, err := cas.New(downStore{countingStore{store, &n}, &down}, cas.Options{Config: cfg})
+			conn := store.Connect()
+			be, err := cas.New(countingStore{conn, &n}, cas.Options{Config: cfg})
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { _ = be.Close(context.Background()) })
-			return &process{backend: be, kill: func() { down.Store(true) }}
+			return &process{backend: be, kill: conn.Disconnect}
 		},
 		requests: n.Load,
 	}

@@ -98,7 +98,7 @@ type Options = cas.Options
 // Backend is one process's connection to a Store. It embeds the cas lease loop.
 type Backend struct {
 	*cas.Backend
-	conn *conn
+	conn *Conn
 }
 
 var _ baton.Backend = (*Backend)(nil)
@@ -108,7 +108,7 @@ func New(s *Store, opts Options) (*Backend, error) {
 	if s == nil {
 		return nil, &baton.ConfigError{Problems: []string{"memory: Store is nil: create one with memory.NewStore()"}}
 	}
-	c := &conn{s: s}
+	c := s.Connect()
 	b, err := cas.New(c, opts)
 	if err != nil {
 		return nil, err
@@ -118,33 +118,62 @@ func New(s *Store, opts Options) (*Backend, error) {
 
 // Disconnect makes every store call of this Backend fail, as if its process
 // were cut off from the store, until Reconnect.
-func (b *Backend) Disconnect() { b.conn.down.Store(true) }
+func (b *Backend) Disconnect() { b.conn.Disconnect() }
 
 // Reconnect undoes Disconnect.
-func (b *Backend) Reconnect() { b.conn.down.Store(false) }
+func (b *Backend) Reconnect() { b.conn.Reconnect() }
 
-// conn is a Store view that can be cut off.
-type conn struct {
+// Conn is one process's connection to a Store: a cas.Store (and
+// cas.Notifier) that can be cut off, for tests and benchmarks that build
+// their own cas.Backend. Safe for concurrent use.
+type Conn struct {
 	s    *Store
 	down atomic.Bool
 }
 
-func (c *conn) Get(ctx context.Context, name string) (cas.Record, uint64, error) {
+// Connect returns a new, connected Conn to s.
+func (s *Store) Connect() *Conn { return &Conn{s: s} }
+
+// Disconnect makes every call fail with ErrDisconnected until Reconnect.
+func (c *Conn) Disconnect() { c.down.Store(true) }
+
+// Reconnect undoes Disconnect.
+func (c *Conn) Reconnect() { c.down.Store(false) }
+
+// Get implements cas.Store.
+func (c *Conn) Get(ctx context.Context, name string) (cas.Record, uint64, error) {
 	if c.down.Load() {
 		return cas.Record{}, 0, ErrDisconnected
 	}
 	return c.s.Get(ctx, name)
 }
 
-func (c *conn) CompareAndSwap(ctx context.Context, name string, version uint64, rec cas.Record) (uint64, error) {
+// CompareAndSwap implements cas.Store.
+func (c *Conn) CompareAndSwap(ctx context.Context, name string, version uint64, rec cas.Record) (uint64, error) {
 	if c.down.Load() {
 		return 0, ErrDisconnected
 	}
 	return c.s.CompareAndSwap(ctx, name, version, rec)
 }
 
-func (c *conn) Notify(ctx context.Context, name string) (<-chan struct{}, error) {
+// Notify implements cas.Notifier.
+func (c *Conn) Notify(ctx context.Context, name string) (<-chan struct{}, error) {
 	// A wake-up while disconnected is harmless: the read it triggers fails,
 	// which is what a partitioned client sees.
 	return c.s.Notify(ctx, name)
+}
+
+// Polling returns c without its notifications, so that a cas.Backend over it
+// wakes waiters by polling only, as over a store that cannot push changes.
+func (c *Conn) Polling() cas.Store { return polling{c} }
+
+// polling hides Conn's Notify method.
+type polling struct{ c *Conn }
+
+func (p polling) Get(ctx context.Context, name string) (cas.Record, uint64, error) {
+	return p.c.Get(ctx, name)
+}
+
+func (p polling) CompareAndSwap(ctx context.Context, name string, version uint64, rec cas.Record) (uint64, error) {
+	return p.c.CompareAndSwap(ctx, name, version, rec)
 }
