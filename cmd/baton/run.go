@@ -286,9 +286,10 @@ func (r *runner) loop(ctx context.Context, e *baton.Elector) error {
 }
 
 // standbyCheck is how often a standby asks the backend who leads, so that a
-// user sees why this instance waits. Some backends' campaigns block quietly
-// while the backend is unreachable (etcd's client waits for a connection),
-// so this is also where an unreachable backend gets reported.
+// user sees why this instance waits. A campaign that cannot reach the backend
+// is reported by the Elector ("campaign failed; retrying"); this check also
+// catches a campaign that waits on a backend which stopped answering while it
+// was already queued.
 const (
 	standbyCheck        = 5 * time.Second
 	standbyQueryTimeout = 2 * time.Second
