@@ -1,0 +1,414 @@
+package raft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/batonhq/baton"
+)
+
+// Options configures a Backend. The zero value means the documented
+// defaults.
+type Options struct {
+	// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s,
+	// TTL/3, TTL/10). TTL is the session's: how long after this process's
+	// last confirmed renewal the raft leader expires its leases.
+	baton.Config
+
+	// StaleReads makes Leader read the nearest copy of the log instead of
+	// asking the raft leader: faster and available without a quorum, but
+	// it may report a holder that has since changed. Default false
+	// (linearizable).
+	StaleReads bool
+
+	// Logger receives log lines (group "raft"). Nil (the default) means
+	// silent.
+	Logger *slog.Logger
+}
+
+// Backend runs baton leases on a raft group, over one session per Backend.
+// It is safe for concurrent use and may hold any number of leases.
+type Backend struct {
+	g     Group
+	cfg   baton.Config
+	stale bool
+	log   *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// creating admits one caller at a time to create the session.
+	creating chan struct{}
+
+	mu      sync.Mutex
+	closed  bool
+	sess    *session
+	slots   map[string]*slot
+	orphans map[string]string // lease -> session: a queue place or a hold nobody waits for
+	reaping bool
+}
+
+var _ baton.Backend = (*Backend)(nil)
+
+// slot marks a lease name this Backend campaigns for or holds: one
+// session has one place per lease.
+type slot struct {
+	term *baton.BasicTerm
+}
+
+// New returns a Backend that campaigns through g, a member (StartNode) or
+// an agent client (Dial). g remains the caller's: Close does not close it.
+func New(g Group, opts Options) (*Backend, error) {
+	cfg, err := opts.Config.WithDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if g == nil {
+		return nil, &baton.ConfigError{Problems: []string{"raft: group is nil: pass a *Node from StartNode or a *Client from Dial"}}
+	}
+	if g.witness() {
+		return nil, &baton.ConfigError{Problems: []string{"raft: this member is a witness: it votes but never campaigns; run the job on the other members"}}
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Backend{
+		g: g, cfg: cfg, stale: opts.StaleReads, log: log.WithGroup("raft"),
+		ctx: ctx, cancel: cancel, creating: make(chan struct{}, 1),
+		slots: map[string]*slot{}, orphans: map[string]string{},
+	}, nil
+}
+
+// Config returns the timing the Backend uses, defaults filled in.
+func (b *Backend) Config() baton.Config { return b.cfg }
+
+// Campaign implements baton.Backend. Candidates queue in the log in the
+// order they asked (first come, first served); a second Campaign for a
+// name this Backend already campaigns for or holds returns an error
+// wrapping baton.ErrAlreadyCampaigning.
+func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) (baton.Term, error) {
+	if name == "" {
+		return nil, errors.New("raft: lease name must not be empty")
+	}
+	if c.ID == "" {
+		return nil, fmt.Errorf("raft: candidate ID must not be empty (lease %q)", name)
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, baton.ErrClosed
+	}
+	if old := b.slots[name]; old != nil && (old.term == nil || old.term.Err() == nil) {
+		b.mu.Unlock()
+		return nil, fmt.Errorf("%w: lease %q, candidate %q (one campaign per lease name per Backend)", baton.ErrAlreadyCampaigning, name, c.ID)
+	}
+	sl := &slot{}
+	b.slots[name] = sl
+	b.mu.Unlock()
+	t, err := b.campaign(ctx, sl, name, c.ID)
+	if err != nil {
+		b.unclaim(name, sl)
+		return nil, err
+	}
+	return t, nil
+}
+
+func (b *Backend) unclaim(name string, sl *slot) {
+	b.mu.Lock()
+	if b.slots[name] == sl {
+		delete(b.slots, name)
+	}
+	b.mu.Unlock()
+}
+
+func (b *Backend) campaign(ctx context.Context, sl *slot, name, id string) (baton.Term, error) {
+	var (
+		s   *session
+		res *result
+	)
+	for retried := false; ; retried = true {
+		var err error
+		if s, err = b.session(ctx); err != nil {
+			return nil, err
+		}
+		actx, cancel := s.bound(ctx)
+		res, err = b.g.apply(actx, command{Op: opAcquire, Session: s.id, Lease: name, Candidate: id, Time: time.Now()})
+		cancel()
+		if err != nil {
+			// The acquire may have landed though its reply was lost.
+			b.abandon(name, s)
+			return nil, b.campaignErr(ctx, s, name, "acquire", err)
+		}
+		if res.Err == errUnknownSession && !retried {
+			b.endSession(s, b.lostErr(s))
+			continue
+		}
+		if res.Err != "" {
+			return nil, fmt.Errorf("%w: lease %q: acquire refused: %s", baton.ErrBackendUnavailable, name, res.Err)
+		}
+		break
+	}
+	if res.Holder {
+		return b.hold(s, sl, name, res.Token, res.Index)
+	}
+	b.log.Debug("queued", "lease", name, "session", s.id, "index", res.Index)
+	minIndex, after := res.Index, uint64(0)
+	for {
+		wctx, cancel := s.bound(ctx)
+		v, err := b.g.wait(wctx, name, s.id, minIndex, after)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				b.abandon(name, s)
+			}
+			return nil, b.campaignErr(ctx, s, name, "wait", err)
+		}
+		switch {
+		case v.Session == s.id:
+			return b.hold(s, sl, name, v.Token, v.Index)
+		case v.SessionGone:
+			b.endSession(s, b.lostErr(s))
+			return nil, b.campaignErr(ctx, s, name, "wait", errSessionGone)
+		case !v.Waiting:
+			return nil, fmt.Errorf("%w: lease %q: this candidate's place in the queue was removed", baton.ErrBackendUnavailable, name)
+		}
+		minIndex, after = v.Index, v.Modified
+	}
+}
+
+// abandon takes this session's place for name out of the queue (or gives
+// the lease back, if it was granted meanwhile), in the background until it
+// succeeds or the session ends: a place left behind would some day make
+// this process leader with nobody acting.
+func (b *Backend) abandon(name string, s *session) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return // Close destroys the session, and every place with it
+	}
+	b.orphans[name] = s.id
+	if !b.reaping {
+		b.reaping = true
+		b.wg.Add(1)
+		go b.reap()
+	}
+}
+
+func (b *Backend) reap() {
+	defer b.wg.Done()
+	for {
+		b.mu.Lock()
+		if len(b.orphans) == 0 || b.closed {
+			b.reaping = false
+			b.mu.Unlock()
+			return
+		}
+		var name, sid string
+		for name, sid = range b.orphans {
+			break
+		}
+		s := b.sess
+		b.mu.Unlock()
+		if s == nil || s.id != sid || s.ctx.Err() != nil {
+			b.dropOrphan(name, sid) // the session is gone, and the place with it
+			continue
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, b.cfg.TTL)
+		err := b.dropPlace(ctx, name, s)
+		cancel()
+		if err == nil {
+			b.dropOrphan(name, sid)
+			continue
+		}
+		b.log.Debug("could not yet give up an abandoned place; retrying", "lease", name, "err", err)
+		select {
+		case <-s.ctx.Done():
+		case <-time.After(b.cfg.RenewInterval / 4):
+		}
+	}
+}
+
+func (b *Backend) dropOrphan(name, sid string) {
+	b.mu.Lock()
+	if b.orphans[name] == sid {
+		delete(b.orphans, name)
+	}
+	b.mu.Unlock()
+}
+
+// dropPlace dequeues s from name, or releases name if s holds it and no
+// live term of ours does.
+func (b *Backend) dropPlace(ctx context.Context, name string, s *session) error {
+	if _, err := b.g.apply(ctx, command{Op: opDequeue, Session: s.id, Lease: name}); err != nil {
+		return err
+	}
+	v, err := b.g.read(ctx, name, s.id, false)
+	if err != nil {
+		return err
+	}
+	if v.Session != s.id {
+		return nil
+	}
+	b.mu.Lock()
+	sl := b.slots[name]
+	live := sl != nil && sl.term != nil && sl.term.Err() == nil && sl.term.Token() == v.Token
+	b.mu.Unlock()
+	if live {
+		return nil
+	}
+	_, err = b.g.apply(ctx, command{Op: opRelease, Session: s.id, Lease: name, Token: v.Token, Time: time.Now()})
+	return err
+}
+
+// campaignErr turns err into Campaign's error: ctx.Err() once ctx ended,
+// ErrClosed after Close, and otherwise an error wrapping
+// baton.ErrBackendUnavailable.
+func (b *Backend) campaignErr(ctx context.Context, s *session, name, what string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return baton.ErrClosed
+	}
+	if serr := s.endedErr(); serr != nil {
+		err = serr
+	}
+	return fmt.Errorf("%w: lease %q: %s: %w", baton.ErrBackendUnavailable, name, what, err)
+}
+
+// held is a lease this Backend holds.
+type held struct {
+	name  string
+	token uint64
+	s     *session
+	sl    *slot
+	term  *baton.BasicTerm
+	stop  context.CancelFunc
+}
+
+// hold starts the term granted at index at with token.
+func (b *Backend) hold(s *session, sl *slot, name string, token, at uint64) (baton.Term, error) {
+	ctx, stop := context.WithCancel(s.ctx)
+	h := &held{name: name, token: token, s: s, sl: sl, stop: stop}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		stop()
+		return nil, baton.ErrClosed // Close destroys the session, releasing the lease
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil || !time.Now().Before(s.safeUntil) {
+		stop()
+		return nil, fmt.Errorf("%w: lease %q: session %s ended as the lease was won", baton.ErrBackendUnavailable, name, s.id)
+	}
+	h.term = baton.NewBasicTerm(name, token, s.safeUntil, func(ctx context.Context) error {
+		return b.release(ctx, h)
+	})
+	s.terms[h] = struct{}{}
+	sl.term = h.term
+	b.wg.Add(1)
+	go b.watchHeld(ctx, h, at)
+	b.log.Debug("acquired", "lease", name, "token", token, "session", s.id)
+	return h.term, nil
+}
+
+// watchHeld ends h's term when the log says the lease went to another
+// term (the raft leader expired the session, say). It returns when ctx
+// ends: the term was released, or the session ended.
+func (b *Backend) watchHeld(ctx context.Context, h *held, at uint64) {
+	defer b.wg.Done()
+	defer h.stop()
+	minIndex, after := at, uint64(0)
+	for {
+		v, err := b.g.wait(ctx, h.name, h.s.id, minIndex, after)
+		if err != nil {
+			return
+		}
+		if v.Session != h.s.id || v.Token != h.token {
+			h.s.forget(h)
+			if h.term.End(fmt.Errorf("%w: lease %q: the group gave it to another term (this session's renewals did not reach the raft leader in time)", baton.ErrLeaseLost, h.name)) {
+				b.log.Info("lease lost", "lease", h.name, "token", h.token)
+			}
+			b.unclaim(h.name, h.sl)
+			return
+		}
+		minIndex, after = v.Index, v.Modified
+	}
+}
+
+// release gives h's lease back. BasicTerm calls it once, after the term
+// ended.
+func (b *Backend) release(ctx context.Context, h *held) error {
+	h.stop()
+	h.s.forget(h)
+	defer b.unclaim(h.name, h.sl)
+	if h.s.ctx.Err() != nil {
+		return nil // the session is gone, and the lease with it
+	}
+	rctx, cancel := h.s.bound(ctx)
+	defer cancel()
+	_, err := b.g.apply(rctx, command{Op: opRelease, Session: h.s.id, Lease: h.name, Token: h.token, Time: time.Now()})
+	if err != nil {
+		if h.s.ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("%w: release lease %q: %w", baton.ErrBackendUnavailable, h.name, err)
+	}
+	b.log.Debug("released", "lease", h.name, "token", h.token)
+	return nil
+}
+
+// Leader implements baton.Backend: linearizable through the raft leader,
+// or from the nearest copy of the log with Options.StaleReads.
+func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error) {
+	v, err := b.g.read(ctx, name, "", b.stale)
+	if err != nil {
+		if ctx.Err() != nil {
+			return baton.Record{}, ctx.Err()
+		}
+		return baton.Record{}, fmt.Errorf("%w: lease %q: %w", baton.ErrBackendUnavailable, name, err)
+	}
+	if v.Session == "" {
+		return baton.Record{}, fmt.Errorf("%w: lease %q", baton.ErrNoLeader, name)
+	}
+	return baton.Record{Lease: name, Holder: v.Candidate, Token: v.Token, Since: v.Since}, nil
+}
+
+// Close ends every term with baton.ErrClosed and destroys the session,
+// which releases its leases at once; ctx bounds that last call. It does not
+// close the Group.
+func (b *Backend) Close(ctx context.Context) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	s := b.sess
+	b.sess = nil
+	b.mu.Unlock()
+	var err error
+	if s != nil {
+		b.endSession(s, baton.ErrClosed)
+		dctx, cancel := context.WithTimeout(ctx, max(b.cfg.RenewInterval, time.Second))
+		_, err = b.g.apply(dctx, command{Op: opSessionDestroy, Session: s.id, Time: time.Now()})
+		cancel()
+		if err != nil {
+			err = fmt.Errorf("raft: destroy session %s (its leases expire after the TTL instead): %w", s.id, err)
+		}
+	}
+	b.cancel()
+	b.wg.Wait()
+	return err
+}

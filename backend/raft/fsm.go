@@ -1,0 +1,384 @@
+package raft
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	hraft "github.com/hashicorp/raft"
+)
+
+// The replicated state: sessions (one per Backend, kept alive by renewals
+// that the raft leader times) and leases (a holder and a FIFO queue of
+// waiting sessions). Everything that is not a pure function of the log (the
+// wall-clock time of a grant, say) travels in the command.
+
+// op names a command.
+type op string
+
+const (
+	opSessionCreate  op = "session-create"
+	opSessionDestroy op = "session-destroy" // a Backend closing
+	opSessionExpire  op = "session-expire"  // the raft leader's timer ran out
+	opAcquire        op = "acquire"         // hold the lease if free, else queue up
+	opRelease        op = "release"         // give the lease up (Resign)
+	opDequeue        op = "dequeue"         // stop waiting (a cancelled Campaign)
+)
+
+// command is one log entry's payload.
+type command struct {
+	Op        op            `json:"op"`
+	Session   string        `json:"session,omitempty"`
+	Node      string        `json:"node,omitempty"`
+	TTL       time.Duration `json:"ttl,omitempty"`
+	Lease     string        `json:"lease,omitempty"`
+	Candidate string        `json:"candidate,omitempty"`
+	Token     uint64        `json:"token,omitempty"`
+	// Time is the proposer's wall clock, recorded as a term's Since. It is
+	// informational only.
+	Time time.Time `json:"time,omitzero"`
+}
+
+// result is what applying a command returns to its proposer.
+type result struct {
+	Index  uint64 `json:"index"`
+	Holder bool   `json:"holder,omitempty"` // acquire: the session holds the lease now
+	Token  uint64 `json:"token,omitempty"`  // acquire: its token when Holder
+	Err    string `json:"err,omitempty"`    // the command was refused (an unknown session, say)
+}
+
+// sessionRec is a session as the log knows it.
+type sessionRec struct {
+	ID   string        `json:"id"`
+	Node string        `json:"node"`
+	TTL  time.Duration `json:"ttl"`
+}
+
+// waiter is a session queued for a lease.
+type waiter struct {
+	Session   string `json:"session"`
+	Candidate string `json:"candidate"`
+}
+
+// leaseRec is a lease as the log knows it. A lease with no holder and no
+// waiters is deleted.
+type leaseRec struct {
+	Name      string    `json:"name"`
+	Session   string    `json:"session,omitempty"` // the holder's session; empty when free
+	Candidate string    `json:"candidate,omitempty"`
+	Token     uint64    `json:"token,omitempty"`
+	Since     time.Time `json:"since,omitzero"`
+	Queue     []waiter  `json:"queue,omitempty"`
+}
+
+// state is the whole replicated state; it is also the snapshot format.
+type state struct {
+	Index    uint64                 `json:"index"`
+	Sessions map[string]*sessionRec `json:"sessions"`
+	Leases   map[string]*leaseRec   `json:"leases"`
+}
+
+// fsm applies commands to the state and tells local watchers about changes.
+// It is safe for concurrent use.
+type fsm struct {
+	mu    sync.Mutex
+	st    state
+	bySes map[string]map[string]struct{} // session -> lease names it holds or waits for
+	// watch has one channel per watched lease name, closed (and dropped)
+	// when that lease changes; any is closed on every change.
+	watch map[string]chan struct{}
+	any   chan struct{}
+	// mod is the index of each lease's last change, kept after the lease
+	// is deleted so that a blocking read can tell that it changed.
+	mod map[string]uint64
+}
+
+func newFSM() *fsm {
+	f := &fsm{watch: map[string]chan struct{}{}, any: make(chan struct{}), mod: map[string]uint64{}}
+	f.reset(state{})
+	return f
+}
+
+func (f *fsm) reset(st state) {
+	if st.Sessions == nil {
+		st.Sessions = map[string]*sessionRec{}
+	}
+	if st.Leases == nil {
+		st.Leases = map[string]*leaseRec{}
+	}
+	f.st = st
+	f.bySes = map[string]map[string]struct{}{}
+	for _, l := range st.Leases {
+		if l.Session != "" {
+			f.link(l.Session, l.Name)
+		}
+		for _, w := range l.Queue {
+			f.link(w.Session, l.Name)
+		}
+	}
+}
+
+func (f *fsm) link(session, lease string) {
+	m := f.bySes[session]
+	if m == nil {
+		m = map[string]struct{}{}
+		f.bySes[session] = m
+	}
+	m[lease] = struct{}{}
+}
+
+func (f *fsm) unlink(session, lease string) {
+	if m := f.bySes[session]; m != nil {
+		delete(m, lease)
+		if len(m) == 0 {
+			delete(f.bySes, session)
+		}
+	}
+}
+
+// changed wakes the watchers of lease ("" for none in particular).
+func (f *fsm) changed(lease string) {
+	f.mod[lease] = f.st.Index
+	if ch, ok := f.watch[lease]; ok {
+		close(ch)
+		delete(f.watch, lease)
+	}
+}
+
+// Apply implements hraft.FSM.
+func (f *fsm) Apply(l *hraft.Log) any {
+	if l.Type != hraft.LogCommand {
+		return nil
+	}
+	var c command
+	if err := json.Unmarshal(l.Data, &c); err != nil {
+		// Every node refuses the same bytes the same way, so the state
+		// stays identical everywhere.
+		return &result{Index: l.Index, Err: fmt.Sprintf("undecodable command: %v", err)}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.st.Index = l.Index
+	r := f.apply(l.Index, &c)
+	r.Index = l.Index
+	close(f.any)
+	f.any = make(chan struct{})
+	return r
+}
+
+func (f *fsm) apply(index uint64, c *command) *result {
+	switch c.Op {
+	case opSessionCreate:
+		if _, ok := f.st.Sessions[c.Session]; !ok {
+			f.st.Sessions[c.Session] = &sessionRec{ID: c.Session, Node: c.Node, TTL: c.TTL}
+		}
+		return &result{}
+	case opSessionDestroy, opSessionExpire:
+		if _, ok := f.st.Sessions[c.Session]; !ok {
+			return &result{}
+		}
+		delete(f.st.Sessions, c.Session)
+		for _, name := range slices.Sorted(maps.Keys(f.bySes[c.Session])) {
+			l := f.st.Leases[name]
+			if l.Session == c.Session {
+				f.free(index, l, c.Time)
+			} else {
+				f.dequeue(l, c.Session)
+			}
+		}
+		delete(f.bySes, c.Session)
+		return &result{}
+	case opAcquire:
+		if _, ok := f.st.Sessions[c.Session]; !ok {
+			return &result{Err: errUnknownSession}
+		}
+		l := f.st.Leases[c.Lease]
+		if l == nil {
+			l = &leaseRec{Name: c.Lease}
+			f.st.Leases[c.Lease] = l
+		}
+		switch {
+		case l.Session == c.Session:
+			// A retried acquire whose first reply was lost.
+			return &result{Holder: true, Token: l.Token}
+		case l.Session == "":
+			l.Session, l.Candidate, l.Token, l.Since = c.Session, c.Candidate, index, c.Time
+			f.link(c.Session, c.Lease)
+			f.changed(c.Lease)
+			return &result{Holder: true, Token: index}
+		}
+		if !slices.ContainsFunc(l.Queue, func(w waiter) bool { return w.Session == c.Session }) {
+			l.Queue = append(l.Queue, waiter{Session: c.Session, Candidate: c.Candidate})
+			f.link(c.Session, c.Lease)
+			f.changed(c.Lease)
+		}
+		return &result{}
+	case opRelease:
+		l := f.st.Leases[c.Lease]
+		if l != nil && l.Session == c.Session && l.Token == c.Token {
+			f.free(index, l, c.Time)
+		}
+		return &result{}
+	case opDequeue:
+		if l := f.st.Leases[c.Lease]; l != nil {
+			f.dequeue(l, c.Session)
+		}
+		return &result{}
+	}
+	return &result{Err: fmt.Sprintf("unknown operation %q", c.Op)}
+}
+
+// errUnknownSession is the refusal of a command naming a session the log no
+// longer has: it expired or was destroyed.
+const errUnknownSession = "unknown session"
+
+// free ends l's term and hands l to the first waiter, whose token is this
+// entry's index.
+func (f *fsm) free(index uint64, l *leaseRec, at time.Time) {
+	f.unlink(l.Session, l.Name)
+	l.Session, l.Candidate, l.Token, l.Since = "", "", 0, time.Time{}
+	if len(l.Queue) > 0 {
+		w := l.Queue[0]
+		l.Queue = slices.Delete(l.Queue, 0, 1)
+		l.Session, l.Candidate, l.Token, l.Since = w.Session, w.Candidate, index, at
+	}
+	if l.Session == "" && len(l.Queue) == 0 {
+		delete(f.st.Leases, l.Name)
+	}
+	f.changed(l.Name)
+}
+
+func (f *fsm) dequeue(l *leaseRec, session string) {
+	i := slices.IndexFunc(l.Queue, func(w waiter) bool { return w.Session == session })
+	if i < 0 {
+		return
+	}
+	l.Queue = slices.Delete(l.Queue, i, i+1)
+	f.unlink(session, l.Name)
+	if l.Session == "" && len(l.Queue) == 0 {
+		delete(f.st.Leases, l.Name)
+	}
+	f.changed(l.Name)
+}
+
+// leaseView is a copy of a lease's state at some applied index.
+type leaseView struct {
+	Index     uint64    `json:"index"`    // the FSM's applied index when read
+	Modified  uint64    `json:"modified"` // the index of the lease's last change (0: none seen)
+	Name      string    `json:"name"`
+	Session   string    `json:"session,omitempty"`
+	Candidate string    `json:"candidate,omitempty"`
+	Token     uint64    `json:"token,omitempty"`
+	Since     time.Time `json:"since,omitzero"`
+	// Waiting reports whether the session asked about is queued.
+	Waiting bool `json:"waiting,omitempty"`
+	// SessionGone reports that the session asked about is not in the log.
+	SessionGone bool `json:"session_gone,omitempty"`
+}
+
+// lease returns name's state as seen by session (which may be ""), and a
+// channel closed at its next change.
+func (f *fsm) lease(name, session string) (leaseView, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v := leaseView{Index: f.st.Index, Name: name, Modified: f.mod[name]}
+	if l := f.st.Leases[name]; l != nil {
+		v.Session, v.Candidate, v.Token, v.Since = l.Session, l.Candidate, l.Token, l.Since
+		v.Waiting = session != "" && slices.ContainsFunc(l.Queue, func(w waiter) bool { return w.Session == session })
+	}
+	if session != "" {
+		_, ok := f.st.Sessions[session]
+		v.SessionGone = !ok
+	}
+	ch, ok := f.watch[name]
+	if !ok {
+		ch = make(chan struct{})
+		f.watch[name] = ch
+	}
+	return v, ch
+}
+
+// applied returns the last applied index and a channel closed at the next
+// apply.
+func (f *fsm) applied() (uint64, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.st.Index, f.any
+}
+
+// sessions returns a copy of the sessions in the log.
+func (f *fsm) sessions() map[string]sessionRec {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]sessionRec, len(f.st.Sessions))
+	for id, s := range f.st.Sessions {
+		out[id] = *s
+	}
+	return out
+}
+
+// leasesOf returns the names of the leases session holds or waits for.
+func (f *fsm) leasesOf(session string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Sorted(maps.Keys(f.bySes[session]))
+}
+
+// leaseNames returns every lease with a holder or a waiter.
+func (f *fsm) leaseNames() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Sorted(maps.Keys(f.st.Leases))
+}
+
+// Snapshot implements hraft.FSM.
+func (f *fsm) Snapshot() (hraft.FSMSnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, err := json.Marshal(&f.st)
+	if err != nil {
+		return nil, err
+	}
+	return snapshot(b), nil
+}
+
+// Restore implements hraft.FSM.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	var st state
+	if err := json.NewDecoder(rc).Decode(&st); err != nil {
+		return fmt.Errorf("raft: restore snapshot: %w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reset(st)
+	for name, ch := range f.watch {
+		close(ch)
+		delete(f.watch, name)
+	}
+	for name := range f.mod {
+		f.mod[name] = st.Index
+	}
+	for name := range st.Leases {
+		f.mod[name] = st.Index
+	}
+	close(f.any)
+	f.any = make(chan struct{})
+	return nil
+}
+
+type snapshot []byte
+
+func (s snapshot) Persist(sink hraft.SnapshotSink) error {
+	if _, err := sink.Write(s); err != nil {
+		_ = sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s snapshot) Release() {}

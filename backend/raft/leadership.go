@@ -1,0 +1,229 @@
+package raft
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	hraft "github.com/hashicorp/raft"
+)
+
+// watchLeadership follows this member's raft leadership. Raft writes every
+// change to NotifyCh and blocks until it is read, so none is lost.
+func (n *Node) watchLeadership() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.ctx.Done():
+			n.stepDown()
+			return
+		case leader := <-n.notify:
+			if leader {
+				n.stepUp()
+			} else {
+				n.stepDown()
+			}
+		}
+	}
+}
+
+// stepUp starts the leader's duties once everything committed in earlier
+// terms is applied here.
+func (n *Node) stepUp() {
+	n.stepDown()
+	ctx, cancel := context.WithCancel(n.ctx)
+	n.mu.Lock()
+	n.leading = cancel
+	n.mu.Unlock()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.raft.Barrier(0).Error(); err != nil {
+			n.log.Warn("raft leader could not apply the log; not serving", "err", err)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		// Every session gets a full TTL from now: this leader cannot know
+		// when the last one heard from each, and a session must never
+		// expire before its holder's safe-until.
+		n.timers.start(ctx)
+		n.mu.Lock()
+		n.ready = ctx.Err() == nil
+		n.mu.Unlock()
+		n.pilot.Start(ctx)
+		n.log.Info("raft leader ready", "id", n.id, "sessions", n.timers.count())
+		if n.opts.Witness {
+			n.log.Info("witness handing raft leadership on")
+			if err := n.raft.LeadershipTransfer().Error(); err != nil {
+				n.log.Warn("witness could not hand raft leadership on", "err", err)
+			}
+		}
+		<-ctx.Done()
+	}()
+}
+
+func (n *Node) stepDown() {
+	n.mu.Lock()
+	cancel := n.leading
+	n.leading = nil
+	n.ready = false
+	n.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		n.timers.stop()
+	}
+}
+
+// isReady reports whether this member is the raft leader with its log
+// applied, able to serve renewals and consistent reads.
+func (n *Node) isReady() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ready
+}
+
+// sessionTimers holds each session's expiry deadline on the raft leader's
+// monotonic clock. They live only in the leader's memory; a new leader
+// starts them afresh at a full TTL.
+type sessionTimers struct {
+	n    *Node
+	wake chan struct{}
+
+	mu       sync.Mutex
+	running  bool
+	deadline map[string]time.Time
+	done     chan struct{}
+}
+
+func newSessionTimers(n *Node) *sessionTimers {
+	return &sessionTimers{n: n, wake: make(chan struct{}, 1), deadline: map[string]time.Time{}}
+}
+
+func (t *sessionTimers) start(ctx context.Context) {
+	t.mu.Lock()
+	t.running = true
+	t.deadline = map[string]time.Time{}
+	now := time.Now()
+	for id, s := range t.n.fsm.sessions() {
+		t.deadline[id] = now.Add(s.TTL)
+	}
+	t.done = make(chan struct{})
+	done := t.done
+	t.mu.Unlock()
+	t.n.wg.Add(1)
+	go func() {
+		defer t.n.wg.Done()
+		defer close(done)
+		t.run(ctx)
+	}()
+}
+
+func (t *sessionTimers) stop() {
+	t.mu.Lock()
+	t.running = false
+	t.deadline = map[string]time.Time{}
+	done := t.done
+	t.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+func (t *sessionTimers) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.deadline)
+}
+
+// touch gives session a full TTL from now. It reports false when the log
+// has no such session (it expired, or never was).
+func (t *sessionTimers) touch(session string) (time.Duration, bool) {
+	sessions := t.n.fsm.sessions()
+	s, ok := sessions[session]
+	if !ok {
+		return 0, false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.running {
+		return 0, false
+	}
+	t.deadline[session] = time.Now().Add(s.TTL)
+	return s.TTL, true
+}
+
+// run expires sessions whose deadline passed, and picks up sessions created
+// since (they get a full TTL from when this leader first sees them).
+func (t *sessionTimers) run(ctx context.Context) {
+	_, changed := t.n.fsm.applied()
+	for {
+		now := time.Now()
+		sessions := t.n.fsm.sessions()
+		var expired []string
+		next := now.Add(time.Hour)
+		t.mu.Lock()
+		for id := range t.deadline {
+			if _, ok := sessions[id]; !ok {
+				delete(t.deadline, id)
+			}
+		}
+		for id, s := range sessions {
+			d, ok := t.deadline[id]
+			if !ok {
+				d = now.Add(s.TTL)
+				t.deadline[id] = d
+			}
+			if !now.Before(d) {
+				expired = append(expired, id)
+				continue
+			}
+			if d.Before(next) {
+				next = d
+			}
+		}
+		t.mu.Unlock()
+		for _, id := range expired {
+			t.n.log.Info("session expired: its member stopped renewing", "session", id)
+			if _, err := t.n.applyLocal(command{Op: opSessionExpire, Session: id, Time: time.Now()}); err != nil {
+				t.n.log.Warn("could not expire session", "session", id, "err", err)
+				next = now.Add(10 * time.Millisecond)
+			}
+		}
+		_, changed = t.n.fsm.applied()
+		timer := time.NewTimer(time.Until(next))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		case <-changed:
+			timer.Stop()
+		}
+	}
+}
+
+// applyLocal applies c through this member's raft, which must be the
+// leader.
+func (n *Node) applyLocal(c command) (*result, error) {
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return nil, err
+	}
+	f := n.raft.Apply(b, 5*time.Second)
+	if err := f.Error(); err != nil {
+		if errors.Is(err, hraft.ErrNotLeader) || errors.Is(err, hraft.ErrLeadershipLost) || errors.Is(err, hraft.ErrLeadershipTransferInProgress) {
+			return nil, fmt.Errorf("%w: %w", ErrNotLeader, err)
+		}
+		return nil, err
+	}
+	r, ok := f.Response().(*result)
+	if !ok {
+		return nil, fmt.Errorf("raft: unexpected apply response %T", f.Response())
+	}
+	return r, nil
+}

@@ -1,0 +1,309 @@
+package raft
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	hraft "github.com/hashicorp/raft"
+	autopilot "github.com/hashicorp/raft-autopilot"
+)
+
+// membership gets this member into a group: it joins a live group that
+// discovery finds, or, with BootstrapExpect set, bootstraps a new one once
+// enough members are seen and none of them is in a group. Then it keeps
+// checking, so that a member removed while it was away (it left, or
+// autopilot took it for dead) joins again.
+func (n *Node) membership() {
+	defer n.wg.Done()
+	backoff := 100 * time.Millisecond
+	for n.ctx.Err() == nil {
+		if n.inGroup() {
+			n.joinOne.Do(func() { close(n.joined) })
+			backoff = 100 * time.Millisecond
+			if !n.sleep(max(n.opts.HeartbeatTimeout, time.Second)) {
+				return
+			}
+			continue
+		}
+		if err := n.tryJoin(); err != nil {
+			n.log.Debug("not in a group yet", "err", err)
+		}
+		if !n.sleep(backoff) {
+			return
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+func (n *Node) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-n.ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// inGroup reports whether this member is in its group's configuration and
+// knows a leader.
+func (n *Node) inGroup() bool {
+	addr, _ := n.raft.LeaderWithID()
+	return addr != "" && n.inConfiguration()
+}
+
+type joinError string
+
+func (e joinError) Error() string { return string(e) }
+
+// tryJoin makes one attempt to join or bootstrap.
+func (n *Node) tryJoin() error {
+	peers, err := n.discover()
+	if err != nil {
+		return err
+	}
+	infos := n.probe(peers)
+	// A live group first: join it through any member (followers forward).
+	for _, in := range infos {
+		if in.Leader == "" {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
+		err := n.client.call(ctx, in.Addr, "/v1/raft/join", joinRequest{ID: n.id, Addr: n.addr, Witness: n.opts.Witness}, nil, false)
+		cancel()
+		if err == nil {
+			n.log.Info("joined the group", "via", in.Addr, "leader", in.LeaderID)
+			return nil
+		}
+		n.log.Debug("join failed", "via", in.Addr, "err", err)
+	}
+	if n.opts.BootstrapExpect == 0 {
+		return joinError("no live group found, and BootstrapExpect is 0 (join only)")
+	}
+	if n.raft.LastIndex() > 0 {
+		return joinError("this member has a log but no leader: waiting for its group")
+	}
+	// Bootstrap only among members that have never been in a group; one
+	// that has (an election in progress, say) means a group exists.
+	cands := []nodeInfo{{ID: n.id, Addr: n.addr, Witness: n.opts.Witness}}
+	for _, in := range infos {
+		if in.HasState {
+			return joinError("a peer has a log but no leader yet: waiting to join its group")
+		}
+		cands = append(cands, in)
+	}
+	if len(cands) < n.opts.BootstrapExpect {
+		return joinError("waiting for bootstrap-expect members")
+	}
+	slices.SortFunc(cands, func(a, b nodeInfo) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	cands = cands[:n.opts.BootstrapExpect]
+	if cands[0].ID != n.id {
+		return joinError("waiting for " + cands[0].ID + " (lowest ID) to bootstrap")
+	}
+	var conf hraft.Configuration
+	voters := 0
+	for _, c := range cands {
+		s := hraft.Server{ID: hraft.ServerID(c.ID), Address: hraft.ServerAddress(c.Addr), Suffrage: hraft.Nonvoter}
+		if voters < n.opts.Voters {
+			s.Suffrage = hraft.Voter
+			voters++
+		}
+		conf.Servers = append(conf.Servers, s)
+	}
+	if err := n.raft.BootstrapCluster(conf).Error(); err != nil {
+		return err
+	}
+	n.log.Info("bootstrapped a new group", "members", len(conf.Servers), "voters", voters)
+	return nil
+}
+
+// discover returns the peers' addresses, without our own.
+func (n *Node) discover() ([]string, error) {
+	if n.opts.Discovery == nil {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, 30*time.Second)
+	defer cancel()
+	all, err := n.opts.Discovery.Peers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(slices.Clone(all), func(a string) bool { return a == n.addr }), nil
+}
+
+// probe asks each peer about itself, in parallel; peers that don't answer
+// (or answer with our own ID: our address under another name) are left out.
+func (n *Node) probe(peers []string) []nodeInfo {
+	var (
+		mu  sync.Mutex
+		out []nodeInfo
+		wg  sync.WaitGroup
+	)
+	for _, p := range peers {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(n.ctx, 2*time.Second)
+			defer cancel()
+			var in nodeInfo
+			if err := n.client.call(ctx, p, "/v1/raft/info", nil, &in, false); err != nil || in.ID == n.id {
+				return
+			}
+			in.Addr = p
+			mu.Lock()
+			out = append(out, in)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// pilotDelegate connects autopilot to the Node.
+type pilotDelegate struct{ n *Node }
+
+func (d *pilotDelegate) AutopilotConfig() *autopilot.Config {
+	return &autopilot.Config{
+		CleanupDeadServers:      true,
+		LastContactThreshold:    max(2*d.n.opts.HeartbeatTimeout, time.Second),
+		MaxTrailingLogs:         500,
+		MinQuorum:               uint(d.n.opts.Voters),
+		ServerStabilizationTime: d.n.opts.StabilizationTime,
+	}
+}
+
+func (d *pilotDelegate) NotifyState(*autopilot.State) {}
+
+// FetchServerStats asks every member for its log position, and records who
+// answered: KnownServers calls a member failed after DeadServerAfter of
+// silence.
+func (d *pilotDelegate) FetchServerStats(ctx context.Context, servers map[hraft.ServerID]*autopilot.Server) map[hraft.ServerID]*autopilot.ServerStats {
+	n := d.n
+	var (
+		mu  sync.Mutex
+		out = map[hraft.ServerID]*autopilot.ServerStats{}
+		wg  sync.WaitGroup
+	)
+	for id, srv := range servers {
+		wg.Go(func() {
+			var in nodeInfo
+			if string(id) == n.id {
+				in = n.info()
+			} else {
+				cctx, cancel := context.WithTimeout(ctx, n.opts.HeartbeatTimeout)
+				err := n.client.call(cctx, string(srv.Address), "/v1/raft/info", nil, &in, false)
+				cancel()
+				if err != nil || in.ID != string(id) {
+					return
+				}
+			}
+			mu.Lock()
+			out[id] = &autopilot.ServerStats{LastContact: in.LastContact, LastTerm: in.LastTerm, LastIndex: in.LastIndex}
+			mu.Unlock()
+			n.mu.Lock()
+			n.lastSeen[id] = time.Now()
+			n.mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// KnownServers lists the configuration's members, alive unless the leader
+// has not heard from one for DeadServerAfter.
+func (d *pilotDelegate) KnownServers() map[hraft.ServerID]*autopilot.Server {
+	n := d.n
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	_, leader := n.raft.LeaderWithID()
+	now := time.Now()
+	out := map[hraft.ServerID]*autopilot.Server{}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, s := range f.Configuration().Servers {
+		seen, ok := n.lastSeen[s.ID]
+		if !ok {
+			// First sight on this leader: give it the full grace period.
+			seen = now
+			n.lastSeen[s.ID] = now
+		}
+		status := autopilot.NodeAlive
+		if string(s.ID) != n.id && now.Sub(seen) > n.opts.DeadServerAfter {
+			status = autopilot.NodeFailed
+		}
+		out[s.ID] = &autopilot.Server{
+			ID: s.ID, Name: string(s.ID), Address: s.Address, NodeStatus: status,
+			RaftVersion: hraft.ProtocolVersionMax, IsLeader: s.ID == leader, NodeType: autopilot.NodeVoter,
+		}
+	}
+	return out
+}
+
+func (d *pilotDelegate) RemoveFailedServer(s *autopilot.Server) {
+	n := d.n
+	n.log.Info("removing a dead member", "id", s.ID, "addr", s.Address)
+	if err := n.raft.RemoveServer(s.ID, 0, 5*time.Second).Error(); err != nil {
+		n.log.Warn("could not remove a dead member", "id", s.ID, "err", err)
+		return
+	}
+	n.mu.Lock()
+	delete(n.lastSeen, s.ID)
+	n.mu.Unlock()
+}
+
+// cappedPromoter promotes stable, healthy non-voters while the group has
+// fewer healthy voters than the cap, lowest ID first. It never demotes.
+type cappedPromoter struct{ voters int }
+
+func (p *cappedPromoter) GetServerExt(*autopilot.Config, *autopilot.ServerState) any { return nil }
+func (p *cappedPromoter) GetStateExt(*autopilot.Config, *autopilot.State) any        { return nil }
+
+func (p *cappedPromoter) GetNodeTypes(_ *autopilot.Config, s *autopilot.State) map[hraft.ServerID]autopilot.NodeType {
+	out := map[hraft.ServerID]autopilot.NodeType{}
+	for id := range s.Servers {
+		out[id] = autopilot.NodeVoter
+	}
+	return out
+}
+
+func (p *cappedPromoter) FilterFailedServerRemovals(_ *autopilot.Config, _ *autopilot.State, f *autopilot.FailedServers) *autopilot.FailedServers {
+	return f
+}
+
+func (p *cappedPromoter) IsPotentialVoter(t autopilot.NodeType) bool { return t == autopilot.NodeVoter }
+
+func (p *cappedPromoter) CalculatePromotionsAndDemotions(c *autopilot.Config, s *autopilot.State) autopilot.RaftChanges {
+	var ch autopilot.RaftChanges
+	healthy := 0
+	var ready []hraft.ServerID
+	now := time.Now()
+	stable := s.ServerStabilizationTime(c)
+	for id, srv := range s.Servers {
+		switch {
+		case srv.HasVotingRights() && srv.Health.Healthy:
+			healthy++
+		case srv.State == autopilot.RaftNonVoter && srv.Health.IsStable(now, stable):
+			ready = append(ready, id)
+		}
+	}
+	slices.Sort(ready)
+	for _, id := range ready {
+		if healthy >= p.voters {
+			break
+		}
+		ch.Promotions = append(ch.Promotions, id)
+		healthy++
+	}
+	return ch
+}

@@ -1,0 +1,512 @@
+package raft
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/hashicorp/go-hclog"
+	hraft "github.com/hashicorp/raft"
+	autopilot "github.com/hashicorp/raft-autopilot"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// Discoverer finds the addresses (host:port) of instances that may be
+// members of the group; the discovery package has static, DNS and AWS Auto
+// Scaling implementations. The list may include the caller's own address.
+type Discoverer interface {
+	Peers(ctx context.Context) ([]string, error)
+}
+
+// NodeOptions configures a Node. The zero value is not usable: BindAddr,
+// TLS and Secret are required.
+type NodeOptions struct {
+	// ID is the member's raft server ID. Empty (the default) means: read it
+	// from DataDir/node-id, or make a new random one (and store it there when
+	// DataDir is set). An ID must never be reused with a different log: a
+	// voter that forgot its votes could vote twice in one election.
+	ID string
+
+	// DataDir keeps the raft log, the stable store and snapshots across
+	// restarts. Empty (the default) keeps them in memory: the member is a
+	// new member at every start, with a new random ID, which is always
+	// safe and suits instances that are replaced rather than restarted.
+	DataDir string
+
+	// BindAddr is the TCP address to listen on, such as "0.0.0.0:7946" or
+	// "127.0.0.1:0". Required.
+	BindAddr string
+
+	// AdvertiseAddr is the address peers reach this member at. Empty (the
+	// default) means the bound address, which must then be a specific IP
+	// (not 0.0.0.0 or ::).
+	AdvertiseAddr string
+
+	// TLS is the member's mutual-TLS configuration: it must present a
+	// certificate (Certificates) and verify peers against the group's CA
+	// (RootCAs and ClientCAs). Required; internal/certs and `baton tls`
+	// make one.
+	TLS *tls.Config
+
+	// Secret is the group's shared join secret; every group API call
+	// carries it. At least 16 bytes. Required.
+	Secret string
+
+	// Discovery finds peers. Nil means no peers: with BootstrapExpect 1
+	// the member forms a group of its own.
+	Discovery Discoverer
+
+	// BootstrapExpect is how many members must be seen, none of them in a
+	// group yet, before a new group forms; the seen member with the lowest
+	// ID then bootstraps it, as in Consul. 0 (the default) means never
+	// bootstrap: only join a group that exists.
+	BootstrapExpect int
+
+	// Voters caps the number of voting members; the others are non-voters
+	// that replicate the log. Default 3. Use 3 or 5: an even number adds no
+	// fault tolerance.
+	Voters int
+
+	// Witness makes this member a voter that never campaigns for leases
+	// and hands raft leadership on as soon as it gets it, so that two
+	// application instances and a witness form a group that survives the
+	// loss of any one of them.
+	Witness bool
+
+	// HeartbeatTimeout is raft's heartbeat and election timeout; a dead
+	// raft leader is replaced after about one to two of these. Default 1 s.
+	HeartbeatTimeout time.Duration
+
+	// DeadServerAfter is how long a member may go unreachable from the
+	// raft leader before autopilot may remove it from the configuration
+	// (never below a quorum of Voters). Default 10 s.
+	DeadServerAfter time.Duration
+
+	// StabilizationTime is how long a new member must be healthy before
+	// autopilot promotes it to voter. Default 2 s.
+	StabilizationTime time.Duration
+
+	// Logger receives log lines (group "raft"). Nil (the default) means
+	// silent.
+	Logger *slog.Logger
+
+	gate *gate // in-package tests: cut the member off
+}
+
+// Node is one member of a baton raft group: it replicates the lease state,
+// votes (if it is a voter), serves the group API to its peers, and is the
+// Group that a Backend campaigns through. Safe for concurrent use.
+type Node struct {
+	opts    NodeOptions
+	id      string
+	addr    string // advertised
+	log     *slog.Logger
+	secret  string
+	fsm     *fsm
+	raft    *hraft.Raft
+	trans   *hraft.NetworkTransport
+	mux     *mux
+	http    *http.Server
+	client  *apiClient
+	timers  *sessionTimers
+	pilot   *autopilot.Autopilot
+	stores  []io.Closer
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	joined  chan struct{}
+	joinOne sync.Once
+	notify  chan bool
+
+	mu       sync.Mutex
+	ready    bool // raft leader with the log applied: may serve renewals and reads
+	leading  context.CancelFunc
+	lastSeen map[hraft.ServerID]time.Time
+	closed   bool
+}
+
+// ErrNotLeader is returned by a group call that only the raft leader can
+// serve when no leader is known or ready; callers retry.
+var ErrNotLeader = errors.New("raft: no raft leader available")
+
+// StartNode opens the stores, starts the raft member and its API, and begins
+// to bootstrap or join a group in the background; Joined reports when it is
+// in one. Close stops it.
+func StartNode(opts NodeOptions) (*Node, error) {
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.WithGroup("raft")
+	id, err := nodeID(opts)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", opts.BindAddr)
+	if err != nil {
+		return nil, fmt.Errorf("raft: listen on %s: %w", opts.BindAddr, err)
+	}
+	advertise, err := advertiseAddr(opts.AdvertiseAddr, ln.Addr())
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &Node{
+		opts: opts, id: id, addr: advertise, log: log, secret: opts.Secret,
+		fsm: newFSM(), ctx: ctx, cancel: cancel, joined: make(chan struct{}),
+		lastSeen: map[hraft.ServerID]time.Time{},
+	}
+	n.client = newAPIClient(opts.TLS, opts.gate, opts.Secret)
+	n.mux = newMux(ln, opts.TLS, opts.gate)
+	if err := n.startRaft(); err != nil {
+		n.mux.close()
+		for _, c := range n.stores {
+			c.Close()
+		}
+		cancel()
+		return nil, err
+	}
+	n.timers = newSessionTimers(n)
+	n.http = &http.Server{Handler: n.handler(), ErrorLog: nil, ReadHeaderTimeout: 5 * time.Second}
+	n.wg.Add(3)
+	go func() { defer n.wg.Done(); _ = n.http.Serve(n.mux.api) }()
+	go n.watchLeadership()
+	go n.membership()
+	log.Info("member started", "id", id, "addr", advertise, "voters", opts.Voters, "witness", opts.Witness)
+	return n, nil
+}
+
+func (o *NodeOptions) fill() error {
+	var problems []string
+	if o.BindAddr == "" {
+		problems = append(problems, "raft: BindAddr is empty: give the address to listen on, such as 0.0.0.0:7946")
+	}
+	if o.TLS == nil {
+		problems = append(problems, "raft: TLS is nil: members talk over mutual TLS; give a CA, a certificate and its key (`baton tls` makes them)")
+	} else if len(o.TLS.Certificates) == 0 && o.TLS.GetCertificate == nil {
+		problems = append(problems, "raft: TLS has no certificate: members must present one signed by the group's CA")
+	} else {
+		if o.TLS.RootCAs == nil || o.TLS.ClientCAs == nil {
+			problems = append(problems, "raft: TLS must verify peers against the group's CA (set both RootCAs and ClientCAs)")
+		}
+		if o.TLS.ClientAuth != tls.RequireAndVerifyClientCert {
+			problems = append(problems, "raft: TLS must require and verify client certificates (ClientAuth: tls.RequireAndVerifyClientCert): members authenticate each other")
+		}
+		if o.TLS.InsecureSkipVerify && o.TLS.VerifyConnection == nil && o.TLS.VerifyPeerCertificate == nil {
+			problems = append(problems, "raft: TLS skips server verification with nothing in its place (InsecureSkipVerify without VerifyConnection)")
+		}
+	}
+	if len(o.Secret) < 16 {
+		problems = append(problems, fmt.Sprintf("raft: Secret is %d bytes: the group's join secret must be at least 16 (try `openssl rand -hex 16`)", len(o.Secret)))
+	}
+	if o.Voters == 0 {
+		o.Voters = 3
+	}
+	if o.Voters < 1 || o.Voters > 9 {
+		problems = append(problems, fmt.Sprintf("raft: Voters is %d: use 3 or 5", o.Voters))
+	}
+	if o.BootstrapExpect < 0 {
+		problems = append(problems, fmt.Sprintf("raft: BootstrapExpect is %d: use 0 (join only) or the number of members to wait for", o.BootstrapExpect))
+	}
+	if o.HeartbeatTimeout == 0 {
+		o.HeartbeatTimeout = time.Second
+	}
+	if o.HeartbeatTimeout < 50*time.Millisecond {
+		problems = append(problems, fmt.Sprintf("raft: HeartbeatTimeout %s is below 50ms", o.HeartbeatTimeout))
+	}
+	if o.DeadServerAfter == 0 {
+		o.DeadServerAfter = 10 * time.Second
+	}
+	if o.DeadServerAfter < 2*o.HeartbeatTimeout {
+		problems = append(problems, fmt.Sprintf("raft: DeadServerAfter %s must be at least twice HeartbeatTimeout (%s)", o.DeadServerAfter, o.HeartbeatTimeout))
+	}
+	if o.StabilizationTime == 0 {
+		o.StabilizationTime = 2 * time.Second
+	}
+	if len(problems) > 0 {
+		return &baton.ConfigError{Problems: problems}
+	}
+	return nil
+}
+
+// nodeID returns the configured ID, the one stored in DataDir, or a new one.
+func nodeID(opts NodeOptions) (string, error) {
+	if opts.DataDir == "" {
+		if opts.ID != "" {
+			return opts.ID, nil
+		}
+		return randomID("node-"), nil
+	}
+	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
+		return "", fmt.Errorf("raft: data dir: %w", err)
+	}
+	file := filepath.Join(opts.DataDir, "node-id")
+	b, err := os.ReadFile(file)
+	switch {
+	case err == nil:
+		stored := strings.TrimSpace(string(b))
+		if opts.ID != "" && opts.ID != stored {
+			return "", fmt.Errorf("raft: ID %q differs from %q stored in %s: a member's ID must not change while it keeps its log; remove the data dir to start as a new member", opts.ID, stored, file)
+		}
+		return stored, nil
+	case errors.Is(err, os.ErrNotExist):
+		id := opts.ID
+		if id == "" {
+			id = randomID("node-")
+		}
+		if err := os.WriteFile(file, []byte(id+"\n"), 0o600); err != nil {
+			return "", fmt.Errorf("raft: store node id: %w", err)
+		}
+		return id, nil
+	default:
+		return "", fmt.Errorf("raft: read node id: %w", err)
+	}
+}
+
+func randomID(prefix string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+func advertiseAddr(configured string, bound net.Addr) (string, error) {
+	if configured != "" {
+		host, port, err := net.SplitHostPort(configured)
+		if err != nil || host == "" || port == "" {
+			return "", fmt.Errorf("raft: AdvertiseAddr %q: want host:port", configured)
+		}
+		return configured, nil
+	}
+	tcp, ok := bound.(*net.TCPAddr)
+	if !ok || tcp.IP.IsUnspecified() {
+		return "", fmt.Errorf("raft: bound to %s, which peers cannot dial: set AdvertiseAddr (--advertise) to this instance's reachable address", bound)
+	}
+	return tcp.String(), nil
+}
+
+func (n *Node) startRaft() error {
+	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Output: &slogWriter{n.log}, Level: hclog.Info})
+	conf := hraft.DefaultConfig()
+	conf.LocalID = hraft.ServerID(n.id)
+	conf.HeartbeatTimeout = n.opts.HeartbeatTimeout
+	conf.ElectionTimeout = n.opts.HeartbeatTimeout
+	conf.LeaderLeaseTimeout = n.opts.HeartbeatTimeout / 2
+	conf.CommitTimeout = min(50*time.Millisecond, n.opts.HeartbeatTimeout/4)
+	conf.Logger = hlog
+	conf.SnapshotThreshold = 8192
+	notify := make(chan bool, 16)
+	conf.NotifyCh = notify
+	n.notify = notify
+
+	var (
+		logs   hraft.LogStore
+		stable hraft.StableStore
+		snaps  hraft.SnapshotStore
+	)
+	if n.opts.DataDir == "" {
+		store := hraft.NewInmemStore()
+		logs, stable, snaps = store, store, hraft.NewInmemSnapshotStore()
+	} else {
+		bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(n.opts.DataDir, "raft.db")})
+		if err != nil {
+			return fmt.Errorf("raft: open log store in %s: %w", n.opts.DataDir, err)
+		}
+		n.stores = append(n.stores, bolt)
+		fs, err := hraft.NewFileSnapshotStoreWithLogger(n.opts.DataDir, 2, hlog)
+		if err != nil {
+			return fmt.Errorf("raft: open snapshot store in %s: %w", n.opts.DataDir, err)
+		}
+		logs, stable, snaps = bolt, bolt, fs
+	}
+	tcpAdvertise, err := net.ResolveTCPAddr("tcp", n.addr)
+	if err != nil {
+		return fmt.Errorf("raft: advertise address %s: %w", n.addr, err)
+	}
+	n.trans = hraft.NewNetworkTransportWithConfig(&hraft.NetworkTransportConfig{
+		Stream:  &streamLayer{chanListener: n.mux.raft, gate: n.opts.gate, tls: n.opts.TLS, advertise: tcpAdvertise},
+		MaxPool: 3,
+		Timeout: 5 * time.Second,
+		Logger:  hlog,
+	})
+	r, err := hraft.NewRaft(conf, n.fsm, logs, stable, snaps, n.trans)
+	if err != nil {
+		n.trans.Close()
+		return fmt.Errorf("raft: start: %w", err)
+	}
+	n.raft = r
+	n.pilot = autopilot.New(r, &pilotDelegate{n}, autopilot.WithLogger(hlog),
+		autopilot.WithPromoter(&cappedPromoter{voters: n.opts.Voters}),
+		autopilot.WithUpdateInterval(n.opts.HeartbeatTimeout),
+		autopilot.WithReconcileInterval(n.opts.HeartbeatTimeout))
+	return nil
+}
+
+// ID returns the member's raft server ID.
+func (n *Node) ID() string { return n.id }
+
+// Addr returns the address peers reach the member at.
+func (n *Node) Addr() string { return n.addr }
+
+// Witness reports whether the member is a witness.
+func (n *Node) Witness() bool { return n.opts.Witness }
+
+// Joined is closed once the member is in a group that has a leader.
+func (n *Node) Joined() <-chan struct{} { return n.joined }
+
+// Status is a snapshot of a member's view of its group.
+type Status struct {
+	ID       string   // this member's ID
+	Addr     string   // its advertised address
+	State    string   // "Leader", "Follower", "Candidate" or "Shutdown"
+	Leader   string   // the raft leader's ID; empty when none is known
+	Voters   []string // voting members' IDs
+	Members  []string // every member's ID, voters first
+	Applied  uint64   // the last log index applied here
+	Healthy  bool     // autopilot's verdict, on the raft leader only
+	Failures int      // autopilot's failure tolerance, on the raft leader only
+}
+
+// Status returns the member's view of its group.
+func (n *Node) Status() Status {
+	s := Status{ID: n.id, Addr: n.addr, State: n.raft.State().String(), Applied: n.raft.AppliedIndex()}
+	_, lid := n.raft.LeaderWithID()
+	s.Leader = string(lid)
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		var non []string
+		for _, srv := range f.Configuration().Servers {
+			if srv.Suffrage == hraft.Voter {
+				s.Voters = append(s.Voters, string(srv.ID))
+			} else {
+				non = append(non, string(srv.ID))
+			}
+		}
+		s.Members = append(append([]string{}, s.Voters...), non...)
+	}
+	if st := n.pilot.GetState(); st != nil && n.raft.State() == hraft.Leader {
+		s.Healthy, s.Failures = st.Healthy, st.FailureTolerance
+	}
+	return s
+}
+
+// Close leaves the group gracefully: a raft leader first hands leadership
+// to another voter (so the group does not wait an election timeout), then
+// the member asks to be removed from the configuration (so that a group
+// whose instances are replaced one by one keeps its quorum), then it stops.
+// ctx bounds the goodbye; the member stops regardless. Close does not end
+// Backends built on the Node: close them first.
+func (n *Node) Close(ctx context.Context) error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	n.mu.Unlock()
+	n.leave(ctx)
+	return n.shutdown()
+}
+
+// Kill stops the member at once, without leaving: as a crash would, but
+// within the process. Tests use it.
+func (n *Node) Kill() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	n.mu.Unlock()
+	return n.shutdown()
+}
+
+func (n *Node) shutdown() error {
+	n.cancel()
+	err := n.raft.Shutdown().Error()
+	<-n.pilot.Stop()
+	_ = n.http.Close()
+	_ = n.mux.close()
+	n.trans.Close()
+	n.wg.Wait()
+	n.client.close()
+	for _, c := range n.stores {
+		if cerr := c.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// leave hands leadership on and removes this member from the group.
+func (n *Node) leave(ctx context.Context) {
+	if n.raft.State() == hraft.Leader {
+		if err := n.raft.LeadershipTransfer().Error(); err != nil {
+			n.log.Warn("leadership transfer failed; the group elects a new leader after a timeout", "err", err)
+		} else {
+			n.log.Info("handed raft leadership on")
+		}
+	}
+	if !n.inConfiguration() {
+		return
+	}
+	for {
+		err := n.forwardJSON(ctx, "/v1/raft/leave", joinRequest{ID: n.id, Addr: n.addr}, nil)
+		if err == nil {
+			n.log.Info("left the group")
+			return
+		}
+		if ctx.Err() != nil {
+			n.log.Warn("could not leave the group; autopilot removes this member later", "err", err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (n *Node) inConfiguration() bool {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == n.id {
+			return true
+		}
+	}
+	return false
+}
+
+// slogWriter turns hclog's lines into slog debug records.
+type slogWriter struct{ log *slog.Logger }
+
+func (w *slogWriter) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	level := slog.LevelDebug
+	switch {
+	case strings.Contains(line, "[ERROR]"):
+		level = slog.LevelWarn
+	case strings.Contains(line, "[WARN]"):
+		level = slog.LevelInfo
+	}
+	w.log.Log(context.Background(), level, line)
+	return len(p), nil
+}

@@ -1,0 +1,233 @@
+package raft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/batonhq/baton"
+)
+
+// session is this Backend's session in the group and the terms riding on
+// it. The raft leader expires it TTL after the last renewal it confirmed;
+// safe-until is measured from when that renewal was sent.
+type session struct {
+	id     string
+	ctx    context.Context // cancelled when the session ends
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	safeUntil time.Time
+	terms     map[*held]struct{}
+	lastErr   error
+	err       error
+}
+
+func (s *session) endedErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+func (s *session) forget(h *held) {
+	s.mu.Lock()
+	delete(s.terms, h)
+	s.mu.Unlock()
+}
+
+// bound returns a context that ends with ctx or with the session.
+func (s *session) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.ctx, cancel)
+	return c, func() { stop(); cancel() }
+}
+
+// session returns the live session, creating one first if there is none.
+func (b *Backend) session(ctx context.Context) (*session, error) {
+	select {
+	case b.creating <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-b.creating }()
+	b.mu.Lock()
+	closed, s := b.closed, b.sess
+	b.mu.Unlock()
+	if closed {
+		return nil, baton.ErrClosed
+	}
+	if s != nil && s.ctx.Err() == nil {
+		return s, nil
+	}
+	// Bounded, so that a group without a leader shows up as
+	// ErrBackendUnavailable (the Elector logs it and retries) rather than a
+	// silent wait.
+	cctx, cancel := context.WithTimeout(ctx, max(b.cfg.TTL, 5*time.Second))
+	defer cancel()
+	id := randomID("s-")
+	start := time.Now()
+	res, err := b.g.apply(cctx, command{Op: opSessionCreate, Session: id, Node: b.g.member(), TTL: b.cfg.TTL, Time: start})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: create session: %w", baton.ErrBackendUnavailable, err)
+	}
+	if res.Err != "" {
+		return nil, fmt.Errorf("%w: create session: %s", baton.ErrBackendUnavailable, res.Err)
+	}
+	safeUntil := b.cfg.SafeUntil(start, b.cfg.TTL)
+	// A create that waited out an election may come back with its
+	// safe-until half spent; nothing rides on it yet, so renew it now.
+	if time.Until(safeUntil) < (b.cfg.TTL-b.cfg.DriftMargin)/2 {
+		start = time.Now()
+		ttl, err := b.g.renew(cctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("%w: renew new session: %w", baton.ErrBackendUnavailable, err)
+		}
+		safeUntil = b.cfg.SafeUntil(start, ttl)
+	}
+	sctx, scancel := context.WithCancel(b.ctx)
+	s = &session{id: id, ctx: sctx, cancel: scancel, safeUntil: safeUntil, terms: map[*held]struct{}{}}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		scancel()
+		dctx, dcancel := context.WithTimeout(context.Background(), b.cfg.RenewInterval)
+		_, _ = b.g.apply(dctx, command{Op: opSessionDestroy, Session: id, Time: time.Now()})
+		dcancel()
+		return nil, baton.ErrClosed
+	}
+	b.sess = s
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go b.keepAlive(s)
+	b.log.Debug("session created", "session", id, "member", b.g.member(), "ttl", b.cfg.TTL)
+	return s, nil
+}
+
+// keepAlive renews s every RenewInterval until it ends; each renewal is
+// bounded by the current safe-until, after which it would be useless.
+func (b *Backend) keepAlive(s *session) {
+	defer b.wg.Done()
+	next := s.renewIn(b.cfg.RenewInterval)
+	for {
+		timer := time.NewTimer(next)
+		select {
+		case <-s.ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		s.mu.Lock()
+		deadline, lastErr := s.safeUntil, s.lastErr
+		s.mu.Unlock()
+		if !time.Now().Before(deadline) {
+			b.expire(s, lastErr)
+			return
+		}
+		ctx, cancel := context.WithDeadline(s.ctx, deadline)
+		start := time.Now()
+		ttl, err := b.g.renew(ctx, s.id)
+		cancel()
+		switch {
+		case err == nil:
+			s.extend(b.cfg.SafeUntil(start, ttl))
+			next = s.renewIn(b.cfg.RenewInterval)
+		case errors.Is(err, errSessionGone):
+			b.endSession(s, b.lostErr(s))
+			return
+		case s.ctx.Err() != nil:
+			return
+		default:
+			s.renewFailed(err)
+			b.log.Warn("session renewal failed; retrying", "session", s.id, "err", err,
+				"safe_until_in", time.Until(deadline).Round(time.Millisecond))
+			next = s.renewIn(b.cfg.RenewInterval / 4)
+		}
+	}
+}
+
+func (s *session) renewIn(interval time.Duration) time.Duration {
+	s.mu.Lock()
+	left := time.Until(s.safeUntil)
+	s.mu.Unlock()
+	return max(min(interval, left/2), time.Millisecond)
+}
+
+func (s *session) extend(until time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if until.After(s.safeUntil) {
+		s.safeUntil = until
+	}
+	s.lastErr = nil
+	for h := range s.terms {
+		if !h.term.Extend(until) {
+			delete(s.terms, h)
+		}
+	}
+}
+
+func (s *session) renewFailed(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastErr = err
+	for h := range s.terms {
+		h.term.RenewFailed(err)
+	}
+}
+
+func (b *Backend) lostErr(s *session) error {
+	b.log.Warn("the group expired this session", "session", s.id)
+	return fmt.Errorf("%w: session %s expired in the group (renewals did not reach the raft leader in time)", baton.ErrLeaseLost, s.id)
+}
+
+// expire ends s at its safe-until. The group may still have the session
+// (and our leases): destroy it in the background rather than let it block
+// other candidates until the raft leader expires it.
+func (b *Backend) expire(s *session, lastErr error) {
+	err := fmt.Errorf("%w: session %s not renewed in time", baton.ErrExpired, s.id)
+	if lastErr != nil {
+		err = fmt.Errorf("%w: session %s not renewed in time (last renewal error: %w)", baton.ErrExpired, s.id, lastErr)
+	}
+	b.log.Warn("session expired before a renewal was confirmed; starting afresh", "session", s.id, "err", lastErr)
+	b.endSession(s, err)
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.wg.Done()
+		ctx, cancel := context.WithTimeout(b.ctx, b.cfg.TTL)
+		defer cancel()
+		_, _ = b.g.apply(ctx, command{Op: opSessionDestroy, Session: s.id, Time: time.Now()})
+	}()
+}
+
+// endSession ends s and its terms with err. New campaigns get a new session.
+func (b *Backend) endSession(s *session, err error) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.err = err
+	terms := s.terms
+	s.terms = nil
+	s.mu.Unlock()
+	b.mu.Lock()
+	if b.sess == s {
+		b.sess = nil
+	}
+	b.mu.Unlock()
+	for h := range terms {
+		h.term.End(err)
+	}
+	s.cancel()
+}
