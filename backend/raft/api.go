@@ -158,7 +158,7 @@ func (n *Node) leaderOnly(w http.ResponseWriter, r *http.Request, body any, fn f
 		return
 	}
 	var out json.RawMessage
-	if err := n.forwardJSON(r.Context(), r.URL.Path, body, &out); err != nil {
+	if err := n.forwardJSON(r.Context(), r.URL.RequestURI(), body, &out); err != nil {
 		writeErr(w, err)
 		return
 	}

@@ -1,0 +1,106 @@
+package raft
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/batontest"
+	"github.com/batonhq/baton/internal/testserver"
+)
+
+// Each simulated process is a member of its own, joining a group of 3 or
+// 5 voters as a non-voter: as `baton run --backend raft://` does.
+func TestConformanceMembers(t *testing.T) {
+	for _, voters := range []int{3, 5} {
+		t.Run(map[int]string{3: "ThreeVoters", 5: "FiveVoters"}[voters], func(t *testing.T) {
+			g := newTestGroup(t, voters)
+			batontest.Run(t, batontest.Target{New: func(t *testing.T, cfg baton.Config) *batontest.Process {
+				gt := &gate{}
+				n := g.start(t, func(o *NodeOptions) { o.gate = gt; o.Voters = voters })
+				select {
+				case <-n.Joined():
+				case <-time.After(20 * time.Second):
+					t.Fatalf("member did not join: %+v", n.Status())
+				}
+				b := newBackend(t, n, cfg)
+				var once sync.Once
+				killed := make(chan struct{})
+				return &batontest.Process{
+					Backend: b,
+					Kill: func() {
+						once.Do(func() {
+							close(killed)
+							_ = n.Kill()
+						})
+					},
+					Cut: func() { gt.set(true) },
+					Heal: func() {
+						select {
+						case <-killed:
+						default:
+							gt.set(false)
+						}
+					},
+				}
+			}})
+		})
+	}
+}
+
+// Each simulated process is a client of an agent (a member's
+// ClientHandler), reached through a proxy that cuts it off.
+func TestConformanceAgentClients(t *testing.T) {
+	g := newTestGroup(t, 3)
+	var agents []string
+	for _, n := range g.members() {
+		agents = append(agents, serveClients(t, n))
+	}
+	next := 0
+	batontest.Run(t, batontest.Target{New: func(t *testing.T, cfg baton.Config) *batontest.Process {
+		proxy := testserver.StartProxy(t, agents[next%len(agents)])
+		next++
+		c, err := Dial(proxy.Addr(), ClientOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := newBackend(t, c, cfg)
+		var once sync.Once
+		killed := make(chan struct{})
+		return &batontest.Process{
+			Backend: b,
+			Kill:    func() { once.Do(func() { close(killed); proxy.Cut() }) },
+			Cut:     proxy.Cut,
+			Heal: func() {
+				select {
+				case <-killed:
+				default:
+					proxy.Heal()
+				}
+			},
+		}
+	}})
+}
+
+// serveClients serves n's client API on loopback, as `baton agent` does,
+// and returns its address.
+func serveClients(t testing.TB, n *Node) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: n.ClientHandler("")}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		_ = srv.Close()
+	})
+	return ln.Addr().String()
+}
