@@ -510,3 +510,11 @@ func (w *slogWriter) Write(p []byte) (int, error) {
 	w.log.Log(context.Background(), level, line)
 	return len(p), nil
 }
+
+// Changed returns a channel that is closed at the next change of lease name
+// in this member's copy of the log. With a stale Leader read after each
+// change (Options.StaleReads), an observer follows a lease without polling.
+func (n *Node) Changed(name string) <-chan struct{} {
+	_, ch := n.fsm.lease(name, "")
+	return ch
+}

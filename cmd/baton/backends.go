@@ -15,6 +15,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend/etcd"
 	"github.com/batonhq/baton/backend/memory"
+	"github.com/batonhq/baton/backend/raft"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -25,6 +26,8 @@ import (
 var backendSchemes = map[string]backendScheme{
 	"etcd":   {form: "etcd://host:port[,host:port]", parse: parseEtcdURL, checkLease: checkEtcdLease},
 	"memory": {form: "memory://", parse: parseMemoryURL},
+	"raft":   {form: "raft:// (with --bind, --join, --tls-*, BATON_SECRET)", parse: parseRaftURL},
+	"agent":  {form: "agent://host:port", parse: parseAgentURL},
 }
 
 type backendScheme struct {
@@ -43,11 +46,16 @@ type opener func(ctx context.Context, o backendOptions) (*openBackend, error)
 type backendOptions struct {
 	TTL    time.Duration
 	Logger *slog.Logger
+	// raft holds the member flags of commands that may run a member (run,
+	// agent); nil elsewhere.
+	raft *raftFlags
 }
 
 // openBackend is a connected backend and how to let go of it.
 type openBackend struct {
 	baton.Backend
+	// node is the raft member this process runs, with raft://; else nil.
+	node *raft.Node
 	// close releases the backend and whatever the CLI created for it (the
 	// etcd client); it is safe to call once.
 	close func(ctx context.Context) error

@@ -95,6 +95,8 @@ func (a *App) newRootCommand() *cobra.Command {
 		a.newRunCommand(),
 		a.newIsLeaderCommand(),
 		a.newLeaderCommand(),
+		a.newAgentCommand(),
+		a.newTLSCommand(),
 		a.newDemoCommand(),
 		a.newDemoJobCommand(),
 	)
@@ -197,7 +199,7 @@ type commonFlags struct {
 
 func (c *commonFlags) register(fs *pflag.FlagSet, idUsage string) {
 	c.fs = fs
-	fs.StringVar(&c.backend, "backend", "", "backend URL: etcd://host:port[,host:port] or memory:// (required)")
+	fs.StringVar(&c.backend, "backend", "", "backend URL: raft:// (this process is a member), agent://host:port, etcd://host:port[,host:port] or memory:// (required)")
 	fs.StringVar(&c.lease, "lease", "", "name of the lease (required)")
 	fs.StringVar(&c.id, "id", "", idUsage)
 	fs.DurationVar(&c.ttl, "ttl", baton.DefaultTTL, "lease time-to-live: how long a dead leader keeps the lease before a standby takes over")
@@ -245,5 +247,9 @@ func parseLevel(s string) (slog.Level, error) {
 // in groups of their own (baton, supervise, etcd, run).
 func (c *commonFlags) logger(w io.Writer) *slog.Logger {
 	l, _ := parseLevel(c.logLevel) // validated before
+	return newLogger(w, l)
+}
+
+func newLogger(w io.Writer, l slog.Level) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }

@@ -93,6 +93,7 @@ type runCommand struct {
 	once    bool
 	timeout time.Duration
 	fs      *pflag.FlagSet
+	raft    raftFlags
 }
 
 func (a *App) newRunCommand() *cobra.Command {
@@ -121,6 +122,7 @@ func (a *App) newRunCommand() *cobra.Command {
 	c.fs.BoolVar(&c.once, "once", false, "run CMD for one term only, then exit with its status")
 	c.fs.DurationVar(&c.timeout, "timeout", 0, "give up (exit 3) if not elected within this time (0: wait forever)")
 	withEnv(c.fs, "grace")
+	c.raft.register(c.fs)
 	return cmd
 }
 
@@ -128,6 +130,9 @@ func (a *App) newRunCommand() *cobra.Command {
 // or, with --once, the command's term is over.
 func (c *runCommand) Run(ctx context.Context, args []string) error {
 	problems, spec := c.common.validate()
+	if spec != nil && spec.scheme == "raft" {
+		problems = append(problems, c.raft.validate()...)
+	}
 	// The renewal window: how far ahead safe-until stays while renewals are
 	// healthy. A grace as long as that would stop every term at once.
 	window := time.Duration(0)
@@ -162,7 +167,7 @@ func (c *runCommand) Run(ctx context.Context, args []string) error {
 	if id == "" {
 		id = baton.NewCandidateID()
 	}
-	b, err := spec.open(ctx, backendOptions{TTL: c.common.ttl, Logger: log})
+	b, err := spec.open(ctx, backendOptions{TTL: c.common.ttl, Logger: log, raft: &c.raft})
 	if err != nil {
 		return err
 	}
