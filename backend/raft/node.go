@@ -376,6 +376,7 @@ type Status struct {
 	Addr     string   // its advertised address
 	State    string   // "Leader", "Follower", "Candidate" or "Shutdown"
 	Leader   string   // the raft leader's ID; empty when none is known
+	LeaderAt string   // the raft leader's address; empty when none is known
 	Voters   []string // voting members' IDs
 	Members  []string // every member's ID, voters first
 	Applied  uint64   // the last log index applied here
@@ -386,8 +387,8 @@ type Status struct {
 // Status returns the member's view of its group.
 func (n *Node) Status() Status {
 	s := Status{ID: n.id, Addr: n.addr, State: n.raft.State().String(), Applied: n.raft.AppliedIndex()}
-	_, lid := n.raft.LeaderWithID()
-	s.Leader = string(lid)
+	laddr, lid := n.raft.LeaderWithID()
+	s.Leader, s.LeaderAt = string(lid), string(laddr)
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
 		var non []string
 		for _, srv := range f.Configuration().Servers {

@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,30 +19,34 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/backend/etcd"
-	"github.com/batonhq/baton/internal/etcdserver"
+	"github.com/batonhq/baton/backend/raft"
+	"github.com/batonhq/baton/discovery"
+	"github.com/batonhq/baton/internal/certs"
 	"github.com/batonhq/baton/internal/supervise"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 const demoLong = `Show failover on this machine, with nothing installed but baton.
 
-The demo starts an etcd server inside this process (loopback, random port, data
-in a temporary directory removed at exit) and --nodes copies of this binary, each
-running
+The demo makes a throw-away group CA and one certificate per node (in a
+temporary directory removed at exit), then starts --nodes copies of this
+binary on loopback, each a member of one embedded raft group:
 
-  baton run --backend etcd://127.0.0.1:PORT --lease demo --id node-K --ttl TTL -- baton demo-job
+  baton run --backend raft:// --bind 127.0.0.1:PORT-K --join static:PORT-1,...
+            --bootstrap-expect 3 --tls-ca ... --lease demo --id node-K --ttl TTL
+            -- baton demo-job
 
-where demo-job prints "node-K working with token N" every 500ms. Every
---interval it kills the current leader, alternating kill -9 (a crash: the
-others must wait until the dead leader's lease expires, about --ttl) and
-SIGTERM (a shutdown: the leader stops its job and resigns, and a standby takes
-over at once), and restarts the killed node so that the group stays at
---nodes. It prints a timeline, and after --rounds kills a summary of the
-failover times. Ctrl-C stops early, with the summary so far.
+where demo-job prints "node-K working with token N" every 500ms. The first
+three members seen form the group (3 voters); the others join as non-voters.
+Every --interval the demo kills the current leader, alternating kill -9 (a
+crash: the others must wait until the dead leader's session expires, about
+--ttl, plus a raft election when the dead node was also the raft leader) and
+SIGTERM (a shutdown: the leader stops its job, resigns and leaves the group,
+and a standby takes over at once), and restarts the killed node, as a new
+member, so that the group stays at --nodes. It prints a timeline, and after
+--rounds kills a summary of the failover times. Ctrl-C stops early, with the
+summary so far.
 
 Exit statuses: 0 done or interrupted; 1 the demo could not run; 2 bad flags.`
 
@@ -68,9 +75,9 @@ func (a *App) newDemoCommand() *cobra.Command {
 		}),
 	}
 	c.fs = cmd.Flags()
-	c.fs.IntVar(&c.nodes, "nodes", 3, "number of nodes, 2 to 9")
+	c.fs.IntVar(&c.nodes, "nodes", 5, "number of nodes, 3 to 9")
 	c.fs.IntVar(&c.rounds, "rounds", 6, "number of leaders to kill before stopping")
-	c.fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "lease TTL of the nodes (etcd rounds it up to whole seconds)")
+	c.fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "lease TTL of the nodes")
 	c.fs.DurationVar(&c.interval, "interval", 3*time.Second, "how long each leader leads before it is killed")
 	c.fs.BoolVarP(&c.verbose, "verbose", "v", false, "also show every line of the nodes' output and logs")
 	return cmd
@@ -79,8 +86,8 @@ func (a *App) newDemoCommand() *cobra.Command {
 // Run runs the demo until --rounds kills are done or ctx ends.
 func (c *demoCommand) Run(ctx context.Context, _ []string) error {
 	var problems []string
-	if c.nodes < 2 || c.nodes > 9 {
-		problems = append(problems, fmt.Sprintf("--nodes %d: use 2 to 9 (failover needs a standby)", c.nodes))
+	if c.nodes < 3 || c.nodes > 9 {
+		problems = append(problems, fmt.Sprintf("--nodes %d: use 3 to 9 (a raft group needs 3 members to survive losing one)", c.nodes))
 	}
 	if c.rounds < 1 {
 		problems = append(problems, fmt.Sprintf("--rounds %d: must be at least 1", c.rounds))
@@ -100,60 +107,110 @@ func (c *demoCommand) Run(ctx context.Context, _ []string) error {
 	}
 	dir, err := os.MkdirTemp("", "baton-demo-")
 	if err != nil {
-		return fmt.Errorf("creating a temporary directory for etcd: %w", err)
+		return fmt.Errorf("creating a temporary directory: %w", err)
 	}
 	defer os.RemoveAll(dir)
 
 	out := c.app.stdout()
 	start := time.Now()
-	srv, err := etcdserver.Start(filepath.Join(dir, "etcd"), etcdserver.Options{
-		// The data is thrown away at exit, so durability buys nothing.
-		UnsafeNoFsync: true,
+	group, err := newDemoGroup(dir, c.nodes)
+	if err != nil {
+		return err
+	}
+	// The demo watches the lease as one more member of the group, a
+	// non-voter that campaigns for nothing: it sees each change as it is
+	// applied, without polling.
+	observerTLS, err := group.ca.Config("observer", []string{"127.0.0.1"})
+	if err != nil {
+		return err
+	}
+	peers, err := discovery.Static(group.addrs...)
+	if err != nil {
+		return err
+	}
+	node, err := raft.StartNode(raft.NodeOptions{
+		BindAddr:  "127.0.0.1:0",
+		TLS:       observerTLS,
+		Secret:    group.secret,
+		Discovery: peers,
 	})
 	if err != nil {
-		return fmt.Errorf("starting the embedded etcd: %w", err)
+		return fmt.Errorf("starting the observing member: %w", err)
 	}
-	defer srv.Close()
-	client, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{srv.Endpoint()},
-		DialTimeout: etcdDialTimeout,
-		Logger:      zap.NewNop(),
-	})
-	if err != nil {
-		return fmt.Errorf("connecting to the embedded etcd: %w", err)
-	}
-	defer client.Close() // before srv.Close: etcd waits for open streams
-	observer, err := etcd.New(client, etcd.Options{Config: baton.Config{TTL: c.ttl}})
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = node.Close(ctx)
+	}()
+	observer, err := raft.New(node, raft.Options{Config: baton.Config{TTL: c.ttl}, StaleReads: true})
 	if err != nil {
 		return err
 	}
 	defer observer.Close(context.WithoutCancel(ctx))
 
 	d := &demo{
-		c:        c,
-		exe:      exe,
-		endpoint: srv.Endpoint(),
-		out:      out,
-		start:    start,
-		events:   make(chan demoEvent, 64),
-		quit:     make(chan struct{}),
+		c:      c,
+		exe:    exe,
+		group:  group,
+		out:    out,
+		start:  start,
+		events: make(chan demoEvent, 64),
+		quit:   make(chan struct{}),
 	}
-	d.printf("etcd listening on %s; starting %d nodes (lease %q, --ttl %s)", srv.Endpoint(), c.nodes, demoLease, c.ttl)
-	d.printf("meanwhile, try: baton leader --backend etcd://%s --lease %s", srv.Endpoint(), demoLease)
-	return d.run(ctx, client, observer, srv)
+	d.printf("starting %d nodes: one raft group on 127.0.0.1 (mutual TLS; lease %q, --ttl %s)", c.nodes, demoLease, c.ttl)
+	return d.run(ctx, node, observer)
+}
+
+// demoGroup is the demo's TLS material, secret and member addresses.
+type demoGroup struct {
+	dir    string
+	ca     *certs.CA
+	secret string
+	addrs  []string // node K listens on addrs[K-1]
+}
+
+func newDemoGroup(dir string, nodes int) (*demoGroup, error) {
+	ca, err := certs.NewCA("baton demo CA", 24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	if err := ca.WriteFiles(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem")); err != nil {
+		return nil, err
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	g := &demoGroup{dir: dir, ca: ca, secret: hex.EncodeToString(b[:])}
+	for k := 1; k <= nodes; k++ {
+		name := fmt.Sprintf("node-%d", k)
+		certPEM, keyPEM, err := ca.Issue(name, []string{"127.0.0.1"}, 24*time.Hour)
+		if err != nil {
+			return nil, err
+		}
+		if err := certs.WritePair(filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem"), certPEM, keyPEM); err != nil {
+			return nil, err
+		}
+		// A port the kernel just handed out; the node binds it itself.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free loopback port: %w", err)
+		}
+		g.addrs = append(g.addrs, ln.Addr().String())
+		ln.Close()
+	}
+	return g, nil
 }
 
 // demo is one run of `baton demo`. Only the goroutine in run touches its
 // node and timing state; the others send demoEvents.
 type demo struct {
-	c        *demoCommand
-	exe      string
-	endpoint string
-	out      io.Writer
-	start    time.Time
-	events   chan demoEvent
-	quit     chan struct{} // closed when run stops reading events
-	wg       sync.WaitGroup
+	c      *demoCommand
+	exe    string
+	group  *demoGroup
+	out    io.Writer
+	start  time.Time
+	events chan demoEvent
+	quit   chan struct{} // closed when run stops reading events
+	wg     sync.WaitGroup
 
 	nodes []*demoNode
 }
@@ -206,9 +263,9 @@ type kill struct {
 	token uint64
 }
 
-func (d *demo) run(ctx context.Context, client *clientv3.Client, observer *etcd.Backend, srv *etcdserver.Server) error {
+func (d *demo) run(ctx context.Context, node *raft.Node, observer *raft.Backend) error {
 	watchCtx, stopWatch := context.WithCancel(ctx)
-	d.wg.Go(func() { d.observe(watchCtx, client, observer) })
+	d.wg.Go(func() { d.observe(watchCtx, node, observer) })
 	defer func() {
 		stopWatch()
 		close(d.quit)
@@ -243,7 +300,8 @@ func (d *demo) run(ctx context.Context, client *clientv3.Client, observer *etcd.
 	summary := func(why string) {
 		fmt.Fprintf(d.out, "\nsummary (%s): %d kill(s), %d nodes, --ttl %s\n", why, kills, d.c.nodes, d.c.ttl)
 		fmt.Fprintf(d.out, "  crash failover (kill -9):      %s\n", stats(crash))
-		fmt.Fprintf(d.out, "      the standbys waited for the dead leader's lease to expire (about --ttl)\n")
+		fmt.Fprintf(d.out, "      the standbys waited for the dead leader's session to expire (about --ttl;\n")
+		fmt.Fprintf(d.out, "      plus a raft election, 1-2s, when the dead node was also the raft leader)\n")
 		fmt.Fprintf(d.out, "  graceful hand-over (SIGTERM):  %s\n", stats(graceful))
 		fmt.Fprintf(d.out, "      the leader stopped its job and resigned; a standby took over at once\n")
 	}
@@ -256,9 +314,6 @@ func (d *demo) run(ctx context.Context, client *clientv3.Client, observer *etcd.
 			d.stopAll()
 			summary("interrupted")
 			return nil
-
-		case <-srv.Stopped():
-			return errors.New("the embedded etcd stopped unexpectedly")
 
 		case <-waitTimer.C:
 			if pending != nil {
@@ -276,11 +331,15 @@ func (d *demo) run(ctx context.Context, client *clientv3.Client, observer *etcd.
 			}
 			k := &kill{crash: kills%2 == 0, at: time.Now(), node: victim, token: token}
 			p := d.nodes[victim].proc
+			also := ""
+			if d.group.addrs[victim] == node.Status().LeaderAt {
+				also = " (also the raft leader: the group elects a new one first)"
+			}
 			if k.crash {
-				d.printf("kill -9 %s", holder)
+				d.printf("kill -9 %s%s", holder, also)
 				_ = p.Signal(syscall.SIGKILL)
 			} else {
-				d.printf("SIGTERM %s", holder)
+				d.printf("SIGTERM %s%s", holder, also)
 				_ = p.Signal(syscall.SIGTERM)
 			}
 			kills++
@@ -292,7 +351,7 @@ func (d *demo) run(ctx context.Context, client *clientv3.Client, observer *etcd.
 			switch e.kind {
 			case leaderChanged:
 				if e.err != nil {
-					d.printf("cannot read the leader from etcd: %v", e.err)
+					d.printf("cannot read the leader: %v", e.err)
 					continue
 				}
 				if e.holder == holder && e.token == token {
@@ -372,8 +431,15 @@ func (d *demo) nodeIndex(name string) int {
 // startNode starts node i as `baton run ... -- baton demo-job`.
 func (d *demo) startNode(i int) error {
 	n := d.nodes[i]
+	g := d.group
 	args := []string{d.exe, "run",
-		"--backend", "etcd://" + d.endpoint,
+		"--backend", "raft://",
+		"--bind", g.addrs[i],
+		"--join", "static:" + strings.Join(g.addrs, ","),
+		"--bootstrap-expect", "3",
+		"--tls-ca", filepath.Join(g.dir, "ca.pem"),
+		"--tls-cert", filepath.Join(g.dir, n.name+".pem"),
+		"--tls-key", filepath.Join(g.dir, n.name+"-key.pem"),
 		"--lease", demoLease,
 		"--id", n.name,
 		"--ttl", d.c.ttl.String(),
@@ -382,7 +448,7 @@ func (d *demo) startNode(i int) error {
 	}
 	cfg := supervise.Config{
 		Command: args,
-		Env:     d.c.app.environ(),
+		Env:     append(d.c.app.environ(), "BATON_SECRET="+g.secret),
 		Stdout: &lineWriter{fn: func(line string) {
 			d.send(demoEvent{kind: jobOutput, node: i, line: line, token: parseJobToken(line)})
 		}},
@@ -437,9 +503,16 @@ func (d *demo) stopAll() {
 	wg.Wait()
 }
 
-// observe reports the leader each time the demo lease's keys change.
-func (d *demo) observe(ctx context.Context, client *clientv3.Client, observer *etcd.Backend) {
-	report := func() {
+// observe reports the leader each time the demo lease changes in the
+// observing member's copy of the log.
+func (d *demo) observe(ctx context.Context, node *raft.Node, observer *raft.Backend) {
+	select {
+	case <-node.Joined():
+	case <-ctx.Done():
+		return
+	}
+	for {
+		changed := node.Changed(demoLease) // before the read: no change falls between
 		rec, err := observer.Leader(ctx, demoLease)
 		if ctx.Err() != nil {
 			return
@@ -448,22 +521,10 @@ func (d *demo) observe(ctx context.Context, client *clientv3.Client, observer *e
 			err = nil
 		}
 		d.send(demoEvent{kind: leaderChanged, holder: rec.Holder, token: rec.Token, err: err})
-	}
-	// Watch before the first read, so that no change falls between them.
-	wch := client.Watch(clientv3.WithRequireLeader(ctx), demoLease+"/", clientv3.WithPrefix())
-	report()
-	for {
 		select {
 		case <-ctx.Done():
 			return
-		case _, ok := <-wch:
-			if !ok {
-				if ctx.Err() != nil {
-					return
-				}
-				wch = client.Watch(clientv3.WithRequireLeader(ctx), demoLease+"/", clientv3.WithPrefix())
-			}
-			report()
+		case <-changed:
 		}
 	}
 }

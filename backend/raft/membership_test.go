@@ -1,0 +1,652 @@
+package raft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/certs"
+	hraft "github.com/hashicorp/raft"
+)
+
+// These tests run real members on loopback (see raft_test.go). They wait
+// by polling state with eventually, never by sleeping; the few checks that
+// something does NOT happen watch it for a bounded window (neverWithin).
+
+// TestReplaceVotersOneByOne replaces every member of a 3-voter group, one
+// at a time, alternating graceful leaves and crashes, while a lease stays
+// held on some live member: the rolling replacement of an Auto Scaling
+// group. The lease follows the oldest surviving member, so it is handed
+// over both by a graceful close and by a crash.
+func TestReplaceVotersOneByOne(t *testing.T) {
+	g := newTestGroup(t, 3)
+	readyLeaderOf(t, g)
+	cfg := baton.Config{TTL: 2 * time.Second}
+	live := g.members() // oldest first: the oldest is stopped next
+	var originals []string
+	for _, n := range live {
+		originals = append(originals, n.ID())
+	}
+
+	// The holder sits on the second-oldest member: it keeps the lease
+	// through round 0 and loses its member in round 1 (a crash).
+	h := holding{node: live[1], b: newBackend(t, live[1], cfg)}
+	h.term = campaignWithin(t, h.b, "job", h.node.ID())
+
+	const rounds = 4
+	for round := range rounds {
+		crash := round%2 == 1
+		how := map[bool]string{false: "close", true: "kill"}[crash]
+
+		fresh := g.start(t)
+		joinedWithin(t, fresh, 30*time.Second)
+		old := live[0]
+		live = append(slices.Clone(live[1:]), fresh)
+		t.Logf("round %d: %s joined; %s %s (raft leader: %v, holds the lease: %v)",
+			round, fresh.ID(), how, old.ID(), old.isReady(), old == h.node)
+
+		if old == h.node {
+			// Hand the lease to the oldest survivor, which a later round
+			// stops in turn.
+			h = handOff(t, h, live[0], crash, cfg)
+		} else {
+			stopMember(t, old, crash)
+		}
+		g.forget(old)
+
+		// Autopilot settles: the stopped member is out of the
+		// configuration (it left, or was removed as dead) and the new one
+		// was promoted, so the group is the live members, all voters.
+		waitState(t, 30*time.Second, fmt.Sprintf("round %d: configuration is the 3 live members, all voters", round), func() (bool, string) {
+			return settledOn(g, live)
+		})
+		l := g.leader()
+		if st := l.Status(); len(st.Voters) != 3 {
+			t.Fatalf("round %d: voters %v, want 3", round, st.Voters)
+		}
+
+		// The holder kept its term through a graceful leave elsewhere. A
+		// crash of the raft leader costs an election, which a 2 s TTL
+		// rides out in practice; should it not, the holder must at least
+		// win the lease back.
+		if err := h.term.Err(); err != nil {
+			if !crash {
+				t.Fatalf("round %d: the holder on %s lost its term though %s left gracefully: %v", round, h.node.ID(), old.ID(), err)
+			}
+			t.Logf("round %d: the holder lost its term in the crash (%v); campaigning again", round, err)
+			h.term = campaignWithin(t, h.b, "job", h.node.ID())
+		}
+		assertHolder(t, h.b, "job", h.node.ID(), h.term.Token())
+
+		// A brand-new member (promoted to voter this round) serves
+		// campaigns and reads.
+		probe := newBackend(t, fresh, cfg)
+		name := fmt.Sprintf("round-%d", round)
+		pt := campaignWithin(t, probe, name, fresh.ID())
+		assertHolder(t, probe, name, fresh.ID(), pt.Token())
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := pt.Resign(ctx); err != nil {
+			t.Fatalf("round %d: resign: %v", round, err)
+		}
+		if err := probe.Close(ctx); err != nil {
+			t.Fatalf("round %d: close probe backend: %v", round, err)
+		}
+		cancel()
+	}
+
+	// Every original member is gone, from the configuration too.
+	for _, s := range serversOf(readyLeaderOf(t, g)) {
+		if slices.Contains(originals, string(s.ID)) {
+			t.Fatalf("original member %s is still in the configuration", s.ID)
+		}
+	}
+}
+
+// holding is a Backend on a member and the term it holds.
+type holding struct {
+	node *Node
+	b    *Backend
+	term baton.Term
+}
+
+// handOff stops h's member (its Backend first, as a graceful process
+// would, or with it, as a crash would) and has a new Backend on next win
+// the lease. After a crash the lease must not be won before the old
+// term's safe-until: that is the guarantee holders rely on.
+func handOff(t *testing.T, h holding, next *Node, crash bool, cfg baton.Config) holding {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !crash {
+		if err := h.b.Close(ctx); err != nil {
+			t.Fatalf("close the holder's backend: %v", err)
+		}
+		if err := h.term.Err(); !errors.Is(err, baton.ErrClosed) {
+			t.Fatalf("old term after Close: %v, want ErrClosed", err)
+		}
+	}
+	stopMember(t, h.node, crash)
+	nb := newBackend(t, next, cfg)
+	nt := campaignWithin(t, nb, h.name(), next.ID())
+	won := time.Now()
+	if crash {
+		select {
+		case <-h.term.Done():
+		case <-time.After(2 * cfg.TTL):
+			t.Fatalf("the crashed member's term did not end by itself")
+		}
+		if won.Before(h.term.SafeUntil()) {
+			t.Fatalf("lease won %s before the crashed holder's safe-until", h.term.SafeUntil().Sub(won))
+		}
+		_ = h.b.Close(ctx) // its member is gone: nothing to destroy
+	}
+	if nt.Token() <= h.term.Token() {
+		t.Fatalf("new token %d not above the old %d", nt.Token(), h.term.Token())
+	}
+	return holding{node: next, b: nb, term: nt}
+}
+
+func (h holding) name() string { return h.term.Lease() }
+
+// stopMember closes n gracefully, or kills it.
+func stopMember(t *testing.T, n *Node, crash bool) {
+	t.Helper()
+	if crash {
+		if err := n.Kill(); err != nil {
+			t.Fatalf("kill %s: %v", n.ID(), err)
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.Close(ctx); err != nil {
+		t.Fatalf("close %s: %v", n.ID(), err)
+	}
+}
+
+// TestLeadershipTransferOnClose closes the raft leader of a group of three
+// voters and a non-voter: it hands leadership to a voter (one new term, no
+// election timeout) and leaves the configuration.
+func TestLeadershipTransferOnClose(t *testing.T) {
+	recs := map[int]*logRecorder{}
+	g := newMembershipGroup(t, 3, func(i int, o *NodeOptions) {
+		recs[i] = &logRecorder{}
+		o.Logger = slog.New(recs[i])
+	})
+	nodes := g.members()
+	extra := g.start(t) // joins as a non-voter: the group has its 3
+	joinedWithin(t, extra, 30*time.Second)
+	waitState(t, 10*time.Second, "the fourth member is a non-voter", func() (bool, string) {
+		l := g.leader()
+		if l == nil {
+			return false, "no ready leader"
+		}
+		for _, s := range serversOf(l) {
+			if string(s.ID) == extra.ID() {
+				return s.Suffrage == hraft.Nonvoter, fmt.Sprintf("%+v", serversOf(l))
+			}
+		}
+		return false, fmt.Sprintf("not listed: %+v", serversOf(l))
+	})
+
+	old := readyLeaderOf(t, g)
+	oldRec := recs[slices.Index(nodes, old)]
+	votersBefore := old.Status().Voters
+	termBefore := raftTermOf(t, old)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := old.Close(ctx); err != nil {
+		t.Fatalf("close the raft leader: %v", err)
+	}
+	g.forget(old)
+	if !oldRec.saw("handed raft leadership on") {
+		t.Fatalf("the closing leader did not hand leadership on; it logged %q", oldRec.messages())
+	}
+
+	next := readyLeaderOf(t, g)
+	if next == extra || !slices.Contains(votersBefore, next.ID()) {
+		t.Fatalf("leadership went to %s, not one of the voters %v", next.ID(), votersBefore)
+	}
+	// A transfer makes its target campaign at once, in the next term; an
+	// election after a timeout would have started with some follower
+	// noticing the silence, and split votes would have cost more terms.
+	if term := raftTermOf(t, next); term != termBefore+1 {
+		t.Fatalf("raft term %d after the transfer, want %d (one more than %d)", term, termBefore+1, termBefore)
+	}
+	waitState(t, 10*time.Second, "the closed leader left the configuration", func() (bool, string) {
+		l := g.leader()
+		if l == nil {
+			return false, "no ready leader"
+		}
+		srvs := serversOf(l)
+		return !slices.ContainsFunc(srvs, func(s hraft.Server) bool { return string(s.ID) == old.ID() }), fmt.Sprintf("%+v", srvs)
+	})
+}
+
+// TestWitness runs two application members and a witness: the witness
+// joins as a voter, refuses Backends, hands raft leadership on, and keeps
+// a quorum with the surviving application member when the other dies.
+func TestWitness(t *testing.T) {
+	g := newBareGroup(t)
+	// A long stabilization time keeps autopilot from promoting anyone
+	// during the test, so a witness in the voters joined as one.
+	app := func(o *NodeOptions) { o.BootstrapExpect = 2; o.StabilizationTime = time.Minute }
+	a := g.start(t, app)
+	b := g.start(t, app)
+	g.waitJoined(t)
+	wrec := &logRecorder{}
+	w := g.start(t, func(o *NodeOptions) {
+		o.Witness = true
+		o.StabilizationTime = time.Minute
+		o.Logger = slog.New(wrec)
+	})
+	joinedWithin(t, w, 30*time.Second)
+	waitState(t, 10*time.Second, "three voters, the witness among them", func() (bool, string) {
+		l := g.leader()
+		if l == nil {
+			return false, "no ready leader"
+		}
+		st := l.Status()
+		return len(st.Voters) == 3 && slices.Contains(st.Voters, w.ID()), fmt.Sprintf("%+v", st)
+	})
+
+	_, err := New(w, Options{})
+	var ce *baton.ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("New on a witness: %v, want *baton.ConfigError", err)
+	}
+
+	// Give the witness raft leadership: it hands it straight on.
+	if l := readyLeaderOf(t, g); l != w {
+		if err := l.raft.LeadershipTransferToServer(hraft.ServerID(w.ID()), hraft.ServerAddress(w.Addr())).Error(); err != nil {
+			t.Fatalf("transfer to the witness: %v", err)
+		}
+	}
+	eventually(t, 10*time.Second, "the witness took raft leadership and handed it on", func() bool {
+		return wrec.saw("witness handing raft leadership on")
+	})
+	waitState(t, 10*time.Second, "an application member is the ready raft leader, not the witness", func() (bool, string) {
+		l := g.leader()
+		return l != nil && l != w && w.raft.State() != hraft.Leader, fmt.Sprintf("leader %v, witness %s", l, w.raft.State())
+	})
+
+	cfg := baton.Config{TTL: 2 * time.Second}
+	ba, bb := newBackend(t, a, cfg), newBackend(t, b, cfg)
+	ta := campaignWithin(t, ba, "job", "a")
+	if err := a.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	g.forget(a)
+	tb := campaignWithin(t, bb, "job", "b")
+	won := time.Now()
+	select {
+	case <-ta.Done():
+	case <-time.After(2 * cfg.TTL):
+		t.Fatal("the killed member's term did not end by itself")
+	}
+	if won.Before(ta.SafeUntil()) {
+		t.Fatalf("b won the lease %s before a's safe-until", ta.SafeUntil().Sub(won))
+	}
+	if tb.Token() <= ta.Token() {
+		t.Fatalf("token %d not above %d", tb.Token(), ta.Token())
+	}
+	assertHolder(t, bb, "job", "b", tb.Token())
+	if l := g.leader(); l == w {
+		t.Fatalf("the witness is the ready raft leader after the kill")
+	}
+}
+
+// TestJoinNeedsSecret starts a member with the group's CA but a wrong
+// secret: it never gets in.
+func TestJoinNeedsSecret(t *testing.T) {
+	g := newTestGroup(t, 3)
+	o := g.options(t)
+	o.Secret = "not-the-group-secret-0123456789"
+	n := startOutsider(t, o)
+	neverJoins(t, g, n)
+}
+
+// TestJoinNeedsCertificateFromGroupCA starts a member with the group's
+// secret but a certificate from another CA: it never gets in.
+func TestJoinNeedsCertificateFromGroupCA(t *testing.T) {
+	g := newTestGroup(t, 3)
+	other, err := certs.NewCA("another CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := g.options(t)
+	if o.TLS, err = other.Config("member", []string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	n := startOutsider(t, o)
+	neverJoins(t, g, n)
+}
+
+// neverJoins watches n for a few seconds: its Joined stays open and no
+// member's configuration lists it.
+func neverJoins(t *testing.T, g *testGroup, n *Node) {
+	t.Helper()
+	neverWithin(t, 3*time.Second, "the outsider joined", func() (bool, string) {
+		select {
+		case <-n.Joined():
+			return true, fmt.Sprintf("its Joined is closed: %+v", n.Status())
+		default:
+		}
+		for _, m := range g.members() {
+			for _, s := range serversOf(m) {
+				if string(s.ID) == n.ID() || string(s.Address) == n.Addr() {
+					return true, fmt.Sprintf("%s lists it: %+v", m.ID(), serversOf(m))
+				}
+			}
+		}
+		return false, ""
+	})
+}
+
+// TestBootstrapExpectWaits: with BootstrapExpect 3, two members wait; the
+// third forms one group of all three.
+func TestBootstrapExpectWaits(t *testing.T) {
+	g := newBareGroup(t)
+	expect3 := func(o *NodeOptions) { o.BootstrapExpect = 3 }
+	a, b := g.start(t, expect3), g.start(t, expect3)
+	// Ten heartbeat timeouts: a group would have elected a leader.
+	neverWithin(t, 10*g.options(t).HeartbeatTimeout, "two of three members formed a group", func() (bool, string) {
+		for _, n := range []*Node{a, b} {
+			if addr, _ := n.raft.LeaderWithID(); addr != "" || n.raft.LastIndex() > 0 {
+				return true, fmt.Sprintf("%+v", n.Status())
+			}
+		}
+		return false, ""
+	})
+	c := g.start(t, expect3)
+	g.waitJoined(t)
+	want := []string{a.ID(), b.ID(), c.ID()}
+	slices.Sort(want)
+	waitState(t, 10*time.Second, "one group of all three, agreed by each", func() (bool, string) {
+		var leader string
+		var desc []string
+		ok := true
+		for _, n := range []*Node{a, b, c} {
+			st := n.Status()
+			desc = append(desc, fmt.Sprintf("%+v", st))
+			voters := slices.Sorted(slices.Values(st.Voters))
+			if st.Leader == "" || (leader != "" && st.Leader != leader) || !slices.Equal(voters, want) || len(st.Members) != 3 {
+				ok = false
+			}
+			leader = st.Leader
+		}
+		return ok, strings.Join(desc, "\n")
+	})
+}
+
+// TestRestartWithDataDir kills a voter that keeps its log in a data dir
+// and restarts it on a new port: it comes back as the same member, with
+// its log, and rejoins. A different explicit ID is refused.
+func TestRestartWithDataDir(t *testing.T) {
+	dir := t.TempDir()
+	g := newMembershipGroup(t, 3, func(i int, o *NodeOptions) {
+		if i == 0 {
+			o.DataDir = dir
+		}
+	})
+	m := g.members()[0]
+	id := m.ID()
+	if b, err := os.ReadFile(filepath.Join(dir, "node-id")); err != nil || strings.TrimSpace(string(b)) != id {
+		t.Fatalf("node-id file: %q, %v; want %q", b, err, id)
+	}
+
+	other := g.members()[1]
+	bo := newBackend(t, other, baton.Config{TTL: 2 * time.Second})
+	held := campaignWithin(t, bo, "job", "other")
+	for i := range 3 {
+		tm := campaignWithin(t, bo, fmt.Sprintf("filler-%d", i), "other")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := tm.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+	target := other.raft.LastIndex()
+	eventually(t, 10*time.Second, "the data-dir member applied the log", func() bool {
+		return m.raft.AppliedIndex() >= target
+	})
+	kept := m.raft.LastIndex()
+	oldAddr := m.Addr()
+
+	if err := m.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	g.forget(m)
+
+	o := g.options(t)
+	o.DataDir, o.ID = dir, "someone-else"
+	if n, err := StartNode(o); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		_ = n.Close(ctx)
+		cancel()
+		t.Fatalf("StartNode with ID %q over a data dir of %q succeeded", o.ID, id)
+	} else if !strings.Contains(err.Error(), id) || !strings.Contains(err.Error(), "someone-else") {
+		t.Fatalf("mismatched ID: %v; want an error naming both IDs", err)
+	}
+
+	back := g.start(t, func(o *NodeOptions) { o.DataDir = dir })
+	if back.ID() != id {
+		t.Fatalf("restarted with ID %q, want %q from %s", back.ID(), id, filepath.Join(dir, "node-id"))
+	}
+	if got := back.raft.LastIndex(); got < kept {
+		t.Fatalf("restarted with log up to %d, want at least %d", got, kept)
+	}
+	t.Logf("restarted %s: %s -> %s, log at %d", id, oldAddr, back.Addr(), back.raft.LastIndex())
+	joinedWithin(t, back, 30*time.Second)
+
+	live := g.members()
+	waitState(t, 30*time.Second, "the restarted member is a voter at its new address, the group 3 voters", func() (bool, string) {
+		return settledOn(g, live)
+	})
+
+	// Its copy of the log has what was written before and after.
+	after := campaignWithin(t, bo, "after-restart", "other")
+	waitState(t, 10*time.Second, "the restarted member's log has the leases", func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		v1, err1 := back.read(ctx, "job", "", true)
+		v2, err2 := back.read(ctx, "after-restart", "", true)
+		return err1 == nil && err2 == nil && v1.Token == held.Token() && v2.Token == after.Token(),
+			fmt.Sprintf("job %+v (%v), after-restart %+v (%v)", v1, err1, v2, err2)
+	})
+}
+
+// newBareGroup returns a testGroup with a CA and a secret and no members.
+func newBareGroup(t testing.TB) *testGroup {
+	t.Helper()
+	ca, err := certs.NewCA("baton test CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testGroup{t: t, ca: ca, secret: "0123456789abcdef-test-secret"}
+}
+
+// newMembershipGroup is newTestGroup with per-member options: opt gets
+// each member's index in start order.
+func newMembershipGroup(t testing.TB, voters int, opt func(i int, o *NodeOptions)) *testGroup {
+	t.Helper()
+	g := newBareGroup(t)
+	for i := range voters {
+		g.start(t, func(o *NodeOptions) {
+			o.BootstrapExpect, o.Voters = voters, voters
+			opt(i, o)
+		})
+	}
+	g.waitJoined(t)
+	return g
+}
+
+// startOutsider starts a member that is not in g's discovery list.
+func startOutsider(t testing.TB, o NodeOptions) *Node {
+	t.Helper()
+	n, err := StartNode(o)
+	if err != nil {
+		t.Fatalf("StartNode: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_ = n.Close(ctx)
+	})
+	return n
+}
+
+func joinedWithin(t testing.TB, n *Node, d time.Duration) {
+	t.Helper()
+	select {
+	case <-n.Joined():
+	case <-time.After(d):
+		t.Fatalf("member %s did not join within %s: %+v", n.ID(), d, n.Status())
+	}
+}
+
+// readyLeaderOf waits for a ready raft leader among g's members.
+func readyLeaderOf(t testing.TB, g *testGroup) *Node {
+	t.Helper()
+	var l *Node
+	eventually(t, 15*time.Second, "a ready raft leader", func() bool {
+		l = g.leader()
+		return l != nil
+	})
+	return l
+}
+
+// settledOn reports whether g's ready raft leader has exactly want in its
+// configuration, each at its address and a voter.
+func settledOn(g *testGroup, want []*Node) (bool, string) {
+	l := g.leader()
+	if l == nil {
+		return false, "no ready raft leader"
+	}
+	srvs := serversOf(l)
+	desc := fmt.Sprintf("leader %s: %+v", l.ID(), srvs)
+	if len(srvs) != len(want) {
+		return false, desc
+	}
+	for _, s := range srvs {
+		if s.Suffrage != hraft.Voter || !slices.ContainsFunc(want, func(n *Node) bool {
+			return string(s.ID) == n.ID() && string(s.Address) == n.Addr()
+		}) {
+			return false, desc
+		}
+	}
+	return true, desc
+}
+
+func serversOf(n *Node) []hraft.Server {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	return f.Configuration().Servers
+}
+
+func raftTermOf(t testing.TB, n *Node) uint64 {
+	t.Helper()
+	term, err := strconv.ParseUint(n.raft.Stats()["term"], 10, 64)
+	if err != nil {
+		t.Fatalf("raft term of %s: %v", n.ID(), err)
+	}
+	return term
+}
+
+func campaignWithin(t testing.TB, b *Backend, name, id string) baton.Term {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	term, err := b.Campaign(ctx, name, baton.Candidate{ID: id})
+	if err != nil {
+		t.Fatalf("campaign %s for %q: %v", id, name, err)
+	}
+	return term
+}
+
+func assertHolder(t testing.TB, b *Backend, name, holder string, token uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec, err := b.Leader(ctx, name)
+	if err != nil {
+		t.Fatalf("Leader(%q): %v", name, err)
+	}
+	if rec.Holder != holder || rec.Token != token {
+		t.Fatalf("Leader(%q) = %+v, want holder %s token %d", name, rec, holder, token)
+	}
+}
+
+// waitState is eventually with the last state in the failure message.
+func waitState(t testing.TB, d time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	var last string
+	deadline := time.Now().Add(d)
+	for {
+		ok, desc := cond()
+		if ok {
+			return
+		}
+		last = desc
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s; last state:\n%s", d, what, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// neverWithin polls cond for d and fails as soon as it holds.
+func neverWithin(t testing.TB, d time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if bad, desc := cond(); bad {
+			t.Fatalf("%s: %s", what, desc)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// logRecorder is a slog.Handler that keeps the messages of Info records
+// and above, so a test can tell which path a member took.
+type logRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *logRecorder) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+
+func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, rec.Message)
+	return nil
+}
+
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler      { return r }
+
+func (r *logRecorder) saw(msg string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Contains(r.msgs, msg)
+}
+
+func (r *logRecorder) messages() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.msgs)
+}
