@@ -188,6 +188,16 @@ func (b *Backend) campaign(ctx context.Context, sl *slot, name, id string) (bato
 // succeeds or the session ends: a place left behind would some day make
 // this process leader with nobody acting.
 func (b *Backend) abandon(name string, s *session) {
+	// At once first, so that a candidate that gave up is out of the queue
+	// when Campaign returns; in the background if the group is slow.
+	ctx, cancel := s.bound(context.Background())
+	ctx, cancel2 := context.WithTimeout(ctx, min(b.cfg.RenewInterval, time.Second))
+	err := b.dropPlace(ctx, name, s)
+	cancel2()
+	cancel()
+	if err == nil {
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {

@@ -27,6 +27,7 @@ const (
 	opAcquire        op = "acquire"         // hold the lease if free, else queue up
 	opRelease        op = "release"         // give the lease up (Resign)
 	opDequeue        op = "dequeue"         // stop waiting (a cancelled Campaign)
+	opNoop           op = "noop"            // carries the commit index to followers at once
 )
 
 // command is one log entry's payload.
@@ -49,6 +50,8 @@ type result struct {
 	Holder bool   `json:"holder,omitempty"` // acquire: the session holds the lease now
 	Token  uint64 `json:"token,omitempty"`  // acquire: its token when Holder
 	Err    string `json:"err,omitempty"`    // the command was refused (an unknown session, say)
+	// Promoted reports that the command handed a lease to a waiter.
+	Promoted bool `json:"promoted,omitempty"`
 }
 
 // sessionRec is a session as the log knows it.
@@ -95,6 +98,8 @@ type fsm struct {
 	// mod is the index of each lease's last change, kept after the lease
 	// is deleted so that a blocking read can tell that it changed.
 	mod map[string]uint64
+	// promoted is set by free, during one Apply, when a waiter got a lease.
+	promoted bool
 }
 
 func newFSM() *fsm {
@@ -163,8 +168,10 @@ func (f *fsm) Apply(l *hraft.Log) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.st.Index = l.Index
+	f.promoted = false
 	r := f.apply(l.Index, &c)
 	r.Index = l.Index
+	r.Promoted = f.promoted
 	close(f.any)
 	f.any = make(chan struct{})
 	return r
@@ -223,6 +230,8 @@ func (f *fsm) apply(index uint64, c *command) *result {
 			f.free(index, l, c.Time)
 		}
 		return &result{}
+	case opNoop:
+		return &result{}
 	case opDequeue:
 		if l := f.st.Leases[c.Lease]; l != nil {
 			f.dequeue(l, c.Session)
@@ -245,6 +254,7 @@ func (f *fsm) free(index uint64, l *leaseRec, at time.Time) {
 		w := l.Queue[0]
 		l.Queue = slices.Delete(l.Queue, 0, 1)
 		l.Session, l.Candidate, l.Token, l.Since = w.Session, w.Candidate, index, at
+		f.promoted = true
 	}
 	if l.Session == "" && len(l.Queue) == 0 {
 		delete(f.st.Leases, l.Name)

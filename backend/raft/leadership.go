@@ -207,6 +207,8 @@ func (t *sessionTimers) run(ctx context.Context) {
 	}
 }
 
+var noopCommand = []byte(`{"op":"noop"}`)
+
 // applyLocal applies c through this member's raft, which must be the
 // leader.
 func (n *Node) applyLocal(c command) (*result, error) {
@@ -224,6 +226,13 @@ func (n *Node) applyLocal(c command) (*result, error) {
 	r, ok := f.Response().(*result)
 	if !ok {
 		return nil, fmt.Errorf("raft: unexpected apply response %T", f.Response())
+	}
+	if r.Promoted {
+		// Followers learn that an entry is committed from the next one the
+		// leader sends; on an idle group that is up to two CommitTimeouts
+		// away. A waiter on a follower is handed the lease by this entry,
+		// so send the next one now.
+		n.raft.Apply(noopCommand, 0)
 	}
 	return r, nil
 }

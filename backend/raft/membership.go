@@ -3,6 +3,7 @@ package raft
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,8 +20,16 @@ func (n *Node) membership() {
 	defer n.wg.Done()
 	backoff := 100 * time.Millisecond
 	for n.ctx.Err() == nil {
+		if n.isReady() && !n.inConfiguration() {
+			// This member leads but the configuration lists it elsewhere
+			// (restarted with its log on a new port): fix its own entry.
+			if err := n.addMember(joinRequest{ID: n.id, Addr: n.addr, Witness: n.opts.Witness}); err != nil {
+				n.log.Warn("could not update this member's address", "err", err)
+			}
+		}
 		if n.inGroup() {
 			n.joinOne.Do(func() { close(n.joined) })
+			n.logConfiguration()
 			backoff = 100 * time.Millisecond
 			if !n.sleep(max(n.opts.HeartbeatTimeout, time.Second)) {
 				return
@@ -35,6 +44,31 @@ func (n *Node) membership() {
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
+}
+
+// logConfiguration logs the group's configuration when it changed since
+// the last call.
+func (n *Node) logConfiguration() {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	var voters, others []string
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == hraft.Voter {
+			voters = append(voters, string(s.Address))
+		} else {
+			others = append(others, string(s.Address))
+		}
+	}
+	slices.Sort(voters)
+	slices.Sort(others)
+	line := strings.Join(voters, ",") + " " + strings.Join(others, ",")
+	if line == n.lastConf {
+		return
+	}
+	n.lastConf = line
+	n.log.Info("group configuration", "voters", strings.Join(voters, ","), "non_voters", strings.Join(others, ","))
 }
 
 func (n *Node) sleep(d time.Duration) bool {

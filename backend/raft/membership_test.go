@@ -70,8 +70,7 @@ func TestReplaceVotersOneByOne(t *testing.T) {
 		waitState(t, 30*time.Second, fmt.Sprintf("round %d: configuration is the 3 live members, all voters", round), func() (bool, string) {
 			return settledOn(g, live)
 		})
-		l := g.leader()
-		if st := l.Status(); len(st.Voters) != 3 {
+		if st := readyLeaderOf(t, g).Status(); len(st.Voters) != 3 {
 			t.Fatalf("round %d: voters %v, want 3", round, st.Voters)
 		}
 
@@ -90,18 +89,7 @@ func TestReplaceVotersOneByOne(t *testing.T) {
 
 		// A brand-new member (promoted to voter this round) serves
 		// campaigns and reads.
-		probe := newBackend(t, fresh, cfg)
-		name := fmt.Sprintf("round-%d", round)
-		pt := campaignWithin(t, probe, name, fresh.ID())
-		assertHolder(t, probe, name, fresh.ID(), pt.Token())
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := pt.Resign(ctx); err != nil {
-			t.Fatalf("round %d: resign: %v", round, err)
-		}
-		if err := probe.Close(ctx); err != nil {
-			t.Fatalf("round %d: close probe backend: %v", round, err)
-		}
-		cancel()
+		probeLease(t, fresh, fmt.Sprintf("round-%d", round), cfg)
 	}
 
 	// Every original member is gone, from the configuration too.
@@ -109,6 +97,23 @@ func TestReplaceVotersOneByOne(t *testing.T) {
 		if slices.Contains(originals, string(s.ID)) {
 			t.Fatalf("original member %s is still in the configuration", s.ID)
 		}
+	}
+}
+
+// probeLease campaigns for name through a new Backend on n, reads it
+// back, and gives it up.
+func probeLease(t *testing.T, n *Node, name string, cfg baton.Config) {
+	t.Helper()
+	b := newBackend(t, n, cfg)
+	term := campaignWithin(t, b, name, n.ID())
+	assertHolder(t, b, name, n.ID(), term.Token())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := term.Resign(ctx); err != nil {
+		t.Fatalf("resign %q: %v", name, err)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatalf("close the backend on %s: %v", n.ID(), err)
 	}
 }
 
@@ -278,7 +283,10 @@ func TestWitness(t *testing.T) {
 	})
 	waitState(t, 10*time.Second, "an application member is the ready raft leader, not the witness", func() (bool, string) {
 		l := g.leader()
-		return l != nil && l != w && w.raft.State() != hraft.Leader, fmt.Sprintf("leader %v, witness %s", l, w.raft.State())
+		if l == nil {
+			return false, "no ready leader"
+		}
+		return l != w && w.raft.State() != hraft.Leader, fmt.Sprintf("ready leader %s, witness %s", l.ID(), w.raft.State())
 	})
 
 	cfg := baton.Config{TTL: 2 * time.Second}
@@ -310,6 +318,7 @@ func TestWitness(t *testing.T) {
 // TestJoinNeedsSecret starts a member with the group's CA but a wrong
 // secret: it never gets in.
 func TestJoinNeedsSecret(t *testing.T) {
+	t.Parallel() // idle groups, and checks that hold under load
 	g := newTestGroup(t, 3)
 	o := g.options(t)
 	o.Secret = "not-the-group-secret-0123456789"
@@ -320,6 +329,7 @@ func TestJoinNeedsSecret(t *testing.T) {
 // TestJoinNeedsCertificateFromGroupCA starts a member with the group's
 // secret but a certificate from another CA: it never gets in.
 func TestJoinNeedsCertificateFromGroupCA(t *testing.T) {
+	t.Parallel() // idle groups, and checks that hold under load
 	g := newTestGroup(t, 3)
 	other, err := certs.NewCA("another CA", time.Hour)
 	if err != nil {
@@ -357,6 +367,7 @@ func neverJoins(t *testing.T, g *testGroup, n *Node) {
 // TestBootstrapExpectWaits: with BootstrapExpect 3, two members wait; the
 // third forms one group of all three.
 func TestBootstrapExpectWaits(t *testing.T) {
+	t.Parallel() // idle groups, and checks that hold under load
 	g := newBareGroup(t)
 	expect3 := func(o *NodeOptions) { o.BootstrapExpect = 3 }
 	a, b := g.start(t, expect3), g.start(t, expect3)
@@ -424,6 +435,11 @@ func TestRestartWithDataDir(t *testing.T) {
 	kept := m.raft.LastIndex()
 	oldAddr := m.Addr()
 
+	// The member comes back while another leads: the group's leader then
+	// re-adds it at its new address. (Its winning the election on the way
+	// back is TestRestartWithDataDirWinsElection.)
+	moveLeadershipOff(t, g, m)
+
 	if err := m.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -464,6 +480,68 @@ func TestRestartWithDataDir(t *testing.T) {
 		v2, err2 := back.read(ctx, "after-restart", "", true)
 		return err1 == nil && err2 == nil && v1.Token == held.Token() && v2.Token == after.Token(),
 			fmt.Sprintf("job %+v (%v), after-restart %+v (%v)", v1, err1, v2, err2)
+	})
+}
+
+// TestRestartWithDataDirWinsElection restarts the raft leader, which keeps
+// its log in a data dir, on a new port, so quickly that it wins the next
+// election: the surviving voters' configuration still has it at its old
+// address. Once it leads, the group must still come to list it where it
+// now listens, or the next leader could not reach it.
+func TestRestartWithDataDirWinsElection(t *testing.T) {
+	dir := t.TempDir()
+	gates := make([]*gate, 3)
+	g := newMembershipGroup(t, 3, func(i int, o *NodeOptions) {
+		gates[i] = &gate{}
+		o.gate = gates[i]
+		if i == 0 {
+			o.DataDir = dir
+		}
+	})
+	nodes := g.members()
+	m, a, b := nodes[0], nodes[1], nodes[2]
+	if l := readyLeaderOf(t, g); l != m {
+		if err := l.raft.LeadershipTransferToServer(hraft.ServerID(m.ID()), hraft.ServerAddress(m.Addr())).Error(); err != nil {
+			t.Fatalf("transfer to %s: %v", m.ID(), err)
+		}
+	}
+	eventually(t, 10*time.Second, "the data-dir member leads", m.isReady)
+	oldAddr := m.Addr()
+
+	// With b cut off, a cannot win an election (m's old address is dead,
+	// b unreachable), so the group's next leader is the restarted m, with
+	// a's vote: deterministically the case a quick restart runs into.
+	gates[2].set(true)
+	if err := m.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	g.forget(m)
+	back := g.start(t, func(o *NodeOptions) { o.DataDir = dir })
+	if back.ID() != m.ID() {
+		t.Fatalf("restarted with ID %q, want %q", back.ID(), m.ID())
+	}
+	eventually(t, 15*time.Second, "the restarted member leads again", back.isReady)
+	gates[2].set(false)
+	t.Logf("%s restarted %s -> %s and leads; a %s, b %s", back.ID(), oldAddr, back.Addr(), a.raft.State(), b.raft.State())
+
+	live := g.members()
+	waitState(t, 10*time.Second, "the group lists the restarted leader at its new address, 3 voters", func() (bool, string) {
+		return settledOn(g, live)
+	})
+}
+
+// moveLeadershipOff makes sure n is not the raft leader: it hands
+// leadership to another voter and waits for that one to be ready.
+func moveLeadershipOff(t testing.TB, g *testGroup, n *Node) {
+	t.Helper()
+	if readyLeaderOf(t, g) == n {
+		if err := n.raft.LeadershipTransfer().Error(); err != nil {
+			t.Fatalf("transfer leadership off %s: %v", n.ID(), err)
+		}
+	}
+	eventually(t, 10*time.Second, "another member leads", func() bool {
+		l := g.leader()
+		return l != nil && l != n
 	})
 }
 

@@ -129,6 +129,8 @@ type Node struct {
 	wg      sync.WaitGroup
 	joined  chan struct{}
 	joinOne sync.Once
+	// lastConf is the configuration last logged (membership goroutine).
+	lastConf string
 	notify  chan bool
 
 	mu       sync.Mutex
@@ -490,7 +492,7 @@ func (n *Node) inConfiguration() bool {
 	}
 	for _, s := range f.Configuration().Servers {
 		if string(s.ID) == n.id {
-			return true
+			return string(s.Address) == n.addr
 		}
 	}
 	return false

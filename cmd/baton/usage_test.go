@@ -123,7 +123,7 @@ func TestUsageErrors(t *testing.T) {
 			[]string{"no command given", "run, is-leader, leader, demo"}},
 		{"demo nodes", nil,
 			[]string{"demo", "--nodes", "10"},
-			[]string{"--nodes 10", "2 to 9"}},
+			[]string{"--nodes 10", "3 to 9"}},
 		{"demo rounds", nil,
 			[]string{"demo", "--rounds", "0", "--nodes", "1"},
 			[]string{"2 problems", "--rounds 0", "--nodes 1"}},

@@ -1,0 +1,406 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend/raft"
+	"github.com/batonhq/baton/internal/certs"
+	metrics "github.com/hashicorp/go-metrics/compat"
+)
+
+func init() { targets = append(targets, raftTarget) }
+
+// raftTarget runs against an embedded raft group deployed as in production:
+// three voters on loopback with the default raft timings (HeartbeatTimeout
+// 1 s), mutual TLS and a group secret. The voters stand for the group's
+// first three processes. Every simulated process is a member of its own that
+// joins as a non-voter, as the fourth and later processes of a group do, and
+// campaigns through it; killing a process kills its member (Node.Kill: no
+// leave, no session destroy), as kill -9 would. A process of this target is
+// therefore never the raft leader; BenchmarkCrashFailoverRaftLeader measures
+// the crash of a holder that is.
+//
+// requests counts the Group calls that the raft leader served for every
+// Backend in the test binary (see raftCounter).
+func raftTarget(b *testing.B) target {
+	tg, _ := newRaftTarget(b)
+	return tg
+}
+
+// newRaftTarget is raftTarget, also returning its group's voters.
+func newRaftTarget(b *testing.B) (target, []*raft.Node) {
+	counts := installRaftCounter(b)
+	g := newRaftGroup(b)
+	voters := g.startVoters(b, 3)
+	return target{
+		name: "raft",
+		new: func(b *testing.B, cfg baton.Config) *process {
+			n := g.start(b, raft.NodeOptions{})
+			waitJoined(b, n)
+			return &process{backend: newRaftBackend(b, n, cfg), kill: func() { _ = n.Kill() }}
+		},
+		requests: counts.groupCalls,
+	}, voters
+}
+
+// raftGroup starts the members of one raft group on loopback. It is also
+// their Discoverer, listing the voters as a static seed list would.
+type raftGroup struct {
+	ca     *certs.CA
+	secret string
+
+	mu     sync.Mutex
+	voters []string
+}
+
+func newRaftGroup(b *testing.B) *raftGroup {
+	b.Helper()
+	ca, err := certs.NewCA("baton bench CA", time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &raftGroup{ca: ca, secret: "0123456789abcdef-bench-secret"}
+}
+
+// Peers implements raft.Discoverer.
+func (g *raftGroup) Peers(context.Context) ([]string, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.voters), nil
+}
+
+// startVoters starts n members that bootstrap a new group of n voters, and
+// waits until all of them are in it.
+func (g *raftGroup) startVoters(b *testing.B, n int) []*raft.Node {
+	b.Helper()
+	nodes := make([]*raft.Node, n)
+	for i := range nodes {
+		nodes[i] = g.start(b, raft.NodeOptions{BootstrapExpect: n, Voters: n})
+		g.mu.Lock()
+		g.voters = append(g.voters, nodes[i].Addr())
+		g.mu.Unlock()
+	}
+	waitJoined(b, nodes...)
+	return nodes
+}
+
+// start starts a member with opts and the group's address, TLS, secret and
+// discovery; every timing is left at its default. b's cleanup closes the
+// member, which leaves the group as an exiting process does.
+func (g *raftGroup) start(b *testing.B, opts raft.NodeOptions) *raft.Node {
+	b.Helper()
+	tlsCfg, err := g.ca.Config("member", []string{"127.0.0.1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts.BindAddr, opts.TLS, opts.Secret, opts.Discovery = "127.0.0.1:0", tlsCfg, g.secret, g
+	n, err := raft.StartNode(opts)
+	if err != nil {
+		b.Fatalf("StartNode: %v", err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_ = n.Close(ctx)
+	})
+	return n
+}
+
+func waitJoined(b *testing.B, nodes ...*raft.Node) {
+	b.Helper()
+	for _, n := range nodes {
+		select {
+		case <-n.Joined():
+		case <-time.After(30 * time.Second):
+			b.Fatalf("member %s did not join: %+v", n.ID(), n.Status())
+		}
+	}
+}
+
+// newRaftBackend returns a Backend on n that b's cleanup closes (before n,
+// as cleanups run last-in first-out).
+func newRaftBackend(b *testing.B, n *raft.Node, cfg baton.Config) *raft.Backend {
+	b.Helper()
+	be, err := raft.New(n, raft.Options{Config: cfg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = be.Close(ctx)
+	})
+	return be
+}
+
+// raftCounter counts what hashicorp/raft reports through go-metrics, the
+// only place where backend/raft's traffic can be counted from outside: its
+// Group methods are unexported and its group API is HTTP inside mutual TLS.
+// backend/raft serves every Group call of a Backend on the raft leader with
+// exactly one raft call: a command (acquire, release, dequeue, session
+// create or destroy) with one Apply, a renewal or a linearizable read with one
+// VerifyLeader, whether the call came from a process on the leader or was
+// forwarded by another member. The leader's own session-expire commands are
+// Applies too, but none happen in a steady state. The count breaks silently
+// if backend/raft stops calling VerifyLeader per renewal.
+//
+// go-metrics is global, so the counts cover every raft member in the test
+// binary; benchmarks run one group at a time.
+type raftCounter struct {
+	apply, verifyLeader atomic.Int64
+	// appendEntries counts the AppendEntries RPCs that followers handled,
+	// heartbeats included; heartbeats counts those alone.
+	appendEntries, heartbeats atomic.Int64
+}
+
+var (
+	raftCounterOnce sync.Once
+	theRaftCounter  = &raftCounter{}
+	raftCounterErr  error
+
+	keyApply         = []string{"raft", "apply"}
+	keyVerifyLeader  = []string{"raft", "verify_leader"}
+	keyAppendEntries = []string{"raft", "rpc", "appendEntries"}
+	keyHeartbeat     = []string{"raft", "rpc", "processHeartbeat"}
+)
+
+var _ metrics.MetricSink = (*raftCounter)(nil)
+
+// installRaftCounter makes the counter go-metrics' global sink, once.
+func installRaftCounter(b *testing.B) *raftCounter {
+	b.Helper()
+	raftCounterOnce.Do(func() {
+		conf := metrics.DefaultConfig("")
+		conf.EnableHostname = false
+		conf.EnableRuntimeMetrics = false // it starts a goroutine that never ends
+		_, raftCounterErr = metrics.NewGlobal(conf, theRaftCounter)
+	})
+	if raftCounterErr != nil {
+		b.Fatal(raftCounterErr)
+	}
+	return theRaftCounter
+}
+
+// groupCalls is the number of Group calls served so far.
+func (c *raftCounter) groupCalls() int64 { return c.apply.Load() + c.verifyLeader.Load() }
+
+func (c *raftCounter) IncrCounter(key []string, val float32) { c.IncrCounterWithLabels(key, val, nil) }
+
+func (c *raftCounter) IncrCounterWithLabels(key []string, val float32, _ []metrics.Label) {
+	switch {
+	case slices.Equal(key, keyApply):
+		c.apply.Add(int64(val))
+	case slices.Equal(key, keyVerifyLeader):
+		c.verifyLeader.Add(int64(val))
+	}
+}
+
+func (c *raftCounter) AddSample(key []string, val float32) { c.AddSampleWithLabels(key, val, nil) }
+
+func (c *raftCounter) AddSampleWithLabels(key []string, _ float32, _ []metrics.Label) {
+	switch {
+	case slices.Equal(key, keyAppendEntries):
+		c.appendEntries.Add(1)
+	case slices.Equal(key, keyHeartbeat):
+		c.heartbeats.Add(1)
+	}
+}
+
+func (c *raftCounter) SetGauge([]string, float32)                            {}
+func (c *raftCounter) SetGaugeWithLabels([]string, float32, []metrics.Label) {}
+func (c *raftCounter) EmitKey([]string, float32)                             {}
+
+// BenchmarkCrashFailoverRaftLeader: as BenchmarkCrashFailover (TTL 1 s,
+// default raft timings), but the holder's process is also the raft leader.
+// The group is three processes that are its three voters, as `baton demo`
+// runs them: the holder and two standbys. Each iteration starts a new group,
+// since the crash leaves two voters until autopilot replaces the third.
+//
+// The crash costs a raft election before the usual TTL: the survivors notice
+// the silence after one to two HeartbeatTimeouts (1 s), elect a leader, and
+// that leader gives every session a full TTL before it may expire the
+// holder's. A TTL of 1 s is shorter than that, so the standbys' own sessions
+// lapse meanwhile (as would those of every holder in the group); they run
+// Electors, which campaign again as `baton run` does. raft-election is the
+// time until a survivor reports itself raft leader.
+func BenchmarkCrashFailoverRaftLeader(b *testing.B) {
+	var failovers, elections []time.Duration
+	for i := 0; b.Loop(); i++ {
+		f, e := raftLeaderCrash(b, fmt.Sprintf("leader-crash-%d-%d", time.Now().UnixNano(), i))
+		failovers, elections = append(failovers, f), append(elections, e)
+	}
+	report(b, failovers, "failover")
+	report(b, elections, "raft-election")
+}
+
+// raftLeaderCrash runs one iteration of BenchmarkCrashFailoverRaftLeader
+// on a new group, measured as handOver measures: from the kill, right
+// after the holder renewed, until a standby leads.
+func raftLeaderCrash(b *testing.B, lease string) (failover, election time.Duration) {
+	b.Helper()
+	g := newRaftGroup(b)
+	nodes := g.startVoters(b, 3)
+	leader := waitRaftLeader(b, nodes)
+	var standbys []*raft.Node
+	for _, n := range nodes {
+		if n != leader {
+			standbys = append(standbys, n)
+		}
+	}
+	holder := newRaftBackend(b, leader, benchCfg)
+	th := mustCampaign(b, &process{backend: holder}, lease, "holder")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	got := make(chan time.Time, 1)
+	backends := []*raft.Backend{holder}
+	for i, n := range standbys {
+		be := newRaftBackend(b, n, benchCfg)
+		backends = append(backends, be)
+		e, err := baton.NewElector(be, baton.ElectorConfig{Lease: lease, Candidate: baton.Candidate{ID: fmt.Sprintf("standby-%d", i)}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		wg.Go(func() {
+			_ = e.Run(ctx, func(ctx context.Context, _ baton.Term) error {
+				select {
+				case got <- time.Now():
+				default: // the other standby was first
+				}
+				<-ctx.Done()
+				return nil
+			})
+		})
+	}
+	// Let the standbys queue up and the holder renew once.
+	first := th.SafeUntil()
+	for !th.SafeUntil().After(first) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if st := leader.Status(); st.State != "Leader" {
+		b.Fatalf("raft leadership moved before the crash: the holder's member is %s", st.State)
+	}
+	start := time.Now()
+	_ = leader.Kill()
+
+	elected := make(chan time.Time, 1)
+	go func() {
+		for ctx.Err() == nil {
+			for _, n := range standbys {
+				if n.Status().State == "Leader" {
+					elected <- time.Now()
+					return
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	select {
+	case at := <-got:
+		failover = at.Sub(start)
+	case <-time.After(time.Minute):
+		b.Fatalf("no standby leads a minute after the raft leader's crash: %+v", standbys[0].Status())
+	}
+	select {
+	case at := <-elected:
+		election = at.Sub(start)
+	case <-time.After(time.Minute):
+		b.Fatal("no raft leader a minute after the crash")
+	}
+
+	// The group goes with the iteration: kill it rather than leave it, since
+	// a member leaving a group of two voters, one of them dead, waits for a
+	// quorum that never comes.
+	cancel()
+	wg.Wait()
+	for _, be := range backends {
+		cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = be.Close(cctx)
+		ccancel()
+	}
+	for _, n := range standbys {
+		_ = n.Kill()
+	}
+	return failover, election
+}
+
+// waitRaftLeader returns the member of nodes that is raft leader.
+func waitRaftLeader(b *testing.B, nodes []*raft.Node) *raft.Node {
+	b.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, n := range nodes {
+			if n.Status().State == "Leader" {
+				return n
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.Fatal("no raft leader after 30 s")
+	return nil
+}
+
+// BenchmarkSteadyStateRaftTraffic: the raft group's own traffic in
+// BenchmarkSteadyState's setup (a holder and a standby, TTL 10 s, members
+// of a group of three voters), which req/s/process does not show: the
+// AppendEntries RPCs each follower handles per second (heartbeats, every
+// HeartbeatTimeout/10 to 2x that, and the leader's commit-index updates,
+// every CommitTimeout (50 ms) to 2x that), and the log entries applied per
+// second (renewals are not log entries). Not counted either: the raft
+// leader's autopilot asks every member for its state over the group API
+// once per HeartbeatTimeout (1 s).
+func BenchmarkSteadyStateRaftTraffic(b *testing.B) {
+	tg, voters := newRaftTarget(b)
+	counts := installRaftCounter(b)
+	cfg := baton.Config{} // defaults: TTL 10 s
+	lease := fmt.Sprintf("steady-traffic-%d", time.Now().UnixNano())
+	holder := tg.new(b, cfg)
+	th := mustCampaign(b, holder, lease, "holder")
+	waiter := tg.new(b, cfg)
+	_, last := appliedRange(voters)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = waiter.backend.Campaign(ctx, lease, baton.Candidate{ID: "waiter"}) })
+	// Start the window once the standby's session and queue place (two
+	// commands) are in every voter's log, so that it holds renewals only.
+	for low, _ := appliedRange(voters); low < last+2; low, _ = appliedRange(voters) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	followers := len(voters) + 2 - 1 // the voters and both processes, but the leader
+	const window = 10 * time.Second
+	var rpcs, beats, entries float64
+	for b.Loop() {
+		rpc0, beat0, applied0, start := counts.appendEntries.Load(), counts.heartbeats.Load(), voters[0].Status().Applied, time.Now()
+		time.Sleep(window) // the measurement window itself, not synchronisation
+		secs := time.Since(start).Seconds()
+		rpcs = float64(counts.appendEntries.Load()-rpc0) / secs / float64(followers)
+		beats = float64(counts.heartbeats.Load()-beat0) / secs / float64(followers)
+		entries = float64(voters[0].Status().Applied-applied0) / secs
+	}
+	b.ReportMetric(rpcs, "append-rpc/s/follower")
+	b.ReportMetric(beats, "heartbeat-rpc/s/follower")
+	b.ReportMetric(entries, "log-entries/s")
+	cancel()
+	wg.Wait()
+	_ = th.Resign(context.Background())
+}
+
+// appliedRange returns the lowest and the highest log index that members
+// of nodes have applied.
+func appliedRange(nodes []*raft.Node) (low, high uint64) {
+	for i, n := range nodes {
+		a := n.Status().Applied
+		if i == 0 || a < low {
+			low = a
+		}
+		high = max(high, a)
+	}
+	return low, high
+}

@@ -1,0 +1,369 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/internal/certs"
+	"github.com/batonhq/baton/internal/netns"
+)
+
+// A raft group of `baton run` members on hosts in network namespaces: the
+// test partitions the lease holder away from the majority and heals it, then
+// replaces every original member one by one. Throughout, a watcher in this
+// process checks that never two leader-only jobs are alive at once.
+func TestNetnsPartitionAndReplace(t *testing.T) {
+	nt := netns.New(t, 3)
+	dir := t.TempDir()
+	ca, err := certs.NewCA("netns test CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.WriteFiles(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem")); err != nil {
+		t.Fatal(err)
+	}
+	c := &nsCluster{t: t, nt: nt, dir: dir, ca: ca, procs: map[string]*nsMember{}}
+	w := startJobWatcher(t)
+
+	for _, h := range nt.Hosts() {
+		c.ips = append(c.ips, net.JoinHostPort(h.IP.String(), "7390"))
+	}
+	for _, h := range nt.Hosts() {
+		c.start(h)
+	}
+	first := w.waitHolder(t, 60*time.Second, "", 0)
+	t.Logf("first holder %s, token %d", first.holder, first.token)
+
+	// Partition the holder away from the majority.
+	minority := c.hostOf(first.holder)
+	if err := nt.Isolate(minority); err != nil {
+		t.Fatal(err)
+	}
+	second := w.waitHolder(t, 60*time.Second, first.holder, first.token)
+	t.Logf("after the partition: holder %s, token %d", second.holder, second.token)
+	if c.hostOf(second.holder) == minority {
+		t.Fatalf("the isolated host %s still leads", minority)
+	}
+	if err := nt.Heal(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Replace the original members one by one: a new host joins, then an
+	// old one leaves (alternately SIGTERM and kill -9).
+	last := second
+	var stopped []string
+	for i, old := range nt.Hosts()[:3] {
+		h, err := nt.AddHost()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.start(h)
+		c.waitInGroup(h, 60*time.Second)
+		m := c.procs[old.Name]
+		if i%2 == 0 {
+			_ = m.cmd.Process.Signal(syscall.SIGTERM)
+		} else {
+			_ = m.cmd.Process.Signal(syscall.SIGKILL)
+		}
+		select {
+		case <-m.done:
+		case <-time.After(30 * time.Second):
+			_ = m.cmd.Process.Signal(syscall.SIGQUIT) // its goroutines go to the log
+			<-m.done
+			t.Fatalf("%s did not stop within 30s of the signal", m.id)
+		}
+		// The job goes on where it was, unless the member that left held
+		// the lease: then another takes over with a higher token.
+		above := last.token - 1
+		if last.holder == m.id {
+			above = last.token
+		}
+		next := w.waitHolder(t, 60*time.Second, m.id, above)
+		stopped = append(stopped, net.JoinHostPort(old.IP.String(), "7390"))
+		c.waitVoters(c.procs[h.Name], stopped, 60*time.Second)
+		t.Logf("round %d: replaced %s; holder %s, token %d", i+1, old, next.holder, next.token)
+		last = next
+	}
+	if n := w.overlaps(); n > 0 {
+		t.Fatalf("%d moments with two leader-only jobs alive at once: %v", n, w.overlapSamples())
+	}
+}
+
+type nsCluster struct {
+	t     *testing.T
+	nt    *netns.Net
+	dir   string
+	ca    *certs.CA
+	mu    sync.Mutex
+	procs map[string]*nsMember
+	ips   []string
+}
+
+type nsMember struct {
+	id   string
+	host *netns.Host
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  *lockedWriter
+}
+
+const nsSecret = "netns-test-secret-0123456789"
+
+func (c *nsCluster) hostOf(id string) *netns.Host {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.procs {
+		if m.id == id {
+			return m.host
+		}
+	}
+	return nil
+}
+
+// start runs `baton run --backend raft://` on h.
+func (c *nsCluster) start(h *netns.Host) {
+	t := c.t
+	t.Helper()
+	name := h.Name[strings.LastIndexByte(h.Name, '-')+1:]
+	certPEM, keyPEM, err := c.ca.Issue(name, []string{h.IP.String()}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(c.dir, name+".pem"), filepath.Join(c.dir, name+"-key.pem")
+	if err := certs.WritePair(certFile, keyFile, certPEM, keyPEM); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	if addr := net.JoinHostPort(h.IP.String(), "7390"); !slices.Contains(c.ips, addr) {
+		c.ips = append(c.ips, addr)
+	}
+	join := "static:" + strings.Join(c.ips, ",")
+	c.mu.Unlock()
+	id := "m-" + name
+	cmd := h.Command(context.Background(), batonBin, "run",
+		"--backend", "raft://", "--bind", net.JoinHostPort(h.IP.String(), "7390"),
+		"--join", join, "--bootstrap-expect", "3",
+		"--tls-ca", filepath.Join(c.dir, "ca.pem"), "--tls-cert", certFile, "--tls-key", keyFile,
+		"--lease", "netns", "--id", id, "--ttl", "2s", "--log-level", "debug",
+		"--", batonBin, "demo-job")
+	cmd.Env = append(os.Environ(), "BATON_SECRET="+nsSecret)
+	lw := &lockedWriter{w: &bytes.Buffer{}}
+	cmd.Stdout, cmd.Stderr = lw, lw
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start baton on %s: %v", h, err)
+	}
+	m := &nsMember{id: id, host: h, cmd: cmd, done: make(chan struct{}), log: lw}
+	go func() { _ = cmd.Wait(); close(m.done) }()
+	c.mu.Lock()
+	c.procs[h.Name] = m
+	c.mu.Unlock()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-m.done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-m.done
+		}
+		if t.Failed() {
+			t.Logf("--- %s (%s) log:\n%s", id, h, lw.String())
+		}
+	})
+}
+
+// waitInGroup waits until h's member logs that it is in the group.
+func (c *nsCluster) waitInGroup(h *netns.Host, d time.Duration) {
+	c.t.Helper()
+	c.mu.Lock()
+	m := c.procs[h.Name]
+	c.mu.Unlock()
+	deadline := time.Now().Add(d)
+	for !strings.Contains(m.log.String(), "in the group") {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s did not join the group within %s", h, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitVoters waits until m logs a configuration of 3 voters, none of them
+// at a stopped address: the group has replaced what it lost (autopilot's
+// promotions and dead-member clean-up) and can lose another member.
+func (c *nsCluster) waitVoters(m *nsMember, stopped []string, d time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		lines := strings.Split(m.log.String(), "\n")
+		var last string
+		for _, l := range lines {
+			if strings.Contains(l, `msg="group configuration"`) {
+				last = l
+			}
+		}
+		_, v, _ := strings.Cut(last, "raft.voters=")
+		v, _, _ = strings.Cut(v, " ")
+		voters := strings.Split(v, ",")
+		if len(voters) == 3 && !slices.ContainsFunc(voters, func(a string) bool { return slices.Contains(stopped, a) }) {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("the group did not settle on 3 live voters within %s; last configuration: %s", d, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.String()
+}
+
+// jobWatcher samples the live demo-job processes of this test's binary
+// every few milliseconds (the namespaces share the PID namespace).
+type jobWatcher struct {
+	mu       sync.Mutex
+	current  []jobSample
+	holder   string
+	token    uint64
+	overlap  int
+	examples []string
+	changed  chan struct{}
+}
+
+type jobSample struct {
+	holder string
+	token  uint64
+}
+
+func startJobWatcher(t *testing.T) *jobWatcher {
+	w := &jobWatcher{changed: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			w.sample(liveJobs())
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return w
+}
+
+func (w *jobWatcher) sample(jobs []jobSample) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.current = jobs
+	if len(jobs) > 1 {
+		w.overlap++
+		if len(w.examples) < 5 {
+			w.examples = append(w.examples, fmt.Sprint(jobs))
+		}
+	}
+	if len(jobs) == 1 && (jobs[0].holder != w.holder || jobs[0].token != w.token) {
+		w.holder, w.token = jobs[0].holder, jobs[0].token
+		close(w.changed)
+		w.changed = make(chan struct{})
+	}
+}
+
+func (w *jobWatcher) overlaps() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.overlap
+}
+
+func (w *jobWatcher) overlapSamples() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.examples
+}
+
+// waitHolder waits for a live job whose holder is not notHolder and whose
+// token is above minToken.
+func (w *jobWatcher) waitHolder(t *testing.T, d time.Duration, notHolder string, aboveToken uint64) jobSample {
+	t.Helper()
+	timeout := time.After(d)
+	for {
+		w.mu.Lock()
+		h, tok, ch := w.holder, w.token, w.changed
+		alive := len(w.current) == 1
+		w.mu.Unlock()
+		if alive && h != notHolder && tok > aboveToken {
+			return jobSample{h, tok}
+		}
+		select {
+		case <-ch:
+		case <-time.After(50 * time.Millisecond):
+		case <-timeout:
+			t.Fatalf("no leader-only job with a holder other than %q and a token above %d within %s", notHolder, aboveToken, d)
+		}
+	}
+}
+
+// liveJobs lists running (not zombie) demo-job processes of batonBin.
+func liveJobs() []jobSample {
+	var out []jobSample
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || !bytes.HasPrefix(cmdline, []byte(batonBin+"\x00demo-job")) {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
+			continue
+		}
+		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		var s jobSample
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			if v, ok := bytes.CutPrefix(kv, []byte("BATON_HOLDER=")); ok {
+				s.holder = string(v)
+			}
+			if v, ok := bytes.CutPrefix(kv, []byte("BATON_TOKEN=")); ok {
+				s.token, _ = strconv.ParseUint(string(v), 10, 64)
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
