@@ -131,7 +131,7 @@ type Node struct {
 	joinOne sync.Once
 	// lastConf is the configuration last logged (membership goroutine).
 	lastConf string
-	notify  chan bool
+	notify   chan bool
 
 	mu       sync.Mutex
 	ready    bool // raft leader with the log applied: may serve renewals and reads
