@@ -193,6 +193,8 @@ type commonFlags struct {
 	id       string
 	ttl      time.Duration
 	logLevel string
+	// member: the command may run a raft member (raft://); set by run.
+	member bool
 
 	fs *pflag.FlagSet // for flagSource
 }
@@ -216,6 +218,8 @@ func (c *commonFlags) validate() ([]string, *backendSpec) {
 		problems = append(problems, "--backend is required: pass e.g. --backend etcd://127.0.0.1:2379, or set BATON_BACKEND")
 	} else if s, err := parseBackend(c.backend); err != nil {
 		problems = append(problems, fmt.Sprintf("%s %q: %v", flagSource(c.fs, "backend"), c.backend, err))
+	} else if s.scheme == "raft" && !c.member {
+		problems = append(problems, fmt.Sprintf("%s raft:// would make this short-lived command a member of the group: ask a member's agent instead, e.g. --backend agent://127.0.0.1:8790 (baton agent)", flagSource(c.fs, "backend")))
 	} else {
 		spec = s
 	}

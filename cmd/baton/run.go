@@ -123,6 +123,7 @@ func (a *App) newRunCommand() *cobra.Command {
 	c.fs.DurationVar(&c.timeout, "timeout", 0, "give up (exit 3) if not elected within this time (0: wait forever)")
 	withEnv(c.fs, "grace")
 	c.raft.register(c.fs)
+	c.common.member = true
 	return cmd
 }
 

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// freePort returns a loopback address the kernel just handed out.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// A single-member group run by `baton agent`, with material from `baton
+// tls`; `baton run`, `leader` and `is-leader` go through agent://.
+func TestAgentServesClients(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if r := runBaton(t, 30*time.Second, "tls", "ca", "--dir", dir); r.code != 0 {
+		t.Fatalf("tls ca: %d %s", r.code, r.stderr)
+	}
+	if r := runBaton(t, 30*time.Second, "tls", "cert", "--dir", dir, "--name", "a1", "--host", "127.0.0.1"); r.code != 0 {
+		t.Fatalf("tls cert: %d %s", r.code, r.stderr)
+	}
+	if r := runBaton(t, 30*time.Second, "tls", "ca", "--dir", dir); r.code == 0 || !strings.Contains(r.stderr, "already exists") {
+		t.Fatalf("a second tls ca overwrote the CA, or did not say which file exists: %d %s", r.code, r.stderr)
+	}
+	bind, httpAddr := freePort(t), freePort(t)
+	agent := startBaton(t, "agent", testEnv("BATON_SECRET=agent-test-secret-0123456789"), "agent",
+		"--bind", bind, "--join", "static:"+bind, "--bootstrap-expect", "1", "--voters", "1",
+		"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, "a1.pem"), "--tls-key", filepath.Join(dir, "a1-key.pem"),
+		"--http", httpAddr)
+	eventually(t, 30*time.Second, "the agent serving", func() bool { return strings.Contains(agent.out.String(), "agent serving") })
+
+	backend := "agent://" + httpAddr
+	job := startBaton(t, "run", testEnv(), "run", "--backend", backend, "--lease", "ag", "--id", "worker-1", "--", "sleep", "60")
+	eventually(t, 30*time.Second, "worker-1 leading", func() bool {
+		r := runBaton(t, 30*time.Second, "is-leader", "--backend", backend, "--lease", "ag", "--id", "worker-1")
+		return r.code == 0
+	})
+	r := runBaton(t, 30*time.Second, "leader", "--backend", backend, "--lease", "ag", "--json")
+	if r.code != 0 || !strings.Contains(r.stdout, `"holder":"worker-1"`) {
+		t.Fatalf("leader --json: %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	_ = job.cmd.Process.Signal(syscall.SIGTERM)
+	if code := job.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("run exited %d after SIGTERM", code)
+	}
+	if r := runBaton(t, 30*time.Second, "leader", "--backend", backend, "--lease", "ag"); r.code != 1 {
+		t.Fatalf("leader after the holder left: exit %d, want 1 (nobody leads); %s", r.code, r.stderr)
+	}
+	_ = agent.cmd.Process.Signal(syscall.SIGTERM)
+	if code := agent.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("agent exited %d after SIGTERM", code)
+	}
+}
+
+func TestRaftFlagErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "nope.pem")
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+		want []string
+	}{
+		{"no TLS, no secret", nil, []string{"run", "--backend", "raft://", "--lease", "x", "--", "true"},
+			[]string{"--tls-ca is required", "--tls-cert is required", "--tls-key is required", "BATON_SECRET"}},
+		{"short secret", []string{"BATON_SECRET=short"}, []string{"run", "--backend", "raft://", "--lease", "x",
+			"--tls-ca", missing, "--tls-cert", missing, "--tls-key", missing, "--", "true"},
+			[]string{"BATON_SECRET is 5 bytes"}},
+		{"missing TLS file", []string{"BATON_SECRET=0123456789abcdef"}, []string{"run", "--backend", "raft://", "--lease", "x",
+			"--bind", "127.0.0.1:0", "--tls-ca", missing, "--tls-cert", missing, "--tls-key", missing, "--", "true"},
+			[]string{"nope.pem"}},
+		{"bad join", []string{"BATON_SECRET=0123456789abcdef"}, []string{"agent", "--join", "consul:x",
+			"--tls-ca", missing, "--tls-cert", missing, "--tls-key", missing},
+			[]string{"--join", "static:"}},
+		{"is-leader cannot be a member", nil, []string{"is-leader", "--backend", "raft://", "--lease", "x"},
+			[]string{"agent://"}},
+		{"agent on a public address without a token", []string{"BATON_SECRET=0123456789abcdef"}, []string{"agent", "--http", "0.0.0.0:8790",
+			"--tls-ca", missing, "--tls-cert", missing, "--tls-key", missing},
+			[]string{"--http-token"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := startBaton(t, c.name, testEnv(c.env...), c.args...)
+			if code := p.wait(t, 30*time.Second); code != exitUsage {
+				t.Fatalf("exit %d, want %d; output:\n%s", code, exitUsage, p.out)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(p.out.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, p.out)
+				}
+			}
+		})
+	}
+	_ = os.Remove(missing)
+}
