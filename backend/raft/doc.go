@@ -53,5 +53,8 @@
 // Voters voters are healthy, and removes members the raft leader has not
 // heard from for DeadServerAfter (never below Voters potential voters). A
 // member that closes gracefully hands raft leadership on, has a caught-up
-// non-voter promoted in its place, and leaves the configuration.
+// non-voter promoted in its place, and leaves the configuration. A raft
+// leader whose member holds a lease hands raft leadership to a caught-up
+// voter that holds none, so that a crash of the holder costs the TTL but not
+// also an election.
 package raft

@@ -338,6 +338,20 @@ func (f *fsm) leasesOf(session string) []string {
 	return slices.Sorted(maps.Keys(f.bySes[session]))
 }
 
+// holdingMembers returns the members whose sessions hold at least one
+// lease.
+func (f *fsm) holdingMembers() map[string]bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]bool{}
+	for _, l := range f.st.Leases {
+		if s := f.st.Sessions[l.Session]; s != nil {
+			out[s.Node] = true
+		}
+	}
+	return out
+}
+
 // leaseNames returns every lease with a holder or a waiter.
 func (f *fsm) leaseNames() []string {
 	f.mu.Lock()

@@ -30,6 +30,7 @@ func (n *Node) membership() {
 		if n.inGroup() {
 			n.joinOne.Do(func() { close(n.joined) })
 			n.logConfiguration()
+			n.avoidLeadingAndHolding()
 			backoff = 100 * time.Millisecond
 			if !n.sleep(max(n.opts.HeartbeatTimeout, time.Second)) {
 				return
@@ -43,6 +44,43 @@ func (n *Node) membership() {
 			return
 		}
 		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// avoidLeadingAndHolding hands raft leadership to a voter whose member
+// holds no lease when this member both leads the group and holds a lease:
+// a crash of such a member would cost an election on top of the TTL before
+// its lease moves on. Only to a member that holds nothing, so that leaders
+// never bounce between holders.
+func (n *Node) avoidLeadingAndHolding() {
+	if !n.isReady() {
+		return
+	}
+	holding := n.fsm.holdingMembers()
+	if !holding[n.id] {
+		return
+	}
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	_, lastTerm := n.lastLog()
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage != hraft.Voter || string(s.ID) == n.id || holding[string(s.ID)] {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, time.Second)
+		var in nodeInfo
+		err := n.client.call(ctx, string(s.Address), "/v1/raft/info", nil, &in, false)
+		cancel()
+		if err != nil || in.ID != string(s.ID) || in.LastTerm != lastTerm || in.LastIndex+50 < n.raft.LastIndex() {
+			continue
+		}
+		n.log.Info("handing raft leadership to a member that holds no lease", "to", s.ID)
+		if err := n.raft.LeadershipTransferToServer(s.ID, s.Address).Error(); err != nil {
+			n.log.Debug("leadership transfer failed", "to", s.ID, "err", err)
+		}
+		return
 	}
 }
 
