@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/renew"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -228,7 +229,7 @@ func (b *Backend) campaign(ctx context.Context, sl *slot, name, id string) (bato
 		}
 		own := resp.Responses[0].GetResponseRange().Kvs
 		if len(own) == 0 || own[0].CreateRevision != rev {
-			if err := s.endedErr(); err != nil {
+			if err := s.Err(); err != nil {
 				return nil, b.campaignErr(ctx, s, name, "wait", err)
 			}
 			return nil, fmt.Errorf("%w: election key %s was deleted while waiting for lease %q", baton.ErrLeaseLost, key, name)
@@ -295,30 +296,19 @@ func (b *Backend) waitDelete(ctx context.Context, s *session, key string, from i
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := s.endedErr(); err != nil {
+	if err := s.Err(); err != nil {
 		return err
 	}
 	// The client is closing; the caller's next read reports it.
 	return nil
 }
 
-// campaignErr turns err into Campaign's error: ctx.Err() once ctx ended (the
-// caller gave up; the cause is noise), ErrClosed after Close, and otherwise
-// an error wrapping baton.ErrBackendUnavailable.
+// campaignErr turns err into Campaign's error (see renew.CampaignErr).
 func (b *Backend) campaignErr(ctx context.Context, s *session, name, what string, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
 	b.mu.Lock()
 	closed := b.closed
 	b.mu.Unlock()
-	if closed {
-		return baton.ErrClosed
-	}
-	if serr := s.endedErr(); serr != nil {
-		err = serr
-	}
-	return fmt.Errorf("%w: lease %q: %s: %w", baton.ErrBackendUnavailable, name, what, err)
+	return renew.CampaignErr(ctx, closed, s.Terms, name, what, err)
 }
 
 func (b *Backend) unavailable(ctx context.Context, what string, err error) error {
@@ -342,7 +332,7 @@ type held struct {
 func (b *Backend) hold(s *session, sl *slot, name, key string, rev, at int64) (baton.Term, error) {
 	ctx, stop := context.WithCancel(s.ctx)
 	h := &held{name: name, key: key, rev: rev, sl: sl, s: s, stop: stop}
-	// b.mu and s.mu together make registering the term and starting its
+	// b.mu and the session's lock together make registering the term and starting its
 	// watcher atomic with respect to Close and to the session ending: either
 	// they see the term and end it, or we see them and give up.
 	b.mu.Lock()
@@ -351,17 +341,15 @@ func (b *Backend) hold(s *session, sl *slot, name, key string, rev, at int64) (b
 		stop()
 		return nil, baton.ErrClosed // Close revokes the session, and our key with it
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil || !time.Now().Before(s.safeUntil) {
+	t, ok := s.Start(name, uint64(rev), func(ctx context.Context) error {
+		return b.release(ctx, h)
+	})
+	if !ok {
 		// Our key goes with the session, which ends now if it has not yet.
 		stop()
 		return nil, fmt.Errorf("%w: lease %q: etcd session %x ended as the lease was won", baton.ErrBackendUnavailable, name, s.id)
 	}
-	h.term = baton.NewBasicTerm(name, uint64(rev), s.safeUntil, func(ctx context.Context) error {
-		return b.release(ctx, h)
-	})
-	s.terms[h] = struct{}{}
+	h.term = t
 	sl.term = h.term
 	b.wg.Add(1)
 	go b.watchHeld(ctx, h, at+1)
@@ -376,7 +364,7 @@ func (b *Backend) watchHeld(ctx context.Context, h *held, from int64) {
 	defer b.unclaim(h.name, h.sl)
 	defer h.stop()
 	lost := func(why string) {
-		h.s.forget(h)
+		h.s.Forget(h.term)
 		if h.term.End(fmt.Errorf("%w: lease %q: election key %s %s", baton.ErrLeaseLost, h.name, h.key, why)) {
 			b.log.Info("lease lost", "lease", h.name, "token", h.rev, "why", why)
 		}
@@ -423,7 +411,7 @@ func (b *Backend) watchHeld(ctx context.Context, h *held, from int64) {
 // still the one this term created.
 func (b *Backend) release(ctx context.Context, h *held) error {
 	h.stop()
-	h.s.forget(h)
+	h.s.Forget(h.term)
 	err := b.deleteKey(ctx, h.key, h.rev)
 	if err != nil {
 		// Our session keeps the key alive: left alone, it would block every

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/renew"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -24,25 +25,7 @@ type session struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu        sync.Mutex
-	safeUntil time.Time
-	terms     map[*held]struct{} // live terms, extended by each renewal
-	lastErr   error              // the latest renewal failure, nil after a success
-	err       error              // why the session ended; nil while it lasts
-}
-
-// endedErr returns why the session ended, or nil while it lasts.
-func (s *session) endedErr() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
-}
-
-// forget stops extending h, whose term has ended.
-func (s *session) forget(h *held) {
-	s.mu.Lock()
-	delete(s.terms, h)
-	s.mu.Unlock()
+	*renew.Terms // safe-until and the live terms, extended by each renewal
 }
 
 // session returns the live session, granting one first if there is none.
@@ -93,13 +76,7 @@ func (b *Backend) session(ctx context.Context) (*session, error) {
 		safeUntil = b.cfg.SafeUntil(start, time.Duration(ka.TTL)*time.Second)
 	}
 	sctx, cancel := context.WithCancel(b.ctx)
-	s = &session{
-		id:        resp.ID,
-		ctx:       sctx,
-		cancel:    cancel,
-		safeUntil: safeUntil,
-		terms:     map[*held]struct{}{},
-	}
+	s = &session{id: resp.ID, ctx: sctx, cancel: cancel, Terms: renew.New(safeUntil)}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -120,88 +97,33 @@ func (b *Backend) session(ctx context.Context) (*session, error) {
 	return s, nil
 }
 
-// keepAlive renews s every RenewInterval until it ends. Each renewal is
-// bounded by the current safe-until, after which it would be useless.
+// keepAlive renews s every RenewInterval until it ends.
 func (b *Backend) keepAlive(s *session) {
 	defer b.wg.Done()
-	next := s.renewIn(b.cfg.RenewInterval)
-	for {
-		timer := time.NewTimer(next)
-		select {
-		case <-s.ctx.Done():
-			timer.Stop()
-			return
-		case <-timer.C:
-		}
-		s.mu.Lock()
-		deadline, lastErr := s.safeUntil, s.lastErr
-		s.mu.Unlock()
-		if !time.Now().Before(deadline) {
-			b.expire(s, lastErr)
-			return
-		}
-		ctx, cancel := context.WithDeadline(s.ctx, deadline)
-		start := time.Now()
-		resp, err := b.client.KeepAliveOnce(ctx, s.id)
-		cancel()
-		switch {
-		case err == nil:
-			s.extend(b.cfg.SafeUntil(start, time.Duration(resp.TTL)*time.Second))
-			next = s.renewIn(b.cfg.RenewInterval)
-		case isLeaseNotFound(err):
-			b.endSession(s, b.lostErr(s))
-			return
-		case s.ctx.Err() != nil:
-			return
-		default:
-			s.renewFailed(err)
+	s.KeepAlive(s.ctx, renew.Renewal{
+		Interval: b.cfg.RenewInterval,
+		Renew: func(ctx context.Context) (time.Time, error) {
+			start := time.Now()
+			resp, err := b.client.KeepAliveOnce(ctx, s.id)
+			if err != nil {
+				return time.Time{}, err
+			}
+			return b.cfg.SafeUntil(start, time.Duration(resp.TTL)*time.Second), nil
+		},
+		Gone:    isLeaseNotFound,
+		Expired: func(lastErr error) { b.expire(s, lastErr) },
+		Lost:    func(error) { b.endSession(s, b.lostErr(s)) },
+		Failed: func(err error, left time.Duration) {
 			b.log.Warn("session renewal failed; retrying", "session", fmt.Sprintf("%x", s.id), "err", err,
-				"safe_until_in", time.Until(deadline).Round(time.Millisecond))
-			next = s.renewIn(b.cfg.RenewInterval / 4)
-		}
-	}
-}
-
-// renewIn returns how long to wait before the next renewal: interval, but at
-// most half the time left before safe-until, so that renewals are still
-// tried before the deadline when the last confirmation was slow (a grant
-// that waited for a reconnect, say). Past the deadline it returns a moment,
-// for keepAlive to notice.
-func (s *session) renewIn(interval time.Duration) time.Duration {
-	s.mu.Lock()
-	left := time.Until(s.safeUntil)
-	s.mu.Unlock()
-	return max(min(interval, left/2), time.Millisecond)
+				"safe_until_in", left.Round(time.Millisecond))
+		},
+	})
 }
 
 // lostErr is why s's terms end when etcd reports s gone.
 func (b *Backend) lostErr(s *session) error {
 	b.log.Warn("etcd reports the session gone (expired or revoked)", "session", fmt.Sprintf("%x", s.id))
 	return fmt.Errorf("%w: etcd session %x expired or was revoked on the server", baton.ErrLeaseLost, s.id)
-}
-
-// extend moves the session's safe-until, and every live term's, to until.
-func (s *session) extend(until time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if until.After(s.safeUntil) {
-		s.safeUntil = until
-	}
-	s.lastErr = nil
-	for h := range s.terms {
-		if !h.term.Extend(until) {
-			delete(s.terms, h)
-		}
-	}
-}
-
-func (s *session) renewFailed(err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.lastErr = err
-	for h := range s.terms {
-		h.term.RenewFailed(err)
-	}
 }
 
 // expire ends s at its safe-until and revokes it in the background if it
@@ -240,15 +162,6 @@ func (b *Backend) revokeLater(id clientv3.LeaseID) {
 
 // endSession ends s and its terms with err. New campaigns get a new session.
 func (b *Backend) endSession(s *session, err error) {
-	s.mu.Lock()
-	if s.err != nil {
-		s.mu.Unlock()
-		return
-	}
-	s.err = err
-	terms := s.terms
-	s.terms = nil
-	s.mu.Unlock()
 	b.mu.Lock()
 	if b.sess == s {
 		b.sess = nil
@@ -256,9 +169,7 @@ func (b *Backend) endSession(s *session, err error) {
 	b.mu.Unlock()
 	// End the terms before cancelling s.ctx, which lets their watchers
 	// give up the lease names: a name must not be free while its term lasts.
-	for h := range terms {
-		h.term.End(err)
-	}
+	s.End(err)
 	s.cancel()
 }
 

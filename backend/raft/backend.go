@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/renew"
 )
 
 // Options configures a Backend. The zero value means the documented
@@ -277,23 +278,12 @@ func (b *Backend) dropPlace(ctx context.Context, name string, s *session) error 
 	return err
 }
 
-// campaignErr turns err into Campaign's error: ctx.Err() once ctx ended,
-// ErrClosed after Close, and otherwise an error wrapping
-// baton.ErrBackendUnavailable.
+// campaignErr turns err into Campaign's error (see renew.CampaignErr).
 func (b *Backend) campaignErr(ctx context.Context, s *session, name, what string, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
 	b.mu.Lock()
 	closed := b.closed
 	b.mu.Unlock()
-	if closed {
-		return baton.ErrClosed
-	}
-	if serr := s.endedErr(); serr != nil {
-		err = serr
-	}
-	return fmt.Errorf("%w: lease %q: %s: %w", baton.ErrBackendUnavailable, name, what, err)
+	return renew.CampaignErr(ctx, closed, s.Terms, name, what, err)
 }
 
 // held is a lease this Backend holds.
@@ -316,16 +306,14 @@ func (b *Backend) hold(s *session, sl *slot, name string, token, at uint64) (bat
 		stop()
 		return nil, baton.ErrClosed // Close destroys the session, releasing the lease
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil || !time.Now().Before(s.safeUntil) {
+	t, ok := s.Start(name, token, func(ctx context.Context) error {
+		return b.release(ctx, h)
+	})
+	if !ok {
 		stop()
 		return nil, fmt.Errorf("%w: lease %q: session %s ended as the lease was won", baton.ErrBackendUnavailable, name, s.id)
 	}
-	h.term = baton.NewBasicTerm(name, token, s.safeUntil, func(ctx context.Context) error {
-		return b.release(ctx, h)
-	})
-	s.terms[h] = struct{}{}
+	h.term = t
 	sl.term = h.term
 	b.wg.Add(1)
 	go b.watchHeld(ctx, h, at)
@@ -346,7 +334,7 @@ func (b *Backend) watchHeld(ctx context.Context, h *held, at uint64) {
 			return
 		}
 		if v.Session != h.s.id || v.Token != h.token {
-			h.s.forget(h)
+			h.s.Forget(h.term)
 			if h.term.End(fmt.Errorf("%w: lease %q: the group gave it to another term (this session's renewals did not reach the raft leader in time)", baton.ErrLeaseLost, h.name)) {
 				b.log.Info("lease lost", "lease", h.name, "token", h.token)
 			}
@@ -361,7 +349,7 @@ func (b *Backend) watchHeld(ctx context.Context, h *held, at uint64) {
 // ended.
 func (b *Backend) release(ctx context.Context, h *held) error {
 	h.stop()
-	h.s.forget(h)
+	h.s.Forget(h.term)
 	defer b.unclaim(h.name, h.sl)
 	if h.s.ctx.Err() != nil {
 		return nil // the session is gone, and the lease with it

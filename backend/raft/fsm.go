@@ -331,11 +331,15 @@ func (f *fsm) sessions() map[string]sessionRec {
 	return out
 }
 
-// leasesOf returns the names of the leases session holds or waits for.
-func (f *fsm) leasesOf(session string) []string {
+// session returns the session id, as the log has it.
+func (f *fsm) session(id string) (sessionRec, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return slices.Sorted(maps.Keys(f.bySes[session]))
+	s, ok := f.st.Sessions[id]
+	if !ok {
+		return sessionRec{}, false
+	}
+	return *s, true
 }
 
 // holdingMembers returns the members whose sessions hold at least one
@@ -350,13 +354,6 @@ func (f *fsm) holdingMembers() map[string]bool {
 		}
 	}
 	return out
-}
-
-// leaseNames returns every lease with a holder or a waiter.
-func (f *fsm) leaseNames() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Sorted(maps.Keys(f.st.Leases))
 }
 
 // Snapshot implements hraft.FSM.

@@ -143,8 +143,7 @@ func (t *sessionTimers) count() int {
 // touch gives session a full TTL from now. It reports false when the log
 // has no such session (it expired, or never was).
 func (t *sessionTimers) touch(session string) (time.Duration, bool) {
-	sessions := t.n.fsm.sessions()
-	s, ok := sessions[session]
+	s, ok := t.n.fsm.session(session)
 	if !ok {
 		return 0, false
 	}

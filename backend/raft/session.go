@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/renew"
 )
 
 // session is this Backend's session in the group and the terms riding on
@@ -18,23 +18,7 @@ type session struct {
 	ctx    context.Context // cancelled when the session ends
 	cancel context.CancelFunc
 
-	mu        sync.Mutex
-	safeUntil time.Time
-	terms     map[*held]struct{}
-	lastErr   error
-	err       error
-}
-
-func (s *session) endedErr() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
-}
-
-func (s *session) forget(h *held) {
-	s.mu.Lock()
-	delete(s.terms, h)
-	s.mu.Unlock()
+	*renew.Terms // safe-until and the live terms, extended by each renewal
 }
 
 // bound returns a context that ends with ctx or with the session.
@@ -90,7 +74,7 @@ func (b *Backend) session(ctx context.Context) (*session, error) {
 		safeUntil = b.cfg.SafeUntil(start, ttl)
 	}
 	sctx, scancel := context.WithCancel(b.ctx)
-	s = &session{id: id, ctx: sctx, cancel: scancel, safeUntil: safeUntil, terms: map[*held]struct{}{}}
+	s = &session{id: id, ctx: sctx, cancel: scancel, Terms: renew.New(safeUntil)}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -108,76 +92,27 @@ func (b *Backend) session(ctx context.Context) (*session, error) {
 	return s, nil
 }
 
-// keepAlive renews s every RenewInterval until it ends; each renewal is
-// bounded by the current safe-until, after which it would be useless.
+// keepAlive renews s every RenewInterval until it ends.
 func (b *Backend) keepAlive(s *session) {
 	defer b.wg.Done()
-	next := s.renewIn(b.cfg.RenewInterval)
-	for {
-		timer := time.NewTimer(next)
-		select {
-		case <-s.ctx.Done():
-			timer.Stop()
-			return
-		case <-timer.C:
-		}
-		s.mu.Lock()
-		deadline, lastErr := s.safeUntil, s.lastErr
-		s.mu.Unlock()
-		if !time.Now().Before(deadline) {
-			b.expire(s, lastErr)
-			return
-		}
-		ctx, cancel := context.WithDeadline(s.ctx, deadline)
-		start := time.Now()
-		ttl, err := b.g.renew(ctx, s.id)
-		cancel()
-		switch {
-		case err == nil:
-			s.extend(b.cfg.SafeUntil(start, ttl))
-			next = s.renewIn(b.cfg.RenewInterval)
-		case errors.Is(err, errSessionGone):
-			b.endSession(s, b.lostErr(s))
-			return
-		case s.ctx.Err() != nil:
-			return
-		default:
-			s.renewFailed(err)
+	s.KeepAlive(s.ctx, renew.Renewal{
+		Interval: b.cfg.RenewInterval,
+		Renew: func(ctx context.Context) (time.Time, error) {
+			start := time.Now()
+			ttl, err := b.g.renew(ctx, s.id)
+			if err != nil {
+				return time.Time{}, err
+			}
+			return b.cfg.SafeUntil(start, ttl), nil
+		},
+		Gone:    func(err error) bool { return errors.Is(err, errSessionGone) },
+		Expired: func(lastErr error) { b.expire(s, lastErr) },
+		Lost:    func(error) { b.endSession(s, b.lostErr(s)) },
+		Failed: func(err error, left time.Duration) {
 			b.log.Warn("session renewal failed; retrying", "session", s.id, "err", err,
-				"safe_until_in", time.Until(deadline).Round(time.Millisecond))
-			next = s.renewIn(b.cfg.RenewInterval / 4)
-		}
-	}
-}
-
-func (s *session) renewIn(interval time.Duration) time.Duration {
-	s.mu.Lock()
-	left := time.Until(s.safeUntil)
-	s.mu.Unlock()
-	return max(min(interval, left/2), time.Millisecond)
-}
-
-func (s *session) extend(until time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if until.After(s.safeUntil) {
-		s.safeUntil = until
-	}
-	s.lastErr = nil
-	for h := range s.terms {
-		if !h.term.Extend(until) {
-			delete(s.terms, h)
-		}
-	}
-}
-
-func (s *session) renewFailed(err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.lastErr = err
-	for h := range s.terms {
-		h.term.RenewFailed(err)
-	}
+				"safe_until_in", left.Round(time.Millisecond))
+		},
+	})
 }
 
 func (b *Backend) lostErr(s *session) error {
@@ -212,22 +147,11 @@ func (b *Backend) expire(s *session, lastErr error) {
 
 // endSession ends s and its terms with err. New campaigns get a new session.
 func (b *Backend) endSession(s *session, err error) {
-	s.mu.Lock()
-	if s.err != nil {
-		s.mu.Unlock()
-		return
-	}
-	s.err = err
-	terms := s.terms
-	s.terms = nil
-	s.mu.Unlock()
 	b.mu.Lock()
 	if b.sess == s {
 		b.sess = nil
 	}
 	b.mu.Unlock()
-	for h := range terms {
-		h.term.End(err)
-	}
+	s.End(err)
 	s.cancel()
 }

@@ -1,0 +1,128 @@
+package renew
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/batonhq/baton"
+)
+
+func TestStartExtendEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New(time.Now().Add(time.Second))
+		term, ok := s.Start("a", 7, nil)
+		if !ok {
+			t.Fatal("Start refused on a live session")
+		}
+		until := time.Now().Add(3 * time.Second)
+		s.Extend(until)
+		if !term.SafeUntil().Equal(until) {
+			t.Fatalf("term safe until %v after Extend(%v)", term.SafeUntil(), until)
+		}
+		boom := errors.New("boom")
+		if !s.End(boom) || s.End(boom) {
+			t.Fatal("End reports ended twice, or not at all")
+		}
+		if !errors.Is(term.Err(), boom) || !errors.Is(s.Err(), boom) {
+			t.Fatalf("term err %v, session err %v; want boom", term.Err(), s.Err())
+		}
+		if _, ok := s.Start("b", 8, nil); ok {
+			t.Fatal("Start on an ended session")
+		}
+	})
+}
+
+func TestStartRefusedPastSafeUntil(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New(time.Now().Add(time.Second))
+		time.Sleep(time.Second)
+		if _, ok := s.Start("a", 1, nil); ok {
+			t.Fatal("Start after safe-until")
+		}
+	})
+}
+
+func TestKeepAliveExtendsThenExpires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 3 * time.Second
+		s := New(time.Now().Add(ttl))
+		term, _ := s.Start("a", 1, nil)
+		failing := errors.New("unreachable")
+		renewals, failures := 0, 0
+		var expiredWith error
+		s.KeepAlive(context.Background(), Renewal{
+			Interval: time.Second,
+			Renew: func(context.Context) (time.Time, error) {
+				renewals++
+				if renewals <= 2 {
+					return time.Now().Add(ttl), nil
+				}
+				return time.Time{}, failing
+			},
+			Gone:    func(error) bool { return false },
+			Expired: func(lastErr error) { expiredWith = lastErr },
+			Lost:    func(error) { t.Error("Lost called for an error that is not Gone") },
+			Failed:  func(error, time.Duration) { failures++ },
+		})
+		if !errors.Is(expiredWith, failing) {
+			t.Fatalf("Expired with %v, want the last renewal error", expiredWith)
+		}
+		if failures < 2 {
+			t.Fatalf("%d failed renewals reported before expiry, want retries", failures)
+		}
+		// The term's own timer ends it at safe-until, with the renewal error.
+		<-term.Done()
+		if !errors.Is(term.Err(), baton.ErrExpired) || !errors.Is(term.Err(), failing) {
+			t.Fatalf("term err %v, want ErrExpired wrapping the renewal error", term.Err())
+		}
+	})
+}
+
+func TestKeepAliveLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New(time.Now().Add(3 * time.Second))
+		gone := errors.New("no such session")
+		var lost error
+		s.KeepAlive(context.Background(), Renewal{
+			Interval: time.Second,
+			Renew:    func(context.Context) (time.Time, error) { return time.Time{}, gone },
+			Gone:     func(err error) bool { return errors.Is(err, gone) },
+			Expired:  func(error) { t.Error("Expired called; want Lost") },
+			Lost:     func(err error) { lost = err },
+			Failed:   func(error, time.Duration) { t.Error("Failed called; want Lost") },
+		})
+		if !errors.Is(lost, gone) {
+			t.Fatalf("Lost with %v, want %v", lost, gone)
+		}
+	})
+}
+
+func TestKeepAliveStopsWithContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New(time.Now().Add(time.Hour))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.KeepAlive(ctx, Renewal{
+				Interval: time.Second,
+				Renew:    func(context.Context) (time.Time, error) { return time.Now().Add(time.Hour), nil },
+				Gone:     func(error) bool { return false },
+				Expired:  func(error) { t.Error("Expired") },
+				Lost:     func(error) { t.Error("Lost") },
+				Failed:   func(error, time.Duration) { t.Error("Failed") },
+			})
+		}()
+		time.Sleep(5 * time.Second)
+		cancel()
+		synctest.Wait()
+		select {
+		case <-done:
+		default:
+			t.Fatal("KeepAlive still running after its context ended")
+		}
+	})
+}
