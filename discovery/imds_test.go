@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,88 +21,25 @@ import (
 
 // The IMDS tests run the real amazon-ec2-metadata-mock, pinned in the tools
 // module (../tools/go.mod) so that the main module does not depend on it.
-const (
-	metadataMockModule  = "github.com/aws/amazon-ec2-metadata-mock"
-	metadataMockVersion = "v1.12.0"
-	metadataMockPackage = metadataMockModule + "/cmd"
-	// metadataMockInstance is the instance ID in the mock's default data.
-	metadataMockInstance = "i-1234567890abcdef0"
-	metadataMockHint     = "the test builds it on first use from the tools module (`cd tools && go build " + metadataMockPackage + "`), " +
-		"which needs the go command and the module proxy or a warm module cache, into " +
-		"$XDG_CACHE_HOME/baton-tools/ec2-metadata-mock-" + metadataMockVersion + " (~/.cache when unset)"
-)
-
-var (
-	metadataMockOnce sync.Once
-	metadataMockBin  string
-	metadataMockErr  error
-)
-
-// metadataMockBinary returns the path of the mock, built from the tools
-// module once per version into the user's cache directory and reused by
-// every later run.
-func metadataMockBinary() (string, error) {
-	metadataMockOnce.Do(func() { metadataMockBin, metadataMockErr = buildMetadataMock() })
-	return metadataMockBin, metadataMockErr
+var metadataMock = testserver.Tool{
+	Name:    "ec2-metadata-mock",
+	Module:  "github.com/aws/amazon-ec2-metadata-mock",
+	Version: "v1.12.0",
+	Package: "github.com/aws/amazon-ec2-metadata-mock/cmd",
+	Dir:     "tools",
 }
 
-func buildMetadataMock() (string, error) {
-	cache, err := os.UserCacheDir() // $XDG_CACHE_HOME, else ~/.cache
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(cache, "baton-tools", "ec2-metadata-mock-"+metadataMockVersion)
-	bin := filepath.Join(dir, "ec2-metadata-mock")
-	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
-		return bin, nil
-	}
-
-	tools, err := filepath.Abs(filepath.Join("..", "tools"))
-	if err != nil {
-		return "", err
-	}
-	mod, err := os.ReadFile(filepath.Join(tools, "go.mod"))
-	if err != nil {
-		return "", fmt.Errorf("the tools module: %w", err)
-	}
-	if !strings.Contains(string(mod), metadataMockModule+" "+metadataMockVersion) {
-		return "", fmt.Errorf("%s/go.mod does not pin %s %s: keep it and metadataMockVersion in step", tools, metadataMockModule, metadataMockVersion)
-	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		return "", err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	// Build beside the final name and rename, so that a concurrent run
-	// never sees half a binary.
-	tmp, err := os.CreateTemp(dir, "ec2-metadata-mock-*.tmp")
-	if err != nil {
-		return "", err
-	}
-	tmp.Close()
-	defer os.Remove(tmp.Name())
-	cmd := exec.Command(goTool, "build", "-o", tmp.Name(), metadataMockPackage)
-	cmd.Dir = tools
-	cmd.Env = append(os.Environ(), "GOWORK=off")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %s in %s: %v\n%s", metadataMockPackage, tools, err, out)
-	}
-	if err := os.Rename(tmp.Name(), bin); err != nil {
-		return "", err
-	}
-	return bin, nil
-}
+// metadataMockInstance is the instance ID in the mock's default data.
+const metadataMockInstance = "i-1234567890abcdef0"
 
 // startMetadataMock runs the mock on a loopback port with IMDSv2 required
 // (a request without a session token gets 401), stopped when the test ends,
 // and returns its endpoint URL and its output.
 func startMetadataMock(t *testing.T) (string, *testserver.SyncBuffer) {
 	t.Helper()
-	bin, err := metadataMockBinary()
+	bin, err := metadataMock.Binary()
 	if err != nil {
-		testserver.Unavailable(t, "ec2-metadata-mock", fmt.Errorf("%w\n%s", err, metadataMockHint))
+		testserver.Unavailable(t, "ec2-metadata-mock", fmt.Errorf("%w\n%s", err, metadataMock.Hint()))
 	}
 	// The port is free when chosen but may be taken before the mock binds
 	// it; then the mock exits and another port is tried.
@@ -115,7 +51,7 @@ func startMetadataMock(t *testing.T) (string, *testserver.SyncBuffer) {
 		}
 		errs = append(errs, err)
 	}
-	testserver.Unavailable(t, "ec2-metadata-mock", fmt.Errorf("%w\n%s", errors.Join(errs...), metadataMockHint))
+	testserver.Unavailable(t, "ec2-metadata-mock", fmt.Errorf("%w\n%s", errors.Join(errs...), metadataMock.Hint()))
 	return "", nil
 }
 

@@ -1,0 +1,142 @@
+package testserver
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// Tool is a program the tests run that is built from a pinned module in a
+// tools module of this repository (../../tools, or a module below it), so
+// that the main module does not depend on it. The binary is built once per
+// version into the user's cache directory and reused by every later run.
+type Tool struct {
+	// Name names the binary and its cache directory.
+	Name string
+	// Module and Version are the pinned module; the tools module's go.mod
+	// must require exactly that version.
+	Module, Version string
+	// Package is the main package to build (Module itself, or below it).
+	Package string
+	// Dir is the tools module's directory, relative to the repository
+	// root: "tools" or "tools/consul".
+	Dir string
+	// Env is added to the go command's environment (GONOSUMDB=..., say).
+	Env []string
+}
+
+// CacheDir returns where the binary is kept:
+// $XDG_CACHE_HOME/baton-tools/NAME-VERSION (~/.cache when unset).
+func (tool Tool) CacheDir() (string, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(cache, "baton-tools", tool.Name+"-"+tool.Version), nil
+}
+
+// Hint tells a developer how the tool is obtained, for Unavailable.
+func (tool Tool) Hint() string {
+	return fmt.Sprintf("the tests build %s on first use from the %s module (`cd %s && go build -o %s %s`), "+
+		"which needs the go command and the module proxy or a warm module cache, into "+
+		"$XDG_CACHE_HOME/baton-tools/%s-%s (~/.cache when unset)",
+		tool.Name, tool.Dir, tool.Dir, tool.Name, tool.Package, tool.Name, tool.Version)
+}
+
+var (
+	toolsMu    sync.Mutex
+	toolsBuilt = map[string]*toolBuild{}
+)
+
+type toolBuild struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// Binary returns the path of the tool's binary, building it first if the
+// cache has none. Concurrent callers in one test binary share one build;
+// concurrent test binaries may both build, and the last rename wins.
+func (tool Tool) Binary() (string, error) {
+	toolsMu.Lock()
+	b, ok := toolsBuilt[tool.Name+"@"+tool.Version]
+	if !ok {
+		b = &toolBuild{}
+		toolsBuilt[tool.Name+"@"+tool.Version] = b
+	}
+	toolsMu.Unlock()
+	b.once.Do(func() { b.bin, b.err = tool.build() })
+	return b.bin, b.err
+}
+
+func (tool Tool) build() (string, error) {
+	dir, err := tool.CacheDir()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, tool.Name)
+	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
+		return bin, nil
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	mod := filepath.Join(root, tool.Dir)
+	gomod, err := os.ReadFile(filepath.Join(mod, "go.mod"))
+	if err != nil {
+		return "", fmt.Errorf("the tools module: %w", err)
+	}
+	if !strings.Contains(string(gomod), tool.Module+" "+tool.Version) {
+		return "", fmt.Errorf("%s/go.mod does not require %s %s: keep the two in step", mod, tool.Module, tool.Version)
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	// Build beside the final name and rename, so that a concurrent run
+	// never sees half a binary.
+	tmp, err := os.CreateTemp(dir, tool.Name+"-*.tmp")
+	if err != nil {
+		return "", err
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	cmd := exec.Command(goTool, "build", "-o", tmp.Name(), tool.Package)
+	cmd.Dir = mod
+	cmd.Env = append(append(os.Environ(), "GOWORK=off"), tool.Env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s in %s: %v\n%s", tool.Package, mod, err, out)
+	}
+	if err := os.Rename(tmp.Name(), bin); err != nil {
+		return "", err
+	}
+	return bin, nil
+}
+
+// repoRoot finds the main module's root from the working directory (a test
+// runs in its package's directory).
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(data), "module github.com/batonhq/baton\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no github.com/batonhq/baton go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
