@@ -19,15 +19,8 @@ import (
 	"github.com/batonhq/baton/internal/testserver"
 )
 
-// The IMDS tests run the real amazon-ec2-metadata-mock, pinned in the tools
-// module (../tools/go.mod) so that the main module does not depend on it.
-var metadataMock = testserver.Tool{
-	Name:    "ec2-metadata-mock",
-	Module:  "github.com/aws/amazon-ec2-metadata-mock",
-	Version: "v1.12.0",
-	Package: "github.com/aws/amazon-ec2-metadata-mock/cmd",
-	Dir:     "tools",
-}
+// The IMDS tests run the real amazon-ec2-metadata-mock.
+var metadataMock = testserver.MetadataMock
 
 // metadataMockInstance is the instance ID in the mock's default data.
 const metadataMockInstance = "i-1234567890abcdef0"

@@ -47,6 +47,19 @@ func (tool Tool) Hint() string {
 		tool.Name, tool.Dir, tool.Dir, tool.Name, tool.Package, tool.Name, tool.Version)
 }
 
+// MetadataMock is amazon-ec2-metadata-mock, the IMDS the discovery tests
+// run, pinned in the tools module (tools/go.mod).
+var MetadataMock = Tool{
+	Name:    "ec2-metadata-mock",
+	Module:  "github.com/aws/amazon-ec2-metadata-mock",
+	Version: "v1.12.0",
+	Package: "github.com/aws/amazon-ec2-metadata-mock/cmd",
+	Dir:     "tools",
+}
+
+// Tools lists every tool the tests run, for buildtools to build up front.
+var Tools = []Tool{MetadataMock}
+
 var (
 	toolsMu    sync.Mutex
 	toolsBuilt = map[string]*toolBuild{}
