@@ -28,6 +28,8 @@ var backendSchemes = map[string]backendScheme{
 	"memory": {form: "memory://", parse: parseMemoryURL},
 	"raft":   {form: "raft:// (with --bind, --join, --tls-*, BATON_SECRET)", parse: parseRaftURL},
 	"agent":  {form: "agent://host:port", parse: parseAgentURL},
+	"zk":     {form: "zk://host:port[,host:port][/root]", parse: parseZooKeeperURL, checkLease: checkZooKeeperLease},
+	"consul": {form: "consul://host:port[/prefix]", parse: parseConsulURL, checkLease: checkConsulLease, window: consulWindow},
 }
 
 type backendScheme struct {
@@ -37,6 +39,11 @@ type backendScheme struct {
 	// mistake is a usage error rather than a campaign retried forever. Nil
 	// accepts any non-empty name.
 	checkLease func(string) error
+	// window returns the renewal window at a TTL (0: the backend's
+	// default): how far ahead safe-until stays while renewals are healthy,
+	// or why the TTL does not work with the backend. Nil means the
+	// baton.Config defaults: TTL - RenewInterval - DriftMargin.
+	window func(ttl time.Duration) (time.Duration, error)
 }
 
 // opener connects to a backend described by a parsed URL.
@@ -44,6 +51,8 @@ type opener func(ctx context.Context, o backendOptions) (*openBackend, error)
 
 // backendOptions are the settings every backend takes from common flags.
 type backendOptions struct {
+	// TTL is --ttl, or 0 when it was not given: the backend's default
+	// (baton.DefaultTTL, but 20 s on Consul).
 	TTL    time.Duration
 	Logger *slog.Logger
 	// raft holds the member flags of commands that may run a member (run,
@@ -66,6 +75,20 @@ type backendSpec struct {
 	scheme     string
 	open       opener
 	checkLease func(string) error
+	window     func(time.Duration) (time.Duration, error)
+}
+
+// renewalWindow returns the backend's renewal window at ttl (see
+// backendScheme.window).
+func (s *backendSpec) renewalWindow(ttl time.Duration) (time.Duration, error) {
+	if s.window != nil {
+		return s.window(ttl)
+	}
+	timing, err := (baton.Config{TTL: ttl}).WithDefaults()
+	if err != nil {
+		return 0, err
+	}
+	return timing.TTL - timing.RenewInterval - timing.DriftMargin, nil
 }
 
 // etcdDialTimeout bounds etcd's authentication round trip; connecting itself
@@ -107,7 +130,7 @@ func parseBackend(raw string) (*backendSpec, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &backendSpec{scheme: strings.ToLower(scheme), open: open, checkLease: s.checkLease}, nil
+	return &backendSpec{scheme: strings.ToLower(scheme), open: open, checkLease: s.checkLease, window: s.window}, nil
 }
 
 // splitURL separates scheme://authority/path?query without validating the

@@ -121,11 +121,12 @@ func queryLeader(ctx context.Context, spec *backendSpec, common *commonFlags, ti
 	log := common.logger(app.stderr())
 	qctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	b, err := spec.open(qctx, backendOptions{TTL: common.ttl, Logger: log})
+	b, err := spec.open(qctx, backendOptions{TTL: common.ttlOrDefault(), Logger: log})
 	if err != nil {
 		var ce *baton.ConfigError
-		if errors.As(err, &ce) {
-			return baton.Record{}, err
+		var ee *exitError
+		if errors.As(err, &ce) || errors.As(err, &ee) {
+			return baton.Record{}, err // a usage error: a bad file, say
 		}
 		return baton.Record{}, undetermined(qctx, common, timeout, err)
 	}

@@ -156,10 +156,33 @@ func leaderProc(t *testing.T, procs []*batonProc, pid int) *batonProc {
 // TestRunFailover runs three `baton run` processes on a real etcd and checks
 // that the command runs on one of them at a time, that a crashed leader's
 // command dies with it, and that a stopped leader hands over.
+// TestRunFailover runs three `baton run` against each backend with a real
+// server: a crash of the leader, then a SIGTERM, and the standbys take over
+// in turn, never two children at once.
 func TestRunFailover(t *testing.T) {
 	t.Parallel()
-	srv := testserver.StartEtcd(t)
-	backend := "etcd://" + srv.Endpoint()
+	for _, tc := range []struct {
+		name    string
+		backend func(t *testing.T) string
+		ttl     string
+	}{
+		{"etcd", func(t *testing.T) string { return "etcd://" + testserver.StartEtcd(t).Endpoint() }, "1s"},
+		{"zookeeper", func(t *testing.T) string {
+			return "zk://" + testserver.StartZooKeeper(t, testserver.ZooKeeperOptions{}).Addr() + "/services/failover"
+		}, "1s"},
+		// Consul's session TTL is TTL/2; the test agent allows 1 s.
+		{"consul", func(t *testing.T) string {
+			return "consul://" + testserver.StartConsul(t, testserver.ConsulOptions{}).Addr() + "/services"
+		}, "2s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testRunFailover(t, tc.backend(t), tc.ttl)
+		})
+	}
+}
+
+func testRunFailover(t *testing.T, backend, ttl string) {
 	const lease = "failover"
 	file := filepath.Join(t.TempDir(), "events")
 	self, err := os.Executable()
@@ -171,7 +194,7 @@ func TestRunFailover(t *testing.T) {
 	var procs []*batonProc
 	for i := range 3 {
 		procs = append(procs, startBaton(t, fmt.Sprintf("baton-%d", i+1), env,
-			"run", "--backend", backend, "--lease", lease, "--ttl", "1s", "--grace", "300ms", "--log-level", "debug", "--", self))
+			"run", "--backend", backend, "--lease", lease, "--ttl", ttl, "--grace", "300ms", "--log-level", "debug", "--", self))
 	}
 
 	eventually(t, 30*time.Second, "a child to start", func() bool { return len(starts(readEvents(file))) >= 1 })
@@ -327,7 +350,15 @@ func closedPort(t *testing.T) string {
 
 func TestUnreachableBackend(t *testing.T) {
 	t.Parallel()
-	backend := "etcd://" + closedPort(t)
+	for _, scheme := range []string{"etcd", "zk", "consul"} {
+		t.Run(scheme, func(t *testing.T) {
+			t.Parallel()
+			testUnreachableBackend(t, scheme+"://"+closedPort(t))
+		})
+	}
+}
+
+func testUnreachableBackend(t *testing.T, backend string) {
 	t.Run("is-leader", func(t *testing.T) {
 		t.Parallel()
 		const timeout = time.Second
@@ -337,7 +368,10 @@ func TestUnreachableBackend(t *testing.T) {
 		if r.code != exitUndetermined {
 			t.Errorf("exit %d, want 3; stderr %q", r.code, r.stderr)
 		}
-		if !strings.Contains(r.stderr, "no answer from "+backend+" within --timeout 1s") {
+		// Either the client waits for a connection until the timeout
+		// (etcd, ZooKeeper) or it is refused at once (Consul's HTTP).
+		if !strings.Contains(r.stderr, "no answer from "+backend+" within --timeout 1s") &&
+			!(strings.Contains(r.stderr, "asking "+backend) && strings.Contains(r.stderr, "connection refused")) {
 			t.Errorf("stderr should say the backend did not answer: %q", r.stderr)
 		}
 		// A bound, not a speed test: the answer comes at the timeout, not
@@ -359,7 +393,9 @@ func TestUnreachableBackend(t *testing.T) {
 		if r.code != exitUndetermined {
 			t.Errorf("exit %d, want 3; stderr:\n%s", r.code, r.stderr)
 		}
-		if !strings.Contains(r.stderr, "backend unreachable") {
+		// A standby reports the backend as unreachable, or (ZooKeeper,
+		// whose session comes first) the start-up says it could not connect.
+		if !strings.Contains(r.stderr, "backend unreachable") && !strings.Contains(r.stderr, "could not connect to the backend") {
 			t.Errorf("a standby should report the unreachable backend; stderr:\n%s", r.stderr)
 		}
 	})

@@ -204,7 +204,7 @@ func (c *commonFlags) register(fs *pflag.FlagSet, idUsage string) {
 	fs.StringVar(&c.backend, "backend", "", "backend URL: raft:// (this process is a member), agent://host:port, etcd://host:port[,host:port] or memory:// (required)")
 	fs.StringVar(&c.lease, "lease", "", "name of the lease (required)")
 	fs.StringVar(&c.id, "id", "", idUsage)
-	fs.DurationVar(&c.ttl, "ttl", baton.DefaultTTL, "lease time-to-live: how long a dead leader keeps the lease before a standby takes over")
+	fs.DurationVar(&c.ttl, "ttl", baton.DefaultTTL, "lease time-to-live: how long a dead leader keeps the lease before a standby takes over (default 20s with consul://)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
 	withEnv(fs, "backend", "lease", "id", "ttl", "log-level")
 }
@@ -237,6 +237,15 @@ func (c *commonFlags) validate() ([]string, *backendSpec) {
 		problems = append(problems, fmt.Sprintf("%s %q: %v", flagSource(c.fs, "log-level"), c.logLevel, err))
 	}
 	return problems, spec
+}
+
+// ttlOrDefault returns --ttl (or BATON_TTL) if given, else 0: the backend's
+// own default, which is not the same everywhere (Consul's is 20 s).
+func (c *commonFlags) ttlOrDefault() time.Duration {
+	if c.fs.Lookup("ttl").Changed || flagSource(c.fs, "ttl") != "--ttl" {
+		return c.ttl
+	}
+	return 0
 }
 
 func parseLevel(s string) (slog.Level, error) {

@@ -137,8 +137,13 @@ func (c *runCommand) Run(ctx context.Context, args []string) error {
 	// The renewal window: how far ahead safe-until stays while renewals are
 	// healthy. A grace as long as that would stop every term at once.
 	window := time.Duration(0)
-	if timing, err := (baton.Config{TTL: c.common.ttl}).WithDefaults(); err == nil {
-		window = timing.TTL - timing.RenewInterval - timing.DriftMargin
+	ttl := c.common.ttlOrDefault()
+	if spec != nil && c.common.ttl > 0 {
+		w, err := spec.renewalWindow(ttl)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s %s: %v", flagSource(c.fs, "ttl"), c.common.ttl, err))
+		}
+		window = w
 	}
 	graceSet := c.fs.Lookup("grace").Changed || flagSource(c.fs, "grace") != "--grace"
 	switch {
@@ -148,7 +153,7 @@ func (c *runCommand) Run(ctx context.Context, args []string) error {
 	case !graceSet && window > 0:
 		c.grace = min(5*time.Second, window/2)
 	case graceSet && window > 0 && c.grace >= window:
-		problems = append(problems, fmt.Sprintf("%s %s: must be below %s (--ttl %s minus its renew interval and drift margin), or a child could outlive the term while another instance leads; lower --grace or raise --ttl",
+		problems = append(problems, fmt.Sprintf("%s %s: must be below %s (the renewal window at --ttl %s: how far ahead safe-until stays), or a child could outlive the term while another instance leads; lower --grace or raise --ttl",
 			flagSource(c.fs, "grace"), c.grace, window.Round(time.Millisecond), c.common.ttl))
 	}
 	if c.timeout < 0 {
@@ -168,8 +173,20 @@ func (c *runCommand) Run(ctx context.Context, args []string) error {
 	if id == "" {
 		id = baton.NewCandidateID()
 	}
-	b, err := spec.open(ctx, backendOptions{TTL: c.common.ttl, Logger: log, raft: &c.raft})
+	// --timeout counts from here: connecting (a ZooKeeper session) is part
+	// of getting elected.
+	start := time.Now()
+	octx, ocancel := ctx, context.CancelFunc(func() {})
+	if c.timeout > 0 {
+		octx, ocancel = context.WithTimeoutCause(ctx, c.timeout, errElectionTimeout)
+	}
+	b, err := spec.open(octx, backendOptions{TTL: ttl, Logger: log, raft: &c.raft})
+	ocancel()
 	if err != nil {
+		if errors.Is(context.Cause(octx), errElectionTimeout) && ctx.Err() == nil {
+			return &exitError{code: exitUndetermined, err: fmt.Errorf(
+				"%w (%s): could not connect to the backend: %w; raise --timeout or use 0 to wait forever", errElectionTimeout, c.timeout, err)}
+		}
 		return err
 	}
 	defer closeBackend(ctx, b, log)
@@ -186,6 +203,7 @@ func (c *runCommand) Run(ctx context.Context, args []string) error {
 	}
 	r := &runner{
 		c:      c,
+		start:  start,
 		args:   args,
 		id:     id,
 		log:    log.WithGroup("run").With("lease", c.common.lease, "id", id),
@@ -219,6 +237,9 @@ type runner struct {
 	log    *slog.Logger
 	supLog *slog.Logger // for package supervise
 
+	// start is when --timeout began to count.
+	start time.Time
+
 	// electedOnce is closed when the first term starts, which disarms
 	// --timeout.
 	electedOnce sync.Once
@@ -232,7 +253,7 @@ func (r *runner) loop(ctx context.Context, e *baton.Elector) error {
 	defer wg.Wait()
 	if r.c.timeout > 0 {
 		wg.Go(func() {
-			t := time.NewTimer(r.c.timeout)
+			t := time.NewTimer(r.c.timeout - time.Since(r.start))
 			defer t.Stop()
 			select {
 			case <-t.C:

@@ -22,6 +22,13 @@ const RequireServersEnv = "BATON_REQUIRE_SERVERS"
 var hints = map[string]string{
 	"etcd": "etcd needs no install: testserver.StartEtcd embeds it; for an external one, " +
 		"run `etcd --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379`",
+	"zookeeper": "testserver.StartZooKeeper runs the Debian ZooKeeper 3.8 jars with java: " +
+		"apt-get install zookeeper openjdk-17-jre-headless (jars in /usr/share/java)",
+	"curator": "the Curator interop test compiles a Java program against Debian's Curator 5.4: " +
+		"apt-get install libcurator-recipes-java openjdk-17-jdk-headless zookeeper",
+	"consul": "testserver.StartConsul runs `consul agent -dev`, built once from tools/consul " +
+		"(a cold build takes minutes; `go run ./internal/testserver/buildtools` does it up front) " +
+		"into $XDG_CACHE_HOME/baton-tools/consul-v1.20.6 (~/.cache when unset)",
 }
 
 // RequireServers reports whether missing servers must fail tests rather than

@@ -58,7 +58,7 @@ var MetadataMock = Tool{
 }
 
 // Tools lists every tool the tests run, for buildtools to build up front.
-var Tools = []Tool{MetadataMock}
+var Tools = []Tool{MetadataMock, ConsulTool}
 
 var (
 	toolsMu    sync.Mutex

@@ -1,0 +1,190 @@
+package consul_test
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend/consul"
+	"github.com/batonhq/baton/internal/testserver"
+	"github.com/hashicorp/consul/api"
+)
+
+// TestACLToken runs against an agent with ACLs on and default_policy deny:
+// without a token nothing works and the error says why; with a token of the
+// policy the package doc gives, everything does.
+func TestACLToken(t *testing.T) {
+	t.Setenv("CONSUL_HTTP_TOKEN", "")
+	t.Setenv("CONSUL_HTTP_TOKEN_FILE", "")
+	agent := testserver.StartConsul(t, testserver.ConsulOptions{ACL: true})
+	opts := consul.Options{Config: baton.Config{TTL: 2 * time.Second}, Prefix: "acl/"}
+
+	anon, err := consul.NewClient(consul.ClientConfig{Address: agent.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBackend(t, anon, opts, nil)
+	_, err = b.Campaign(testContext(t, 10*time.Second), "guarded", baton.Candidate{ID: "x"})
+	if !errors.Is(err, consul.ErrPermissionDenied) || errors.Is(err, baton.ErrBackendUnavailable) {
+		t.Errorf("Campaign without a token: err = %v; want ErrPermissionDenied (and not ErrBackendUnavailable)", err)
+	}
+
+	mgmt := agent.Client(t, agent.Addr())
+	token := func(name, rules string) string {
+		t.Helper()
+		p, _, err := mgmt.ACL().PolicyCreate(&api.ACLPolicy{Name: name, Rules: rules}, nil)
+		if err != nil {
+			t.Fatalf("create policy %s: %v", name, err)
+		}
+		tok, _, err := mgmt.ACL().TokenCreate(&api.ACLToken{Policies: []*api.ACLTokenPolicyLink{{ID: p.ID}}}, nil)
+		if err != nil {
+			t.Fatalf("create token: %v", err)
+		}
+		return tok.SecretID
+	}
+	// The policy of the package doc, for Prefix "acl/".
+	good := token("baton", `
+session_prefix "" { policy = "write" }
+key_prefix "acl/" { policy = "write" }`)
+	// Sessions, but only reading the keys: the reads go through, the lock
+	// transaction is refused.
+	keyless := token("baton-read-only", `
+session_prefix "" { policy = "write" }
+key_prefix "acl/" { policy = "read" }`)
+
+	kc, err := consul.NewClient(consul.ClientConfig{Address: agent.Addr(), Token: keyless})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = newBackend(t, kc, opts, nil)
+	_, err = b.Campaign(testContext(t, 10*time.Second), "guarded", baton.Candidate{ID: "x"})
+	if !errors.Is(err, consul.ErrPermissionDenied) || !strings.Contains(err.Error(), "key:write") {
+		t.Errorf("Campaign with a token lacking key:write: err = %v; want ErrPermissionDenied naming key:write", err)
+	}
+
+	gc, err := consul.NewClient(consul.ClientConfig{Address: agent.Addr(), Token: good})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = newBackend(t, gc, opts, nil)
+	term := campaign(t, b, "guarded", "x")
+	rec, err := b.Leader(testContext(t, 5*time.Second), "guarded")
+	if err != nil || rec.Holder != "x" || rec.Token != term.Token() {
+		t.Errorf("Leader = %+v, %v; want x with token %d", rec, err, term.Token())
+	}
+	// Renewals go through with the token: the term outlives its first
+	// safe-until.
+	first := term.SafeUntil()
+	eventually(t, 5*time.Second, func() error {
+		if err := term.Err(); err != nil {
+			t.Fatalf("term ended: %v", err)
+		}
+		if !term.SafeUntil().After(first) {
+			return errors.New("no renewal yet")
+		}
+		return nil
+	})
+	if err := term.Resign(testContext(t, 5*time.Second)); err != nil {
+		t.Errorf("Resign: %v", err)
+	}
+}
+
+// TestTLS runs against an agent that serves HTTPS only and requires client
+// certificates.
+func TestTLS(t *testing.T) {
+	for _, env := range []string{"CONSUL_HTTP_SSL", "CONSUL_CACERT", "CONSUL_CAPATH", "CONSUL_CLIENT_CERT", "CONSUL_CLIENT_KEY", "CONSUL_HTTP_ADDR"} {
+		t.Setenv(env, "")
+	}
+	agent := testserver.StartConsul(t, testserver.ConsulOptions{TLS: true})
+	ca, cert, key := agent.TLSFiles()
+	opts := consul.Options{Config: baton.Config{TTL: 2 * time.Second}, Prefix: "tls/"}
+
+	c, err := consul.NewClient(consul.ClientConfig{Address: agent.Addr(), CAFile: ca, CertFile: cert, KeyFile: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBackend(t, c, opts, nil)
+	term := campaign(t, b, "secure", "x")
+	if err := term.Resign(testContext(t, 5*time.Second)); err != nil {
+		t.Errorf("Resign: %v", err)
+	}
+
+	// The same through a backend URL, as the CLI gets it.
+	cc, uopts, err := consul.ParseURL(fmt.Sprintf("consul://%s/tls/url?ca-file=%s&cert-file=%s&key-file=%s", agent.Addr(), ca, cert, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err = consul.NewClient(cc); err != nil {
+		t.Fatal(err)
+	}
+	uopts.Config = opts.Config
+	b = newBackend(t, c, uopts, nil)
+	campaign(t, b, "secure", "y")
+	if p, _, err := agent.Client(t, agent.Addr()).KV().Get("tls/url/secure/.lock", nil); err != nil || p == nil || string(p.Value) != "y" {
+		t.Errorf("tls/url/secure/.lock = %+v, %v; want y's lock", p, err)
+	}
+
+	// Without the client certificate, or without the CA, the agent is out
+	// of reach.
+	for name, cc := range map[string]consul.ClientConfig{
+		"no client certificate": {Address: agent.Addr(), CAFile: ca},
+		"no CA":                 {Address: agent.Addr(), TLS: true, CertFile: cert, KeyFile: key},
+	} {
+		c, err := consul.NewClient(cc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := newBackend(t, c, opts, nil)
+		if _, err := b.Campaign(testContext(t, 10*time.Second), "secure", baton.Candidate{ID: "z"}); !errors.Is(err, baton.ErrBackendUnavailable) {
+			t.Errorf("%s: Campaign err = %v, want ErrBackendUnavailable", name, err)
+		}
+	}
+}
+
+func TestParseURL(t *testing.T) {
+	for _, tc := range []struct {
+		url    string
+		cc     consul.ClientConfig
+		prefix string
+		err    string
+	}{
+		{url: "consul://10.0.0.1:8500", cc: consul.ClientConfig{Address: "10.0.0.1:8500"}},
+		{url: "consul://10.0.0.1:8500/", cc: consul.ClientConfig{Address: "10.0.0.1:8500"}},
+		{url: "consul://10.0.0.1:8500/service", cc: consul.ClientConfig{Address: "10.0.0.1:8500"}, prefix: "service/"},
+		{url: "consul://10.0.0.1:8500/a/b/", cc: consul.ClientConfig{Address: "10.0.0.1:8500"}, prefix: "a/b/"},
+		{url: "consul:///jobs", prefix: "jobs/"},
+		{
+			url: "consul://c.example:8501/?tls=true&ca-file=/ca.pem&cert-file=/c.pem&key-file=/k.pem&tls-server-name=consul&token-file=/tok&dc=eu",
+			cc: consul.ClientConfig{Address: "c.example:8501", TLS: true, CAFile: "/ca.pem", CertFile: "/c.pem", KeyFile: "/k.pem",
+				TLSServerName: "consul", TokenFile: "/tok", Datacenter: "eu"},
+		},
+		{url: "consul://h:1/?token=secret", err: "token-file"},
+		{url: "consul://h:1/?bogus=1", err: "unknown parameter"},
+		{url: "consul://u:p@h:1/", err: "user information"},
+		{url: "etcd://h:1/", err: "scheme"},
+	} {
+		cc, opts, err := consul.ParseURL(tc.url)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("ParseURL(%q): err = %v; want one mentioning %q", tc.url, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(cc, tc.cc) || opts.Prefix != tc.prefix {
+			t.Errorf("ParseURL(%q) = %+v, prefix %q, %v; want %+v, prefix %q", tc.url, cc, opts.Prefix, err, tc.cc, tc.prefix)
+		}
+	}
+}
+
+func TestNewClientRefusesContradictions(t *testing.T) {
+	if _, err := consul.NewClient(consul.ClientConfig{Address: "http://127.0.0.1:8500", CAFile: "/ca.pem"}); err == nil {
+		t.Error("NewClient accepted an http:// address with TLS files")
+	}
+	if _, err := consul.NewClient(consul.ClientConfig{Address: "127.0.0.1:8500", CertFile: "/c.pem"}); err == nil {
+		t.Error("NewClient accepted a client certificate without a key")
+	}
+}

@@ -1,0 +1,919 @@
+package consul
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/hashicorp/consul/api"
+)
+
+// Defaults applied by New when an Options field is zero.
+const (
+	// DefaultTTL is the TTL when Options.TTL is zero: twice Consul's
+	// default session_ttl_min (10 s), because the session TTL baton asks
+	// Consul for is TTL/2 (see the package doc).
+	DefaultTTL = 20 * time.Second
+
+	// DefaultPrefix is the key prefix when Options.Prefix is empty.
+	DefaultPrefix = "baton/"
+
+	// DefaultSessionName is the session name when Options.SessionName is
+	// empty.
+	DefaultSessionName = "baton"
+
+	// MaxLockDelay is the longest lock-delay Consul applies (structs.MaxLockDelay);
+	// it silently caps longer ones, so New refuses them.
+	MaxLockDelay = 60 * time.Second
+
+	// lockKey is the key below a lease's prefix, as `consul lock` names it
+	// (api.DefaultSemaphoreKey).
+	lockKey = ".lock"
+
+	// watchWait is the wait time of the Backend's blocking query. An idle
+	// watch re-reads its keys this often; a change wakes it at once.
+	watchWait = time.Minute
+)
+
+// Options configures a Backend. The zero value means the documented
+// defaults. Options is a plain value and safe to copy.
+type Options struct {
+	// Config holds TTL, RenewInterval and DriftMargin. On Consul, zero
+	// values mean: TTL DefaultTTL (20 s); RenewInterval TTL/6 (a third of
+	// the session TTL, TTL/2, so that two more renewals fit before the
+	// holder's deadline); DriftMargin TTL/10. RenewInterval must be below
+	// TTL/2 − DriftMargin, the holder's safe window (see the package doc).
+	baton.Config
+
+	// Prefix goes in front of every lease name: lease NAME is held at key
+	// Prefix + NAME + "/.lock", exactly the key of `consul lock
+	// Prefix+NAME`, so that the two exclude each other. Empty means
+	// DefaultPrefix ("baton/"). It must not begin with "/", and Prefix+NAME
+	// must be a clean path (no "//", "." or ".." segments, no trailing "/"),
+	// or the CLI would compute a different key. The ACL token needs
+	// key:write on it.
+	Prefix string
+
+	// LockDelay is the session's lock-delay: after Consul invalidates the
+	// session (its TTL ran out, a health check failed, or someone destroyed
+	// it), the keys it held cannot be locked again for this long. Zero
+	// means RenewInterval without Checks, and the session TTL (TTL/2) with
+	// Checks; with Checks it must be at least the session TTL. It must not
+	// exceed MaxLockDelay (60 s). Explicit releases (Resign, Close) are
+	// not delayed. See the package doc for the trade-off against Consul's
+	// own default of 15 s.
+	LockDelay time.Duration
+
+	// Checks are node health check IDs (such as "serfHealth", Consul's
+	// default) that Consul ties to the session: when one fails, Consul
+	// invalidates the session at once and every lease riding on it is
+	// lost. Empty (the default) means none: the session lives by its TTL
+	// alone, renewed by this process, which is the better signal of this
+	// process being alive than its node's health.
+	Checks []string
+
+	// ServiceChecks are service health checks tied to the session, as
+	// Checks.
+	ServiceChecks []api.ServiceCheck
+
+	// SessionName names the session, as /v1/session/list and the UI show
+	// it. Empty means DefaultSessionName ("baton").
+	SessionName string
+
+	// Logger receives log lines (group "consul"). Nil (the default) means
+	// silent.
+	Logger *slog.Logger
+}
+
+// Backend runs baton leases on Consul over one session per Backend. It is
+// safe for concurrent use. One Backend stands for one process; it may hold
+// any number of leases.
+type Backend struct {
+	client        *api.Client
+	kv            *api.KV
+	cfg           baton.Config
+	sessTTL       time.Duration
+	lockDelay     time.Duration
+	nodeChecks    []string
+	serviceChecks []api.ServiceCheck
+	prefix        string
+	sessionName   string
+	reqTimeout    time.Duration // bounds a single request while campaigning
+	log           *slog.Logger
+
+	// ctx bounds the Backend's background work; Close cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// granting admits one caller at a time to create the session, so that a
+	// burst of first campaigns shares one session; it is a channel so that
+	// waiting honours the caller's ctx.
+	granting chan struct{}
+
+	w *watcher
+
+	mu     sync.Mutex
+	closed bool
+	sess   *session         // nil before the first campaign and after a session ended
+	slots  map[string]*slot // by lease name
+	helds  map[*held]struct{}
+}
+
+var _ baton.Backend = (*Backend)(nil)
+
+// slot marks a lease name that this Backend campaigns for or holds. The
+// key of a name is the same for every campaign of this Backend's session,
+// so two campaigns for one name must not overlap; nor may a new campaign
+// start before an ended term's lock is gone, or the clean-up of the old
+// term could delete the new term's lock.
+type slot struct {
+	term *baton.BasicTerm // set once the lease is won
+	// gone is made when the lease is won and closed once the term's lock
+	// is gone: deleted, or gone with its session.
+	gone chan struct{}
+}
+
+// New returns a Backend that campaigns through client. The client remains
+// the caller's (an *api.Client holds nothing that needs closing); its
+// address, ACL token (api.Config.Token) and TLS settings (api.Config.TLSConfig)
+// are what the Backend uses. NewClient builds one from a ClientConfig. New
+// reports every problem with opts at once, as a *baton.ConfigError.
+func New(client *api.Client, opts Options) (*Backend, error) {
+	var problems []string
+	cfg := opts.Config
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.TTL > 0 && cfg.RenewInterval == 0 {
+		cfg.RenewInterval = cfg.TTL / 6
+	}
+	cfg, err := cfg.WithDefaults()
+	var ce *baton.ConfigError
+	if errors.As(err, &ce) {
+		problems = append(problems, ce.Problems...)
+	} else if err != nil {
+		return nil, err
+	}
+	sessTTL := (cfg.TTL/2 + time.Millisecond - 1).Truncate(time.Millisecond)
+	if err == nil {
+		switch {
+		case cfg.DriftMargin >= sessTTL:
+			problems = append(problems, fmt.Sprintf("DriftMargin (%s) must be below TTL/2 (%s), the session TTL asked of Consul", cfg.DriftMargin, sessTTL))
+		case cfg.RenewInterval >= sessTTL-cfg.DriftMargin:
+			problems = append(problems, fmt.Sprintf("RenewInterval (%s) must be below TTL/2 - DriftMargin (%s) on Consul, the holder's safe window: renew more often or raise TTL",
+				cfg.RenewInterval, sessTTL-cfg.DriftMargin))
+		}
+	}
+	checks := len(opts.Checks) > 0 || len(opts.ServiceChecks) > 0
+	lockDelay := opts.LockDelay
+	switch {
+	case lockDelay < 0:
+		problems = append(problems, fmt.Sprintf("LockDelay (%s) must not be negative", lockDelay))
+	case lockDelay > MaxLockDelay:
+		problems = append(problems, fmt.Sprintf("LockDelay (%s) must not exceed %s, the most Consul applies", lockDelay, MaxLockDelay))
+	case lockDelay == 0 && checks:
+		lockDelay = sessTTL
+	case lockDelay == 0:
+		lockDelay = cfg.RenewInterval
+	case checks && lockDelay < sessTTL:
+		problems = append(problems, fmt.Sprintf("LockDelay (%s) must be at least the session TTL (%s, TTL/2) when Checks are set: "+
+			"a failing check invalidates the session while its holder may still act until its safe-until", lockDelay, sessTTL))
+	}
+	prefix := opts.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if strings.HasPrefix(prefix, "/") {
+		problems = append(problems, fmt.Sprintf("Prefix %q must not begin with \"/\": `consul lock` strips it, so the two would use different keys", prefix))
+	} else if !cleanPath(prefix + "x") {
+		problems = append(problems, fmt.Sprintf("Prefix %q must be a clean path prefix (no \"//\", \".\" or \"..\" segments): `consul lock` would clean it and use another key", prefix))
+	}
+	if client == nil {
+		problems = append(problems, "client is nil: pass an *api.Client from api.NewClient or consul.NewClient")
+	}
+	if len(problems) > 0 {
+		return nil, &baton.ConfigError{Problems: problems}
+	}
+	name := opts.SessionName
+	if name == "" {
+		name = DefaultSessionName
+	}
+	nodeChecks := append([]string{}, opts.Checks...)
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.WithGroup("consul")
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &Backend{
+		client:        client,
+		kv:            client.KV(),
+		cfg:           cfg,
+		sessTTL:       sessTTL,
+		lockDelay:     lockDelay,
+		nodeChecks:    nodeChecks,
+		serviceChecks: append([]api.ServiceCheck{}, opts.ServiceChecks...),
+		prefix:        prefix,
+		sessionName:   name,
+		reqTimeout:    max(sessTTL, 5*time.Second),
+		log:           log,
+		ctx:           ctx,
+		cancel:        cancel,
+		granting:      make(chan struct{}, 1),
+		slots:         map[string]*slot{},
+		helds:         map[*held]struct{}{},
+	}
+	b.w = newWatcher(ctx, &b.wg, b.kv, watchWait, log)
+	return b, nil
+}
+
+// Config returns the timing the Backend uses, defaults filled in.
+func (b *Backend) Config() baton.Config { return b.cfg }
+
+// SessionTTL returns the session TTL the Backend asks Consul for: TTL/2,
+// rounded up to whole milliseconds.
+func (b *Backend) SessionTTL() time.Duration { return b.sessTTL }
+
+// LockDelay returns the session lock-delay the Backend asks Consul for,
+// defaults filled in.
+func (b *Backend) LockDelay() time.Duration { return b.lockDelay }
+
+// Key returns the key at which lease name is held, Prefix + name +
+// "/.lock": `consul lock Prefix+name` contends for the same key.
+func (b *Backend) Key(name string) (string, error) {
+	return Options{Prefix: b.prefix}.Key(name)
+}
+
+// Key returns the key at which a Backend with these options holds lease
+// name, Prefix + name + "/.lock" (Prefix defaulting to DefaultPrefix), or
+// an error if the name or the prefix cannot make a key that `consul lock`
+// would use as it is. It needs no client, so that a program can check a
+// lease name before it connects.
+func (o Options) Key(name string) (string, error) {
+	prefix := o.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if name == "" {
+		return "", errors.New("consul: lease name must not be empty")
+	}
+	if !cleanPath(prefix + "x") {
+		return "", fmt.Errorf("consul: Prefix %q must be a clean relative path prefix (no leading \"/\", no \"//\", \".\" or \"..\" segments)", prefix)
+	}
+	if !cleanPath(prefix + name) {
+		return "", fmt.Errorf("consul: lease name %q must be a clean path (no leading or trailing \"/\", no \"//\", \".\" or \"..\" segments): "+
+			"`consul lock` would clean %q to another key", name, prefix+name)
+	}
+	return prefix + name + "/" + lockKey, nil
+}
+
+// cleanPath reports whether p is a relative path that `consul lock` uses
+// as it is: path.Join(p, ".lock") == p + "/.lock", and no "." or ".."
+// segments that an HTTP client or server might resolve.
+func cleanPath(p string) bool {
+	if p == "" || strings.HasPrefix(p, "/") || path.Join(p, lockKey) != p+"/"+lockKey {
+		return false
+	}
+	for seg := range strings.SplitSeq(p, "/") {
+		if seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+// Campaign implements baton.Backend. A second Campaign for a name this
+// Backend already campaigns for or holds returns an error wrapping
+// baton.ErrAlreadyCampaigning, whatever the candidate: the Backend's one
+// session can hold a lease's key only once. A key held by something other
+// than a lock (a `consul lock -n 2` semaphore) gives an error wrapping
+// ErrKeyConflict.
+func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) (baton.Term, error) {
+	key, err := b.Key(name)
+	if err != nil {
+		return nil, err
+	}
+	if c.ID == "" {
+		return nil, fmt.Errorf("consul: candidate ID must not be empty (lease %q)", name)
+	}
+	sl, err := b.claim(ctx, name, c.ID)
+	if err != nil {
+		return nil, err
+	}
+	t, err := b.campaign(ctx, sl, name, key, c.ID)
+	if err != nil {
+		b.unclaim(name, sl)
+		return nil, err
+	}
+	return t, nil
+}
+
+func (b *Backend) claim(ctx context.Context, name, id string) (*slot, error) {
+	for {
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return nil, baton.ErrClosed
+		}
+		old := b.slots[name]
+		switch {
+		case old == nil:
+			sl := &slot{}
+			b.slots[name] = sl
+			b.mu.Unlock()
+			return sl, nil
+		case old.term == nil || old.term.Err() == nil:
+			b.mu.Unlock()
+			return nil, fmt.Errorf("%w: lease %q, candidate %q (consul allows one campaign per lease name per Backend)",
+				baton.ErrAlreadyCampaigning, name, id)
+		default:
+			// The term ended; its lock is still being let go.
+			wait := old.gone
+			b.mu.Unlock()
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+	}
+}
+
+// unclaim gives back the name of a campaign that won nothing.
+func (b *Backend) unclaim(name string, sl *slot) {
+	b.mu.Lock()
+	if b.slots[name] == sl {
+		delete(b.slots, name)
+	}
+	b.mu.Unlock()
+}
+
+// lockOutcome is what one attempt to lock a key came to.
+type lockOutcome int
+
+const (
+	locked  lockOutcome = iota
+	changed             // the key changed since it was read: read it again
+	refused             // lock-delay, or our session is gone
+)
+
+func (b *Backend) campaign(ctx context.Context, sl *slot, name, key, id string) (baton.Term, error) {
+	s, err := b.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var sb *sub
+	defer func() { b.w.unsubscribe(sb) }() // nil once handed to the term
+	// The first look is a plain read, so that an uncontended campaign costs
+	// a read and a transaction and no watch.
+	pair, err := b.get(ctx, key)
+	if err != nil {
+		return nil, b.campaignErr(ctx, s, name, "read "+key, err)
+	}
+	var (
+		st          = state{pair: pair}
+		after       uint64        // the seq of the last state acted on
+		retry       time.Duration // when positive: try again after this long even if nothing changed
+		backoff     time.Duration // for lock-delays of unknown length
+		holder      string        // the last session seen holding the key
+		holderDelay time.Duration // its lock-delay, when known
+		freedAt     time.Time     // when we saw holder's lock go
+		newSession  bool          // a second session was started for this campaign
+	)
+	for {
+		retry = 0
+		switch p := st.pair; {
+		case st.err != nil:
+			return nil, b.campaignErr(ctx, s, name, "watch "+key, st.err)
+		case p != nil && p.Flags != api.LockFlagValue:
+			return nil, conflictErr(key, p.Flags)
+		case p != nil && p.Session == s.id:
+			// Our session's lock without a term: the slot forbids it, but
+			// should it happen, waiting would never end.
+			b.log.Warn("deleting a lock of our session that no term holds", "lease", name, "key", key, "index", p.ModifyIndex)
+			if err := b.deleteCAS(ctx, key, p.ModifyIndex); err != nil {
+				return nil, b.campaignErr(ctx, s, name, "delete "+key, err)
+			}
+		case p != nil && p.Session != "":
+			if p.Session != holder {
+				holder, holderDelay, freedAt = p.Session, b.lockDelayOf(ctx, p.Session), time.Time{}
+			}
+		default:
+			if holder != "" && freedAt.IsZero() {
+				freedAt = time.Now()
+			}
+			token, outcome, err := b.lock(ctx, s, key, id, p)
+			if err != nil {
+				return nil, b.campaignErr(ctx, s, name, "lock "+key, err)
+			}
+			switch outcome {
+			case locked:
+				t, err := b.hold(s, sl, name, key, token, sb)
+				sb = nil
+				return t, err
+			case refused:
+				alive, err := b.alive(ctx, s)
+				if err != nil {
+					return nil, b.campaignErr(ctx, s, name, "look up session "+s.id, err)
+				}
+				if !alive {
+					b.endSession(s, b.lostErr(s))
+					if newSession {
+						return nil, b.campaignErr(ctx, s, name, "lock "+key, errSessionGone)
+					}
+					newSession = true
+					if s, err = b.session(ctx); err != nil {
+						return nil, err
+					}
+					continue
+				}
+				// A lock-delay. Its end is known when we saw the lock of a
+				// session whose delay we looked up go; otherwise back off.
+				if holderDelay > 0 && !freedAt.IsZero() && backoff == 0 {
+					retry = holderDelay - time.Since(freedAt) + 10*time.Millisecond
+				}
+				if retry <= 0 {
+					backoff = min(max(2*backoff, 50*time.Millisecond), time.Second)
+					retry = backoff
+				}
+				b.log.Debug("lock-delay in effect; trying again later", "lease", name, "key", key, "retry_in", retry)
+			}
+		}
+		if sb == nil {
+			if sb = b.w.subscribe(key); sb == nil {
+				return nil, baton.ErrClosed
+			}
+		}
+		next, fresh, err := b.w.next(ctx, sb, after, retry, s.ctx.Done())
+		if err != nil {
+			return nil, b.campaignErr(ctx, s, name, "wait for "+key, err)
+		}
+		if fresh {
+			if !samePair(next.pair, st.pair) {
+				backoff = 0
+			}
+			st, after = next, next.seq
+		}
+	}
+}
+
+// lock tries once to lock key for candidate id with session s, provided
+// key is still as seen (nil: absent). It returns the token, the ModifyIndex
+// Consul gave the key as it locked it, read from the transaction's own
+// result so that no later write can be mistaken for it.
+func (b *Backend) lock(ctx context.Context, s *session, key, id string, seen *api.KVPair) (uint64, lockOutcome, error) {
+	guard := &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: key}
+	if seen != nil {
+		guard = &api.KVTxnOp{Verb: api.KVCheckIndex, Key: key, Index: seen.ModifyIndex}
+	}
+	ops := api.TxnOps{
+		{KV: guard},
+		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: key, Value: []byte(id), Flags: api.LockFlagValue, Session: s.id}},
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
+	defer cancel()
+	// Through Raw rather than api.Txn, whose errors other than a failed
+	// transaction are untyped: a 403 must be told apart.
+	var resp api.TxnResponse
+	_, err := b.client.Raw().Write("/v1/txn", ops, &resp, (&api.WriteOptions{}).WithContext(ctx))
+	var se api.StatusError
+	if errors.As(err, &se) && se.Code == http.StatusConflict {
+		// The transaction failed; the body says which op did.
+		resp = api.TxnResponse{}
+		if jerr := json.Unmarshal([]byte(se.Body), &resp); jerr != nil {
+			return 0, 0, fmt.Errorf("consul: decode failed transaction: %w (%w)", jerr, err)
+		}
+		for _, e := range resp.Errors {
+			// ACL refusals of single ops come back here, as text only;
+			// Consul recognises them by the same words
+			// (acl.IsErrPermissionDenied).
+			if strings.Contains(e.What, "Permission denied") {
+				return 0, 0, fmt.Errorf("%w: %s", ErrPermissionDenied, e.What)
+			}
+		}
+		for _, e := range resp.Errors {
+			if e.OpIndex == 0 {
+				return 0, changed, nil
+			}
+		}
+		// Consul checks lock-delays before the transaction reaches raft,
+		// and a vanished session fails the lock op itself.
+		return 0, refused, nil
+	}
+	if err != nil {
+		return 0, 0, permissionErr(err)
+	}
+	for i := len(resp.Results) - 1; i >= 0; i-- {
+		if kv := resp.Results[i].KV; kv != nil && kv.Key == key && kv.Session == s.id {
+			return kv.ModifyIndex, locked, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("consul: the transaction that locked %s returned no entry for it", key)
+}
+
+// lockDelayOf looks up the lock-delay of session id while it still exists,
+// so that a waiter knows how long a lock it saw invalidated stays
+// unavailable. It returns zero when it cannot tell.
+func (b *Backend) lockDelayOf(ctx context.Context, id string) time.Duration {
+	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
+	defer cancel()
+	info, _, err := b.client.Session().Info(id, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil || info == nil {
+		return 0
+	}
+	return info.LockDelay
+}
+
+// get reads key with a consistent read.
+func (b *Backend) get(ctx context.Context, key string) (*api.KVPair, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
+	defer cancel()
+	p, _, err := b.kv.Get(key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	return p, permissionErr(err)
+}
+
+// deleteCAS deletes key if its ModifyIndex is index.
+func (b *Backend) deleteCAS(ctx context.Context, key string, index uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
+	defer cancel()
+	_, _, err := b.kv.DeleteCAS(&api.KVPair{Key: key, ModifyIndex: index}, (&api.WriteOptions{}).WithContext(ctx))
+	return permissionErr(err)
+}
+
+// campaignErr turns err into Campaign's error: ctx.Err() once ctx ended,
+// baton.ErrClosed once the Backend is closed, ErrKeyConflict and
+// ErrPermissionDenied as they are, and otherwise an error wrapping
+// baton.ErrBackendUnavailable (with why the session ended, if it did).
+func (b *Backend) campaignErr(ctx context.Context, s *session, name, what string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return baton.ErrClosed
+	}
+	if errors.Is(err, ErrPermissionDenied) || errors.Is(err, ErrKeyConflict) {
+		return fmt.Errorf("lease %q: %s: %w", name, what, err)
+	}
+	if serr := s.Err(); serr != nil {
+		err = serr
+	}
+	return fmt.Errorf("%w: lease %q: %s: %w", baton.ErrBackendUnavailable, name, what, err)
+}
+
+func (b *Backend) unavailable(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if errors.Is(err, ErrPermissionDenied) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return fmt.Errorf("%w: %s: %w", baton.ErrBackendUnavailable, what, err)
+}
+
+// held is a lease this Backend holds.
+type held struct {
+	name, key string
+	token     uint64
+	sl        *slot
+	s         *session
+	sub       *sub
+	term      *baton.BasicTerm
+	ctx       context.Context
+	stop      context.CancelFunc // stops watching the key
+
+	mu       sync.Mutex // serialises letting go of the lock
+	let      bool       // the lock is gone
+	finished bool       // the name was freed
+}
+
+// hold starts the term won with token. sb is the campaign's subscription
+// to the key, or nil; hold takes it over.
+func (b *Backend) hold(s *session, sl *slot, name, key string, token uint64, sb *sub) (baton.Term, error) {
+	ctx, stop := context.WithCancel(s.ctx)
+	h := &held{name: name, key: key, token: token, sl: sl, s: s, ctx: ctx, stop: stop}
+	// b.mu and the session's lock together make registering the term and
+	// starting its watcher atomic with respect to Close and to the session
+	// ending: either they see the term and end it, or we see them and give
+	// up.
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		stop()
+		b.w.unsubscribe(sb)
+		return nil, baton.ErrClosed // Close destroys the session, which releases our lock
+	}
+	t, ok := s.Start(name, token, func(ctx context.Context) error { return b.release(ctx, h) })
+	if !ok {
+		// The lock goes with the session, which ends now if it has not yet.
+		stop()
+		b.w.unsubscribe(sb)
+		return nil, fmt.Errorf("%w: lease %q: consul session %s ended as the lease was won", baton.ErrBackendUnavailable, name, s.id)
+	}
+	if sb == nil {
+		sb = b.w.subscribe(key) // not nil: the watcher closes only after b.closed is set
+	} else {
+		b.w.rebase(sb)
+	}
+	h.term, h.sub = t, sb
+	sl.term, sl.gone = t, make(chan struct{})
+	b.helds[h] = struct{}{}
+	b.wg.Add(1)
+	go b.watchHeld(h)
+	b.log.Debug("acquired", "lease", name, "token", token, "session", s.id)
+	return t, nil
+}
+
+// watchHeld ends h's term when its key stops being this term's lock. It
+// returns when h.ctx ends: the term was released, or the session ended.
+func (b *Backend) watchHeld(h *held) {
+	defer b.wg.Done()
+	defer func() {
+		b.w.unsubscribe(h.sub)
+		b.forget(h)
+		if h.s.ctx.Err() != nil {
+			b.finish(h) // the lock went with the session
+		}
+	}()
+	var after uint64
+	for {
+		st, _, err := b.w.next(h.ctx, h.sub, after, 0, nil)
+		if err != nil {
+			return
+		}
+		after = st.seq
+		if st.err != nil {
+			continue // the renewals' safe-until bounds how long we can be blind
+		}
+		var why string
+		switch p := st.pair; {
+		case p != nil && p.ModifyIndex < h.token:
+			continue // an answer from before we won
+		case p != nil && p.ModifyIndex == h.token && p.Session == h.s.id:
+			continue
+		case p == nil && !st.current:
+			continue // may be from before we won
+		case p == nil:
+			why = "was deleted"
+		case p.Session == "":
+			why = "was released (its session was invalidated or destroyed)"
+		case p.Session != h.s.id:
+			why = "is locked by session " + p.Session
+		default:
+			why = "was overwritten while locked (a plain write keeps the lock but changes its index)"
+		}
+		b.lost(h, why)
+		return
+	}
+}
+
+// lost ends h's term with baton.ErrLeaseLost and lets go of whatever of
+// the key is still ours.
+func (b *Backend) lost(h *held, why string) {
+	h.s.Forget(h.term)
+	if h.term.End(fmt.Errorf("%w: lease %q: lock key %s %s", baton.ErrLeaseLost, h.name, h.key, why)) {
+		b.log.Info("lease lost", "lease", h.name, "token", h.token, "why", why)
+	}
+	ctx, cancel := context.WithTimeout(h.s.ctx, b.reqTimeout)
+	err := b.letGo(ctx, h)
+	cancel()
+	if err != nil {
+		b.cleanLater(h)
+	}
+}
+
+func (b *Backend) forget(h *held) {
+	b.mu.Lock()
+	delete(b.helds, h)
+	b.mu.Unlock()
+}
+
+// finish frees h's lease name for new campaigns, once h's lock is gone.
+func (b *Backend) finish(h *held) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b.finishLocked(h)
+}
+
+func (b *Backend) finishLocked(h *held) {
+	if h.finished {
+		return
+	}
+	h.finished = true
+	b.mu.Lock()
+	if b.slots[h.name] == h.sl {
+		delete(b.slots, h.name)
+	}
+	b.mu.Unlock()
+	close(h.sl.gone)
+}
+
+// release is the term's release function: it deletes h's key if the key is
+// still this term's lock, which wakes every waiter's blocking query.
+func (b *Backend) release(ctx context.Context, h *held) error {
+	h.stop()
+	h.s.Forget(h.term)
+	b.forget(h)
+	if err := b.letGo(ctx, h); err != nil {
+		// Our session keeps the lock: left alone, it would block every
+		// other candidate for as long as this Backend lives.
+		b.cleanLater(h)
+		return fmt.Errorf("%w: release lease %q (retrying in the background): %w", baton.ErrBackendUnavailable, h.name, err)
+	}
+	b.log.Debug("released", "lease", h.name, "token", h.token)
+	return nil
+}
+
+// letGo removes this term's lock on h.key, once, and then frees the name:
+// it deletes the key if it is still the version the term locked, or, if a
+// plain write changed the key while our session kept it locked, that
+// version. Deleting rather than releasing (as api.Lock.Unlock does) also
+// cleans the key up, as `consul lock` does after unlocking; and an explicit
+// delete, unlike a destroyed session, incurs no lock-delay. The name stays
+// claimed until then, so that a lock of our session on the key can only be
+// this term's. Once the session has ended there is nothing to do: the lock
+// went with it (or goes when the session is destroyed or expires), and a
+// new session never mistakes it for its own.
+func (b *Backend) letGo(ctx context.Context, h *held) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.let {
+		return nil
+	}
+	err := b.deleteLock(ctx, h)
+	if err != nil && h.s.ctx.Err() == nil {
+		return err
+	}
+	h.let = true
+	b.finishLocked(h)
+	return nil
+}
+
+func (b *Backend) deleteLock(ctx context.Context, h *held) error {
+	index := h.token
+	for range 3 {
+		ok, _, err := b.kv.DeleteCAS(&api.KVPair{Key: h.key, ModifyIndex: index}, (&api.WriteOptions{}).WithContext(ctx))
+		if err != nil {
+			return permissionErr(err)
+		}
+		if ok {
+			return nil
+		}
+		p, _, err := b.kv.Get(h.key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+		if err != nil {
+			return permissionErr(err)
+		}
+		if p == nil || p.Session != h.s.id || p.ModifyIndex < h.token {
+			return nil // gone, or no longer ours
+		}
+		index = p.ModifyIndex
+	}
+	return fmt.Errorf("consul: lock key %s keeps changing under our session", h.key)
+}
+
+// cleanLater retries letGo every RenewInterval until it succeeds or the
+// session ends (which releases the lock too).
+func (b *Backend) cleanLater(h *held) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return // Close lets go of the lock, or destroys the session
+	}
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.wg.Done()
+		for {
+			select {
+			case <-h.s.ctx.Done():
+				b.finish(h)
+				return
+			case <-time.After(b.cfg.RenewInterval):
+			}
+			ctx, cancel := context.WithTimeout(h.s.ctx, b.reqTimeout)
+			err := b.letGo(ctx, h)
+			cancel()
+			if err == nil {
+				b.log.Info("let go of a leftover lock", "lease", h.name, "key", h.key)
+				return
+			}
+			b.log.Debug("leftover lock not let go yet", "lease", h.name, "key", h.key, "err", err)
+		}
+	}()
+}
+
+// Leader implements baton.Backend with a consistent read of the lease's
+// key. Record.Holder is the candidate ID a baton holder stored as the key's
+// value; a holder that stored none (`consul lock` does not) is described
+// by its session: "NAME (consul session ID on node NODE)". Record.Token is
+// the key's ModifyIndex, which is the holder's token. Record.Since is
+// always zero: Consul keeps no times.
+func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error) {
+	key, err := b.Key(name)
+	if err != nil {
+		return baton.Record{}, err
+	}
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return baton.Record{}, baton.ErrClosed
+	}
+	p, err := b.get(ctx, key)
+	if err != nil {
+		return baton.Record{}, b.unavailable(ctx, "read "+key, err)
+	}
+	if p != nil && p.Flags != api.LockFlagValue {
+		return baton.Record{}, fmt.Errorf("lease %q: %w", name, conflictErr(key, p.Flags))
+	}
+	if p == nil || p.Session == "" {
+		return baton.Record{}, fmt.Errorf("%w for lease %q", baton.ErrNoLeader, name)
+	}
+	holder := string(p.Value)
+	if holder == "" {
+		holder = b.describeSession(ctx, p.Session)
+	}
+	return baton.Record{Lease: name, Holder: holder, Token: p.ModifyIndex}, nil
+}
+
+// describeSession names the holder of a lock that carries no candidate ID.
+func (b *Backend) describeSession(ctx context.Context, id string) string {
+	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
+	defer cancel()
+	info, _, err := b.client.Session().Info(id, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil || info == nil {
+		return "consul session " + id
+	}
+	return fmt.Sprintf("%s (consul session %s on node %s)", info.Name, id, info.Node)
+}
+
+// Close ends every term this Backend holds (Err wraps baton.ErrClosed),
+// deletes their keys and destroys its session, so that standbys take over
+// at once, and waits for the goroutines it started. The keys are deleted
+// before the session is destroyed because Consul applies the session's
+// lock-delay to the keys a destroyed session held, but not to deleted
+// ones. ctx bounds those requests; if they fail, the locks go when Consul
+// invalidates the session, after twice its TTL, and Close returns the
+// error. The client stays usable. Later calls of Campaign and Leader
+// return baton.ErrClosed; a second Close returns nil.
+func (b *Backend) Close(ctx context.Context) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		b.wg.Wait()
+		return nil
+	}
+	b.closed = true
+	s := b.sess
+	b.sess = nil
+	var helds []*held
+	for h := range b.helds {
+		if h.s == s {
+			helds = append(helds, h)
+		}
+	}
+	b.mu.Unlock()
+	b.w.close()
+	var errs []error
+	if s != nil {
+		s.End(fmt.Errorf("%w: consul session %s closed", baton.ErrClosed, s.id))
+		var (
+			wg  sync.WaitGroup
+			mu  sync.Mutex
+			sem = make(chan struct{}, 8)
+		)
+		for _, h := range helds {
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				if err := b.letGo(ctx, h); err != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("delete %s: %w", h.key, err))
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		s.cancel()
+		if _, err := b.client.Session().Destroy(s.id, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+			errs = append(errs, fmt.Errorf("destroy session %s (it expires after twice its TTL, %s): %w", s.id, 2*s.ttl, err))
+		}
+	}
+	b.cancel()
+	b.wg.Wait()
+	if len(errs) > 0 {
+		return fmt.Errorf("consul: close: %w", errors.Join(errs...))
+	}
+	return nil
+}

@@ -1,0 +1,671 @@
+package consul_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend/consul"
+	"github.com/batonhq/baton/batontest"
+	"github.com/batonhq/baton/internal/testserver"
+	"github.com/hashicorp/consul/api"
+)
+
+// TestMain stops the agent the package's tests share.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testserver.StopSharedConsul()
+	os.Exit(code)
+}
+
+func TestConformance(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	prefix := testPrefix()
+	batontest.Run(t, batontest.Target{
+		// The holder's safe window on Consul is TTL/2 - DriftMargin (see
+		// the package doc): at 2 s it is 0.8 s, as etcd's is at 1 s. At 1 s
+		// it would be 0.4 s, which a loaded CI machine cannot keep renewing.
+		MinTTL: 2 * time.Second,
+		New: func(t *testing.T, cfg baton.Config) *batontest.Process {
+			// Each process reaches the agent through a proxy of its own, so
+			// that cutting one off leaves the others connected.
+			proxy := testserver.StartProxy(t, agent.Addr())
+			var once sync.Once
+			killed := make(chan struct{})
+			b := newBackend(t, agent.Client(t, proxy.Addr()), consul.Options{Config: cfg, Prefix: prefix}, killed)
+			return &batontest.Process{
+				Backend: b,
+				// A process killed with -9 never releases its locks or
+				// destroys its session: cut it off for good.
+				Kill: func() {
+					once.Do(func() {
+						close(killed)
+						proxy.Cut()
+					})
+				},
+				Cut: proxy.Cut,
+				Heal: func() {
+					select {
+					case <-killed:
+					default:
+						proxy.Heal()
+					}
+				},
+			}
+		},
+	})
+}
+
+// testPrefix returns a key prefix of its own for a test on the shared agent.
+func testPrefix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "test-" + hex.EncodeToString(b[:]) + "/"
+}
+
+// newBackend returns a Backend on client, closed when the test ends. A
+// killed process's Close cannot reach the agent, so it gets a moment only.
+func newBackend(t *testing.T, client *api.Client, opts consul.Options, killed <-chan struct{}) *consul.Backend {
+	t.Helper()
+	b, err := consul.New(client, opts)
+	if err != nil {
+		t.Fatalf("consul.New: %v", err)
+	}
+	t.Cleanup(func() {
+		d := 5 * time.Second
+		select {
+		case <-killed:
+			d = 10 * time.Millisecond
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		if err := b.Close(ctx); err != nil && killed == nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return b
+}
+
+func testContext(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func campaign(t *testing.T, b *consul.Backend, lease, id string) baton.Term {
+	t.Helper()
+	term, err := b.Campaign(testContext(t, 10*time.Second), lease, baton.Candidate{ID: id})
+	if err != nil {
+		t.Fatalf("campaign %s for %s: %v", id, lease, err)
+	}
+	return term
+}
+
+// won is a term a background campaign got, and when.
+type won struct {
+	term baton.Term
+	at   time.Time
+}
+
+// campaignAsync campaigns in the background and delivers the term, or a
+// zero won after reporting the error.
+func campaignAsync(t *testing.T, b *consul.Backend, lease, id string) <-chan won {
+	got := make(chan won, 1)
+	ctx := testContext(t, 60*time.Second)
+	go func() {
+		term, err := b.Campaign(ctx, lease, baton.Candidate{ID: id})
+		if err != nil {
+			t.Errorf("campaign %s for %s: %v", id, lease, err)
+		}
+		got <- won{term, time.Now()}
+	}()
+	return got
+}
+
+func waitTerm(t *testing.T, got <-chan won, d time.Duration) won {
+	t.Helper()
+	select {
+	case w := <-got:
+		if w.term == nil {
+			t.FailNow()
+		}
+		return w
+	case <-time.After(d):
+		t.Fatalf("no term within %s", d)
+		return won{}
+	}
+}
+
+// notYet fails the test if got delivers a term within d: a positive claim
+// ("the waiter keeps waiting") can only be observed for a while.
+func notYet(t *testing.T, got <-chan won, d time.Duration) {
+	t.Helper()
+	select {
+	case w := <-got:
+		if w.term != nil {
+			t.Fatalf("acquired token %d while the lease was held", w.term.Token())
+		}
+		t.FailNow()
+	case <-time.After(d):
+	}
+}
+
+func waitDone(t *testing.T, term baton.Term, d time.Duration) time.Time {
+	t.Helper()
+	select {
+	case <-term.Done():
+		return time.Now()
+	case <-time.After(d):
+		t.Fatalf("term %d of %s did not end within %s", term.Token(), term.Lease(), d)
+		return time.Time{}
+	}
+}
+
+// eventually polls f until it succeeds, failing the test with f's last error
+// once timeout has passed.
+func eventually(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still failing after %s: %v", timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// sessionOf returns the session holding key, failing if none does.
+func sessionOf(t *testing.T, c *api.Client, key string) string {
+	t.Helper()
+	p, _, err := c.KV().Get(key, nil)
+	if err != nil || p == nil || p.Session == "" {
+		t.Fatalf("key %s: %+v, %v; want it locked", key, p, err)
+	}
+	return p.Session
+}
+
+// TestKeyAndSessionLayout checks what `consul lock` relies on: the key, its
+// flags and its lock, and a session as documented.
+func TestKeyAndSessionLayout(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	c := agent.Client(t, agent.Addr())
+	prefix := testPrefix()
+	b := newBackend(t, c, consul.Options{Config: baton.Config{TTL: 3 * time.Second}, Prefix: prefix}, nil)
+	if got := b.SessionTTL(); got != 1500*time.Millisecond {
+		t.Errorf("SessionTTL() = %s, want TTL/2 = 1.5s", got)
+	}
+	if got := b.LockDelay(); got != b.Config().RenewInterval || got != 500*time.Millisecond {
+		t.Errorf("LockDelay() = %s, want RenewInterval = TTL/6 = 500ms", got)
+	}
+	key, err := b.Key("nightly/report")
+	if err != nil || key != prefix+"nightly/report/.lock" {
+		t.Fatalf("Key(nightly/report) = %q, %v; want %q", key, err, prefix+"nightly/report/.lock")
+	}
+	start := time.Now()
+	term := campaign(t, b, "nightly/report", "host-1/abcd")
+	took := time.Since(start)
+	p, _, err := c.KV().Get(key, &api.QueryOptions{RequireConsistent: true})
+	if err != nil || p == nil {
+		t.Fatalf("get %s: %+v, %v", key, p, err)
+	}
+	if p.Flags != api.LockFlagValue || string(p.Value) != "host-1/abcd" || p.Session == "" || p.ModifyIndex != term.Token() {
+		t.Errorf("key %s = flags %#x, value %q, session %q, index %d; want flags %#x, the candidate ID, locked, index = token %d",
+			key, p.Flags, p.Value, p.Session, p.ModifyIndex, uint64(api.LockFlagValue), term.Token())
+	}
+	info, _, err := c.Session().Info(p.Session, nil)
+	if err != nil || info == nil {
+		t.Fatalf("session %s: %+v, %v", p.Session, info, err)
+	}
+	if info.Name != consul.DefaultSessionName || info.TTL != "1500ms" || info.LockDelay != 500*time.Millisecond ||
+		info.Behavior != api.SessionBehaviorRelease || len(info.NodeChecks) != 0 || len(info.Checks) != 0 || len(info.ServiceChecks) != 0 {
+		t.Errorf("session = %+v; want name baton, TTL 1500ms, lock-delay 500ms, behavior release, no checks", info)
+	}
+	// Safe-until trusts Consul's promise of one session TTL, from the send
+	// of the session's creation: 1.5 s - 0.3 s.
+	if got := term.SafeUntil().Sub(start); got < 1200*time.Millisecond || got > 1200*time.Millisecond+took {
+		t.Errorf("SafeUntil is %s after the campaign began, which took %s; want TTL/2 - DriftMargin = 1.2s after the session was created", got, took)
+	}
+	// Resign deletes the key, as `consul lock` cleans up after unlocking.
+	if err := term.Resign(testContext(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, err := c.KV().Get(key, nil); err != nil || p != nil {
+		t.Errorf("after Resign, key %s = %+v, %v; want it deleted", key, p, err)
+	}
+}
+
+// countingTransport counts the requests matching count.
+type countingTransport struct {
+	rt    http.RoundTripper
+	count func(*http.Request) bool
+	n     atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if c.count(r) {
+		c.n.Add(1)
+	}
+	return c.rt.RoundTrip(r)
+}
+
+// TestWaiterWakesByBlockingQuery: a waiter sits in one blocking query, sends
+// nothing else while it waits, and wakes at once when the lock goes.
+func TestWaiterWakesByBlockingQuery(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	opts := consul.Options{Config: baton.Config{TTL: 20 * time.Second}, Prefix: testPrefix()}
+	a := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
+	var lists atomic.Int64
+	ct := &countingTransport{rt: http.DefaultTransport.(*http.Transport).Clone(), count: func(r *http.Request) bool {
+		// Everything but session renewals, which run whatever the waiter does.
+		if strings.HasPrefix(r.URL.Path, "/v1/session/renew/") {
+			return false
+		}
+		if strings.HasPrefix(r.URL.Path, "/v1/kv/") && r.URL.Query().Has("recurse") {
+			lists.Add(1)
+		}
+		return true
+	}}
+	bc, err := api.NewClient(&api.Config{Address: agent.Addr(), HttpClient: &http.Client{Transport: ct}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBackend(t, bc, opts, nil)
+
+	ta := campaign(t, a, "wake", "a")
+	got := campaignAsync(t, b, "wake", "b")
+	eventually(t, 10*time.Second, func() error {
+		if lists.Load() == 0 {
+			return errors.New("b has not started its blocking query")
+		}
+		return nil
+	})
+	before := ct.n.Load()
+	notYet(t, got, 2*time.Second)
+	if n := ct.n.Load() - before; n != 0 {
+		t.Errorf("b sent %d requests in 2s of waiting; want none beyond its blocking query", n)
+	}
+	t.Logf("b sent %d requests to start waiting (session, read, holder's session, watch)", before)
+	resigned := time.Now()
+	if err := ta.Resign(testContext(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	w := waitTerm(t, got, 5*time.Second)
+	// The 20 s TTL rules out a takeover by expiry: the delete woke b.
+	t.Logf("hand-over took %s, with %d requests in all", w.at.Sub(resigned), ct.n.Load())
+	if w.term.Token() <= ta.Token() {
+		t.Errorf("b's token %d is not greater than a's %d", w.term.Token(), ta.Token())
+	}
+}
+
+// TestAgentErrorsRiddenOut: a holder cut off from the agent for less than
+// its safe window keeps its term, renewing once it can again; cut off for
+// longer, it stops at its safe-until with ErrExpired.
+func TestAgentErrorsRiddenOut(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	proxy := testserver.StartProxy(t, agent.Addr())
+	b := newBackend(t, agent.Client(t, proxy.Addr()), consul.Options{Config: baton.Config{TTL: 4 * time.Second}, Prefix: testPrefix()}, nil)
+	term := campaign(t, b, "flaky", "a")
+
+	// Cut right after a renewal, for a quarter of the 1.6 s safe window.
+	first := term.SafeUntil()
+	eventually(t, 5*time.Second, func() error {
+		if !term.SafeUntil().After(first) {
+			return errors.New("no renewal yet")
+		}
+		return nil
+	})
+	cutAt := term.SafeUntil()
+	proxy.Cut()
+	time.Sleep(400 * time.Millisecond) // the outage itself
+	proxy.Heal()
+	eventually(t, 5*time.Second, func() error {
+		if err := term.Err(); err != nil {
+			t.Fatalf("the term ended during a 400ms outage: %v", err)
+		}
+		if !term.SafeUntil().After(cutAt) {
+			return errors.New("no renewal since the outage")
+		}
+		return nil
+	})
+
+	// Now for good: the term ends at its safe-until, not before, not later.
+	proxy.Cut()
+	ended := waitDone(t, term, 10*time.Second)
+	if !errors.Is(term.Err(), baton.ErrExpired) {
+		t.Errorf("after a long outage, Err() = %v; want ErrExpired", term.Err())
+	}
+	if d := ended.Sub(term.SafeUntil()); d < 0 || d > 100*time.Millisecond {
+		t.Errorf("the term ended %s after its safe-until; want at it", d)
+	}
+	proxy.Heal()
+	// Healed, the Backend starts a new session and can lead again.
+	eventually(t, 20*time.Second, func() error {
+		again, err := b.Campaign(testContext(t, 10*time.Second), "flaky", baton.Candidate{ID: "a"})
+		if err != nil {
+			return err
+		}
+		if again.Token() <= term.Token() {
+			t.Errorf("token %d after the outage is not greater than %d", again.Token(), term.Token())
+		}
+		return nil
+	})
+}
+
+// TestCloseHandsOverWithoutLockDelay: Close deletes the keys before it
+// destroys the session, so a standby takes over at once even with a long
+// lock-delay, which Consul applies to a destroyed session's locks.
+func TestCloseHandsOverWithoutLockDelay(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	opts := consul.Options{Config: baton.Config{TTL: 20 * time.Second}, LockDelay: 30 * time.Second, Prefix: testPrefix()}
+	a := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
+	b := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
+	ta := campaign(t, a, "closing", "a")
+	got := campaignAsync(t, b, "closing", "b")
+	notYet(t, got, 200*time.Millisecond)
+	if err := a.Close(testContext(t, 5*time.Second)); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if !errors.Is(ta.Err(), baton.ErrClosed) {
+		t.Errorf("after Close, Err() = %v, want ErrClosed", ta.Err())
+	}
+	// Well within the 30 s lock-delay and the 20 s TTL.
+	waitTerm(t, got, 5*time.Second)
+	if _, err := a.Campaign(testContext(t, time.Second), "other", baton.Candidate{ID: "a"}); !errors.Is(err, baton.ErrClosed) {
+		t.Errorf("Campaign after Close: err = %v, want ErrClosed", err)
+	}
+	if _, err := a.Leader(testContext(t, time.Second), "closing"); !errors.Is(err, baton.ErrClosed) {
+		t.Errorf("Leader after Close: err = %v, want ErrClosed", err)
+	}
+	if err := a.Close(testContext(t, time.Second)); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+// TestSessionDestroyedEndsTermsAndLockDelayHolds: `consul session destroy`
+// ends every term riding on the session at once; the lock-delay keeps
+// others out for its length, and a waiter that knows it waits it out
+// instead of polling.
+func TestSessionDestroyedEndsTermsAndLockDelayHolds(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	c := agent.Client(t, agent.Addr())
+	prefix := testPrefix()
+	const delay = 1500 * time.Millisecond
+	a := newBackend(t, c, consul.Options{Config: baton.Config{TTL: 20 * time.Second}, LockDelay: delay, Prefix: prefix}, nil)
+	ct := &countingTransport{rt: http.DefaultTransport.(*http.Transport).Clone(), count: func(r *http.Request) bool {
+		return !strings.HasPrefix(r.URL.Path, "/v1/session/renew/")
+	}}
+	bc, err := api.NewClient(&api.Config{Address: agent.Addr(), HttpClient: &http.Client{Transport: ct}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBackend(t, bc, consul.Options{Config: baton.Config{TTL: 20 * time.Second}, Prefix: prefix}, nil)
+
+	t1 := campaign(t, a, "one", "a")
+	t2 := campaign(t, a, "two", "a")
+	sid := sessionOf(t, c, prefix+"one/.lock")
+	if s2 := sessionOf(t, c, prefix+"two/.lock"); s2 != sid {
+		t.Fatalf("leases of one Backend ride on different sessions: %s, %s", sid, s2)
+	}
+	got := campaignAsync(t, b, "one", "b")
+	notYet(t, got, 300*time.Millisecond)
+	before := ct.n.Load()
+	destroyed := time.Now()
+	if _, err := c.Session().Destroy(sid, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, term := range []baton.Term{t1, t2} {
+		waitDone(t, term, 5*time.Second)
+		if !errors.Is(term.Err(), baton.ErrLeaseLost) {
+			t.Errorf("%s: Err() = %v, want ErrLeaseLost", term.Lease(), term.Err())
+		}
+	}
+	w := waitTerm(t, got, 10*time.Second)
+	took := w.at.Sub(destroyed)
+	t.Logf("b took over %s after the destroy (lock-delay %s), with %d requests", took, delay, ct.n.Load()-before)
+	if took < delay-100*time.Millisecond {
+		t.Errorf("b took over %s after the destroy, within the %s lock-delay", took, delay)
+	}
+	if took > delay+time.Second {
+		t.Errorf("b took over %s after the destroy; want soon after the %s lock-delay", took, delay)
+	}
+	// wake, lock refused, session check, one retry at the delay's end (plus
+	// its term's watch): not a poll.
+	if n := ct.n.Load() - before; n > 8 {
+		t.Errorf("b sent %d requests while the lock-delay ran; want a handful", n)
+	}
+	// a starts a new session for its next campaign.
+	t3 := campaign(t, a, "two", "a")
+	if s := sessionOf(t, c, prefix+"two/.lock"); s == sid {
+		t.Errorf("after its session was destroyed, a campaigned with it again")
+	}
+	if t3.Token() <= t2.Token() {
+		t.Errorf("token %d after the destroy is not greater than %d", t3.Token(), t2.Token())
+	}
+}
+
+// TestOperatorDeleteEndsTerm: `consul kv delete` of the lock key is how an
+// operator forces a hand-over; the holder must notice and stop.
+func TestOperatorDeleteEndsTerm(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	c := agent.Client(t, agent.Addr())
+	prefix := testPrefix()
+	opts := consul.Options{Config: baton.Config{TTL: 20 * time.Second}, Prefix: prefix}
+	a := newBackend(t, c, opts, nil)
+	b := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
+	ta := campaign(t, a, "deleted", "a")
+	got := campaignAsync(t, b, "deleted", "b")
+	notYet(t, got, 200*time.Millisecond)
+	out, err := exec.Command(agent.Binary(), "kv", "delete", "-http-addr="+agent.Addr(), prefix+"deleted/.lock").CombinedOutput()
+	if err != nil {
+		t.Fatalf("consul kv delete: %v\n%s", err, out)
+	}
+	waitDone(t, ta, 5*time.Second)
+	if !errors.Is(ta.Err(), baton.ErrLeaseLost) {
+		t.Errorf("after consul kv delete, Err() = %v, want ErrLeaseLost", ta.Err())
+	}
+	tb := waitTerm(t, got, 5*time.Second).term
+	if tb.Token() <= ta.Token() {
+		t.Errorf("b's token %d is not greater than a's %d", tb.Token(), ta.Token())
+	}
+	// a's name is free again: it waits behind b, and wins when b resigns.
+	got = campaignAsync(t, a, "deleted", "a")
+	notYet(t, got, 200*time.Millisecond)
+	if err := tb.Resign(testContext(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if ta2 := waitTerm(t, got, 5*time.Second).term; ta2.Token() <= tb.Token() {
+		t.Errorf("a's new token %d is not greater than b's %d", ta2.Token(), tb.Token())
+	}
+}
+
+// TestOverwrittenKeyEndsTerm: a plain write to a held key keeps Consul's
+// lock but changes the key's index, and so the token Leader reports; the
+// term ends, and the lock is let go.
+func TestOverwrittenKeyEndsTerm(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	c := agent.Client(t, agent.Addr())
+	prefix := testPrefix()
+	b := newBackend(t, c, consul.Options{Config: baton.Config{TTL: 20 * time.Second}, Prefix: prefix}, nil)
+	term := campaign(t, b, "rewritten", "a")
+	if _, err := c.KV().Put(&api.KVPair{Key: prefix + "rewritten/.lock", Flags: api.LockFlagValue, Value: []byte("someone")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, term, 5*time.Second)
+	if !errors.Is(term.Err(), baton.ErrLeaseLost) {
+		t.Errorf("after an overwrite, Err() = %v, want ErrLeaseLost", term.Err())
+	}
+	again := campaign(t, b, "rewritten", "a")
+	if again.Token() <= term.Token() {
+		t.Errorf("token %d after the overwrite is not greater than %d", again.Token(), term.Token())
+	}
+}
+
+// TestHealthCheckInvalidatesSession: a session tied to a health check is
+// invalidated when the check fails; every term on it is lost, and with the
+// default lock-delay (the session TTL) nobody takes the lock for that long.
+func TestHealthCheckInvalidatesSession(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	c := agent.Client(t, agent.Addr())
+	prefix := testPrefix()
+	check := "baton-" + strings.TrimSuffix(prefix, "/")
+	if err := c.Agent().CheckRegister(&api.AgentCheckRegistration{
+		ID: check, Name: "baton test check",
+		AgentServiceCheck: api.AgentServiceCheck{TTL: "1h", Status: api.HealthPassing},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Agent().CheckDeregister(check) })
+	// Sessions can use a check only once the servers know it.
+	eventually(t, 10*time.Second, func() error {
+		checks, _, err := c.Health().Node("baton-test", nil)
+		if err != nil {
+			return err
+		}
+		for _, hc := range checks {
+			if hc.CheckID == check && hc.Status == api.HealthPassing {
+				return nil
+			}
+		}
+		return errors.New("check not in the catalog yet")
+	})
+
+	cfg := baton.Config{TTL: 4 * time.Second}
+	if _, err := consul.New(c, consul.Options{Config: cfg, Checks: []string{check}, LockDelay: time.Second}); err == nil {
+		t.Error("New accepted a lock-delay below the session TTL with checks")
+	}
+	a := newBackend(t, c, consul.Options{Config: cfg, Checks: []string{check}, Prefix: prefix}, nil)
+	if a.LockDelay() != a.SessionTTL() {
+		t.Errorf("with checks, LockDelay() = %s, want the session TTL %s", a.LockDelay(), a.SessionTTL())
+	}
+	b := newBackend(t, agent.Client(t, agent.Addr()), consul.Options{Config: cfg, Prefix: prefix}, nil)
+	ta := campaign(t, a, "checked", "a")
+	info, _, err := c.Session().Info(sessionOf(t, c, prefix+"checked/.lock"), nil)
+	if err != nil || info == nil || len(info.NodeChecks) != 1 || info.NodeChecks[0] != check {
+		t.Fatalf("session %+v, %v; want node check %s", info, err, check)
+	}
+	got := campaignAsync(t, b, "checked", "b")
+	notYet(t, got, 200*time.Millisecond)
+	failed := time.Now()
+	if err := c.Agent().FailTTL(check, "failing on purpose"); err != nil {
+		t.Fatal(err)
+	}
+	ended := waitDone(t, ta, 5*time.Second)
+	if !errors.Is(ta.Err(), baton.ErrLeaseLost) {
+		t.Errorf("after the check failed, Err() = %v, want ErrLeaseLost", ta.Err())
+	}
+	w := waitTerm(t, got, 10*time.Second)
+	t.Logf("term ended %s after the check failed; b took over %s after", ended.Sub(failed), w.at.Sub(failed))
+	if d := w.at.Sub(failed); d < a.LockDelay() {
+		t.Errorf("b took over %s after the check failed, within the %s lock-delay", d, a.LockDelay())
+	}
+}
+
+func TestSecondCampaignForSameName(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	b := newBackend(t, agent.Client(t, agent.Addr()), consul.Options{Prefix: testPrefix()}, nil)
+	term := campaign(t, b, "twice", "x")
+	for _, id := range []string{"x", "y"} {
+		if _, err := b.Campaign(testContext(t, time.Second), "twice", baton.Candidate{ID: id}); !errors.Is(err, baton.ErrAlreadyCampaigning) {
+			t.Errorf("second campaign by %s: err = %v, want ErrAlreadyCampaigning", id, err)
+		}
+	}
+	if err := term.Resign(testContext(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	again := campaign(t, b, "twice", "x")
+	if again.Token() <= term.Token() {
+		t.Errorf("token %d after resign is not greater than %d", again.Token(), term.Token())
+	}
+}
+
+func TestInvalidOptionsAndNames(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	c := agent.Client(t, agent.Addr())
+	_, err := consul.New(nil, consul.Options{
+		Config:    baton.Config{TTL: 2 * time.Second, RenewInterval: 900 * time.Millisecond},
+		LockDelay: 2 * time.Minute,
+		Prefix:    "/abs/",
+	})
+	var ce *baton.ConfigError
+	if !errors.As(err, &ce) || len(ce.Problems) != 4 {
+		t.Errorf("New with four problems: err = %v; want a ConfigError listing all four", err)
+	}
+	for _, p := range []string{"a//b/", "a/./", "../x/"} {
+		if _, err := consul.New(c, consul.Options{Prefix: p}); err == nil {
+			t.Errorf("New accepted Prefix %q, which `consul lock` would clean to another key", p)
+		}
+	}
+	for name, want := range map[string]string{"x": "baton/x/.lock", "a/b": "baton/a/b/.lock"} {
+		if got, err := (consul.Options{}).Key(name); got != want || err != nil {
+			t.Errorf("Options{}.Key(%q) = %q, %v; want %q", name, got, err, want)
+		}
+	}
+	if _, err := (consul.Options{Prefix: "a//"}).Key("x"); err == nil {
+		t.Error("Options.Key accepted an unclean Prefix")
+	}
+	b := newBackend(t, c, consul.Options{Prefix: testPrefix()}, nil)
+	for _, name := range []string{"", "/a", "a/", "a//b", "a/../b", "."} {
+		if _, err := b.Campaign(testContext(t, time.Second), name, baton.Candidate{ID: "x"}); err == nil {
+			t.Errorf("Campaign(%q) succeeded", name)
+		}
+	}
+	if _, err := b.Campaign(testContext(t, time.Second), "ok", baton.Candidate{}); err == nil {
+		t.Error("Campaign with an empty candidate ID succeeded")
+	}
+	if _, err := b.Leader(testContext(t, time.Second), "nobody"); !errors.Is(err, baton.ErrNoLeader) {
+		t.Errorf("Leader of a free lease: err = %v, want ErrNoLeader", err)
+	}
+}
+
+// A session TTL below the servers' session_ttl_min fails with an error that
+// says what to do.
+func TestSessionTTLBelowServerMinimum(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	b := newBackend(t, agent.Client(t, agent.Addr()), consul.Options{
+		Config: baton.Config{TTL: testserver.ConsulSessionTTLMin, DriftMargin: time.Millisecond, RenewInterval: 10 * time.Millisecond},
+		Prefix: testPrefix(),
+	}, nil)
+	_, err := b.Campaign(testContext(t, 10*time.Second), "short", baton.Candidate{ID: "x"})
+	if !errors.Is(err, baton.ErrBackendUnavailable) || !strings.Contains(err.Error(), "session_ttl_min") {
+		t.Errorf("Campaign with a session TTL below the minimum: err = %v; want one naming session_ttl_min", err)
+	}
+}
+
+// An unreachable agent must surface as ErrBackendUnavailable, so the Elector
+// logs it and retries, instead of a campaign that blocks silently.
+func TestUnreachableAgentIsReported(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	proxy := testserver.StartProxy(t, agent.Addr())
+	proxy.Cut()
+	killed := make(chan struct{})
+	close(killed) // its Close cannot reach the agent either
+	b := newBackend(t, agent.Client(t, proxy.Addr()), consul.Options{Config: baton.Config{TTL: time.Second}, Prefix: testPrefix()}, killed)
+	// Each gives up after its request bound (5 s); both at once.
+	leaderErr := make(chan error, 1)
+	go func() {
+		_, err := b.Leader(testContext(t, time.Minute), "unreachable")
+		leaderErr <- err
+	}()
+	_, err := b.Campaign(testContext(t, time.Minute), "unreachable", baton.Candidate{ID: "a"})
+	if !errors.Is(err, baton.ErrBackendUnavailable) {
+		t.Errorf("Campaign against an unreachable agent: err = %v, want ErrBackendUnavailable", err)
+	}
+	if err := <-leaderErr; !errors.Is(err, baton.ErrBackendUnavailable) {
+		t.Errorf("Leader against an unreachable agent: err = %v, want ErrBackendUnavailable", err)
+	}
+}

@@ -1,0 +1,141 @@
+// Package zookeeper runs baton leases on Apache ZooKeeper (3.5 or later),
+// using the node layout of Apache Curator's LeaderLatch recipe, so that Go
+// services on baton and JVM services on Curator can share one election.
+//
+// # What is guaranteed, and what is not
+//
+// Each Backend rides on one ZooKeeper session, and every baton lease it
+// campaigns for rides on that session: a process sends one renewal per
+// RenewInterval however many leases it holds. Lease NAME has the latch path
+// Root + "/" + NAME (Root is "/baton" by default), and a candidate's claim
+// on it is an ephemeral sequential child
+//
+//	_c_<UUID>-latch-<sequence>
+//
+// holding the candidate ID as its data: Curator's protected "latch-" node.
+// The candidate whose node sorts first by sequence (as Curator sorts: the
+// text after the last "latch-") holds the lease; every other waits,
+// watching only the node just before its own, so a departure wakes one
+// waiter, not the herd.
+//
+//   - Fencing tokens. Term.Token is the czxid of the holder's node, the
+//     ZooKeeper transaction that created it. Transaction IDs only grow, and
+//     a node comes first only after every older node of the latch is gone,
+//     so tokens strictly increase across the terms of a lease, whoever
+//     holds them, Curator's candidates included.
+//   - Takeover only after the server says so. A candidate takes over only
+//     when the nodes before its own are gone: deleted by their holder's
+//     Resign or Close, by an operator, or by ZooKeeper when it expires the
+//     holder's session, which it does no sooner than a full session timeout
+//     after it last heard from the holder's client.
+//   - Safe-until, measured from send time. A holder's term lasts until the
+//     time it sent its last request whose reply confirmed the session, plus
+//     the session timeout, minus DriftMargin. The server heard that request
+//     after it was sent, so it cannot expire the session before that
+//     deadline plus the margin. At the deadline the term ends with
+//     baton.ErrExpired, whether or not ZooKeeper can be reached. The session
+//     timeout is the one the server negotiated, which may differ from the
+//     TTL asked for (ZooKeeper clamps it into [minSessionTimeout,
+//     maxSessionTimeout], 4 s to 40 s with the default 2 s tick); Dial
+//     learns it through a SessionProbe, New does through Options.Probe and
+//     otherwise takes the TTL on trust.
+//   - Loss is reported. When the server expires the session, or the
+//     holder's node is deleted, the term ends with baton.ErrLeaseLost.
+//
+// What it does not guarantee:
+//
+//   - Deletion by hand is not instantaneous for the holder. After
+//     `zkCli.sh delete` of the holder's node the next candidate may take
+//     over at once, while the old holder learns of it only when the watch
+//     event reaches it, a network round trip later. The same is true of any
+//     process paused (by GC, SIGSTOP, a VM migration) between checking its
+//     leadership and writing. Only fencing closes these gaps: send
+//     Term.Token with every write downstream and have the downstream store
+//     reject a token lower than the highest it has seen.
+//   - A killed holder is replaced after the session timeout plus up to one
+//     server tick (ZooKeeper expires sessions on tick boundaries), not after
+//     exactly the TTL.
+//   - Leader reports ZooKeeper's view: the candidate whose node sorts
+//     first, as Curator's getLeader does. Right after a holder stopped at its
+//     safe-until that may still be the stopped holder, until its node is
+//     deleted. ZooKeeper records when a node was created, not when it came
+//     first, so Record.Since is always the zero time.
+//   - Curator's candidates keep Curator's timing rules: baton's safe-until
+//     covers baton's candidates only. Curator's default (see below) stops a
+//     leader as soon as its connection is lost, which is safe; a Curator
+//     client set to SessionConnectionStateErrorPolicy leads on until it
+//     declares the session lost on its own clock, which can be later than
+//     the server expired it.
+//   - A create whose reply is lost (the connection fails mid-request) is
+//     resolved as Curator resolves it: by listing the latch's children for
+//     the node's protected prefix after a sync. In an ensemble, a create
+//     still in flight on another server when the listing runs could land
+//     after it; that node would belong to nobody here and lead with nobody
+//     acting until the session ends. That costs liveness, never safety.
+//
+// # Connection loss: SUSPENDED and LOST
+//
+// Curator names two connection states. SUSPENDED: the client lost its
+// connection, and the session may still be alive. LOST: the session expired
+// (or, in Curator 5, the client gave up on it after a session timeout).
+// Curator's LeaderLatch, with its default StandardConnectionStateErrorPolicy,
+// treats SUSPENDED as a loss of leadership at once, and looks again when the
+// client RECONNECTS.
+//
+// baton does better than that while staying safe. When the connection is
+// lost (SUSPENDED), a term continues until its safe-until, which lies
+// before the moment the server could expire the session; the holder keeps
+// acting meanwhile. If the client reconnects to the still-valid session in
+// time, renewals resume and the term carries on with the same token. If
+// safe-until passes first, the term ends with baton.ErrExpired; the session
+// may still be alive, so once the client is back the Backend deletes the
+// stopped term's node (others may take over then rather than at the
+// session's expiry) and later campaigns start afresh on that session. When
+// the server expired the session (LOST), terms end with baton.ErrLeaseLost,
+// the client opens a new session, and later campaigns use it.
+//
+// # Authentication, ACLs and TLS
+//
+// Options.ACL is given to every node the Backend creates, the latch nodes
+// and any missing parent (as containers, as Curator creates them); the
+// default is open, as Curator's. With DialOptions.Digest ("user:password")
+// the session authenticates under ZooKeeper's digest scheme, and an ACL
+// such as
+//
+//	append(zk.DigestACL(zk.PermAll, "svc", "secret"), zk.WorldACL(zk.PermRead)...)
+//
+// keeps other clients from deleting the nodes (ZooKeeper checks deletion
+// against the parent's ACL, which the Backend sets when it creates the
+// latch path) while letting anyone watch who leads. Parents that exist
+// already keep their ACL. DialOptions.TLS connects to the servers'
+// secureClientPort; a client certificate in it also authenticates the
+// session where the server enables the x509 scheme. For New, configure
+// the connection yourself (zk.WithDialer, conn.AddAuth).
+//
+// # Using it
+//
+//	b, err := zookeeper.Dial(ctx, []string{"zk1:2181", "zk2:2181", "zk3:2181"}, zookeeper.DialOptions{
+//		Options: zookeeper.Options{Config: baton.Config{TTL: 10 * time.Second}, Root: "/services/billing"},
+//	})
+//	...
+//	defer b.Close(context.Background()) // closes the session: standbys take over at once
+//	e, err := baton.NewElector(b, baton.ElectorConfig{Lease: "leader"})
+//
+// A JVM service joins the same election with
+//
+//	new LeaderLatch(curator, "/services/billing/leader", id)
+//
+// (Backend.LatchPath gives the path), and each side's getLeader / Leader
+// reports the other's candidate ID while it leads. Lease names must not
+// contain "/": latch "a/b" would be a child of latch "a", which both baton
+// and Curator would count as a candidate of "a". Put shared path segments in
+// Options.Root instead.
+//
+// To share a connection with other code, make it with a SessionProbe and
+// hand both to New; Close then deletes the Backend's nodes and leaves the
+// connection open:
+//
+//	probe := zookeeper.NewSessionProbe(nil)
+//	conn, _, err := zk.Connect(servers, 10*time.Second, zk.WithDialer(probe.Dial))
+//	b, err := zookeeper.New(conn, zookeeper.Options{Config: baton.Config{TTL: 10 * time.Second}, Probe: probe})
+package zookeeper

@@ -1,0 +1,189 @@
+package zookeeper_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend/zookeeper"
+	"github.com/go-zookeeper/zk"
+)
+
+// quiet drops go-zookeeper's log lines (every reconnection attempt, which
+// partition tests provoke on purpose).
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}
+
+// connect returns a client of the server at addr with cfg's TTL as session
+// timeout, dialing through a SessionProbe, closed when the test ends.
+func connect(t testing.TB, addr string, cfg baton.Config) (*zk.Conn, *zookeeper.SessionProbe) {
+	t.Helper()
+	cfg, err := cfg.WithDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := zookeeper.NewSessionProbe(nil)
+	conn, _, err := zk.Connect([]string{addr}, cfg.TTL, zk.WithDialer(probe.Dial), zk.WithLogger(quiet{}))
+	if err != nil {
+		t.Fatalf("connect to %s: %v", addr, err)
+	}
+	t.Cleanup(conn.Close)
+	return conn, probe
+}
+
+// rawConn returns a plain client, for looking at and meddling with the
+// tree as an operator or another program would.
+func rawConn(t testing.TB, addr string) *zk.Conn {
+	t.Helper()
+	conn, _ := connect(t, addr, baton.Config{TTL: 4 * time.Second})
+	return conn
+}
+
+// newBackend returns a Backend on conn, closed when the test ends (before
+// the conn, since cleanups run last-in first-out).
+func newBackend(t testing.TB, conn *zk.Conn, opts zookeeper.Options) *zookeeper.Backend {
+	t.Helper()
+	b, err := zookeeper.New(conn, opts)
+	if err != nil {
+		t.Fatalf("zookeeper.New: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if _, dead := killed.Load(conn); dead {
+			// A killed process's client is closed: Close could only try
+			// its deletes until the context ends.
+			cancel()
+		}
+		defer cancel()
+		_ = b.Close(ctx)
+	})
+	return b
+}
+
+// killed holds the clients of processes the test killed (see kill).
+var killed sync.Map
+
+// kill closes conn as the death of its process would, after the test cut
+// it off, and marks it so that its Backend's clean-up does not wait.
+func kill(conn *zk.Conn) {
+	killed.Store(conn, struct{}{})
+	conn.Close()
+}
+
+// dial returns a Backend from Dial, closed when the test ends.
+func dial(t testing.TB, addr string, opts zookeeper.DialOptions) *zookeeper.Backend {
+	t.Helper()
+	b, err := zookeeper.Dial(testContext(t, 10*time.Second), []string{addr}, opts)
+	if err != nil {
+		t.Fatalf("zookeeper.Dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = b.Close(ctx)
+	})
+	return b
+}
+
+// uniqueRoot returns a root path of the test's own on the shared server.
+func uniqueRoot(t testing.TB) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "/t-" + hex.EncodeToString(b[:])
+}
+
+func testContext(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func campaign(t testing.TB, b *zookeeper.Backend, lease, id string) baton.Term {
+	t.Helper()
+	term, err := b.Campaign(testContext(t, 10*time.Second), lease, baton.Candidate{ID: id})
+	if err != nil {
+		t.Fatalf("campaign %s for %s: %v", id, lease, err)
+	}
+	return term
+}
+
+// campaignAsync campaigns in the background and delivers the term with the
+// time it was won, or a nil term after reporting the error. A campaign
+// still waiting when the test ends is cancelled quietly.
+func campaignAsync(t testing.TB, b *zookeeper.Backend, lease, id string) <-chan won {
+	got := make(chan won, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ended := make(chan struct{})
+	t.Cleanup(func() { close(ended); cancel() })
+	go func() {
+		term, err := b.Campaign(ctx, lease, baton.Candidate{ID: id})
+		if err != nil {
+			select {
+			case <-ended:
+			default:
+				t.Errorf("campaign %s for %s: %v", id, lease, err)
+			}
+		}
+		got <- won{term, time.Now()}
+	}()
+	return got
+}
+
+type won struct {
+	term baton.Term
+	at   time.Time
+}
+
+func waitTerm(t testing.TB, got <-chan won, d time.Duration) won {
+	t.Helper()
+	select {
+	case w := <-got:
+		if w.term == nil {
+			t.FailNow()
+		}
+		return w
+	case <-time.After(d):
+		t.Fatalf("no term within %s", d)
+		return won{}
+	}
+}
+
+// waitDone waits for term to end and returns when it saw it end.
+func waitDone(t testing.TB, term baton.Term, d time.Duration) time.Time {
+	t.Helper()
+	select {
+	case <-term.Done():
+		return time.Now()
+	case <-time.After(d):
+		t.Fatalf("term %d of %s did not end within %s", term.Token(), term.Lease(), d)
+		return time.Time{}
+	}
+}
+
+// eventually polls cond every 10 ms until it holds, failing the test after
+// timeout.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// children returns the children of path, or nil if it does not exist.
+func children(t testing.TB, conn *zk.Conn, path string) []string {
+	t.Helper()
+	c, _, err := conn.Children(path)
+	if err != nil && err != zk.ErrNoNode {
+		t.Fatalf("children of %s: %v", path, err)
+	}
+	return c
+}

@@ -1,0 +1,173 @@
+package zookeeper_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend/zookeeper"
+	"github.com/batonhq/baton/internal/testserver"
+	"github.com/go-zookeeper/zk"
+)
+
+// replyDropper is a dialer that, once armed, loses the server's reply to
+// the next latch-node create: the request reaches the server, which makes
+// the node, but the client's connection fails before the reply arrives,
+// so the client cannot tell whether the create happened. It is what a
+// connection cut at the wrong moment does.
+type replyDropper struct {
+	armed atomic.Bool
+	fired atomic.Int32
+	after time.Duration // how long replies are swallowed before the connection fails
+}
+
+func (d *replyDropper) dial(network, address string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, address, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &droppingConn{Conn: c, d: d}, nil
+}
+
+type droppingConn struct {
+	net.Conn
+	d        *replyDropper
+	dropping atomic.Bool
+}
+
+func (c *droppingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if err == nil && bytes.Contains(b, []byte("-latch-")) && c.d.armed.CompareAndSwap(true, false) {
+		c.dropping.Store(true)
+		c.d.fired.Add(1)
+		time.AfterFunc(c.d.after, func() { c.Conn.Close() })
+	}
+	return n, err
+}
+
+func (c *droppingConn) Read(b []byte) (int, error) {
+	for {
+		n, err := c.Conn.Read(b)
+		if err != nil || !c.dropping.Load() {
+			return n, err
+		}
+	}
+}
+
+// TestCreateRecoveredAfterLostReply: a create whose reply is lost must be
+// resolved by finding the node through its protected prefix, as Curator
+// does, not by giving up (the node would linger, and some day lead with
+// nobody acting) nor by creating a second node.
+func TestCreateRecoveredAfterLostReply(t *testing.T) {
+	// Waits out timeouts rather than working: runs beside the others.
+	t.Parallel()
+	srv := testserver.SharedZooKeeper(t)
+	root := uniqueRoot(t)
+	cfg := baton.Config{TTL: 4 * time.Second}
+	d := &replyDropper{after: 300 * time.Millisecond}
+	probe := zookeeper.NewSessionProbe(d.dial)
+	conn, _, err := zk.Connect([]string{srv.Addr()}, cfg.TTL, zk.WithDialer(probe.Dial), zk.WithLogger(quiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	logs := newLogRecorder()
+	b := newBackend(t, conn, zookeeper.Options{Config: cfg, Root: root, Probe: probe, Logger: logs.logger()})
+	raw := rawConn(t, srv.Addr())
+	// The latch exists, so that the first create is the one that counts.
+	mkdirs(t, raw, root+"/recover")
+	if _, err := b.Leader(testContext(t, 5*time.Second), "recover"); !errors.Is(err, baton.ErrNoLeader) {
+		t.Fatal(err) // also: the session is up before the dropper is armed
+	}
+	session := conn.SessionID()
+
+	d.armed.Store(true)
+	term := campaign(t, b, "recover", "x")
+	if d.fired.Load() != 1 {
+		t.Fatalf("the create's reply was not dropped (fired %d times)", d.fired.Load())
+	}
+	logs.await(t, "found the latch node of a create whose reply was lost", time.Second)
+	kids := children(t, raw, root+"/recover")
+	if len(kids) != 1 {
+		t.Fatalf("latch children %q, want exactly the one node", kids)
+	}
+	_, stat, err := raw.Get(root + "/recover/" + kids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uint64(stat.Czxid) != term.Token() || stat.EphemeralOwner != session {
+		t.Errorf("node czxid %d owner 0x%x; want the term's token %d and the session 0x%x", stat.Czxid, stat.EphemeralOwner, term.Token(), session)
+	}
+	if conn.SessionID() != session {
+		t.Errorf("the client changed session; the test wants a reconnection to the same one")
+	}
+	if err := term.Resign(testContext(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCancelledDuringLostCreateLeavesNoNode: a campaign cancelled while its
+// create's outcome is unknown must not leave the node behind once the
+// outcome is known; until then, a new campaign for the name waits.
+func TestCancelledDuringLostCreateLeavesNoNode(t *testing.T) {
+	// Waits out timeouts rather than working: runs beside the others.
+	t.Parallel()
+	srv := testserver.SharedZooKeeper(t)
+	root := uniqueRoot(t)
+	cfg := baton.Config{TTL: 4 * time.Second}
+	d := &replyDropper{after: 1500 * time.Millisecond}
+	probe := zookeeper.NewSessionProbe(d.dial)
+	conn, _, err := zk.Connect([]string{srv.Addr()}, cfg.TTL, zk.WithDialer(probe.Dial), zk.WithLogger(quiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	b := newBackend(t, conn, zookeeper.Options{Config: cfg, Root: root, Probe: probe})
+	raw := rawConn(t, srv.Addr())
+	latch := root + "/abandoned"
+	mkdirs(t, raw, latch)
+	if _, err := b.Leader(testContext(t, 5*time.Second), "abandoned"); !errors.Is(err, baton.ErrNoLeader) {
+		t.Fatal(err)
+	}
+
+	d.armed.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, err = b.Campaign(ctx, "abandoned", baton.Candidate{ID: "x"})
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("campaign cancelled mid-create: err = %v, want DeadlineExceeded", err)
+	}
+	if kids := children(t, raw, latch); len(kids) != 1 {
+		t.Fatalf("latch children %q; want the node the server made", kids)
+	}
+	// The same name again: it must wait for the clean-up rather than queue
+	// behind its own left-over node.
+	again := campaignAsync(t, b, "abandoned", "x")
+	w := waitTerm(t, again, 15*time.Second)
+	kids := children(t, raw, latch)
+	if len(kids) != 1 {
+		t.Fatalf("latch children %q after the new campaign won; want only its node", kids)
+	}
+	_, stat, err := raw.Get(latch + "/" + kids[0])
+	if err != nil || uint64(stat.Czxid) != w.term.Token() {
+		t.Errorf("the remaining node (czxid %v, %v) is not the new term's (%d)", stat.Czxid, err, w.term.Token())
+	}
+}
+
+// mkdirs creates path and its missing parents as persistent nodes.
+func mkdirs(t testing.TB, conn *zk.Conn, path string) {
+	t.Helper()
+	p := ""
+	for _, seg := range strings.Split(strings.TrimPrefix(path, "/"), "/") {
+		p += "/" + seg
+		if _, err := conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			t.Fatalf("create %s: %v", p, err)
+		}
+	}
+}
