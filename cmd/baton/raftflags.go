@@ -51,7 +51,7 @@ func (r *raftFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&r.bootstrapExpect, "bootstrap-expect", 3, "raft: form a new group once this many members are seen, none in a group yet (0: only join an existing group)")
 	fs.IntVar(&r.voters, "voters", 3, "raft: number of voting members (3 or 5); the others replicate without voting")
 	fs.BoolVar(&r.witness, "witness", false, "raft: vote, never campaign (the third member beside two application instances)")
-	fs.StringVar(&r.tlsCA, "tls-ca", "", "raft: PEM file of the group's CA (`baton tls init` makes one)")
+	fs.StringVar(&r.tlsCA, "tls-ca", "", "raft: PEM file of the group's CA (made by baton tls ca)")
 	fs.StringVar(&r.tlsCert, "tls-cert", "", "raft: PEM file of this member's certificate, signed by the group's CA")
 	fs.StringVar(&r.tlsKey, "tls-key", "", "raft: PEM file of this member's private key")
 	fs.StringVar(&r.secret, "secret", "", "raft: the group's join secret, 16+ bytes (prefer BATON_SECRET or --secret-file: flags show in ps)")
@@ -84,7 +84,7 @@ func (r *raftFlags) validate() []string {
 	}
 	for _, f := range []struct{ name, val string }{{"tls-ca", r.tlsCA}, {"tls-cert", r.tlsCert}, {"tls-key", r.tlsKey}} {
 		if f.val == "" {
-			problems = append(problems, fmt.Sprintf("--%s is required with raft: members talk over mutual TLS; `baton tls init` and `baton tls cert` make the files (or set %s)", f.name, envName(f.name)))
+			problems = append(problems, fmt.Sprintf("--%s is required with raft: members talk over mutual TLS; `baton tls ca` and `baton tls cert` make the files (or set %s)", f.name, envName(f.name)))
 		}
 	}
 	switch {

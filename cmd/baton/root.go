@@ -31,7 +31,18 @@ const rootLong = `baton runs work on exactly one instance of a group at a time a
 quickly and safely when that instance dies, hangs or is shut down.
 
 Backends (--backend URL):
+  raft://                        this process is a member of an embedded raft group
+                                 (run and agent; see --join, --tls-*, BATON_SECRET)
+  agent://host:port              the raft group, through a 'baton agent' on this host
   etcd://host:port[,host:port]   an etcd cluster (port defaults to 2379)
+  zk://[user:password@]host:port[,host:port][/root]
+                                 ZooKeeper (port 2181); lease NAME is the Curator
+                                 LeaderLatch path ROOT/NAME (ROOT defaults to /baton);
+                                 TLS: ?ca-file=F&cert-file=F&key-file=F
+  consul://host:port[/prefix]    a Consul agent (port 8500); lease NAME is the
+                                 'consul lock PREFIX/NAME' key (PREFIX defaults to
+                                 baton); token and TLS from CONSUL_HTTP_TOKEN,
+                                 CONSUL_CACERT, ... or ?token-file=F&ca-file=F&...
   memory://                      in-process only; lets you try 'baton run' alone
 
 Exit statuses:
@@ -201,7 +212,7 @@ type commonFlags struct {
 
 func (c *commonFlags) register(fs *pflag.FlagSet, idUsage string) {
 	c.fs = fs
-	fs.StringVar(&c.backend, "backend", "", "backend URL: raft:// (this process is a member), agent://host:port, etcd://host:port[,host:port] or memory:// (required)")
+	fs.StringVar(&c.backend, "backend", "", "backend URL: raft:// (this process is a member), agent://host:port, etcd://host:port[,host:port], zk://host:port[,host:port][/root], consul://host:port[/prefix] or memory:// (required)")
 	fs.StringVar(&c.lease, "lease", "", "name of the lease (required)")
 	fs.StringVar(&c.id, "id", "", idUsage)
 	fs.DurationVar(&c.ttl, "ttl", baton.DefaultTTL, "lease time-to-live: how long a dead leader keeps the lease before a standby takes over (default 20s with consul://)")
