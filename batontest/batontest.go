@@ -307,8 +307,10 @@ func (s *suite) cancelledCampaign(t *testing.T) {
 }
 
 func (s *suite) killedHolderReplaced(t *testing.T) {
+	// The backend fills in its own defaults (some renew more often than
+	// TTL/3); the bound below uses the generic ones, which are the longest.
 	cfg, _ := s.cfg().WithDefaults()
-	a, b := s.target.New(t, cfg), s.target.New(t, cfg)
+	a, b := s.target.New(t, s.cfg()), s.target.New(t, s.cfg())
 	lease := leaseName(t)
 	ta := campaign(t, a, lease, "a", 10*time.Second)
 	aDone := watchDone(ta)
@@ -375,7 +377,7 @@ func watchDone(term baton.Term) <-chan time.Time {
 
 func (s *suite) cutOffHolderStops(t *testing.T) {
 	cfg, _ := s.cfg().WithDefaults()
-	a, b := s.target.New(t, cfg), s.target.New(t, cfg)
+	a, b := s.target.New(t, s.cfg()), s.target.New(t, s.cfg())
 	lease := leaseName(t)
 	ta := campaign(t, a, lease, "a", 10*time.Second)
 	aDone := watchDone(ta)

@@ -35,7 +35,11 @@ func zookeeperTarget(b *testing.B) target {
 				}
 				return countingConn{c, &n}, nil
 			})
-			conn, _, err := zk.Connect([]string{proxy.Addr()}, cfg.TTL, zk.WithDialer(probe.Dial), zk.WithLogger(quietZK{}))
+			timing, err := cfg.WithDefaults() // the session timeout is the TTL
+			if err != nil {
+				b.Fatal(err)
+			}
+			conn, _, err := zk.Connect([]string{proxy.Addr()}, timing.TTL, zk.WithDialer(probe.Dial), zk.WithLogger(quietZK{}))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -28,17 +28,35 @@
 //     Resign or Close, by an operator, or by ZooKeeper when it expires the
 //     holder's session, which it does no sooner than a full session timeout
 //     after it last heard from the holder's client.
-//   - Safe-until, measured from send time. A holder's term lasts until the
-//     time it sent its last request whose reply confirmed the session, plus
-//     the session timeout, minus DriftMargin. The server heard that request
-//     after it was sent, so it cannot expire the session before that
-//     deadline plus the margin. At the deadline the term ends with
-//     baton.ErrExpired, whether or not ZooKeeper can be reached. The session
-//     timeout is the one the server negotiated, which may differ from the
-//     TTL asked for (ZooKeeper clamps it into [minSessionTimeout,
-//     maxSessionTimeout], 4 s to 40 s with the default 2 s tick); Dial
-//     learns it through a SessionProbe, New does through Options.Probe and
-//     otherwise takes the TTL on trust.
+//   - Safe-until, measured from send time, less the ensemble lag. A
+//     holder's term lasts until the time it sent its last request whose
+//     reply confirmed the session, minus the ensemble lag, plus the
+//     session timeout, minus DriftMargin. The request is a sync, not a
+//     read: a follower answers reads from its own copy for a while after
+//     it lost the leader, which expires sessions, whereas a sync passes
+//     through the leader, which checks the session first. Even so, the
+//     leader does not see a client's requests when the client is connected
+//     to a follower: the follower tells it which sessions it heard from in
+//     its replies to the leader's pings, every half tick. Should the
+//     follower lose the leader just after it answered a renewal, the
+//     leader's last word of the client may be the request before it. The
+//     ensemble lag bounds that: RenewInterval (renewals are never further
+//     apart) plus half a tick, which is at most a quarter of the session
+//     timeout (a timeout is at least minSessionTimeout, two ticks by
+//     default). So with the defaults (TTL 10 s, RenewInterval TTL/6,
+//     DriftMargin TTL/10) a confirmed renewal keeps the terms safe for
+//     4.8 s after its send time, and the next renewal is due 1.7 s later.
+//     A standalone server has no lag, but a client cannot tell. At the
+//     deadline the term ends with baton.ErrExpired, whether or not
+//     ZooKeeper can be reached; this costs no failover time, since a
+//     takeover waits for the server either way. The session timeout is the
+//     one the server negotiated, which may differ from the TTL asked for
+//     (ZooKeeper clamps it into [minSessionTimeout, maxSessionTimeout], 4 s
+//     to 40 s with the default 2 s tick); Dial learns it through a
+//     SessionProbe, New does through Options.Probe and otherwise takes the
+//     TTL on trust. Should a reconnection be granted a shorter timeout (a
+//     server of the ensemble configured differently), the terms end at the
+//     next renewal, since what they were promised may outlast the session.
 //   - Loss is reported. When the server expires the session, or the
 //     holder's node is deleted, the term ends with baton.ErrLeaseLost.
 //

@@ -3,9 +3,11 @@ package zookeeper_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -46,10 +48,16 @@ type droppingConn struct {
 }
 
 func (c *droppingConn) Write(b []byte) (int, error) {
+	if !bytes.Contains(b, []byte("-latch-")) || !c.d.armed.CompareAndSwap(true, false) {
+		return c.Conn.Write(b)
+	}
+	// Start swallowing replies before the create goes out: set after the
+	// write, the reply could slip through first (it did, on a loaded
+	// machine), and the create would simply succeed.
+	c.dropping.Store(true)
+	c.d.fired.Add(1)
 	n, err := c.Conn.Write(b)
-	if err == nil && bytes.Contains(b, []byte("-latch-")) && c.d.armed.CompareAndSwap(true, false) {
-		c.dropping.Store(true)
-		c.d.fired.Add(1)
+	if err == nil {
 		go func() {
 			deadline := time.Now().Add(10 * time.Second)
 			for c.d.made != nil && !c.d.made() && time.Now().Before(deadline) {
@@ -186,4 +194,92 @@ func mkdirs(t testing.TB, conn *zk.Conn, path string) {
 			t.Fatalf("create %s: %v", p, err)
 		}
 	}
+}
+
+// timeoutCutter is a dialer that, once armed, rewrites the session timeout
+// in the server's reply to the client's next connect request, as a server
+// of the ensemble with a lower maxSessionTimeout would grant it on a
+// reconnection. (The real server keeps the old timeout: only what the
+// client and its probe read is changed.)
+type timeoutCutter struct {
+	mu   sync.Mutex
+	last net.Conn
+	ms   atomic.Int32 // the timeout to report, in milliseconds; 0 leaves it alone
+}
+
+func (d *timeoutCutter) dial(network, address string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, address, timeout)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.last = c
+	d.mu.Unlock()
+	return &cuttingConn{Conn: c, ms: d.ms.Load()}, nil
+}
+
+// drop breaks the client's current connection, so that it reconnects.
+func (d *timeoutCutter) drop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.last.Close()
+}
+
+type cuttingConn struct {
+	net.Conn
+	ms  int32
+	off int // bytes read so far, up to the end of the timeout field
+}
+
+// Read rewrites bytes 8 to 11 of the stream: the frame length (4) and
+// protocol version (4) come first, then the timeout.
+func (c *cuttingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if c.ms > 0 && c.off < 12 {
+		var field [4]byte
+		binary.BigEndian.PutUint32(field[:], uint32(c.ms))
+		for i := 0; i < n && c.off+i < 12; i++ {
+			if at := c.off + i; at >= 8 {
+				b[i] = field[at-8]
+			}
+		}
+	}
+	c.off += n
+	return n, err
+}
+
+// TestTimeoutCutOnReconnectEndsTerm: a term promised safe-until by the
+// session timeout it had must not outlive a reconnection that granted a
+// shorter one, since the server then expires the session by the shorter.
+func TestTimeoutCutOnReconnectEndsTerm(t *testing.T) {
+	t.Parallel()
+	srv := testserver.SharedZooKeeper(t)
+	root := uniqueRoot(t)
+	cfg := baton.Config{TTL: 4 * time.Second}
+	d := &timeoutCutter{}
+	probe := zookeeper.NewSessionProbe(d.dial)
+	conn, _, err := zk.Connect([]string{srv.Addr()}, cfg.TTL, zk.WithDialer(probe.Dial), zk.WithLogger(quiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	b := newBackend(t, conn, zookeeper.Options{Config: cfg, Root: root, Probe: probe})
+	raw := rawConn(t, srv.Addr())
+	term := campaign(t, b, "cut", "x")
+	session := conn.SessionID()
+
+	d.ms.Store(2000)
+	d.drop()
+	waitDone(t, term, 10*time.Second)
+	if !errors.Is(term.Err(), baton.ErrExpired) {
+		t.Errorf("term ended with %v, want ErrExpired", term.Err())
+	}
+	if conn.SessionID() != session {
+		t.Fatalf("the client changed session; the test wants a reconnection to the same one")
+	}
+	// The stopped term's node goes, rather than block others until the
+	// session ends.
+	eventually(t, 10*time.Second, "the stopped term's node to go", func() bool {
+		return len(children(t, raw, root+"/cut")) == 0
+	})
 }

@@ -40,6 +40,9 @@ var (
 	// connection, rather than queueing a request that would only be sent
 	// after the reconnection.
 	errDisconnected = errors.New("zookeeper: not connected")
+	// errTimeoutCut is a renewal's verdict when the server granted a
+	// shorter session timeout on reconnection; the generation has ended.
+	errTimeoutCut = errors.New("zookeeper: session timeout cut on reconnection")
 )
 
 // session returns the live session generation, starting one first if
@@ -77,7 +80,7 @@ func (b *Backend) session(ctx context.Context) (*session, error) {
 	for tries := 0; ; tries++ {
 		start := time.Now()
 		sid := b.conn.SessionID()
-		_, err := call(gctx, b, func() (bool, error) { ok, _, err := b.conn.Exists("/"); return ok, err })
+		err := b.confirm(gctx)
 		if err != nil {
 			if errors.Is(err, baton.ErrClosed) {
 				return nil, err
@@ -101,15 +104,26 @@ func (b *Backend) session(ctx context.Context) (*session, error) {
 			continue
 		}
 		id = sid
-		timeout = b.sessionTimeout(sid)
+		var known bool
+		if timeout, known = b.sessionTimeout(sid); !known {
+			if b.conn.SessionID() != sid {
+				continue // the client has another session since: measure again
+			}
+			return nil, fmt.Errorf("%w: Options.Probe has not seen ZooKeeper session 0x%x being granted, so the negotiated session timeout is unknown: dial the connection with the probe's Dial (zk.WithDialer(probe.Dial)), or leave Probe nil",
+				baton.ErrBackendUnavailable, sid)
+		}
 		if timeout <= b.cfg.DriftMargin {
 			return nil, fmt.Errorf("%w: ZooKeeper granted a session timeout of %s, no more than DriftMargin (%s): no lease could be held safely; lower DriftMargin or raise the server's minSessionTimeout",
 				baton.ErrBackendUnavailable, timeout, b.cfg.DriftMargin)
 		}
-		safeUntil = b.cfg.SafeUntil(start, timeout)
+		if safeWindow(b.cfg, timeout) <= 0 {
+			return nil, fmt.Errorf("%w: ZooKeeper granted a session timeout of %s, too short for RenewInterval %s and DriftMargin %s: a renewal would confirm nothing beyond the next one (see the package doc); ask for a TTL within the servers' [minSessionTimeout, maxSessionTimeout], or shorten RenewInterval",
+				baton.ErrBackendUnavailable, timeout, b.cfg.RenewInterval, b.cfg.DriftMargin)
+		}
+		safeUntil = b.cfg.SafeUntil(start.Add(-ensembleLag(b.cfg, timeout)), timeout)
 		// A reply that took long leaves little of the term: nothing rides
 		// on the generation yet, so measure again.
-		if time.Until(safeUntil) >= (timeout-b.cfg.DriftMargin)/2 {
+		if time.Until(safeUntil) >= (timeout-ensembleLag(b.cfg, timeout)-b.cfg.DriftMargin)/2 {
 			break
 		}
 		if tries >= 3 {
@@ -138,20 +152,35 @@ func (b *Backend) session(ctx context.Context) (*session, error) {
 }
 
 // sessionTimeout returns the timeout safe-until is timed by for session
-// sid: the negotiated one when the probe saw it, else the TTL.
-func (b *Backend) sessionTimeout(sid int64) time.Duration {
-	if b.probe != nil {
-		if t, ok := b.probe.Negotiated(sid); ok {
-			return t
-		}
+// sid: without a probe the TTL; with one, the timeout the probe saw the
+// server grant sid, and false when the probe has not seen sid (it has seen
+// the client get another session since, or the connection was not dialed
+// through it). It never falls back to the TTL behind a probe's back: the
+// server may have granted less.
+func (b *Backend) sessionTimeout(sid int64) (time.Duration, bool) {
+	if b.probe == nil {
+		return b.cfg.TTL, true
 	}
-	return b.cfg.TTL
+	return b.probe.Negotiated(sid)
 }
 
-// keepAlive confirms s every RenewInterval with a cheap read until it
-// ends. The client pings the server on its own too; but its pings'
-// replies are not ours to see, and safe-until must be measured from the
-// send time of a request whose reply we saw.
+// confirm sends one request that confirms the client's session, and
+// returns nil when the reply says it is alive. It is a sync, not a read:
+// in an ensemble a follower answers reads from its own copy, and keeps
+// doing so for up to syncLimit ticks after it lost the leader, which
+// expires sessions meanwhile; a sync goes through the leader, which
+// checks the session before it answers (PrepRequestProcessor), so its
+// reply means the client's server follows a live leader that still holds
+// the session. On a standalone server the two cost the same.
+func (b *Backend) confirm(ctx context.Context) error {
+	_, err := call(ctx, b, func() (string, error) { return b.conn.Sync("/") })
+	return err
+}
+
+// keepAlive confirms s every RenewInterval with a sync until it ends. The
+// client pings the server on its own too; but its pings' replies are not
+// ours to see, and safe-until must be measured from the send time of a
+// request whose reply we saw.
 func (b *Backend) keepAlive(s *session) {
 	defer b.wg.Done()
 	s.KeepAlive(s.ctx, renew.Renewal{
@@ -166,19 +195,38 @@ func (b *Backend) keepAlive(s *session) {
 				return time.Time{}, errDisconnected
 			}
 			start := time.Now()
-			_, err := call(ctx, b, func() (bool, error) { ok, _, err := b.conn.Exists("/"); return ok, err })
+			err := b.confirm(ctx)
 			if b.conn.SessionID() != s.id {
 				return time.Time{}, errSessionGone
 			}
 			if err != nil {
 				return time.Time{}, err
 			}
-			timeout := b.sessionTimeout(s.id)
+			timeout, known := b.sessionTimeout(s.id)
+			if !known {
+				// The probe knew s.id when the generation began: it has
+				// seen the client get another session since our check.
+				return time.Time{}, errSessionGone
+			}
 			if old := time.Duration(s.timeout.Swap(int64(timeout))); old != timeout {
 				b.log.Warn("ZooKeeper renegotiated the session timeout on reconnection; safe-until is timed by the new one",
 					"session", fmt.Sprintf("0x%x", s.id), "was", old, "now", timeout)
+				if timeout < old {
+					// A server of the ensemble with a lower
+					// maxSessionTimeout took the client back. It expires
+					// the session the new timeout after the reconnection,
+					// which can come before the safe-until an earlier
+					// renewal promised by the old one; and a promise
+					// cannot be taken back (Extend never shortens it). So
+					// the generation's terms end now; their nodes are
+					// deleted (see watchHeld) and campaigns start afresh.
+					b.endSession(s, fmt.Errorf("%w: ZooKeeper session 0x%x: the server cut its timeout from %s to %s on reconnection, which could end it before the safe-until already given",
+						baton.ErrExpired, s.id, old, timeout))
+					return time.Time{}, errTimeoutCut // KeepAlive returns: s.ctx has ended
+				}
 			}
-			return b.cfg.SafeUntil(start, timeout), nil
+			// Measured from before the send time: see ensembleLag.
+			return b.cfg.SafeUntil(start.Add(-ensembleLag(b.cfg, timeout)), timeout), nil
 		},
 		Gone: func(err error) bool {
 			return errors.Is(err, errSessionGone) || errors.Is(err, zk.ErrSessionExpired)

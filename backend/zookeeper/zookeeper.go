@@ -22,8 +22,9 @@ const DefaultRoot = "/baton"
 
 // Options configures a Backend. The zero value means the documented defaults.
 type Options struct {
-	// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s, TTL/3,
-	// TTL/10). TTL is the ZooKeeper session timeout that Dial asks for; the
+	// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s,
+	// TTL/6, TTL/10; RenewInterval is shorter than elsewhere because a
+	// renewal confirms less on ZooKeeper: see ensembleLag). TTL is the ZooKeeper session timeout that Dial asks for; the
 	// server grants it clamped into [minSessionTimeout, maxSessionTimeout]
 	// (by default 2 to 20 of its ticks), and the Backend then times
 	// safe-until by what it granted (see Probe).
@@ -50,7 +51,9 @@ type Options struct {
 	// negotiated, which then times safe-until. Nil means the negotiated
 	// timeout is taken to be TTL: make sure the server grants what the
 	// connection asks for, or a holder could act after its session
-	// expired. Dial always sets it.
+	// expired. A probe that has not seen the session granted (the
+	// connection was not dialed through it) fails campaigns with
+	// baton.ErrBackendUnavailable rather than guess. Dial always sets it.
 	Probe *SessionProbe
 
 	// Logger receives log lines (group "zookeeper"). Nil (the default)
@@ -184,15 +187,65 @@ func (o Options) Validate() error {
 	return err
 }
 
+// ensembleLag is how long before a confirmed renewal was sent the
+// ZooKeeper leader, which expires sessions, may last have heard from the
+// client, for a session timeout of timeout. A client connected to a
+// follower is heard by the leader only through the follower's replies to
+// the leader's pings, every half tick; should the follower lose the leader
+// just after it answered a renewal, the leader's last word of the client
+// may be the request before it: up to RenewInterval earlier (our renewals
+// are never further apart), plus half a tick. The tick is the server's and
+// unknown here, but a negotiated timeout is at least minSessionTimeout,
+// 2 ticks by default, so half a tick is at most timeout/4. Safe-until is
+// measured from the renewal's send time minus this lag. A standalone
+// server has no lag; the bound is kept anyway, as a client cannot tell.
+func ensembleLag(cfg baton.Config, timeout time.Duration) time.Duration {
+	return timeout/4 + cfg.RenewInterval
+}
+
+// safeWindow is how far ahead of a renewal's next due time safe-until
+// stays while renewals are confirmed at once, for a session timeout of
+// timeout: the renewal window that `baton run --grace` must fit in.
+func safeWindow(cfg baton.Config, timeout time.Duration) time.Duration {
+	return timeout - ensembleLag(cfg, timeout) - cfg.DriftMargin - cfg.RenewInterval
+}
+
+// RenewalWindow returns how far ahead safe-until stays, at worst, while
+// renewals are healthy, if the server grants the TTL asked for: the TTL
+// less the ensemble lag (TTL/4 + RenewInterval, see the package doc), the
+// drift margin and one renew interval. A holder's work must be able to stop
+// within it once renewals start failing. It returns an error for options
+// that New would refuse.
+func (o Options) RenewalWindow() (time.Duration, error) {
+	cfg, _, _, err := o.validate()
+	if err != nil {
+		return 0, err
+	}
+	return safeWindow(cfg, cfg.TTL), nil
+}
+
 // validate applies the defaults and reports every problem at once.
 func (o Options) validate() (baton.Config, string, []zk.ACL, error) {
 	var problems []string
-	cfg, err := o.Config.WithDefaults()
+	c := o.Config
+	if c.TTL == 0 {
+		c.TTL = baton.DefaultTTL
+	}
+	if c.TTL > 0 && c.RenewInterval == 0 {
+		c.RenewInterval = c.TTL / 6 // see ensembleLag
+	}
+	cfg, err := c.WithDefaults()
 	var cerr *baton.ConfigError
 	if errors.As(err, &cerr) {
 		problems = append(problems, cerr.Problems...)
 	} else if err != nil {
 		return cfg, "", nil, err
+	}
+	if err == nil {
+		if w := safeWindow(cfg, cfg.TTL); w <= 0 {
+			problems = append(problems, fmt.Sprintf("RenewInterval (%s) is too long for TTL %s on ZooKeeper: a renewal confirms the session only up to TTL - TTL/4 - RenewInterval - DriftMargin ahead (see the package doc), which must exceed RenewInterval; renew more often (the default is TTL/6) or lower DriftMargin",
+				cfg.RenewInterval, cfg.TTL))
+		}
 	}
 	root := o.Root
 	if root == "" {
@@ -652,6 +705,13 @@ func (b *Backend) create(ctx context.Context, s *session, sl *slot, name string,
 		case <-ctx.Done():
 			b.cleanLater(sl, name, n, func() { <-done })
 			return nil, ctx.Err()
+		case <-b.ctx.Done():
+			// Closed: like call, do not wait for a reply that a caller's
+			// connection, cut off, may not bring for several session
+			// timeouts. The node is Close's: it deleted what it found, the
+			// goroutine above deletes one that lands later, and a Backend
+			// from Dial closed the session.
+			return nil, baton.ErrClosed
 		}
 		switch {
 		case r.err == nil:

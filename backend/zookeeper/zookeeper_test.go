@@ -346,7 +346,9 @@ func TestExpiredTermGivesUpNodeOnReconnect(t *testing.T) {
 	root := uniqueRoot(t)
 	// A wide margin between safe-until and the session's expiry, so that
 	// the client reconnects in between.
-	cfg := baton.Config{TTL: testserver.ZooKeeperMaxSessionTimeout, DriftMargin: 6 * time.Second, RenewInterval: time.Second}
+	// Safe-until is the ensemble lag (a quarter of the timeout plus
+	// RenewInterval) and DriftMargin before the expiry: 6.5 s here.
+	cfg := baton.Config{TTL: 10 * time.Second, DriftMargin: 3 * time.Second, RenewInterval: time.Second}
 	proxy := testserver.StartProxy(t, srv.Addr())
 	conn, probe := connect(t, proxy.Addr(), cfg)
 	a := newBackend(t, conn, zookeeper.Options{Config: cfg, Root: root, Probe: probe})
@@ -507,14 +509,17 @@ func TestNegotiatedTimeoutTimesSafeUntil(t *testing.T) {
 	cfg := baton.Config{TTL: testserver.ZooKeeperMaxSessionTimeout + 5*time.Second}
 	logs := newLogRecorder()
 	b := dial(t, srv.Addr(), zookeeper.DialOptions{Options: zookeeper.Options{Config: cfg, Root: uniqueRoot(t), Logger: logs.logger()}})
-	full, _ := cfg.WithDefaults()
+	full, _ := (baton.Config{TTL: cfg.TTL, RenewInterval: cfg.TTL / 6}).WithDefaults() // the backend's defaults
 	start := time.Now()
 	term := campaign(t, b, "clamped", "x")
 	elapsed := time.Since(start)
-	want := testserver.ZooKeeperMaxSessionTimeout - full.DriftMargin
+	granted := testserver.ZooKeeperMaxSessionTimeout
+	// The granted timeout less the ensemble lag (a quarter of it plus
+	// RenewInterval) and DriftMargin.
+	want := granted - granted/4 - full.RenewInterval - full.DriftMargin
 	if got := term.SafeUntil().Sub(start); got < want || got > want+elapsed {
-		t.Errorf("SafeUntil is %s after the campaign began; want %s (the granted %s less DriftMargin), not the TTL's %s",
-			got, want, testserver.ZooKeeperMaxSessionTimeout, full.TTL-full.DriftMargin)
+		t.Errorf("SafeUntil is %s after the campaign began; want %s (timed by the granted %s), not the TTL's %s",
+			got, want, granted, full.TTL-full.TTL/4-full.RenewInterval-full.DriftMargin)
 	}
 	logs.await(t, "ZooKeeper negotiated a session timeout other than the TTL; safe-until is timed by it", time.Second)
 }
@@ -571,6 +576,19 @@ func TestInvalidOptionsAndNames(t *testing.T) {
 	}
 	if _, err := b.Leader(testContext(t, time.Second), "nobody"); !errors.Is(err, baton.ErrNoLeader) {
 		t.Errorf("Leader of a latch that does not exist: err = %v, want ErrNoLeader", err)
+	}
+}
+
+// TestUnwiredProbeIsRefused: a probe the connection was not dialed through
+// knows no negotiated timeout. The Backend must say so rather than time
+// safe-until by the TTL, which the server may not have granted.
+func TestUnwiredProbeIsRefused(t *testing.T) {
+	srv := testserver.SharedZooKeeper(t)
+	conn := rawConn(t, srv.Addr()) // dialed through a probe of its own
+	b := newBackend(t, conn, zookeeper.Options{Root: uniqueRoot(t), Probe: zookeeper.NewSessionProbe(nil)})
+	_, err := b.Campaign(testContext(t, 10*time.Second), "unwired", baton.Candidate{ID: "x"})
+	if !errors.Is(err, baton.ErrBackendUnavailable) || !strings.Contains(err.Error(), "Probe has not seen") {
+		t.Errorf("Campaign with a probe that saw no session: err = %v, want ErrBackendUnavailable naming the probe", err)
 	}
 }
 

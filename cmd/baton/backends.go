@@ -28,7 +28,7 @@ var backendSchemes = map[string]backendScheme{
 	"memory": {form: "memory://", parse: parseMemoryURL},
 	"raft":   {form: "raft:// (with --bind, --join, --tls-*, BATON_SECRET)", parse: parseRaftURL},
 	"agent":  {form: "agent://host:port", parse: parseAgentURL},
-	"zk":     {form: "zk://host:port[,host:port][/root]", parse: parseZooKeeperURL, checkLease: checkZooKeeperLease},
+	"zk":     {form: "zk://host:port[,host:port][/root]", parse: parseZooKeeperURL, checkLease: checkZooKeeperLease, window: zooKeeperWindow},
 	"consul": {form: "consul://host:port[/prefix]", parse: parseConsulURL, checkLease: checkConsulLease, window: consulWindow},
 }
 

@@ -169,7 +169,7 @@ func TestRunFailover(t *testing.T) {
 		{"etcd", func(t *testing.T) string { return "etcd://" + testserver.StartEtcd(t).Endpoint() }, "1s"},
 		{"zookeeper", func(t *testing.T) string {
 			return "zk://" + testserver.StartZooKeeper(t, testserver.ZooKeeperOptions{}).Addr() + "/services/failover"
-		}, "1s"},
+		}, "2s"}, // a renewal window (0.6 s) that --grace 300ms fits in
 		// Consul's session TTL is TTL/2; the test agent allows 1 s.
 		{"consul", func(t *testing.T) string {
 			return "consul://" + testserver.StartConsul(t, testserver.ConsulOptions{}).Addr() + "/services"

@@ -213,6 +213,13 @@ func parseZooKeeperURL(u *url.URL) (opener, error) {
 	}, nil
 }
 
+// zooKeeperWindow is the renewal window of a ZooKeeper holder at ttl (0:
+// the default), which is shorter than elsewhere (see the zookeeper
+// package's ensemble lag).
+func zooKeeperWindow(ttl time.Duration) (time.Duration, error) {
+	return zookeeper.Options{Config: baton.Config{TTL: ttl}}.RenewalWindow()
+}
+
 // checkZooKeeperLease mirrors the backend's lease-name rule.
 func checkZooKeeperLease(name string) error {
 	if err := zookeeper.CheckName(name); err != nil {
