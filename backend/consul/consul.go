@@ -140,6 +140,11 @@ type slot struct {
 	// gone is made when the lease is won and closed once the term's lock
 	// is gone: deleted, or gone with its session.
 	gone chan struct{}
+	// cleaning is non-nil while a lock that a failed campaign's
+	// transaction may have taken is being let go in the background; it is
+	// closed when that is over. Until then the name stays claimed, so that
+	// the clean-up cannot delete a new campaign's lock.
+	cleaning chan struct{}
 }
 
 // New returns a Backend that campaigns through client. The client remains
@@ -331,6 +336,14 @@ func (b *Backend) claim(ctx context.Context, name, id string) (*slot, error) {
 			b.slots[name] = sl
 			b.mu.Unlock()
 			return sl, nil
+		case old.cleaning != nil:
+			wait := old.cleaning
+			b.mu.Unlock()
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		case old.term == nil || old.term.Err() == nil:
 			b.mu.Unlock()
 			return nil, fmt.Errorf("%w: lease %q, candidate %q (consul allows one campaign per lease name per Backend)",
@@ -348,13 +361,91 @@ func (b *Backend) claim(ctx context.Context, name, id string) (*slot, error) {
 	}
 }
 
-// unclaim gives back the name of a campaign that won nothing.
+// unclaim gives back the name of a campaign that won nothing, unless a
+// clean-up still needs it.
 func (b *Backend) unclaim(name string, sl *slot) {
 	b.mu.Lock()
-	if b.slots[name] == sl {
+	if b.slots[name] == sl && sl.cleaning == nil {
 		delete(b.slots, name)
 	}
 	b.mu.Unlock()
+}
+
+// dropLock deletes key if session s holds it, for a campaign whose lock
+// transaction failed without a verdict and which holds the name's slot, so
+// that the lock can only be that transaction's. It tries once, bounded by
+// RenewInterval (the campaign's ctx may be what ended, and Campaign should
+// not outlive it by much), and then keeps trying in the background,
+// holding the slot, until it succeeds or the session ends (which takes the
+// lock with it), as etcd's dropKey does.
+func (b *Backend) dropLock(s *session, sl *slot, name, key string) {
+	if s.ctx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, b.cfg.RenewInterval)
+	err := b.deleteOwn(ctx, s, key)
+	cancel()
+	if err == nil {
+		return
+	}
+	b.log.Warn("could not check for a lock left by a failed campaign; retrying in the background", "lease", name, "key", key, "err", err)
+	b.mu.Lock()
+	if b.closed || b.slots[name] != sl || sl.cleaning != nil {
+		b.mu.Unlock()
+		return // Close destroys the session, and the lock with it
+	}
+	done := make(chan struct{})
+	sl.cleaning = done
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.wg.Done()
+		defer func() {
+			b.mu.Lock()
+			sl.cleaning = nil
+			if b.slots[name] == sl {
+				delete(b.slots, name)
+			}
+			b.mu.Unlock()
+			close(done)
+		}()
+		for {
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-time.After(b.cfg.RenewInterval):
+			}
+			ctx, cancel := context.WithTimeout(s.ctx, b.reqTimeout)
+			err := b.deleteOwn(ctx, s, key)
+			cancel()
+			if err == nil {
+				return
+			}
+			b.log.Debug("lock of a failed campaign not checked yet", "lease", name, "key", key, "err", err)
+		}
+	}()
+}
+
+// deleteOwn deletes key if session s holds it.
+func (b *Backend) deleteOwn(ctx context.Context, s *session, key string) error {
+	for range 3 {
+		p, err := b.get(ctx, key)
+		if err != nil {
+			return err
+		}
+		if p == nil || p.Session != s.id {
+			return nil
+		}
+		err = b.deleteCAS(ctx, key, p.ModifyIndex)
+		if err == nil {
+			b.log.Info("deleted a lock that a failed campaign's transaction took", "key", key, "index", p.ModifyIndex)
+			return nil
+		}
+		if !errors.Is(err, errCASFailed) {
+			return err
+		}
+	}
+	return fmt.Errorf("consul: lock key %s keeps changing under our session", key)
 }
 
 // lockOutcome is what one attempt to lock a key came to.
@@ -400,8 +491,11 @@ func (b *Backend) campaign(ctx context.Context, sl *slot, name, key, id string) 
 			// Our session's lock without a term: the slot forbids it, but
 			// should it happen, waiting would never end.
 			b.log.Warn("deleting a lock of our session that no term holds", "lease", name, "key", key, "index", p.ModifyIndex)
-			if err := b.deleteCAS(ctx, key, p.ModifyIndex); err != nil {
+			if err := b.deleteCAS(ctx, key, p.ModifyIndex); err != nil && !errors.Is(err, errCASFailed) {
 				return nil, b.campaignErr(ctx, s, name, "delete "+key, err)
+			}
+			if sb != nil {
+				b.w.refresh(sb) // we changed the key: look again, whatever it shows
 			}
 		case p != nil && p.Session != "":
 			if p.Session != holder {
@@ -413,6 +507,14 @@ func (b *Backend) campaign(ctx context.Context, sl *slot, name, key, id string) 
 			}
 			token, outcome, err := b.lock(ctx, s, key, id, p)
 			if err != nil {
+				// The transaction may have landed though its answer was
+				// lost (ctx ended, a timeout, a dropped connection). Our
+				// session would then hold the key with no term to release
+				// it, blocking every other candidate for as long as this
+				// Backend lives.
+				if !errors.Is(err, ErrPermissionDenied) {
+					b.dropLock(s, sl, name, key)
+				}
 				return nil, b.campaignErr(ctx, s, name, "lock "+key, err)
 			}
 			switch outcome {
@@ -420,6 +522,14 @@ func (b *Backend) campaign(ctx context.Context, sl *slot, name, key, id string) 
 				t, err := b.hold(s, sl, name, key, token, sb)
 				sb = nil
 				return t, err
+			case changed:
+				// Someone else's write came between the state we acted on
+				// and our lock. The key may be back in that state by the
+				// watch's next answer (locked and deleted again), which
+				// would then not wake us: ask for that answer regardless.
+				if sb != nil {
+					b.w.refresh(sb)
+				}
 			case refused:
 				alive, err := b.alive(ctx, s)
 				if err != nil {
@@ -541,13 +651,23 @@ func (b *Backend) get(ctx context.Context, key string) (*api.KVPair, error) {
 	return p, permissionErr(err)
 }
 
-// deleteCAS deletes key if its ModifyIndex is index.
+// deleteCAS deletes key if its ModifyIndex is index, and returns
+// errCASFailed if it is not.
 func (b *Backend) deleteCAS(ctx context.Context, key string, index uint64) error {
 	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
 	defer cancel()
-	_, _, err := b.kv.DeleteCAS(&api.KVPair{Key: key, ModifyIndex: index}, (&api.WriteOptions{}).WithContext(ctx))
-	return permissionErr(err)
+	ok, _, err := b.kv.DeleteCAS(&api.KVPair{Key: key, ModifyIndex: index}, (&api.WriteOptions{}).WithContext(ctx))
+	if err != nil {
+		return permissionErr(err)
+	}
+	if !ok {
+		return errCASFailed
+	}
+	return nil
 }
+
+// errCASFailed is deleteCAS's error when the key had another index.
+var errCASFailed = errors.New("consul: key changed since it was read")
 
 // campaignErr turns err into Campaign's error: ctx.Err() once ctx ended,
 // baton.ErrClosed once the Backend is closed, ErrKeyConflict and
@@ -761,18 +881,27 @@ func (b *Backend) letGo(ctx context.Context, h *held) error {
 }
 
 func (b *Backend) deleteLock(ctx context.Context, h *held) error {
+	// Once the session has ended there is nothing left to delete (see
+	// letGo): stop waiting then, so that Close, which lets go of its terms'
+	// locks before it ends their session, waits at most until the
+	// session's safe-until for an agent that does not answer.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(h.s.ctx, cancel)()
 	index := h.token
 	for range 3 {
-		ok, _, err := b.kv.DeleteCAS(&api.KVPair{Key: h.key, ModifyIndex: index}, (&api.WriteOptions{}).WithContext(ctx))
-		if err != nil {
-			return permissionErr(err)
+		// deleteCAS and get bound each request by reqTimeout, like every
+		// other request of the Backend: ctx may have no deadline (Resign or
+		// Close with context.Background()), and a request to an agent that
+		// vanished would otherwise hang for as long as TCP takes to give
+		// up, holding h.mu, and with it Close.
+		err := b.deleteCAS(ctx, h.key, index)
+		if !errors.Is(err, errCASFailed) {
+			return err // nil: deleted
 		}
-		if ok {
-			return nil
-		}
-		p, _, err := b.kv.Get(h.key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+		p, err := b.get(ctx, h.key)
 		if err != nil {
-			return permissionErr(err)
+			return err
 		}
 		if p == nil || p.Session != h.s.id || p.ModifyIndex < h.token {
 			return nil // gone, or no longer ours
@@ -865,8 +994,12 @@ func (b *Backend) describeSession(ctx context.Context, id string) string {
 // lock-delay to the keys a destroyed session held, but not to deleted
 // ones. ctx bounds those requests; if they fail, the locks go when Consul
 // invalidates the session, after twice its TTL, and Close returns the
-// error. The client stays usable. Later calls of Campaign and Leader
-// return baton.ErrClosed; a second Close returns nil.
+// error. Each request is also bounded by the Backend's request timeout
+// (the session TTL, at least 5 s), and deleting a key is given up once the
+// session's safe-until has passed, so that Close returns even with a ctx
+// without deadline when the agent has stopped answering. The client stays
+// usable. Later calls of Campaign and Leader return baton.ErrClosed; a
+// second Close returns nil.
 func (b *Backend) Close(ctx context.Context) error {
 	b.mu.Lock()
 	if b.closed {
@@ -906,7 +1039,11 @@ func (b *Backend) Close(ctx context.Context) error {
 		}
 		wg.Wait()
 		s.cancel()
-		if _, err := b.client.Session().Destroy(s.id, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+		// Bounded like every other request, should ctx have no deadline.
+		dctx, dcancel := context.WithTimeout(ctx, b.reqTimeout)
+		_, err := b.client.Session().Destroy(s.id, (&api.WriteOptions{}).WithContext(dctx))
+		dcancel()
+		if err != nil {
 			errs = append(errs, fmt.Errorf("destroy session %s (it expires after twice its TTL, %s): %w", s.id, 2*s.ttl, err))
 		}
 	}

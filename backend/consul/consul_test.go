@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -218,6 +219,9 @@ func TestKeyAndSessionLayout(t *testing.T) {
 	}
 	start := time.Now()
 	term := campaign(t, b, "nightly/report", "host-1/abcd")
+	// Read SafeUntil before took, and before the requests below: a renewal
+	// sent after took was measured (every 500 ms) would move it further.
+	safeUntil := term.SafeUntil()
 	took := time.Since(start)
 	p, _, err := c.KV().Get(key, &api.QueryOptions{RequireConsistent: true})
 	if err != nil || p == nil {
@@ -237,7 +241,7 @@ func TestKeyAndSessionLayout(t *testing.T) {
 	}
 	// Safe-until trusts Consul's promise of one session TTL, from the send
 	// of the session's creation: 1.5 s - 0.3 s.
-	if got := term.SafeUntil().Sub(start); got < 1200*time.Millisecond || got > 1200*time.Millisecond+took {
+	if got := safeUntil.Sub(start); got < 1200*time.Millisecond || got > 1200*time.Millisecond+took {
 		t.Errorf("SafeUntil is %s after the campaign began, which took %s; want TTL/2 - DriftMargin = 1.2s after the session was created", got, took)
 	}
 	// Resign deletes the key, as `consul lock` cleans up after unlocking.
@@ -288,8 +292,11 @@ func TestWaiterWakesByBlockingQuery(t *testing.T) {
 
 	ta := campaign(t, a, "wake", "a")
 	got := campaignAsync(t, b, "wake", "b")
+	// b's first query (no index) answers at once; the second is the
+	// blocking one. Counting from the first would count the second as a
+	// request sent while waiting.
 	eventually(t, 10*time.Second, func() error {
-		if lists.Load() == 0 {
+		if lists.Load() < 2 {
 			return errors.New("b has not started its blocking query")
 		}
 		return nil
@@ -573,6 +580,9 @@ func TestHealthCheckInvalidatesSession(t *testing.T) {
 	if d := w.at.Sub(failed); d < a.LockDelay() {
 		t.Errorf("b took over %s after the check failed, within the %s lock-delay", d, a.LockDelay())
 	}
+	if !ended.Before(w.at) {
+		t.Errorf("b acquired at %v, before a's term ended at %v", w.at, ended)
+	}
 }
 
 func TestSecondCampaignForSameName(t *testing.T) {
@@ -667,5 +677,196 @@ func TestUnreachableAgentIsReported(t *testing.T) {
 	}
 	if err := <-leaderErr; !errors.Is(err, baton.ErrBackendUnavailable) {
 		t.Errorf("Leader against an unreachable agent: err = %v, want ErrBackendUnavailable", err)
+	}
+}
+
+// hookTransport lets a test act on requests as they pass: before a request
+// is sent (hold it, say), and around it (do something at the server
+// first, or drop its answer).
+type hookTransport struct {
+	rt   http.RoundTripper
+	hook func(r *http.Request, send func() (*http.Response, error)) (*http.Response, error)
+}
+
+func (h *hookTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	return h.hook(r, func() (*http.Response, error) { return h.rt.RoundTrip(r) })
+}
+
+func hookedClient(t *testing.T, agent *testserver.Consul, hook func(r *http.Request, send func() (*http.Response, error)) (*http.Response, error)) *api.Client {
+	t.Helper()
+	ht := &hookTransport{rt: http.DefaultTransport.(*http.Transport).Clone(), hook: hook}
+	c, err := api.NewClient(&api.Config{Address: agent.Addr(), HttpClient: &http.Client{Transport: ht}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func isList(r *http.Request) bool {
+	return r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/kv/") && r.URL.Query().Has("recurse")
+}
+
+func isTxn(r *http.Request) bool { return r.Method == http.MethodPut && r.URL.Path == "/v1/txn" }
+
+// TestWaiterWakesAfterLosingARace: a waiter whose lock loses a race (the key
+// changed between the state it saw and its transaction) must wake on the
+// watch's next answer even when that answer shows the key as the waiter
+// last saw it: free, because the winner has already deleted it again.
+// Before the fix the watch swallowed such an answer as "unchanged", and the
+// waiter slept on a free key until something else changed it.
+func TestWaiterWakesAfterLosingARace(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	other := agent.Client(t, agent.Addr())
+	prefix := testPrefix()
+	key := prefix + "race/.lock"
+	opts := consul.Options{Config: baton.Config{TTL: 20 * time.Second}, Prefix: prefix}
+	e := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
+
+	// D is a plain API user that wins the race: it locks the key while the
+	// waiter's transaction is on its way, and deletes it once that failed.
+	sid, _, err := other.Session().Create(&api.SessionEntry{TTL: "30s", Behavior: api.SessionBehaviorRelease}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = other.Session().Destroy(sid, nil) })
+
+	var (
+		lists     atomic.Int64
+		gateArmed atomic.Bool
+		gate      = make(chan struct{})
+		txnArmed  atomic.Bool
+		raced     = make(chan error, 1)
+	)
+	cc := hookedClient(t, agent, func(r *http.Request, send func() (*http.Response, error)) (*http.Response, error) {
+		switch {
+		case isList(r):
+			lists.Add(1)
+			if gateArmed.Load() {
+				// The watch's next query reads the key only after the race.
+				select {
+				case <-gate:
+				case <-r.Context().Done(): // Close, should the race never come
+					return nil, r.Context().Err()
+				}
+			}
+		case isTxn(r) && txnArmed.CompareAndSwap(true, false):
+			defer close(gate)
+			if ok, _, err := other.KV().Acquire(&api.KVPair{Key: key, Session: sid, Flags: api.LockFlagValue, Value: []byte("d")}, nil); !ok || err != nil {
+				raced <- fmt.Errorf("D's lock: %v, %v", ok, err)
+				return send()
+			}
+			resp, err := send()
+			if _, derr := other.KV().Delete(key, nil); derr != nil {
+				raced <- derr
+				return resp, err
+			}
+			if err == nil && resp.StatusCode != http.StatusConflict {
+				raced <- fmt.Errorf("the waiter's transaction answered %s; want 409, the race lost", resp.Status)
+			}
+			raced <- nil
+			return resp, err
+		}
+		return send()
+	})
+	c := newBackend(t, cc, opts, nil)
+
+	te := campaign(t, e, "race", "e")
+	got := campaignAsync(t, c, "race", "c")
+	// The first query answers at once; the second is the blocking one.
+	eventually(t, 10*time.Second, func() error {
+		if lists.Load() < 2 {
+			return errors.New("the waiter is not in its blocking query yet")
+		}
+		return nil
+	})
+	notYet(t, got, 100*time.Millisecond)
+	gateArmed.Store(true)
+	txnArmed.Store(true)
+	if err := te.Resign(testContext(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-raced:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter never tried to lock the key after the holder resigned")
+	}
+	w := waitTerm(t, got, 5*time.Second)
+	if w.term.Token() <= te.Token() {
+		t.Errorf("token %d is not greater than the resigned holder's %d", w.term.Token(), te.Token())
+	}
+}
+
+// TestLostLockReplyLeavesNoLock: a lock transaction that lands but whose
+// answer is lost must not leave the key locked by the Backend's session
+// with no term to release it, which would block every other candidate for
+// as long as the Backend lives.
+func TestLostLockReplyLeavesNoLock(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	prefix := testPrefix()
+	opts := consul.Options{Config: baton.Config{TTL: 20 * time.Second}, Prefix: prefix}
+	var drop atomic.Bool
+	drop.Store(true)
+	ac := hookedClient(t, agent, func(r *http.Request, send func() (*http.Response, error)) (*http.Response, error) {
+		resp, err := send()
+		if isTxn(r) && err == nil && drop.CompareAndSwap(true, false) {
+			resp.Body.Close()
+			return nil, errors.New("connection reset (the test dropped the answer)")
+		}
+		return resp, err
+	})
+	a := newBackend(t, ac, opts, nil)
+	b := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
+	_, err := a.Campaign(testContext(t, 10*time.Second), "lost", baton.Candidate{ID: "a"})
+	if !errors.Is(err, baton.ErrBackendUnavailable) {
+		t.Fatalf("Campaign whose answer was lost: err = %v, want ErrBackendUnavailable", err)
+	}
+	if drop.Load() {
+		t.Fatal("no lock transaction was sent")
+	}
+	if rec, err := b.Leader(testContext(t, 5*time.Second), "lost"); !errors.Is(err, baton.ErrNoLeader) {
+		t.Errorf("after a's campaign failed, Leader = %+v, %v; want ErrNoLeader", rec, err)
+	}
+	// Another candidate wins at once, not after a's session ends.
+	tb := campaign(t, b, "lost", "b")
+	// And a can campaign again, behind b.
+	got := campaignAsync(t, a, "lost", "a")
+	notYet(t, got, 200*time.Millisecond)
+	if err := tb.Resign(testContext(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	waitTerm(t, got, 5*time.Second)
+}
+
+// TestCloseBoundedWhenAgentVanishes: Close with a context without deadline
+// returns even when the agent stops answering (its connections hang, as
+// when its host vanished): it stops trying to delete its locks when the
+// session's safe-until passes, and bounds the destroy like any request.
+func TestCloseBoundedWhenAgentVanishes(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	proxy := testserver.StartProxy(t, agent.Addr())
+	b, err := consul.New(agent.Client(t, proxy.Addr()), consul.Options{Config: baton.Config{TTL: 2 * time.Second}, Prefix: testPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := campaign(t, b, "vanish", "a")
+	proxy.Cut()
+	closed := make(chan error, 1)
+	start := time.Now()
+	go func() { closed <- b.Close(context.Background()) }()
+	// The safe window (0.8 s) plus the 5 s bound of the destroy, and slack.
+	select {
+	case err := <-closed:
+		t.Logf("Close returned after %s: %v", time.Since(start), err)
+		if err == nil {
+			t.Errorf("Close against an agent that does not answer returned no error")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close(context.Background()) hangs while the agent does not answer")
+	}
+	if !errors.Is(term.Err(), baton.ErrClosed) {
+		t.Errorf("after Close, Err() = %v, want ErrClosed", term.Err())
 	}
 }

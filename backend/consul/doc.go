@@ -123,7 +123,12 @@
 // safe-until it tries to extend; a renewal answered after it is ignored,
 // and the session is abandoned. A failed watch is retried with a back-off;
 // waiting campaigns then fail with baton.ErrBackendUnavailable (the
-// Elector campaigns again), held terms carry on under their safe-until.
+// Elector campaigns again), held terms carry on under their safe-until. A
+// lock transaction whose answer is lost (the campaign's ctx ended, the
+// connection dropped) may still have taken the key: the failing campaign
+// then deletes the key if its session holds it, retrying in the background
+// (the lease name stays reserved meanwhile) if it cannot, so that no lock
+// is left behind that no term would ever release.
 //
 // # Costs
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/batonhq/baton"
@@ -111,8 +112,10 @@ func (b *Backend) createSession(ctx context.Context) (string, error) {
 	var out struct{ ID string }
 	if _, err := b.client.Raw().Write("/v1/session/create", body, &out, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
 		var se api.StatusError
-		if errors.As(err, &se) && se.Code == http.StatusInternalServerError {
-			// Most often the TTL: below the servers' session_ttl_min.
+		if errors.As(err, &se) && se.Code == http.StatusInternalServerError && strings.Contains(se.Body, "Session TTL") {
+			// The TTL is below the servers' session_ttl_min (or above its
+			// maximum, 24 h). Other 500s, such as a missing health check
+			// in Checks, speak for themselves.
 			return "", fmt.Errorf("%w (the session TTL asked is %s, TTL/2; Consul servers refuse TTLs below their session_ttl_min, 10s by default: set TTL to at least twice that)",
 				err, durationMs(b.sessTTL))
 		}
@@ -125,7 +128,14 @@ func (b *Backend) createSession(ctx context.Context) (string, error) {
 }
 
 // renewOnce renews session id and returns the new safe-until, measured from
-// when the renewal was sent, and the TTL Consul reports.
+// when the renewal was sent, and the session TTL it is timed by.
+//
+// Consul resets the session's timer to twice its TTL as it processes the
+// renewal (on the leader, after the request was sent), and promises only
+// the TTL itself. The safe-until is timed by the TTL we asked for, or by
+// the one Consul reports if that is shorter; an answer that is not about
+// this session with a TTL is not a confirmation, and extends nothing (it
+// is retried as a failed renewal would be).
 func (b *Backend) renewOnce(ctx context.Context, id string) (time.Time, time.Duration, error) {
 	start := time.Now()
 	entry, _, err := b.client.Session().Renew(id, (&api.WriteOptions{}).WithContext(ctx))
@@ -136,9 +146,10 @@ func (b *Backend) renewOnce(ctx context.Context, id string) (time.Time, time.Dur
 		return time.Time{}, 0, errSessionGone
 	}
 	ttl, err := time.ParseDuration(entry.TTL)
-	if err != nil || ttl <= 0 {
-		ttl = b.sessTTL
+	if entry.ID != id || err != nil || ttl <= 0 {
+		return time.Time{}, 0, fmt.Errorf("consul: renewal of session %s answered for session %q with TTL %q", id, entry.ID, entry.TTL)
 	}
+	ttl = min(ttl, b.sessTTL)
 	return b.cfg.SafeUntil(start, ttl), ttl, nil
 }
 

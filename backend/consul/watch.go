@@ -49,6 +49,9 @@ type sub struct {
 	// Guarded by watcher.mu.
 	since uint64 // watcher.queries when it subscribed: later queries are current
 	st    state
+	// force makes the next answer reach the subscriber even if its key
+	// looks unchanged (see refresh).
+	force bool
 }
 
 // state is what the watcher last learnt about a key.
@@ -111,6 +114,18 @@ func (w *watcher) rebase(s *sub) {
 	w.mu.Lock()
 	s.since = w.queries
 	s.st.current = false
+	w.mu.Unlock()
+}
+
+// refresh makes the next answer (or failure) wake s even if s's key is as
+// it was in the last state s saw. A waiter calls it when a lock attempt on
+// the state it saw failed because the key changed: the key may change back
+// to that state before the next answer (deleted, locked by someone, deleted
+// again: absent both times), and samePair would then swallow the answer,
+// leaving the waiter asleep on a free key.
+func (w *watcher) refresh(s *sub) {
+	w.mu.Lock()
+	s.force = true
 	w.mu.Unlock()
 }
 
@@ -224,6 +239,7 @@ func (w *watcher) run() {
 			w.seq++
 			for s := range w.subs {
 				s.st.seq, s.st.err = w.seq, err
+				s.force = false
 				poke(s)
 			}
 			w.mu.Unlock()
@@ -250,8 +266,8 @@ func (w *watcher) run() {
 		w.seq++
 		for s := range w.subs {
 			next := state{seq: w.seq, pair: w.last[s.key], index: w.index, current: issued > s.since}
-			if s.st.seq == 0 || s.st.err != nil || next.current != s.st.current || !samePair(s.st.pair, next.pair) {
-				s.st = next
+			if s.force || s.st.seq == 0 || s.st.err != nil || next.current != s.st.current || !samePair(s.st.pair, next.pair) {
+				s.st, s.force = next, false
 				poke(s)
 			}
 		}
