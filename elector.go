@@ -41,6 +41,19 @@ type ElectorConfig struct {
 	// Zero means 5 s. A release that times out is logged; the lease then
 	// expires after its TTL.
 	ResignTimeout time.Duration
+
+	// OnElected, if set, is called with each new term as it starts, before
+	// Run's callback gets it, on Run's goroutine: the callback waits for it,
+	// so keep it short (update a metric, flip a readiness flag).
+	OnElected func(t Term)
+
+	// OnDemoted, if set, is called when a term has ended and the lease was
+	// released (or its release failed), after Run's callback returned, with
+	// why the term ended: an error wrapping ErrResigned (the callback
+	// returned, or renewals lagged past StopEarly), ErrLeaseLost, ErrExpired
+	// or ErrClosed. It runs on Run's goroutine, as OnElected does. The same
+	// reason reaches Changes subscribers.
+	OnDemoted func(t Term, reason error)
 }
 
 // Status is a snapshot of an Elector's state.
@@ -336,6 +349,9 @@ func (e *Elector) elected(t Term) {
 	e.status.Terms++
 	e.publishLocked(Change{Leader: true, Token: t.Token(), At: now})
 	e.mu.Unlock()
+	if e.cfg.OnElected != nil {
+		e.cfg.OnElected(t)
+	}
 }
 
 func (e *Elector) demoted(t Term, reason error) {
@@ -347,6 +363,9 @@ func (e *Elector) demoted(t Term, reason error) {
 	e.status.LastError = reason
 	e.publishLocked(Change{Leader: false, Token: t.Token(), Reason: reason, At: now})
 	e.mu.Unlock()
+	if e.cfg.OnDemoted != nil {
+		e.cfg.OnDemoted(t, reason)
+	}
 }
 
 func (e *Elector) setError(err error) {

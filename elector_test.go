@@ -3,6 +3,7 @@ package baton_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -261,6 +262,56 @@ func TestStopEarlyCancelsBeforeSafeUntil(t *testing.T) {
 		})
 		if err == nil || err.Error() != "stopped" {
 			t.Fatalf("Run = %v", err)
+		}
+	})
+}
+
+// TestHooksSeeEveryTransition: OnElected runs before the callback gets the
+// term, OnDemoted after the release, with the same reason Changes carries;
+// a term lost to an operator (here: another process taking the record over
+// after this one stopped renewing is simulated by Close) reports it.
+func TestHooksSeeEveryTransition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := memory.New(memory.NewStore(), memory.Options{Config: testCfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var events []string
+		e, err := baton.NewElector(b, baton.ElectorConfig{
+			Lease:     "job",
+			Candidate: baton.Candidate{ID: "a"},
+			OnElected: func(t baton.Term) { events = append(events, fmt.Sprintf("elected %d", t.Token())) },
+			OnDemoted: func(t baton.Term, reason error) {
+				events = append(events, fmt.Sprintf("demoted %d resigned=%v closed=%v", t.Token(),
+					errors.Is(reason, baton.ErrResigned), errors.Is(reason, baton.ErrClosed)))
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		runs := 0
+		done := make(chan error)
+		go func() {
+			done <- e.Run(ctx, func(ctx context.Context, term baton.Term) error {
+				runs++
+				events = append(events, fmt.Sprintf("callback %d", term.Token()))
+				if runs == 1 {
+					return nil // resign; campaign again
+				}
+				_ = b.Close(context.Background()) // the backend goes away under the term
+				<-ctx.Done()
+				return nil
+			})
+		}()
+		<-done
+		want := []string{
+			"elected 1", "callback 1", "demoted 1 resigned=true closed=false",
+			"elected 2", "callback 2", "demoted 2 resigned=false closed=true",
+		}
+		if fmt.Sprint(events) != fmt.Sprint(want) {
+			t.Errorf("events = %q\nwant     %q", events, want)
 		}
 	})
 }
