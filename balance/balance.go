@@ -1,0 +1,452 @@
+package balance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/batonhq/baton"
+)
+
+// Defaults applied to a zero Config field.
+const (
+	// DefaultMaxMembers is the number of member slots when Config.MaxMembers
+	// is zero.
+	DefaultMaxMembers = 64
+
+	// DefaultRefreshInterval is Config.RefreshInterval's default.
+	DefaultRefreshInterval = 5 * time.Second
+)
+
+// maxShedBackoff caps how many ShedAfter periods an instance waits between
+// sheds that did not move a lease to a less loaded instance.
+const maxShedBackoff = 8
+
+// Func is the leader-only work of one lease. Its context is cancelled when the
+// term ends for any reason — lost, expired at safe-until, shed to another
+// instance, removed, or Run stopping — and the Group waits for Func to return
+// before it resigns the lease. Send t.Token() with every write downstream.
+type Func func(ctx context.Context, t baton.Term) error
+
+// Config configures a Group. The zero value of each field means the
+// documented default; Group is the only required field. A Config is a plain
+// value and safe to copy.
+type Config struct {
+	// Group names the group of instances sharing the leases. The member slots
+	// are the leases "<Group>.member-0" … "<Group>.member-<MaxMembers-1>".
+	// Required; must not contain "/" (etcd and ZooKeeper reject it in lease
+	// names). Lease names added to the Group must not start with
+	// "<Group>.member-".
+	Group string
+
+	// Candidate is who campaigns, for the member slot and for every lease.
+	// An empty ID means baton.NewCandidateID(). IDs must be unique per
+	// process incarnation: two instances with one ID count as one member.
+	Candidate baton.Candidate
+
+	// MaxMembers is the number of member slots, and so the largest N the
+	// Group can count. Instances beyond it count themselves but are not
+	// counted by the others; with MaxMembers at least the number of leases
+	// that changes nothing, because the fair share is then one lease anyway.
+	// Zero means DefaultMaxMembers (64). Every instance of a group must use
+	// the same value.
+	MaxMembers int
+
+	// RefreshInterval is how often the instance reads the member slots and
+	// the holders of the leases it does not hold. Decisions rest on a view up
+	// to this old; each refresh costs Leader requests (see the package doc).
+	// Zero means DefaultRefreshInterval (5 s); about the backend's renew
+	// interval is a good value.
+	RefreshInterval time.Duration
+
+	// Delay is how long an instance leading k >= floor(leases/N) leases
+	// waits, times k - floor(leases/N) + 1, after it saw a lease without a
+	// live holder, before it campaigns for it and keeps it: so that less
+	// loaded instances take free leases first. Instances usually learn of a
+	// free lease within milliseconds of each other (each resigns it as a
+	// standby), but sometimes only at their next refresh, so a Delay near
+	// RefreshInterval keeps the order. It adds to the fail-over time of a
+	// lease when no instance is below its share (see the package doc). Zero
+	// means RefreshInterval.
+	Delay time.Duration
+
+	// ShedAfter is how long an instance must have been above its fair share,
+	// with somebody below it, before it gives up leases: the hysteresis that
+	// keeps a briefly wrong view (an instance that just crashed and is still
+	// counted) from moving leases. Keep it above the backend's TTL plus
+	// RefreshInterval. Zero means 3 × RefreshInterval.
+	ShedAfter time.Duration
+
+	// RetryMin and RetryMax bound the exponential back-off (with jitter)
+	// before campaigning again for a lease after a campaign failed because
+	// the backend was unavailable, or after its Func returned an error.
+	// Zero means 100 ms and 10 s.
+	RetryMin, RetryMax time.Duration
+
+	// StopEarly ends a Func's context this long before the term's safe-until
+	// deadline when renewals lag, as baton.ElectorConfig.StopEarly does. Zero
+	// means at safe-until.
+	StopEarly time.Duration
+
+	// ResignTimeout bounds the release of a lease after its Func returned.
+	// Zero means 5 s. A release that times out is logged; the lease then
+	// expires after its TTL.
+	ResignTimeout time.Duration
+
+	// Logger receives the Group's log lines (group "balance"). Nil means
+	// silent.
+	Logger *slog.Logger
+}
+
+// withDefaults fills in defaults, or returns a *baton.ConfigError naming
+// every problem.
+func (c Config) withDefaults() (Config, error) {
+	var problems []string
+	if c.Group == "" {
+		problems = append(problems, `Group is empty: name the group of instances, such as "reports"`)
+	}
+	if strings.Contains(c.Group, "/") {
+		problems = append(problems, fmt.Sprintf(`Group (%q) must not contain "/": etcd and ZooKeeper reject it in lease names`, c.Group))
+	}
+	if c.MaxMembers < 0 {
+		problems = append(problems, fmt.Sprintf("MaxMembers (%d) must be positive, or zero for %d", c.MaxMembers, DefaultMaxMembers))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"RefreshInterval", c.RefreshInterval}, {"Delay", c.Delay}, {"ShedAfter", c.ShedAfter},
+		{"RetryMin", c.RetryMin}, {"RetryMax", c.RetryMax}, {"StopEarly", c.StopEarly}, {"ResignTimeout", c.ResignTimeout},
+	} {
+		if d.v < 0 {
+			problems = append(problems, fmt.Sprintf("%s (%s) must not be negative: zero means the default", d.name, d.v))
+		}
+	}
+	if len(problems) > 0 {
+		return c, &baton.ConfigError{Problems: problems}
+	}
+	if c.Candidate.ID == "" {
+		c.Candidate.ID = baton.NewCandidateID()
+	}
+	if c.MaxMembers == 0 {
+		c.MaxMembers = DefaultMaxMembers
+	}
+	if c.RefreshInterval == 0 {
+		c.RefreshInterval = DefaultRefreshInterval
+	}
+	if c.Delay == 0 {
+		c.Delay = c.RefreshInterval
+	}
+	if c.ShedAfter == 0 {
+		c.ShedAfter = 3 * c.RefreshInterval
+	}
+	if c.RetryMin == 0 {
+		c.RetryMin = 100 * time.Millisecond
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = 10 * time.Second
+	}
+	c.RetryMax = max(c.RetryMax, c.RetryMin)
+	if c.ResignTimeout == 0 {
+		c.ResignTimeout = 5 * time.Second
+	}
+	return c, nil
+}
+
+// Group runs a set of named leases in this instance and spreads their
+// leadership over the instances of the group. Create it with New, add leases
+// with Add, and call Run. Its methods are safe for concurrent use; Run may
+// be active at most once at a time.
+type Group struct {
+	b      baton.Backend
+	cfg    Config
+	log    *slog.Logger
+	prefix string // of the member slot names
+
+	running atomic.Bool
+	jobWG   sync.WaitGroup // job loops started by Run or by Add during Run
+
+	mu      sync.Mutex
+	jobs    map[string]*job
+	runCtx  context.Context         // non-nil while Run is active
+	stopRun context.CancelCauseFunc // ends Run with a cause
+	changed chan struct{}           // closed and replaced on every state change
+
+	// The view, refreshed by the refresher.
+	ready   bool                // a member scan has succeeded since Run began
+	members map[string]struct{} // IDs holding a member slot, and ours
+	slot    int                 // our member slot, -1 when none
+	counts  map[string]int      // leases led by each other member, from the last lease scan
+
+	load      int            // leases we lead (admitted terms)
+	overSince time.Time      // when the shed condition began to hold
+	backoff   int            // multiplier of ShedAfter, 1 … maxShedBackoff
+	sheds     map[string]int // leases we shed → our load after shedding, until we see who took them
+}
+
+// job is one lease of the Group.
+type job struct {
+	name string
+	fn   Func
+
+	// Set by startLocked, under Group.mu.
+	stop context.CancelCauseFunc // ends the job loop
+	done chan struct{}           // closed when the job loop returned
+
+	// Guarded by Group.mu.
+	term      baton.Term
+	since     time.Time               // when the current term was admitted
+	endLead   context.CancelCauseFunc // cancels the current Func (shedding)
+	scanned   bool                    // the lease scan has read this lease
+	holder    string                  // holder at the last scan, "" when free
+	freeSince time.Time               // since when the lease has looked without a live holder
+	lastErr   error
+}
+
+// New returns a Group campaigning on b. The Backend is the caller's: the Group
+// never closes it.
+func New(b baton.Backend, cfg Config) (*Group, error) {
+	cfg, err := cfg.withDefaults()
+	if b == nil {
+		p := "Backend is nil: pass a backend such as memory.New(...) or etcd.New(...)"
+		var ce *baton.ConfigError
+		if errors.As(err, &ce) {
+			ce.Problems = append(ce.Problems, p)
+		} else {
+			err = &baton.ConfigError{Problems: []string{p}}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Group{
+		b:       b,
+		cfg:     cfg,
+		log:     log.WithGroup("balance").With("group", cfg.Group, "id", cfg.Candidate.ID),
+		prefix:  cfg.Group + ".member-",
+		jobs:    map[string]*job{},
+		changed: make(chan struct{}),
+		slot:    -1,
+		backoff: 1,
+		sheds:   map[string]int{},
+	}, nil
+}
+
+// ID returns the candidate ID the Group campaigns with.
+func (g *Group) ID() string { return g.cfg.Candidate.ID }
+
+// Add adds the lease name, led by fn. It may be called before or during Run;
+// during Run the Group starts campaigning for it at once. Every instance of
+// the group should run the same set of leases.
+func (g *Group) Add(name string, fn Func) error {
+	switch {
+	case name == "":
+		return errors.New("balance: lease name is empty")
+	case fn == nil:
+		return fmt.Errorf("balance: Func for lease %q is nil", name)
+	case strings.HasPrefix(name, g.prefix):
+		return fmt.Errorf("balance: lease name %q is reserved for the group's member slots (prefix %q)", name, g.prefix)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.jobs[name]; ok {
+		return fmt.Errorf("%w: %q", ErrDuplicate, name)
+	}
+	j := &job{name: name, fn: fn}
+	g.jobs[name] = j
+	if g.runCtx != nil {
+		g.startLocked(j)
+	}
+	g.broadcastLocked()
+	return nil
+}
+
+// Remove stops running the lease name: it stops campaigning for it and, if
+// this instance leads it, cancels its Func, waits for it to return and
+// resigns the lease. It returns ctx's error if ctx ends first; the lease is
+// then released in the background, and Run waits for that.
+func (g *Group) Remove(ctx context.Context, name string) error {
+	g.mu.Lock()
+	j, ok := g.jobs[name]
+	if !ok {
+		g.mu.Unlock()
+		return fmt.Errorf("%w: %q", ErrUnknownLease, name)
+	}
+	delete(g.jobs, name)
+	delete(g.sheds, name)
+	stop, done := j.stop, j.done
+	g.broadcastLocked()
+	g.mu.Unlock()
+	if stop == nil {
+		return nil // never started
+	}
+	stop(errRemoved)
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run runs the Group until ctx ends: it takes a member slot, campaigns for
+// the leases, runs their Funcs while it leads them, and balances. On the way
+// out it cancels every Func, waits for them, resigns their leases, and then
+// gives up its member slot, so that the other instances take over at once.
+// It returns ctx's error, or an error wrapping baton.ErrClosed when the
+// Backend was closed under it. Func errors are logged and retried, never
+// returned: one failing lease does not stop the others.
+func (g *Group) Run(ctx context.Context) error {
+	if !g.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer g.running.Store(false)
+
+	rctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	// The refresher outlives the job loops, so that the member slot is
+	// resigned only after the leases.
+	refCtx, refStop := context.WithCancel(context.WithoutCancel(ctx))
+	defer refStop()
+
+	g.mu.Lock()
+	g.runCtx, g.stopRun = rctx, stop
+	for _, j := range g.jobs {
+		g.startLocked(j)
+	}
+	g.mu.Unlock()
+
+	var wg sync.WaitGroup
+	wg.Go(func() { g.refresh(refCtx) })
+	<-rctx.Done()
+
+	g.mu.Lock()
+	g.runCtx, g.stopRun = nil, nil
+	g.mu.Unlock()
+	g.jobWG.Wait() // every Func returned and every lease was resigned
+	refStop()
+	wg.Wait()
+
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return context.Cause(rctx)
+}
+
+// fail ends Run with err (the Backend was closed).
+func (g *Group) fail(err error) {
+	g.mu.Lock()
+	if g.stopRun != nil {
+		g.stopRun(err)
+	}
+	g.mu.Unlock()
+}
+
+// startLocked starts j's job loop under the running Run.
+func (g *Group) startLocked(j *job) {
+	jctx, stop := context.WithCancelCause(g.runCtx)
+	done := make(chan struct{})
+	j.stop, j.done = stop, done
+	g.jobWG.Add(1)
+	go func() {
+		defer g.jobWG.Done()
+		defer close(done)
+		g.runJob(jctx, j)
+	}()
+}
+
+// broadcastLocked wakes everybody waiting for a change of the view or load.
+func (g *Group) broadcastLocked() {
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
+// shareLocked returns floor and ceil of leases per member.
+func (g *Group) shareLocked() (lo, hi int) {
+	l, n := len(g.jobs), max(len(g.members), 1)
+	return l / n, (l + n - 1) / n
+}
+
+// Status is a snapshot of a Group's state.
+type Status struct {
+	// ID is the candidate ID.
+	ID string
+	// Slot is the member slot this instance holds, or -1.
+	Slot int
+	// Members is N, the number of instances counted at the last refresh
+	// (this one included); zero before the first refresh.
+	Members int
+	// Leases is the number of leases added to the Group.
+	Leases int
+	// Share is the fair share ceil(Leases/Members); zero before the first
+	// refresh.
+	Share int
+	// Leading lists the leases this instance leads now, sorted.
+	Leading []string
+	// Errors holds, by lease name, the last error of a lease's Func or
+	// campaign, for leases that have one.
+	Errors map[string]error
+}
+
+// Status returns a snapshot of the Group's state.
+func (g *Group) Status() Status {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := Status{ID: g.cfg.Candidate.ID, Slot: g.slot, Leases: len(g.jobs)}
+	if g.ready {
+		s.Members = len(g.members)
+		_, s.Share = g.shareLocked()
+	}
+	for name, j := range g.jobs {
+		if j.term != nil && g.live(j.term) {
+			s.Leading = append(s.Leading, name)
+		}
+		if j.lastErr != nil {
+			if s.Errors == nil {
+				s.Errors = map[string]error{}
+			}
+			s.Errors[name] = j.lastErr
+		}
+	}
+	slices.Sort(s.Leading)
+	return s
+}
+
+// IsLeader reports whether this instance leads the lease name now: it holds
+// the term and is before its safe-until deadline (less StopEarly). It does not
+// contact the backend.
+func (g *Group) IsLeader(name string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	j := g.jobs[name]
+	return j != nil && j.term != nil && g.live(j.term)
+}
+
+// live reports whether t is running and before its deadline.
+func (g *Group) live(t baton.Term) bool {
+	select {
+	case <-t.Done():
+		return false
+	default:
+	}
+	return time.Now().Before(t.SafeUntil().Add(-g.cfg.StopEarly))
+}
+
+// resign releases t, bounded by ResignTimeout even when ctx has ended.
+func (g *Group) resign(ctx context.Context, t baton.Term) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.ResignTimeout)
+	defer cancel()
+	if err := t.Resign(rctx); err != nil {
+		g.log.Warn("releasing a lease failed; it will expire after its TTL", "lease", t.Lease(), "token", t.Token(), "err", err)
+	}
+}

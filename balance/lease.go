@@ -1,0 +1,256 @@
+package balance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/batonhq/baton"
+)
+
+// runJob campaigns for j's lease whenever the balance rules want it, and runs
+// j's Func while it leads, until ctx ends.
+func (g *Group) runJob(ctx context.Context, j *job) {
+	retry := g.cfg.RetryMin
+	failing := false // log a run of campaign failures once, not per retry
+	backOff := func(err error) bool {
+		g.mu.Lock()
+		j.lastErr = err
+		g.mu.Unlock()
+		wait := retry/2 + rand.N(retry/2+1)
+		retry = min(2*retry, g.cfg.RetryMax)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
+			return true
+		}
+	}
+	for ctx.Err() == nil {
+		g.mu.Lock()
+		want, at := g.stanceLocked(j, time.Now())
+		changed := g.changed
+		g.mu.Unlock()
+		if !want {
+			waitChange(ctx, changed, at)
+			continue
+		}
+		t, err := g.campaign(ctx, j)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, errStance):
+			continue
+		case errors.Is(err, baton.ErrClosed):
+			g.fail(err)
+			return
+		case err != nil:
+			if !failing {
+				g.log.Warn("campaign failed; retrying with back-off", "lease", j.name, "err", err)
+			} else {
+				g.log.Debug("campaign failed again", "lease", j.name, "err", err)
+			}
+			failing = true
+			if !backOff(err) {
+				return
+			}
+			continue
+		}
+		if failing {
+			g.log.Info("campaigning works again", "lease", j.name)
+			failing = false
+		}
+		ferr := g.lead(ctx, j, t)
+		if ferr != nil && ctx.Err() == nil {
+			g.log.Warn("lease callback failed; campaigning again after a back-off", "lease", j.name, "token", t.Token(), "err", ferr)
+			if !backOff(ferr) {
+				return
+			}
+			continue
+		}
+		retry = g.cfg.RetryMin
+	}
+}
+
+// waitChange waits until ctx ends, changed is closed, or at passes (when not
+// zero).
+func waitChange(ctx context.Context, changed <-chan struct{}, at time.Time) {
+	var timeout <-chan time.Time
+	if !at.IsZero() {
+		timer := time.NewTimer(time.Until(at))
+		defer timer.Stop()
+		timeout = timer.C
+	}
+	select {
+	case <-ctx.Done():
+	case <-changed:
+	case <-timeout:
+	}
+}
+
+// stanceLocked decides whether to campaign for j's lease now. When not, and
+// the answer changes by itself at a known time (a Delay running out), it
+// returns that time.
+func (g *Group) stanceLocked(j *job, now time.Time) (bool, time.Time) {
+	if !g.ready || j.term != nil || g.jobs[j.name] != j {
+		return false, time.Time{}
+	}
+	lo, _ := g.shareLocked()
+	if g.load < lo {
+		return true, time.Time{} // eager
+	}
+	if !j.freeSince.IsZero() {
+		at := j.freeSince.Add(g.delayLocked())
+		return !now.Before(at), at
+	}
+	// A live holder: stand by, so that its death is noticed (on record
+	// stores only a candidate that watched the lease for a TTL takes it over).
+	return j.scanned, time.Time{}
+}
+
+// delayLocked is how long a lease must have looked free before this
+// instance, at its load, campaigns for it and keeps it: one Delay per lease at
+// or above floor(leases/N).
+func (g *Group) delayLocked() time.Duration {
+	lo, _ := g.shareLocked()
+	return time.Duration(max(g.load-lo+1, 0)) * g.cfg.Delay
+}
+
+// admitLocked decides whether to keep a lease just won.
+func (g *Group) admitLocked(j *job, now time.Time) bool {
+	if g.jobs[j.name] != j {
+		return false // removed meanwhile
+	}
+	lo, _ := g.shareLocked()
+	if g.load < lo {
+		return true
+	}
+	return !j.freeSince.IsZero() && !now.Before(j.freeSince.Add(g.delayLocked()))
+}
+
+// campaign campaigns for j's lease until it wins, ctx ends, or the balance
+// rules stop wanting it (errStance).
+func (g *Group) campaign(ctx context.Context, j *job) (baton.Term, error) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			g.mu.Lock()
+			want, _ := g.stanceLocked(j, time.Now())
+			changed := g.changed
+			g.mu.Unlock()
+			if !want {
+				cancel(errStance)
+				return
+			}
+			// A wanted campaign stays wanted as time passes; only a change
+			// of the view or the load can end it.
+			select {
+			case <-stop:
+				return
+			case <-changed:
+			}
+		}
+	})
+	t, err := g.b.Campaign(cctx, j.name, g.cfg.Candidate)
+	close(stop)
+	wg.Wait()
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(cctx), errStance) {
+		return nil, errStance
+	}
+	return t, err
+}
+
+// lead keeps or refuses a term just won and, when it keeps it, runs j's Func
+// for the term and resigns afterwards. It returns the Func's error.
+func (g *Group) lead(ctx context.Context, j *job, t baton.Term) error {
+	if left := time.Until(t.SafeUntil()); left <= g.cfg.StopEarly {
+		// Won with too little of the term left to wind down in time (a
+		// lagging session): don't start what could not be stopped by safe-until.
+		g.log.Warn("won a lease with too little time before safe-until; resigning", "lease", j.name, "token", t.Token(), "left", left)
+		g.resign(ctx, t)
+		return nil
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	now := time.Now()
+	g.mu.Lock()
+	admit := g.admitLocked(j, now)
+	if admit {
+		j.term, j.since, j.endLead = t, now, cancel
+		j.lastErr = nil
+		g.load++
+		g.broadcastLocked()
+	} else if j.freeSince.IsZero() {
+		// It is free once we resign: that is when the wait of the less
+		// loaded instances starts, and ours with it.
+		j.freeSince = now
+	}
+	load := g.load
+	g.mu.Unlock()
+	if !admit {
+		g.log.Debug("won a lease above the fair share; resigning it to a less loaded instance", "lease", j.name, "token", t.Token(), "load", load)
+		g.resign(ctx, t)
+		return nil
+	}
+	g.log.Info("leading", "lease", j.name, "token", t.Token(), "load", load)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		// The term ends itself at SafeUntil, but a Term from a third-party
+		// backend might not, and StopEarly wants the Func out sooner:
+		// enforce the deadline here too.
+		deadline := func() time.Time { return t.SafeUntil().Add(-g.cfg.StopEarly) }
+		timer := time.NewTimer(time.Until(deadline()))
+		defer timer.Stop()
+		for {
+			select {
+			case <-t.Done():
+				cancel(t.Err())
+				return
+			case <-stop:
+				return
+			case <-timer.C:
+				if left := time.Until(deadline()); left > 0 {
+					timer.Reset(left)
+					continue
+				}
+				g.log.Warn("renewals lag: stopping before safe-until", "lease", j.name, "token", t.Token())
+				cancel(fmt.Errorf("%w: stopping %s before safe-until", baton.ErrExpired, g.cfg.StopEarly))
+				return
+			}
+		}
+	})
+	ferr := j.fn(fctx, t)
+	close(stop)
+	wg.Wait()
+	cause := context.Cause(fctx)
+	cancel(nil)
+	g.resign(ctx, t)
+
+	g.mu.Lock()
+	j.term, j.endLead = nil, nil
+	g.load--
+	if errors.Is(cause, errShed) {
+		// We just freed it: wait our turn like everybody else.
+		j.freeSince = time.Now()
+	}
+	if ferr != nil {
+		j.lastErr = ferr
+	}
+	g.broadcastLocked()
+	g.mu.Unlock()
+	reason := t.Err()
+	if errors.Is(cause, errShed) || errors.Is(cause, errRemoved) {
+		reason = cause
+	}
+	g.log.Info("term ended", "lease", j.name, "token", t.Token(), "reason", reason)
+	return ferr
+}
