@@ -383,7 +383,9 @@ func (b *Backend) release(ctx context.Context, h *holding) error {
 }
 
 // Leader implements baton.Backend. It reports what the store says, which may
-// name a holder that died less than a TTL ago.
+// name a holder that died: the record changes only when a campaigning
+// candidate takes it over, a TTL after the holder's last renewal at the
+// earliest, and never while nobody campaigns.
 func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error) {
 	rec, _, err := b.store.Get(ctx, name)
 	if err != nil {

@@ -20,8 +20,11 @@
 //   - A released record is taken at once; a waiter learns of the release from
 //     the store's Notifier when it has one, otherwise at its next poll.
 //
-// Not guaranteed: Leader may name a holder that died less than a TTL ago,
-// because nobody can tell a dead holder from a slow one before then.
+// Not guaranteed: Leader may name a holder that died, because nobody can
+// tell a dead holder from a slow one without watching its record for a TTL,
+// and Leader does not wait: the record names the dead holder until a
+// candidate that campaigned has seen it unrenewed for a TTL and taken it
+// over. With nobody campaigning, that is indefinitely.
 package cas
 
 import (
