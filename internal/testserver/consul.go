@@ -433,12 +433,7 @@ func StartConsul(t testing.TB, opts ConsulOptions) *Consul {
 	return c
 }
 
-var sharedConsul struct {
-	mu  sync.Mutex
-	c   *Consul
-	dir string
-	err error
-}
+var sharedConsul sharedServer[*Consul]
 
 // SharedConsul returns a plain agent shared by every test of the test
 // binary, starting it on first use, so that a package pays for one agent;
@@ -448,41 +443,20 @@ var sharedConsul struct {
 // StartConsul.
 func SharedConsul(t testing.TB) *Consul {
 	t.Helper()
-	sharedConsul.mu.Lock()
-	defer sharedConsul.mu.Unlock()
-	if sharedConsul.c == nil && sharedConsul.err == nil {
-		dir, err := os.MkdirTemp("", "baton-consul-")
-		if err == nil {
-			sharedConsul.dir = dir
-			sharedConsul.c, err = NewConsul(dir, ConsulOptions{})
-		}
-		sharedConsul.err = err
-	}
-	var te *ToolError
-	if errors.As(sharedConsul.err, &te) {
-		Unavailable(t, "consul", fmt.Errorf("%w\n%s", te.Err, ConsulTool.Hint()))
-	}
-	if sharedConsul.err != nil {
-		t.Fatalf("start shared consul: %v", sharedConsul.err)
-	}
-	return sharedConsul.c
+	return sharedConsul.get(t, "consul",
+		func(dir string) (*Consul, error) { return NewConsul(dir, ConsulOptions{}) },
+		func(err error) error {
+			var te *ToolError
+			if errors.As(err, &te) {
+				return fmt.Errorf("%w\n%s", te.Err, ConsulTool.Hint())
+			}
+			return nil
+		})
 }
 
 // StopSharedConsul stops the agent SharedConsul started, if any, and
 // removes its directory.
-func StopSharedConsul() {
-	sharedConsul.mu.Lock()
-	defer sharedConsul.mu.Unlock()
-	if sharedConsul.c != nil {
-		sharedConsul.c.Close()
-		sharedConsul.c = nil
-	}
-	if sharedConsul.dir != "" {
-		_ = os.RemoveAll(sharedConsul.dir)
-		sharedConsul.dir = ""
-	}
-	sharedConsul.err = nil
-}
+func StopSharedConsul() { sharedConsul.stop() }
 
 // freeTCPPorts returns n distinct ports that were free on 127.0.0.1 a
 // moment ago. All listeners stay open until all are found, so that the

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // Tool is a program the tests run that is built from a pinned module in a
@@ -72,8 +73,8 @@ type toolBuild struct {
 }
 
 // Binary returns the path of the tool's binary, building it first if the
-// cache has none. Concurrent callers in one test binary share one build;
-// concurrent test binaries may both build, and the last rename wins.
+// cache has none. Concurrent callers in one test binary share one build,
+// and concurrent test binaries wait for each other's (a file lock).
 func (tool Tool) Binary() (string, error) {
 	toolsMu.Lock()
 	b, ok := toolsBuilt[tool.Name+"@"+tool.Version]
@@ -114,8 +115,22 @@ func (tool Tool) build() (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	// Build beside the final name and rename, so that a concurrent run
-	// never sees half a binary.
+	// One build per machine at a time: `go test ./...` runs several test
+	// binaries that want the same tool at once, and a cold consul build
+	// takes minutes; the others wait for it and then find the binary.
+	lock, err := os.OpenFile(filepath.Join(dir, ".build.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
+		return bin, nil // built by another test binary while we waited
+	}
+	// Build beside the final name and rename, so that a reader never sees
+	// half a binary.
 	tmp, err := os.CreateTemp(dir, tool.Name+"-*.tmp")
 	if err != nil {
 		return "", err

@@ -332,12 +332,7 @@ func StartZooKeeper(t testing.TB, opts ZooKeeperOptions) *ZooKeeper {
 	return z
 }
 
-var shared struct {
-	mu  sync.Mutex
-	zk  *ZooKeeper
-	dir string
-	err error
-}
+var sharedZooKeeper sharedServer[*ZooKeeper]
 
 // SharedZooKeeper returns a plain server shared by every test of the test
 // binary, starting it on first use: JVM start-up costs seconds, and tests
@@ -346,40 +341,19 @@ var shared struct {
 // m.Run. Missing java goes through Unavailable, as for StartZooKeeper.
 func SharedZooKeeper(t testing.TB) *ZooKeeper {
 	t.Helper()
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if shared.zk == nil && shared.err == nil {
-		dir, err := os.MkdirTemp("", "baton-zookeeper-")
-		if err == nil {
-			shared.dir = dir
-			shared.zk, err = NewZooKeeper(dir, ZooKeeperOptions{})
-		}
-		shared.err = err
-	}
-	if errors.Is(shared.err, ErrJavaMissing) {
-		Unavailable(t, "zookeeper", shared.err)
-	}
-	if shared.err != nil {
-		t.Fatalf("start shared zookeeper: %v", shared.err)
-	}
-	return shared.zk
+	return sharedZooKeeper.get(t, "zookeeper",
+		func(dir string) (*ZooKeeper, error) { return NewZooKeeper(dir, ZooKeeperOptions{}) },
+		func(err error) error {
+			if errors.Is(err, ErrJavaMissing) {
+				return err
+			}
+			return nil
+		})
 }
 
 // StopSharedZooKeeper stops the server SharedZooKeeper started, if any, and
 // removes its directory.
-func StopSharedZooKeeper() {
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if shared.zk != nil {
-		shared.zk.Close()
-		shared.zk = nil
-	}
-	if shared.dir != "" {
-		_ = os.RemoveAll(shared.dir)
-		shared.dir = ""
-	}
-	shared.err = nil
-}
+func StopSharedZooKeeper() { sharedZooKeeper.stop() }
 
 // freePort returns a port that was free on 127.0.0.1 a moment ago.
 func freePort() (int, error) {
