@@ -80,7 +80,8 @@ type Consul struct {
 
 // NewConsul starts an agent keeping its files in dir, for callers without a
 // testing.TB (see SharedConsul). It returns once the HTTP API answers and a
-// raft leader is elected (and, with ACLs, the management token works). The
+// raft leader is elected, the agent's node is registered (sessions need
+// it), and, with ACLs, the management token works. The
 // caller must Close it. The binary comes from ConsulTool, built on first
 // use; an error wrapping *ToolError means it could not be had.
 func NewConsul(dir string, opts ConsulOptions) (*Consul, error) {
@@ -192,7 +193,7 @@ log_level = "WARN"
 	}
 	cmd := exec.Command(bin, "agent", "-dev",
 		"-bind=127.0.0.1", "-client=127.0.0.1",
-		"-node=baton-test",
+		"-node="+consulNodeName,
 		"-data-dir="+data,
 		"-config-file="+cfgFile)
 	cmd.Dir = dir
@@ -261,8 +262,12 @@ func (c *Consul) writeTLSMaterial(dir string) (string, error) {
 }`, c.caFile, srvCertFile, srvKeyFile), nil
 }
 
+// consulNodeName is the test agent's node name.
+const consulNodeName = "baton-test"
+
 // awaitLeader polls the HTTP API until /v1/status/leader names a leader,
-// and with ACLs until the management token resolves.
+// with ACLs until the management token resolves, and until the agent's node
+// is registered (sessions need it).
 func (c *Consul) awaitLeader(timeout time.Duration) error {
 	hc, err := c.httpClient()
 	if err != nil {
@@ -323,6 +328,16 @@ func (c *Consul) probe(hc *http.Client) error {
 		if _, err := get("/v1/acl/token/self"); err != nil {
 			return err
 		}
+	}
+	// Sessions are tied to the agent's node, and creating one fails with
+	// "Missing node registration" until the agent's first anti-entropy sync
+	// has put the node in the catalog, which comes a moment after the leader.
+	node, err := get("/v1/catalog/node/" + consulNodeName)
+	if err != nil {
+		return err
+	}
+	if node == "" || node == "null" || !strings.Contains(node, `"Node"`) {
+		return errors.New("the agent's node is not in the catalog yet")
 	}
 	return nil
 }
