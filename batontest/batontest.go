@@ -47,6 +47,10 @@ type Target struct {
 	// MinTTL is the shortest TTL the backend supports (etcd: whole seconds);
 	// zero means the suite's default of 1 s is fine.
 	MinTTL time.Duration
+	// NoState says the backend's terms do not implement baton.StateTerm, and
+	// skips the State tests; without it, a term that lacks StateTerm fails
+	// them.
+	NoState bool
 }
 
 // Run runs the whole suite as subtests of t.
@@ -60,6 +64,8 @@ func Run(t *testing.T, target Target) {
 	t.Run("KilledHolderReplacedAfterTTL", s.killedHolderReplaced)
 	t.Run("CutOffHolderStopsBySafeUntil", s.cutOffHolderStops)
 	t.Run("ThousandLeasesOneSession", s.manyLeases)
+	t.Run("StateSharedAcrossTerms", s.stateShared)
+	t.Run("StateWrittenOnlyByHolder", s.stateFenced)
 }
 
 type suite struct {
