@@ -104,6 +104,7 @@ func (a *App) newRootCommand() *cobra.Command {
 	}
 	root.AddCommand(
 		a.newRunCommand(),
+		a.newCronCommand(),
 		a.newIsLeaderCommand(),
 		a.newLeaderCommand(),
 		a.newAgentCommand(),

@@ -94,6 +94,8 @@ type runCommand struct {
 	timeout time.Duration
 	fs      *pflag.FlagSet
 	raft    raftFlags
+	// cron is set for `baton cron`, which shares run's machinery.
+	cron *cronFlags
 }
 
 func (a *App) newRunCommand() *cobra.Command {
@@ -155,6 +157,9 @@ func (c *runCommand) Run(ctx context.Context, args []string) error {
 	case graceSet && window > 0 && c.grace >= window:
 		problems = append(problems, fmt.Sprintf("%s %s: must be below %s (the renewal window at --ttl %s: how far ahead safe-until stays), or a child could outlive the term while another instance leads; lower --grace or raise --ttl",
 			flagSource(c.fs, "grace"), c.grace, window.Round(time.Millisecond), c.common.ttl))
+	}
+	if c.cron != nil {
+		problems = append(problems, c.cron.validate(c)...)
 	}
 	if c.timeout < 0 {
 		problems = append(problems, fmt.Sprintf("--timeout %s: must not be negative; use 0 to wait forever", c.timeout))
@@ -393,6 +398,9 @@ func (r *runner) lead(ctx context.Context, t baton.Term) error {
 	if ctx.Err() != nil {
 		// --timeout fired just as we were elected, or we are stopping.
 		return nil
+	}
+	if r.c.cron != nil {
+		return r.leadCron(ctx, t)
 	}
 	log := r.log.With("token", t.Token())
 	p, err := supervise.Start(supervise.Config{

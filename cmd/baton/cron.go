@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/supervise"
+	"github.com/batonhq/baton/schedule"
+	"github.com/robfig/cron/v3"
+	"github.com/spf13/cobra"
+)
+
+const cronLong = `Run CMD on a cron schedule, on the leader only, at most once per slot across
+the whole group, even across a failover.
+
+A slot is one scheduled time of the job. Before the leader starts CMD for a
+slot, it records the slot under the lease; the backend accepts that write only
+while this instance still holds the lease, so a replaced leader cannot claim a
+slot. A new leader reads the record: it never runs a slot again that its
+predecessor claimed, even if that one died mid-run (the slot is then logged,
+not repeated: at most once, not exactly once).
+
+Slots missed while nobody led, or while the previous run was still going, are
+handled by --catch-up: "last" (the default) runs the latest missed slot at once
+and passes over earlier ones; "none" passes over them all and waits for the
+next slot. Runs never overlap: the next slot waits for the current run.
+
+--schedule takes robfig/cron specs: five fields (minute hour day-of-month month
+day-of-week), optionally a leading seconds field, descriptors (@hourly, @daily,
+@every 15m), and a CRON_TZ=Zone prefix (default: the local zone):
+  "0 3 * * *"                       03:00 every day
+  "CRON_TZ=Europe/Berlin 30 6 * * 1-5"  06:30 Berlin time on weekdays
+  "*/10 * * * * *"                  every 10 seconds
+
+CMD gets BATON_LEASE, BATON_HOLDER, BATON_TOKEN (the fencing token of the term
+that claimed the slot: pass it with downstream writes), BATON_JOB and
+BATON_SLOT (the slot's scheduled time, RFC 3339). A run that outlives the term
+is stopped like baton run's command (SIGTERM, then SIGKILL --grace later,
+before safe-until). A failed run (non-zero exit) is logged and not retried.
+
+SIGTERM or SIGINT: a running CMD is stopped, baton resigns and exits 0.
+
+Exit statuses:
+  0  stopped by SIGTERM/SIGINT
+  1  runtime error (e.g. the lease's record belongs to another job)
+  2  usage or configuration error
+
+` + envHelp
+
+// cronFlags are the flags of `baton cron` beyond those of `baton run`.
+type cronFlags struct {
+	spec    string
+	catchUp string
+	jitter  time.Duration
+	job     string
+
+	sched cron.Schedule
+	mode  schedule.CatchUp
+}
+
+func (a *App) newCronCommand() *cobra.Command {
+	c := &runCommand{app: a, cron: &cronFlags{}}
+	cmd := &cobra.Command{
+		Use:   "cron --schedule SPEC [flags] -- CMD [ARGS...]",
+		Short: "Run CMD on a cron schedule, on the leader only, once per slot",
+		Long:  cronLong,
+		Example: `  baton cron --backend raft:// --join dns:batch.internal --lease reminders \
+      --schedule "0 9 */3 * *" -- ./send-reminders
+  BATON_BACKEND=memory:// baton cron --lease try --schedule "*/5 * * * * *" -- sh -c 'echo slot $BATON_SLOT token $BATON_TOKEN'`,
+		RunE: wrapRunE(func(cmd *cobra.Command, args []string) error {
+			if dash := cmd.ArgsLenAtDash(); dash > 0 || (dash < 0 && len(args) > 0) {
+				before := args
+				if dash > 0 {
+					before = args[:dash]
+				}
+				return usageErrorf("unexpected argument %q: put the command after --, as in: baton cron --schedule SPEC [flags] -- %s",
+					before[0], strings.Join(args, " "))
+			}
+			return c.Run(cmd.Context(), args)
+		}),
+	}
+	c.fs = cmd.Flags()
+	c.common.register(c.fs, "candidate id, unique per process (default HOST/RANDOM)")
+	c.fs.DurationVar(&c.grace, "grace", 0, "time between SIGTERM and SIGKILL when stopping a run whose term ended (default: half of the renewal window, at most 5s)")
+	c.fs.StringVar(&c.cron.spec, "schedule", "", `cron spec, e.g. "0 3 * * *" or "CRON_TZ=UTC */30 * * * * *" (required)`)
+	c.fs.StringVar(&c.cron.catchUp, "catch-up", "last", "missed slots after a failover or a long run: last (run the latest at once) or none (wait for the next)")
+	c.fs.DurationVar(&c.cron.jitter, "jitter", 0, "delay each run by a random time below this (0: none)")
+	c.fs.StringVar(&c.cron.job, "job", "", "job name recorded with each slot (default: the lease name)")
+	withEnv(c.fs, "grace", "schedule", "catch-up", "jitter", "job")
+	c.raft.register(c.fs)
+	c.common.member = true
+	return cmd
+}
+
+// validate checks the cron flags.
+func (f *cronFlags) validate(c *runCommand) []string {
+	var problems []string
+	if f.spec == "" {
+		problems = append(problems, `--schedule is required: a cron spec such as "0 3 * * *" (03:00 daily) or "*/10 * * * * *" (every 10 seconds)`)
+	} else if s, err := schedule.Parse(f.spec); err != nil {
+		problems = append(problems, fmt.Sprintf("%s: %v", flagSource(c.fs, "schedule"), err))
+	} else {
+		f.sched = s
+	}
+	if m, err := schedule.ParseCatchUp(f.catchUp); err != nil {
+		problems = append(problems, fmt.Sprintf("%s: %v", flagSource(c.fs, "catch-up"), err))
+	} else {
+		f.mode = m
+	}
+	if f.jitter < 0 {
+		problems = append(problems, fmt.Sprintf("%s %s: must not be negative; use 0 for no jitter", flagSource(c.fs, "jitter"), f.jitter))
+	}
+	if f.job == "" {
+		f.job = c.common.lease
+	}
+	return problems
+}
+
+// leadCron runs the schedule for one term.
+func (r *runner) leadCron(ctx context.Context, t baton.Term) error {
+	f := r.c.cron
+	job := &schedule.Job{
+		Name:      f.job,
+		Schedule:  f.sched,
+		CatchUp:   f.mode,
+		Jitter:    f.jitter,
+		Candidate: r.id,
+		Logger:    r.log.WithGroup("cron"),
+		Run:       func(ctx context.Context, s schedule.Slot) error { return r.runSlot(ctx, t, s) },
+	}
+	return job.Lead(ctx, t)
+}
+
+// runSlot runs the command for one slot and waits for it; when ctx ends
+// first (the term is ending), it stops the command by safe-until.
+func (r *runner) runSlot(ctx context.Context, t baton.Term, s schedule.Slot) error {
+	p, err := supervise.Start(supervise.Config{
+		Command: r.args,
+		Env: append(r.c.app.environ(),
+			"BATON_LEASE="+r.c.common.lease,
+			"BATON_TOKEN="+strconv.FormatUint(t.Token(), 10),
+			"BATON_HOLDER="+r.id,
+			"BATON_JOB="+s.Job,
+			"BATON_SLOT="+s.String()),
+		Stdout: r.c.app.stdout(),
+		Stderr: r.c.app.stderr(),
+		Grace:  max(r.c.grace, time.Nanosecond),
+		Logger: r.supLog.With("token", t.Token(), "slot", s.String()),
+	})
+	if err != nil {
+		return fmt.Errorf("the command could not be started: %w", err)
+	}
+	stopForward := p.Forward(context.Background())
+	defer stopForward()
+	select {
+	case <-p.Done():
+		_ = p.Stop(context.Background())
+		if code := p.ExitCode(); code != 0 {
+			return fmt.Errorf("command exited with status %d", code)
+		}
+		return nil
+	case <-ctx.Done():
+	}
+	sctx, scancel := context.WithDeadline(context.Background(), t.SafeUntil())
+	_ = p.Stop(sctx)
+	scancel()
+	r.log.Warn("term ended during a run; the command was stopped", "slot", s.String(), "exit_code", p.ExitCode())
+	return ctx.Err()
+}

@@ -1,0 +1,4 @@
+package schedule
+
+// LatestBefore exposes latestBefore to the tests.
+var LatestBefore = latestBefore
