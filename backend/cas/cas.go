@@ -60,10 +60,27 @@ type holding struct {
 	stop     chan struct{} // closed to stop the renewer
 	stopped  chan struct{} // closed when the renewer returned
 
-	// Owned by the renewer while it runs, then by release.
+	// write admits one write of the record at a time (a renewal, a
+	// StoreState, the release); version and rec belong to its holder. So
+	// each write starts from the version and state the previous one left,
+	// and a renewal never writes back a state older than a StoreState's. It
+	// is a channel so that waiting for it honours a context.
+	write   chan struct{}
 	version uint64
 	rec     Record
 }
+
+// lock waits for h's write turn, or returns ctx's error.
+func (h *holding) lock(ctx context.Context) error {
+	select {
+	case h.write <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (h *holding) unlock() { <-h.write }
 
 // New returns a Backend over store.
 func New(store Store, opts Options) (*Backend, error) {
@@ -108,7 +125,7 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 		b.mu.Unlock()
 		return nil, fmt.Errorf("%w: lease %q, candidate %q", baton.ErrAlreadyCampaigning, name, c.ID)
 	}
-	h := &holding{name: name, id: c.ID}
+	h := &holding{name: name, id: c.ID, write: make(chan struct{}, 1)}
 	b.active[key] = h
 	b.mu.Unlock()
 
@@ -192,10 +209,11 @@ func (b *Backend) campaign(ctx context.Context, h *holding) (baton.Term, error) 
 	}
 }
 
-// acquire tries to swap in a record naming h's candidate. It returns (nil,
-// nil) when another writer won the race, so the caller reads again.
+// acquire tries to swap in a record naming h's candidate, with the state of
+// old, the record at version v. It returns (nil, nil) when another writer won
+// the race, so the caller reads again.
 func (b *Backend) acquire(ctx context.Context, h *holding, v uint64, old Record) (baton.Term, error) {
-	rec := Record{Holder: h.id, Token: old.Token + 1, TTL: b.cfg.TTL, Since: time.Now()}
+	rec := Record{Holder: h.id, Token: old.Token + 1, TTL: b.cfg.TTL, Since: time.Now(), State: old.State}
 	start := time.Now()
 	nv, err := b.store.CompareAndSwap(ctx, h.name, v, rec)
 	if errors.Is(err, ErrConflict) {
@@ -225,7 +243,7 @@ func (b *Backend) acquire(ctx context.Context, h *holding, v uint64, old Record)
 		close(h.stop)
 		close(h.stopped)
 		t.End(fmt.Errorf("%w: lease %q", baton.ErrClosed, h.name))
-		_, _ = b.store.CompareAndSwap(context.WithoutCancel(ctx), h.name, nv, Record{Token: rec.Token, TTL: rec.TTL})
+		_, _ = b.store.CompareAndSwap(context.WithoutCancel(ctx), h.name, nv, Record{Token: rec.Token, TTL: rec.TTL, State: rec.State})
 		return nil, baton.ErrClosed
 	}
 	h.term = t
@@ -236,7 +254,7 @@ func (b *Backend) acquire(ctx context.Context, h *holding, v uint64, old Record)
 	b.wg.Go(func() { b.renew(h) })
 	b.mu.Unlock()
 	b.log.Debug("acquired", "lease", h.name, "token", rec.Token)
-	return h.term, nil
+	return &term{BasicTerm: t, b: b, h: h}, nil
 }
 
 func (b *Backend) unavailable(ctx context.Context, what string, err error) error {
@@ -260,44 +278,67 @@ func (b *Backend) renew(h *holding) {
 		case <-h.term.Done():
 			timer.Stop()
 			if errors.Is(h.term.Err(), baton.ErrExpired) {
-				b.markLeft(h, h.rec.Token)
+				b.markLeft(h, h.term.Token())
 			}
 			return
 		case <-timer.C:
 		}
-		next = b.cfg.RenewInterval
-		// A renewal that cannot finish before safe-until is useless: bound it.
+		// A renewal that cannot finish before safe-until is useless: bound
+		// it, and the wait for a StoreState to finish with the record too.
 		ctx, cancel := context.WithDeadline(context.Background(), h.term.SafeUntil())
-		start := time.Now()
-		nv, err := b.store.CompareAndSwap(ctx, h.name, h.version, h.rec)
-		switch {
-		case err == nil:
-			h.version = nv
-			h.term.Extend(b.cfg.SafeUntil(start, b.cfg.TTL))
-		case errors.Is(err, ErrConflict):
-			got, gv, gerr := b.store.Get(ctx, h.name)
-			switch {
-			case gerr != nil:
-				h.term.RenewFailed(gerr)
-				next = b.cfg.RenewInterval / 4
-			case got.Holder == h.id && got.Token == h.rec.Token:
-				// An earlier renewal landed though its reply was lost. Adopt
-				// its version and renew again at once, so the deadline moves
-				// from a write whose start we know.
-				b.log.Debug("adopted a renewal whose reply was lost", "lease", h.name, "token", h.rec.Token)
-				h.version = gv
-				next = 0
-			default:
-				h.term.End(fmt.Errorf("%w: lease %q is now held by %q with token %d", baton.ErrLeaseLost, h.name, got.Holder, got.Token))
-				cancel()
-				return
-			}
-		default:
-			h.term.RenewFailed(err)
-			b.log.Warn("renewal failed; retrying", "lease", h.name, "token", h.rec.Token, "err", err, "safe_until_in", time.Until(h.term.SafeUntil()))
+		if h.lock(ctx) != nil {
+			// Safe-until passed while a StoreState wrote: the term is
+			// ending by itself, and the select above sees it.
+			cancel()
 			next = b.cfg.RenewInterval / 4
+			continue
 		}
+		next = b.renewOnce(ctx, h)
+		h.unlock()
 		cancel()
+		if next < 0 {
+			return
+		}
+	}
+}
+
+// renewOnce rewrites h's record once, within ctx, and returns when to renew
+// next, or -1 when the lease is lost. Called with h's write lock held.
+func (b *Backend) renewOnce(ctx context.Context, h *holding) time.Duration {
+	if h.term.Err() != nil {
+		// It ended while we waited for the lock (a StoreState found the
+		// record taken, say): the renewer's select tells why.
+		return b.cfg.RenewInterval
+	}
+	start := time.Now()
+	nv, err := b.store.CompareAndSwap(ctx, h.name, h.version, h.rec)
+	switch {
+	case err == nil:
+		h.version = nv
+		h.term.Extend(b.cfg.SafeUntil(start, b.cfg.TTL))
+		return b.cfg.RenewInterval
+	case errors.Is(err, ErrConflict):
+		got, gv, gerr := b.store.Get(ctx, h.name)
+		switch {
+		case gerr != nil:
+			h.term.RenewFailed(gerr)
+			return b.cfg.RenewInterval / 4
+		case got.Holder == h.id && got.Token == h.rec.Token:
+			// An earlier write of ours (a renewal, or a StoreState) landed
+			// though its reply was lost. Adopt its version and its state,
+			// which is the store's now, and renew again at once, so the
+			// deadline moves from a write whose start we know.
+			b.log.Debug("adopted a write whose reply was lost", "lease", h.name, "token", h.rec.Token)
+			h.version, h.rec.State = gv, got.State
+			return 0
+		default:
+			h.term.End(fmt.Errorf("%w: lease %q is now held by %q with token %d", baton.ErrLeaseLost, h.name, got.Holder, got.Token))
+			return -1
+		}
+	default:
+		h.term.RenewFailed(err)
+		b.log.Warn("renewal failed; retrying", "lease", h.name, "token", h.rec.Token, "err", err, "safe_until_in", time.Until(h.term.SafeUntil()))
+		return b.cfg.RenewInterval / 4
 	}
 }
 
@@ -358,7 +399,12 @@ func (b *Backend) release(ctx context.Context, h *holding) error {
 		// (bounded by safe-until) and the record then expires unrenewed.
 		return fmt.Errorf("cas: release lease %q: %w", h.name, ctx.Err())
 	}
-	free := Record{Token: h.rec.Token, TTL: h.rec.TTL}
+	if err := h.lock(ctx); err != nil {
+		// A StoreState is stuck in a store call; as above.
+		return fmt.Errorf("cas: release lease %q: %w", h.name, err)
+	}
+	defer h.unlock()
+	free := Record{Token: h.rec.Token, TTL: h.rec.TTL, State: h.rec.State}
 	for {
 		_, err := b.store.CompareAndSwap(ctx, h.name, h.version, free)
 		if err == nil || !errors.Is(err, ErrConflict) {
@@ -378,7 +424,9 @@ func (b *Backend) release(ctx context.Context, h *holding) error {
 		if got.Holder != h.id || got.Token != h.rec.Token {
 			return nil // somebody else's now: nothing of ours to release
 		}
-		h.version = gv // a lost-reply write of ours: release on top of it
+		// A lost-reply write of ours: release on top of it, keeping the
+		// state it left.
+		h.version, h.rec.State, free.State = gv, got.State, got.State
 	}
 }
 

@@ -13,7 +13,15 @@
 //
 // whose value is the candidate ID, attached to the session. The holder is the
 // candidate whose key has the lowest create revision; the others wait, each
-// watching the deletion of the key just before its own.
+// watching the deletion of the key just before its own. The lease's state
+// (baton.StateTerm) is the key
+//
+//	Prefix + NAME + "!state"
+//
+// attached to no session, so that it outlives every holder; nothing deletes
+// it (`etcdctl del` resets a lease's state). It holds no "/" after the
+// Prefix, so it never falls under an election's key prefix, NAME + "/": etcd
+// tools and Leader do not see it as a candidate.
 //
 //   - Fencing tokens. Term.Token is the create revision of the holder's key.
 //     etcd revisions only grow, and a key becomes the oldest only after every
@@ -34,6 +42,12 @@
 //     ahead of others.
 //   - Loss is reported. When etcd reports the session gone, or the holder's
 //     key is deleted, the term ends with baton.ErrLeaseLost.
+//   - The state is fenced by etcd. StoreState is a transaction that puts the
+//     state key only if the holder's election key still exists with the
+//     term's create revision, which is true exactly while the term holds the
+//     lease in etcd; a holder that was paused and replaced gets
+//     baton.ErrLeaseLost, however sure it is of its term, and its successor's
+//     state stands. LoadState is a linearizable read.
 //
 // What it does not guarantee:
 //

@@ -354,7 +354,7 @@ func (b *Backend) hold(s *session, sl *slot, name, key string, rev, at int64) (b
 	b.wg.Add(1)
 	go b.watchHeld(ctx, h, at+1)
 	b.log.Debug("acquired", "lease", name, "token", rev, "session", fmt.Sprintf("%x", s.id))
-	return h.term, nil
+	return &stateTerm{BasicTerm: h.term, b: b, h: h}, nil
 }
 
 // watchHeld ends h's term when its key is deleted after revision from. It

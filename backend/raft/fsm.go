@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/batonhq/baton"
 	hraft "github.com/hashicorp/raft"
 )
 
@@ -28,6 +29,8 @@ const (
 	opRelease        op = "release"         // give the lease up (Resign)
 	opDequeue        op = "dequeue"         // stop waiting (a cancelled Campaign)
 	opNoop           op = "noop"            // carries the commit index to followers at once
+	opRequestResign  op = "request-resign"  // ask the holder to resign (Node.RequestResign)
+	opStateStore     op = "state-store"     // replace the lease's state, if the term still holds it
 )
 
 // command is one log entry's payload.
@@ -42,6 +45,12 @@ type command struct {
 	// Time is the proposer's wall clock, recorded as a term's Since. It is
 	// informational only.
 	Time time.Time `json:"time,omitzero"`
+	// Reason qualifies a session-destroy: reasonExpired when the Backend
+	// gave the session up because its own safe-until passed (a loss, not a
+	// Close).
+	Reason string `json:"reason,omitempty"`
+	// Value is a state-store's new state.
+	Value []byte `json:"value,omitempty"`
 }
 
 // result is what applying a command returns to its proposer.
@@ -52,6 +61,9 @@ type result struct {
 	Err    string `json:"err,omitempty"`    // the command was refused (an unknown session, say)
 	// Promoted reports that the command handed a lease to a waiter.
 	Promoted bool `json:"promoted,omitempty"`
+	// Lost reports that a state-store was refused because its term no
+	// longer holds the lease in the log.
+	Lost bool `json:"lost,omitempty"`
 }
 
 // sessionRec is a session as the log knows it.
@@ -76,6 +88,18 @@ type leaseRec struct {
 	Token     uint64    `json:"token,omitempty"`
 	Since     time.Time `json:"since,omitzero"`
 	Queue     []waiter  `json:"queue,omitempty"`
+	// ResignRequested is set by a request-resign and cleared when the
+	// lease changes hands: the holder's renewals carry it until it
+	// releases.
+	ResignRequested bool `json:"resign_requested,omitempty"`
+}
+
+// stateRec is a lease's state (baton.StateTerm). It outlives the lease
+// record, which goes when nobody holds or waits for the lease.
+type stateRec struct {
+	Value []byte `json:"value"`
+	Token uint64 `json:"token"` // the term that stored it
+	Index uint64 `json:"index"` // the entry that stored it
 }
 
 // state is the whole replicated state; it is also the snapshot format.
@@ -83,6 +107,7 @@ type state struct {
 	Index    uint64                 `json:"index"`
 	Sessions map[string]*sessionRec `json:"sessions"`
 	Leases   map[string]*leaseRec   `json:"leases"`
+	States   map[string]*stateRec   `json:"states,omitempty"`
 }
 
 // fsm applies commands to the state and tells local watchers about changes.
@@ -100,10 +125,15 @@ type fsm struct {
 	mod map[string]uint64
 	// promoted is set by free, during one Apply, when a waiter got a lease.
 	promoted bool
+	// events collects one Apply's lease events; watchers get them at its
+	// end.
+	events   []LeaseEvent
+	watchers map[*leaseWatcher]struct{}
 }
 
 func newFSM() *fsm {
-	f := &fsm{watch: map[string]chan struct{}{}, any: make(chan struct{}), mod: map[string]uint64{}}
+	f := &fsm{watch: map[string]chan struct{}{}, any: make(chan struct{}), mod: map[string]uint64{},
+		watchers: map[*leaseWatcher]struct{}{}}
 	f.reset(state{})
 	return f
 }
@@ -114,6 +144,9 @@ func (f *fsm) reset(st state) {
 	}
 	if st.Leases == nil {
 		st.Leases = map[string]*leaseRec{}
+	}
+	if st.States == nil {
+		st.States = map[string]*stateRec{}
 	}
 	f.st = st
 	f.bySes = map[string]map[string]struct{}{}
@@ -169,9 +202,15 @@ func (f *fsm) Apply(l *hraft.Log) any {
 	defer f.mu.Unlock()
 	f.st.Index = l.Index
 	f.promoted = false
+	f.events = f.events[:0]
 	r := f.apply(l.Index, &c)
 	r.Index = l.Index
 	r.Promoted = f.promoted
+	if len(f.events) > 0 {
+		for w := range f.watchers {
+			w.push(f.events)
+		}
+	}
 	close(f.any)
 	f.any = make(chan struct{})
 	return r
@@ -185,22 +224,30 @@ func (f *fsm) apply(index uint64, c *command) *result {
 		}
 		return &result{}
 	case opSessionDestroy, opSessionExpire:
-		if _, ok := f.st.Sessions[c.Session]; !ok {
+		s, ok := f.st.Sessions[c.Session]
+		if !ok {
 			return &result{}
+		}
+		kind, reason := EventReleased, reasonClosed
+		if c.Op == opSessionExpire || c.Reason == reasonExpired {
+			kind, reason = EventLost, reasonExpired
 		}
 		delete(f.st.Sessions, c.Session)
 		for _, name := range slices.Sorted(maps.Keys(f.bySes[c.Session])) {
 			l := f.st.Leases[name]
 			if l.Session == c.Session {
+				f.emit(LeaseEvent{Lease: name, Kind: kind, Holder: l.Candidate, Session: l.Session,
+					Member: s.Node, Token: l.Token, At: c.Time, Reason: reason})
 				f.free(index, l, c.Time)
 			} else {
-				f.dequeue(l, c.Session)
+				f.dequeue(l, c.Session, s.Node, c.Time, reason)
 			}
 		}
 		delete(f.bySes, c.Session)
 		return &result{}
 	case opAcquire:
-		if _, ok := f.st.Sessions[c.Session]; !ok {
+		s, ok := f.st.Sessions[c.Session]
+		if !ok {
 			return &result{Err: errUnknownSession}
 		}
 		l := f.st.Leases[c.Lease]
@@ -214,19 +261,30 @@ func (f *fsm) apply(index uint64, c *command) *result {
 			return &result{Holder: true, Token: l.Token}
 		case l.Session == "":
 			l.Session, l.Candidate, l.Token, l.Since = c.Session, c.Candidate, index, c.Time
+			l.ResignRequested = false
 			f.link(c.Session, c.Lease)
+			f.emit(LeaseEvent{Lease: c.Lease, Kind: EventElected, Holder: c.Candidate, Session: c.Session,
+				Member: s.Node, Token: index, At: c.Time})
 			f.changed(c.Lease)
 			return &result{Holder: true, Token: index}
 		}
 		if !slices.ContainsFunc(l.Queue, func(w waiter) bool { return w.Session == c.Session }) {
 			l.Queue = append(l.Queue, waiter{Session: c.Session, Candidate: c.Candidate})
 			f.link(c.Session, c.Lease)
+			f.emit(LeaseEvent{Lease: c.Lease, Kind: EventQueued, Holder: c.Candidate, Session: c.Session,
+				Member: s.Node, At: c.Time})
 			f.changed(c.Lease)
 		}
 		return &result{}
 	case opRelease:
 		l := f.st.Leases[c.Lease]
 		if l != nil && l.Session == c.Session && l.Token == c.Token {
+			reason := reasonResigned
+			if l.ResignRequested {
+				reason = reasonResignRequested
+			}
+			f.emit(LeaseEvent{Lease: c.Lease, Kind: EventReleased, Holder: l.Candidate, Session: l.Session,
+				Member: f.memberOf(l.Session), Token: l.Token, At: c.Time, Reason: reason})
 			f.free(index, l, c.Time)
 		}
 		return &result{}
@@ -234,9 +292,35 @@ func (f *fsm) apply(index uint64, c *command) *result {
 		return &result{}
 	case opDequeue:
 		if l := f.st.Leases[c.Lease]; l != nil {
-			f.dequeue(l, c.Session)
+			f.dequeue(l, c.Session, f.memberOf(c.Session), c.Time, "")
 		}
 		return &result{}
+	case opRequestResign:
+		l := f.st.Leases[c.Lease]
+		if l == nil || l.Session == "" {
+			return &result{Err: errNoHolder}
+		}
+		if !l.ResignRequested {
+			l.ResignRequested = true
+			f.changed(c.Lease)
+		}
+		return &result{Holder: true, Token: l.Token}
+	case opStateStore:
+		if len(c.Value) > baton.MaxStateSize {
+			// StoreState checks first; this keeps a client that did not
+			// from growing the state.
+			return &result{Err: fmt.Sprintf("state of %d bytes, at most %d", len(c.Value), baton.MaxStateSize)}
+		}
+		l := f.st.Leases[c.Lease]
+		if l == nil || l.Session == "" || l.Session != c.Session || l.Token != c.Token {
+			return &result{Lost: true}
+		}
+		v := slices.Clone(c.Value)
+		if v == nil {
+			v = []byte{}
+		}
+		f.st.States[c.Lease] = &stateRec{Value: v, Token: c.Token, Index: index}
+		return &result{Holder: true, Token: l.Token}
 	}
 	return &result{Err: fmt.Sprintf("unknown operation %q", c.Op)}
 }
@@ -245,16 +329,42 @@ func (f *fsm) apply(index uint64, c *command) *result {
 // longer has: it expired or was destroyed.
 const errUnknownSession = "unknown session"
 
+// errNoHolder is the refusal of a request-resign for a lease nobody holds.
+const errNoHolder = "nobody holds the lease"
+
+// The reasons of LeaseEvents.
+const (
+	reasonResigned        = "resigned"
+	reasonResignRequested = "resign-requested"
+	reasonExpired         = "session-expired"
+	reasonClosed          = "session-closed"
+)
+
+// emit records ev for the watchers, at the end of this Apply.
+func (f *fsm) emit(ev LeaseEvent) { f.events = append(f.events, ev) }
+
+// memberOf returns the node ID session was created through ("" when the
+// log has no such session).
+func (f *fsm) memberOf(session string) string {
+	if s := f.st.Sessions[session]; s != nil {
+		return s.Node
+	}
+	return ""
+}
+
 // free ends l's term and hands l to the first waiter, whose token is this
 // entry's index.
 func (f *fsm) free(index uint64, l *leaseRec, at time.Time) {
 	f.unlink(l.Session, l.Name)
 	l.Session, l.Candidate, l.Token, l.Since = "", "", 0, time.Time{}
+	l.ResignRequested = false
 	if len(l.Queue) > 0 {
 		w := l.Queue[0]
 		l.Queue = slices.Delete(l.Queue, 0, 1)
 		l.Session, l.Candidate, l.Token, l.Since = w.Session, w.Candidate, index, at
 		f.promoted = true
+		f.emit(LeaseEvent{Lease: l.Name, Kind: EventElected, Holder: w.Candidate, Session: w.Session,
+			Member: f.memberOf(w.Session), Token: index, At: at})
 	}
 	if l.Session == "" && len(l.Queue) == 0 {
 		delete(f.st.Leases, l.Name)
@@ -262,13 +372,18 @@ func (f *fsm) free(index uint64, l *leaseRec, at time.Time) {
 	f.changed(l.Name)
 }
 
-func (f *fsm) dequeue(l *leaseRec, session string) {
+// dequeue takes session out of l's queue; member, at and reason describe
+// it in the event.
+func (f *fsm) dequeue(l *leaseRec, session, member string, at time.Time, reason string) {
 	i := slices.IndexFunc(l.Queue, func(w waiter) bool { return w.Session == session })
 	if i < 0 {
 		return
 	}
+	w := l.Queue[i]
 	l.Queue = slices.Delete(l.Queue, i, i+1)
 	f.unlink(session, l.Name)
+	f.emit(LeaseEvent{Lease: l.Name, Kind: EventDequeued, Holder: w.Candidate, Session: session,
+		Member: member, At: at, Reason: reason})
 	if l.Session == "" && len(l.Queue) == 0 {
 		delete(f.st.Leases, l.Name)
 	}
@@ -354,6 +469,69 @@ func (f *fsm) holdingMembers() map[string]bool {
 		}
 	}
 	return out
+}
+
+// leaseRow is a lease of the table, with its holder's session (for the
+// raft leader's session timers).
+type leaseRow struct {
+	LeaseInfo
+	session string
+}
+
+// table returns the leases, sorted by name; only name's when name is not
+// empty.
+func (f *fsm) table(name string) []leaseRow {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var rows []leaseRow
+	add := func(l *leaseRec) {
+		rows = append(rows, leaseRow{session: l.Session, LeaseInfo: LeaseInfo{
+			Name: l.Name, Holder: l.Candidate, Token: l.Token, Since: l.Since,
+			Member: f.memberOf(l.Session), Waiters: len(l.Queue), ResignRequested: l.ResignRequested,
+		}})
+	}
+	if name != "" {
+		if l := f.st.Leases[name]; l != nil {
+			add(l)
+		}
+		return rows
+	}
+	for _, n := range slices.Sorted(maps.Keys(f.st.Leases)) {
+		add(f.st.Leases[n])
+	}
+	return rows
+}
+
+// resigns returns the leases session holds whose resign was requested.
+func (f *fsm) resigns(session string) []resignOrder {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []resignOrder
+	for _, name := range slices.Sorted(maps.Keys(f.bySes[session])) {
+		if l := f.st.Leases[name]; l != nil && l.Session == session && l.ResignRequested {
+			out = append(out, resignOrder{Lease: name, Token: l.Token})
+		}
+	}
+	return out
+}
+
+// stateView is a lease's state as read at some applied index.
+type stateView struct {
+	Index  uint64 `json:"index"`
+	Stored bool   `json:"stored,omitempty"` // some term stored a value
+	Value  []byte `json:"value,omitempty"`
+	Token  uint64 `json:"token,omitempty"` // the term that stored it
+}
+
+// state returns name's state.
+func (f *fsm) state(name string) stateView {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v := stateView{Index: f.st.Index}
+	if s := f.st.States[name]; s != nil {
+		v.Stored, v.Value, v.Token = true, slices.Clone(s.Value), s.Token
+	}
+	return v
 }
 
 // Snapshot implements hraft.FSM.

@@ -34,11 +34,13 @@ type Options struct {
 	// path, Root + "/" + NAME: the path a Curator LeaderLatch would be given
 	// to join the same election. Empty means DefaultRoot ("/baton"); "/"
 	// puts latch paths at the top of the tree. Missing nodes on the way are
-	// created as container nodes, as Curator creates them.
+	// created as container nodes, as Curator creates them. The leases'
+	// states live under Root + "/.baton-state" (see StatePath), so no
+	// segment of Root may be ".baton-state".
 	Root string
 
 	// ACL is given to every node the Backend creates: the candidates'
-	// latch nodes and any missing parent. Nil (the default) means
+	// latch nodes, the leases' state nodes, and any missing parent. Nil (the default) means
 	// zk.WorldACL(zk.PermAll), Curator's default too: anyone may read and
 	// delete. With digest authentication, something like
 	// append(zk.DigestACL(zk.PermAll, user, password), zk.WorldACL(zk.PermRead)...)
@@ -282,6 +284,9 @@ func checkRoot(root string) error {
 		if err := checkSegment(seg); err != nil {
 			return fmt.Errorf("zookeeper: Root %q: %v", root, err)
 		}
+		if seg == stateDir {
+			return fmt.Errorf("zookeeper: Root %q must not have a segment %q: that name holds the lease states of the Root above it, whose nodes would be taken for latch paths", root, stateDir)
+		}
 	}
 	return nil
 }
@@ -311,7 +316,8 @@ func checkSegment(seg string) error {
 // CheckName reports whether name can be a lease name: not empty, without
 // "/" (the latch paths of leases "a" and "a/b" would nest, so each would
 // count the other's parent node as a candidate; put shared path segments
-// in Options.Root), and allowed by ZooKeeper in a path.
+// in Options.Root), not ".baton-state" (Root + "/.baton-state" holds the
+// leases' states), and allowed by ZooKeeper in a path.
 func CheckName(name string) error {
 	if name == "" {
 		return errors.New("zookeeper: lease name must not be empty")
@@ -322,6 +328,9 @@ func CheckName(name string) error {
 	}
 	if err := checkSegment(name); err != nil {
 		return fmt.Errorf("zookeeper: lease name: %v", err)
+	}
+	if name == stateDir {
+		return fmt.Errorf("zookeeper: lease name %q is reserved: Root + \"/%s\" holds the lease states, whose nodes Curator and baton would take for candidates", name, stateDir)
 	}
 	return nil
 }
@@ -513,7 +522,9 @@ func transient(err error) bool {
 
 // Campaign implements baton.Backend. A second Campaign for a name this
 // Backend already campaigns for or holds returns an error wrapping
-// baton.ErrAlreadyCampaigning, whatever the candidate, as on etcd.
+// baton.ErrAlreadyCampaigning, whatever the candidate, as on etcd. The
+// term it returns implements baton.StateTerm: its state lives at
+// StatePath(name).
 func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) (baton.Term, error) {
 	if err := CheckName(name); err != nil {
 		return nil, err
@@ -975,6 +986,7 @@ type held struct {
 
 	mu       sync.Mutex
 	released bool // Resign took over the node's deletion
+	gone     bool // lose ended the term: the node is known to be gone
 }
 
 // hold starts the term of node n.
@@ -1008,7 +1020,23 @@ func (b *Backend) hold(s *session, sl *slot, name string, n *node, czxid int64) 
 	b.mu.Unlock()
 	go b.watchHeld(h)
 	b.log.Debug("acquired", "lease", name, "token", czxid, "node", h.path, "session", fmt.Sprintf("0x%x", s.id))
-	return t, nil
+	return &term{BasicTerm: t, b: b, h: h}, nil
+}
+
+// lose ends h's term with baton.ErrLeaseLost, its node being gone, and
+// frees the lease name. watchHeld calls it when it sees the node go, and
+// StoreState when the store refused a write because the node was gone.
+func (b *Backend) lose(h *held, why string) {
+	h.mu.Lock()
+	h.gone = true
+	h.mu.Unlock()
+	h.s.Forget(h.term)
+	if h.term.End(fmt.Errorf("%w: lease %q: latch node %s %s", baton.ErrLeaseLost, h.name, h.path, why)) {
+		b.log.Info("lease lost", "lease", h.name, "token", h.czxid, "why", why)
+	}
+	b.forget(h.n)
+	b.unclaim(h.name, h.sl)
+	h.stop()
 }
 
 // watchHeld ends h's term when its node is deleted. It returns when the
@@ -1019,14 +1047,7 @@ func (b *Backend) hold(s *session, sl *slot, name string, n *node, czxid int64) 
 func (b *Backend) watchHeld(h *held) {
 	defer b.wg.Done()
 	defer h.stop()
-	lost := func(why string) {
-		h.s.Forget(h.term)
-		if h.term.End(fmt.Errorf("%w: lease %q: latch node %s %s", baton.ErrLeaseLost, h.name, h.path, why)) {
-			b.log.Info("lease lost", "lease", h.name, "token", h.czxid, "why", why)
-		}
-		b.forget(h.n)
-		b.unclaim(h.name, h.sl)
-	}
+	lost := func(why string) { b.lose(h, why) }
 	const deleted = "was deleted (by an operator, or by ZooKeeper expiring the session)"
 	for h.ctx.Err() == nil && h.term.Err() == nil {
 		type watched struct {
@@ -1079,8 +1100,11 @@ func (b *Backend) watchHeld(h *held) {
 	// Resign ends the term before it calls release, so the term's error
 	// may say so first.
 	released := h.released || errors.Is(h.term.Err(), baton.ErrResigned)
+	gone := h.gone
 	h.mu.Unlock()
 	switch {
+	case gone:
+		// StoreState found the node gone, and lose did the rest.
 	case released:
 		// release deletes the node.
 	case b.isClosed():
