@@ -19,6 +19,15 @@
 //     not mistaken for a loss.
 //   - A released record is taken at once; a waiter learns of the release from
 //     the store's Notifier when it has one, otherwise at its next poll.
+//   - The lease's state (baton.StateTerm) lives in the record, so the store
+//     fences it: StoreState is a compare-and-swap from the version the term
+//     last wrote, refused once another holder has taken the record over.
+//     Every write of the record carries the state on: renewals, releases,
+//     and acquisitions, which copy the state of the record they replace.
+//     One term's writes of its record (renewals, StoreState, the release)
+//     take turns, so none writes back a state older than the last one
+//     stored. A StoreState moves the version as a renewal does, so it
+//     extends the term as one does.
 //
 // Not guaranteed: Leader may name a holder that died, because nobody can
 // tell a dead holder from a slow one without watching its record for a TTL,
@@ -47,20 +56,34 @@ type Record struct {
 	TTL time.Duration
 	// Since is the wall-clock start of the term; informational only.
 	Since time.Time
+	// State is the lease's state (baton.StateTerm.StoreState), at most
+	// baton.MaxStateSize bytes, or nil when no term ever stored one; a
+	// stored empty value is empty but not nil. It belongs to the lease, not
+	// to a term: the Backend copies it into every record it writes,
+	// including releases and the acquisitions of new holders. A Store keeps
+	// it with the rest of the record, in the same compare-and-swap (say, a
+	// bytea column in PostgreSQL, a field of the hash in Redis, a binary
+	// attribute in DynamoDB). A Store that cannot tell nil from empty may
+	// return nil for both; an empty state then reads as none.
+	State []byte
 }
 
 // Store is a compare-and-swap record store. Implementations must be safe for
 // concurrent use.
 type Store interface {
-	// Get returns the record of name and its version. An absent record has
-	// version 0 and the zero Record.
+	// Get returns the record of name and its version: the latest one (a
+	// linearizable read), since LoadState promises a new holder everything
+	// its predecessors stored. An absent record has version 0 and the zero
+	// Record. The caller may keep rec.State; the Store must not change it
+	// afterwards.
 	Get(ctx context.Context, name string) (Record, uint64, error)
 
 	// CompareAndSwap stores rec as the record of name if its current version is
 	// version (0: only if absent) and returns the new version, which must differ
 	// from every earlier version of that record even when rec is unchanged. It
 	// returns an error wrapping ErrConflict when the version differs. Any other
-	// error leaves the outcome unknown: the write may have landed.
+	// error leaves the outcome unknown: the write may have landed. The Store
+	// must not change rec.State (the caller may still read it).
 	CompareAndSwap(ctx context.Context, name string, version uint64, rec Record) (uint64, error)
 }
 

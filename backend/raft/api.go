@@ -37,6 +37,9 @@ type renewRequest struct {
 
 type renewResponse struct {
 	TTL time.Duration `json:"ttl"`
+	// Resign lists the leases the session holds whose resign was requested
+	// (Node.RequestResign); the holder ends those terms and releases.
+	Resign []resignOrder `json:"resign,omitempty"`
 }
 
 // nodeInfo is what a member tells a peer about itself.
@@ -67,6 +70,8 @@ func (n *Node) handler() http.Handler {
 	mux.HandleFunc("POST /v1/raft/apply", n.serveApply)
 	mux.HandleFunc("POST /v1/raft/renew", n.serveRenew)
 	mux.HandleFunc("GET /v1/raft/lease", n.serveLease)
+	mux.HandleFunc("GET /v1/raft/leases", n.serveLeases)
+	mux.HandleFunc("GET /v1/raft/state", n.serveState)
 	mux.HandleFunc("POST /v1/raft/join", n.serveJoin)
 	mux.HandleFunc("POST /v1/raft/leave", n.serveLeave)
 	return n.authorize(mux)
@@ -78,9 +83,10 @@ func (n *Node) handler() http.Handler {
 // TOKEN".
 func (n *Node) ClientHandler(token string) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/raft/apply", n.serveApply)
-	mux.HandleFunc("POST /v1/raft/renew", n.serveRenew)
+	mux.HandleFunc("POST /v1/raft/apply", n.serveClientApply)
+	mux.HandleFunc("POST /v1/raft/renew", n.serveClientRenew)
 	mux.HandleFunc("GET /v1/raft/lease", n.serveLease)
+	mux.HandleFunc("GET /v1/raft/state", n.serveState)
 	if token == "" {
 		return mux
 	}
@@ -142,8 +148,14 @@ func (n *Node) info() nodeInfo {
 func (n *Node) serveInfo(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.info()) }
 
 // leaderOnly runs fn here if this member is the ready leader, or forwards
-// the request body to the leader once.
-func (n *Node) leaderOnly(w http.ResponseWriter, r *http.Request, body any, fn func() (any, error)) {
+// the request body to the leader once. failed, if given, learns the error
+// of a request that could not be forwarded.
+func (n *Node) leaderOnly(w http.ResponseWriter, r *http.Request, body any, fn func() (any, error), failed ...func(error)) {
+	report := func(err error) {
+		for _, f := range failed {
+			f(err)
+		}
+	}
 	if n.isReady() {
 		v, err := fn()
 		if err != nil {
@@ -154,11 +166,13 @@ func (n *Node) leaderOnly(w http.ResponseWriter, r *http.Request, body any, fn f
 		return
 	}
 	if r.Header.Get(forwardedHeader) != "" {
+		report(ErrNotLeader)
 		writeErr(w, ErrNotLeader)
 		return
 	}
 	var out json.RawMessage
 	if err := n.forwardJSON(r.Context(), r.URL.RequestURI(), body, &out); err != nil {
+		report(err)
 		writeErr(w, err)
 		return
 	}
@@ -182,12 +196,49 @@ func (n *Node) serveApply(w http.ResponseWriter, r *http.Request) {
 	n.leaderOnly(w, r, &c, func() (any, error) { return n.applyLocal(c) })
 }
 
+// serveClientApply is serveApply for agent clients: a session they create
+// is recorded as made through this member.
+func (n *Node) serveClientApply(w http.ResponseWriter, r *http.Request) {
+	var c command
+	if !readJSON(w, r, &c) {
+		return
+	}
+	if c.Op == opSessionCreate {
+		c.Node = n.id
+	}
+	n.leaderOnly(w, r, &c, func() (any, error) { return n.applyLocal(c) })
+}
+
 func (n *Node) serveRenew(w http.ResponseWriter, r *http.Request) {
 	var req renewRequest
 	if !readJSON(w, r, &req) {
 		return
 	}
 	n.leaderOnly(w, r, &req, func() (any, error) { return n.renewLocal(req.Session) })
+}
+
+// serveClientRenew is serveRenew for agent clients, reported to
+// NodeOptions.OnRenew.
+func (n *Node) serveClientRenew(w http.ResponseWriter, r *http.Request) {
+	var req renewRequest
+	if !readJSON(w, r, &req) {
+		return
+	}
+	start := time.Now()
+	var err error
+	n.leaderOnly(w, r, &req, func() (any, error) {
+		resp, rerr := n.renewLocal(req.Session)
+		err = rerr
+		return resp, rerr
+	}, func(ferr error) { err = ferr })
+	n.onRenew(time.Since(start), err)
+}
+
+// onRenew reports a renewal to NodeOptions.OnRenew.
+func (n *Node) onRenew(took time.Duration, err error) {
+	if n.opts.OnRenew != nil {
+		n.opts.OnRenew(took, err)
+	}
 }
 
 // renewLocal confirms with a quorum that this member still leads, then
@@ -205,7 +256,7 @@ func (n *Node) renewLocal(session string) (*renewResponse, error) {
 		}
 		return nil, &apiError{Status: http.StatusNotFound, Msg: errUnknownSession}
 	}
-	return &renewResponse{TTL: ttl}, nil
+	return &renewResponse{TTL: ttl, Resign: n.fsm.resigns(session)}, nil
 }
 
 func (n *Node) serveLease(w http.ResponseWriter, r *http.Request) {
@@ -234,6 +285,20 @@ func (n *Node) readLocal(name, session string) (leaseView, error) {
 	}
 	v, _ := n.fsm.lease(name, session)
 	return v, nil
+}
+
+func (n *Node) serveState(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("name")
+	n.leaderOnly(w, r, nil, func() (any, error) { return n.stateLocal(name) })
+}
+
+// stateLocal reads name's state on the raft leader, linearizably as
+// readLocal does.
+func (n *Node) stateLocal(name string) (stateView, error) {
+	if err := n.raft.VerifyLeader().Error(); err != nil {
+		return stateView{}, fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+	return n.fsm.state(name), nil
 }
 
 // waitLease blocks like wait, but returns the current state when wait
