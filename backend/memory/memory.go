@@ -2,12 +2,15 @@
 // candidates of one program, with the lease loop of package backend/cas on
 // top. Use it in tests, examples and `baton demo --backend memory://`.
 //
-// It gives exactly the guarantees of backend/cas, within one process. Each
-// Backend from New stands for one process's connection to the shared Store,
-// and can be disconnected and reconnected to simulate a partition.
+// It gives exactly the guarantees of backend/cas, within one process,
+// including the lease state of baton.StateTerm. Each Backend from New stands
+// for one process's connection to the shared Store, and can be disconnected
+// and reconnected to simulate a partition; while disconnected, LoadState and
+// StoreState fail like every other store call.
 package memory
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -40,7 +43,7 @@ func NewStore() *Store {
 	return &Store{recs: map[string]entry{}, watch: map[string]map[chan struct{}]struct{}{}}
 }
 
-// Get implements cas.Store.
+// Get implements cas.Store. The record's State is a copy of its own.
 func (s *Store) Get(ctx context.Context, name string) (cas.Record, uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return cas.Record{}, 0, err
@@ -48,10 +51,12 @@ func (s *Store) Get(ctx context.Context, name string) (cas.Record, uint64, error
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.recs[name]
-	return e.rec, e.version, nil
+	rec := e.rec
+	rec.State = bytes.Clone(rec.State) // no caller shares the stored bytes
+	return rec, e.version, nil
 }
 
-// CompareAndSwap implements cas.Store.
+// CompareAndSwap implements cas.Store. It keeps a copy of rec.State.
 func (s *Store) CompareAndSwap(ctx context.Context, name string, version uint64, rec cas.Record) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -62,6 +67,7 @@ func (s *Store) CompareAndSwap(ctx context.Context, name string, version uint64,
 		return 0, fmt.Errorf("%w: record %q is at version %d, not %d", cas.ErrConflict, name, cur, version)
 	}
 	s.version++
+	rec.State = bytes.Clone(rec.State) // nil stays nil, empty stays empty
 	s.recs[name] = entry{rec: rec, version: s.version}
 	for ch := range s.watch[name] {
 		select {

@@ -50,7 +50,7 @@ func (c *Client) apply(ctx context.Context, cmd command) (*result, error) {
 	})
 }
 
-func (c *Client) renew(ctx context.Context, session string) (time.Duration, error) {
+func (c *Client) renew(ctx context.Context, session string) (*renewResponse, error) {
 	r, err := retryNotLeader(ctx, func(ctx context.Context) (*renewResponse, error) {
 		var r renewResponse
 		err := c.api.call(ctx, c.addr, "/v1/raft/renew", &renewRequest{Session: session}, &r, false)
@@ -59,11 +59,20 @@ func (c *Client) renew(ctx context.Context, session string) (time.Duration, erro
 	if err != nil {
 		var ae *apiError
 		if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
-			return 0, errSessionGone
+			return nil, errSessionGone
 		}
-		return 0, err
+		return nil, err
 	}
-	return r.TTL, nil
+	return r, nil
+}
+
+func (c *Client) loadState(ctx context.Context, name string) (stateView, error) {
+	q := url.Values{"name": {name}}
+	return retryNotLeader(ctx, func(ctx context.Context) (stateView, error) {
+		var v stateView
+		err := c.api.call(ctx, c.addr, "/v1/raft/state?"+q.Encode(), nil, &v, false)
+		return v, err
+	})
 }
 
 func (c *Client) read(ctx context.Context, name, session string, stale bool) (leaseView, error) {

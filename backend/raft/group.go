@@ -17,9 +17,10 @@ type Group interface {
 	// apply commits c through the raft leader, retrying while no leader
 	// is available, until ctx ends.
 	apply(ctx context.Context, c command) (*result, error)
-	// renew renews session through the raft leader and returns its TTL;
-	// errSessionGone when the group has no such session.
-	renew(ctx context.Context, session string) (time.Duration, error)
+	// renew renews session through the raft leader and returns its TTL
+	// and the leases it must resign; errSessionGone when the group has no
+	// such session.
+	renew(ctx context.Context, session string) (*renewResponse, error)
 	// read returns name's state: through the raft leader (linearizable),
 	// or from the nearest copy of the log when stale.
 	read(ctx context.Context, name, session string, stale bool) (leaseView, error)
@@ -27,6 +28,9 @@ type Group interface {
 	// applied minIndex and the lease was modified after after (or the
 	// session is gone), or when ctx ends (with ctx's error).
 	wait(ctx context.Context, name, session string, minIndex, after uint64) (leaseView, error)
+	// loadState reads name's state through the raft leader
+	// (linearizable).
+	loadState(ctx context.Context, name string) (stateView, error)
 	// member names the member sessions are created through, for logs.
 	member() string
 	// witness reports whether the member is a witness, which never
@@ -79,7 +83,8 @@ func (n *Node) apply(ctx context.Context, c command) (*result, error) {
 
 var errNodeClosed = errors.New("raft: member closed")
 
-func (n *Node) renew(ctx context.Context, session string) (time.Duration, error) {
+func (n *Node) renew(ctx context.Context, session string) (*renewResponse, error) {
+	start := time.Now()
 	r, err := retryNotLeader(ctx, func(ctx context.Context) (*renewResponse, error) {
 		if n.ctx.Err() != nil {
 			return nil, errNodeClosed
@@ -93,14 +98,15 @@ func (n *Node) renew(ctx context.Context, session string) (time.Duration, error)
 		}
 		return &r, nil
 	})
+	n.onRenew(time.Since(start), err)
 	if err != nil {
 		var ae *apiError
 		if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
-			return 0, errSessionGone
+			return nil, errSessionGone
 		}
-		return 0, err
+		return nil, err
 	}
-	return r.TTL, nil
+	return r, nil
 }
 
 func (n *Node) read(ctx context.Context, name, session string, stale bool) (leaseView, error) {
@@ -143,6 +149,20 @@ func (n *Node) wait(ctx context.Context, name, session string, minIndex, after u
 			return leaseView{}, ctx.Err()
 		}
 	}
+}
+
+func (n *Node) loadState(ctx context.Context, name string) (stateView, error) {
+	return retryNotLeader(ctx, func(ctx context.Context) (stateView, error) {
+		if n.ctx.Err() != nil {
+			return stateView{}, errNodeClosed
+		}
+		if n.isReady() {
+			return n.stateLocal(name)
+		}
+		var v stateView
+		err := n.forwardJSON(ctx, "/v1/raft/state?"+url.Values{"name": {name}}.Encode(), nil, &v)
+		return v, err
+	})
 }
 
 func (n *Node) member() string { return n.id }

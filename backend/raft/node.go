@@ -103,6 +103,14 @@ type NodeOptions struct {
 	// silent.
 	Logger *slog.Logger
 
+	// OnRenew, if set, is called after each session renewal this member
+	// serves or forwards for its own Backends and agent:// clients, with
+	// how long the round trip to the raft leader took and its error (nil
+	// on success). Renewals forwarded by other members are not reported.
+	// It is called on the renewing goroutine: keep it short (update a
+	// metric). Default nil.
+	OnRenew func(took time.Duration, err error)
+
 	gate *gate // in-package tests: cut the member off
 }
 
