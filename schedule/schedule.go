@@ -305,12 +305,23 @@ func (l *leader) runSlot(ctx context.Context, t baton.Term, slot time.Time) erro
 	} else {
 		l.log.Info("slot done", "slot", s.String(), "took", done.Finished.Sub(started).Round(time.Millisecond))
 	}
+	sctx := ctx
 	if ctx.Err() != nil {
-		// The term ended under the run: the record keeps the claim only,
-		// which is what a successor must see (it was not finished here).
-		return ctx.Err()
+		if t.Err() != nil {
+			// The term is over: the record keeps the bare claim, and the
+			// successor logs the slot as unfinished.
+			return ctx.Err()
+		}
+		// Stopping (a signal, or StopEarly) while the term still lasts:
+		// record how the run ended, within what is left of the term.
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), t.SafeUntil())
+		defer cancel()
 	}
-	return l.store(ctx, done)
+	if err := l.store(sctx, done); err != nil {
+		return err
+	}
+	return ctx.Err()
 }
 
 // load reads the record, retrying while the store is unreachable.
