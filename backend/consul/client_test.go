@@ -88,7 +88,41 @@ key_prefix "acl/" { policy = "read" }`)
 		}
 		return nil
 	})
+	// The lease's state is under the prefix too.
+	st, ok := baton.StateOf(term)
+	if !ok {
+		t.Fatalf("term %T is not a baton.StateTerm", term)
+	}
+	if err := st.StoreState(testContext(t, 5*time.Second), []byte("v1")); err != nil {
+		t.Errorf("StoreState with the package doc's policy: %v", err)
+	}
 	if err := term.Resign(testContext(t, 5*time.Second)); err != nil {
+		t.Errorf("Resign: %v", err)
+	}
+
+	// A token that may lock but only read the state key: StoreState is
+	// refused with ErrPermissionDenied, which is no loss of the lease.
+	stateless := token("baton-stateless", `
+session_prefix "" { policy = "write" }
+key_prefix "acl/" { policy = "write" }
+key "acl/guarded/.baton-state" { policy = "read" }`)
+	sc, err := consul.NewClient(consul.ClientConfig{Address: agent.Addr(), Token: stateless})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = newBackend(t, sc, opts, nil)
+	st, _ = baton.StateOf(campaign(t, b, "guarded", "y"))
+	err = st.StoreState(testContext(t, 5*time.Second), []byte("v2"))
+	if !errors.Is(err, consul.ErrPermissionDenied) || errors.Is(err, baton.ErrLeaseLost) || errors.Is(err, baton.ErrBackendUnavailable) {
+		t.Errorf("StoreState without key:write on the state key: err = %v; want ErrPermissionDenied only", err)
+	}
+	if err := st.Err(); err != nil {
+		t.Errorf("a refused StoreState ended the term: %v", err)
+	}
+	if v, err := st.LoadState(testContext(t, 5*time.Second)); err != nil || string(v) != "v1" {
+		t.Errorf("LoadState = %q, %v; want %q", v, err, "v1")
+	}
+	if err := st.Resign(testContext(t, 5*time.Second)); err != nil {
 		t.Errorf("Resign: %v", err)
 	}
 }

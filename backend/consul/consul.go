@@ -301,7 +301,8 @@ func cleanPath(p string) bool {
 // baton.ErrAlreadyCampaigning, whatever the candidate: the Backend's one
 // session can hold a lease's key only once. A key held by something other
 // than a lock (a `consul lock -n 2` semaphore) gives an error wrapping
-// ErrKeyConflict.
+// ErrKeyConflict. The term it returns implements baton.StateTerm: its
+// state lives at StateKey(name).
 func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) (baton.Term, error) {
 	key, err := b.Key(name)
 	if err != nil {
@@ -505,6 +506,17 @@ func (b *Backend) campaign(ctx context.Context, sl *slot, name, key, id string) 
 			if holder != "" && freedAt.IsZero() {
 				freedAt = time.Now()
 			}
+			// Should the lock lose a race (someone else's write came
+			// between the state we act on and our transaction), the key
+			// may be back in that state by the watch's next answer
+			// (locked and deleted again), which would then not wake us:
+			// ask for that answer regardless. Asked before the
+			// transaction, not after its failure, because the answer may
+			// arrive in between, and would then be swallowed. A term
+			// that wins ignores the one spurious wake-up.
+			if sb != nil {
+				b.w.refresh(sb)
+			}
 			token, outcome, err := b.lock(ctx, s, key, id, p)
 			if err != nil {
 				// The transaction may have landed though its answer was
@@ -523,13 +535,8 @@ func (b *Backend) campaign(ctx context.Context, sl *slot, name, key, id string) 
 				sb = nil
 				return t, err
 			case changed:
-				// Someone else's write came between the state we acted on
-				// and our lock. The key may be back in that state by the
-				// watch's next answer (locked and deleted again), which
-				// would then not wake us: ask for that answer regardless.
-				if sb != nil {
-					b.w.refresh(sb)
-				}
+				// Lost a race: the watch's next answer wakes us (see the
+				// refresh above).
 			case refused:
 				alive, err := b.alive(ctx, s)
 				if err != nil {
@@ -752,7 +759,7 @@ func (b *Backend) hold(s *session, sl *slot, name, key string, token uint64, sb 
 	b.wg.Add(1)
 	go b.watchHeld(h)
 	b.log.Debug("acquired", "lease", name, "token", token, "session", s.id)
-	return t, nil
+	return &term{BasicTerm: t, b: b, h: h, state: strings.TrimSuffix(key, lockKey) + stateKey}, nil
 }
 
 // watchHeld ends h's term when its key stops being this term's lock. It

@@ -77,6 +77,38 @@
 //     still be the stopped holder, until Consul invalidates its session.
 //     Consul keeps no times, so Record.Since is always the zero time.
 //
+// # Lease state
+//
+// Terms implement baton.StateTerm: each lease keeps one small value
+// (baton.MaxStateSize bytes at most), shared by all its terms, at the key
+//
+//	Prefix + NAME + "/.baton-state"      (Backend.StateKey)
+//
+// beside the lock key. `consul lock` never touches it: in its plain mode it
+// uses the ".lock" key alone, and its semaphore mode (-n N, which baton
+// refuses with ErrKeyConflict anyway) ignores keys that no session holds.
+// The key outlives the terms, and the Backend never deletes it: delete it
+// by hand when a lease is retired.
+//
+//   - Fenced by the store. StoreState is one transaction: a check that the
+//     lock key is held by the term's session, a check that its ModifyIndex
+//     is still the term's token (so that neither a later term of the same
+//     session nor a rewritten key passes), and the write of the state key.
+//     Consul applies it only while the term holds the lease, whatever the
+//     holder's clock says. When a check fails, the term ends with
+//     baton.ErrLeaseLost and the state is unchanged; a holder paused and
+//     replaced, by baton or by `consul lock`, cannot overwrite what its
+//     successor stored. A StoreState whose answer is lost returns an error
+//     wrapping baton.ErrBackendUnavailable: it may have landed, fenced all
+//     the same.
+//   - LoadState is a consistent read (?consistent), which the servers'
+//     leader answers only after confirming that it still leads.
+//   - The ACL token needs key:write on the state key too (the key_prefix
+//     policy below covers it); a refusal wraps ErrPermissionDenied.
+//   - A Backend's blocking query covers the state keys of the leases under
+//     the common prefix of the keys it watches (when it watches more than
+//     one), so each StoreState makes it re-read that prefix once.
+//
 // # Lock-delay
 //
 // When Consul invalidates a session — its TTL ran out, a health check

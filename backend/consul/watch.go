@@ -118,11 +118,13 @@ func (w *watcher) rebase(s *sub) {
 }
 
 // refresh makes the next answer (or failure) wake s even if s's key is as
-// it was in the last state s saw. A waiter calls it when a lock attempt on
-// the state it saw failed because the key changed: the key may change back
-// to that state before the next answer (deleted, locked by someone, deleted
-// again: absent both times), and samePair would then swallow the answer,
-// leaving the waiter asleep on a free key.
+// it was in the last state s saw. A waiter calls it before each lock
+// attempt on the state it saw: should the attempt fail because the key
+// changed, the key may change back to that state before the next answer
+// (deleted, locked by someone, deleted again: absent both times), and
+// samePair would then swallow the answer, leaving the waiter asleep on a
+// free key. Called after the failure instead, it would come too late for
+// an answer that arrived while the attempt's reply was on its way.
 func (w *watcher) refresh(s *sub) {
 	w.mu.Lock()
 	s.force = true

@@ -91,6 +91,36 @@
 //     after it; that node would belong to nobody here and lead with nobody
 //     acting until the session ends. That costs liveness, never safety.
 //
+// # Lease state
+//
+// Terms implement baton.StateTerm: each lease keeps one small value
+// (baton.MaxStateSize bytes at most), shared by all its terms, in the
+// persistent node
+//
+//	Root + "/.baton-state/" + NAME       (Backend.StatePath)
+//
+// beside the latch paths, not under one: Curator's LeaderLatch takes every
+// child of a latch path for a participant. ".baton-state" is therefore
+// refused as a lease name and as a segment of Root, so that no latch path
+// can coincide with the state tree or lie inside it; a Curator latch given
+// such a path by hand would see the state nodes as candidates. The state
+// nodes and any missing parent get Options.ACL, the parents as containers.
+//
+//   - Fenced by the store. StoreState is one multi: a check that the
+//     term's latch node exists, and the write of the state node. A latch
+//     node that came first stays first while it exists (later nodes get
+//     higher sequence numbers), so ZooKeeper applies the write only while
+//     the term holds the lease in its view, whatever the holder's clock
+//     says. When the check fails, the term ends with baton.ErrLeaseLost
+//     and the state is unchanged; a holder paused and replaced cannot
+//     overwrite what its successor stored. A StoreState whose reply is
+//     lost returns an error wrapping baton.ErrBackendUnavailable: it may
+//     still land, fenced all the same.
+//   - LoadState syncs before it reads, so that it sees every write
+//     confirmed before it began, even on a lagging follower.
+//   - State outlives terms and is never deleted by the Backend: remove
+//     the node by hand when a lease is retired.
+//
 // # Connection loss: SUSPENDED and LOST
 //
 // Curator names two connection states. SUSPENDED: the client lost its
@@ -114,9 +144,9 @@
 //
 // # Authentication, ACLs and TLS
 //
-// Options.ACL is given to every node the Backend creates, the latch nodes
-// and any missing parent (as containers, as Curator creates them); the
-// default is open, as Curator's. With DialOptions.Digest ("user:password")
+// Options.ACL is given to every node the Backend creates, the latch nodes,
+// the state nodes and any missing parent (as containers, as Curator
+// creates them); the default is open, as Curator's. With DialOptions.Digest ("user:password")
 // the session authenticates under ZooKeeper's digest scheme, and an ACL
 // such as
 //

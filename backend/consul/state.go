@@ -1,0 +1,139 @@
+package consul
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/batonhq/baton"
+	"github.com/hashicorp/consul/api"
+)
+
+// stateKey is the key below a lease's prefix that holds the lease's state,
+// beside the lock key. `consul lock` in its plain mode touches only
+// ".lock"; in its semaphore mode (-n N) it reads the ".lock" key and the
+// contenders' keys, named by session ID and tied to a session, and ignores
+// keys without a session. The Backend's own conflict check (ErrKeyConflict)
+// looks at the ".lock" key's flags only. The name does not begin with
+// ".lock", so that a watch of one lease's lock key, a prefix query, does
+// not cover it.
+const stateKey = ".baton-state"
+
+// StateKey returns the key at which lease name keeps its state, Prefix +
+// name + "/.baton-state", beside its lock key (see Key), or the error Key
+// would return for name. The key outlives the lease's terms, so that the
+// next holder finds it; the Backend never deletes it.
+func (b *Backend) StateKey(name string) (string, error) {
+	key, err := b.Key(name)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(key, lockKey) + stateKey, nil
+}
+
+// term is a term of a lease held on Consul: the BasicTerm that the session
+// renews, and the lease's state (baton.StateTerm). It is safe for
+// concurrent use.
+type term struct {
+	*baton.BasicTerm
+	b     *Backend
+	h     *held
+	state string // the state key
+}
+
+var _ baton.StateTerm = (*term)(nil)
+
+// LoadState implements baton.StateTerm with a consistent read of the state
+// key, which the servers' leader answers after confirming it still leads.
+// It returns nil when the key does not exist, and works after the term
+// ended too. An ACL refusal wraps ErrPermissionDenied; other failures wrap
+// baton.ErrBackendUnavailable.
+func (t *term) LoadState(ctx context.Context) ([]byte, error) {
+	p, err := t.b.get(ctx, t.state)
+	switch {
+	case errors.Is(err, ErrPermissionDenied):
+		return nil, fmt.Errorf("consul: lease %q: read state %s: %w", t.h.name, t.state, err)
+	case err != nil:
+		return nil, fmt.Errorf("%w: consul: lease %q: read state %s: %w", baton.ErrBackendUnavailable, t.h.name, t.state, err)
+	case p == nil:
+		return nil, nil
+	case p.Value == nil:
+		return []byte{}, nil // stored empty, which is not "never stored"
+	default:
+		return p.Value, nil
+	}
+}
+
+// StoreState implements baton.StateTerm with one transaction that checks
+// that the lock key is still this term's lock (our session holds it, and
+// its ModifyIndex is still the term's token) and sets the state key, so
+// that Consul applies the write only while the term holds the lease. When
+// the check fails, the term ends with baton.ErrLeaseLost and so does
+// StoreState's error. An ACL refusal wraps ErrPermissionDenied. Other
+// failures, ctx ending included, wrap baton.ErrBackendUnavailable: the
+// write may have landed (fenced all the same), and LoadState tells.
+func (t *term) StoreState(ctx context.Context, value []byte) error {
+	if err := baton.CheckStateSize(value); err != nil {
+		return err
+	}
+	if err := baton.EndedError(t); err != nil {
+		return err
+	}
+	return t.store(ctx, value)
+}
+
+// store is StoreState once the term was found running: the store alone
+// decides from here on.
+func (t *term) store(ctx context.Context, value []byte) error {
+	b, h := t.b, t.h
+	// The session check alone would let a later term of the same session
+	// pass (a Backend's session locks a key again after a Resign), or a
+	// term whose key was overwritten while locked, which watchHeld counts
+	// as lost. The index check pins the very lock the term won: every write
+	// to the key, a release by session invalidation included, changes its
+	// ModifyIndex, and indexes never repeat.
+	ops := api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: h.key, Session: h.s.id}},
+		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: h.key, Index: h.token}},
+		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: t.state, Value: value}},
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
+	defer cancel()
+	// Through Raw rather than api.Txn, as lock does: a 403 must be told
+	// apart from a failed check.
+	var resp api.TxnResponse
+	_, err := b.client.Raw().Write("/v1/txn", ops, &resp, (&api.WriteOptions{}).WithContext(ctx))
+	var se api.StatusError
+	if errors.As(err, &se) && se.Code == http.StatusConflict {
+		resp = api.TxnResponse{}
+		if jerr := json.Unmarshal([]byte(se.Body), &resp); jerr != nil {
+			return fmt.Errorf("consul: lease %q: store state %s: decode failed transaction: %w (%w)", h.name, t.state, jerr, err)
+		}
+		for _, e := range resp.Errors {
+			if strings.Contains(e.What, "Permission denied") {
+				return fmt.Errorf("consul: lease %q: store state %s: %w: %s", h.name, t.state, ErrPermissionDenied, e.What)
+			}
+		}
+		for _, e := range resp.Errors {
+			if e.OpIndex == 0 || e.OpIndex == 1 {
+				why := "is no longer this term's lock (" + e.What + ")"
+				b.lost(h, why)
+				h.stop()
+				return fmt.Errorf("%w: consul: lease %q (token %d): the store refused the state: lock key %s %s",
+					baton.ErrLeaseLost, h.name, h.token, h.key, why)
+			}
+		}
+		return fmt.Errorf("consul: lease %q: store state %s: transaction failed: %w", h.name, t.state, err)
+	}
+	if err != nil {
+		if err := permissionErr(err); errors.Is(err, ErrPermissionDenied) {
+			return fmt.Errorf("consul: lease %q: store state %s: %w", h.name, t.state, err)
+		}
+		return fmt.Errorf("%w: consul: lease %q: store state %s (it may or may not have been stored): %w",
+			baton.ErrBackendUnavailable, h.name, t.state, err)
+	}
+	return nil
+}
