@@ -204,7 +204,7 @@ func (n *Node) serveClientApply(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if c.Op == opSessionCreate {
-		c.Node = n.id
+		c.Node, c.Agent = n.id, true
 	}
 	n.leaderOnly(w, r, &c, func() (any, error) { return n.applyLocal(c) })
 }

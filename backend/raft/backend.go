@@ -318,7 +318,79 @@ func (b *Backend) hold(s *session, sl *slot, name string, token, at uint64) (bat
 	b.wg.Add(1)
 	go b.watchHeld(ctx, h, at)
 	b.log.Debug("acquired", "lease", name, "token", token, "session", s.id)
-	return h.term, nil
+	return &term{BasicTerm: h.term, b: b, h: h}, nil
+}
+
+// term is a raft Backend's baton.Term. Its state lives in the replicated
+// log, beside the lease: StoreState is a command that the log applies only
+// while this term's session and token still hold the lease there.
+type term struct {
+	*baton.BasicTerm
+	b *Backend
+	h *held
+}
+
+var _ baton.StateTerm = (*term)(nil)
+
+// LoadState implements baton.StateTerm: a linearizable read through the
+// raft leader (after it confirmed its leadership with a quorum). It works
+// after the term ended too.
+func (t *term) LoadState(ctx context.Context) ([]byte, error) {
+	v, err := t.b.g.loadState(ctx, t.h.name)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: lease %q: load state: %w", baton.ErrBackendUnavailable, t.h.name, err)
+	}
+	if !v.Stored {
+		return nil, nil
+	}
+	if v.Value == nil {
+		return []byte{}, nil
+	}
+	return v.Value, nil
+}
+
+// StoreState implements baton.StateTerm. The log fences the write: it
+// replaces the state only if the lease's holder there is still this term's
+// session with this term's token. When it is not, the term ends with an
+// error wrapping baton.ErrLeaseLost, which StoreState returns.
+func (t *term) StoreState(ctx context.Context, value []byte) error {
+	if err := baton.CheckStateSize(value); err != nil {
+		return err
+	}
+	if err := baton.EndedError(t); err != nil {
+		return err
+	}
+	h := t.h
+	sctx, cancel := h.s.bound(ctx)
+	defer cancel()
+	res, err := t.b.g.apply(sctx, command{Op: opStateStore, Session: h.s.id, Lease: h.name, Token: h.token,
+		Value: value, Time: time.Now()})
+	if err != nil {
+		if eerr := baton.EndedError(t); eerr != nil {
+			// The session ended meanwhile, and the term with it.
+			err = eerr
+		}
+		return fmt.Errorf("%w: lease %q: store state (it may or may not have been stored): %w", baton.ErrBackendUnavailable, h.name, err)
+	}
+	switch {
+	case res.Lost:
+		h.stop()
+		h.s.Forget(h.term)
+		lost := fmt.Errorf("%w: lease %q: the group says this term (token %d) no longer holds it, so it did not store the state", baton.ErrLeaseLost, h.name, h.token)
+		if h.term.End(lost) {
+			b := t.b
+			b.log.Info("lease lost (found storing its state)", "lease", h.name, "token", h.token)
+			b.unclaim(h.name, h.sl)
+			return lost
+		}
+		return baton.EndedError(t)
+	case res.Err != "":
+		return fmt.Errorf("%w: lease %q: store state refused: %s", baton.ErrBackendUnavailable, h.name, res.Err)
+	}
+	return nil
 }
 
 // watchHeld ends h's term when the log says the lease went to another

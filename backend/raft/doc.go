@@ -20,6 +20,21 @@
 //     therefore expire a session before its holder's safe-until.
 //   - Leader is linearizable: it reads through the raft leader after the
 //     same quorum check (Options.StaleReads trades that for a local read).
+//   - A term's state (baton.StateTerm) is stored by a log command that the
+//     log applies only while the term's session and token still hold the
+//     lease there, so a holder replaced while it was paused or cut off
+//     cannot overwrite its successor's state: its StoreState fails with
+//     baton.ErrLeaseLost and ends the term. LoadState reads through the raft
+//     leader after the quorum check. The state outlives the lease's record
+//     (the log forgets a lease nobody holds or waits for, never its state).
+//   - A requested resign (Node.RequestResign) hands nothing over by itself:
+//     it is a flag on the lease in the log. The holder's Backend learns of
+//     it with its next renewal (at most RenewInterval later), ends its term
+//     with an error wrapping baton.ErrResigned ("resign requested via the
+//     group API") and releases as Resign does; only then does the first
+//     waiter get the lease. A holder that never renews again keeps it until
+//     its session expires, as any holder would. The flag goes with the term:
+//     the next term starts without it.
 //
 // What it does not do: a minority of the voters elects no one and grants
 // nothing, so a group needs 3 (or 5) voters for one (or two) failures; two
@@ -39,6 +54,18 @@
 //	backend, err := raft.New(node, raft.Options{})
 //	defer node.Close(ctx)
 //	defer backend.Close(ctx)
+//
+// # Operating the group
+//
+// A member also answers for the whole group, which `baton agent` serves
+// over HTTP: Leases and Lease read the lease table through the raft leader,
+// with each holder's SafeUntil as the raft leader's session timer has it;
+// WatchLeases follows the lease events (queued, dequeued, elected,
+// released, lost, with the reason) in log order as the member applies them;
+// RequestResign asks a holder to step down; Determined says whether the
+// member can currently answer at all (it knows a raft leader, which has a
+// quorum). NodeOptions.OnRenew reports each renewal's round trip to the raft
+// leader, for a metric.
 //
 // A process that should not be a member (a short-lived check, or one of many
 // commands on a host) campaigns through a member's ClientHandler, served by

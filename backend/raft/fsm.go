@@ -51,6 +51,9 @@ type command struct {
 	Reason string `json:"reason,omitempty"`
 	// Value is a state-store's new state.
 	Value []byte `json:"value,omitempty"`
+	// Agent marks a session-create of an agent client, made through the
+	// member Node names.
+	Agent bool `json:"agent,omitempty"`
 }
 
 // result is what applying a command returns to its proposer.
@@ -71,6 +74,9 @@ type sessionRec struct {
 	ID   string        `json:"id"`
 	Node string        `json:"node"`
 	TTL  time.Duration `json:"ttl"`
+	// Agent marks an agent client's session: Node is the member it was
+	// made through, not the process that holds its leases.
+	Agent bool `json:"agent,omitempty"`
 }
 
 // waiter is a session queued for a lease.
@@ -220,7 +226,7 @@ func (f *fsm) apply(index uint64, c *command) *result {
 	switch c.Op {
 	case opSessionCreate:
 		if _, ok := f.st.Sessions[c.Session]; !ok {
-			f.st.Sessions[c.Session] = &sessionRec{ID: c.Session, Node: c.Node, TTL: c.TTL}
+			f.st.Sessions[c.Session] = &sessionRec{ID: c.Session, Node: c.Node, TTL: c.TTL, Agent: c.Agent}
 		}
 		return &result{}
 	case opSessionDestroy, opSessionExpire:
@@ -457,14 +463,14 @@ func (f *fsm) session(id string) (sessionRec, bool) {
 	return *s, true
 }
 
-// holdingMembers returns the members whose sessions hold at least one
-// lease.
+// holdingMembers returns the members whose own sessions (not their agent
+// clients') hold at least one lease.
 func (f *fsm) holdingMembers() map[string]bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := map[string]bool{}
 	for _, l := range f.st.Leases {
-		if s := f.st.Sessions[l.Session]; s != nil {
+		if s := f.st.Sessions[l.Session]; s != nil && !s.Agent {
 			out[s.Node] = true
 		}
 	}

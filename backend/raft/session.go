@@ -67,11 +67,11 @@ func (b *Backend) session(ctx context.Context) (*session, error) {
 	// safe-until half spent; nothing rides on it yet, so renew it now.
 	if time.Until(safeUntil) < (b.cfg.TTL-b.cfg.DriftMargin)/2 {
 		start = time.Now()
-		ttl, err := b.g.renew(cctx, id)
+		r, err := b.g.renew(cctx, id)
 		if err != nil {
 			return nil, fmt.Errorf("%w: renew new session: %w", baton.ErrBackendUnavailable, err)
 		}
-		safeUntil = b.cfg.SafeUntil(start, ttl)
+		safeUntil = b.cfg.SafeUntil(start, r.TTL)
 	}
 	sctx, scancel := context.WithCancel(b.ctx)
 	s = &session{id: id, ctx: sctx, cancel: scancel, Terms: renew.New(safeUntil)}
@@ -99,11 +99,14 @@ func (b *Backend) keepAlive(s *session) {
 		Interval: b.cfg.RenewInterval,
 		Renew: func(ctx context.Context) (time.Time, error) {
 			start := time.Now()
-			ttl, err := b.g.renew(ctx, s.id)
+			r, err := b.g.renew(ctx, s.id)
 			if err != nil {
 				return time.Time{}, err
 			}
-			return b.cfg.SafeUntil(start, ttl), nil
+			if len(r.Resign) > 0 {
+				b.resignRequested(s, r.Resign)
+			}
+			return b.cfg.SafeUntil(start, r.TTL), nil
 		},
 		Gone:    func(err error) bool { return errors.Is(err, errSessionGone) },
 		Expired: func(lastErr error) { b.expire(s, lastErr) },
@@ -141,8 +144,42 @@ func (b *Backend) expire(s *session, lastErr error) {
 		defer b.wg.Done()
 		ctx, cancel := context.WithTimeout(b.ctx, b.cfg.TTL)
 		defer cancel()
-		_, _ = b.g.apply(ctx, command{Op: opSessionDestroy, Session: s.id, Time: time.Now()})
+		_, _ = b.g.apply(ctx, command{Op: opSessionDestroy, Session: s.id, Reason: reasonExpired, Time: time.Now()})
 	}()
+}
+
+// resignRequested ends the terms of s that the group asked to resign
+// (Node.RequestResign) and releases them, as Resign would. An order for a
+// term not (or no longer) ours is ignored; one for a term still being
+// started comes again with the next renewal.
+func (b *Backend) resignRequested(s *session, orders []resignOrder) {
+	for _, o := range orders {
+		b.mu.Lock()
+		var t *baton.BasicTerm
+		if sl := b.slots[o.Lease]; sl != nil {
+			t = sl.term
+		}
+		closed := b.closed
+		b.mu.Unlock()
+		if closed || t == nil || t.Token() != o.Token {
+			continue
+		}
+		if !t.End(fmt.Errorf("%w: lease %q (token %d): resign requested via the group API", baton.ErrResigned, o.Lease, o.Token)) {
+			continue // ended already; whoever ended it releases
+		}
+		b.log.Info("resigning: requested via the group API", "lease", o.Lease, "token", o.Token, "session", s.id)
+		// Released in the background: the renewal loop must go on for the
+		// session's other terms.
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			ctx, cancel := context.WithTimeout(b.ctx, b.cfg.TTL)
+			defer cancel()
+			if err := t.Resign(ctx); err != nil {
+				b.log.Warn("could not release a lease after a requested resign; it expires with the session instead", "lease", o.Lease, "err", err)
+			}
+		}()
+	}
 }
 
 // endSession ends s and its terms with err. New campaigns get a new session.
