@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/batonhq/baton/internal/agenthttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -26,10 +29,31 @@ baton run --backend raft:// (no sidecar to deploy; the instance is the
 member). Hosts that run several jobs, or short-lived checks, run one baton
 agent and point them at agent://.
 
-HTTP API (on --http, loopback by default; with --http-token every call needs
-"Authorization: Bearer TOKEN"):
-  GET  /v1/status              this member's view of the group (JSON)
-  POST /v1/raft/...            the calls of agent:// clients
+HTTP API (on --http, loopback by default). Read-only calls need no token,
+so that probes and Prometheus work; the others need "Authorization: Bearer
+TOKEN" when --http-token is set:
+  GET  /                        status page: the group, the leases, their
+                                holders and tokens, and a timeline of the
+                                last hour (?window=5m zooms in)
+  GET  /v1/leases               the lease table (JSON): name, holder, token,
+                                since, safe_until, member, held_here, waiters
+  GET  /v1/leases/NAME          one lease; 404 when nobody holds or waits for it
+  POST /v1/leases/NAME/resign   ask the holder to resign (token); it ends its
+                                term at its next renewal and a waiter takes
+                                over. Waits ?wait=DURATION (default 10s, at
+                                most 1m): 200 released, 202 requested but not
+                                yet released, 404 no holder, 401 no token
+  GET  /v1/health/leader?lease=NAME
+                                200 a client of this agent holds NAME,
+                                429 another process holds it (standby),
+                                503 undetermined (no quorum, nobody holds it,
+                                or the read failed); HEAD too. Without
+                                ?lease: the group's only lease (400 if several)
+  GET  /metrics                 Prometheus metrics: baton_is_leader,
+                                baton_transitions_total, term duration, renew
+                                latency, safe-until margin, campaign wait
+  GET  /v1/status               this member's view of the group (JSON; token)
+  POST /v1/raft/...             the calls of agent:// clients (token)
 
 Exit statuses: 0 stopped by SIGTERM/SIGINT; 1 runtime error; 2 bad flags.`
 
@@ -53,7 +77,7 @@ func (a *App) newAgentCommand() *cobra.Command {
 	}
 	c.fs = cmd.Flags()
 	c.fs.StringVar(&c.http, "http", "127.0.0.1:8790", "address of the HTTP API (keep it on loopback unless --http-token is set)")
-	c.fs.StringVar(&c.httpToken, "http-token", "", "bearer token the HTTP API requires (prefer BATON_HTTP_TOKEN)")
+	c.fs.StringVar(&c.httpToken, "http-token", "", "bearer token that agent:// clients, /v1/status and POST calls must send; read-only GETs and /metrics need none (prefer BATON_HTTP_TOKEN)")
 	c.fs.StringVar(&c.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
 	withEnv(c.fs, "http", "http-token", "log-level")
 	c.raft.register(c.fs)
@@ -80,6 +104,9 @@ func (c *agentCommand) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Made before the member, which reports its renewals to them.
+	metrics := agenthttp.NewMetrics()
+	opts.OnRenew = metrics.OnRenew
 	ln, err := net.Listen("tcp", c.http)
 	if err != nil {
 		return &exitError{code: exitFailure, err: fmt.Errorf("--http %s: %w", c.http, err)}
@@ -92,7 +119,15 @@ func (c *agentCommand) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	api, err := agenthttp.New(n, agenthttp.Options{Token: c.httpToken, Metrics: metrics, Logger: log})
+	if err != nil {
+		ln.Close()
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return errors.Join(err, n.Close(cctx))
+	}
 	mux := http.NewServeMux()
+	mux.Handle("/", api)
 	mux.Handle("/v1/raft/", n.ClientHandler(c.httpToken))
 	mux.Handle("GET /v1/status", bearerOptional(c.httpToken, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -113,6 +148,7 @@ func (c *agentCommand) Run(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
+	api.Close()
 	if err := n.Close(sctx); err != nil {
 		log.Warn("leaving the group", "err", err)
 	}
@@ -128,14 +164,17 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// bearerOptional requires "Authorization: Bearer token" when token is set.
+// bearerOptional requires "Authorization: Bearer token" when token is set,
+// comparing digests in constant time.
 func bearerOptional(token string, next http.Handler) http.Handler {
 	if token == "" {
 		return next
 	}
-	want := "Bearer " + token
+	want := sha256.Sum256([]byte("Bearer " + token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != want {
+		got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
+		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="baton agent"`)
 			http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
 			return
 		}

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"encoding/json"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,6 +61,115 @@ func TestAgentServesClients(t *testing.T) {
 	}
 	if r := runBaton(t, 30*time.Second, "leader", "--backend", backend, "--lease", "ag"); r.code != 1 {
 		t.Fatalf("leader after the holder left: exit %d, want 1 (nobody leads); %s", r.code, r.stderr)
+	}
+	_ = agent.cmd.Process.Signal(syscall.SIGTERM)
+	if code := agent.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("agent exited %d after SIGTERM", code)
+	}
+}
+
+// agentCall calls the agent's HTTP API, with the token when not empty.
+func agentCall(t *testing.T, method, url, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// The agent's public HTTP API, served by the real binary with a token: the
+// read-only calls answer without it, resign needs it.
+func TestAgentHTTPAPI(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if r := runBaton(t, 30*time.Second, "tls", "ca", "--dir", dir); r.code != 0 {
+		t.Fatalf("tls ca: %d %s", r.code, r.stderr)
+	}
+	if r := runBaton(t, 30*time.Second, "tls", "cert", "--dir", dir, "--name", "a1", "--host", "127.0.0.1"); r.code != 0 {
+		t.Fatalf("tls cert: %d %s", r.code, r.stderr)
+	}
+	const token = "agent-http-test-token"
+	bind, httpAddr := freePort(t), freePort(t)
+	agent := startBaton(t, "agent", testEnv("BATON_SECRET=agent-test-secret-0123456789", "BATON_HTTP_TOKEN="+token), "agent",
+		"--bind", bind, "--join", "static:"+bind, "--bootstrap-expect", "1", "--voters", "1",
+		"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, "a1.pem"), "--tls-key", filepath.Join(dir, "a1-key.pem"),
+		"--http", httpAddr)
+	eventually(t, 30*time.Second, "the agent serving", func() bool { return strings.Contains(agent.out.String(), "agent serving") })
+	base := "http://" + httpAddr
+
+	job := startBaton(t, "run", testEnv("BATON_HTTP_TOKEN="+token), "run", "--backend", "agent://"+httpAddr,
+		"--lease", "web", "--id", "worker-1", "--ttl", "3s", "--", "sleep", "60")
+	eventually(t, 30*time.Second, "health 200 for worker-1's lease", func() bool {
+		code, _ := agentCall(t, "GET", base+"/v1/health/leader?lease=web", "")
+		return code == http.StatusOK
+	})
+	// The group's only lease: no ?lease needed.
+	if code, body := agentCall(t, "GET", base+"/v1/health/leader", ""); code != http.StatusOK || !strings.Contains(body, `"leader"`) {
+		t.Errorf("GET /v1/health/leader: %d %s, want 200 leader", code, body)
+	}
+	if code, body := agentCall(t, "GET", base+"/v1/health/leader?lease=nobody", ""); code != http.StatusServiceUnavailable {
+		t.Errorf("health of a lease nobody holds: %d %s, want 503", code, body)
+	}
+	code, body := agentCall(t, "GET", base+"/v1/leases", "")
+	var leases struct {
+		Leases []struct {
+			Name     string `json:"name"`
+			Holder   string `json:"holder"`
+			Token    uint64 `json:"token"`
+			HeldHere bool   `json:"held_here"`
+		} `json:"leases"`
+	}
+	if err := json.Unmarshal([]byte(body), &leases); err != nil || code != http.StatusOK {
+		t.Fatalf("GET /v1/leases: %d %s (%v)", code, body, err)
+	}
+	if len(leases.Leases) != 1 || leases.Leases[0].Name != "web" || leases.Leases[0].Holder != "worker-1" || !leases.Leases[0].HeldHere {
+		t.Errorf("GET /v1/leases = %s, want web held here by worker-1", body)
+	}
+	eventually(t, 30*time.Second, "metrics with worker-1's renewals", func() bool {
+		code, body := agentCall(t, "GET", base+"/metrics", "")
+		return code == http.StatusOK && strings.Contains(body, `baton_is_leader{lease="web"} 1`) &&
+			strings.Contains(body, "baton_renew_latency_seconds_count") && !strings.Contains(body, "baton_renew_latency_seconds_count 0")
+	})
+	if code, body := agentCall(t, "GET", base+"/", ""); code != http.StatusOK || !strings.Contains(body, `data-lease="web"`) {
+		t.Errorf("GET /: %d, want the status page with web's term", code)
+	}
+	// What needed the token before still does.
+	if code, _ := agentCall(t, "GET", base+"/v1/status", ""); code != http.StatusUnauthorized {
+		t.Errorf("GET /v1/status without the token: %d, want 401", code)
+	}
+
+	if code, body := agentCall(t, "POST", base+"/v1/leases/web/resign", ""); code != http.StatusUnauthorized {
+		t.Errorf("resign without the token: %d %s, want 401", code, body)
+	}
+	if code, body := agentCall(t, "POST", base+"/v1/leases/web/resign", "not-"+token); code != http.StatusUnauthorized {
+		t.Errorf("resign with a wrong token: %d %s, want 401", code, body)
+	}
+	code, body = agentCall(t, "POST", base+"/v1/leases/web/resign?wait=30s", token)
+	if code != http.StatusOK || !strings.Contains(body, `"reason": "resign-requested"`) {
+		t.Errorf("resign with the token: %d %s, want 200 released", code, body)
+	}
+	// worker-1, the only candidate, campaigns again and leads again.
+	eventually(t, 30*time.Second, "worker-1 leading again", func() bool {
+		code, _ := agentCall(t, "GET", base+"/v1/health/leader?lease=web", "")
+		return code == http.StatusOK
+	})
+
+	_ = job.cmd.Process.Signal(syscall.SIGTERM)
+	if code := job.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("run exited %d after SIGTERM", code)
 	}
 	_ = agent.cmd.Process.Signal(syscall.SIGTERM)
 	if code := agent.wait(t, 30*time.Second); code != 0 {

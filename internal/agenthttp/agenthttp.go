@@ -1,0 +1,308 @@
+// Package agenthttp is the public HTTP API of `baton agent`: the leases of
+// the agent's raft group as JSON, a resign call, a leader health check for
+// load balancers and readiness probes, Prometheus metrics, and a status
+// page with a timeline of the last hour.
+//
+// What it guarantees, and what not:
+//
+//   - Reads of the lease table (GET /v1/leases, /v1/leases/NAME,
+//     /v1/health/leader, the page's table, the safe-until metric) go through
+//     the raft leader, so they are linearizable: a 200 from
+//     /v1/health/leader means that, at some instant during the request, a
+//     client of this agent held the lease. It does not mean it still does
+//     when the caller acts on the answer; a load balancer that routes on it
+//     can send a request to a former leader for up to one probe interval.
+//     Work that must not run twice is fenced with the term's token, not
+//     routed on health checks.
+//   - POST /v1/leases/NAME/resign is safe: it commits a request that the
+//     holder's own Backend acts on (it ends its term, then releases); the
+//     lease goes to a waiter only after the holder released, or after its
+//     session expired if the holder is unreachable. It never takes a lease
+//     away from a live holder behind its back.
+//   - The timeline and the event metrics come from the lease events this
+//     member applies, kept in memory: they start when the agent starts, are
+//     bounded (Options.MaxTerms, Options.MaxLeases, Options.History), and
+//     are timed on this agent's clock.
+//
+// Read-only calls are served without a token, so that probes and
+// Prometheus need no secret; POST calls need "Authorization: Bearer TOKEN"
+// when Options.Token is set, and are refused from other origins (a web page
+// on another site posting to a loopback agent).
+package agenthttp
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/batonhq/baton/backend/raft"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Source is what the handler reads and acts on: a raft group member
+// (*raft.Node).
+type Source interface {
+	// ID returns the member's node ID; leases whose holder's session was
+	// made through it are "held here".
+	ID() string
+	// Status returns the member's view of its group.
+	Status() raft.Status
+	// Determined returns nil when the member can answer who holds what.
+	Determined() error
+	// Leases returns the lease table, sorted by name, read through the
+	// raft leader.
+	Leases(ctx context.Context) ([]raft.LeaseInfo, error)
+	// Lease returns one lease; an error wrapping baton.ErrNoLeader when
+	// the group has no record of it.
+	Lease(ctx context.Context, name string) (raft.LeaseInfo, error)
+	// WatchLeases calls fn for each lease event the member applies; stop
+	// ends that.
+	WatchLeases(fn func(raft.LeaseEvent)) (stop func())
+	// RequestResign asks the holder of name to resign, returning once the
+	// request is committed.
+	RequestResign(ctx context.Context, name string) error
+}
+
+// Options configures a Handler. The zero value means the documented
+// defaults.
+type Options struct {
+	// Token, when not empty, must come as "Authorization: Bearer TOKEN" on
+	// calls that change something (POST). Read-only calls never need it.
+	// Default: none.
+	Token string
+
+	// Metrics are the metrics GET /metrics serves. Nil (the default) means
+	// metrics of the handler's own, whose renewal metrics stay empty: to
+	// fill them, make the Metrics before the member and give its OnRenew to
+	// raft.NodeOptions.OnRenew.
+	Metrics *Metrics
+
+	// History is how far back the timeline reaches. Default 1 h.
+	History time.Duration
+
+	// MaxTerms bounds the terms remembered per lease. Default 500.
+	MaxTerms int
+
+	// MaxLeases bounds the leases remembered for the timeline; beyond it
+	// the lease idle longest is forgotten. Default 1000.
+	MaxLeases int
+
+	// ReadTimeout bounds each read of the lease table: per request, and
+	// per scrape for the safe-until metric. Default 2 s.
+	ReadTimeout time.Duration
+
+	// MaxResignWait caps the ?wait= of POST /v1/leases/NAME/resign.
+	// Default 1 min.
+	MaxResignWait time.Duration
+
+	// Refresh is how often the status page refreshes itself. Default 2 s.
+	Refresh time.Duration
+
+	// Logger receives log lines (group "http"). Nil (the default) means
+	// silent.
+	Logger *slog.Logger
+
+	// now is the clock (tests).
+	now func() time.Time
+}
+
+// DefaultResignWait is how long POST /v1/leases/NAME/resign waits for the
+// holder to release when the request has no ?wait=.
+const DefaultResignWait = 10 * time.Second
+
+func (o *Options) fill() error {
+	var problems []string
+	if o.History == 0 {
+		o.History = time.Hour
+	}
+	if o.MaxTerms == 0 {
+		o.MaxTerms = 500
+	}
+	if o.MaxLeases == 0 {
+		o.MaxLeases = 1000
+	}
+	if o.ReadTimeout == 0 {
+		o.ReadTimeout = 2 * time.Second
+	}
+	if o.MaxResignWait == 0 {
+		o.MaxResignWait = time.Minute
+	}
+	if o.Refresh == 0 {
+		o.Refresh = 2 * time.Second
+	}
+	if o.History < time.Minute {
+		problems = append(problems, fmt.Sprintf("History %s is below a minute", o.History))
+	}
+	if o.MaxTerms < 1 || o.MaxLeases < 1 {
+		problems = append(problems, fmt.Sprintf("MaxTerms (%d) and MaxLeases (%d) must be positive", o.MaxTerms, o.MaxLeases))
+	}
+	if o.ReadTimeout < 0 || o.MaxResignWait < 0 {
+		problems = append(problems, "ReadTimeout and MaxResignWait must not be negative")
+	}
+	if o.Refresh < 500*time.Millisecond {
+		problems = append(problems, fmt.Sprintf("Refresh %s is below 500ms", o.Refresh))
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.now == nil {
+		o.now = time.Now
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("agenthttp: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// Handler serves the agent's public HTTP API. Mount it at "/" of the
+// agent's server; it answers 404 for paths it does not serve. Close it
+// when done. Safe for concurrent use.
+type Handler struct {
+	src  Source
+	opts Options
+	log  *slog.Logger
+	hist *history
+	mux  *http.ServeMux
+
+	stopWatch func()
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+var _ Source = (*raft.Node)(nil)
+
+// New returns a Handler of src's leases. It starts following the lease
+// events at once, and reads the lease table in the background (retrying
+// until it succeeds) for the terms that began before.
+func New(src Source, opts Options) (*Handler, error) {
+	if src == nil {
+		return nil, errors.New("agenthttp: Source is nil: pass the agent's *raft.Node")
+	}
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	log := opts.Logger.WithGroup("http")
+	if err := opts.Metrics.bind(src, opts.ReadTimeout, log); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &Handler{src: src, opts: opts, log: log, ctx: ctx, cancel: cancel,
+		hist: newHistory(src.ID(), opts.History, opts.MaxTerms, opts.MaxLeases, opts.Metrics, opts.now)}
+	// Subscribe before reading the table, so that no term falls between.
+	h.stopWatch = src.WatchLeases(h.hist.apply)
+	h.wg.Add(1)
+	go h.seed()
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", h.servePage)
+	mux.HandleFunc("GET /ui/live", h.serveLive)
+	mux.HandleFunc("GET /v1/leases", h.serveLeases)
+	mux.HandleFunc("GET /v1/leases/{name}", h.serveLease)
+	mux.Handle("POST /v1/leases/{name}/resign", h.mutating(http.HandlerFunc(h.serveResign)))
+	mux.HandleFunc("GET /v1/health/leader", h.serveHealth)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Metrics.reg, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), Timeout: opts.ReadTimeout + 5*time.Second,
+	}))
+	h.mux = mux
+	return h, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// Close stops following the lease events and waits for the handler's
+// goroutines. Requests in flight may still complete; serve no more.
+func (h *Handler) Close() {
+	h.closeOnce.Do(func() {
+		h.cancel()
+		h.stopWatch()
+		h.wg.Wait()
+	})
+}
+
+// seed reads the lease table for terms that began before the handler, until
+// a read succeeds or the handler closes.
+func (h *Handler) seed() {
+	defer h.wg.Done()
+	backoff := 100 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(h.ctx, h.opts.ReadTimeout)
+		infos, err := h.src.Leases(ctx)
+		cancel()
+		if err == nil {
+			h.hist.seed(infos)
+			return
+		}
+		h.log.Debug("reading the lease table for the timeline; retrying", "err", err)
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// mutating guards calls that change something: the bearer token when one
+// is set, and no cross-origin browser requests, so that a page on another
+// site cannot make a browser post to a loopback agent.
+func (h *Handler) mutating(next http.Handler) http.Handler {
+	var want [sha256.Size]byte
+	if h.opts.Token != "" {
+		want = sha256.Sum256([]byte(h.opts.Token))
+	}
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusForbidden, "cross-origin request refused: call the agent's API from a program (curl, a script), not from a web page on another origin")
+	}))
+	return cop.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.opts.Token != "" {
+			scheme, tok, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+			// Compare digests: constant time, and the token's length does
+			// not leak either.
+			got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+			if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="baton agent"`)
+				writeError(w, http.StatusUnauthorized, "this call needs the agent's token: Authorization: Bearer TOKEN (the agent's --http-token, BATON_HTTP_TOKEN)")
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	}))
+}
+
+// readCtx bounds a read of the lease table made for r.
+func (h *Handler) readCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), h.opts.ReadTimeout)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, errorBody{Error: msg})
+}
+
+type errorBody struct {
+	Error string `json:"error"`
+	Lease string `json:"lease,omitempty"`
+}

@@ -1,0 +1,171 @@
+package agenthttp
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/batonhq/baton/backend/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics are the agent's Prometheus metrics, in a registry of their own
+// (with the Go runtime and process collectors), served at GET /metrics:
+//
+//	baton_is_leader{lease}                        gauge: 1 while a client of this agent holds the lease
+//	baton_transitions_total{lease,kind,reason}    counter: lease events this member applied
+//	baton_term_duration_seconds{lease}            histogram: length of ended terms
+//	baton_campaign_wait_seconds{lease}            histogram: queued to elected, per candidate
+//	baton_renew_latency_seconds                   histogram: session renewals' round trip to the raft leader
+//	baton_renew_errors_total                      counter: failed session renewals
+//	baton_safe_until_margin_seconds{lease}        gauge, at scrape: safe-until minus now of leases held here
+//	baton_lease_table_up                          gauge, at scrape: 1 if the scrape could read the lease table
+//
+// Make one with NewMetrics before the member starts, pass OnRenew to
+// raft.NodeOptions.OnRenew, and the Metrics to New through Options. One
+// Metrics serves one Handler. Safe for concurrent use.
+type Metrics struct {
+	reg          *prometheus.Registry
+	isLeader     *prometheus.GaugeVec
+	transitions  *prometheus.CounterVec
+	termDuration *prometheus.HistogramVec
+	waitDuration *prometheus.HistogramVec
+	renewLatency prometheus.Histogram
+	renewErrors  prometheus.Counter
+
+	mu    sync.Mutex
+	bound bool
+}
+
+// NewMetrics returns the metrics, registered in a new registry.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		isLeader: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "baton_is_leader",
+			Help: "1 while a client of this agent (a Backend or agent:// process campaigning through this member) holds the lease, else 0.",
+		}, []string{"lease"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "baton_transitions_total",
+			Help: "Lease events this member applied, by kind (queued, dequeued, elected, released, lost) and, for released and lost, reason.",
+		}, []string{"lease", "kind", "reason"}),
+		termDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "baton_term_duration_seconds",
+			Help: "How long terms lasted, observed when a term ends (released or lost), on this agent's clock.",
+			// 1 s to about 3 days.
+			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
+		}, []string{"lease"}),
+		waitDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "baton_campaign_wait_seconds",
+			Help: "How long a candidate waited in the queue, from queued to elected (candidates elected without queuing are not observed).",
+			// 10 ms to about 2 days.
+			Buckets: prometheus.ExponentialBuckets(0.01, 4, 12),
+		}, []string{"lease"}),
+		renewLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "baton_renew_latency_seconds",
+			Help: "Round trip of successful session renewals this member served or forwarded to the raft leader, for its own Backends and agent:// clients.",
+			// 1 ms to about 16 s.
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}),
+		renewErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "baton_renew_errors_total",
+			Help: "Session renewals this member served or forwarded that failed.",
+		}),
+	}
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.isLeader, m.transitions, m.termDuration, m.waitDuration, m.renewLatency, m.renewErrors,
+	)
+	return m
+}
+
+// Registry returns the registry the metrics are in, to add collectors of
+// one's own or to gather in tests.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// OnRenew records one session renewal: pass it as raft.NodeOptions.OnRenew.
+// A failed renewal counts in baton_renew_errors_total and not in the
+// latency histogram.
+func (m *Metrics) OnRenew(took time.Duration, err error) {
+	if err != nil {
+		m.renewErrors.Inc()
+		return
+	}
+	m.renewLatency.Observe(took.Seconds())
+}
+
+func (m *Metrics) transition(ev raft.LeaseEvent) {
+	m.transitions.WithLabelValues(ev.Lease, string(ev.Kind), ev.Reason).Inc()
+}
+
+func (m *Metrics) setLeader(lease string, here bool) {
+	v := 0.0
+	if here {
+		v = 1
+	}
+	m.isLeader.WithLabelValues(lease).Set(v)
+}
+
+func (m *Metrics) termEnded(lease string, d time.Duration) {
+	m.termDuration.WithLabelValues(lease).Observe(d.Seconds())
+}
+
+func (m *Metrics) campaignWait(lease string, d time.Duration) {
+	m.waitDuration.WithLabelValues(lease).Observe(max(d, 0).Seconds())
+}
+
+// bind registers the collector that reads src's lease table at scrape.
+func (m *Metrics) bind(src Source, timeout time.Duration, log *slog.Logger) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.bound {
+		return errors.New("agenthttp: these Metrics serve another Handler already: make one Metrics per Handler")
+	}
+	m.bound = true
+	return m.reg.Register(&tableCollector{src: src, timeout: timeout, log: log,
+		margin: prometheus.NewDesc("baton_safe_until_margin_seconds",
+			"Safe-until minus now, at scrape, of each lease a client of this agent holds: how long the group will keep it from others without another renewal.",
+			[]string{"lease"}, nil),
+		up: prometheus.NewDesc("baton_lease_table_up",
+			"1 if this scrape could read the lease table through the raft leader (within the read timeout), else 0.",
+			nil, nil),
+	})
+}
+
+// tableCollector reads the lease table at each scrape, bounded by a
+// timeout, so that a scrape of a member cut off from its group answers
+// (with baton_lease_table_up 0) instead of hanging.
+type tableCollector struct {
+	src        Source
+	timeout    time.Duration
+	log        *slog.Logger
+	margin, up *prometheus.Desc
+}
+
+func (c *tableCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.margin
+	ch <- c.up
+}
+
+func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	infos, err := c.src.Leases(ctx)
+	if err != nil {
+		c.log.Debug("metrics: reading the lease table", "err", err)
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
+	self, now := c.src.ID(), time.Now()
+	for _, in := range infos {
+		if in.Holder == "" || in.Member != self || in.SafeUntil.IsZero() {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.margin, prometheus.GaugeValue, in.SafeUntil.Sub(now).Seconds(), in.Name)
+	}
+}
