@@ -164,7 +164,9 @@ func (c *runCommand) Run(ctx context.Context, args []string) error {
 	if c.timeout < 0 {
 		problems = append(problems, fmt.Sprintf("--timeout %s: must not be negative; use 0 to wait forever", c.timeout))
 	}
-	if len(args) == 0 {
+	if len(args) == 0 && c.cron != nil {
+		problems = append(problems, `no command to run: put it after --, as in: baton cron --backend URL --lease NAME --schedule "0 3 * * *" -- ./backup.sh`)
+	} else if len(args) == 0 {
 		problems = append(problems, "no command to run: put it after --, as in: baton run --backend URL --lease NAME -- my-server --port 8080")
 	} else if _, err := exec.LookPath(args[0]); err != nil {
 		problems = append(problems, fmt.Sprintf("command %q: %v; check its spelling, PATH and permissions", args[0], unwrapExecError(err)))
