@@ -68,8 +68,8 @@ func (a *App) newCronCommand() *cobra.Command {
 		Use:   "cron --schedule SPEC [flags] -- CMD [ARGS...]",
 		Short: "Run CMD on a cron schedule, on the leader only, once per slot",
 		Long:  cronLong,
-		Example: `  baton cron --backend raft:// --join dns:batch.internal --lease reminders \
-      --schedule "0 9 */3 * *" -- ./send-reminders
+		Example: `  baton cron --backend etcd://10.0.0.5:2379 --lease reminders \
+      --schedule "CRON_TZ=Europe/Berlin 0 9 */3 * *" --jitter 30s -- ./send-reminders
   BATON_BACKEND=memory:// baton cron --lease try --schedule "*/5 * * * * *" -- sh -c 'echo slot $BATON_SLOT token $BATON_TOKEN'`,
 		RunE: wrapRunE(func(cmd *cobra.Command, args []string) error {
 			if dash := cmd.ArgsLenAtDash(); dash > 0 || (dash < 0 && len(args) > 0) {
