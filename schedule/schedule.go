@@ -27,6 +27,12 @@
 //     elected: it records the latest slot before its election as passed
 //     over, so that a failover before the first run does not lose that run.
 //
+// Slots are the schedule's times as robfig/cron computes them: in a zone
+// with daylight saving time, a daily 01:30 falls twice on the autumn change
+// (01:30 before and after it, two distinct slots) and a 02:30 not at all on
+// the spring change. Use CRON_TZ=UTC, or a time outside the change, where
+// that matters.
+//
 // Not guaranteed: exactly once. A slot whose leader died between the claim
 // and the job's work is not run again (use CatchUp and the job's own
 // idempotence if that matters). Wall-clock steps move slots like any cron.
@@ -60,9 +66,18 @@ func Parse(spec string) (cron.Schedule, error) {
 	if strings.TrimSpace(spec) == "" {
 		return nil, errors.New(`empty cron spec: want e.g. "0 3 * * *" (03:00 daily) or "*/10 * * * * *" (every 10 seconds)`)
 	}
-	s, err := parser.Parse(spec)
+	if (strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=")) && !strings.Contains(spec, " ") {
+		return nil, fmt.Errorf("cron spec %q: the time zone must be followed by a space and the fields, e.g. \"CRON_TZ=Europe/Berlin 30 6 * * 1-5\"", spec)
+	}
+	s, err := parse(spec)
 	if err != nil {
 		return nil, fmt.Errorf("cron spec %q: %v; want five fields (minute hour day-of-month month day-of-week), optionally a leading seconds field, e.g. \"0 3 * * *\" or \"CRON_TZ=Europe/Berlin 30 6 * * 1-5\"", spec, err)
+	}
+	// The parser rounds @every durations below 1s up to 1s silently.
+	if _, every, ok := strings.Cut(spec, "@every "); ok {
+		if d, err := time.ParseDuration(strings.TrimSpace(every)); err == nil && d < time.Second {
+			return nil, fmt.Errorf("cron spec %q: @every needs a duration of at least 1s", spec)
+		}
 	}
 	// A spec that never fires (Feb 30) would make the leader idle forever
 	// without saying why.
@@ -70,6 +85,38 @@ func Parse(spec string) (cron.Schedule, error) {
 		return nil, fmt.Errorf("cron spec %q never fires: no date within five years matches it", spec)
 	}
 	return s, nil
+}
+
+// parse calls the cron parser, turning a panic on odd input (robfig/cron
+// v3.0.1 has some) into an error.
+func parse(spec string) (s cron.Schedule, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s, err = nil, fmt.Errorf("unparsable (%v)", r)
+		}
+	}()
+	return parser.Parse(spec)
+}
+
+// CheckJitter returns an error when jitter is as long as the shortest gap
+// between the schedule's next slots: a run delayed that long would find its
+// successor already due, and pass it over.
+func CheckJitter(s cron.Schedule, jitter time.Duration) error {
+	if jitter <= 0 {
+		return nil
+	}
+	prev := s.Next(time.Now())
+	for range 20 {
+		next := s.Next(prev)
+		if next.IsZero() {
+			break
+		}
+		if gap := next.Sub(prev); jitter >= gap {
+			return fmt.Errorf("jitter %s is not shorter than the %s between two slots of the schedule: lower it", jitter, gap)
+		}
+		prev = next
+	}
+	return nil
 }
 
 // CatchUp says what a leader does about slots it finds missed: slots after
@@ -203,7 +250,7 @@ func (j *Job) Lead(ctx context.Context, t baton.Term) error {
 		case <-ctx.Done():
 		}
 	}()
-	l := &leader{j: j, st: st, log: log}
+	l := &leader{j: j, st: st, log: log, t: t}
 
 	rec, err := l.load(ctx)
 	if err != nil {
@@ -223,7 +270,10 @@ func (j *Job) Lead(ctx context.Context, t baton.Term) error {
 	case rec.Job != j.Name:
 		return fmt.Errorf("schedule: lease %q keeps the record of job %q, not %q: give each job a lease of its own", t.Lease(), rec.Job, j.Name)
 	default:
-		last = rec.Slot
+		l.last = *rec
+		// In this process's zone, not the writer's offset: a schedule
+		// without CRON_TZ runs in the local zone (with its DST).
+		last = rec.Slot.Local()
 		if !rec.Skipped && rec.Finished.IsZero() && rec.Token != t.Token() {
 			log.Warn("the previous leader claimed a slot but did not record its end (it died or lost the lease mid-run); not running it again",
 				"slot", rec.Slot.Format(time.RFC3339), "claimed_by", rec.Holder, "claim_token", rec.Token)
@@ -278,21 +328,37 @@ func (j *Job) Lead(ctx context.Context, t baton.Term) error {
 type leader struct {
 	j   *Job
 	st  baton.StateTerm
+	t   baton.Term
 	log *slog.Logger
+	// last is the record as this term last stored or read it.
+	last Record
 }
 
 // runSlot claims slot, runs it and records the end.
 func (l *leader) runSlot(ctx context.Context, t baton.Term, slot time.Time) error {
 	started := time.Now()
+	prev := l.last
 	claim := Record{Job: l.j.Name, Slot: slot, Started: started}
 	if err := l.store(ctx, claim); err != nil {
 		return err
 	}
-	// The claim is stored: from here the slot counts as run, whatever
-	// happens. Don't start what the term can no longer cover.
+	// The claim is stored: from here the slot counts as run. Don't start
+	// what the term can no longer cover.
 	if err := t.Err(); err != nil {
 		l.log.Warn("the term ended right after claiming the slot; it will not run", "slot", slot.Format(time.RFC3339), "err", err)
 		return err
+	}
+	if ctx.Err() != nil {
+		// Stopping (a signal, or renewals lagging) while the term lasts:
+		// nothing ran, so give the slot back for the successor to run.
+		uctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), t.SafeUntil())
+		defer cancel()
+		if err := l.store(uctx, prev); err != nil {
+			l.log.Warn("stopping right after claiming the slot, and could not give it back; it will not run", "slot", slot.Format(time.RFC3339), "err", err)
+		} else {
+			l.log.Info("stopping right after claiming the slot; gave it back to the next leader", "slot", slot.Format(time.RFC3339))
+		}
+		return ctx.Err()
 	}
 	s := Slot{Job: l.j.Name, Time: slot, Token: t.Token()}
 	l.log.Info("running slot", "slot", s.String(), "late", started.Sub(slot).Round(time.Millisecond))
@@ -364,6 +430,7 @@ func (l *leader) store(ctx context.Context, rec Record) error {
 	for {
 		err := l.st.StoreState(ctx, v)
 		if err == nil {
+			l.last = rec
 			return nil
 		}
 		if !retryable(err) {
@@ -379,6 +446,7 @@ func (l *leader) store(ctx context.Context, rec Record) error {
 			return lerr
 		}
 		if got != nil && got.Token == rec.Token && got.Slot.Equal(rec.Slot) && got.Finished.Equal(rec.Finished) && got.Skipped == rec.Skipped {
+			l.last = rec
 			return nil // the write had landed
 		}
 	}

@@ -27,6 +27,10 @@ func TestParse(t *testing.T) {
 		"61 * * * *":                  "want five fields",
 		"CRON_TZ=Mars/Base * * * * *": "Mars/Base",
 		"0 0 30 2 *":                  "never fires",
+		"CRON_TZ=UTC":                 "must be followed by a space",
+		"TZ=Europe/Berlin":            "must be followed by a space",
+		"@every 0s":                   "at least 1s",
+		"@every -5s":                  "at least 1s",
 	} {
 		_, err := schedule.Parse(spec)
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -370,5 +374,72 @@ func TestLatestBefore(t *testing.T) {
 		if !got.Equal(at(tc.want)) || (tc.n >= 0 && n != tc.n) || n < 1 {
 			t.Errorf("%s after %s, now %s: got %s (%d slots), want %s (%d)", tc.spec, tc.after, tc.now, got.UTC().Format(time.RFC3339), n, tc.want, tc.n)
 		}
+	}
+}
+
+func TestCheckJitter(t *testing.T) {
+	s, _ := schedule.Parse("*/10 * * * * *")
+	if err := schedule.CheckJitter(s, 9*time.Second); err != nil {
+		t.Errorf("jitter 9s on a 10s schedule: %v", err)
+	}
+	if err := schedule.CheckJitter(s, 10*time.Second); err == nil || !strings.Contains(err.Error(), "not shorter than the 10s") {
+		t.Errorf("jitter 10s on a 10s schedule: %v", err)
+	}
+}
+
+// cancelOnClaim stops the leader (cancels its context) as its claim of a
+// slot is being stored, as a SIGTERM arriving then would.
+type cancelOnClaim struct {
+	baton.StateTerm
+	cancel  context.CancelFunc
+	claimed chan time.Time
+}
+
+func (c *cancelOnClaim) StoreState(ctx context.Context, v []byte) error {
+	err := c.StateTerm.StoreState(ctx, v)
+	var rec schedule.Record
+	if json.Unmarshal(v, &rec) == nil && !rec.Started.IsZero() && rec.Finished.IsZero() {
+		c.cancel()
+		select {
+		case c.claimed <- rec.Slot:
+		default:
+		}
+	}
+	return err
+}
+
+// A leader stopped while its claim is stored, with its term still valid,
+// gives the slot back: it doesn't run it, and the next leader does.
+func TestStoppedRightAfterClaimGivesSlotBack(t *testing.T) {
+	g := &group{t: t, store: memory.NewStore()}
+	b := g.backend()
+	term, err := b.Campaign(context.Background(), "tick", baton.Candidate{ID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := baton.StateOf(term)
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &cancelOnClaim{StateTerm: st, cancel: cancel, claimed: make(chan time.Time, 1)}
+	ja := everySecond(t)
+	ja.Run = func(context.Context, schedule.Slot) error {
+		t.Error("the stopped leader ran the slot it had just claimed")
+		return nil
+	}
+	if err := ja.Lead(ctx, w); err != nil {
+		t.Fatalf("Lead: %v", err)
+	}
+	var claimed time.Time
+	select {
+	case claimed = <-w.claimed:
+	default:
+		t.Fatal("no slot was claimed")
+	}
+	if err := term.Resign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	jb := everySecond(t)
+	s, _ := firstRun(t, b, jb)
+	if !s.Time.Equal(claimed) {
+		t.Errorf("the next leader ran slot %s first; want the given-back slot %s", s.Time.Format(time.TimeOnly), claimed.Format(time.TimeOnly))
 	}
 }

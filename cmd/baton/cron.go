@@ -42,6 +42,11 @@ BATON_SLOT (the slot's scheduled time, RFC 3339). A run that outlives the term
 is stopped like baton run's command (SIGTERM, then SIGKILL --grace later,
 before safe-until). A failed run (non-zero exit) is logged and not retried.
 
+Slots follow the schedule's zone: where it has daylight saving time, a daily
+01:30 falls twice on the autumn change and a 02:30 not at all in spring; use
+CRON_TZ=UTC where that matters. --jitter must be shorter than the gap between
+two slots.
+
 SIGTERM or SIGINT: a running CMD is stopped, baton resigns and exits 0.
 
 Exit statuses:
@@ -113,6 +118,10 @@ func (f *cronFlags) validate(c *runCommand) []string {
 	}
 	if f.jitter < 0 {
 		problems = append(problems, fmt.Sprintf("%s %s: must not be negative; use 0 for no jitter", flagSource(c.fs, "jitter"), f.jitter))
+	} else if f.sched != nil {
+		if err := schedule.CheckJitter(f.sched, f.jitter); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", flagSource(c.fs, "jitter"), err))
+		}
 	}
 	if f.job == "" {
 		f.job = c.common.lease
@@ -138,6 +147,9 @@ func (r *runner) leadCron(ctx context.Context, t baton.Term) error {
 // runSlot runs the command for one slot and waits for it; when ctx ends
 // first (the term is ending), it stops the command by safe-until.
 func (r *runner) runSlot(ctx context.Context, t baton.Term, s schedule.Slot) error {
+	if err := ctx.Err(); err != nil {
+		return err // stopping: don't start what would be stopped at once
+	}
 	p, err := supervise.Start(supervise.Config{
 		Command: r.args,
 		Env: append(r.c.app.environ(),
