@@ -26,24 +26,34 @@ func freePort(t *testing.T) string {
 
 // A single-member group run by `baton agent`, with material from `baton
 // tls`; `baton run`, `leader` and `is-leader` go through agent://.
-func TestAgentServesClients(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
+// startAgent makes group material with `baton tls` in dir and starts a
+// one-member group run by `baton agent` on loopback, with env added to the
+// agent's environment; it returns once the agent serves, with its HTTP
+// address.
+func startAgent(t *testing.T, dir string, env ...string) (*batonProc, string) {
+	t.Helper()
 	if r := runBaton(t, 30*time.Second, "tls", "ca", "--dir", dir); r.code != 0 {
 		t.Fatalf("tls ca: %d %s", r.code, r.stderr)
 	}
 	if r := runBaton(t, 30*time.Second, "tls", "cert", "--dir", dir, "--name", "a1", "--host", "127.0.0.1"); r.code != 0 {
 		t.Fatalf("tls cert: %d %s", r.code, r.stderr)
 	}
-	if r := runBaton(t, 30*time.Second, "tls", "ca", "--dir", dir); r.code == 0 || !strings.Contains(r.stderr, "already exists") {
-		t.Fatalf("a second tls ca overwrote the CA, or did not say which file exists: %d %s", r.code, r.stderr)
-	}
 	bind, httpAddr := freePort(t), freePort(t)
-	agent := startBaton(t, "agent", testEnv("BATON_SECRET=agent-test-secret-0123456789"), "agent",
+	agent := startBaton(t, "agent", testEnv(append([]string{"BATON_SECRET=agent-test-secret-0123456789"}, env...)...), "agent",
 		"--bind", bind, "--join", "static:"+bind, "--bootstrap-expect", "1", "--voters", "1",
 		"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, "a1.pem"), "--tls-key", filepath.Join(dir, "a1-key.pem"),
 		"--http", httpAddr)
 	eventually(t, 30*time.Second, "the agent serving", func() bool { return strings.Contains(agent.out.String(), "agent serving") })
+	return agent, httpAddr
+}
+
+func TestAgentServesClients(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	agent, httpAddr := startAgent(t, dir)
+	if r := runBaton(t, 30*time.Second, "tls", "ca", "--dir", dir); r.code == 0 || !strings.Contains(r.stderr, "already exists") {
+		t.Fatalf("a second tls ca overwrote the CA, or did not say which file exists: %d %s", r.code, r.stderr)
+	}
 
 	backend := "agent://" + httpAddr
 	job := startBaton(t, "run", testEnv(), "run", "--backend", backend, "--lease", "ag", "--id", "worker-1", "--", "sleep", "60")
@@ -94,20 +104,8 @@ func agentCall(t *testing.T, method, url, token string) (int, string) {
 // read-only calls answer without it, resign needs it.
 func TestAgentHTTPAPI(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	if r := runBaton(t, 30*time.Second, "tls", "ca", "--dir", dir); r.code != 0 {
-		t.Fatalf("tls ca: %d %s", r.code, r.stderr)
-	}
-	if r := runBaton(t, 30*time.Second, "tls", "cert", "--dir", dir, "--name", "a1", "--host", "127.0.0.1"); r.code != 0 {
-		t.Fatalf("tls cert: %d %s", r.code, r.stderr)
-	}
 	const token = "agent-http-test-token"
-	bind, httpAddr := freePort(t), freePort(t)
-	agent := startBaton(t, "agent", testEnv("BATON_SECRET=agent-test-secret-0123456789", "BATON_HTTP_TOKEN="+token), "agent",
-		"--bind", bind, "--join", "static:"+bind, "--bootstrap-expect", "1", "--voters", "1",
-		"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, "a1.pem"), "--tls-key", filepath.Join(dir, "a1-key.pem"),
-		"--http", httpAddr)
-	eventually(t, 30*time.Second, "the agent serving", func() bool { return strings.Contains(agent.out.String(), "agent serving") })
+	agent, httpAddr := startAgent(t, t.TempDir(), "BATON_HTTP_TOKEN="+token)
 	base := "http://" + httpAddr
 
 	job := startBaton(t, "run", testEnv("BATON_HTTP_TOKEN="+token), "run", "--backend", "agent://"+httpAddr,

@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/internal/supervise"
 	"github.com/batonhq/baton/schedule"
 	"github.com/robfig/cron/v3"
 	"github.com/spf13/cobra"
@@ -150,19 +148,8 @@ func (r *runner) runSlot(ctx context.Context, t baton.Term, s schedule.Slot) err
 	if err := ctx.Err(); err != nil {
 		return err // stopping: don't start what would be stopped at once
 	}
-	p, err := supervise.Start(supervise.Config{
-		Command: r.args,
-		Env: append(r.c.app.environ(),
-			"BATON_LEASE="+r.c.common.lease,
-			"BATON_TOKEN="+strconv.FormatUint(t.Token(), 10),
-			"BATON_HOLDER="+r.id,
-			"BATON_JOB="+s.Job,
-			"BATON_SLOT="+s.String()),
-		Stdout: r.c.app.stdout(),
-		Stderr: r.c.app.stderr(),
-		Grace:  max(r.c.grace, time.Nanosecond),
-		Logger: r.supLog.With("token", t.Token(), "slot", s.String()),
-	})
+	p, err := r.startChild(t, r.supLog.With("token", t.Token(), "slot", s.String()),
+		"BATON_JOB="+s.Job, "BATON_SLOT="+s.String())
 	if err != nil {
 		return fmt.Errorf("the command could not be started: %w", err)
 	}
@@ -177,9 +164,7 @@ func (r *runner) runSlot(ctx context.Context, t baton.Term, s schedule.Slot) err
 		return nil
 	case <-ctx.Done():
 	}
-	sctx, scancel := context.WithDeadline(context.Background(), t.SafeUntil())
-	_ = p.Stop(sctx)
-	scancel()
+	stopChild(p, t)
 	r.log.Warn("term ended during a run; the command was stopped", "slot", s.String(), "exit_code", p.ExitCode())
 	return ctx.Err()
 }

@@ -76,19 +76,7 @@ func TestCronOncePerSlot(t *testing.T) {
 // startCronAgent starts a one-member raft group run by `baton agent` and
 // returns its agent:// URL.
 func startCronAgent(t *testing.T) string {
-	dir := t.TempDir()
-	if r := runBaton(t, 30*time.Second, "tls", "ca", "--dir", dir); r.code != 0 {
-		t.Fatalf("tls ca: %d %s", r.code, r.stderr)
-	}
-	if r := runBaton(t, 30*time.Second, "tls", "cert", "--dir", dir, "--name", "a1", "--host", "127.0.0.1"); r.code != 0 {
-		t.Fatalf("tls cert: %d %s", r.code, r.stderr)
-	}
-	bind, httpAddr := freePort(t), freePort(t)
-	agent := startBaton(t, "agent", testEnv("BATON_SECRET=cron-test-secret-0123456789"), "agent",
-		"--bind", bind, "--join", "static:"+bind, "--bootstrap-expect", "1", "--voters", "1",
-		"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, "a1.pem"), "--tls-key", filepath.Join(dir, "a1-key.pem"),
-		"--http", httpAddr)
-	eventually(t, 30*time.Second, "the agent serving", func() bool { return strings.Contains(agent.out.String(), "agent serving") })
+	_, httpAddr := startAgent(t, t.TempDir())
 	return "agent://" + httpAddr
 }
 

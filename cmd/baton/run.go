@@ -405,19 +405,7 @@ func (r *runner) lead(ctx context.Context, t baton.Term) error {
 		return r.leadCron(ctx, t)
 	}
 	log := r.log.With("token", t.Token())
-	p, err := supervise.Start(supervise.Config{
-		Command: r.args,
-		Env: append(r.c.app.environ(),
-			"BATON_LEASE="+r.c.common.lease,
-			"BATON_TOKEN="+strconv.FormatUint(t.Token(), 10),
-			"BATON_HOLDER="+r.id),
-		Stdout: r.c.app.stdout(),
-		Stderr: r.c.app.stderr(),
-		// supervise reads zero as its default; the CLI documents 0 as
-		// "no grace", so pass the smallest positive grace instead.
-		Grace:  max(r.c.grace, time.Nanosecond),
-		Logger: r.supLog.With("token", t.Token()),
-	})
+	p, err := r.startChild(t, r.supLog.With("token", t.Token()))
 	if err != nil {
 		return fmt.Errorf("leading, but the command could not be started (resigned): %w", err)
 	}
@@ -439,16 +427,38 @@ func (r *runner) lead(ctx context.Context, t baton.Term) error {
 	} else {
 		log.Warn("term ended; stopping the command", "reason", t.Err())
 	}
-	// Not ctx: it has ended, and Stop must still allow the grace — but never
-	// past safe-until, after which another instance may lead. (StopEarly
-	// normally leaves a full grace before it; a term lost outright or won
-	// late may not.)
-	sctx, scancel := context.WithDeadline(context.Background(), t.SafeUntil())
-	_ = p.Stop(sctx)
-	scancel()
+	stopChild(p, t)
 	log.Info("command stopped", "exit_code", p.ExitCode())
 	if r.c.once && !stoppedBySignal(ctx) && !errors.Is(context.Cause(ctx), errElectionTimeout) {
 		return errLostOnce
 	}
 	return nil
+}
+
+// startChild starts the command for term t, with BATON_LEASE, BATON_TOKEN,
+// BATON_HOLDER and env added to baton's environment.
+func (r *runner) startChild(t baton.Term, log *slog.Logger, env ...string) (*supervise.Process, error) {
+	return supervise.Start(supervise.Config{
+		Command: r.args,
+		Env: append(append(r.c.app.environ(),
+			"BATON_LEASE="+r.c.common.lease,
+			"BATON_TOKEN="+strconv.FormatUint(t.Token(), 10),
+			"BATON_HOLDER="+r.id), env...),
+		Stdout: r.c.app.stdout(),
+		Stderr: r.c.app.stderr(),
+		// supervise reads zero as its default; the CLI documents 0 as
+		// "no grace", so pass the smallest positive grace instead.
+		Grace:  max(r.c.grace, time.Nanosecond),
+		Logger: log,
+	})
+}
+
+// stopChild stops p once its term is ending. Not with the term's context:
+// that has ended, and Stop must still allow the grace — but never past
+// safe-until, after which another instance may lead. (StopEarly normally
+// leaves a full grace before it; a term lost outright or won late may not.)
+func stopChild(p *supervise.Process, t baton.Term) {
+	sctx, scancel := context.WithDeadline(context.Background(), t.SafeUntil())
+	_ = p.Stop(sctx)
+	scancel()
 }
