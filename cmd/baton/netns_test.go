@@ -27,6 +27,14 @@ import (
 // replaces every original member one by one. Throughout, a watcher in this
 // process checks that never two leader-only jobs are alive at once.
 func TestNetnsPartitionAndReplace(t *testing.T) {
+	// The members' logs are long; the reason for a failure is repeated
+	// after them, so that it is at the end of the output.
+	var why failReason
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("FAILED: %s (the members' logs are above)", why.get())
+		}
+	})
 	nt := netns.New(t, 3)
 	dir := t.TempDir()
 	ca, err := certs.NewCA("netns test CA", time.Hour)
@@ -36,8 +44,8 @@ func TestNetnsPartitionAndReplace(t *testing.T) {
 	if err := ca.WriteFiles(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem")); err != nil {
 		t.Fatal(err)
 	}
-	c := &nsCluster{t: t, nt: nt, dir: dir, ca: ca, procs: map[string]*nsMember{}}
-	w := startJobWatcher(t)
+	c := &nsCluster{t: t, why: &why, nt: nt, dir: dir, ca: ca, procs: map[string]*nsMember{}}
+	w := startJobWatcher(t, &why)
 
 	for _, h := range nt.Hosts() {
 		c.ips = append(c.ips, net.JoinHostPort(h.IP.String(), "7390"))
@@ -56,7 +64,7 @@ func TestNetnsPartitionAndReplace(t *testing.T) {
 	second := w.waitHolder(t, 60*time.Second, first.holder, first.token)
 	t.Logf("after the partition: holder %s, token %d", second.holder, second.token)
 	if c.hostOf(second.holder) == minority {
-		t.Fatalf("the isolated host %s still leads", minority)
+		c.fatalf("the isolated host %s still leads", minority)
 	}
 	if err := nt.Heal(); err != nil {
 		t.Fatal(err)
@@ -74,17 +82,18 @@ func TestNetnsPartitionAndReplace(t *testing.T) {
 		c.start(h)
 		c.waitInGroup(h, 60*time.Second)
 		m := c.procs[old.Name]
-		if i%2 == 0 {
-			_ = m.cmd.Process.Signal(syscall.SIGTERM)
-		} else {
-			_ = m.cmd.Process.Signal(syscall.SIGKILL)
+		sig, sigName := syscall.SIGTERM, "SIGTERM"
+		if i%2 == 1 {
+			sig, sigName = syscall.SIGKILL, "SIGKILL"
 		}
+		t.Logf("round %d: %s is in the group; %s to %s (holder %s)", i+1, h, sigName, m.id, last.holder)
+		_ = m.cmd.Process.Signal(sig)
 		select {
 		case <-m.done:
 		case <-time.After(30 * time.Second):
 			_ = m.cmd.Process.Signal(syscall.SIGQUIT) // its goroutines go to the log
 			<-m.done
-			t.Fatalf("%s did not stop within 30s of the signal", m.id)
+			c.fatalf("%s did not stop within 30s of the signal", m.id)
 		}
 		// The job goes on where it was, unless the member that left held
 		// the lease: then another takes over with a higher token.
@@ -93,18 +102,20 @@ func TestNetnsPartitionAndReplace(t *testing.T) {
 			above = last.token
 		}
 		next := w.waitHolder(t, 60*time.Second, m.id, above)
+		t.Logf("round %d: %s stopped; holder %s, token %d; waiting for 3 live voters", i+1, m.id, next.holder, next.token)
 		stopped = append(stopped, net.JoinHostPort(old.IP.String(), "7390"))
 		c.waitVoters(c.procs[h.Name], stopped, 60*time.Second)
-		t.Logf("round %d: replaced %s; holder %s, token %d", i+1, old, next.holder, next.token)
+		t.Logf("round %d: replaced %s", i+1, old)
 		last = next
 	}
 	if n := w.overlaps(); n > 0 {
-		t.Fatalf("%d moments with two leader-only jobs alive at once: %v", n, w.overlapSamples())
+		c.fatalf("%d moments with two leader-only jobs alive at once: %v", n, w.overlapSamples())
 	}
 }
 
 type nsCluster struct {
 	t     *testing.T
+	why   *failReason
 	nt    *netns.Net
 	dir   string
 	ca    *certs.CA
@@ -180,7 +191,7 @@ func (c *nsCluster) start(h *netns.Host) {
 			<-m.done
 		}
 		if t.Failed() {
-			t.Logf("--- %s (%s) log:\n%s", id, h, lw.String())
+			t.Logf("--- %s (%s) log:\n%s", id, h, quiet(lw.String()))
 		}
 	})
 }
@@ -194,7 +205,7 @@ func (c *nsCluster) waitInGroup(h *netns.Host, d time.Duration) {
 	deadline := time.Now().Add(d)
 	for !strings.Contains(m.log.String(), "in the group") {
 		if time.Now().After(deadline) {
-			c.t.Fatalf("%s did not join the group within %s", h, d)
+			c.fatalf("%s did not join the group within %s", h, d)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -221,10 +232,59 @@ func (c *nsCluster) waitVoters(m *nsMember, stopped []string, d time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("the group did not settle on 3 live voters within %s; last configuration: %s", d, last)
+			c.fatalf("the group did not settle on 3 live voters within %s; last configuration: %s", d, last)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// failReason keeps why the test failed.
+type failReason struct {
+	mu  sync.Mutex
+	why string
+}
+
+func (f *failReason) fatalf(t *testing.T, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	f.mu.Lock()
+	if f.why == "" {
+		f.why = msg
+	}
+	f.mu.Unlock()
+	t.Fatal(msg)
+}
+
+func (f *failReason) get() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.why == "" {
+		return "see above"
+	}
+	return f.why
+}
+
+func (c *nsCluster) fatalf(format string, args ...any) {
+	c.t.Helper()
+	c.why.fatalf(c.t, format, args...)
+}
+
+// quiet drops raft's retries to an unreachable peer from a member's log
+// (hundreds of lines while a member is down), counting them instead.
+func quiet(log string) string {
+	var b strings.Builder
+	dropped := 0
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "failed to heartbeat to") || strings.Contains(l, "failed to appendEntries to") ||
+			strings.Contains(l, "raft: failed to contact") {
+			dropped++
+			continue
+		}
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+	fmt.Fprintf(&b, "(%d lines of retries to unreachable peers left out)\n", dropped)
+	return b.String()
 }
 
 type lockedWriter struct {
@@ -247,6 +307,7 @@ func (l *lockedWriter) String() string {
 // jobWatcher samples the live demo-job processes of this test's binary
 // every few milliseconds (the namespaces share the PID namespace).
 type jobWatcher struct {
+	why      *failReason
 	mu       sync.Mutex
 	current  []jobSample
 	holder   string
@@ -261,8 +322,8 @@ type jobSample struct {
 	token  uint64
 }
 
-func startJobWatcher(t *testing.T) *jobWatcher {
-	w := &jobWatcher{changed: make(chan struct{})}
+func startJobWatcher(t *testing.T, why *failReason) *jobWatcher {
+	w := &jobWatcher{why: why, changed: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -299,6 +360,13 @@ func (w *jobWatcher) sample(jobs []jobSample) {
 	}
 }
 
+// now returns the live jobs of the last sample.
+func (w *jobWatcher) now() []jobSample {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.current
+}
+
 func (w *jobWatcher) overlaps() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -328,7 +396,7 @@ func (w *jobWatcher) waitHolder(t *testing.T, d time.Duration, notHolder string,
 		case <-ch:
 		case <-time.After(50 * time.Millisecond):
 		case <-timeout:
-			t.Fatalf("no leader-only job with a holder other than %q and a token above %d within %s", notHolder, aboveToken, d)
+			w.why.fatalf(t, "no leader-only job with a holder other than %q and a token above %d within %s (now: %v)", notHolder, aboveToken, d, w.now())
 		}
 	}
 }
