@@ -13,13 +13,20 @@ import (
 	"github.com/batonhq/baton/internal/testserver"
 )
 
+// conformanceMinTTL is the suite's TTL for the raft targets: twice the
+// suite's default. The test groups use 200 ms heartbeats, and on a loaded
+// two-core machine running the race detector, a raft election during the
+// thousand-lease campaign has taken a group without a leader for over a
+// second, expiring the session of a live holder that kept renewing.
+const conformanceMinTTL = 2 * time.Second
+
 // Each simulated process is a member of its own, joining a group of 3 or
 // 5 voters as a non-voter: as `baton run --backend raft://` does.
 func TestConformanceMembers(t *testing.T) {
 	for _, voters := range []int{3, 5} {
 		t.Run(map[int]string{3: "ThreeVoters", 5: "FiveVoters"}[voters], func(t *testing.T) {
 			g := newTestGroup(t, voters)
-			batontest.Run(t, batontest.Target{New: func(t *testing.T, cfg baton.Config) *batontest.Process {
+			batontest.Run(t, batontest.Target{MinTTL: conformanceMinTTL, New: func(t *testing.T, cfg baton.Config) *batontest.Process {
 				gt := &gate{}
 				n := g.start(t, func(o *NodeOptions) { o.gate = gt; o.Voters = voters })
 				select {
@@ -61,7 +68,7 @@ func TestConformanceAgentClients(t *testing.T) {
 		agents = append(agents, serveClients(t, n))
 	}
 	next := 0
-	batontest.Run(t, batontest.Target{New: func(t *testing.T, cfg baton.Config) *batontest.Process {
+	batontest.Run(t, batontest.Target{MinTTL: conformanceMinTTL, New: func(t *testing.T, cfg baton.Config) *batontest.Process {
 		proxy := testserver.StartProxy(t, agents[next%len(agents)])
 		next++
 		c, err := Dial(proxy.Addr(), ClientOptions{})
