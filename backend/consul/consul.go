@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/renew"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -123,29 +124,20 @@ type Backend struct {
 
 	mu     sync.Mutex
 	closed bool
-	sess   *session         // nil before the first campaign and after a session ended
-	slots  map[string]*slot // by lease name
+	sess   *session // nil before the first campaign and after a session ended
 	helds  map[*held]struct{}
+	// slots, guarded by mu, marks the lease names this Backend campaigns
+	// for or holds. The key of a name is the same for every campaign of
+	// this Backend's session, so two campaigns for one name must not
+	// overlap; nor may a new campaign start before an ended term's lock is
+	// gone (see finish), or the clean-up of the old term could delete the
+	// new term's lock. While a lock that a failed campaign's transaction
+	// may have taken is being let go in the background, the name stays
+	// claimed, so that the clean-up cannot delete a new campaign's lock.
+	slots *renew.Slots
 }
 
 var _ baton.Backend = (*Backend)(nil)
-
-// slot marks a lease name that this Backend campaigns for or holds. The
-// key of a name is the same for every campaign of this Backend's session,
-// so two campaigns for one name must not overlap; nor may a new campaign
-// start before an ended term's lock is gone, or the clean-up of the old
-// term could delete the new term's lock.
-type slot struct {
-	term *baton.BasicTerm // set once the lease is won
-	// gone is made when the lease is won and closed once the term's lock
-	// is gone: deleted, or gone with its session.
-	gone chan struct{}
-	// cleaning is non-nil while a lock that a failed campaign's
-	// transaction may have taken is being let go in the background; it is
-	// closed when that is over. Until then the name stays claimed, so that
-	// the clean-up cannot delete a new campaign's lock.
-	cleaning chan struct{}
-}
 
 // New returns a Backend that campaigns through client. The client remains
 // the caller's (an *api.Client holds nothing that needs closing); its
@@ -234,9 +226,9 @@ func New(client *api.Client, opts Options) (*Backend, error) {
 		ctx:           ctx,
 		cancel:        cancel,
 		granting:      make(chan struct{}, 1),
-		slots:         map[string]*slot{},
 		helds:         map[*held]struct{}{},
 	}
+	b.slots = renew.NewSlots(&b.mu, func() bool { return b.closed }, "consul")
 	b.w = newWatcher(ctx, &b.wg, b.kv, watchWait, log)
 	return b, nil
 }
@@ -311,65 +303,18 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 	if c.ID == "" {
 		return nil, fmt.Errorf("consul: candidate ID must not be empty (lease %q)", name)
 	}
-	sl, err := b.claim(ctx, name, c.ID)
+	sl, err := b.slots.Claim(ctx, name, c.ID)
 	if err != nil {
 		return nil, err
 	}
 	t, err := b.campaign(ctx, sl, name, key, c.ID)
 	if err != nil {
-		b.unclaim(name, sl)
+		// A campaign that won nothing: the name goes back, unless a
+		// clean-up still needs it.
+		b.slots.Unclaim(sl)
 		return nil, err
 	}
 	return t, nil
-}
-
-func (b *Backend) claim(ctx context.Context, name, id string) (*slot, error) {
-	for {
-		b.mu.Lock()
-		if b.closed {
-			b.mu.Unlock()
-			return nil, baton.ErrClosed
-		}
-		old := b.slots[name]
-		switch {
-		case old == nil:
-			sl := &slot{}
-			b.slots[name] = sl
-			b.mu.Unlock()
-			return sl, nil
-		case old.cleaning != nil:
-			wait := old.cleaning
-			b.mu.Unlock()
-			select {
-			case <-wait:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		case old.term == nil || old.term.Err() == nil:
-			b.mu.Unlock()
-			return nil, fmt.Errorf("%w: lease %q, candidate %q (consul allows one campaign per lease name per Backend)",
-				baton.ErrAlreadyCampaigning, name, id)
-		default:
-			// The term ended; its lock is still being let go.
-			wait := old.gone
-			b.mu.Unlock()
-			select {
-			case <-wait:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}
-	}
-}
-
-// unclaim gives back the name of a campaign that won nothing, unless a
-// clean-up still needs it.
-func (b *Backend) unclaim(name string, sl *slot) {
-	b.mu.Lock()
-	if b.slots[name] == sl && sl.cleaning == nil {
-		delete(b.slots, name)
-	}
-	b.mu.Unlock()
 }
 
 // dropLock deletes key if session s holds it, for a campaign whose lock
@@ -379,7 +324,7 @@ func (b *Backend) unclaim(name string, sl *slot) {
 // not outlive it by much), and then keeps trying in the background,
 // holding the slot, until it succeeds or the session ends (which takes the
 // lock with it), as etcd's dropKey does.
-func (b *Backend) dropLock(s *session, sl *slot, name, key string) {
+func (b *Backend) dropLock(s *session, sl *renew.Slot, name, key string) {
 	if s.ctx.Err() != nil {
 		return
 	}
@@ -391,25 +336,20 @@ func (b *Backend) dropLock(s *session, sl *slot, name, key string) {
 	}
 	b.log.Warn("could not check for a lock left by a failed campaign; retrying in the background", "lease", name, "key", key, "err", err)
 	b.mu.Lock()
-	if b.closed || b.slots[name] != sl || sl.cleaning != nil {
+	if b.closed {
 		b.mu.Unlock()
 		return // Close destroys the session, and the lock with it
 	}
-	done := make(chan struct{})
-	sl.cleaning = done
+	done, ok := b.slots.CleaningLocked(sl)
+	if !ok {
+		b.mu.Unlock()
+		return // no longer the name's slot, or already cleaned up after
+	}
 	b.wg.Add(1)
 	b.mu.Unlock()
 	go func() {
 		defer b.wg.Done()
-		defer func() {
-			b.mu.Lock()
-			sl.cleaning = nil
-			if b.slots[name] == sl {
-				delete(b.slots, name)
-			}
-			b.mu.Unlock()
-			close(done)
-		}()
+		defer done()
 		for {
 			select {
 			case <-s.ctx.Done():
@@ -458,7 +398,7 @@ const (
 	refused             // lock-delay, or our session is gone
 )
 
-func (b *Backend) campaign(ctx context.Context, sl *slot, name, key, id string) (baton.Term, error) {
+func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, key, id string) (baton.Term, error) {
 	s, err := b.session(ctx)
 	if err != nil {
 		return nil, err
@@ -713,7 +653,7 @@ func (b *Backend) unavailable(ctx context.Context, what string, err error) error
 type held struct {
 	name, key string
 	token     uint64
-	sl        *slot
+	sl        *renew.Slot
 	s         *session
 	sub       *sub
 	term      *baton.BasicTerm
@@ -727,7 +667,7 @@ type held struct {
 
 // hold starts the term won with token. sb is the campaign's subscription
 // to the key, or nil; hold takes it over.
-func (b *Backend) hold(s *session, sl *slot, name, key string, token uint64, sb *sub) (baton.Term, error) {
+func (b *Backend) hold(s *session, sl *renew.Slot, name, key string, token uint64, sb *sub) (baton.Term, error) {
 	ctx, stop := context.WithCancel(s.ctx)
 	h := &held{name: name, key: key, token: token, sl: sl, s: s, ctx: ctx, stop: stop}
 	// b.mu and the session's lock together make registering the term and
@@ -754,7 +694,7 @@ func (b *Backend) hold(s *session, sl *slot, name, key string, token uint64, sb 
 		b.w.rebase(sb)
 	}
 	h.term, h.sub = t, sb
-	sl.term, sl.gone = t, make(chan struct{})
+	b.slots.WonUntilGoneLocked(sl, t)
 	b.helds[h] = struct{}{}
 	b.wg.Add(1)
 	go b.watchHeld(h)
@@ -838,12 +778,7 @@ func (b *Backend) finishLocked(h *held) {
 		return
 	}
 	h.finished = true
-	b.mu.Lock()
-	if b.slots[h.name] == h.sl {
-		delete(b.slots, h.name)
-	}
-	b.mu.Unlock()
-	close(h.sl.gone)
+	b.slots.Gone(h.sl)
 }
 
 // release is the term's release function: it deletes h's key if the key is

@@ -56,30 +56,17 @@ type Backend struct {
 
 	mu     sync.Mutex
 	closed bool
-	sess   *session         // nil before the first campaign and after a session ended
-	slots  map[string]*slot // by lease name
+	sess   *session // nil before the first campaign and after a session ended
+	// slots, guarded by mu, marks the lease names this Backend campaigns
+	// for or holds. The key of a name is derived from the session alone,
+	// so two campaigns for one name over one session would share a key: a
+	// slot keeps them apart. While a key whose creation may or may not have
+	// landed is being deleted in the background, the name stays claimed, so
+	// that the clean-up cannot delete a new campaign's key.
+	slots *renew.Slots
 }
 
 var _ baton.Backend = (*Backend)(nil)
-
-// slot marks a lease name that this Backend campaigns for or holds. The key
-// of a name is derived from the session alone, so two campaigns for one name
-// over one session would share a key: the slot keeps them apart.
-type slot struct {
-	term *baton.BasicTerm // set once the lease is won
-
-	// cleaning is non-nil while a key whose creation may or may not have
-	// landed is being deleted in the background; it is closed when that is
-	// over. A new campaign for the name waits for it, so that the clean-up
-	// cannot delete the new campaign's key.
-	cleaning chan struct{}
-}
-
-// free reports whether a new campaign may take the slot over: its term ended
-// and nothing is cleaning up after it. Called with b.mu held.
-func (sl *slot) free() bool {
-	return sl.cleaning == nil && sl.term != nil && sl.term.Err() != nil
-}
 
 // New returns a Backend that campaigns through client. The client remains the
 // caller's: Close does not close it.
@@ -96,7 +83,7 @@ func New(client *clientv3.Client, opts Options) (*Backend, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Backend{
+	b := &Backend{
 		client:   client,
 		cfg:      cfg,
 		ttlSec:   int64((cfg.TTL + time.Second - 1) / time.Second),
@@ -105,8 +92,9 @@ func New(client *clientv3.Client, opts Options) (*Backend, error) {
 		ctx:      ctx,
 		cancel:   cancel,
 		granting: make(chan struct{}, 1),
-		slots:    map[string]*slot{},
-	}, nil
+	}
+	b.slots = renew.NewSlots(&b.mu, func() bool { return b.closed }, "etcd")
+	return b, nil
 }
 
 // Config returns the timing the Backend uses, defaults filled in. TTL is as
@@ -136,58 +124,19 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 	if c.ID == "" {
 		return nil, fmt.Errorf("etcd: candidate ID must not be empty (lease %q)", name)
 	}
-	sl, err := b.claim(ctx, name, c.ID)
+	sl, err := b.slots.Claim(ctx, name, c.ID)
 	if err != nil {
 		return nil, err
 	}
 	t, err := b.campaign(ctx, sl, name, c.ID)
 	if err != nil {
-		b.unclaim(name, sl)
+		b.slots.Unclaim(sl)
 		return nil, err
 	}
 	return t, nil
 }
 
-func (b *Backend) claim(ctx context.Context, name, id string) (*slot, error) {
-	for {
-		b.mu.Lock()
-		if b.closed {
-			b.mu.Unlock()
-			return nil, baton.ErrClosed
-		}
-		old := b.slots[name]
-		switch {
-		case old == nil || old.free():
-			sl := &slot{}
-			b.slots[name] = sl
-			b.mu.Unlock()
-			return sl, nil
-		case old.cleaning != nil:
-			wait := old.cleaning
-			b.mu.Unlock()
-			select {
-			case <-wait:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		default:
-			b.mu.Unlock()
-			return nil, fmt.Errorf("%w: lease %q, candidate %q (etcd allows one campaign per lease name per Backend)",
-				baton.ErrAlreadyCampaigning, name, id)
-		}
-	}
-}
-
-// unclaim gives the name back unless a clean-up still needs it.
-func (b *Backend) unclaim(name string, sl *slot) {
-	b.mu.Lock()
-	if b.slots[name] == sl && sl.cleaning == nil {
-		delete(b.slots, name)
-	}
-	b.mu.Unlock()
-}
-
-func (b *Backend) campaign(ctx context.Context, sl *slot, name, id string) (baton.Term, error) {
+func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, id string) (baton.Term, error) {
 	pfx := b.prefix + name + "/"
 	var (
 		s   *session
@@ -322,14 +271,14 @@ func (b *Backend) unavailable(ctx context.Context, what string, err error) error
 type held struct {
 	name, key string
 	rev       int64
-	sl        *slot
+	sl        *renew.Slot
 	s         *session
 	term      *baton.BasicTerm
 	stop      context.CancelFunc // stops watching the key
 }
 
 // hold starts the term won at revision at.
-func (b *Backend) hold(s *session, sl *slot, name, key string, rev, at int64) (baton.Term, error) {
+func (b *Backend) hold(s *session, sl *renew.Slot, name, key string, rev, at int64) (baton.Term, error) {
 	ctx, stop := context.WithCancel(s.ctx)
 	h := &held{name: name, key: key, rev: rev, sl: sl, s: s, stop: stop}
 	// b.mu and the session's lock together make registering the term and starting its
@@ -350,7 +299,7 @@ func (b *Backend) hold(s *session, sl *slot, name, key string, rev, at int64) (b
 		return nil, fmt.Errorf("%w: lease %q: etcd session %x ended as the lease was won", baton.ErrBackendUnavailable, name, s.id)
 	}
 	h.term = t
-	sl.term = h.term
+	b.slots.WonLocked(sl, h.term)
 	b.wg.Add(1)
 	go b.watchHeld(ctx, h, at+1)
 	b.log.Debug("acquired", "lease", name, "token", rev, "session", fmt.Sprintf("%x", s.id))
@@ -361,7 +310,7 @@ func (b *Backend) hold(s *session, sl *slot, name, key string, rev, at int64) (b
 // returns when ctx ends: the term was released, or the session ended.
 func (b *Backend) watchHeld(ctx context.Context, h *held, from int64) {
 	defer b.wg.Done()
-	defer b.unclaim(h.name, h.sl)
+	defer b.slots.Unclaim(h.sl)
 	defer h.stop()
 	lost := func(why string) {
 		h.s.Forget(h.term)
@@ -420,7 +369,7 @@ func (b *Backend) release(ctx context.Context, h *held) error {
 		return fmt.Errorf("%w: release lease %q (retrying in the background): %w", baton.ErrBackendUnavailable, h.name, err)
 	}
 	b.log.Debug("released", "lease", h.name, "token", h.rev)
-	b.unclaim(h.name, h.sl)
+	b.slots.Unclaim(h.sl)
 	return nil
 }
 
@@ -447,7 +396,7 @@ func (b *Backend) deleteKey(ctx context.Context, key string, rev int64) error {
 // dropKey deletes a campaign's key once, bounded by RenewInterval, and keeps
 // trying in the background if that fails. The caller's context may have
 // ended already, which is often why the key must go.
-func (b *Backend) dropKey(s *session, sl *slot, name, key string, rev int64) {
+func (b *Backend) dropKey(s *session, sl *renew.Slot, name, key string, rev int64) {
 	if s.ctx.Err() != nil {
 		return // the key went, or goes, with the session
 	}
@@ -464,32 +413,18 @@ func (b *Backend) dropKey(s *session, sl *slot, name, key string, rev int64) {
 // session ends (which deletes the key too). While it runs it keeps sl, if sl
 // is still the name's slot, so that no new campaign's key can be mistaken
 // for the old one.
-func (b *Backend) cleanLater(s *session, sl *slot, name, key string, rev int64) {
+func (b *Backend) cleanLater(s *session, sl *renew.Slot, name, key string, rev int64) {
 	b.mu.Lock()
 	if b.closed || s.ctx.Err() != nil {
 		b.mu.Unlock()
 		return
 	}
-	var done chan struct{}
-	if b.slots[name] == sl && sl.cleaning == nil {
-		done = make(chan struct{})
-		sl.cleaning = done
-	}
+	done, _ := b.slots.CleaningLocked(sl)
 	b.wg.Add(1)
 	b.mu.Unlock()
 	go func() {
 		defer b.wg.Done()
-		if done != nil {
-			defer func() {
-				b.mu.Lock()
-				sl.cleaning = nil
-				if b.slots[name] == sl {
-					delete(b.slots, name)
-				}
-				b.mu.Unlock()
-				close(done)
-			}()
-		}
+		defer done()
 		for {
 			select {
 			case <-s.ctx.Done():

@@ -52,10 +52,7 @@ func blindHolder(t *testing.T, b *Backend, lease, id string) *stateTerm {
 	// The watcher gives the lease name back as it returns.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		b.mu.Lock()
-		_, watching := b.slots[lease]
-		b.mu.Unlock()
-		if !watching {
+		if !b.slots.Claimed(lease) {
 			break
 		}
 		if time.Now().After(deadline) {

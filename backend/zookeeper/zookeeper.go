@@ -115,28 +115,15 @@ type Backend struct {
 	mu     sync.Mutex
 	closed bool
 	sess   *session           // nil before the first campaign and after a generation ended
-	slots  map[string]*slot   // by lease name
 	nodes  map[*node]struct{} // every node made, or maybe made, and not known to be gone
+	// slots, guarded by mu, marks the lease names this Backend campaigns
+	// for or holds, so that one Backend has at most one latch node per name
+	// (see the etcd backend). While a node of a name is being deleted in
+	// the background, the name stays claimed.
+	slots *renew.Slots
 }
 
 var _ baton.Backend = (*Backend)(nil)
-
-// slot marks a lease name that this Backend campaigns for or holds, so that
-// one Backend has at most one latch node per name (see the etcd backend).
-type slot struct {
-	term *baton.BasicTerm // set once the lease is won
-
-	// cleaning is non-nil while a node of this name is being deleted in the
-	// background; it is closed when that is over. A new campaign for the
-	// name waits for it.
-	cleaning chan struct{}
-}
-
-// free reports whether a new campaign may take the slot over. Called with
-// b.mu held.
-func (sl *slot) free() bool {
-	return sl.cleaning == nil && sl.term != nil && sl.term.Err() != nil
-}
 
 // node is a latch node this Backend made, or may have made: a create whose
 // reply was lost is known only by its protected prefix until a listing of
@@ -166,7 +153,7 @@ func New(conn *zk.Conn, opts Options) (*Backend, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Backend{
+	b := &Backend{
 		conn:     conn,
 		cfg:      cfg,
 		root:     root,
@@ -176,9 +163,10 @@ func New(conn *zk.Conn, opts Options) (*Backend, error) {
 		ctx:      ctx,
 		cancel:   cancel,
 		starting: make(chan struct{}, 1),
-		slots:    map[string]*slot{},
 		nodes:    map[*node]struct{}{},
-	}, nil
+	}
+	b.slots = renew.NewSlots(&b.mu, func() bool { return b.closed }, "ZooKeeper")
+	return b, nil
 }
 
 // Validate reports every problem with o at once, as a *baton.ConfigError,
@@ -532,58 +520,19 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 	if c.ID == "" {
 		return nil, fmt.Errorf("zookeeper: candidate ID must not be empty (lease %q)", name)
 	}
-	sl, err := b.claim(ctx, name, c.ID)
+	sl, err := b.slots.Claim(ctx, name, c.ID)
 	if err != nil {
 		return nil, err
 	}
 	t, err := b.campaign(ctx, sl, name, c.ID)
 	if err != nil {
-		b.unclaim(name, sl)
+		b.slots.Unclaim(sl)
 		return nil, err
 	}
 	return t, nil
 }
 
-func (b *Backend) claim(ctx context.Context, name, id string) (*slot, error) {
-	for {
-		b.mu.Lock()
-		if b.closed {
-			b.mu.Unlock()
-			return nil, baton.ErrClosed
-		}
-		old := b.slots[name]
-		switch {
-		case old == nil || old.free():
-			sl := &slot{}
-			b.slots[name] = sl
-			b.mu.Unlock()
-			return sl, nil
-		case old.cleaning != nil:
-			wait := old.cleaning
-			b.mu.Unlock()
-			select {
-			case <-wait:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		default:
-			b.mu.Unlock()
-			return nil, fmt.Errorf("%w: lease %q, candidate %q (ZooKeeper allows one campaign per lease name per Backend)",
-				baton.ErrAlreadyCampaigning, name, id)
-		}
-	}
-}
-
-// unclaim gives the name back unless a clean-up still needs it.
-func (b *Backend) unclaim(name string, sl *slot) {
-	b.mu.Lock()
-	if b.slots[name] == sl && sl.cleaning == nil {
-		delete(b.slots, name)
-	}
-	b.mu.Unlock()
-}
-
-func (b *Backend) campaign(ctx context.Context, sl *slot, name, id string) (baton.Term, error) {
+func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, id string) (baton.Term, error) {
 	latch := b.LatchPath(name)
 	var (
 		s     *session
@@ -691,7 +640,7 @@ func indexOf(children []string, name string) int {
 // that a node made for us is found rather than left behind. If ctx ends
 // first, the node is deleted in the background once the create's outcome
 // is known.
-func (b *Backend) create(ctx context.Context, s *session, sl *slot, name string, n *node, id string) (*zk.Stat, error) {
+func (b *Backend) create(ctx context.Context, s *session, sl *renew.Slot, name string, n *node, id string) (*zk.Stat, error) {
 	b.track(n)
 	for attempt := 0; ; attempt++ {
 		type created struct {
@@ -891,7 +840,7 @@ func (b *Backend) deleteNode(ctx context.Context, n *node) error {
 // dropNode deletes a campaign's node once, bounded by RenewInterval, and
 // keeps trying in the background if that fails. The caller's context may
 // have ended already, which is often why the node must go.
-func (b *Backend) dropNode(sl *slot, name string, n *node) {
+func (b *Backend) dropNode(sl *renew.Slot, name string, n *node) {
 	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.RenewInterval)
 	err := b.deleteNode(ctx, n)
 	cancel()
@@ -907,32 +856,18 @@ func (b *Backend) dropNode(sl *slot, name string, n *node) {
 // (Close deletes what is left, or closes the session). While it runs it
 // keeps sl, if sl is still the name's slot, so that a new campaign for the
 // name cannot start before the old node is gone.
-func (b *Backend) cleanLater(sl *slot, name string, n *node, wait func()) {
+func (b *Backend) cleanLater(sl *renew.Slot, name string, n *node, wait func()) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return
 	}
-	var done chan struct{}
-	if b.slots[name] == sl && sl.cleaning == nil {
-		done = make(chan struct{})
-		sl.cleaning = done
-	}
+	done, _ := b.slots.CleaningLocked(sl)
 	b.wg.Add(1)
 	b.mu.Unlock()
 	go func() {
 		defer b.wg.Done()
-		if done != nil {
-			defer func() {
-				b.mu.Lock()
-				sl.cleaning = nil
-				if b.slots[name] == sl {
-					delete(b.slots, name)
-				}
-				b.mu.Unlock()
-				close(done)
-			}()
-		}
+		defer done()
 		if wait != nil {
 			waited := make(chan struct{})
 			go func() { wait(); close(waited) }()
@@ -978,7 +913,7 @@ type held struct {
 	n     *node
 	path  string
 	czxid int64
-	sl    *slot
+	sl    *renew.Slot
 	s     *session
 	term  *baton.BasicTerm
 	ctx   context.Context
@@ -990,7 +925,7 @@ type held struct {
 }
 
 // hold starts the term of node n.
-func (b *Backend) hold(s *session, sl *slot, name string, n *node, czxid int64) (baton.Term, error) {
+func (b *Backend) hold(s *session, sl *renew.Slot, name string, n *node, czxid int64) (baton.Term, error) {
 	ctx, stop := context.WithCancel(s.ctx)
 	h := &held{name: name, n: n, path: b.nodePath(n), czxid: czxid, sl: sl, s: s, ctx: ctx, stop: stop}
 	// b.mu and the session's lock together make registering the term and
@@ -1015,7 +950,7 @@ func (b *Backend) hold(s *session, sl *slot, name string, n *node, czxid int64) 
 			baton.ErrBackendUnavailable, name, s.id)
 	}
 	h.term = t
-	sl.term = t
+	b.slots.WonLocked(sl, t)
 	b.wg.Add(1)
 	b.mu.Unlock()
 	go b.watchHeld(h)
@@ -1035,7 +970,7 @@ func (b *Backend) lose(h *held, why string) {
 		b.log.Info("lease lost", "lease", h.name, "token", h.czxid, "why", why)
 	}
 	b.forget(h.n)
-	b.unclaim(h.name, h.sl)
+	b.slots.Unclaim(h.sl)
 	h.stop()
 }
 
@@ -1109,7 +1044,7 @@ func (b *Backend) watchHeld(h *held) {
 		// release deletes the node.
 	case b.isClosed():
 		// Close deletes the node, or closes the session.
-		b.unclaim(h.name, h.sl)
+		b.slots.Unclaim(h.sl)
 	default:
 		// The term reached its safe-until without a confirmed renewal.
 		// The session may live on on the server, and our node with it:
@@ -1133,7 +1068,7 @@ func (b *Backend) release(ctx context.Context, h *held) error {
 		return fmt.Errorf("%w: release lease %q (retrying in the background): %w", baton.ErrBackendUnavailable, h.name, err)
 	}
 	b.log.Debug("released", "lease", h.name, "token", h.czxid)
-	b.unclaim(h.name, h.sl)
+	b.slots.Unclaim(h.sl)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 // Package renew holds what the session backends (etcd, raft, and the
 // ZooKeeper and Consul ones to come) share: the terms riding on one server
-// session, the session's safe-until, and the loop that renews it.
+// session, the session's safe-until, and the loop that renews it; and the
+// slots that allow one campaign per lease name per Backend (Slots).
 //
 // A session's safe-until is measured from the send time of its last
 // confirmed renewal; every term riding on it is safe until then, and ends by

@@ -1,0 +1,260 @@
+package renew
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/batonhq/baton"
+)
+
+// testSlots is a Backend's mutex, closed flag and slots.
+type testSlots struct {
+	mu     sync.Mutex
+	closed bool
+	*Slots
+}
+
+func newTestSlots() *testSlots {
+	b := &testSlots{}
+	b.Slots = NewSlots(&b.mu, func() bool { return b.closed }, "test")
+	return b
+}
+
+func (b *testSlots) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+}
+
+func (b *testSlots) won(sl *Slot, t *baton.BasicTerm) {
+	b.mu.Lock()
+	b.WonLocked(sl, t)
+	b.mu.Unlock()
+}
+
+func (b *testSlots) wonUntilGone(sl *Slot, t *baton.BasicTerm) {
+	b.mu.Lock()
+	b.WonUntilGoneLocked(sl, t)
+	b.mu.Unlock()
+}
+
+func (b *testSlots) cleaning(sl *Slot) (func(), bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.CleaningLocked(sl)
+}
+
+func (b *testSlots) mustClaim(t *testing.T, name string) *Slot {
+	t.Helper()
+	sl, err := b.Claim(context.Background(), name, "c")
+	if err != nil {
+		t.Fatalf("Claim(%q): %v", name, err)
+	}
+	return sl
+}
+
+type claimed struct {
+	sl  *Slot
+	err error
+}
+
+// goClaim claims name in a goroutine, and returns once that goroutine has
+// returned or is blocked waiting.
+func (b *testSlots) goClaim(ctx context.Context, name string) <-chan claimed {
+	ch := make(chan claimed, 1)
+	go func() {
+		sl, err := b.Claim(ctx, name, "c2")
+		ch <- claimed{sl, err}
+	}()
+	synctest.Wait()
+	return ch
+}
+
+func waiting(t *testing.T, ch <-chan claimed) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("Claim returned %v, %v; want it waiting", r.sl, r.err)
+	default:
+	}
+}
+
+func running() *baton.BasicTerm {
+	return baton.NewBasicTerm("a", 1, time.Now().Add(time.Hour), nil)
+}
+
+func TestSlotsClaimUnclaim(t *testing.T) {
+	b := newTestSlots()
+	a := b.mustClaim(t, "a")
+	b.mustClaim(t, "b") // names are independent
+	_, err := b.Claim(context.Background(), "a", "c2")
+	if !errors.Is(err, baton.ErrAlreadyCampaigning) {
+		t.Fatalf("second Claim: %v, want ErrAlreadyCampaigning", err)
+	}
+	want := `lease "a", candidate "c2" (test allows one campaign per lease name per Backend)`
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("second Claim's error %q lacks %q", err, want)
+	}
+	b.Unclaim(a)
+	if b.Claimed("a") || !b.Claimed("b") {
+		t.Fatalf("after Unclaim(a): claimed a %v, b %v; want false, true", b.Claimed("a"), b.Claimed("b"))
+	}
+	a2 := b.mustClaim(t, "a")
+	b.Unclaim(a) // stale: must leave a2's claim alone
+	if !b.Claimed("a") {
+		t.Fatal("Unclaim of an old slot gave a new slot's name back")
+	}
+	b.Unclaim(a2)
+	if b.Claimed("a") {
+		t.Fatal("Unclaim did not give the name back")
+	}
+}
+
+func TestSlotsWonTakenOverOnceEnded(t *testing.T) {
+	b := newTestSlots()
+	sl := b.mustClaim(t, "a")
+	term := running()
+	b.won(sl, term)
+	if _, err := b.Claim(context.Background(), "a", "c2"); !errors.Is(err, baton.ErrAlreadyCampaigning) {
+		t.Fatalf("Claim while the term runs: %v, want ErrAlreadyCampaigning", err)
+	}
+	term.End(baton.ErrLeaseLost)
+	next := b.mustClaim(t, "a")
+	if next == sl {
+		t.Fatal("Claim returned the ended term's slot")
+	}
+	b.Unclaim(sl) // the old term's clean-up finishing late
+	if !b.Claimed("a") {
+		t.Fatal("the old slot's Unclaim gave the new slot's name back")
+	}
+}
+
+func TestSlotsWonUntilGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newTestSlots()
+		sl := b.mustClaim(t, "a")
+		term := running()
+		b.wonUntilGone(sl, term)
+		if _, err := b.Claim(context.Background(), "a", "c2"); !errors.Is(err, baton.ErrAlreadyCampaigning) {
+			t.Fatalf("Claim while the term runs: %v, want ErrAlreadyCampaigning", err)
+		}
+		term.End(baton.ErrLeaseLost)
+		ch := b.goClaim(context.Background(), "a")
+		waiting(t, ch)
+		b.Unclaim(sl) // not what ends the wait: the name is kept until Gone
+		synctest.Wait()
+		waiting(t, ch)
+		b.Gone(sl)
+		r := <-ch
+		if r.err != nil || r.sl == nil || r.sl == sl {
+			t.Fatalf("Claim after Gone: %v, %v; want a new slot", r.sl, r.err)
+		}
+	})
+}
+
+func TestSlotsCleaning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newTestSlots()
+		sl := b.mustClaim(t, "a")
+		done, ok := b.cleaning(sl)
+		if !ok {
+			t.Fatal("CleaningLocked refused the name's slot")
+		}
+		if _, ok := b.cleaning(sl); ok {
+			t.Fatal("CleaningLocked marked a slot already being cleaned up after")
+		}
+		b.Unclaim(sl)
+		if !b.Claimed("a") {
+			t.Fatal("Unclaim gave back a name being cleaned up after")
+		}
+		ch := b.goClaim(context.Background(), "a")
+		waiting(t, ch)
+		done()
+		r := <-ch
+		if r.err != nil || r.sl == nil || r.sl == sl {
+			t.Fatalf("Claim after the clean-up: %v, %v; want a new slot", r.sl, r.err)
+		}
+		// A clean-up after a slot that lost its name keeps nothing.
+		stale, ok := b.cleaning(sl)
+		if ok {
+			t.Fatal("CleaningLocked marked a slot that no longer holds its name")
+		}
+		stale()
+		if !b.Claimed("a") {
+			t.Fatal("a stale clean-up gave the new slot's name back")
+		}
+	})
+}
+
+func TestSlotsCleaningEndsWonTerm(t *testing.T) {
+	// A term whose clean-up runs after it ended (etcd's, ZooKeeper's
+	// failed release) keeps its name until the clean-up is over.
+	synctest.Test(t, func(t *testing.T) {
+		b := newTestSlots()
+		sl := b.mustClaim(t, "a")
+		term := running()
+		b.won(sl, term)
+		term.End(baton.ErrResigned)
+		done, ok := b.cleaning(sl)
+		if !ok {
+			t.Fatal("CleaningLocked refused the name's slot")
+		}
+		ch := b.goClaim(context.Background(), "a")
+		waiting(t, ch)
+		done()
+		if r := <-ch; r.err != nil {
+			t.Fatalf("Claim after the clean-up: %v", r.err)
+		}
+	})
+}
+
+func TestSlotsClaimCanceledWhileWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newTestSlots()
+		cleaned := b.mustClaim(t, "a")
+		done, _ := b.cleaning(cleaned)
+		ended := b.mustClaim(t, "b")
+		term := running()
+		b.wonUntilGone(ended, term)
+		term.End(baton.ErrLeaseLost)
+		for _, name := range []string{"a", "b"} {
+			ctx, cancel := context.WithCancel(context.Background())
+			ch := b.goClaim(ctx, name)
+			waiting(t, ch)
+			cancel()
+			if r := <-ch; r.err != context.Canceled {
+				t.Errorf("Claim(%q) canceled while waiting: %v, %v; want context.Canceled", name, r.sl, r.err)
+			}
+			if !b.Claimed(name) {
+				t.Errorf("a canceled Claim gave %q back", name)
+			}
+		}
+		done()
+		b.Gone(ended)
+		b.mustClaim(t, "a")
+		b.mustClaim(t, "b")
+	})
+}
+
+func TestSlotsClosed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newTestSlots()
+		sl := b.mustClaim(t, "a")
+		done, _ := b.cleaning(sl)
+		ch := b.goClaim(context.Background(), "a")
+		waiting(t, ch)
+		b.close()
+		done()
+		if r := <-ch; r.err != baton.ErrClosed {
+			t.Errorf("Claim waiting as the Backend closed: %v, %v; want baton.ErrClosed", r.sl, r.err)
+		}
+		if _, err := b.Claim(context.Background(), "b", "c"); err != baton.ErrClosed {
+			t.Errorf("Claim after close: %v, want baton.ErrClosed", err)
+		}
+	})
+}
