@@ -195,12 +195,12 @@ func New(src Source, opts Options) (*Handler, error) {
 		return nil, err
 	}
 	log := opts.Logger.WithGroup("http")
-	if err := opts.Metrics.bind(src, opts.ReadTimeout, log); err != nil {
+	hist := newHistory(src.ID(), opts.History, opts.MaxTerms, opts.MaxLeases, opts.Metrics, opts.now)
+	if err := opts.Metrics.bind(src, hist.prune, opts.ReadTimeout, log); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &Handler{src: src, opts: opts, log: log, ctx: ctx, cancel: cancel,
-		hist: newHistory(src.ID(), opts.History, opts.MaxTerms, opts.MaxLeases, opts.Metrics, opts.now)}
+	h := &Handler{src: src, opts: opts, log: log, ctx: ctx, cancel: cancel, hist: hist}
 	// Subscribe before reading the table, so that no term falls between.
 	h.stopWatch = src.WatchLeases(h.hist.apply)
 	h.wg.Add(1)
@@ -213,7 +213,7 @@ func New(src Source, opts Options) (*Handler, error) {
 	mux.HandleFunc("GET /v1/leases/{name}", h.serveLease)
 	mux.Handle("POST /v1/leases/{name}/resign", h.mutating(http.HandlerFunc(h.serveResign)))
 	mux.HandleFunc("GET /v1/health/leader", h.serveHealth)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Metrics.reg, promhttp.HandlerOpts{
+	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Metrics.gatherer(), promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), Timeout: opts.ReadTimeout + 5*time.Second,
 	}))
 	h.mux = mux

@@ -216,6 +216,7 @@ func (h *history) lease(name string, now time.Time) *leaseHist {
 			return nil
 		}
 		delete(h.leases, victim)
+		h.metrics.forget(victim)
 	}
 	l := &leaseHist{touched: now}
 	h.leases[name] = l
@@ -304,14 +305,23 @@ func (h *history) awaitEnd(lease string, token uint64) (<-chan ended, func()) {
 	}
 }
 
-// pruneLocked forgets terms that ended before the window and leases left
-// with none.
+// prune forgets what pruneLocked does.
+func (h *history) prune() {
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.pruneLocked(now)
+}
+
+// pruneLocked forgets terms that ended before the window, and leases left
+// with none, metric series included.
 func (h *history) pruneLocked(now time.Time) {
 	from := now.Add(-h.window)
 	for name, l := range h.leases {
 		l.terms = slices.DeleteFunc(l.terms, func(t term) bool { return !t.ongoing() && t.End.Before(from) })
 		if len(l.terms) == 0 {
 			delete(h.leases, name)
+			h.metrics.forget(name)
 		}
 	}
 }

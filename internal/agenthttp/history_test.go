@@ -1,6 +1,8 @@
 package agenthttp
 
 import (
+	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -84,6 +86,77 @@ func TestHistoryTermsAndBounds(t *testing.T) {
 		t.Errorf("after two hours a has %v, want the running term 16 only", tokens(got))
 	}
 }
+
+// leaseSeries counts the series of lease across the per-lease metrics, in
+// a scrape.
+func leaseSeries(t *testing.T, m *Metrics, lease string) int {
+	t.Helper()
+	mfs, err := m.gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, mf := range mfs {
+		for _, s := range mf.GetMetric() {
+			for _, lp := range s.GetLabel() {
+				if lp.GetName() == "lease" && lp.GetValue() == lease {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
+// A lease the agent forgets takes its metric series along, at the next
+// scrape after the window or when it makes room for another; a running
+// lease keeps them.
+func TestHistoryForgetsMetricSeries(t *testing.T) {
+	c := newClock()
+	m := NewMetrics()
+	h := newHistory("me", time.Hour, 10, 3, m, c.now)
+	// A scrape prunes before it gathers.
+	if err := m.bind(stubSource{}, h.prune, time.Second, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	h.apply(raft.LeaseEvent{Lease: "old", Kind: raft.EventQueued, Holder: "x", Session: "s-x"})
+	h.apply(elected("old", "x", "me", 1))
+	c.add(time.Minute)
+	h.apply(endEv(raft.EventReleased, "old", "x", 1, "resigned"))
+	h.apply(elected("running", "y", "me", 2))
+	if n := leaseSeries(t, m, "old"); n != 6 {
+		t.Fatalf("old has %d series, want 6 (is_leader; queued, elected and released; term duration; campaign wait)", n)
+	}
+	c.add(time.Hour) // the end is exactly a window old: kept
+	if n := leaseSeries(t, m, "old"); n == 0 {
+		t.Fatal("old's series went within the window")
+	}
+	c.add(time.Second)
+	if n := leaseSeries(t, m, "old"); n != 0 {
+		t.Errorf("old still has %d series after the window", n)
+	}
+	if n := leaseSeries(t, m, "running"); n == 0 {
+		t.Error("running lost its series")
+	}
+
+	// Making room: with 3 leases remembered, a new one evicts the idle one.
+	h.apply(elected("idle", "z", "other", 3))
+	h.apply(endEv(raft.EventLost, "idle", "z", 3, "session-expired"))
+	h.apply(elected("third", "z", "other", 4))
+	h.apply(elected("fourth", "z", "other", 5))
+	if n := leaseSeries(t, m, "idle"); n != 0 {
+		t.Errorf("idle, evicted, still has %d series", n)
+	}
+	if n := leaseSeries(t, m, "fourth"); n == 0 {
+		t.Error("fourth has no series")
+	}
+}
+
+// stubSource is a lease table with nothing in it.
+type stubSource struct{ Source }
+
+func (stubSource) Leases(context.Context) ([]raft.LeaseInfo, error) { return nil, nil }
+func (stubSource) ID() string                                       { return "me" }
 
 // Terms that began before the agent watched: the lease table's Since, read
 // after subscribing, fills in their start.

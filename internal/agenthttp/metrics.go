@@ -10,6 +10,7 @@ import (
 	"github.com/batonhq/baton/backend/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Metrics are the agent's Prometheus metrics, in a registry of their own
@@ -23,6 +24,14 @@ import (
 //	baton_renew_errors_total                      counter: failed session renewals
 //	baton_safe_until_margin_seconds{lease}        gauge, at scrape: safe-until minus now of leases held here
 //	baton_lease_table_up                          gauge, at scrape: 1 if the scrape could read the lease table
+//
+// The series of a lease go when the agent forgets the lease: at the first
+// scrape (or page view) after its last term ended more than the history
+// window ago (an hour by default), or to make room among the leases
+// remembered. So an agent that serves ever new
+// lease names does not grow its metrics without bound; a lease that comes
+// back starts its counters afresh, which rate() and increase() read as a
+// reset.
 //
 // Make one with NewMetrics before the member starts, pass OnRenew to
 // raft.NodeOptions.OnRenew, and the Metrics to New through Options. One
@@ -38,6 +47,7 @@ type Metrics struct {
 
 	mu    sync.Mutex
 	bound bool
+	prune func() // set by bind
 }
 
 // NewMetrics returns the metrics, registered in a new registry.
@@ -118,14 +128,39 @@ func (m *Metrics) campaignWait(lease string, d time.Duration) {
 	m.waitDuration.WithLabelValues(lease).Observe(max(d, 0).Seconds())
 }
 
-// bind registers the collector that reads src's lease table at scrape.
-func (m *Metrics) bind(src Source, timeout time.Duration, log *slog.Logger) error {
+// gatherer gathers the registry after pruning, so that a scrape does not
+// show the series of leases forgotten by then.
+func (m *Metrics) gatherer() prometheus.Gatherer {
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		m.mu.Lock()
+		prune := m.prune
+		m.mu.Unlock()
+		if prune != nil {
+			prune()
+		}
+		return m.reg.Gather()
+	})
+}
+
+// forget deletes every series of lease.
+func (m *Metrics) forget(lease string) {
+	l := prometheus.Labels{"lease": lease}
+	m.isLeader.DeletePartialMatch(l)
+	m.transitions.DeletePartialMatch(l)
+	m.termDuration.DeletePartialMatch(l)
+	m.waitDuration.DeletePartialMatch(l)
+}
+
+// bind registers the collector that reads src's lease table at scrape, and
+// prune, which forgets the leases idle beyond the window, to run before.
+func (m *Metrics) bind(src Source, prune func(), timeout time.Duration, log *slog.Logger) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.bound {
 		return errors.New("agenthttp: these Metrics serve another Handler already: make one Metrics per Handler")
 	}
 	m.bound = true
+	m.prune = prune
 	return m.reg.Register(&tableCollector{src: src, timeout: timeout, log: log,
 		margin: prometheus.NewDesc("baton_safe_until_margin_seconds",
 			"Safe-until minus now, at scrape, of each lease a client of this agent holds: how long the group will keep it from others without another renewal.",
