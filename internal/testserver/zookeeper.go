@@ -49,9 +49,10 @@ const zooKeeperStartTimeout = 60 * time.Second
 // in the Class-Path of zookeeper.jar's manifest, live there.
 const JavaDir = "/usr/share/java"
 
-// ErrJavaMissing is wrapped by the errors of NewZooKeeper and JavaClassPath
-// when java, javac or a jar is not installed, as opposed to a server that
-// is installed but fails to start. Callers hand the former to Unavailable.
+// ErrJavaMissing is wrapped by the errors of NewZooKeeper,
+// NewZooKeeperEnsemble and JavaClassPath when java, javac or a jar is not
+// installed, as opposed to a server that is installed but fails to start.
+// Callers hand the former to Unavailable.
 var ErrJavaMissing = errors.New("java or a java library is not installed")
 
 // ZooKeeperOptions configures NewZooKeeper. The zero value starts a plain
@@ -67,13 +68,11 @@ type ZooKeeperOptions struct {
 // minSessionTimeout 1 s, and empty container nodes deleted every second.
 // Its methods are safe for concurrent use.
 type ZooKeeper struct {
-	cmd     *exec.Cmd
+	jvm     *zooKeeperJVM
 	addr    string
 	tlsAddr string
 	tlsCfg  *tls.Config
 	log     *SyncBuffer
-	exited  chan struct{} // closed when the JVM has exited
-	waitErr error         // the JVM's exit status; read after exited
 	once    sync.Once
 }
 
@@ -112,30 +111,50 @@ var JavaQuickStart = []string{"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-X
 // must Close it. An error wrapping ErrJavaMissing means java or the
 // ZooKeeper jars are not installed.
 func NewZooKeeper(dir string, opts ZooKeeperOptions) (*ZooKeeper, error) {
-	java, err := JavaTool("java")
-	if err != nil {
-		return nil, err
-	}
-	// slf4j-simple to stderr, at warn, replaces the Debian log4j set-up,
-	// which writes to /var/log.
-	jars := []string{"zookeeper.jar", "slf4j-simple.jar"}
+	var extra []string
 	if opts.TLS {
 		// Debian's zookeeper.jar names netty's buffer, transport and
 		// handler in its Class-Path but not netty-codec, which the Netty
 		// connection factory needs.
-		jars = append(jars, "netty-codec.jar", "netty-resolver.jar")
+		extra = []string{"netty-codec.jar", "netty-resolver.jar"}
 	}
-	cp, err := JavaClassPath(jars...)
+	java, cp, err := zooKeeperJava(extra...)
 	if err != nil {
 		return nil, err
 	}
-	// The free port may be taken between our probe and the JVM's bind;
-	// that shows as an early exit, and another port will do.
-	var lastErr error
+	return retryBindRace(func() (*ZooKeeper, error) { return startZooKeeper(java, cp, dir, opts) })
+}
+
+// zooKeeperJava returns the java program and the class path of a ZooKeeper
+// server, with extra jars from JavaDir, or an error wrapping
+// ErrJavaMissing.
+func zooKeeperJava(extra ...string) (java, cp string, err error) {
+	java, err = JavaTool("java")
+	if err != nil {
+		return "", "", err
+	}
+	// slf4j-simple to stderr, at warn, replaces the Debian log4j set-up,
+	// which writes to /var/log.
+	cp, err = JavaClassPath(append([]string{"zookeeper.jar", "slf4j-simple.jar"}, extra...)...)
+	if err != nil {
+		return "", "", err
+	}
+	return java, cp, nil
+}
+
+// retryBindRace runs start up to three times while it fails by losing a
+// race for a port: a port found free may be taken between our probe and
+// the JVM's bind, which shows as an early exit with a BindException in the
+// log, and start picks other ports each time.
+func retryBindRace[T any](start func() (T, error)) (T, error) {
+	var (
+		zero    T
+		lastErr error
+	)
 	for range 3 {
-		z, err := startZooKeeper(java, cp, dir, opts)
+		v, err := start()
 		if err == nil {
-			return z, nil
+			return v, nil
 		}
 		lastErr = err
 		var exit *earlyExitError
@@ -143,16 +162,114 @@ func NewZooKeeper(dir string, opts ZooKeeperOptions) (*ZooKeeper, error) {
 			break
 		}
 	}
-	return nil, lastErr
+	return zero, lastErr
 }
 
+// earlyExitError reports a server that exited during start-up.
 type earlyExitError struct {
+	who string // which server: "zookeeper" when empty
 	err error
 	log string
 }
 
 func (e *earlyExitError) Error() string {
-	return fmt.Sprintf("zookeeper exited during start-up (%v); its log:\n%s", e.err, e.log)
+	who := e.who
+	if who == "" {
+		who = "zookeeper"
+	}
+	return fmt.Sprintf("%s exited during start-up (%v); its log:\n%s", who, e.err, e.log)
+}
+
+// zooKeeperConfig returns the zoo.cfg lines that every server started here
+// has, standalone or in an ensemble: the timing above, data in dataDir,
+// clients served on 127.0.0.1:clientPort only, and settings that suit
+// tests.
+func zooKeeperConfig(dataDir string, clientPort int) []string {
+	return []string{
+		"tickTime=" + strconv.Itoa(int(ZooKeeperTick/time.Millisecond)),
+		"minSessionTimeout=" + strconv.Itoa(int(ZooKeeperMinSessionTimeout/time.Millisecond)),
+		"maxSessionTimeout=" + strconv.Itoa(int(ZooKeeperMaxSessionTimeout/time.Millisecond)),
+		"dataDir=" + dataDir,
+		"clientPortAddress=127.0.0.1",
+		"clientPort=" + strconv.Itoa(clientPort),
+		// Every test client connects from 127.0.0.1, through proxies:
+		// the default cap of 60 connections per address is too few.
+		"maxClientCnxns=0",
+		"admin.enableServer=false",
+		"4lw.commands.whitelist=srvr,ruok,cons,stat,mntr,wchp",
+		// The data dies with the test; fsync per transaction would only
+		// slow a CI disk down.
+		"forceSync=no",
+	}
+}
+
+// zooKeeperJVM is one run of a ZooKeeper server's JVM.
+type zooKeeperJVM struct {
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when the JVM has exited
+	waitErr error         // the JVM's exit status; read after exited
+}
+
+// startZooKeeperJVM runs mainClass (ZooKeeperServerMain, or QuorumPeerMain
+// for a member of an ensemble) on cfgFile, in dir, with JavaQuickStart and
+// the options in jvm, logging to log.
+func startZooKeeperJVM(java, cp, dir, mainClass, cfgFile string, jvm []string, log io.Writer) (*zooKeeperJVM, error) {
+	args := append(append(append([]string{}, JavaQuickStart...), jvm...),
+		"-Dznode.container.checkIntervalMs="+strconv.Itoa(int(ZooKeeperContainerCheck/time.Millisecond)),
+		"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+		"-Dzookeeper.jmx.log4j.disable=true",
+		"-cp", cp,
+		mainClass, cfgFile)
+	cmd := exec.Command(java, args...)
+	cmd.Dir = dir
+	cmd.Stdout = log
+	cmd.Stderr = log
+	// Should the test binary die without its clean-up (a panic, a timeout),
+	// the kernel kills the server rather than leaving it running.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start zookeeper: %w", err)
+	}
+	p := &zooKeeperJVM{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// kill kills the JVM (SIGKILL: no clean shut-down, as a crash) and waits
+// for it to exit.
+func (p *zooKeeperJVM) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
+// awaitMode polls srvr on addr until ready accepts its answer. It fails
+// with an *earlyExitError, naming who, should the JVM exit first.
+func awaitMode(addr string, p *zooKeeperJVM, who string, log *SyncBuffer, timeout time.Duration, ready func(srvr string) bool) error {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		out, err := fourLetter(addr, "srvr")
+		if err == nil && ready(out) {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("srvr answered %q", out)
+		}
+		last = err
+		select {
+		case <-p.exited:
+			return &earlyExitError{who: who, err: p.waitErr, log: log.String()}
+		case <-tick.C:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready within %s: %v; its log:\n%s", who, timeout, last, log)
+		}
+	}
 }
 
 func startZooKeeper(java, cp, dir string, opts ZooKeeperOptions) (*ZooKeeper, error) {
@@ -164,24 +281,9 @@ func startZooKeeper(java, cp, dir string, opts ZooKeeperOptions) (*ZooKeeper, er
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return nil, err
 	}
-	cfg := []string{
-		"tickTime=" + strconv.Itoa(int(ZooKeeperTick/time.Millisecond)),
-		"minSessionTimeout=" + strconv.Itoa(int(ZooKeeperMinSessionTimeout/time.Millisecond)),
-		"maxSessionTimeout=" + strconv.Itoa(int(ZooKeeperMaxSessionTimeout/time.Millisecond)),
-		"dataDir=" + data,
-		"clientPortAddress=127.0.0.1",
-		"clientPort=" + strconv.Itoa(port),
-		// Every test client connects from 127.0.0.1, through proxies:
-		// the default cap of 60 connections per address is too few.
-		"maxClientCnxns=0",
-		"admin.enableServer=false",
-		"4lw.commands.whitelist=srvr,ruok,cons,stat,mntr,wchp",
-		// The data dies with the test; fsync per transaction would only
-		// slow a CI disk down.
-		"forceSync=no",
-	}
-	jvm := append([]string{}, JavaQuickStart...)
-	z := &ZooKeeper{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), log: new(SyncBuffer), exited: make(chan struct{})}
+	cfg := zooKeeperConfig(data, port)
+	var jvm []string
+	z := &ZooKeeper{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), log: new(SyncBuffer)}
 	if opts.TLS {
 		tlsPort, err := freePort()
 		if err != nil {
@@ -209,65 +311,29 @@ func startZooKeeper(java, cp, dir string, opts ZooKeeperOptions) (*ZooKeeper, er
 	if err := os.WriteFile(cfgFile, []byte(strings.Join(cfg, "\n")+"\n"), 0o644); err != nil {
 		return nil, err
 	}
-	args := append(jvm,
-		"-Dznode.container.checkIntervalMs="+strconv.Itoa(int(ZooKeeperContainerCheck/time.Millisecond)),
-		"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-		"-Dzookeeper.jmx.log4j.disable=true",
-		"-cp", cp,
-		"org.apache.zookeeper.server.ZooKeeperServerMain", cfgFile)
-	cmd := exec.Command(java, args...)
-	cmd.Dir = dir
-	cmd.Stdout = z.log
-	cmd.Stderr = z.log
-	// Should the test binary die without its clean-up (a panic, a timeout),
-	// the kernel kills the server rather than leaving it running.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start zookeeper: %w", err)
+	z.jvm, err = startZooKeeperJVM(java, cp, dir, "org.apache.zookeeper.server.ZooKeeperServerMain", cfgFile, jvm, z.log)
+	if err != nil {
+		return nil, err
 	}
-	z.cmd = cmd
-	go func() {
-		z.waitErr = cmd.Wait()
-		close(z.exited)
-	}()
-	if err := z.awaitStandalone(zooKeeperStartTimeout); err != nil {
+	err = awaitMode(z.addr, z.jvm, "zookeeper", z.log, zooKeeperStartTimeout, func(out string) bool {
+		return strings.Contains(out, "Mode: standalone")
+	})
+	if err != nil {
 		z.Close()
 		return nil, err
 	}
 	return z, nil
 }
 
-// awaitStandalone polls srvr until the server says it serves standalone.
-func (z *ZooKeeper) awaitStandalone(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	var last error
-	for {
-		out, err := z.FourLetter("srvr")
-		if err == nil && strings.Contains(out, "Mode: standalone") {
-			return nil
-		}
-		if err == nil {
-			err = fmt.Errorf("srvr answered %q", out)
-		}
-		last = err
-		select {
-		case <-z.exited:
-			return &earlyExitError{err: z.waitErr, log: z.log.String()}
-		case <-tick.C:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("zookeeper not ready within %s: %v; its log:\n%s", timeout, last, z.log)
-		}
-	}
-}
-
 // FourLetter sends a four-letter-word command (srvr, ruok, cons, stat,
 // mntr and wchp are enabled) to the plain client port and returns the
 // answer.
-func (z *ZooKeeper) FourLetter(cmd string) (string, error) {
-	c, err := net.DialTimeout("tcp", z.addr, time.Second)
+func (z *ZooKeeper) FourLetter(cmd string) (string, error) { return fourLetter(z.addr, cmd) }
+
+// fourLetter sends a four-letter-word command to the client port at addr
+// and returns the answer.
+func fourLetter(addr, cmd string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return "", err
 	}
@@ -303,10 +369,7 @@ func (z *ZooKeeper) Log() string { return z.log.String() }
 // Close kills the server and waits for it to exit. Calling it again is
 // harmless.
 func (z *ZooKeeper) Close() {
-	z.once.Do(func() {
-		_ = z.cmd.Process.Kill()
-		<-z.exited
-	})
+	z.once.Do(z.jvm.kill)
 }
 
 // StartZooKeeper starts a server in a fresh t.TempDir and closes it when the
