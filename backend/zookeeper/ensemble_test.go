@@ -66,18 +66,8 @@ func testServerLossKeepsTerm(t *testing.T, killLeader bool) {
 	if !killLeader {
 		target = (leader + 1) % ens.Len()
 	}
-	root := uniqueRoot(t)
-	latch := root + "/steady"
-
-	connA, probe := connectEnsemble(t, ens, target, cfg, el, "a")
-	a := newBackend(t, connA, zookeeper.Options{Config: cfg, Root: root, Probe: probe, Logger: el.logger("a")})
-	b := dialEnsemble(t, ens, zookeeper.DialOptions{Options: zookeeper.Options{Config: cfg, Root: root, Logger: el.logger("b")}})
-	raw := rawEnsembleConn(t, ens)
-
-	ta := campaign(t, a, "steady", "a")
-	if got := ens.Index(connA.Server()); got != target {
-		t.Fatalf("a's session is on server %d (%s), want %d", got, connA.Server(), target)
-	}
+	h := ensembleHolder(t, ens, target, cfg, el, "steady")
+	latch, connA, ta, b, raw := h.latch, h.connA, h.ta, h.b, h.raw
 	var got <-chan won
 	var bFailed *atomic.Int32
 	if killLeader {
@@ -213,18 +203,8 @@ func TestEnsembleQuorumLossEndsTermBySafeUntil(t *testing.T) {
 	// syncs for a moment, until it sees its followers gone.)
 	target := (leader + 1) % ens.Len()
 	other := (leader + 2) % ens.Len()
-	root := uniqueRoot(t)
-	latch := root + "/quorum"
-
-	connA, probe := connectEnsemble(t, ens, target, cfg, el, "a")
-	a := newBackend(t, connA, zookeeper.Options{Config: cfg, Root: root, Probe: probe, Logger: el.logger("a")})
-	b := dialEnsemble(t, ens, zookeeper.DialOptions{Options: zookeeper.Options{Config: cfg, Root: root, Logger: el.logger("b")}})
-	raw := rawEnsembleConn(t, ens)
-
-	ta := campaign(t, a, "quorum", "a")
-	if got := ens.Index(connA.Server()); got != target {
-		t.Fatalf("a's session is on server %d (%s), want %d", got, connA.Server(), target)
-	}
+	h := ensembleHolder(t, ens, target, cfg, el, "quorum")
+	latch, connA, a, ta, b, raw := h.latch, h.connA, h.a, h.ta, h.b, h.raw
 	// b's own generation reaches its safe-until without the quorum too,
 	// failing its campaign; it campaigns again, as an Elector would.
 	gotB, bFailed := campaignRetrying(t, b, "quorum", "b", el)
@@ -326,10 +306,31 @@ func TestEnsembleQuorumLossEndsTermBySafeUntil(t *testing.T) {
 	t.Logf("b's campaign failed %d time(s) without the quorum and was retried", bFailed.Load())
 }
 
-// connectEnsemble returns a client of the ensemble with cfg's TTL as
-// session timeout, dialing through a SessionProbe, that connects to server
-// first before the others, so that a test knows which server its session
-// starts on. Its log lines and state changes go to el under who.
+// holderSetup is what ensembleHolder returns.
+type holderSetup struct {
+	latch string             // the lease's latch path
+	connA *zk.Conn           // a's connection, on the chosen server
+	a, b  *zookeeper.Backend // b, on the whole ensemble, has not campaigned
+	ta    baton.Term         // a's term
+	raw   *zk.Conn           // for looking at the latch
+}
+
+// ensembleHolder has a Backend a, with its session on server target of
+// ens, win lease (under a fresh root), and makes a second Backend b.
+func ensembleHolder(t *testing.T, ens *testserver.ZooKeeperEnsemble, target int, cfg baton.Config, el *eventLog, lease string) holderSetup {
+	t.Helper()
+	root := uniqueRoot(t)
+	connA, probe := connectEnsemble(t, ens, target, cfg, el, "a")
+	a := newBackend(t, connA, zookeeper.Options{Config: cfg, Root: root, Probe: probe, Logger: el.logger("a")})
+	b := dialEnsemble(t, ens, zookeeper.DialOptions{Options: zookeeper.Options{Config: cfg, Root: root, Logger: el.logger("b")}})
+	raw := rawEnsembleConn(t, ens)
+	ta := campaign(t, a, lease, "a")
+	if got := ens.Index(connA.Server()); got != target {
+		t.Fatalf("a's session is on server %d (%s), want %d", got, connA.Server(), target)
+	}
+	return holderSetup{latch: root + "/" + lease, connA: connA, a: a, b: b, ta: ta, raw: raw}
+}
+
 func connectEnsemble(t testing.TB, ens *testserver.ZooKeeperEnsemble, first int, cfg baton.Config, el *eventLog, who string) (*zk.Conn, *zookeeper.SessionProbe) {
 	t.Helper()
 	cfg, err := cfg.WithDefaults()
