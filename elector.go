@@ -164,7 +164,9 @@ func (e *Elector) ID() string { return e.cfg.Candidate.ID }
 
 // Run campaigns until ctx ends. Each time it wins, it calls fn with a context
 // that is cancelled when the term ends for any reason — lost, expired at
-// safe-until, or ctx cancelled — and with the Term. When fn returns, Run
+// safe-until, renewals lagging into StopEarly, or ctx cancelled — and with
+// the Term. context.Cause of fn's context says which: the term's error, an
+// error naming the lagging renewals, or ctx's own cause. When fn returns, Run
 // resigns (so a standby takes over at once) and campaigns again. Run always
 // waits for fn to return before it resigns.
 //
@@ -221,7 +223,7 @@ func (e *Elector) lead(ctx context.Context, t Term, fn func(context.Context, Ter
 		return nil
 	}
 	e.elected(t)
-	fctx, cancel := context.WithCancel(ctx)
+	fctx, cancel := context.WithCancelCause(ctx)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -234,7 +236,7 @@ func (e *Elector) lead(ctx context.Context, t Term, fn func(context.Context, Ter
 		for {
 			select {
 			case <-t.Done():
-				cancel()
+				cancel(t.Err())
 				return
 			case <-stop:
 				return
@@ -243,8 +245,10 @@ func (e *Elector) lead(ctx context.Context, t Term, fn func(context.Context, Ter
 					timer.Reset(left)
 					continue
 				}
-				e.log.Warn("renewals lag: stopping before safe-until", "token", t.Token(), "safe_until_in", time.Until(t.SafeUntil()))
-				cancel()
+				left := time.Until(t.SafeUntil())
+				e.log.Warn("renewals lag: stopping before safe-until", "token", t.Token(), "safe_until_in", left)
+				cancel(fmt.Errorf("renewals lag: no renewal confirmed, and safe-until is %s away, within StopEarly (%s): stopping before it",
+					left.Round(time.Millisecond), e.cfg.StopEarly))
 				return
 			}
 		}
@@ -252,7 +256,7 @@ func (e *Elector) lead(ctx context.Context, t Term, fn func(context.Context, Ter
 	ferr := fn(fctx, t)
 	close(stop)
 	wg.Wait()
-	cancel()
+	cancel(nil)
 
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ResignTimeout)
 	if err := t.Resign(rctx); err != nil {

@@ -258,6 +258,9 @@ func TestStopEarlyCancelsBeforeSafeUntil(t *testing.T) {
 			if term.Err() != nil {
 				t.Errorf("term already ended (%v): the cancel came at safe-until, not before", term.Err())
 			}
+			if cause := context.Cause(ctx); cause == nil || !strings.Contains(cause.Error(), "renewals lag") {
+				t.Errorf("context.Cause = %v, want the lagging renewals named", cause)
+			}
 			return errors.New("stopped")
 		})
 		if err == nil || err.Error() != "stopped" {

@@ -165,6 +165,6 @@ func (r *runner) runSlot(ctx context.Context, t baton.Term, s schedule.Slot) err
 	case <-ctx.Done():
 	}
 	stopChild(p, t)
-	r.log.Warn("term ended during a run; the command was stopped", "slot", s.String(), "exit_code", p.ExitCode())
+	r.log.Warn("term ended during a run; the command was stopped", "slot", s.String(), "exit_code", p.ExitCode(), "reason", termEndReason(ctx, t))
 	return ctx.Err()
 }

@@ -425,7 +425,7 @@ func (r *runner) lead(ctx context.Context, t baton.Term) error {
 	if stoppedBySignal(ctx) {
 		log.Info("stopping the command before resigning", "cause", context.Cause(ctx))
 	} else {
-		log.Warn("term ended; stopping the command", "reason", t.Err())
+		log.Warn("term ended; stopping the command", "reason", termEndReason(ctx, t))
 	}
 	stopChild(p, t)
 	log.Info("command stopped", "exit_code", p.ExitCode())
@@ -451,6 +451,16 @@ func (r *runner) startChild(t baton.Term, log *slog.Logger, env ...string) (*sup
 		Grace:  max(r.c.grace, time.Nanosecond),
 		Logger: log,
 	})
+}
+
+// termEndReason is why the term's context ended: the term's error, or,
+// before the term has one, the Elector's cause (renewals lagging into
+// --grace before safe-until).
+func termEndReason(ctx context.Context, t baton.Term) error {
+	if err := t.Err(); err != nil {
+		return err
+	}
+	return context.Cause(ctx)
 }
 
 // stopChild stops p once its term is ending. Not with the term's context:
