@@ -182,15 +182,16 @@ func (e *earlyExitError) Error() string {
 
 // zooKeeperConfig returns the zoo.cfg lines that every server started here
 // has, standalone or in an ensemble: the timing above, data in dataDir,
-// clients served on 127.0.0.1:clientPort only, and settings that suit
+// clients served on clientHost:clientPort only (127.0.0.1 but for an
+// ensemble given ZooKeeperEnsembleOptions.Hosts), and settings that suit
 // tests.
-func zooKeeperConfig(dataDir string, clientPort int) []string {
+func zooKeeperConfig(dataDir, clientHost string, clientPort int) []string {
 	return []string{
 		"tickTime=" + strconv.Itoa(int(ZooKeeperTick/time.Millisecond)),
 		"minSessionTimeout=" + strconv.Itoa(int(ZooKeeperMinSessionTimeout/time.Millisecond)),
 		"maxSessionTimeout=" + strconv.Itoa(int(ZooKeeperMaxSessionTimeout/time.Millisecond)),
 		"dataDir=" + dataDir,
-		"clientPortAddress=127.0.0.1",
+		"clientPortAddress=" + clientHost,
 		"clientPort=" + strconv.Itoa(clientPort),
 		// Every test client connects from 127.0.0.1, through proxies:
 		// the default cap of 60 connections per address is too few.
@@ -212,21 +213,28 @@ type zooKeeperJVM struct {
 
 // startZooKeeperJVM runs mainClass (ZooKeeperServerMain, or QuorumPeerMain
 // for a member of an ensemble) on cfgFile, in dir, with JavaQuickStart and
-// the options in jvm, logging to log.
-func startZooKeeperJVM(java, cp, dir, mainClass, cfgFile string, jvm []string, log io.Writer) (*zooKeeperJVM, error) {
+// the options in jvm, logging to log. command makes the command (nil:
+// exec.Command), as ZooKeeperEnsembleOptions.Command does.
+func startZooKeeperJVM(command func(name string, arg ...string) *exec.Cmd, java, cp, dir, mainClass, cfgFile string, jvm []string, log io.Writer) (*zooKeeperJVM, error) {
 	args := append(append(append([]string{}, JavaQuickStart...), jvm...),
 		"-Dznode.container.checkIntervalMs="+strconv.Itoa(int(ZooKeeperContainerCheck/time.Millisecond)),
 		"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
 		"-Dzookeeper.jmx.log4j.disable=true",
 		"-cp", cp,
 		mainClass, cfgFile)
-	cmd := exec.Command(java, args...)
+	if command == nil {
+		command = exec.Command
+	}
+	cmd := command(java, args...)
 	cmd.Dir = dir
 	cmd.Stdout = log
 	cmd.Stderr = log
 	// Should the test binary die without its clean-up (a panic, a timeout),
 	// the kernel kills the server rather than leaving it running.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start zookeeper: %w", err)
 	}
@@ -245,15 +253,15 @@ func (p *zooKeeperJVM) kill() {
 	<-p.exited
 }
 
-// awaitMode polls srvr on addr until ready accepts its answer. It fails
-// with an *earlyExitError, naming who, should the JVM exit first.
-func awaitMode(addr string, p *zooKeeperJVM, who string, log *SyncBuffer, timeout time.Duration, ready func(srvr string) bool) error {
+// awaitMode polls srvr through fourLetter until ready accepts its answer.
+// It fails with an *earlyExitError, naming who, should the JVM exit first.
+func awaitMode(fourLetter func(cmd string) (string, error), p *zooKeeperJVM, who string, log *SyncBuffer, timeout time.Duration, ready func(srvr string) bool) error {
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	var last error
 	for {
-		out, err := fourLetter(addr, "srvr")
+		out, err := fourLetter("srvr")
 		if err == nil && ready(out) {
 			return nil
 		}
@@ -281,7 +289,7 @@ func startZooKeeper(java, cp, dir string, opts ZooKeeperOptions) (*ZooKeeper, er
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return nil, err
 	}
-	cfg := zooKeeperConfig(data, port)
+	cfg := zooKeeperConfig(data, "127.0.0.1", port)
 	var jvm []string
 	z := &ZooKeeper{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), log: new(SyncBuffer)}
 	if opts.TLS {
@@ -311,11 +319,11 @@ func startZooKeeper(java, cp, dir string, opts ZooKeeperOptions) (*ZooKeeper, er
 	if err := os.WriteFile(cfgFile, []byte(strings.Join(cfg, "\n")+"\n"), 0o644); err != nil {
 		return nil, err
 	}
-	z.jvm, err = startZooKeeperJVM(java, cp, dir, "org.apache.zookeeper.server.ZooKeeperServerMain", cfgFile, jvm, z.log)
+	z.jvm, err = startZooKeeperJVM(nil, java, cp, dir, "org.apache.zookeeper.server.ZooKeeperServerMain", cfgFile, jvm, z.log)
 	if err != nil {
 		return nil, err
 	}
-	err = awaitMode(z.addr, z.jvm, "zookeeper", z.log, zooKeeperStartTimeout, func(out string) bool {
+	err = awaitMode(z.FourLetter, z.jvm, "zookeeper", z.log, zooKeeperStartTimeout, func(out string) bool {
 		return strings.Contains(out, "Mode: standalone")
 	})
 	if err != nil {

@@ -1,14 +1,17 @@
 package testserver
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -33,7 +36,8 @@ const (
 const zooKeeperEnsembleStartTimeout = 2 * zooKeeperStartTimeout
 
 // ZooKeeperEnsemble is a quorum of Apache ZooKeeper servers (the Debian
-// package's jars, run with java, one JVM each) on 127.0.0.1 only, each with
+// package's jars, run with java, one JVM each) on 127.0.0.1 only (unless
+// ZooKeeperEnsembleOptions say otherwise), each with
 // the settings of a standalone ZooKeeper (tickTime 500 ms, minSessionTimeout
 // 1 s, empty containers deleted every second). Servers are numbered from 0
 // in the methods (their ZooKeeper myid is the index plus one). A test can
@@ -42,6 +46,7 @@ const zooKeeperEnsembleStartTimeout = 2 * zooKeeperStartTimeout
 // concurrent use.
 type ZooKeeperEnsemble struct {
 	java, cp string
+	command  func(i int, name string, arg ...string) *exec.Cmd // nil: exec.Command
 	servers  []*ensembleServer
 
 	mu     sync.Mutex // guards each server's jvm, and closed
@@ -52,8 +57,9 @@ type ZooKeeperEnsemble struct {
 type ensembleServer struct {
 	id      int    // ZooKeeper's myid: the index plus one
 	dir     string // holds cfgFile and the data directory
+	host    string // the address it binds to
 	cfgFile string
-	addr    string      // client address, 127.0.0.1:PORT
+	addr    string      // client address, HOST:PORT
 	log     *SyncBuffer // every run's output, one after another
 	jvm     *zooKeeperJVM
 }
@@ -63,6 +69,37 @@ func (s *ensembleServer) who() string {
 	return fmt.Sprintf("zookeeper server %d (myid %d)", s.id-1, s.id)
 }
 
+// ZooKeeperEnsembleOptions configures NewZooKeeperEnsembleWith. The zero
+// value is NewZooKeeperEnsemble's ensemble: every server on 127.0.0.1, on
+// free ports, started and asked directly by this process.
+type ZooKeeperEnsembleOptions struct {
+	// Hosts, when set, has one address per server (its length must be the
+	// ensemble's size): server i binds its client, quorum and election
+	// ports to Hosts[i] alone, and they are ZooKeeper's defaults, 2181,
+	// 2888 and 3888, since each address is meant to be a host of its own,
+	// such as a network namespace (see internal/netns). Two servers on one
+	// address would fight over the ports.
+	Hosts []string
+
+	// Command, when set, makes every command run for server i: its JVM
+	// and, since an address in another network namespace must be reached
+	// from inside it, the four-letter-word probes (srvr for readiness,
+	// Mode, LeaderIndex, FourLetter), which then run
+	//
+	//	bash -c 'exec 3<>/dev/tcp/HOST/PORT && printf %s CMD >&3 && exec cat <&3'
+	//
+	// through it rather than dialing from this process. It returns a
+	// command not yet started, whose process is the program itself (not a
+	// wrapper that forks it), so that killing the process kills the
+	// server; (*netns.Host).Command qualifies. The ensemble sets Dir,
+	// Stdout, Stderr and the parent-death signal. Nil runs them directly.
+	Command func(i int, name string, arg ...string) *exec.Cmd
+}
+
+// ZooKeeperDefaultPorts are the client, quorum and election ports of the
+// servers of an ensemble given ZooKeeperEnsembleOptions.Hosts.
+var ZooKeeperDefaultPorts = [3]int{2181, 2888, 3888}
+
 // NewZooKeeperEnsemble starts n servers (n at least 2) that form one
 // ensemble, keeping their data and configuration under dir, for callers
 // without a testing.TB. It returns once every server answers srvr with
@@ -70,43 +107,78 @@ func (s *ensembleServer) who() string {
 // caller must Close it. An error wrapping ErrJavaMissing means java or the
 // ZooKeeper jars are not installed.
 func NewZooKeeperEnsemble(dir string, n int) (*ZooKeeperEnsemble, error) {
+	return NewZooKeeperEnsembleWith(dir, n, ZooKeeperEnsembleOptions{})
+}
+
+// NewZooKeeperEnsembleWith is NewZooKeeperEnsemble with options: servers on
+// addresses of their own, started through a command of the caller's.
+func NewZooKeeperEnsembleWith(dir string, n int, opts ZooKeeperEnsembleOptions) (*ZooKeeperEnsemble, error) {
 	if n < 2 {
 		return nil, fmt.Errorf("a ZooKeeper ensemble needs at least 2 servers, not %d: for one, use NewZooKeeper", n)
+	}
+	if opts.Hosts != nil && len(opts.Hosts) != n {
+		return nil, fmt.Errorf("zookeeper ensemble of %d servers given %d hosts", n, len(opts.Hosts))
 	}
 	java, cp, err := zooKeeperJava()
 	if err != nil {
 		return nil, err
 	}
+	if opts.Command != nil {
+		// The probes run bash; better to say so now than as a server
+		// that never gets ready.
+		if _, err := exec.LookPath("bash"); err != nil {
+			return nil, fmt.Errorf("zookeeper ensemble with a Command probes its servers with bash: %w", err)
+		}
+	}
 	attempt := 0
-	return retryBindRace(func() (*ZooKeeperEnsemble, error) {
+	start := func() (*ZooKeeperEnsemble, error) {
 		// A fresh directory per attempt: a failed one may have left data.
 		attempt++
-		return startZooKeeperEnsemble(java, cp, filepath.Join(dir, "attempt-"+strconv.Itoa(attempt)), n)
-	})
+		return startZooKeeperEnsemble(java, cp, filepath.Join(dir, "attempt-"+strconv.Itoa(attempt)), n, opts)
+	}
+	if opts.Hosts != nil {
+		// Fixed ports: another attempt would lose the same way.
+		return start()
+	}
+	return retryBindRace(start)
 }
 
-func startZooKeeperEnsemble(java, cp, dir string, n int) (*ZooKeeperEnsemble, error) {
-	// Three ports per server, all distinct: clients, the followers'
-	// connections to the leader, and leader election.
-	ports, err := freeTCPPorts(3 * n)
-	if err != nil {
-		return nil, err
+func startZooKeeperEnsemble(java, cp, dir string, n int, opts ZooKeeperEnsembleOptions) (*ZooKeeperEnsemble, error) {
+	// Three ports per server: clients, the followers' connections to the
+	// leader, and leader election. On loopback all are distinct.
+	hosts := make([]string, n)
+	ports := make([]int, 3*n)
+	if opts.Hosts != nil {
+		copy(hosts, opts.Hosts)
+		for i := range n {
+			copy(ports[3*i:], ZooKeeperDefaultPorts[:])
+		}
+	} else {
+		free, err := freeTCPPorts(3 * n)
+		if err != nil {
+			return nil, err
+		}
+		copy(ports, free)
+		for i := range hosts {
+			hosts[i] = "127.0.0.1"
+		}
 	}
 	quorum := []string{
 		"initLimit=" + strconv.Itoa(zooKeeperInitLimit),
 		"syncLimit=" + strconv.Itoa(zooKeeperSyncLimit),
 	}
 	for i := range n {
-		// The peer addresses bind to 127.0.0.1 alone
+		// The peer addresses bind to the server's host alone
 		// (quorumListenOnAllIPs is false by default).
-		quorum = append(quorum, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", i+1, ports[3*i+1], ports[3*i+2]))
+		quorum = append(quorum, fmt.Sprintf("server.%d=%s:%d:%d", i+1, hostForConfig(hosts[i]), ports[3*i+1], ports[3*i+2]))
 	}
-	e := &ZooKeeperEnsemble{java: java, cp: cp}
+	e := &ZooKeeperEnsemble{java: java, cp: cp, command: opts.Command}
 	for i := range n {
 		s := &ensembleServer{
 			id:   i + 1,
 			dir:  filepath.Join(dir, "server-"+strconv.Itoa(i)),
-			addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[3*i])),
+			host: hosts[i],
+			addr: net.JoinHostPort(hosts[i], strconv.Itoa(ports[3*i])),
 			log:  new(SyncBuffer),
 		}
 		data := filepath.Join(s.dir, "data")
@@ -117,7 +189,7 @@ func startZooKeeperEnsemble(java, cp, dir string, n int) (*ZooKeeperEnsemble, er
 		if err := os.WriteFile(filepath.Join(data, "myid"), []byte(strconv.Itoa(s.id)+"\n"), 0o644); err != nil {
 			return nil, err
 		}
-		cfg := append(zooKeeperConfig(data, ports[3*i]), quorum...)
+		cfg := append(zooKeeperConfig(data, hostForConfig(hosts[i]), ports[3*i]), quorum...)
 		s.cfgFile = filepath.Join(s.dir, "zoo.cfg")
 		if err := os.WriteFile(s.cfgFile, []byte(strings.Join(cfg, "\n")+"\n"), 0o644); err != nil {
 			return nil, err
@@ -125,6 +197,7 @@ func startZooKeeperEnsemble(java, cp, dir string, n int) (*ZooKeeperEnsemble, er
 		e.servers = append(e.servers, s)
 	}
 	for _, s := range e.servers {
+		var err error
 		if s.jvm, err = e.startJVM(s); err != nil {
 			e.Close()
 			return nil, err
@@ -137,9 +210,78 @@ func startZooKeeperEnsemble(java, cp, dir string, n int) (*ZooKeeperEnsemble, er
 	return e, nil
 }
 
+// hostForConfig writes an address for zoo.cfg: an IPv6 one in brackets.
+func hostForConfig(host string) string {
+	if strings.Contains(host, ":") {
+		return "[" + host + "]"
+	}
+	return host
+}
+
 // startJVM runs s's server.
 func (e *ZooKeeperEnsemble) startJVM(s *ensembleServer) (*zooKeeperJVM, error) {
-	return startZooKeeperJVM(e.java, e.cp, s.dir, "org.apache.zookeeper.server.quorum.QuorumPeerMain", s.cfgFile, nil, s.log)
+	return startZooKeeperJVM(e.serverCommand(s), e.java, e.cp, s.dir, "org.apache.zookeeper.server.quorum.QuorumPeerMain", s.cfgFile, nil, s.log)
+}
+
+// serverCommand returns the command maker for s's programs, nil for
+// exec.Command.
+func (e *ZooKeeperEnsemble) serverCommand(s *ensembleServer) func(name string, arg ...string) *exec.Cmd {
+	if e.command == nil {
+		return nil
+	}
+	return func(name string, arg ...string) *exec.Cmd { return e.command(s.id-1, name, arg...) }
+}
+
+// fourLetterTimeout bounds a four-letter-word probe run through a Command,
+// as fourLetter's deadlines bound one dialed from here.
+const fourLetterTimeout = 5 * time.Second
+
+// fourLetter sends a four-letter-word command to s's client port: dialed
+// from this process, or with a Command from a bash run through it.
+func (e *ZooKeeperEnsemble) fourLetter(s *ensembleServer, cmd string) (string, error) {
+	if e.command == nil {
+		return fourLetter(s.addr, cmd)
+	}
+	_, port, err := net.SplitHostPort(s.addr)
+	if err != nil {
+		return "", err
+	}
+	// bash's /dev/tcp takes the address unbracketed; cmd is one of the
+	// four-letter words, but is quoted all the same. cat is exec'd, not
+	// forked: killing the process then leaves nothing holding the output
+	// pipe.
+	script := fmt.Sprintf("exec 3<>/dev/tcp/%s/%s && printf %%s %s >&3 && exec cat <&3", s.host, port, shellQuote(cmd))
+	c := e.command(s.id-1, "bash", "-c", script)
+	var out, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &out, &stderr
+	if c.SysProcAttr == nil {
+		c.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	c.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	c.WaitDelay = time.Second
+	if err := c.Start(); err != nil {
+		return "", err
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	timer := time.NewTimer(fourLetterTimeout)
+	defer timer.Stop()
+	select {
+	case err = <-done:
+	case <-timer.C:
+		_ = c.Process.Kill()
+		<-done
+		return "", fmt.Errorf("%s to %s: no answer within %s", cmd, s.addr, fourLetterTimeout)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s to %s: %v: %s", cmd, s.addr, err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return out.String(), nil
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // awaitQuorum polls srvr on every server until each serves as leader or
@@ -166,7 +308,7 @@ func (e *ZooKeeperEnsemble) awaitQuorum(timeout time.Duration) error {
 				return &earlyExitError{who: s.who(), err: p.waitErr, log: s.log.String()}
 			default:
 			}
-			out, err := fourLetter(s.addr, "srvr")
+			out, err := e.fourLetter(s, "srvr")
 			switch mode := srvrMode(out); {
 			case err != nil:
 				waiting = append(waiting, fmt.Sprintf("%s: %v", s.who(), err))
@@ -213,7 +355,8 @@ func (e *ZooKeeperEnsemble) server(i int) (*ensembleServer, error) {
 // Len returns the number of servers, running or not.
 func (e *ZooKeeperEnsemble) Len() int { return len(e.servers) }
 
-// Addrs returns the servers' client addresses ("127.0.0.1:PORT"), in the
+// Addrs returns the servers' client addresses ("127.0.0.1:PORT", or
+// "HOST:2181" with ZooKeeperEnsembleOptions.Hosts), in the
 // order of their indexes: the connection string of the ensemble. A killed
 // server keeps its address, and a restarted one serves on it again.
 func (e *ZooKeeperEnsemble) Addrs() []string {
@@ -242,7 +385,7 @@ func (e *ZooKeeperEnsemble) FourLetter(i int, cmd string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return fourLetter(s.addr, cmd)
+	return e.fourLetter(s, cmd)
 }
 
 // Mode returns what server i's srvr says it is: "leader" or "follower"
@@ -339,7 +482,7 @@ func (e *ZooKeeperEnsemble) Restart(i int) error {
 	}
 	s.jvm = p
 	e.mu.Unlock()
-	return awaitMode(s.addr, p, s.who(), s.log, zooKeeperStartTimeout, func(out string) bool {
+	return awaitMode(func(cmd string) (string, error) { return e.fourLetter(s, cmd) }, p, s.who(), s.log, zooKeeperStartTimeout, func(out string) bool {
 		mode := srvrMode(out)
 		return mode == "leader" || mode == "follower"
 	})
@@ -389,7 +532,14 @@ func (e *ZooKeeperEnsemble) Close() {
 // fail to start fail the test.
 func StartZooKeeperEnsemble(t testing.TB, n int) *ZooKeeperEnsemble {
 	t.Helper()
-	e, err := NewZooKeeperEnsemble(t.TempDir(), n)
+	return StartZooKeeperEnsembleWith(t, n, ZooKeeperEnsembleOptions{})
+}
+
+// StartZooKeeperEnsembleWith is StartZooKeeperEnsemble with options (see
+// NewZooKeeperEnsembleWith).
+func StartZooKeeperEnsembleWith(t testing.TB, n int, opts ZooKeeperEnsembleOptions) *ZooKeeperEnsemble {
+	t.Helper()
+	e, err := NewZooKeeperEnsembleWith(t.TempDir(), n, opts)
 	if errors.Is(err, ErrJavaMissing) {
 		Unavailable(t, "zookeeper", err)
 	}
