@@ -132,9 +132,9 @@ func TestNetnsZooKeeperFollowerCutOff(t *testing.T) {
 	// a's own account: its term ended because it could not confirm a
 	// renewal (it cannot learn of the session's expiry: only the cut-off
 	// server is in reach). Either the Elector stopped it a grace period
-	// before its safe-until, as renewals lagged (the run then logs no
-	// reason of the term's: it had none yet), or the term ended at its
-	// safe-until with ErrExpired.
+	// before its safe-until, as renewals lagged (the run then logs the
+	// Elector's cause, the term having no error yet), or the term ended at
+	// its safe-until with ErrExpired.
 	ended := waitLog(t, &why, a, aCut, 60*time.Second, "a logging that its term ended", func(l string) bool {
 		return strings.Contains(l, `msg="term ended; stopping the command"`)
 	})
@@ -146,6 +146,9 @@ func TestNetnsZooKeeperFollowerCutOff(t *testing.T) {
 	switch {
 	case early != "":
 		t.Logf("a's term ended early: %s", early)
+		if !strings.Contains(ended, "renewals lag") {
+			fatalf("a's term was stopped early, but its run logged another reason: %s", ended)
+		}
 		if _, v, ok := strings.Cut(early, "baton.safe_until_in="); ok {
 			if d, err := time.ParseDuration(strings.Fields(v)[0]); err == nil {
 				safeUntil = "+" + logTime(t, early).Add(d).Sub(cutAt).Round(time.Millisecond).String()

@@ -454,8 +454,8 @@ func (r *runner) startChild(t baton.Term, log *slog.Logger, env ...string) (*sup
 }
 
 // termEndReason is why the term's context ended: the term's error, or,
-// before the term has one, the Elector's cause (renewals lagging into
-// --grace before safe-until).
+// before the term has one, the context's cause (renewals lagging into
+// --grace before safe-until, or --timeout).
 func termEndReason(ctx context.Context, t baton.Term) error {
 	if err := t.Err(); err != nil {
 		return err

@@ -26,12 +26,13 @@ import (
 //	baton_lease_table_up                          gauge, at scrape: 1 if the scrape could read the lease table
 //
 // The series of a lease go when the agent forgets the lease: at the first
-// scrape (or page view) after its last term ended more than the history
-// window ago (an hour by default), or to make room among the leases
-// remembered. So an agent that serves ever new
+// scrape, page view or new lease name after its last term ended more than
+// the history window ago (an hour by default), or to make room among the
+// leases remembered (Options.MaxLeases). So an agent that serves ever new
 // lease names does not grow its metrics without bound; a lease that comes
 // back starts its counters afresh, which rate() and increase() read as a
-// reset.
+// reset. (A lease not remembered at all, because MaxLeases leases all have
+// running terms, keeps its series.)
 //
 // Make one with NewMetrics before the member starts, pass OnRenew to
 // raft.NodeOptions.OnRenew, and the Metrics to New through Options. One

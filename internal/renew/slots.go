@@ -103,11 +103,12 @@ func (s *Slots) Claim(ctx context.Context, name, id string) (*Slot, error) {
 	}
 }
 
-// Unclaim gives sl's name back, unless another slot took it over or a
-// clean-up still needs it.
+// Unclaim gives sl's name back, unless another slot took it over, a
+// clean-up still needs it, or it was won with WonUntilGoneLocked (then
+// Gone gives it back).
 func (s *Slots) Unclaim(sl *Slot) {
 	s.mu.Lock()
-	if s.slots[sl.name] == sl && sl.cleaning == nil {
+	if s.slots[sl.name] == sl && sl.cleaning == nil && sl.gone == nil {
 		delete(s.slots, sl.name)
 	}
 	s.mu.Unlock()

@@ -147,6 +147,9 @@ func TestSlotsWonUntilGone(t *testing.T) {
 		ch := b.goClaim(context.Background(), "a")
 		waiting(t, ch)
 		b.Unclaim(sl) // not what ends the wait: the name is kept until Gone
+		if !b.Claimed("a") {
+			t.Fatal("Unclaim gave back a name won until Gone")
+		}
 		synctest.Wait()
 		waiting(t, ch)
 		b.Gone(sl)

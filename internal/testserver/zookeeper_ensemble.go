@@ -91,8 +91,10 @@ type ZooKeeperEnsembleOptions struct {
 	// through it rather than dialing from this process. It returns a
 	// command not yet started, whose process is the program itself (not a
 	// wrapper that forks it), so that killing the process kills the
-	// server; (*netns.Host).Command qualifies. The ensemble sets Dir,
-	// Stdout, Stderr and the parent-death signal. Nil runs them directly.
+	// server; (*netns.Host).Command qualifies. The ensemble sets the JVM's
+	// Dir, Stdout, Stderr and parent-death signal, and the probes' output
+	// and WaitDelay. Give Hosts and Command together, or neither (all on
+	// 127.0.0.1, run directly).
 	Command func(i int, name string, arg ...string) *exec.Cmd
 }
 
@@ -118,6 +120,12 @@ func NewZooKeeperEnsembleWith(dir string, n int, opts ZooKeeperEnsembleOptions) 
 	}
 	if opts.Hosts != nil && len(opts.Hosts) != n {
 		return nil, fmt.Errorf("zookeeper ensemble of %d servers given %d hosts", n, len(opts.Hosts))
+	}
+	// Hosts alone would have this process dial the servers' addresses
+	// (off the machine, for a namespace's); Command alone would put every
+	// server on a loopback of its own, where no quorum can form.
+	if (opts.Hosts == nil) != (opts.Command == nil) {
+		return nil, errors.New("zookeeper ensemble options: give Hosts and Command together (servers in namespaces of their own), or neither (all on 127.0.0.1)")
 	}
 	java, cp, err := zooKeeperJava()
 	if err != nil {
@@ -435,8 +443,8 @@ func (e *ZooKeeperEnsemble) Running(i int) bool {
 
 // Kill kills server i with SIGKILL, as a crash would: its clients' and
 // peers' connections close at once, without a goodbye. It returns once the
-// JVM has exited. Killing a server that is not running does nothing; an
-// index out of range panics, as a slice's would.
+// JVM has exited. Killing a server that was killed already does nothing;
+// an index out of range panics, as a slice's would.
 func (e *ZooKeeperEnsemble) Kill(i int) {
 	s, err := e.server(i)
 	if err != nil {
@@ -444,12 +452,19 @@ func (e *ZooKeeperEnsemble) Kill(i int) {
 	}
 	e.mu.Lock()
 	p := s.jvm
-	s.jvm = nil
 	e.mu.Unlock()
-	if p != nil {
-		p.kill()
-		fmt.Fprintf(s.log, "--- %s killed (SIGKILL) at %s ---\n", s.who(), time.Now().Format(time.StampMilli))
+	if p == nil {
+		return
 	}
+	p.kill()
+	// Cleared only once the JVM is gone, so that a Restart meanwhile does
+	// not start another on the ports it still holds.
+	e.mu.Lock()
+	if s.jvm == p {
+		s.jvm = nil
+	}
+	e.mu.Unlock()
+	fmt.Fprintf(s.log, "--- %s killed (SIGKILL) at %s ---\n", s.who(), time.Now().Format(time.StampMilli))
 }
 
 // Restart starts server i again, after Kill, with the same ports and data
