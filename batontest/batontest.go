@@ -51,6 +51,12 @@ type Target struct {
 	// skips the State tests; without it, a term that lacks StateTerm fails
 	// them.
 	NoState bool
+	// OneCampaignPerName says a Backend campaigns for a lease name once at
+	// a time, whatever the candidate (the session backends, whose key or
+	// node derives from the Backend's session): a second Campaign for the
+	// name by another candidate must fail with ErrAlreadyCampaigning too.
+	// Without it, only a second campaign by the same candidate must.
+	OneCampaignPerName bool
 }
 
 // Run runs the whole suite as subtests of t.
@@ -60,6 +66,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("OneHolderAmongTwentyCandidates", s.oneHolderAtATime)
 	t.Run("TokensIncreaseOverHandOvers", s.tokensIncrease)
 	t.Run("ResignWakesWaiter", s.resignWakesWaiter)
+	t.Run("SecondCampaignRefusedUntilResign", s.secondCampaign)
 	t.Run("CancelledCampaignLeavesNoTrace", s.cancelledCampaign)
 	t.Run("KilledHolderReplacedAfterTTL", s.killedHolderReplaced)
 	t.Run("CutOffHolderStopsBySafeUntil", s.cutOffHolderStops)
@@ -116,6 +123,34 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// secondCampaign: while a Backend campaigns for or holds a lease, a second
+// Campaign of the same Backend for it fails with ErrAlreadyCampaigning (by
+// the same candidate; with OneCampaignPerName, by any); once the term is
+// resigned, the Backend may campaign again, and wins a higher token.
+func (s *suite) secondCampaign(t *testing.T) {
+	p := s.target.New(t, s.cfg())
+	lease := leaseName(t)
+	term := campaign(t, p, lease, "x", 10*time.Second)
+	ids := []string{"x"}
+	if s.target.OneCampaignPerName {
+		ids = append(ids, "y")
+	}
+	for _, id := range ids {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := p.Backend.Campaign(ctx, lease, baton.Candidate{ID: id})
+		cancel()
+		if !errors.Is(err, baton.ErrAlreadyCampaigning) {
+			t.Errorf("second campaign by %s while x holds: err = %v, want ErrAlreadyCampaigning", id, err)
+		}
+	}
+	resign(t, term)
+	again := campaign(t, p, lease, "x", 10*time.Second)
+	if again.Token() <= term.Token() {
+		t.Errorf("token %d after the resign is not above %d", again.Token(), term.Token())
+	}
+	resign(t, again)
 }
 
 func (s *suite) leaderReportsHolder(t *testing.T) {

@@ -252,26 +252,6 @@ func TestSameIDInAnotherProcessWaitsTTL(t *testing.T) {
 	})
 }
 
-func TestAlreadyCampaigning(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := newBackend(t, memory.NewStore(), cfg)
-		ta, err := b.Campaign(t.Context(), "l", baton.Candidate{ID: "a"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := b.Campaign(t.Context(), "l", baton.Candidate{ID: "a"}); !errors.Is(err, baton.ErrAlreadyCampaigning) {
-			t.Errorf("second campaign: err = %v, want ErrAlreadyCampaigning", err)
-		}
-		_ = ta.Resign(t.Context())
-		// After the release the candidate may campaign again.
-		tb, err := b.Campaign(t.Context(), "l", baton.Candidate{ID: "a"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = tb.Resign(t.Context())
-	})
-}
-
 func TestCloseReleasesAndEndsTerms(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()

@@ -23,7 +23,8 @@ import (
 func TestConformance(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	batontest.Run(t, batontest.Target{
-		MinTTL: time.Second, // etcd grants whole seconds
+		OneCampaignPerName: true,
+		MinTTL:             time.Second, // etcd grants whole seconds
 		New: func(t *testing.T, cfg baton.Config) *batontest.Process {
 			// Each process reaches etcd through a proxy of its own, so that
 			// cutting one off leaves the others connected.
@@ -354,24 +355,6 @@ func TestCloseHandsOverAtOnce(t *testing.T) {
 	}
 	if err := a.Close(testContext(t, time.Second)); err != nil {
 		t.Errorf("second Close: %v", err)
-	}
-}
-
-func TestSecondCampaignForSameName(t *testing.T) {
-	srv := testserver.StartEtcd(t)
-	b := newBackend(t, srv.Client(t), etcd.Options{})
-	term := campaign(t, b, "twice", "x")
-	for _, id := range []string{"x", "y"} {
-		if _, err := b.Campaign(testContext(t, time.Second), "twice", baton.Candidate{ID: id}); !errors.Is(err, baton.ErrAlreadyCampaigning) {
-			t.Errorf("second campaign by %s: err = %v, want ErrAlreadyCampaigning", id, err)
-		}
-	}
-	if err := term.Resign(testContext(t, 5*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	again := campaign(t, b, "twice", "x")
-	if again.Token() <= term.Token() {
-		t.Errorf("token %d after resign is not greater than %d", again.Token(), term.Token())
 	}
 }
 

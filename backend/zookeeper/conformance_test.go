@@ -22,6 +22,7 @@ func TestConformance(t *testing.T) {
 	srv := testserver.SharedZooKeeper(t)
 	root := uniqueRoot(t)
 	batontest.Run(t, batontest.Target{
+		OneCampaignPerName: true,
 		// The server's minSessionTimeout; it raises shorter ones.
 		MinTTL: testserver.ZooKeeperMinSessionTimeout,
 		New: func(t *testing.T, cfg baton.Config) *batontest.Process {

@@ -484,23 +484,6 @@ func TestCloseHandsOverAtOnce(t *testing.T) {
 	}
 }
 
-func TestSecondCampaignForSameName(t *testing.T) {
-	srv := testserver.SharedZooKeeper(t)
-	b := dial(t, srv.Addr(), zookeeper.DialOptions{Options: zookeeper.Options{Root: uniqueRoot(t)}})
-	term := campaign(t, b, "twice", "x")
-	for _, id := range []string{"x", "y"} {
-		if _, err := b.Campaign(testContext(t, time.Second), "twice", baton.Candidate{ID: id}); !errors.Is(err, baton.ErrAlreadyCampaigning) {
-			t.Errorf("second campaign by %s: err = %v, want ErrAlreadyCampaigning", id, err)
-		}
-	}
-	if err := term.Resign(testContext(t, 5*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	if again := campaign(t, b, "twice", "x"); again.Token() <= term.Token() {
-		t.Errorf("token %d after resign is not above %d", again.Token(), term.Token())
-	}
-}
-
 // TestNegotiatedTimeoutTimesSafeUntil: asked for more than its
 // maxSessionTimeout, the server grants less, and expires the session after
 // what it granted: safe-until must be timed by that, not by the TTL.
