@@ -303,18 +303,9 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 	if c.ID == "" {
 		return nil, fmt.Errorf("consul: candidate ID must not be empty (lease %q)", name)
 	}
-	sl, err := b.slots.Claim(ctx, name, c.ID)
-	if err != nil {
-		return nil, err
-	}
-	t, err := b.campaign(ctx, sl, name, key, c.ID)
-	if err != nil {
-		// A campaign that won nothing: the name goes back, unless a
-		// clean-up still needs it.
-		b.slots.Unclaim(sl)
-		return nil, err
-	}
-	return t, nil
+	return b.slots.Campaign(ctx, name, c.ID, func(sl *renew.Slot) (baton.Term, error) {
+		return b.campaign(ctx, sl, name, key, c.ID)
+	})
 }
 
 // dropLock deletes key if session s holds it, for a campaign whose lock

@@ -124,16 +124,9 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 	if c.ID == "" {
 		return nil, fmt.Errorf("etcd: candidate ID must not be empty (lease %q)", name)
 	}
-	sl, err := b.slots.Claim(ctx, name, c.ID)
-	if err != nil {
-		return nil, err
-	}
-	t, err := b.campaign(ctx, sl, name, c.ID)
-	if err != nil {
-		b.slots.Unclaim(sl)
-		return nil, err
-	}
-	return t, nil
+	return b.slots.Campaign(ctx, name, c.ID, func(sl *renew.Slot) (baton.Term, error) {
+		return b.campaign(ctx, sl, name, c.ID)
+	})
 }
 
 func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, id string) (baton.Term, error) {

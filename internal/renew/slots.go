@@ -103,6 +103,21 @@ func (s *Slots) Claim(ctx context.Context, name, id string) (*Slot, error) {
 	}
 }
 
+// Campaign claims name for candidate id (see Claim), runs campaign with
+// the slot, and gives the name back (see Unclaim) if campaign fails.
+func (s *Slots) Campaign(ctx context.Context, name, id string, campaign func(*Slot) (baton.Term, error)) (baton.Term, error) {
+	sl, err := s.Claim(ctx, name, id)
+	if err != nil {
+		return nil, err
+	}
+	t, err := campaign(sl)
+	if err != nil {
+		s.Unclaim(sl)
+		return nil, err
+	}
+	return t, nil
+}
+
 // Unclaim gives sl's name back, unless another slot took it over, a
 // clean-up still needs it, or it was won with WonUntilGoneLocked (then
 // Gone gives it back).

@@ -261,3 +261,32 @@ func TestSlotsClosed(t *testing.T) {
 		}
 	})
 }
+
+// Campaign gives the name back when the campaign fails, and keeps it for
+// the term when it wins.
+func TestSlotsCampaign(t *testing.T) {
+	b := newTestSlots()
+	boom := errors.New("boom")
+	if _, err := b.Campaign(context.Background(), "a", "c", func(*Slot) (baton.Term, error) {
+		if !b.Claimed("a") {
+			t.Error("the name is not claimed during the campaign")
+		}
+		return nil, boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("Campaign = %v, want the campaign's error", err)
+	}
+	if b.Claimed("a") {
+		t.Fatal("a failed campaign kept the name")
+	}
+	term := running()
+	got, err := b.Campaign(context.Background(), "a", "c", func(sl *Slot) (baton.Term, error) {
+		b.won(sl, term)
+		return term, nil
+	})
+	if err != nil || got != term {
+		t.Fatalf("Campaign = %v, %v; want the term", got, err)
+	}
+	if !b.Claimed("a") {
+		t.Fatal("a won campaign gave the name back")
+	}
+}
