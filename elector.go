@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/batonhq/baton/internal/stopearly"
 )
 
 // ElectorConfig configures an Elector. The zero value of each field means the
@@ -224,38 +226,14 @@ func (e *Elector) lead(ctx context.Context, t Term, fn func(context.Context, Ter
 	}
 	e.elected(t)
 	fctx, cancel := context.WithCancelCause(ctx)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		// The term ends itself at SafeUntil, but a Term from a third-party
-		// backend might not, and StopEarly wants the callback out sooner:
-		// enforce the deadline here too.
-		deadline := func() time.Time { return t.SafeUntil().Add(-e.cfg.StopEarly) }
-		timer := time.NewTimer(time.Until(deadline()))
-		defer timer.Stop()
-		for {
-			select {
-			case <-t.Done():
-				cancel(t.Err())
-				return
-			case <-stop:
-				return
-			case <-timer.C:
-				if left := time.Until(deadline()); left > 0 {
-					timer.Reset(left)
-					continue
-				}
-				left := time.Until(t.SafeUntil())
-				e.log.Warn("renewals lag: stopping before safe-until", "token", t.Token(), "safe_until_in", left)
-				cancel(fmt.Errorf("renewals lag: no renewal confirmed, and safe-until is %s away, within StopEarly (%s): stopping before it",
-					left.Round(time.Millisecond), e.cfg.StopEarly))
-				return
-			}
-		}
+	stop := stopearly.Watch(t, e.cfg.StopEarly, cancel, func() error {
+		left := time.Until(t.SafeUntil())
+		e.log.Warn("renewals lag: stopping before safe-until", "token", t.Token(), "safe_until_in", left)
+		return fmt.Errorf("renewals lag: no renewal confirmed, and safe-until is %s away, within StopEarly (%s): stopping before it",
+			left.Round(time.Millisecond), e.cfg.StopEarly)
 	})
 	ferr := fn(fctx, t)
-	close(stop)
-	wg.Wait()
+	stop()
 	cancel(nil)
 
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ResignTimeout)

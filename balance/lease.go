@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/stopearly"
 )
 
 // runJob campaigns for j's lease whenever the balance rules want it, and runs
@@ -201,36 +202,12 @@ func (g *Group) lead(ctx context.Context, j *job, t baton.Term) error {
 	}
 	g.log.Info("leading", "lease", j.name, "token", t.Token(), "load", load)
 
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		// The term ends itself at SafeUntil, but a Term from a third-party
-		// backend might not, and StopEarly wants the Func out sooner:
-		// enforce the deadline here too.
-		deadline := func() time.Time { return t.SafeUntil().Add(-g.cfg.StopEarly) }
-		timer := time.NewTimer(time.Until(deadline()))
-		defer timer.Stop()
-		for {
-			select {
-			case <-t.Done():
-				cancel(t.Err())
-				return
-			case <-stop:
-				return
-			case <-timer.C:
-				if left := time.Until(deadline()); left > 0 {
-					timer.Reset(left)
-					continue
-				}
-				g.log.Warn("renewals lag: stopping before safe-until", "lease", j.name, "token", t.Token())
-				cancel(fmt.Errorf("%w: stopping %s before safe-until", baton.ErrExpired, g.cfg.StopEarly))
-				return
-			}
-		}
+	stop := stopearly.Watch(t, g.cfg.StopEarly, cancel, func() error {
+		g.log.Warn("renewals lag: stopping before safe-until", "lease", j.name, "token", t.Token())
+		return fmt.Errorf("%w: stopping %s before safe-until", baton.ErrExpired, g.cfg.StopEarly)
 	})
 	ferr := j.fn(fctx, t)
-	close(stop)
-	wg.Wait()
+	stop()
 	cause := context.Cause(fctx)
 	cancel(nil)
 	g.resign(ctx, t)

@@ -1,0 +1,54 @@
+// Package stopearly ends the work of a term when the term ends, or a set
+// time before its safe-until when renewals lag: the watchdog that the
+// Elector and the balance Group put around their callbacks.
+package stopearly
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Term is what Watch needs of a baton.Term (this package cannot import
+// baton, which imports it).
+type Term interface {
+	SafeUntil() time.Time
+	Done() <-chan struct{}
+	Err() error
+}
+
+// Watch calls cancel with t.Err() when t ends, or with lagged()'s error
+// once safe-until minus early has passed (renewals lag: safe-until stopped
+// moving). A term from a third-party backend might not end itself at its
+// safe-until, and early wants the work out sooner, so the deadline is
+// enforced here too. The returned stop ends the watch, and returns once it
+// has ended: after stop, cancel is not called.
+func Watch(t Term, early time.Duration, cancel context.CancelCauseFunc, lagged func() error) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		deadline := func() time.Time { return t.SafeUntil().Add(-early) }
+		timer := time.NewTimer(time.Until(deadline()))
+		defer timer.Stop()
+		for {
+			select {
+			case <-t.Done():
+				cancel(t.Err())
+				return
+			case <-done:
+				return
+			case <-timer.C:
+				if left := time.Until(deadline()); left > 0 {
+					timer.Reset(left)
+					continue
+				}
+				cancel(lagged())
+				return
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
