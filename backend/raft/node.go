@@ -353,7 +353,16 @@ func (n *Node) startRaft() error {
 		Stream:  &streamLayer{chanListener: n.mux.raft, gate: n.opts.gate, tls: n.opts.TLS, advertise: tcpAdvertise},
 		MaxPool: 3,
 		Timeout: 5 * time.Second,
-		Logger:  hlog,
+		// No pipelined replication. In hashicorp/raft v1.7.3, once a
+		// pipeline's decoder stops (a follower answers with a newer term,
+		// as a healed minority does), one more send can park for good,
+		// and with it the replication goroutine: the member never shuts
+		// down. Seen here: a holder that had just handed raft leadership
+		// on, stopped by SIGTERM after a partition healed, hung in
+		// Shutdown. A lease group's log is small; one append at a time
+		// costs nothing that matters.
+		MaxRPCsInFlight: 1,
+		Logger:          hlog,
 	})
 	r, err := hraft.NewRaft(conf, n.fsm, logs, stable, snaps, n.trans)
 	if err != nil {
@@ -448,19 +457,27 @@ func (n *Node) Kill() error {
 }
 
 func (n *Node) shutdown() error {
+	// Each step is logged, so that a stop that hangs says where.
+	step := func(s string) { n.log.Debug("member stopping", "step", s) }
 	n.cancel()
+	step("raft")
 	err := n.raft.Shutdown().Error()
+	step("autopilot")
 	<-n.pilot.Stop()
+	step("listeners")
 	_ = n.http.Close()
 	_ = n.mux.close()
 	n.trans.Close()
+	step("background work")
 	n.wg.Wait()
+	step("stores")
 	n.client.close()
 	for _, c := range n.stores {
 		if cerr := c.Close(); err == nil {
 			err = cerr
 		}
 	}
+	n.log.Debug("member stopped")
 	return err
 }
 

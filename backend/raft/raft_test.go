@@ -13,6 +13,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/internal/certs"
+	hraft "github.com/hashicorp/raft"
 )
 
 // testGroup is a raft group of in-process members on loopback.
@@ -185,6 +186,21 @@ func TestGroupBootstrapsAndElects(t *testing.T) {
 	}
 	if _, err := b.Leader(ctx, "job"); !errors.Is(err, baton.ErrNoLeader) {
 		t.Fatalf("Leader after resign: %v, want ErrNoLeader", err)
+	}
+}
+
+// TestNoPipelinedReplication guards the transport setting that keeps
+// hashicorp/raft's pipeline deadlock away (see startRaft): a member that
+// replicated through a pipeline could hang in Close for good.
+func TestNoPipelinedReplication(t *testing.T) {
+	g := newTestGroup(t, 1)
+	n := g.members()[0]
+	p, err := n.trans.AppendEntriesPipeline("peer", "127.0.0.1:1")
+	if p != nil {
+		p.Close()
+	}
+	if !errors.Is(err, hraft.ErrPipelineReplicationNotSupported) {
+		t.Fatalf("AppendEntriesPipeline: %v, want ErrPipelineReplicationNotSupported", err)
 	}
 }
 

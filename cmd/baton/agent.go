@@ -149,7 +149,7 @@ func (c *agentCommand) Run(ctx context.Context) error {
 	defer cancel()
 	_ = srv.Shutdown(sctx)
 	api.Close()
-	if err := n.Close(sctx); err != nil {
+	if err := closeWithin(ctx, 10*time.Second, "the raft member", log, n.Close); err != nil {
 		log.Warn("leaving the group", "err", err)
 	}
 	log.Info("agent stopped")

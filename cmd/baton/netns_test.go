@@ -30,10 +30,21 @@ func TestNetnsPartitionAndReplace(t *testing.T) {
 	// The members' logs are long; the reason for a failure is repeated
 	// after them, so that it is at the end of the output.
 	var why failReason
+	var c *nsCluster
 	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("FAILED: %s (the members' logs are above)", why.get())
+		// Runs last: after every member stopped and left its log. The
+		// output stays short (CI shows a part of it), and the reason is
+		// said first and last.
+		if !t.Failed() || c == nil {
+			return
 		}
+		t.Logf("FAILED: %s (the members' shortened logs follow)", why.get())
+		c.mu.Lock()
+		for _, l := range c.logs {
+			t.Log(l)
+		}
+		c.mu.Unlock()
+		t.Logf("FAILED: %s", why.get())
 	})
 	nt := netns.New(t, 3)
 	dir := t.TempDir()
@@ -44,7 +55,7 @@ func TestNetnsPartitionAndReplace(t *testing.T) {
 	if err := ca.WriteFiles(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem")); err != nil {
 		t.Fatal(err)
 	}
-	c := &nsCluster{t: t, why: &why, nt: nt, dir: dir, ca: ca, procs: map[string]*nsMember{}}
+	c = &nsCluster{t: t, why: &why, nt: nt, dir: dir, ca: ca, procs: map[string]*nsMember{}}
 	w := startJobWatcher(t, &why)
 
 	for _, h := range nt.Hosts() {
@@ -91,8 +102,7 @@ func TestNetnsPartitionAndReplace(t *testing.T) {
 		select {
 		case <-m.done:
 		case <-time.After(30 * time.Second):
-			_ = m.cmd.Process.Signal(syscall.SIGQUIT) // its goroutines go to the log
-			<-m.done
+			c.stopHung(m)
 			c.fatalf("%s did not stop within 30s of the signal", m.id)
 		}
 		// The job goes on where it was, unless the member that left held
@@ -122,6 +132,7 @@ type nsCluster struct {
 	mu    sync.Mutex
 	procs map[string]*nsMember
 	ips   []string
+	logs  []string // each stopped member's shortened log, once the test failed
 }
 
 type nsMember struct {
@@ -191,9 +202,26 @@ func (c *nsCluster) start(h *netns.Host) {
 			<-m.done
 		}
 		if t.Failed() {
-			t.Logf("--- %s (%s) log:\n%s", id, h, quiet(lw.String()))
+			l := fmt.Sprintf("--- %s (%s) log, shortened:\n%s%s", id, h,
+				shortLog(lw.String(), raftRunNoise, 80), goroutines(lw.String()))
+			c.mu.Lock()
+			c.logs = append(c.logs, l)
+			c.mu.Unlock()
 		}
 	})
+}
+
+// stopHung stops a member that did not stop by itself: SIGQUIT first, for
+// its goroutines in the log (baton forwards SIGQUIT to a running command
+// instead, and then SIGKILL ends it).
+func (c *nsCluster) stopHung(m *nsMember) {
+	_ = m.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-m.done:
+	case <-time.After(10 * time.Second):
+		_ = m.cmd.Process.Kill()
+		<-m.done
+	}
 }
 
 // waitInGroup waits until h's member logs that it is in the group.
@@ -269,22 +297,58 @@ func (c *nsCluster) fatalf(format string, args ...any) {
 	c.why.fatalf(c.t, format, args...)
 }
 
-// quiet drops raft's retries to an unreachable peer from a member's log
-// (hundreds of lines while a member is down), counting them instead.
-func quiet(log string) string {
-	var b strings.Builder
-	dropped := 0
-	for _, l := range strings.Split(log, "\n") {
-		if strings.Contains(l, "failed to heartbeat to") || strings.Contains(l, "failed to appendEntries to") ||
-			strings.Contains(l, "raft: failed to contact") {
-			dropped++
+// raftRunNoise is what a member's shortened log leaves out: the job's
+// heartbeat, raft's retries to unreachable peers and its debug chatter.
+var raftRunNoise = []string{"working with token", "failed to heartbeat to", "failed to appendEntries to",
+	"raft: failed to contact", "failed to make requestVote RPC", "level=DEBUG msg=\"20"}
+
+// goroutines returns the stacks in a member's log that run baton's or
+// raft's code, shortened: those of a SIGQUIT (its log ends with them), or
+// of a close that did not finish (one log line).
+func goroutines(log string) string {
+	var blocks []string
+	if _, dump, ok := strings.Cut(log, "SIGQUIT: quit"); ok {
+		blocks = strings.Split(dump, "\n\n")
+	}
+	for l := range strings.Lines(log) {
+		if !strings.Contains(l, "did not finish") {
 			continue
 		}
-		b.WriteString(l)
-		b.WriteByte('\n')
+		_, v, _ := strings.Cut(l, "goroutines=")
+		if u, err := strconv.Unquote(strings.TrimSpace(v)); err == nil {
+			blocks = append(blocks, strings.Split(u, "\n\n")...)
+		}
 	}
-	fmt.Fprintf(&b, "(%d lines of retries to unreachable peers left out)\n", dropped)
-	return b.String()
+	var b strings.Builder
+	lines := 0
+	for _, bl := range blocks {
+		if !strings.Contains(bl, "batonhq/baton") && !strings.Contains(bl, "hashicorp/raft") {
+			continue
+		}
+		if lines >= 300 {
+			b.WriteString("(more left out)\n")
+			break
+		}
+		kept := 0
+		for l := range strings.SplitSeq(strings.TrimSpace(bl), "\n") {
+			// The Go runtime's own frames say little here.
+			if strings.HasPrefix(l, "runtime.") || strings.HasPrefix(l, "internal/") || strings.Contains(l, "/go/src/") {
+				continue
+			}
+			if kept == 16 {
+				b.WriteString("\t…\n")
+				break
+			}
+			b.WriteString(l + "\n")
+			kept++
+			lines++
+		}
+		b.WriteString("\n")
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return "goroutines in baton's or raft's code:\n" + b.String()
 }
 
 type lockedWriter struct {

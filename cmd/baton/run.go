@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -229,11 +230,42 @@ func unwrapExecError(err error) error {
 }
 
 func closeBackend(ctx context.Context, b *openBackend, log *slog.Logger) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := b.close(cctx); err != nil {
+	if err := closeWithin(ctx, 5*time.Second, "the backend", log, b.close); err != nil {
 		log.Warn("closing the backend", "err", err)
 	}
+}
+
+// closeOverrun is how long a close may run past its context's deadline
+// before the process stops waiting for it.
+const closeOverrun = 5 * time.Second
+
+// closeWithin runs close with a context that ends after d, and waits for it
+// at most closeOverrun longer. A close that overruns is logged, with the
+// goroutines it is stuck in, and left behind: SIGTERM must end the process
+// in bounded time, and by then the work has stopped and its lease was
+// released (or expires with its session).
+func closeWithin(ctx context.Context, d time.Duration, what string, log *slog.Logger, close func(context.Context) error) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- close(cctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-cctx.Done():
+	}
+	t := time.NewTimer(closeOverrun)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+	}
+	var stacks strings.Builder
+	_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+	log.Warn("closing "+what+" did not finish; exiting without waiting for it",
+		"waited", d+closeOverrun, "goroutines", stacks.String())
+	return nil
 }
 
 // runner is one `baton run`.

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// A close that hangs past its context does not keep the process: it is
+// given up on after closeOverrun, and the log names it and where it hangs.
+func TestCloseWithinGivesUpOnAHungClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var out syncBuffer
+		log := slog.New(slog.NewTextHandler(&out, nil))
+		release := make(chan struct{})
+		defer close(release)
+		start := time.Now()
+		err := closeWithin(context.Background(), 2*time.Second, "the thing", log, func(ctx context.Context) error {
+			<-release // ignores ctx, as a hung library call would
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("closeWithin: %v, want nil (the hang is logged)", err)
+		}
+		if waited, want := time.Since(start), 2*time.Second+closeOverrun; waited != want {
+			t.Fatalf("gave up after %s, want %s", waited, want)
+		}
+		logged := out.String()
+		for _, want := range []string{"closing the thing did not finish", "TestCloseWithinGivesUpOnAHungClose"} {
+			if !strings.Contains(logged, want) {
+				t.Errorf("log lacks %q:\n%s", want, logged)
+			}
+		}
+	})
+}
+
+// A close that ends within its context returns its own result, and one that
+// ends during the overrun is still waited for.
+func TestCloseWithinWaitsForAClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var out syncBuffer
+		log := slog.New(slog.NewTextHandler(&out, nil))
+		boom := errors.New("boom")
+		if err := closeWithin(context.Background(), time.Second, "a", log, func(context.Context) error { return boom }); err != boom {
+			t.Fatalf("closeWithin: %v, want boom", err)
+		}
+		start := time.Now()
+		err := closeWithin(context.Background(), time.Second, "b", log, func(ctx context.Context) error {
+			<-ctx.Done()
+			time.Sleep(closeOverrun / 2) // a last step after the deadline
+			return ctx.Err()
+		})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("closeWithin: %v, want the close's DeadlineExceeded", err)
+		}
+		if waited, want := time.Since(start), time.Second+closeOverrun/2; waited != want {
+			t.Fatalf("returned after %s, want %s", waited, want)
+		}
+		if out.String() != "" {
+			t.Fatalf("logged %q, want nothing", out.String())
+		}
+	})
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
