@@ -55,6 +55,13 @@ func (n *Node) stepUp() {
 		n.mu.Lock()
 		n.ready = ctx.Err() == nil
 		n.mu.Unlock()
+		// An earlier term's autopilot may still be winding down (its
+		// context ended, a server probe in flight): Start would take it
+		// for running and start nothing for this term.
+		<-n.pilot.Stop()
+		if ctx.Err() != nil {
+			return
+		}
 		n.pilot.Start(ctx)
 		n.log.Info("raft leader ready", "id", n.id, "sessions", n.timers.count())
 		if n.opts.Witness {
@@ -70,11 +77,15 @@ func (n *Node) stepUp() {
 func (n *Node) stepDown() {
 	n.mu.Lock()
 	cancel := n.leading
+	if cancel != nil {
+		// Under the lock, so that the term's goroutine cannot set ready
+		// again after this: it sets it only while its context lives.
+		cancel()
+	}
 	n.leading = nil
 	n.ready = false
 	n.mu.Unlock()
 	if cancel != nil {
-		cancel()
 		n.timers.stop()
 	}
 }

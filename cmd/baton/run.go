@@ -42,7 +42,10 @@ own descendants are not covered.
 
 SIGTERM or SIGINT to baton: CMD is stopped the same way, then baton resigns so
 that a standby takes over at once, and exits 0. A second SIGTERM/SIGINT kills
-baton immediately (CMD dies with it; the lease expires after --ttl).
+baton immediately (CMD dies with it; the lease expires after --ttl). Closing
+the backend (ending the session; with raft://, leaving the group) gets 5s; a
+close still unfinished 5s after that is logged, with where it hangs, and baton
+exits without it.
 
 If CMD exits by itself while this instance leads, baton resigns and campaigns
 again (after 1s if CMD ran for less than 1s), unless --once is given.
