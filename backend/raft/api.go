@@ -329,7 +329,7 @@ func (n *Node) serveLeave(w http.ResponseWriter, r *http.Request) {
 	}
 	n.leaderOnly(w, r, &req, func() (any, error) {
 		n.promoteReplacement(req.ID)
-		if err := n.raft.RemoveServer(hraft.ServerID(req.ID), 0, 5*time.Second).Error(); err != nil {
+		if err := n.await(n.raft.RemoveServer(hraft.ServerID(req.ID), 0, 5*time.Second)); err != nil {
 			return nil, fmt.Errorf("%w: remove %s: %w", ErrNotLeader, req.ID, err)
 		}
 		n.log.Info("member left", "id", req.ID, "addr", req.Addr)
@@ -370,7 +370,7 @@ func (n *Node) promoteReplacement(leaving string) {
 		if err != nil || in.ID != string(s.ID) || in.LastTerm != lastTerm || in.LastIndex+500 < n.raft.LastIndex() {
 			continue
 		}
-		if err := n.raft.AddVoter(s.ID, s.Address, 0, 5*time.Second).Error(); err != nil {
+		if err := n.await(n.raft.AddVoter(s.ID, s.Address, 0, 5*time.Second)); err != nil {
 			n.log.Warn("could not promote a replacement for a leaving voter", "leaving", leaving, "replacement", s.ID, "err", err)
 			return
 		}
@@ -412,7 +412,7 @@ func (n *Node) addMember(req joinRequest) error {
 			if s.Suffrage == hraft.Voter {
 				fut = n.raft.AddVoter(s.ID, hraft.ServerAddress(req.Addr), 0, 5*time.Second)
 			}
-			if err := fut.Error(); err != nil {
+			if err := n.await(fut); err != nil {
 				return fmt.Errorf("%w: move %s to %s: %w", ErrNotLeader, s.ID, req.Addr, err)
 			}
 			n.log.Info("member moved", "id", req.ID, "from", s.Address, "to", req.Addr)
@@ -420,7 +420,7 @@ func (n *Node) addMember(req joinRequest) error {
 		case string(s.Address) == req.Addr:
 			// A new member at a dead one's address (an instance replaced
 			// in place): the old entry goes first.
-			if err := n.raft.RemoveServer(s.ID, 0, 5*time.Second).Error(); err != nil {
+			if err := n.await(n.raft.RemoveServer(s.ID, 0, 5*time.Second)); err != nil {
 				return fmt.Errorf("%w: replace %s: %w", ErrNotLeader, s.ID, err)
 			}
 		}
@@ -431,7 +431,7 @@ func (n *Node) addMember(req joinRequest) error {
 	} else {
 		fut = n.raft.AddNonvoter(hraft.ServerID(req.ID), hraft.ServerAddress(req.Addr), 0, 5*time.Second)
 	}
-	if err := fut.Error(); err != nil {
+	if err := n.await(fut); err != nil {
 		return fmt.Errorf("%w: add %s: %w", ErrNotLeader, req.ID, err)
 	}
 	n.mu.Lock()

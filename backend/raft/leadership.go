@@ -41,7 +41,7 @@ func (n *Node) stepUp() {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		if err := n.raft.Barrier(0).Error(); err != nil {
+		if err := n.await(n.raft.Barrier(0)); err != nil {
 			n.log.Warn("raft leader could not apply the log; not serving", "err", err)
 			return
 		}
@@ -53,20 +53,30 @@ func (n *Node) stepUp() {
 		// expire before its holder's safe-until.
 		n.timers.start(ctx)
 		n.mu.Lock()
-		n.ready = ctx.Err() == nil
+		if ctx.Err() == nil {
+			// Not after stepDown: it cancels ctx under this lock. A late
+			// goroutine of an earlier term must not clear a newer one's
+			// flag either, hence no write of false.
+			n.ready = true
+		}
 		n.mu.Unlock()
 		// An earlier term's autopilot may still be winding down (its
 		// context ended, a server probe in flight): Start would take it
-		// for running and start nothing for this term.
+		// for running and start nothing for this term. The lock keeps a
+		// late goroutine of an earlier term from starting in between.
+		n.pilotMu.Lock()
 		<-n.pilot.Stop()
+		if ctx.Err() == nil {
+			n.pilot.Start(ctx)
+		}
+		n.pilotMu.Unlock()
 		if ctx.Err() != nil {
 			return
 		}
-		n.pilot.Start(ctx)
 		n.log.Info("raft leader ready", "id", n.id, "sessions", n.timers.count())
 		if n.opts.Witness {
 			n.log.Info("witness handing raft leadership on")
-			if err := n.raft.LeadershipTransfer().Error(); err != nil {
+			if err := n.await(n.raft.LeadershipTransfer()); err != nil {
 				n.log.Warn("witness could not hand raft leadership on", "err", err)
 			}
 		}
@@ -117,6 +127,12 @@ func newSessionTimers(n *Node) *sessionTimers {
 
 func (t *sessionTimers) start(ctx context.Context) {
 	t.mu.Lock()
+	if ctx.Err() != nil {
+		// The term ended before its timers started (stepDown cancels
+		// before it stops them): renewals must not be confirmed here.
+		t.mu.Unlock()
+		return
+	}
 	t.running = true
 	t.deadline = map[string]time.Time{}
 	now := time.Now()
@@ -219,6 +235,21 @@ func (t *sessionTimers) run(ctx context.Context) {
 
 var noopCommand = []byte(`{"op":"noop"}`)
 
+// await waits for f, or until this member starts to stop. hashicorp/raft
+// can leave a future unanswered when it shuts down just after committing
+// the entry (hashicorp/raft#498); waiting for it then would keep Close
+// from returning, since the waiter is one of the member's goroutines.
+func (n *Node) await(f hraft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-n.ctx.Done():
+		return hraft.ErrRaftShutdown
+	}
+}
+
 // applyLocal applies c through this member's raft, which must be the
 // leader.
 func (n *Node) applyLocal(c command) (*result, error) {
@@ -227,7 +258,7 @@ func (n *Node) applyLocal(c command) (*result, error) {
 		return nil, err
 	}
 	f := n.raft.Apply(b, 5*time.Second)
-	if err := f.Error(); err != nil {
+	if err := n.await(f); err != nil {
 		if errors.Is(err, hraft.ErrNotLeader) || errors.Is(err, hraft.ErrLeadershipLost) || errors.Is(err, hraft.ErrLeadershipTransferInProgress) {
 			return nil, fmt.Errorf("%w: %w", ErrNotLeader, err)
 		}

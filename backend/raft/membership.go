@@ -77,7 +77,7 @@ func (n *Node) avoidLeadingAndHolding() {
 			continue
 		}
 		n.log.Info("handing raft leadership to a member that holds no lease", "to", s.ID)
-		if err := n.raft.LeadershipTransferToServer(s.ID, s.Address).Error(); err != nil {
+		if err := n.await(n.raft.LeadershipTransferToServer(s.ID, s.Address)); err != nil {
 			n.log.Debug("leadership transfer failed", "to", s.ID, "err", err)
 		}
 		return
@@ -193,7 +193,7 @@ func (n *Node) tryJoin() error {
 		}
 		conf.Servers = append(conf.Servers, s)
 	}
-	if err := n.raft.BootstrapCluster(conf).Error(); err != nil {
+	if err := n.await(n.raft.BootstrapCluster(conf)); err != nil {
 		return err
 	}
 	n.log.Info("bootstrapped a new group", "members", len(conf.Servers), "voters", voters)
@@ -325,7 +325,7 @@ func (d *pilotDelegate) KnownServers() map[hraft.ServerID]*autopilot.Server {
 func (d *pilotDelegate) RemoveFailedServer(s *autopilot.Server) {
 	n := d.n
 	n.log.Info("removing a dead member", "id", s.ID, "addr", s.Address)
-	if err := n.raft.RemoveServer(s.ID, 0, 5*time.Second).Error(); err != nil {
+	if err := n.await(n.raft.RemoveServer(s.ID, 0, 5*time.Second)); err != nil {
 		n.log.Warn("could not remove a dead member", "id", s.ID, "err", err)
 		return
 	}

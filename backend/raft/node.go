@@ -131,6 +131,7 @@ type Node struct {
 	client  *apiClient
 	timers  *sessionTimers
 	pilot   *autopilot.Autopilot
+	pilotMu sync.Mutex // orders the terms' autopilot stops and starts
 	stores  []io.Closer
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -484,7 +485,7 @@ func (n *Node) shutdown() error {
 // leave hands leadership on and removes this member from the group.
 func (n *Node) leave(ctx context.Context) {
 	if n.raft.State() == hraft.Leader {
-		if err := n.raft.LeadershipTransfer().Error(); err != nil {
+		if err := n.await(n.raft.LeadershipTransfer()); err != nil {
 			n.log.Warn("leadership transfer failed; the group elects a new leader after a timeout", "err", err)
 		} else {
 			n.log.Info("handed raft leadership on")

@@ -122,9 +122,7 @@ func (c *agentCommand) Run(ctx context.Context) error {
 	api, err := agenthttp.New(n, agenthttp.Options{Token: c.httpToken, Metrics: metrics, Logger: log})
 	if err != nil {
 		ln.Close()
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		return errors.Join(err, n.Close(cctx))
+		return errors.Join(err, closeWithin(ctx, 10*time.Second, "the raft member", log, n.Close))
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/", api)

@@ -35,15 +35,17 @@ func TestNetnsPartitionAndReplace(t *testing.T) {
 		// Runs last: after every member stopped and left its log. The
 		// output stays short (CI shows a part of it), and the reason is
 		// said first and last.
-		if !t.Failed() || c == nil {
+		if !t.Failed() {
 			return
 		}
-		t.Logf("FAILED: %s (the members' shortened logs follow)", why.get())
-		c.mu.Lock()
-		for _, l := range c.logs {
-			t.Log(l)
+		t.Logf("FAILED: %s (the members' shortened logs follow, newest member first)", why.get())
+		if c != nil {
+			c.mu.Lock()
+			for _, l := range c.logs {
+				t.Log(l)
+			}
+			c.mu.Unlock()
 		}
-		c.mu.Unlock()
 		t.Logf("FAILED: %s", why.get())
 	})
 	nt := netns.New(t, 3)
@@ -104,6 +106,9 @@ func TestNetnsPartitionAndReplace(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			c.stopHung(m)
 			c.fatalf("%s did not stop within 30s of the signal", m.id)
+		}
+		if strings.Contains(m.log.String(), closeGaveUp) {
+			c.fatalf("%s hung closing its backend and exited without it (its goroutines are in its log)", m.id)
 		}
 		// The job goes on where it was, unless the member that left held
 		// the lease: then another takes over with a higher token.
@@ -201,9 +206,15 @@ func (c *nsCluster) start(h *netns.Host) {
 			_ = cmd.Process.Kill()
 			<-m.done
 		}
+		if strings.Contains(lw.String(), closeGaveUp) {
+			c.why.errorf(t, "%s hung closing its backend and exited without it (its goroutines are in its log)", id)
+		}
 		if t.Failed() {
+			// A SIGQUIT's dump ends the log; the lines before it are the
+			// member's last words.
+			before, _, _ := strings.Cut(lw.String(), "SIGQUIT: quit")
 			l := fmt.Sprintf("--- %s (%s) log, shortened:\n%s%s", id, h,
-				shortLog(lw.String(), raftRunNoise, 80), goroutines(lw.String()))
+				shortLog(before, raftRunNoise, 80), goroutines(lw.String()))
 			c.mu.Lock()
 			c.logs = append(c.logs, l)
 			c.mu.Unlock()
@@ -283,6 +294,17 @@ func (f *failReason) fatalf(t *testing.T, format string, args ...any) {
 	t.Fatal(msg)
 }
 
+func (f *failReason) errorf(t *testing.T, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	f.mu.Lock()
+	if f.why == "" {
+		f.why = msg
+	}
+	f.mu.Unlock()
+	t.Error(msg)
+}
+
 func (f *failReason) get() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -298,52 +320,68 @@ func (c *nsCluster) fatalf(format string, args ...any) {
 }
 
 // raftRunNoise is what a member's shortened log leaves out: the job's
-// heartbeat, raft's retries to unreachable peers and its debug chatter.
+// heartbeat, raft's retries to unreachable peers and its debug chatter, and
+// the goroutines of a close given up on (goroutines shows them).
 var raftRunNoise = []string{"working with token", "failed to heartbeat to", "failed to appendEntries to",
-	"raft: failed to contact", "failed to make requestVote RPC", "level=DEBUG msg=\"20"}
+	"raft: failed to contact", "failed to make requestVote RPC", "level=DEBUG msg=\"20", closeGaveUp}
 
-// goroutines returns the stacks in a member's log that run baton's or
-// raft's code, shortened: those of a SIGQUIT (its log ends with them), or
-// of a close that did not finish (one log line).
+// closeGaveUp is in the log line of a close that baton gave up on
+// (closeWithin); the line carries the goroutines.
+const closeGaveUp = "did not finish; exiting without waiting"
+
+// goroutines returns, shortened, the goroutines in a member's log that run
+// baton's or raft's code: those of a SIGQUIT (the dump ends the log; it may
+// be the command's, which gets a forwarded SIGQUIT while it runs), or of a
+// close that baton gave up on (one log line). Both are in the format of
+// runtime tracebacks: a header line, then a function line and a file line
+// per frame.
 func goroutines(log string) string {
-	var blocks []string
+	var dumps []string
 	if _, dump, ok := strings.Cut(log, "SIGQUIT: quit"); ok {
-		blocks = strings.Split(dump, "\n\n")
+		dumps = append(dumps, dump)
 	}
 	for l := range strings.Lines(log) {
-		if !strings.Contains(l, "did not finish") {
+		if !strings.Contains(l, closeGaveUp) {
 			continue
 		}
 		_, v, _ := strings.Cut(l, "goroutines=")
 		if u, err := strconv.Unquote(strings.TrimSpace(v)); err == nil {
-			blocks = append(blocks, strings.Split(u, "\n\n")...)
+			dumps = append(dumps, u)
 		}
 	}
 	var b strings.Builder
-	lines := 0
-	for _, bl := range blocks {
-		if !strings.Contains(bl, "batonhq/baton") && !strings.Contains(bl, "hashicorp/raft") {
-			continue
-		}
-		if lines >= 300 {
-			b.WriteString("(more left out)\n")
-			break
-		}
-		kept := 0
-		for l := range strings.SplitSeq(strings.TrimSpace(bl), "\n") {
-			// The Go runtime's own frames say little here.
-			if strings.HasPrefix(l, "runtime.") || strings.HasPrefix(l, "internal/") || strings.Contains(l, "/go/src/") {
+	shown := 0
+	for _, dump := range dumps {
+		for bl := range strings.SplitSeq(dump, "\n\n") {
+			if !strings.Contains(bl, "batonhq/baton") && !strings.Contains(bl, "hashicorp/raft") {
 				continue
 			}
-			if kept == 16 {
-				b.WriteString("\t…\n")
+			if shown == 25 {
+				b.WriteString("(more goroutines left out)\n")
 				break
 			}
-			b.WriteString(l + "\n")
-			kept++
-			lines++
+			shown++
+			lines := strings.Split(strings.TrimSpace(bl), "\n")
+			b.WriteString(lines[0] + "\n")
+			frames := 0
+			for i := 1; i < len(lines); i += 2 {
+				// The Go runtime's own frames say little here.
+				fn := strings.TrimPrefix(lines[i], "created by ")
+				if strings.HasPrefix(fn, "runtime") || strings.HasPrefix(fn, "internal/") || strings.HasPrefix(fn, "sync.runtime_") {
+					continue
+				}
+				if frames == 8 {
+					b.WriteString("\t…\n")
+					break
+				}
+				frames++
+				b.WriteString(lines[i] + "\n")
+				if i+1 < len(lines) {
+					b.WriteString(lines[i+1] + "\n")
+				}
+			}
+			b.WriteString("\n")
 		}
-		b.WriteString("\n")
 	}
 	if b.Len() == 0 {
 		return ""

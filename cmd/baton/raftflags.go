@@ -182,9 +182,7 @@ func startMember(ctx context.Context, opts raft.NodeOptions, log *slog.Logger) (
 		case <-tick.C:
 			log.Warn("still not in a group: check --join, the TLS files and the secret on every member", "id", n.ID())
 		case <-ctx.Done():
-			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = n.Close(cctx)
+			_ = closeWithin(ctx, 5*time.Second, "the raft member", log, n.Close)
 			return nil, ctx.Err()
 		}
 	}
@@ -209,9 +207,7 @@ func parseRaftURL(u *url.URL) (opener, error) {
 		}
 		b, err := raft.New(n, raft.Options{Config: baton.Config{TTL: o.TTL}, Logger: o.Logger})
 		if err != nil {
-			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = n.Close(cctx)
+			_ = closeWithin(ctx, 5*time.Second, "the raft member", o.Logger, n.Close)
 			return nil, &exitError{code: exitUsage, err: err}
 		}
 		return &openBackend{Backend: b, node: n, close: func(ctx context.Context) error {

@@ -242,16 +242,16 @@ func closeBackend(ctx context.Context, b *openBackend, log *slog.Logger) {
 // before the process stops waiting for it.
 const closeOverrun = 5 * time.Second
 
-// closeWithin runs close with a context that ends after d, and waits for it
+// closeWithin runs closeFn with a context that ends after d, and waits for it
 // at most closeOverrun longer. A close that overruns is logged, with the
 // goroutines it is stuck in, and left behind: SIGTERM must end the process
 // in bounded time, and by then the work has stopped and its lease was
 // released (or expires with its session).
-func closeWithin(ctx context.Context, d time.Duration, what string, log *slog.Logger, close func(context.Context) error) error {
+func closeWithin(ctx context.Context, d time.Duration, what string, log *slog.Logger, closeFn func(context.Context) error) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- close(cctx) }()
+	go func() { done <- closeFn(cctx) }()
 	select {
 	case err := <-done:
 		return err
@@ -265,7 +265,7 @@ func closeWithin(ctx context.Context, d time.Duration, what string, log *slog.Lo
 	case <-t.C:
 	}
 	var stacks strings.Builder
-	_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+	_ = pprof.Lookup("goroutine").WriteTo(&stacks, 2) // as a SIGQUIT prints them
 	log.Warn("closing "+what+" did not finish; exiting without waiting for it",
 		"waited", d+closeOverrun, "goroutines", stacks.String())
 	return nil
