@@ -16,8 +16,8 @@ import (
 // given up on after closeOverrun, and the log names it and where it hangs.
 func TestCloseWithinGivesUpOnAHungClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var out syncBuffer
-		log := slog.New(slog.NewTextHandler(&out, nil))
+		out := newLockedWriter()
+		log := slog.New(slog.NewTextHandler(out, nil))
 		release := make(chan struct{})
 		defer close(release)
 		start := time.Now()
@@ -44,8 +44,8 @@ func TestCloseWithinGivesUpOnAHungClose(t *testing.T) {
 // ends during the overrun is still waited for.
 func TestCloseWithinWaitsForAClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var out syncBuffer
-		log := slog.New(slog.NewTextHandler(&out, nil))
+		out := newLockedWriter()
+		log := slog.New(slog.NewTextHandler(out, nil))
 		boom := errors.New("boom")
 		if err := closeWithin(context.Background(), time.Second, "a", log, func(context.Context) error { return boom }); err != boom {
 			t.Fatalf("closeWithin: %v, want boom", err)
@@ -68,19 +68,23 @@ func TestCloseWithinWaitsForAClose(t *testing.T) {
 	})
 }
 
-type syncBuffer struct {
+// lockedWriter is a bytes.Buffer that many goroutines (or a child
+// process's output copier and a test) may write and read.
+type lockedWriter struct {
 	mu sync.Mutex
-	b  bytes.Buffer
+	w  *bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.String()
 }
+
+func newLockedWriter() *lockedWriter { return &lockedWriter{w: new(bytes.Buffer)} }

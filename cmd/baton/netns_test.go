@@ -188,7 +188,7 @@ func (c *nsCluster) start(h *netns.Host) {
 		"--lease", "netns", "--id", id, "--ttl", "2s", "--log-level", "debug",
 		"--", batonBin, "demo-job")
 	cmd.Env = append(os.Environ(), "BATON_SECRET="+nsSecret)
-	lw := &lockedWriter{w: &bytes.Buffer{}}
+	lw := newLockedWriter()
 	cmd.Stdout, cmd.Stderr = lw, lw
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start baton on %s: %v", h, err)
@@ -285,24 +285,23 @@ type failReason struct {
 
 func (f *failReason) fatalf(t *testing.T, format string, args ...any) {
 	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	f.mu.Lock()
-	if f.why == "" {
-		f.why = msg
-	}
-	f.mu.Unlock()
-	t.Fatal(msg)
+	t.Fatal(f.keep(format, args...))
 }
 
 func (f *failReason) errorf(t *testing.T, format string, args ...any) {
 	t.Helper()
+	t.Error(f.keep(format, args...))
+}
+
+// keep formats a failure's reason, and keeps it if it is the first.
+func (f *failReason) keep(format string, args ...any) string {
 	msg := fmt.Sprintf(format, args...)
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.why == "" {
 		f.why = msg
 	}
-	f.mu.Unlock()
-	t.Error(msg)
+	return msg
 }
 
 func (f *failReason) get() string {
@@ -387,23 +386,6 @@ func goroutines(log string) string {
 		return ""
 	}
 	return "goroutines in baton's or raft's code:\n" + b.String()
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-func (l *lockedWriter) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.String()
 }
 
 // jobWatcher samples the live demo-job processes of this test's binary

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -237,8 +236,6 @@ func startZKRun(t *testing.T, h *netns.Host, id, ttl string, servers ...string) 
 	})
 	return r
 }
-
-func newLockedWriter() *lockedWriter { return &lockedWriter{w: new(bytes.Buffer)} }
 
 // waitLog waits until a line of r's log written after offset from satisfies
 // match, and returns it.
