@@ -358,7 +358,8 @@ func (n *Node) startRaft() error {
 		// pipeline's decoder stops (a follower answers with a newer term,
 		// as a healed minority does), one more send can park for good,
 		// and with it the replication goroutine: the member never shuts
-		// down. Seen here: a holder that had just handed raft leadership
+		// down, and the follower gets no more entries while heartbeats
+		// go on. Seen here: a holder that had just handed raft leadership
 		// on, stopped by SIGTERM after a partition healed, hung in
 		// Shutdown. A lease group's log is small; one append at a time
 		// costs nothing that matters.
