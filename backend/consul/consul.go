@@ -527,27 +527,11 @@ func (b *Backend) lock(ctx context.Context, s *session, key, id string, seen *ap
 		{KV: guard},
 		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: key, Value: []byte(id), Flags: api.LockFlagValue, Session: s.id}},
 	}
-	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
-	defer cancel()
-	// Through Raw rather than api.Txn, whose errors other than a failed
-	// transaction are untyped: a 403 must be told apart.
-	var resp api.TxnResponse
-	_, err := b.client.Raw().Write("/v1/txn", ops, &resp, (&api.WriteOptions{}).WithContext(ctx))
-	var se api.StatusError
-	if errors.As(err, &se) && se.Code == http.StatusConflict {
-		// The transaction failed; the body says which op did.
-		resp = api.TxnResponse{}
-		if jerr := json.Unmarshal([]byte(se.Body), &resp); jerr != nil {
-			return 0, 0, fmt.Errorf("consul: decode failed transaction: %w (%w)", jerr, err)
-		}
-		for _, e := range resp.Errors {
-			// ACL refusals of single ops come back here, as text only;
-			// Consul recognises them by the same words
-			// (acl.IsErrPermissionDenied).
-			if strings.Contains(e.What, "Permission denied") {
-				return 0, 0, fmt.Errorf("%w: %s", ErrPermissionDenied, e.What)
-			}
-		}
+	resp, ok, err := b.txn(ctx, ops)
+	if err != nil {
+		return 0, 0, err
+	}
+	if !ok {
 		for _, e := range resp.Errors {
 			if e.OpIndex == 0 {
 				return 0, changed, nil
@@ -557,15 +541,38 @@ func (b *Backend) lock(ctx context.Context, s *session, key, id string, seen *ap
 		// and a vanished session fails the lock op itself.
 		return 0, refused, nil
 	}
-	if err != nil {
-		return 0, 0, permissionErr(err)
-	}
 	for i := len(resp.Results) - 1; i >= 0; i-- {
 		if kv := resp.Results[i].KV; kv != nil && kv.Key == key && kv.Session == s.id {
 			return kv.ModifyIndex, locked, nil
 		}
 	}
 	return 0, 0, fmt.Errorf("consul: the transaction that locked %s returned no entry for it", key)
+}
+
+// txn runs ops as one transaction, through Raw rather than api.Txn, whose
+// errors other than a failed transaction are untyped: a 403 must be told
+// apart. ok is false when Consul refused the transaction (409), and then
+// resp.Errors says which ops failed. An ACL refusal, of the request or of
+// an op (Consul reports those as text only, and recognises them by the
+// same words: acl.IsErrPermissionDenied), wraps ErrPermissionDenied.
+func (b *Backend) txn(ctx context.Context, ops api.TxnOps) (resp api.TxnResponse, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
+	defer cancel()
+	_, err = b.client.Raw().Write("/v1/txn", ops, &resp, (&api.WriteOptions{}).WithContext(ctx))
+	var se api.StatusError
+	if !errors.As(err, &se) || se.Code != http.StatusConflict {
+		return resp, err == nil, permissionErr(err)
+	}
+	resp = api.TxnResponse{}
+	if jerr := json.Unmarshal([]byte(se.Body), &resp); jerr != nil {
+		return resp, false, fmt.Errorf("consul: decode failed transaction: %w (%w)", jerr, err)
+	}
+	for _, e := range resp.Errors {
+		if strings.Contains(e.What, "Permission denied") {
+			return resp, false, fmt.Errorf("%w: %s", ErrPermissionDenied, e.What)
+		}
+	}
+	return resp, false, nil
 }
 
 // lockDelayOf looks up the lock-delay of session id while it still exists,

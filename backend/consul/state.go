@@ -2,10 +2,8 @@ package consul
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 
 	"github.com/batonhq/baton"
@@ -100,24 +98,17 @@ func (t *term) store(ctx context.Context, value []byte) error {
 		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: h.key, Index: h.token}},
 		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: t.state, Value: value}},
 	}
-	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
-	defer cancel()
-	// Through Raw rather than api.Txn, as lock does: a 403 must be told
-	// apart from a failed check.
-	var resp api.TxnResponse
-	_, err := b.client.Raw().Write("/v1/txn", ops, &resp, (&api.WriteOptions{}).WithContext(ctx))
-	var se api.StatusError
-	if errors.As(err, &se) && se.Code == http.StatusConflict {
-		resp = api.TxnResponse{}
-		if jerr := json.Unmarshal([]byte(se.Body), &resp); jerr != nil {
-			return fmt.Errorf("consul: lease %q: store state %s: decode failed transaction: %w (%w)", h.name, t.state, jerr, err)
-		}
+	resp, ok, err := b.txn(ctx, ops)
+	switch {
+	case errors.Is(err, ErrPermissionDenied):
+		return fmt.Errorf("consul: lease %q: store state %s: %w", h.name, t.state, err)
+	case err != nil:
+		return fmt.Errorf("%w: consul: lease %q: store state %s (it may or may not have been stored): %w",
+			baton.ErrBackendUnavailable, h.name, t.state, err)
+	case !ok:
+		var whats []string
 		for _, e := range resp.Errors {
-			if strings.Contains(e.What, "Permission denied") {
-				return fmt.Errorf("consul: lease %q: store state %s: %w: %s", h.name, t.state, ErrPermissionDenied, e.What)
-			}
-		}
-		for _, e := range resp.Errors {
+			whats = append(whats, e.What)
 			if e.OpIndex == 0 || e.OpIndex == 1 {
 				why := "is no longer this term's lock (" + e.What + ")"
 				b.lost(h, why)
@@ -126,14 +117,7 @@ func (t *term) store(ctx context.Context, value []byte) error {
 					baton.ErrLeaseLost, h.name, h.token, h.key, why)
 			}
 		}
-		return fmt.Errorf("consul: lease %q: store state %s: transaction failed: %w", h.name, t.state, err)
-	}
-	if err != nil {
-		if err := permissionErr(err); errors.Is(err, ErrPermissionDenied) {
-			return fmt.Errorf("consul: lease %q: store state %s: %w", h.name, t.state, err)
-		}
-		return fmt.Errorf("%w: consul: lease %q: store state %s (it may or may not have been stored): %w",
-			baton.ErrBackendUnavailable, h.name, t.state, err)
+		return fmt.Errorf("consul: lease %q: store state %s: transaction failed: %s", h.name, t.state, strings.Join(whats, "; "))
 	}
 	return nil
 }
