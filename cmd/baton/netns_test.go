@@ -104,7 +104,9 @@ func TestNetnsPartitionAndReplace(t *testing.T) {
 		select {
 		case <-m.done:
 		case <-time.After(30 * time.Second):
-			c.stopHung(m)
+			// SIGQUIT, for its goroutines in the log (baton forwards it to
+			// a running command instead; the kill after 10s ends it then).
+			signalAndWait(m.cmd, m.done, syscall.SIGQUIT, 10*time.Second)
 			c.fatalf("%s did not stop within 30s of the signal", m.id)
 		}
 		if strings.Contains(m.log.String(), closeGaveUp) {
@@ -199,13 +201,7 @@ func (c *nsCluster) start(h *netns.Host) {
 	c.procs[h.Name] = m
 	c.mu.Unlock()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-m.done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-m.done
-		}
+		signalAndWait(cmd, m.done, syscall.SIGTERM, 15*time.Second)
 		if strings.Contains(lw.String(), closeGaveUp) {
 			c.why.errorf(t, "%s hung closing its backend and exited without it (its goroutines are in its log)", id)
 		}
@@ -222,16 +218,15 @@ func (c *nsCluster) start(h *netns.Host) {
 	})
 }
 
-// stopHung stops a member that did not stop by itself: SIGQUIT first, for
-// its goroutines in the log (baton forwards SIGQUIT to a running command
-// instead, and then SIGKILL ends it).
-func (c *nsCluster) stopHung(m *nsMember) {
-	_ = m.cmd.Process.Signal(syscall.SIGQUIT)
+// signalAndWait sends sig to cmd's process and waits until done is closed
+// (cmd.Wait returned), killing the process if that takes longer than d.
+func signalAndWait(cmd *exec.Cmd, done <-chan struct{}, sig os.Signal, d time.Duration) {
+	_ = cmd.Process.Signal(sig)
 	select {
-	case <-m.done:
-	case <-time.After(10 * time.Second):
-		_ = m.cmd.Process.Kill()
-		<-m.done
+	case <-done:
+	case <-time.After(d):
+		_ = cmd.Process.Kill()
+		<-done
 	}
 }
 

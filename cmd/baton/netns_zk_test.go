@@ -223,13 +223,7 @@ func startZKRun(t *testing.T, h *netns.Host, id, ttl string, servers ...string) 
 	}
 	go func() { _ = cmd.Wait(); close(r.done) }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-r.done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-r.done
-		}
+		signalAndWait(cmd, r.done, syscall.SIGTERM, 15*time.Second)
 		if t.Failed() {
 			t.Logf("--- baton run %s (%s, zk://%s) log, shortened:\n%s", id, h, strings.Join(servers, ","), shortLog(r.log.String(), runLogNoise, 60))
 		}
