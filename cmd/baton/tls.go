@@ -23,7 +23,7 @@ certificates are checked against the CA, not against the member's address,
 so one can follow an instance across address changes) into the directory
 that does ship:
 
-  baton tls ca   --dir ca                        # ca/ca.pem, ca/ca-key.pem: keep ca/ off the instances
+  baton tls ca   --dir ca                          # ca/ca.pem, ca/ca-key.pem: keep ca/ off the instances
   baton tls cert --ca-dir ca --dir tls --name web  # tls/web.pem, tls/web-key.pem, tls/ca.pem: ship tls/
 
 tls cert copies the CA certificate (never its key) beside the member's files,
