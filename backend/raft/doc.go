@@ -35,7 +35,6 @@
 //     waiter get the lease. A holder that never renews again keeps it until
 //     its session expires, as any holder would. The flag goes with the term:
 //     the next term starts without it.
-//
 //   - Only members reach the log: every connection between members, raft's
 //     own RPC streams and the group API alike, proves the group's secret
 //     both ways after mutual TLS, bound to that TLS session, before anything
