@@ -462,9 +462,10 @@ type apiClient struct {
 }
 
 func newAPIClient(cfg *tls.Config, g *gate, secret string) *apiClient {
+	key := newConnKey(secret)
 	tr := &http.Transport{
 		DialTLSContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			return dialProto(ctx, cfg, g, addr, protoAPI)
+			return dialProto(ctx, cfg, g, key, addr, protoAPI)
 		},
 		MaxIdleConnsPerHost: 4,
 		IdleConnTimeout:     time.Minute,

@@ -35,6 +35,13 @@
 //     waiter get the lease. A holder that never renews again keeps it until
 //     its session expires, as any holder would. The flag goes with the term:
 //     the next term starts without it.
+//   - Only members reach the log: every connection between members, raft's
+//     own RPC streams and the group API alike, proves the group's secret
+//     both ways after mutual TLS, bound to that TLS session, before anything
+//     on it is served. A certificate of the group's CA without the secret
+//     gets nothing. A member that the members of a live group refuse for
+//     its secret gives up joining (Node.Failed; Node.Err wraps
+//     ErrSecretRefused).
 //
 // What it does not do: a minority of the voters elects no one and grants
 // nothing, so a group needs 3 (or 5) voters for one (or two) failures; two

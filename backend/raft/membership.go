@@ -2,6 +2,8 @@ package raft
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -15,10 +17,12 @@ import (
 // discovery finds, or, with BootstrapExpect set, bootstraps a new one once
 // enough members are seen and none of them is in a group. Then it keeps
 // checking, so that a member removed while it was away (it left, or
-// autopilot took it for dead) joins again.
+// autopilot took it for dead) joins again. It gives up (see Failed) when
+// the members of a live group refuse this member's secret.
 func (n *Node) membership() {
 	defer n.wg.Done()
 	backoff := 100 * time.Millisecond
+	refusedRounds := 0
 	for n.ctx.Err() == nil {
 		if n.isReady() && !n.inConfiguration() {
 			// This member leads but the configuration lists it elsewhere
@@ -37,7 +41,19 @@ func (n *Node) membership() {
 			}
 			continue
 		}
-		if err := n.tryJoin(); err != nil {
+		err := n.tryJoin()
+		if errors.Is(err, ErrSecretRefused) {
+			// The secret does not change while the member runs: a live
+			// group that refuses it now refuses it for good. A few rounds
+			// in a row, so that one odd answer decides nothing.
+			if refusedRounds++; refusedRounds >= refusedRoundsToFail {
+				n.fail(err)
+				return
+			}
+		} else {
+			refusedRounds = 0
+		}
+		if err != nil {
 			n.log.Debug("not in a group yet", "err", err)
 		}
 		if !n.sleep(backoff) {
@@ -131,13 +147,64 @@ type joinError string
 
 func (e joinError) Error() string { return string(e) }
 
-// tryJoin makes one attempt to join or bootstrap.
+// refusedRoundsToFail is how many join attempts in a row must find only
+// refusals of the secret by members of a live group before the member
+// gives up.
+const refusedRoundsToFail = 3
+
+// Failed is closed when the member gives up on joining for a reason that
+// retrying cannot fix; Err says why. Today that is one reason: members of
+// a live group refused its secret (errors.Is(Err(), ErrSecretRefused)).
+// The member keeps running until Close, but never joins.
+func (n *Node) Failed() <-chan struct{} { return n.failed }
+
+// Err returns why the member gave up on joining once Failed is closed,
+// and nil before.
+func (n *Node) Err() error {
+	select {
+	case <-n.failed:
+		return n.failErr
+	default:
+		return nil
+	}
+}
+
+func (n *Node) fail(err error) {
+	n.failErr = err
+	n.log.Error("giving up on joining: the group refuses this member's secret; give it the group's (BATON_SECRET or --secret-file)", "err", err)
+	close(n.failed)
+}
+
+// hasJoined reports whether the member has been in a group with a leader.
+func (n *Node) hasJoined() bool {
+	select {
+	case <-n.joined:
+		return true
+	default:
+		return false
+	}
+}
+
+// tryJoin makes one attempt to join or bootstrap. It returns an error that
+// wraps ErrSecretRefused when no peer let this member in and members of a
+// live group refused its secret.
 func (n *Node) tryJoin() error {
 	peers, err := n.discover()
 	if err != nil {
 		return err
 	}
-	infos := n.probe(peers)
+	infos, refused := n.probe(peers)
+	if len(infos) == 0 {
+		var live []string
+		for _, r := range refused {
+			if r.inGroup {
+				live = append(live, r.addr)
+			}
+		}
+		if len(live) > 0 {
+			return fmt.Errorf("%w: members of a live group at %s refused it", ErrSecretRefused, strings.Join(live, ", "))
+		}
+	}
 	// A live group first: join it through any member (followers forward).
 	for _, in := range infos {
 		if in.Leader == "" {
@@ -216,18 +283,28 @@ func (n *Node) discover() ([]string, error) {
 
 // probe asks each peer about itself, in parallel; peers that don't answer
 // (or answer with our own ID: our address under another name) are left out.
-func (n *Node) probe(peers []string) []nodeInfo {
+// Those that refused this member's secret are returned apart, and logged.
+func (n *Node) probe(peers []string) ([]nodeInfo, []*refusedError) {
 	var (
-		mu  sync.Mutex
-		out []nodeInfo
-		wg  sync.WaitGroup
+		mu      sync.Mutex
+		out     []nodeInfo
+		refused []*refusedError
+		wg      sync.WaitGroup
 	)
 	for _, p := range peers {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(n.ctx, 2*time.Second)
 			defer cancel()
 			var in nodeInfo
-			if err := n.client.call(ctx, p, "/v1/raft/info", nil, &in, false); err != nil || in.ID == n.id {
+			err := n.client.call(ctx, p, "/v1/raft/info", nil, &in, false)
+			if re := (*refusedError)(nil); errors.As(err, &re) {
+				n.refusals.warn("a peer refused this member's secret", p, re)
+				mu.Lock()
+				refused = append(refused, re)
+				mu.Unlock()
+				return
+			}
+			if err != nil || in.ID == n.id {
 				return
 			}
 			in.Addr = p
@@ -237,7 +314,7 @@ func (n *Node) probe(peers []string) []nodeInfo {
 		})
 	}
 	wg.Wait()
-	return out
+	return out, refused
 }
 
 // pilotDelegate connects autopilot to the Node.

@@ -316,14 +316,77 @@ func TestWitness(t *testing.T) {
 }
 
 // TestJoinNeedsSecret starts a member with the group's CA but a wrong
-// secret: it never gets in.
+// secret: it never gets in, gives up with ErrSecretRefused instead of
+// retrying forever, and the members log the refusal with its address.
 func TestJoinNeedsSecret(t *testing.T) {
 	t.Parallel() // idle groups, and checks that hold under load
-	g := newTestGroup(t, 3)
+	recs := make([]*attrRecorder, 3)
+	g := newMembershipGroup(t, 3, func(i int, o *NodeOptions) {
+		recs[i] = &attrRecorder{}
+		o.Logger = slog.New(recs[i])
+	})
 	o := g.options(t)
 	o.Secret = "not-the-group-secret-0123456789"
 	n := startOutsider(t, o)
+	select {
+	case <-n.Failed():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the member with a wrong secret did not give up: %+v", n.Status())
+	}
+	if err := n.Err(); !errors.Is(err, ErrSecretRefused) {
+		t.Fatalf("Err() = %v, want ErrSecretRefused", err)
+	}
 	neverJoins(t, g, n)
+	for i, r := range recs {
+		var warned bool
+		for _, rec := range r.all() {
+			warned = warned || (rec.level >= slog.LevelWarn && rec.attrs["reason"] == "wrong secret" &&
+				strings.HasPrefix(rec.attrs["peer"], "127.0.0.1:"))
+		}
+		if !warned {
+			t.Errorf("member %d logged no refusal of the wrong secret with the peer's address: %+v", i, r.all())
+		}
+	}
+}
+
+// TestWrongSecretPeerStopsNobodyElse: while a group forms, a member with a
+// wrong secret among the starting members refuses the others as they
+// refuse it. The others must not take that for their own refusal: they
+// form the group; only the odd one gives up.
+func TestWrongSecretPeerStopsNobodyElse(t *testing.T) {
+	t.Parallel() // idle groups, and checks that hold under load
+	g := newBareGroup(t)
+	wrong := g.start(t, func(o *NodeOptions) {
+		o.BootstrapExpect, o.Voters = 2, 3
+		o.Secret = "not-the-group-secret-0123456789"
+	})
+	a := g.start(t, func(o *NodeOptions) { o.BootstrapExpect, o.Voters = 2, 3 })
+	// a sees only the odd one for a while: it refuses a, and a it.
+	neverWithin(t, 2*time.Second, "a member gave up", func() (bool, string) {
+		select {
+		case <-a.Failed():
+			return true, fmt.Sprintf("the member with the group's secret gave up: %v", a.Err())
+		case <-wrong.Failed():
+			return true, fmt.Sprintf("the odd member gave up before any group existed: %v", wrong.Err())
+		default:
+			return false, ""
+		}
+	})
+	b := g.start(t, func(o *NodeOptions) { o.BootstrapExpect, o.Voters = 2, 3 })
+	joinedWithin(t, a, 30*time.Second)
+	joinedWithin(t, b, 30*time.Second)
+	select {
+	case <-wrong.Failed():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the member with a wrong secret did not give up once a group lived")
+	}
+	select {
+	case <-a.Failed():
+		t.Fatalf("a gave up: %v", a.Err())
+	case <-b.Failed():
+		t.Fatalf("b gave up: %v", b.Err())
+	default:
+	}
 }
 
 // TestJoinNeedsCertificateFromGroupCA starts a member with the group's

@@ -57,12 +57,15 @@ type NodeOptions struct {
 
 	// TLS is the member's mutual-TLS configuration: it must present a
 	// certificate (Certificates) and verify peers against the group's CA
-	// (RootCAs and ClientCAs). Required; internal/certs and `baton tls`
-	// make one.
+	// (RootCAs and ClientCAs). Members speak TLS 1.3 only (the member
+	// uses a copy with MinVersion raised). Required; internal/certs and
+	// `baton tls` make one.
 	TLS *tls.Config
 
-	// Secret is the group's shared join secret; every group API call
-	// carries it. At least 16 bytes. Required.
+	// Secret is the group's shared secret. Every connection between
+	// members, raft's own and the group API's, proves it both ways, bound
+	// to the TLS session: a certificate of the group's CA without the
+	// secret gets nothing. At least 16 bytes. Required.
 	Secret string
 
 	// Discovery finds peers. Nil means no peers: with BootstrapExpect 1
@@ -138,6 +141,11 @@ type Node struct {
 	wg      sync.WaitGroup
 	joined  chan struct{}
 	joinOne sync.Once
+	// failed is closed, and failErr set, when the member gives up on
+	// joining (membership goroutine; see Failed).
+	failed   chan struct{}
+	failErr  error
+	refusals *refusalLog
 	// lastConf is the configuration last logged (membership goroutine).
 	lastConf string
 	notify   chan bool
@@ -178,14 +186,19 @@ func StartNode(opts NodeOptions) (*Node, error) {
 		ln.Close()
 		return nil, err
 	}
+	// The proofs of the secret are bound to the TLS session by exported
+	// keying material, which TLS 1.3 gives every session.
+	opts.TLS = opts.TLS.Clone()
+	opts.TLS.MinVersion = max(opts.TLS.MinVersion, tls.VersionTLS13)
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{
 		opts: opts, id: id, addr: advertise, log: log, secret: opts.Secret,
 		fsm: newFSM(), ctx: ctx, cancel: cancel, joined: make(chan struct{}),
+		failed: make(chan struct{}), refusals: newRefusalLog(log, 10*time.Second),
 		lastSeen: map[hraft.ServerID]time.Time{},
 	}
 	n.client = newAPIClient(opts.TLS, opts.gate, opts.Secret)
-	n.mux = newMux(ln, opts.TLS, opts.gate)
+	n.mux = newMux(ln, opts.TLS, opts.gate, newConnKey(opts.Secret), n.hasJoined, n.refusals)
 	if err := n.startRaft(); err != nil {
 		n.mux.close()
 		for _, c := range n.stores {
@@ -351,7 +364,7 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("raft: advertise address %s: %w", n.addr, err)
 	}
 	n.trans = hraft.NewNetworkTransportWithConfig(&hraft.NetworkTransportConfig{
-		Stream:  &streamLayer{chanListener: n.mux.raft, gate: n.opts.gate, tls: n.opts.TLS, advertise: tcpAdvertise},
+		Stream:  &streamLayer{chanListener: n.mux.raft, gate: n.opts.gate, tls: n.opts.TLS, key: n.mux.key, advertise: tcpAdvertise},
 		MaxPool: 3,
 		Timeout: 5 * time.Second,
 		// No pipelined replication. In hashicorp/raft v1.7.3, once a

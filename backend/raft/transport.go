@@ -14,27 +14,42 @@ import (
 
 // One TCP port carries both raft's own RPCs and the group API (join,
 // forwarded commands, renewals, reads), as Consul's server port does: after
-// the TLS handshake the dialer sends one byte naming the protocol.
+// the TLS handshake the dialer sends one byte naming the protocol, with its
+// proof of the group's secret (auth.go).
 const (
 	protoRaft byte = 'R'
 	protoAPI  byte = 'A'
 )
 
-// mux accepts TLS connections and sorts them by their first byte.
+// mux accepts TLS connections, checks that each proves the group's secret,
+// and sorts them by protocol.
 type mux struct {
-	gate *gate
-	ln   net.Listener
-	tls  *tls.Config
-	raft *chanListener
-	api  *chanListener
-	wg   sync.WaitGroup
+	gate     *gate
+	ln       net.Listener
+	tls      *tls.Config
+	key      connKey
+	inGroup  func() bool
+	refusals *refusalLog
+	timeout  time.Duration // for the handshake and the proofs
+	raft     *chanListener
+	api      *chanListener
+	wg       sync.WaitGroup
 }
 
-func newMux(ln net.Listener, cfg *tls.Config, g *gate) *mux {
-	m := &mux{gate: g, ln: ln, tls: cfg, raft: newChanListener(ln.Addr()), api: newChanListener(ln.Addr())}
+// newMux serves ln. inGroup reports whether this member is in a group with
+// a leader; refused peers are told so.
+func newMux(ln net.Listener, cfg *tls.Config, g *gate, key connKey, inGroup func() bool, refusals *refusalLog) *mux {
+	m := &mux{
+		gate: g, ln: ln, tls: cfg, key: key, inGroup: inGroup, refusals: refusals, timeout: handshakeTimeout,
+		raft: newChanListener(ln.Addr()), api: newChanListener(ln.Addr()),
+	}
+	m.start()
+	return m
+}
+
+func (m *mux) start() {
 	m.wg.Add(1)
 	go m.accept()
-	return m
 }
 
 func (m *mux) accept() {
@@ -54,34 +69,38 @@ func (m *mux) accept() {
 	}
 }
 
-// sort finishes the handshake and hands c to the listener its first byte
-// names. A peer that stalls is dropped after a few seconds, so that it
-// cannot hold a goroutine forever.
+// sort finishes the TLS handshake, checks the dialer's proof of the
+// secret, and hands c to the listener of the protocol it proved it for. A
+// peer that stalls is dropped after m.timeout, so that it cannot hold a
+// goroutine for long; every failure is logged with the peer's address.
 func (m *mux) sort(c net.Conn) {
+	peer := c.RemoteAddr().String()
 	c, err := m.gate.track(c)
 	if err != nil {
 		return
 	}
 	tc := tls.Server(c, m.tls)
-	_ = tc.SetDeadline(time.Now().Add(5 * time.Second))
-	var b [1]byte
-	if err := tc.Handshake(); err != nil {
+	_ = tc.SetDeadline(time.Now().Add(m.timeout))
+	proto, err := m.handshake(tc)
+	if err != nil {
 		c.Close()
-		return
-	}
-	if _, err := tc.Read(b[:]); err != nil {
-		c.Close()
+		m.refusals.warn("refused a connection", peer, err)
 		return
 	}
 	_ = tc.SetDeadline(time.Time{})
-	switch b[0] {
+	switch proto {
 	case protoRaft:
 		m.raft.put(tc)
 	case protoAPI:
 		m.api.put(tc)
-	default:
-		c.Close()
 	}
+}
+
+func (m *mux) handshake(tc *tls.Conn) (byte, error) {
+	if err := tc.Handshake(); err != nil {
+		return 0, tlsHandshakeError{err}
+	}
+	return m.key.accept(tc, m.inGroup)
 }
 
 func (m *mux) close() error {
@@ -90,8 +109,11 @@ func (m *mux) close() error {
 	return err
 }
 
-// dialProto opens a TLS connection to addr and announces proto.
-func dialProto(ctx context.Context, cfg *tls.Config, g *gate, addr string, proto byte) (net.Conn, error) {
+// dialProto opens a TLS connection to addr, proves the group's secret for
+// proto and checks the peer's proof. The handshake gives up at ctx's end or
+// after handshakeTimeout, whichever comes first; a refusal of this
+// member's secret is a *refusedError (errors.Is ErrSecretRefused).
+func dialProto(ctx context.Context, cfg *tls.Config, g *gate, key connKey, addr string, proto byte) (net.Conn, error) {
 	var d net.Dialer
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -100,19 +122,33 @@ func dialProto(ctx context.Context, cfg *tls.Config, g *gate, addr string, proto
 	if raw, err = g.track(raw); err != nil {
 		return nil, err
 	}
+	deadline := time.Now().Add(handshakeTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	_ = raw.SetDeadline(deadline)
+	// The proofs are plain reads and writes: a cancelled ctx ends them by
+	// moving the deadline.
+	stop := context.AfterFunc(ctx, func() { _ = raw.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
 	c := tls.Client(raw, cfg)
 	if err := c.HandshakeContext(ctx); err != nil {
 		raw.Close()
 		return nil, err
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetWriteDeadline(dl)
-	}
-	if _, err := c.Write([]byte{proto}); err != nil {
-		c.Close()
+	if err := key.dial(c, proto); err != nil {
+		raw.Close()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w (%w)", ctx.Err(), err)
+		}
 		return nil, err
 	}
-	_ = c.SetWriteDeadline(time.Time{})
+	if !stop() {
+		// ctx ended as the handshake finished: its deadline may be set.
+		raw.Close()
+		return nil, ctx.Err()
+	}
+	_ = raw.SetDeadline(time.Time{})
 	return c, nil
 }
 
@@ -156,6 +192,7 @@ type streamLayer struct {
 	*chanListener
 	gate      *gate
 	tls       *tls.Config
+	key       connKey
 	advertise net.Addr
 }
 
@@ -164,7 +201,7 @@ var _ hraft.StreamLayer = (*streamLayer)(nil)
 func (s *streamLayer) Dial(addr hraft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	c, err := dialProto(ctx, s.tls, s.gate, string(addr), protoRaft)
+	c, err := dialProto(ctx, s.tls, s.gate, s.key, string(addr), protoRaft)
 	if err != nil {
 		return nil, fmt.Errorf("raft: dial %s: %w", addr, err)
 	}

@@ -32,10 +32,10 @@ func freePort(t *testing.T) string {
 // address.
 func startAgent(t *testing.T, dir string, env ...string) (*batonProc, string) {
 	t.Helper()
-	if r := runBaton(t, 30*time.Second, "tls", "ca", "--dir", dir); r.code != 0 {
+	if r := runBaton(t, 30*time.Second, "tls", "ca", "--dir", filepath.Join(dir, "ca")); r.code != 0 {
 		t.Fatalf("tls ca: %d %s", r.code, r.stderr)
 	}
-	if r := runBaton(t, 30*time.Second, "tls", "cert", "--dir", dir, "--name", "a1", "--host", "127.0.0.1"); r.code != 0 {
+	if r := runBaton(t, 30*time.Second, "tls", "cert", "--ca-dir", filepath.Join(dir, "ca"), "--dir", dir, "--name", "a1", "--host", "127.0.0.1"); r.code != 0 {
 		t.Fatalf("tls cert: %d %s", r.code, r.stderr)
 	}
 	bind, httpAddr := freePort(t), freePort(t)

@@ -179,6 +179,11 @@ func startMember(ctx context.Context, opts raft.NodeOptions, log *slog.Logger) (
 			st := n.Status()
 			log.Info("in the group", "leader", st.Leader, "members", len(st.Members), "voters", len(st.Voters))
 			return n, nil
+		case <-n.Failed():
+			// Refused by a live group for the secret: retrying cannot
+			// help, so this is a configuration error.
+			_ = closeWithin(ctx, 5*time.Second, "the raft member", log, n.Close)
+			return nil, &exitError{code: exitUsage, err: fmt.Errorf("%w: set BATON_SECRET (or --secret-file) to the group's secret", n.Err())}
 		case <-tick.C:
 			log.Warn("still not in a group: check --join, the TLS files and the secret on every member", "id", n.ID())
 		case <-ctx.Done():

@@ -145,6 +145,26 @@ func (ca *CA) WriteFiles(certFile, keyFile string) error {
 	return WritePair(certFile, keyFile, ca.certPEM, keyPEM)
 }
 
+// WriteCert writes the CA certificate alone, without its key, to certFile
+// (mode 0644): the CA file that goes with each member's certificate and
+// key to the instances. A file already there that holds this same
+// certificate is left as it is; any other file there is an error that
+// wraps fs.ErrExist.
+func (ca *CA) WriteCert(certFile string) error {
+	if certFile == "" {
+		return errors.New("certs: WriteCert: a certificate path is required")
+	}
+	err := writeNew(certFile, ca.certPEM, 0o644)
+	if !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	have, rerr := os.ReadFile(certFile)
+	if rerr == nil && bytes.Equal(bytes.TrimSpace(have), bytes.TrimSpace(ca.certPEM)) {
+		return nil
+	}
+	return fmt.Errorf("certs: %s already exists and is not this CA's certificate; remove it first or choose another directory: %w", certFile, fs.ErrExist)
+}
+
 // WritePair writes a certificate to certFile (mode 0644) and its private key
 // to keyFile (mode 0600; the umask can only tighten these). It refuses to overwrite an
 // existing file, reporting an error that wraps fs.ErrExist; remove the old

@@ -2,6 +2,7 @@ package certs
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -12,6 +13,7 @@ import (
 	"errors"
 	"io/fs"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -537,6 +539,36 @@ func TestCAFiles(t *testing.T) {
 	member := writeMember(t, dir, ca, "node-1", nil)
 	_, err = LoadCA(member.Cert, member.Key)
 	assertFileError(t, err, FieldCA, ErrNotCA, "not a CA certificate")
+}
+
+// TestWriteCert: the CA file that ships with members holds the certificate
+// and no key; writing it again for the same CA is a no-op, and another CA's
+// file in the way is refused and left alone.
+func TestWriteCert(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, "group CA")
+	file := filepath.Join(dir, "ca.pem")
+	if err := ca.WriteCert(file); err != nil {
+		t.Fatalf("WriteCert: %v", err)
+	}
+	assertMode(t, file, 0o644)
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, ca.CertPEM()) || bytes.Contains(b, []byte("PRIVATE KEY")) {
+		t.Fatalf("WriteCert wrote %q, want the certificate alone", b)
+	}
+	if err := ca.WriteCert(file); err != nil {
+		t.Fatalf("WriteCert again for the same CA: %v", err)
+	}
+	other := newTestCA(t, "other CA")
+	if err := other.WriteCert(file); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("WriteCert over another CA's file: %v, want fs.ErrExist", err)
+	}
+	if b2, _ := os.ReadFile(file); !bytes.Equal(b2, b) {
+		t.Fatal("WriteCert replaced another CA's file")
+	}
 }
 
 func TestNewCA(t *testing.T) {

@@ -68,16 +68,22 @@
 //
 // # Using it
 //
-// Make a CA once and keep its key safe; issue each member a certificate:
+// Make a CA once, in a directory of its own that never ships with the
+// instances, and issue each member a certificate into the directory that
+// does ship, with a copy of the CA certificate (WriteCert writes it without
+// the key):
 //
 //	ca, err := certs.NewCA("baton group CA", 0)              // 0: DefaultCAValidity
-//	err = ca.WriteFiles("ca.pem", "ca-key.pem")
+//	err = ca.WriteFiles("ca/ca.pem", "ca/ca-key.pem")
 //	certPEM, keyPEM, err := ca.Issue("node-1", []string{"10.0.3.7"}, 0)
-//	err = certs.WritePair("node-1.pem", "node-1-key.pem", certPEM, keyPEM)
+//	err = certs.WritePair("tls/node-1.pem", "tls/node-1-key.pem", certPEM, keyPEM)
+//	err = ca.WriteCert("tls/ca.pem")
 //
-// Give each member ca.pem (not ca-key.pem), its certificate and its key:
+// Each member gets tls/: the CA certificate, its certificate and its key,
+// never ca-key.pem. A certificate alone does not admit a member to a baton
+// group: it must also prove the group's secret (backend/raft).
 //
-//	cfg, err := certs.Load(certs.Files{CA: "ca.pem", Cert: "node-1.pem", Key: "node-1-key.pem"})
+//	cfg, err := certs.Load(certs.Files{CA: "tls/ca.pem", Cert: "tls/node-1.pem", Key: "tls/node-1-key.pem"})
 //	ln, err := tls.Listen("tcp", ":7946", cfg)                          // serving
 //	conn, err := tls.DialWithDialer(d, "tcp", "10.0.3.8:7946", cfg)     // dialing
 //

@@ -1,0 +1,359 @@
+package raft
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/internal/certs"
+)
+
+// These tests run the proof exchange between members (auth.go) over real
+// TLS connections on loopback, one side as the mux, the other as
+// dialProto or a hand-made peer.
+
+const (
+	testSecret  = "0123456789abcdef-test-secret"
+	otherSecret = "fedcba9876543210-not-the-secret"
+)
+
+// testMux serves a mux on loopback with key testSecret, refusals logged
+// to rec, and hands accepted connections to the caller through its
+// listeners.
+func testMux(t *testing.T, ca *certs.CA, timeout time.Duration, inGroup bool) (*mux, *attrRecorder) {
+	t.Helper()
+	cfg, err := ca.Config("acceptor", []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &attrRecorder{}
+	m := &mux{
+		ln: ln, tls: cfg, key: newConnKey(testSecret), inGroup: func() bool { return inGroup },
+		refusals: newRefusalLog(slog.New(rec), time.Minute), timeout: timeout,
+		raft: newChanListener(ln.Addr()), api: newChanListener(ln.Addr()),
+	}
+	m.start()
+	t.Cleanup(func() { _ = m.close() })
+	return m, rec
+}
+
+func testCA(t *testing.T) *certs.CA {
+	t.Helper()
+	ca, err := certs.NewCA("auth test CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+func clientConfig(t *testing.T, ca *certs.CA) *tls.Config {
+	t.Helper()
+	cfg, err := ca.Config("dialer", []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// acceptOne returns the next connection l hands over, or fails after d.
+func acceptOne(t *testing.T, l *chanListener, d time.Duration) net.Conn {
+	t.Helper()
+	ch := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			ch <- c
+		}
+	}()
+	select {
+	case c := <-ch:
+		t.Cleanup(func() { c.Close() })
+		return c
+	case <-time.After(d):
+		t.Fatalf("no connection handed over within %s", d)
+		return nil
+	}
+}
+
+// waitWarn waits for rec to hold a warning with the given reason whose peer
+// is addr, and returns it.
+func waitWarn(t *testing.T, rec *attrRecorder, addr, reason string) recorded {
+	t.Helper()
+	var got recorded
+	eventually(t, 10*time.Second, "a warning about "+addr+" for "+reason, func() bool {
+		for _, r := range rec.find(slog.LevelWarn, "peer", []string{addr}) {
+			if r.attrs["reason"] == reason {
+				got = r
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+func TestProofBothWays(t *testing.T) {
+	ca := testCA(t)
+	m, rec := testMux(t, ca, 5*time.Second, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, proto := range []byte{protoRaft, protoAPI} {
+		c, err := dialProto(ctx, clientConfig(t, ca), nil, newConnKey(testSecret), m.ln.Addr().String(), proto)
+		if err != nil {
+			t.Fatalf("dial %c with the group's secret: %v", proto, err)
+		}
+		l := map[byte]*chanListener{protoRaft: m.raft, protoAPI: m.api}[proto]
+		s := acceptOne(t, l, 5*time.Second)
+		// The connection carries data both ways after the proofs.
+		if _, err := c.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(s, buf); err != nil || string(buf) != "ping" {
+			t.Fatalf("read %q, %v", buf, err)
+		}
+		c.Close()
+	}
+	if all := rec.all(); len(all) != 0 {
+		t.Fatalf("the mux logged %+v for connections that proved the secret", all)
+	}
+}
+
+// TestProofWrongSecret: a dialer with another secret is refused, learns
+// that it was refused for its secret (and whether by a member of a live
+// group), is never handed to raft or the API, and the acceptor logs it.
+func TestProofWrongSecret(t *testing.T) {
+	ca := testCA(t)
+	for _, inGroup := range []bool{false, true} {
+		m, rec := testMux(t, ca, 5*time.Second, inGroup)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		raw, err := net.Dial("tcp", m.ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		local := raw.LocalAddr().String()
+		c := tls.Client(raw, clientConfig(t, ca))
+		if err := c.HandshakeContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+		err = newConnKey(otherSecret).dial(c, protoRaft)
+		cancel()
+		c.Close()
+		var re *refusedError
+		if !errors.As(err, &re) || !errors.Is(err, ErrSecretRefused) || re.inGroup != inGroup {
+			t.Fatalf("in group %v: dial with a wrong secret: %v, want a refusal (in group %v) that is ErrSecretRefused", inGroup, err, inGroup)
+		}
+		waitWarn(t, rec, local, "wrong secret")
+		select {
+		case c := <-m.raft.ch:
+			t.Fatalf("the mux handed the refused connection to raft: %v", c.RemoteAddr())
+		default:
+		}
+	}
+}
+
+// TestProofIsBoundToTheConnection replays, on a second connection, the
+// proofs that each side sent on a first one: neither is accepted.
+func TestProofIsBoundToTheConnection(t *testing.T) {
+	ca := testCA(t)
+	key := newConnKey(testSecret)
+	m, rec := testMux(t, ca, 5*time.Second, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	dialTLS := func(addr string) *tls.Conn {
+		t.Helper()
+		raw, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := tls.Client(raw, clientConfig(t, ca))
+		if err := c.HandshakeContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+
+	// The dialer's proof of a first connection, which went through.
+	first := dialTLS(m.ln.Addr().String())
+	proof, err := key.proof(first.ConnectionState(), roleDialer, protoRaft)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Write(append([]byte{protoRaft}, proof...)); err != nil {
+		t.Fatal(err)
+	}
+	acceptOne(t, m.raft, 5*time.Second)
+
+	// Replayed on a second connection by a peer without the secret.
+	second := dialTLS(m.ln.Addr().String())
+	if _, err := second.Write(append([]byte{protoRaft}, proof...)); err != nil {
+		t.Fatal(err)
+	}
+	var status [1]byte
+	if _, err := io.ReadFull(second, status[:]); err != nil || status[0] != authRefusedInGroup {
+		t.Fatalf("answer to a replayed proof: %q, %v; want %q", status, err, authRefusedInGroup)
+	}
+	waitWarn(t, rec, second.LocalAddr().String(), "wrong secret")
+
+	// The acceptor's side: a fake member without the secret replays a
+	// real acceptor's proof of another connection to a dialer.
+	cfg, err := ca.Config("fake", []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	go func() {
+		c, err := fake.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		msg := make([]byte, 1+proofLen)
+		if _, err := io.ReadFull(c, msg); err != nil {
+			return
+		}
+		// The acceptor's proof from the first connection.
+		theirs, _ := key.proof(first.ConnectionState(), roleAcceptor, protoRaft)
+		_, _ = c.Write(append([]byte{authOK}, theirs...))
+		_, _ = io.Copy(io.Discard, c)
+	}()
+	_, err = dialProto(ctx, clientConfig(t, ca), nil, key, fake.Addr().String(), protoRaft)
+	if !errors.Is(err, errBadProof) {
+		t.Fatalf("dial to a peer that replays another connection's proof: %v, want errBadProof", err)
+	}
+}
+
+// TestProofStalledPeer: a peer that finishes TLS and then sends nothing is
+// dropped by the acceptor when its deadline passes, and logged; a dialer
+// facing an acceptor that never answers gives up at its context's end.
+func TestProofStalledPeer(t *testing.T) {
+	ca := testCA(t)
+	m, rec := testMux(t, ca, 300*time.Millisecond, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	raw, err := net.Dial("tcp", m.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	c := tls.Client(raw, clientConfig(t, ca))
+	if err := c.HandshakeContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The mux closes the connection: the read ends with an error, not
+	// with the test's deadline.
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Fatalf("read from a stalled connection: %v, want it closed by the acceptor", err)
+	}
+	waitWarn(t, rec, raw.LocalAddr().String(), "timeout")
+
+	// A stalled acceptor: TLS, then silence.
+	cfg, err := ca.Config("mute", []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mute, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mute.Close()
+	go func() {
+		c, err := mute.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = io.Copy(io.Discard, c)
+	}()
+	dctx, dcancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer dcancel()
+	_, err = dialProto(dctx, clientConfig(t, ca), nil, newConnKey(testSecret), mute.Addr().String(), protoAPI)
+	if !errors.Is(err, context.DeadlineExceeded) && !isTimeout(err) {
+		t.Fatalf("dial to a mute acceptor: %v, want a deadline error", err)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// TestProofRefusesOthers: a plain TCP peer that is no TLS client, and a
+// TLS client with a certificate of another CA, are refused and logged with
+// the reason.
+func TestProofRefusesOthers(t *testing.T) {
+	ca := testCA(t)
+	m, rec := testMux(t, ca, 5*time.Second, false)
+
+	plain, err := net.Dial("tcp", m.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if _, err := plain.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitWarn(t, rec, plain.LocalAddr().String(), "tls")
+
+	// A fresh mux: the first would hold back a second warning about the
+	// same host and reason for a minute.
+	m, rec = testMux(t, ca, 5*time.Second, false)
+	other := testCA(t)
+	raw, err := net.Dial("tcp", m.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	c := tls.Client(raw, clientConfig(t, other))
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_ = c.Handshake()
+	_, _ = c.Read(make([]byte, 1))
+	waitWarn(t, rec, raw.LocalAddr().String(), "tls")
+}
+
+// TestRefusalLogIsRateLimited: a peer refused in a loop gets one warning
+// per window and reason; the next one says how many it stands for.
+func TestRefusalLogIsRateLimited(t *testing.T) {
+	rec := &attrRecorder{}
+	r := newRefusalLog(slog.New(rec), 200*time.Millisecond)
+	for range 100 {
+		r.warn("refused a connection", "10.0.0.1:4000", errWrongSecret)
+	}
+	r.warn("refused a connection", "10.0.0.1:4001", tlsHandshakeError{errors.New("bad certificate")})
+	r.warn("refused a connection", "10.0.0.2:4000", errWrongSecret)
+	if got := len(rec.all()); got != 3 {
+		t.Fatalf("%d warnings, want 3 (one per host and reason): %+v", got, rec.all())
+	}
+	time.Sleep(250 * time.Millisecond) // the window is the behaviour under test
+	r.warn("refused a connection", "10.0.0.1:4002", errWrongSecret)
+	all := rec.all()
+	last := all[len(all)-1]
+	if len(all) != 4 || last.attrs["more_since_last"] != "99" {
+		t.Fatalf("after the window: %+v, want a 4th warning with more_since_last=99", all)
+	}
+	// Closed connections (a port check, a dial given up) are no warning.
+	r.warn("refused a connection", "10.0.0.3:1", io.EOF)
+	if len(rec.all()) != 4 {
+		t.Fatalf("an EOF was logged as a warning: %+v", rec.all())
+	}
+	if !strings.Contains(last.msg, "refused") {
+		t.Fatalf("message %q", last.msg)
+	}
+}
