@@ -38,7 +38,8 @@ type renewRequest struct {
 type renewResponse struct {
 	TTL time.Duration `json:"ttl"`
 	// Resign lists the leases the session holds whose resign was requested
-	// (Node.RequestResign); the holder ends those terms and releases.
+	// (Node.RequestResign); the holder stops the work of those terms, then
+	// releases.
 	Resign []resignOrder `json:"resign,omitempty"`
 }
 

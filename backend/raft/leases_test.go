@@ -260,10 +260,11 @@ func TestWatchLeasesStop(t *testing.T) {
 	}
 }
 
-// TestRequestResign: a requested resign ends the holder's term with
-// ErrResigned at its next renewal and hands the lease to the waiter, long
-// before the TTL (30 s here) could have: the events show a release, not a
-// loss.
+// TestRequestResign: a requested resign reaches the holder at its next
+// renewal as a request (ResignRequested), not as the end of its term: the
+// lease stays the holder's, renewed, until the holder resigns, and only
+// then goes to the waiter, long before the TTL (30 s here) could have. The
+// events show a release, not a loss.
 func TestRequestResign(t *testing.T) {
 	g := newTestGroup(t, 3)
 	nodes := g.members()
@@ -299,9 +300,28 @@ func TestRequestResign(t *testing.T) {
 				t.Fatalf("after RequestResign, %+v: want ResignRequested while a holds it", li)
 			}
 			select {
-			case <-ta.Done():
+			case <-baton.ResignRequestedOf(ta):
 			case <-time.After(20 * time.Second):
-				t.Fatal("the holder's term did not end")
+				t.Fatal("the holder was not told of the request")
+			}
+			// The holder's work winds down: several renewals pass, and the
+			// lease stays its own.
+			until := ta.SafeUntil()
+			waitState(t, 10*time.Second, "three more renewals of the holder", func() (bool, string) {
+				return ta.SafeUntil().After(until.Add(3 * cfg.RenewInterval)), ta.SafeUntil().String()
+			})
+			select {
+			case <-ta.Done():
+				t.Fatalf("the request ended the holder's term (%v) before it resigned", ta.Err())
+			case tb := <-gotB:
+				t.Fatalf("b was elected (token %d) before the holder resigned", tb.Token())
+			default:
+			}
+			if li, err := nodes[2].Lease(ctx, lease); err != nil || li.Holder != "a" || !li.ResignRequested {
+				t.Fatalf("while the holder winds down, %+v (%v): want a, resign requested", li, err)
+			}
+			if err := ta.Resign(ctx); err != nil {
+				t.Fatal(err)
 			}
 			if err := ta.Err(); !errors.Is(err, baton.ErrResigned) || !strings.Contains(err.Error(), "resign requested via the group API") {
 				t.Fatalf("holder's term ended with %v, want ErrResigned, requested via the group API", err)
@@ -317,10 +337,6 @@ func TestRequestResign(t *testing.T) {
 			}
 			if li.Holder != "b" || li.ResignRequested {
 				t.Fatalf("after the hand-over %+v, want holder b and no resign request (a new term clears it)", li)
-			}
-			// The Elector's Resign after the end is harmless.
-			if err := ta.Resign(ctx); err != nil {
-				t.Fatalf("Resign after a requested resign: %v", err)
 			}
 			if err := tb.Resign(ctx); err != nil {
 				t.Fatal(err)
