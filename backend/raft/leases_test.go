@@ -125,7 +125,7 @@ func TestLeasesTable(t *testing.T) {
 	tz := campaignWithin(t, ba, "alpha", "a")
 	// A holder through an agent: its session is made through the agent's
 	// member.
-	c, err := Dial(serveClients(t, leader), ClientOptions{})
+	c, err := Dial(serveClients(t, leader), ClientOptions{Token: testClientToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestRequestResign(t *testing.T) {
 			evs := watchEvents(t, nodes[0])
 			var gr Group = nodes[1]
 			if holder == "agent" {
-				c, err := Dial(agent, ClientOptions{})
+				c, err := Dial(agent, ClientOptions{Token: testClientToken})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -398,7 +398,7 @@ func TestOnRenew(t *testing.T) {
 	nodes := g.members()
 	cfg := baton.Config{TTL: time.Second}
 	campaignWithin(t, newBackend(t, nodes[0], cfg), "own", "a")
-	c, err := Dial(serveClients(t, nodes[1]), ClientOptions{})
+	c, err := Dial(serveClients(t, nodes[1]), ClientOptions{Token: testClientToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,6 +424,20 @@ func sessionOf(b *Backend) string {
 	return b.sess.id
 }
 
+// applyOnLeader applies c on the ready raft leader itself, as its own
+// timers do: members refuse to forward the leader's own commands, and
+// commands on an agent client's session.
+func applyOnLeader(ctx context.Context, g *testGroup, c command) (*result, error) {
+	return retryNotLeader(ctx, func(context.Context) (*result, error) {
+		for _, n := range g.members() {
+			if n.isReady() {
+				return n.applyLocal(c)
+			}
+		}
+		return nil, ErrNotLeader
+	})
+}
+
 // TestStateFencedByTheLog: a term that the log no longer has as the holder
 // (its session expired there, or the lease went to another term) but that
 // has not noticed fails StoreState with ErrLeaseLost, ends, and the state
@@ -439,7 +453,7 @@ func TestStateFencedByTheLog(t *testing.T) {
 			t.Run(via+"/"+how, func(t *testing.T) {
 				var gr Group = nodes[2]
 				if via == "agent" {
-					c, err := Dial(agent, ClientOptions{})
+					c, err := Dial(agent, ClientOptions{Token: testClientToken})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -459,7 +473,7 @@ func TestStateFencedByTheLog(t *testing.T) {
 				switch how {
 				case "SessionExpired":
 					// What the raft leader's timer does.
-					if _, err := nodes[0].apply(ctx, command{Op: opSessionExpire, Session: sid, Time: time.Now()}); err != nil {
+					if _, err := applyOnLeader(ctx, g, command{Op: opSessionExpire, Session: sid, Time: time.Now()}); err != nil {
 						t.Fatal(err)
 					}
 				case "TakenOver":
@@ -468,7 +482,7 @@ func TestStateFencedByTheLog(t *testing.T) {
 					waitWaiters(t, nodes[0], lease, 1)
 					// A release the holder did not make (a stale one, say):
 					// its session lives on.
-					if _, err := nodes[0].apply(ctx, command{Op: opRelease, Session: sid, Lease: lease, Token: ta.Token(), Time: time.Now()}); err != nil {
+					if _, err := applyOnLeader(ctx, g, command{Op: opRelease, Session: sid, Lease: lease, Token: ta.Token(), Time: time.Now()}); err != nil {
 						t.Fatal(err)
 					}
 					tb := receiveTerm(t, gotB)
