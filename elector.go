@@ -236,7 +236,12 @@ func (e *Elector) lead(ctx context.Context, t Term, fn func(context.Context, Ter
 		return fmt.Errorf("renewals lag: no renewal confirmed, and safe-until is %s away, within StopEarly (%s): stopping before it",
 			left.Round(time.Millisecond), e.cfg.StopEarly)
 	})
-	stopReq := e.watchResignRequest(t, cancel)
+	// A resign requested from outside stops fn; the release below waits
+	// for fn to return.
+	stopReq := stopearly.Requested(t, ResignRequestedOf(t), errResignRequested, func(cause error) {
+		e.log.Info("resign requested: stopping the work before releasing the lease", "token", t.Token())
+		cancel(cause)
+	})
 	ferr := fn(fctx, t)
 	stopReq()
 	stop()
@@ -254,32 +259,6 @@ func (e *Elector) lead(ctx context.Context, t Term, fn func(context.Context, Ter
 // errResignRequested is the cause of the callback's context when the
 // backend relayed a request that the holder resign (ResignRequestTerm).
 var errResignRequested = fmt.Errorf("%w: a resign was requested: stopping the work, then releasing the lease", ErrResigned)
-
-// watchResignRequest cancels the callback's context when a resign of t is
-// requested. The term goes on (renewed) while the callback winds down; lead
-// releases the lease only after the callback returned. The returned stop
-// ends the watch and returns once it has ended.
-func (e *Elector) watchResignRequest(t Term, cancel context.CancelCauseFunc) (stop func()) {
-	req := ResignRequestedOf(t)
-	if req == nil {
-		return func() {}
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		select {
-		case <-req:
-			e.log.Info("resign requested: stopping the work before releasing the lease", "token", t.Token())
-			cancel(errResignRequested)
-		case <-t.Done():
-		case <-done:
-		}
-	})
-	return func() {
-		close(done)
-		wg.Wait()
-	}
-}
 
 // IsLeader reports whether the Elector holds its lease now and is before the
 // term's safe-until deadline (less StopEarly). It does not contact the backend.
