@@ -52,10 +52,45 @@ type Term interface {
 
 	// Resign ends the term (Err then wraps ErrResigned) and releases the lease
 	// so that a waiting candidate takes over at once, without waiting for a
-	// TTL. The term ends before the release is attempted, so the holder stops
+	// TTL. Call it once the work done under the term has stopped. The term ends before the release is attempted, so the holder stops
 	// acting even if releasing fails; a failed release is returned, and the
 	// lease then expires after its TTL. Resign after the term ended is a no-op.
 	Resign(ctx context.Context) error
+}
+
+// ResignRequestTerm is implemented by the Terms of backends through which
+// a resign can be requested from outside the holding process: on raft, an
+// operator's POST /v1/leases/NAME/resign to `baton agent`
+// (raft.Node.RequestResign). A requested resign does not end the term and
+// does not release the lease. It asks the holder to stop its work; the
+// holder then calls Resign, which releases the lease. So nobody else gets
+// the lease before the holder's work has stopped.
+//
+// Elector does this by itself: it cancels the callback's context (with a
+// cause wrapping ErrResigned that says the resign was requested), waits for
+// the callback to return, then resigns.
+//
+// A program that holds Terms without an Elector watches ResignRequested
+// itself (ResignRequestedOf works on any Term). A holder that never looks
+// keeps the lease: the request stays pending until the holder resigns or its
+// term ends for another reason. Nothing takes a lease from a live holder
+// behind its back.
+type ResignRequestTerm interface {
+	Term
+
+	// ResignRequested returns a channel that is closed, once, when a resign
+	// of this term was requested. It stays open for a term nobody asked to
+	// resign, also after the term ended: select on Done as well.
+	ResignRequested() <-chan struct{}
+}
+
+// ResignRequestedOf returns t's ResignRequested channel, or nil (a channel
+// that is never ready) when t's backend cannot relay resign requests.
+func ResignRequestedOf(t Term) <-chan struct{} {
+	if rt, ok := t.(ResignRequestTerm); ok {
+		return rt.ResignRequested()
+	}
+	return nil
 }
 
 // Candidate is a contender for a lease.

@@ -52,7 +52,8 @@ type ElectorConfig struct {
 	// OnDemoted, if set, is called when a term has ended and the lease was
 	// released (or its release failed), after Run's callback returned, with
 	// why the term ended: an error wrapping ErrResigned (the callback
-	// returned, or renewals lagged past StopEarly), ErrLeaseLost, ErrExpired
+	// returned, renewals lagged past StopEarly, or a resign was requested),
+	// ErrLeaseLost, ErrExpired
 	// or ErrClosed. It runs on Run's goroutine, as OnElected does. The same
 	// reason reaches Changes subscribers.
 	OnDemoted func(t Term, reason error)
@@ -166,11 +167,14 @@ func (e *Elector) ID() string { return e.cfg.Candidate.ID }
 
 // Run campaigns until ctx ends. Each time it wins, it calls fn with a context
 // that is cancelled when the term ends for any reason — lost, expired at
-// safe-until, renewals lagging into StopEarly, or ctx cancelled — and with
-// the Term. context.Cause of fn's context says which: the term's error, an
-// error naming the lagging renewals, or ctx's own cause. When fn returns, Run
-// resigns (so a standby takes over at once) and campaigns again. Run always
-// waits for fn to return before it resigns.
+// safe-until, renewals lagging into StopEarly, a resign requested from
+// outside (ResignRequestTerm), or ctx cancelled — and with the Term.
+// context.Cause of fn's context says which: the term's error, an error
+// naming the lagging renewals, an error wrapping ErrResigned that says a
+// resign was requested, or ctx's own cause. When fn returns, Run resigns (so
+// a standby takes over at once) and campaigns again. Run always waits for fn
+// to return before it resigns, so that a requested resign, like a stopped
+// Run, hands the lease over only after fn's work has stopped.
 //
 // Run returns when ctx ends (with ctx's error), or when fn returns a non-nil
 // error (with that error, after resigning), or when the backend is closed
@@ -232,7 +236,14 @@ func (e *Elector) lead(ctx context.Context, t Term, fn func(context.Context, Ter
 		return fmt.Errorf("renewals lag: no renewal confirmed, and safe-until is %s away, within StopEarly (%s): stopping before it",
 			left.Round(time.Millisecond), e.cfg.StopEarly)
 	})
+	// A resign requested from outside stops fn; the release below waits
+	// for fn to return.
+	stopReq := stopearly.Requested(t, ResignRequestedOf(t), errResignRequested, func(cause error) {
+		e.log.Info("resign requested: stopping the work before releasing the lease", "token", t.Token())
+		cancel(cause)
+	})
 	ferr := fn(fctx, t)
+	stopReq()
 	stop()
 	cancel(nil)
 
@@ -244,6 +255,10 @@ func (e *Elector) lead(ctx context.Context, t Term, fn func(context.Context, Ter
 	e.demoted(t, t.Err())
 	return ferr
 }
+
+// errResignRequested is the cause of the callback's context when the
+// backend relayed a request that the holder resign (ResignRequestTerm).
+var errResignRequested = fmt.Errorf("%w: a resign was requested: stopping the work, then releasing the lease", ErrResigned)
 
 // IsLeader reports whether the Elector holds its lease now and is before the
 // term's safe-until deadline (less StopEarly). It does not contact the backend.

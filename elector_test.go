@@ -318,3 +318,124 @@ func TestHooksSeeEveryTransition(t *testing.T) {
 		}
 	})
 }
+
+// requestBackend hands out BasicTerms, as a backend that relays resign
+// requests does, and records when each is released. A second Campaign
+// waits for its context.
+type requestBackend struct {
+	terms    chan *baton.BasicTerm
+	released chan time.Time
+	calls    int
+}
+
+func (b *requestBackend) Campaign(ctx context.Context, name string, _ baton.Candidate) (baton.Term, error) {
+	b.calls++
+	if b.calls > 1 {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	t := baton.NewBasicTerm(name, 7, time.Now().Add(time.Hour), func(context.Context) error {
+		b.released <- time.Now()
+		return nil
+	})
+	b.terms <- t
+	return t, nil
+}
+
+func (b *requestBackend) Leader(context.Context, string) (baton.Record, error) {
+	return baton.Record{}, baton.ErrNoLeader
+}
+
+// A resign requested from outside cancels the callback and releases the
+// lease only once the callback has returned: the term goes on (and would
+// be renewed) while the work winds down.
+func TestRequestedResignReleasesAfterCallback(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &requestBackend{terms: make(chan *baton.BasicTerm, 1), released: make(chan time.Time, 1)}
+		e, err := baton.NewElector(b, baton.ElectorConfig{Lease: "job", Candidate: baton.Candidate{ID: "a"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		returned := make(chan time.Time, 1)
+		var cause error
+		go func() {
+			_ = e.Run(ctx, func(fctx context.Context, term baton.Term) error {
+				<-fctx.Done()
+				cause = context.Cause(fctx)
+				if term.Err() != nil {
+					t.Errorf("the term ended (%v) before the callback returned", term.Err())
+				}
+				time.Sleep(time.Second) // winding down, as a child in its grace period
+				returned <- time.Now()
+				return nil
+			})
+		}()
+		term := <-b.terms
+		synctest.Wait()
+		if !term.RequestResign(fmt.Errorf("%w: asked by the test", baton.ErrResigned)) {
+			t.Fatal("RequestResign of a live term reported no request")
+		}
+		ret := <-returned
+		rel := <-b.released
+		if rel.Before(ret) {
+			t.Errorf("released at %v, before the callback returned at %v", rel, ret)
+		}
+		if !errors.Is(cause, baton.ErrResigned) || !strings.Contains(cause.Error(), "resign was requested") {
+			t.Errorf("callback's cause = %v, want ErrResigned saying a resign was requested", cause)
+		}
+		<-term.Done()
+		if err := term.Err(); !errors.Is(err, baton.ErrResigned) || !strings.Contains(err.Error(), "asked by the test") {
+			t.Errorf("term.Err() = %v, want the request's reason", err)
+		}
+	})
+}
+
+// What a program that holds a BasicTerm without an Elector sees of a
+// requested resign: a closed ResignRequested channel, the term still
+// running, and the request's reason once it resigns.
+func TestBasicTermRequestResign(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		released := 0
+		term := baton.NewBasicTerm("job", 1, time.Now().Add(time.Minute), func(context.Context) error { released++; return nil })
+		if baton.ResignRequestedOf(term) == nil {
+			t.Fatal("ResignRequestedOf(BasicTerm) is nil")
+		}
+		select {
+		case <-term.ResignRequested():
+			t.Fatal("ResignRequested closed before any request")
+		default:
+		}
+		reason := fmt.Errorf("%w: asked", baton.ErrResigned)
+		if !term.RequestResign(reason) || term.RequestResign(reason) {
+			t.Fatal("RequestResign: want true once, then false")
+		}
+		<-term.ResignRequested()
+		select {
+		case <-term.Done():
+			t.Fatal("a requested resign ended the term")
+		default:
+		}
+		if term.Err() != nil || released != 0 {
+			t.Fatalf("after the request: Err %v, released %d times; want a running, unreleased term", term.Err(), released)
+		}
+		if err := term.Resign(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(term.Err(), baton.ErrResigned) || term.Err() != reason || released != 1 {
+			t.Fatalf("after Resign: Err %v, released %d times", term.Err(), released)
+		}
+		ended := baton.NewBasicTerm("job", 2, time.Now().Add(time.Minute), nil)
+		ended.End(baton.ErrLeaseLost)
+		if ended.RequestResign(reason) {
+			t.Error("RequestResign of an ended term reported a request")
+		}
+		if baton.ResignRequestedOf(fakeTerm{}) != nil {
+			t.Error("ResignRequestedOf a Term without requests is not nil")
+		}
+	})
+}
+
+// fakeTerm is a Term of a backend that relays no resign requests.
+type fakeTerm struct{ baton.Term }

@@ -12,7 +12,9 @@ var (
 	ErrNoLeader = errors.New("baton: no leader")
 
 	// ErrResigned ends a term that its holder gave up on purpose: Resign was
-	// called, the Elector's callback returned, or the Elector was stopped.
+	// called, the Elector's callback returned, or the Elector was stopped;
+	// also after a resign requested from outside (ResignRequestTerm), once
+	// the holder stopped its work and resigned.
 	ErrResigned = errors.New("baton: resigned")
 
 	// ErrLeaseLost ends a term that the backend says is over: the session expired

@@ -8,14 +8,17 @@ import (
 )
 
 // BasicTerm is a ready-made Term for backend authors. The backend creates it
-// when it acquires a lease, calls Extend after each confirmed renewal and End
-// when the store says the lease is gone; BasicTerm ends itself with
-// ErrExpired when SafeUntil passes without an Extend. Safe for concurrent use.
+// when it acquires a lease, calls Extend after each confirmed renewal, End
+// when the store says the lease is gone, and RequestResign when the store
+// relays a request that the holder resign; BasicTerm ends itself with
+// ErrExpired when SafeUntil passes without an Extend. It implements
+// ResignRequestTerm. Safe for concurrent use.
 type BasicTerm struct {
 	lease   string
 	token   uint64
 	release func(context.Context) error
 	done    chan struct{}
+	resignQ chan struct{} // closed by RequestResign
 
 	mu        sync.Mutex
 	safeUntil time.Time
@@ -24,9 +27,10 @@ type BasicTerm struct {
 	timer     *time.Timer
 	released  bool
 	relErr    error
+	reqErr    error // RequestResign's reason; nil until then
 }
 
-var _ Term = (*BasicTerm)(nil)
+var _ ResignRequestTerm = (*BasicTerm)(nil)
 
 // NewBasicTerm starts a term of lease with token, safe until safeUntil (which
 // must carry a monotonic clock reading). release gives the lease back to the
@@ -38,6 +42,7 @@ func NewBasicTerm(lease string, token uint64, safeUntil time.Time, release func(
 		token:     token,
 		release:   release,
 		done:      make(chan struct{}),
+		resignQ:   make(chan struct{}),
 		safeUntil: safeUntil,
 	}
 	t.mu.Lock()
@@ -90,6 +95,29 @@ func (t *BasicTerm) Err() error {
 	return t.err
 }
 
+// ResignRequested implements ResignRequestTerm.
+func (t *BasicTerm) ResignRequested() <-chan struct{} { return t.resignQ }
+
+// RequestResign records that a resign of the term was requested from
+// outside the holding process, and closes the ResignRequested channel. It
+// does not end the term or release the lease: the holder stops its work,
+// then calls Resign, which ends the term with reason (it should wrap
+// ErrResigned and say who asked) and releases. It reports whether this call
+// made the request: false when one was made before or the term has ended.
+func (t *BasicTerm) RequestResign(reason error) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err != nil || t.reqErr != nil {
+		return false
+	}
+	if reason == nil {
+		reason = ErrResigned
+	}
+	t.reqErr = reason
+	close(t.resignQ)
+	return true
+}
+
 // Extend moves SafeUntil forward to safeUntil after a confirmed renewal. A
 // deadline earlier than the current one is ignored, because a late reply to an
 // old renewal must not shorten a newer promise. It reports whether the term is
@@ -134,15 +162,20 @@ func (t *BasicTerm) endLocked(err error) bool {
 	return true
 }
 
-// Resign implements Term: it ends the term with ErrResigned (unless it had
-// already ended for another reason), then calls the release function once.
+// Resign implements Term: it ends the term with ErrResigned, or with the
+// reason given to RequestResign (unless it had already ended for another
+// reason), then calls the release function once.
 // Release runs even after a loss or an expiry: the store may still hold
 // something of ours — an expired holder's key on a session that recovered —
 // and release functions only remove what is still this term's. A second
 // Resign returns the first one's result.
 func (t *BasicTerm) Resign(ctx context.Context) error {
 	t.mu.Lock()
-	t.endLocked(ErrResigned)
+	reason := ErrResigned
+	if t.reqErr != nil {
+		reason = t.reqErr
+	}
+	t.endLocked(reason)
 	if t.released {
 		err := t.relErr
 		t.mu.Unlock()

@@ -206,7 +206,11 @@ func (g *Group) lead(ctx context.Context, j *job, t baton.Term) error {
 		g.log.Warn("renewals lag: stopping before safe-until", "lease", j.name, "token", t.Token())
 		return fmt.Errorf("%w: stopping %s before safe-until", baton.ErrExpired, g.cfg.StopEarly)
 	})
+	// A resign requested from outside stops the Func; the lease is released
+	// below, once it has returned.
+	stopReq := stopearly.Requested(t, baton.ResignRequestedOf(t), fmt.Errorf("%w: a resign was requested", baton.ErrResigned), cancel)
 	ferr := j.fn(fctx, t)
+	stopReq()
 	stop()
 	cause := context.Cause(fctx)
 	cancel(nil)

@@ -3,7 +3,6 @@ package raft
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -15,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/batonhq/baton/internal/httpauth"
 	hraft "github.com/hashicorp/raft"
 )
 
@@ -33,12 +33,81 @@ type joinRequest struct {
 
 type renewRequest struct {
 	Session string `json:"session"`
+	// Secret is an agent client's session secret, on the client API.
+	Secret string `json:"secret,omitempty"`
+}
+
+// clientRequest is what an agent client may ask of its own session on the
+// client API (Node.ClientHandler): create it, destroy it, campaign, release,
+// leave a queue, store the lease's state. It is not a log command: the raft
+// leader checks Secret against the session's digest in the log and builds
+// the command itself, so a caller cannot name an operation the client API
+// does not offer, or act on a session whose secret it does not have.
+type clientRequest struct {
+	Op        op            `json:"op"`
+	Session   string        `json:"session"`
+	Secret    string        `json:"secret"`
+	TTL       time.Duration `json:"ttl,omitempty"`
+	Lease     string        `json:"lease,omitempty"`
+	Candidate string        `json:"candidate,omitempty"`
+	Token     uint64        `json:"token,omitempty"`
+	Reason    string        `json:"reason,omitempty"`
+	Value     []byte        `json:"value,omitempty"`
+	Time      time.Time     `json:"time,omitzero"`
+	// Member is the node ID of the member the client talks to, recorded
+	// with a session it creates. That member sets it; a client's own value
+	// is overwritten.
+	Member string `json:"member,omitempty"`
+}
+
+// minSessionSecret is the shortest session secret the client API accepts.
+const minSessionSecret = 16
+
+// command returns the log command req asks for, or an error naming what
+// the client API refuses.
+func (req *clientRequest) command() (command, error) {
+	c := command{Op: req.Op, Session: req.Session, Time: req.Time}
+	if req.Session == "" {
+		return c, &apiError{Status: http.StatusBadRequest, Msg: "no session named"}
+	}
+	switch req.Op {
+	case opSessionCreate:
+		if len(req.Secret) < minSessionSecret {
+			return c, &apiError{Status: http.StatusBadRequest, Msg: fmt.Sprintf("a session secret of at least %d bytes is required", minSessionSecret)}
+		}
+		if req.TTL <= 0 {
+			return c, &apiError{Status: http.StatusBadRequest, Msg: "a session needs a positive ttl"}
+		}
+		d := httpauth.DigestOf(req.Secret)
+		c.Node, c.Agent, c.TTL, c.Auth = req.Member, true, req.TTL, d[:]
+	case opSessionDestroy:
+		if req.Reason != "" && req.Reason != reasonExpired {
+			return c, &apiError{Status: http.StatusBadRequest, Msg: fmt.Sprintf("session-destroy reason %q: want %q or none", req.Reason, reasonExpired)}
+		}
+		c.Reason = req.Reason
+	case opAcquire:
+		c.Lease, c.Candidate = req.Lease, req.Candidate
+	case opRelease:
+		c.Lease, c.Token = req.Lease, req.Token
+	case opDequeue:
+		c.Lease = req.Lease
+	case opStateStore:
+		c.Lease, c.Token, c.Value = req.Lease, req.Token, req.Value
+	default:
+		return c, &apiError{Status: http.StatusForbidden, Msg: fmt.Sprintf(
+			"operation %q is not offered to clients: they may create and destroy their session, acquire, release, dequeue and store state", req.Op)}
+	}
+	if req.Op != opSessionCreate && req.Op != opSessionDestroy && req.Lease == "" {
+		return c, &apiError{Status: http.StatusBadRequest, Msg: "no lease named"}
+	}
+	return c, nil
 }
 
 type renewResponse struct {
 	TTL time.Duration `json:"ttl"`
 	// Resign lists the leases the session holds whose resign was requested
-	// (Node.RequestResign); the holder ends those terms and releases.
+	// (Node.RequestResign); the holder stops the work of those terms, then
+	// releases.
 	Resign []resignOrder `json:"resign,omitempty"`
 }
 
@@ -69,6 +138,8 @@ func (n *Node) handler() http.Handler {
 	mux.HandleFunc("GET /v1/raft/info", n.serveInfo)
 	mux.HandleFunc("POST /v1/raft/apply", n.serveApply)
 	mux.HandleFunc("POST /v1/raft/renew", n.serveRenew)
+	mux.HandleFunc("POST /v1/raft/client/apply", func(w http.ResponseWriter, r *http.Request) { n.serveClientApply(w, r, false) })
+	mux.HandleFunc("POST /v1/raft/client/renew", func(w http.ResponseWriter, r *http.Request) { n.serveClientRenew(w, r, false) })
 	mux.HandleFunc("GET /v1/raft/lease", n.serveLease)
 	mux.HandleFunc("GET /v1/raft/leases", n.serveLeases)
 	mux.HandleFunc("GET /v1/raft/state", n.serveState)
@@ -79,30 +150,45 @@ func (n *Node) handler() http.Handler {
 
 // ClientHandler serves the calls of Clients (agent:// backends) that
 // campaign through this member: `baton agent` mounts it on its local HTTP
-// address. token, when not empty, must come as "Authorization: Bearer
-// TOKEN".
-func (n *Node) ClientHandler(token string) http.Handler {
+// address. It offers a client only what it may do to its own session —
+// create and destroy it, renew it, acquire, release, leave a queue, store
+// the lease's state — and reads. Each call that changes something needs
+// "Authorization: Bearer TOKEN" with token, which must not be empty, and,
+// for an existing session, the secret the session was created with: a
+// session ID read from the lease table is not enough to act on it. The
+// log commands are built by the raft leader, never taken from the caller;
+// sessions expire only by the raft leader's own timers. Reads (the lease,
+// its state) need no token.
+func (n *Node) ClientHandler(token string) (http.Handler, error) {
+	b, err := httpauth.NewBearer(token)
+	if err != nil {
+		return nil, fmt.Errorf("raft: ClientHandler: %w", err)
+	}
+	deny := func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "this call needs the agent's token: Authorization: Bearer TOKEN (the agent's --http-token, or the token file it writes at start)", http.StatusUnauthorized)
+	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/raft/apply", n.serveClientApply)
-	mux.HandleFunc("POST /v1/raft/renew", n.serveClientRenew)
+	mux.Handle("POST /v1/raft/client/apply", b.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.serveClientApply(w, r, true)
+	}), deny))
+	mux.Handle("POST /v1/raft/client/renew", b.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.serveClientRenew(w, r, true)
+	}), deny))
 	mux.HandleFunc("GET /v1/raft/lease", n.serveLease)
 	mux.HandleFunc("GET /v1/raft/state", n.serveState)
-	if token == "" {
-		return mux
-	}
-	return bearer(token, mux)
+	return mux, nil
 }
 
-func (n *Node) authorize(next http.Handler) http.Handler { return bearer(n.secret, next) }
-
-func bearer(secret string, next http.Handler) http.Handler {
-	want := []byte("Bearer " + secret)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			http.Error(w, "wrong or missing secret (Authorization: Bearer ...)", http.StatusUnauthorized)
-			return
-		}
-		next.ServeHTTP(w, r)
+func (n *Node) authorize(next http.Handler) http.Handler {
+	b, err := httpauth.NewBearer(n.secret)
+	if err != nil {
+		// StartNode refuses an empty secret; refuse everything all the same.
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "this member has no group secret", http.StatusUnauthorized)
+		})
+	}
+	return b.Require(next, func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "wrong or missing secret (Authorization: Bearer ...)", http.StatusUnauthorized)
 	})
 }
 
@@ -188,38 +274,118 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
+// serveApply applies a command a member sends for its own Backends. It
+// refuses what only the raft leader itself does (expiring a session) and
+// anything on an agent client's session, which goes through the client API
+// with the session's secret.
 func (n *Node) serveApply(w http.ResponseWriter, r *http.Request) {
 	var c command
 	if !readJSON(w, r, &c) {
 		return
 	}
-	n.leaderOnly(w, r, &c, func() (any, error) { return n.applyLocal(c) })
+	n.leaderOnly(w, r, &c, func() (any, error) {
+		if err := n.memberCommandAllowed(c); err != nil {
+			return nil, err
+		}
+		return n.applyLocal(c)
+	})
 }
 
-// serveClientApply is serveApply for agent clients: a session they create
-// is recorded as made through this member.
-func (n *Node) serveClientApply(w http.ResponseWriter, r *http.Request) {
-	var c command
-	if !readJSON(w, r, &c) {
+// memberCommandAllowed refuses, on the raft leader, the commands a member
+// may not send: leader-only ones, and any that acts on (or creates) an
+// agent client's session.
+func (n *Node) memberCommandAllowed(c command) error {
+	switch c.Op {
+	case opSessionCreate, opSessionDestroy, opAcquire, opRelease, opDequeue, opStateStore:
+	case opRequestResign:
+		return nil
+	default:
+		return &apiError{Status: http.StatusForbidden, Msg: fmt.Sprintf("operation %q is the raft leader's own; no member may send it", c.Op)}
+	}
+	if c.Agent || len(c.Auth) > 0 {
+		return &apiError{Status: http.StatusForbidden, Msg: "an agent client's session is created through the client API"}
+	}
+	if s, ok := n.fsm.session(c.Session); ok && s.Agent {
+		return &apiError{Status: http.StatusForbidden, Msg: fmt.Sprintf("session %s is an agent client's: only its holder acts on it, through the client API", c.Session)}
+	}
+	return nil
+}
+
+// serveClientApply serves an agent client's request about its own session
+// (clientRequest): on the client API (local), and on the group API when the
+// member the client talks to forwards it.
+func (n *Node) serveClientApply(w http.ResponseWriter, r *http.Request, local bool) {
+	var req clientRequest
+	if !readJSON(w, r, &req) {
 		return
 	}
-	if c.Op == opSessionCreate {
-		c.Node, c.Agent = n.id, true
+	if local {
+		req.Member = n.id // the member the client talks to: this one
+		r.Header.Del(forwardedHeader)
 	}
-	n.leaderOnly(w, r, &c, func() (any, error) { return n.applyLocal(c) })
+	n.leaderOnly(w, r, &req, func() (any, error) { return n.clientApplyLocal(req) })
 }
 
+// clientApplyLocal checks req's session secret on the raft leader and
+// applies the command it asks for.
+func (n *Node) clientApplyLocal(req clientRequest) (*result, error) {
+	c, err := req.command()
+	if err != nil {
+		return nil, err
+	}
+	if req.Op != opSessionCreate {
+		switch err := n.checkClientSession(req.Session, req.Secret); {
+		case errors.Is(err, errSessionGone):
+			// What the log would answer, without a command naming a
+			// session nobody can prove is theirs.
+			return &result{Err: errUnknownSession, Lost: true}, nil
+		case err != nil:
+			return nil, err
+		}
+	}
+	return n.applyLocal(c)
+}
+
+// checkClientSession checks, on the raft leader, that secret is the secret
+// of session, an agent client's session: errSessionGone when the log has
+// no such session, a 403 apiError when the secret is wrong or the session
+// is not an agent client's.
+func (n *Node) checkClientSession(session, secret string) error {
+	if !n.isReady() {
+		return ErrNotLeader
+	}
+	s, ok := n.fsm.session(session)
+	if !ok {
+		return errSessionGone
+	}
+	var want httpauth.Digest
+	copy(want[:], s.Auth)
+	if !s.Agent || len(s.Auth) != len(want) || !httpauth.Match(secret, want) {
+		return &apiError{Status: http.StatusForbidden, Msg: fmt.Sprintf("wrong secret for session %s: only the client that created a session may act on it", session)}
+	}
+	return nil
+}
+
+// serveRenew renews a member's own session.
 func (n *Node) serveRenew(w http.ResponseWriter, r *http.Request) {
 	var req renewRequest
 	if !readJSON(w, r, &req) {
 		return
 	}
-	n.leaderOnly(w, r, &req, func() (any, error) { return n.renewLocal(req.Session) })
+	n.leaderOnly(w, r, &req, func() (any, error) {
+		if s, ok := n.fsm.session(req.Session); ok && s.Agent {
+			return nil, &apiError{Status: http.StatusForbidden, Msg: fmt.Sprintf("session %s is an agent client's: it renews through the client API", req.Session)}
+		}
+		return n.renewLocal(req.Session)
+	})
 }
 
-// serveClientRenew is serveRenew for agent clients, reported to
-// NodeOptions.OnRenew.
-func (n *Node) serveClientRenew(w http.ResponseWriter, r *http.Request) {
+// serveClientRenew renews an agent client's session, after checking its
+// secret; on the client API (local) it is reported to NodeOptions.OnRenew.
+func (n *Node) serveClientRenew(w http.ResponseWriter, r *http.Request, local bool) {
+	if local {
+		r.Header.Del(forwardedHeader)
+	}
 	var req renewRequest
 	if !readJSON(w, r, &req) {
 		return
@@ -227,11 +393,20 @@ func (n *Node) serveClientRenew(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	var err error
 	n.leaderOnly(w, r, &req, func() (any, error) {
+		if cerr := n.checkClientSession(req.Session, req.Secret); cerr != nil {
+			if errors.Is(cerr, errSessionGone) {
+				cerr = &apiError{Status: http.StatusNotFound, Msg: errUnknownSession}
+			}
+			err = cerr
+			return nil, cerr
+		}
 		resp, rerr := n.renewLocal(req.Session)
 		err = rerr
 		return resp, rerr
 	}, func(ferr error) { err = ferr })
-	n.onRenew(time.Since(start), err)
+	if local {
+		n.onRenew(time.Since(start), err)
+	}
 }
 
 // onRenew reports a renewal to NodeOptions.OnRenew.

@@ -2,6 +2,10 @@ package raft
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -12,7 +16,9 @@ import (
 
 // ClientOptions configures a Client. The zero value means the defaults.
 type ClientOptions struct {
-	// Token is the agent's bearer token, when it requires one.
+	// Token is the agent's bearer token (`baton agent` --http-token, or
+	// the token file it writes at start). Every call that changes
+	// something needs it; without it, only reads work.
 	Token string
 	// HTTPClient makes the calls. Nil (the default) means a client of its
 	// own.
@@ -21,10 +27,16 @@ type ClientOptions struct {
 
 // Client is a Group that campaigns through a local agent (`baton agent`)
 // instead of being a member itself: the agent's member forwards its calls
-// to the raft leader. Safe for concurrent use.
+// to the raft leader. Each session it creates has a secret of its own,
+// which the agent checks on every call about the session, so another
+// process that learns the session's ID (the lease table shows it) cannot
+// act on it. Safe for concurrent use.
 type Client struct {
 	addr string
 	api  *apiClient
+	// key derives each session's secret from its ID (secret), so that a
+	// create retried after a lost reply presents the same secret.
+	key [32]byte
 }
 
 var _ Group = (*Client)(nil)
@@ -39,22 +51,34 @@ func Dial(addr string, opts ClientOptions) (*Client, error) {
 	if hc == nil {
 		hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8, IdleConnTimeout: time.Minute}}
 	}
-	return &Client{addr: addr, api: &apiClient{secret: opts.Token, hc: hc, scheme: "http"}}, nil
+	c := &Client{addr: addr, api: &apiClient{secret: opts.Token, hc: hc, scheme: "http"}}
+	_, _ = rand.Read(c.key[:]) // crypto/rand.Read never fails on Linux since Go 1.24
+	return c, nil
+}
+
+// secret returns the secret of session, one of this Client's.
+func (c *Client) secret(session string) string {
+	m := hmac.New(sha256.New, c.key[:])
+	m.Write([]byte(session))
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 func (c *Client) apply(ctx context.Context, cmd command) (*result, error) {
+	req := clientRequest{Op: cmd.Op, Session: cmd.Session, Secret: c.secret(cmd.Session), TTL: cmd.TTL,
+		Lease: cmd.Lease, Candidate: cmd.Candidate, Token: cmd.Token, Reason: cmd.Reason, Value: cmd.Value, Time: cmd.Time}
 	return retryNotLeader(ctx, func(ctx context.Context) (*result, error) {
 		var r result
-		err := c.api.call(ctx, c.addr, "/v1/raft/apply", &cmd, &r, false)
-		return &r, err
+		err := c.api.call(ctx, c.addr, "/v1/raft/client/apply", &req, &r, false)
+		return &r, c.authErr(err)
 	})
 }
 
 func (c *Client) renew(ctx context.Context, session string) (*renewResponse, error) {
+	req := renewRequest{Session: session, Secret: c.secret(session)}
 	r, err := retryNotLeader(ctx, func(ctx context.Context) (*renewResponse, error) {
 		var r renewResponse
-		err := c.api.call(ctx, c.addr, "/v1/raft/renew", &renewRequest{Session: session}, &r, false)
-		return &r, err
+		err := c.api.call(ctx, c.addr, "/v1/raft/client/renew", &req, &r, false)
+		return &r, c.authErr(err)
 	})
 	if err != nil {
 		var ae *apiError
@@ -64,6 +88,18 @@ func (c *Client) renew(ctx context.Context, session string) (*renewResponse, err
 		return nil, err
 	}
 	return r, nil
+}
+
+// authErr explains a refused token.
+func (c *Client) authErr(err error) error {
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
+		if c.api.secret == "" {
+			return fmt.Errorf("the agent at %s wants its token, and none was given (`baton agent` writes it to a file at start; see its --http-token-file): %w", c.addr, err)
+		}
+		return fmt.Errorf("the agent at %s refused the token given: %w", c.addr, err)
+	}
+	return err
 }
 
 func (c *Client) loadState(ctx context.Context, name string) (stateView, error) {

@@ -71,7 +71,7 @@ func TestConformanceAgentClients(t *testing.T) {
 	batontest.Run(t, batontest.Target{MinTTL: conformanceMinTTL, OneCampaignPerName: true, New: func(t *testing.T, cfg baton.Config) *batontest.Process {
 		proxy := testserver.StartProxy(t, agents[next%len(agents)])
 		next++
-		c, err := Dial(proxy.Addr(), ClientOptions{})
+		c, err := Dial(proxy.Addr(), ClientOptions{Token: testClientToken})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,15 +93,23 @@ func TestConformanceAgentClients(t *testing.T) {
 	}})
 }
 
+// testClientToken is the agent token of the client APIs serveClients
+// serves.
+const testClientToken = "client-api-test-token"
+
 // serveClients serves n's client API on loopback, as `baton agent` does,
-// and returns its address.
+// with testClientToken, and returns its address.
 func serveClients(t testing.TB, n *Node) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: n.ClientHandler("")}
+	h, err := n.ClientHandler(testClientToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -29,12 +29,21 @@
 //     (the log forgets a lease nobody holds or waits for, never its state).
 //   - A requested resign (Node.RequestResign) hands nothing over by itself:
 //     it is a flag on the lease in the log. The holder's Backend learns of
-//     it with its next renewal (at most RenewInterval later), ends its term
-//     with an error wrapping baton.ErrResigned ("resign requested via the
-//     group API") and releases as Resign does; only then does the first
-//     waiter get the lease. A holder that never renews again keeps it until
-//     its session expires, as any holder would. The flag goes with the term:
-//     the next term starts without it.
+//     it with its next renewal (at most RenewInterval later) and closes the
+//     term's ResignRequested channel (baton.ResignRequestTerm); the term
+//     goes on, renewed, while the holder stops its work. The holder then
+//     resigns (an Elector does so once its callback returned), which ends
+//     the term with an error wrapping baton.ErrResigned ("resign requested
+//     via the group API") and releases; only then does the first waiter get
+//     the lease. A holder that ignores the request, or never renews again,
+//     keeps the lease until it resigns or its session expires. The flag
+//     goes with the term: the next term starts without it.
+//   - An agent client (Client, through a member's ClientHandler) may act
+//     only on its own session: every call about it carries the session's
+//     secret, which the raft leader checks against the digest in the log,
+//     and the raft leader builds the log command. No raw command is taken
+//     from outside, and members may not forward the raft leader's own
+//     commands: sessions expire only by the raft leader's timers.
 //   - Only members reach the log: every connection between members, raft's
 //     own RPC streams and the group API alike, proves the group's secret
 //     both ways after mutual TLS, bound to that TLS session, before anything

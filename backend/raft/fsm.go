@@ -1,6 +1,7 @@
 package raft
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -54,6 +55,9 @@ type command struct {
 	// Agent marks a session-create of an agent client, made through the
 	// member Node names.
 	Agent bool `json:"agent,omitempty"`
+	// Auth is, in an agent client's session-create, the SHA-256 digest of
+	// the session's secret (never the secret itself).
+	Auth []byte `json:"auth,omitempty"`
 }
 
 // result is what applying a command returns to its proposer.
@@ -77,6 +81,10 @@ type sessionRec struct {
 	// Agent marks an agent client's session: Node is the member it was
 	// made through, not the process that holds its leases.
 	Agent bool `json:"agent,omitempty"`
+	// Auth is the SHA-256 digest of an agent client's session secret: the
+	// raft leader acts on the client's behalf only for a caller that
+	// presents the secret (Node.ClientHandler).
+	Auth []byte `json:"auth,omitempty"`
 }
 
 // waiter is a session queued for a lease.
@@ -225,9 +233,15 @@ func (f *fsm) Apply(l *hraft.Log) any {
 func (f *fsm) apply(index uint64, c *command) *result {
 	switch c.Op {
 	case opSessionCreate:
-		if _, ok := f.st.Sessions[c.Session]; !ok {
-			f.st.Sessions[c.Session] = &sessionRec{ID: c.Session, Node: c.Node, TTL: c.TTL, Agent: c.Agent}
+		if s, ok := f.st.Sessions[c.Session]; ok {
+			// A retried create whose first reply was lost is a no-op; one
+			// with another secret is someone else's.
+			if s.Agent != c.Agent || !bytes.Equal(s.Auth, c.Auth) {
+				return &result{Err: errSessionExists}
+			}
+			return &result{}
 		}
+		f.st.Sessions[c.Session] = &sessionRec{ID: c.Session, Node: c.Node, TTL: c.TTL, Agent: c.Agent, Auth: c.Auth}
 		return &result{}
 	case opSessionDestroy, opSessionExpire:
 		s, ok := f.st.Sessions[c.Session]
@@ -334,6 +348,10 @@ func (f *fsm) apply(index uint64, c *command) *result {
 // errUnknownSession is the refusal of a command naming a session the log no
 // longer has: it expired or was destroyed.
 const errUnknownSession = "unknown session"
+
+// errSessionExists is the refusal of a session-create naming a session the
+// log has with another secret.
+const errSessionExists = "a session with this ID exists"
 
 // errNoHolder is the refusal of a request-resign for a lease nobody holds.
 const errNoHolder = "nobody holds the lease"

@@ -217,16 +217,22 @@ func (w *leaseWatcher) run() {
 	}
 }
 
-// RequestResign asks the holder of name to resign: the request is committed to the log,
-// the holder's backend learns of it at its next renewal (at most one renew interval later),
-// ends its term with baton.ErrResigned and releases, so a waiter takes over without waiting for a TTL.
-// Safe: nobody else gets the lease before the holder has released or its session has expired.
-// It returns once the request is committed (not when the holder has released); an error wrapping
-// baton.ErrNoLeader when nobody holds name.
+// RequestResign asks the holder of name to resign: the request is committed
+// to the log, and the holder's backend learns of it at its next renewal (at
+// most one renew interval later). It only asks: the holder's term goes on
+// while the holder stops its work (an Elector cancels its callback and waits
+// for it; `baton run` stops its command), and then the holder resigns, which
+// releases the lease to the first waiter without waiting for a TTL (see
+// baton.ResignRequestTerm). So nobody else gets the lease before the
+// holder's work has stopped and it released, or its session expired. It
+// returns once the request is committed (not when the holder has
+// released); an error wrapping baton.ErrNoLeader when nobody holds name.
 //
 // ctx bounds the wait for a raft leader too; other failures wrap
-// baton.ErrBackendUnavailable. A holder whose Backend predates the request
-// (or that never renews again) keeps the lease until its session expires.
+// baton.ErrBackendUnavailable. A holder that does not act on the request (a
+// program holding Terms without an Elector that ignores ResignRequested, or
+// a Backend that never renews again) keeps the lease until it resigns or
+// its session expires.
 func (n *Node) RequestResign(ctx context.Context, name string) error {
 	if name == "" {
 		return errors.New("raft: lease name must not be empty")

@@ -125,7 +125,7 @@ func TestLeasesTable(t *testing.T) {
 	tz := campaignWithin(t, ba, "alpha", "a")
 	// A holder through an agent: its session is made through the agent's
 	// member.
-	c, err := Dial(serveClients(t, leader), ClientOptions{})
+	c, err := Dial(serveClients(t, leader), ClientOptions{Token: testClientToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,10 +260,11 @@ func TestWatchLeasesStop(t *testing.T) {
 	}
 }
 
-// TestRequestResign: a requested resign ends the holder's term with
-// ErrResigned at its next renewal and hands the lease to the waiter, long
-// before the TTL (30 s here) could have: the events show a release, not a
-// loss.
+// TestRequestResign: a requested resign reaches the holder at its next
+// renewal as a request (ResignRequested), not as the end of its term: the
+// lease stays the holder's, renewed, until the holder resigns, and only
+// then goes to the waiter, long before the TTL (30 s here) could have. The
+// events show a release, not a loss.
 func TestRequestResign(t *testing.T) {
 	g := newTestGroup(t, 3)
 	nodes := g.members()
@@ -274,7 +275,7 @@ func TestRequestResign(t *testing.T) {
 			evs := watchEvents(t, nodes[0])
 			var gr Group = nodes[1]
 			if holder == "agent" {
-				c, err := Dial(agent, ClientOptions{})
+				c, err := Dial(agent, ClientOptions{Token: testClientToken})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -299,9 +300,28 @@ func TestRequestResign(t *testing.T) {
 				t.Fatalf("after RequestResign, %+v: want ResignRequested while a holds it", li)
 			}
 			select {
-			case <-ta.Done():
+			case <-baton.ResignRequestedOf(ta):
 			case <-time.After(20 * time.Second):
-				t.Fatal("the holder's term did not end")
+				t.Fatal("the holder was not told of the request")
+			}
+			// The holder's work winds down: several renewals pass, and the
+			// lease stays its own.
+			until := ta.SafeUntil()
+			waitState(t, 10*time.Second, "three more renewals of the holder", func() (bool, string) {
+				return ta.SafeUntil().After(until.Add(3 * cfg.RenewInterval)), ta.SafeUntil().String()
+			})
+			select {
+			case <-ta.Done():
+				t.Fatalf("the request ended the holder's term (%v) before it resigned", ta.Err())
+			case tb := <-gotB:
+				t.Fatalf("b was elected (token %d) before the holder resigned", tb.Token())
+			default:
+			}
+			if li, err := nodes[2].Lease(ctx, lease); err != nil || li.Holder != "a" || !li.ResignRequested {
+				t.Fatalf("while the holder winds down, %+v (%v): want a, resign requested", li, err)
+			}
+			if err := ta.Resign(ctx); err != nil {
+				t.Fatal(err)
 			}
 			if err := ta.Err(); !errors.Is(err, baton.ErrResigned) || !strings.Contains(err.Error(), "resign requested via the group API") {
 				t.Fatalf("holder's term ended with %v, want ErrResigned, requested via the group API", err)
@@ -317,10 +337,6 @@ func TestRequestResign(t *testing.T) {
 			}
 			if li.Holder != "b" || li.ResignRequested {
 				t.Fatalf("after the hand-over %+v, want holder b and no resign request (a new term clears it)", li)
-			}
-			// The Elector's Resign after the end is harmless.
-			if err := ta.Resign(ctx); err != nil {
-				t.Fatalf("Resign after a requested resign: %v", err)
 			}
 			if err := tb.Resign(ctx); err != nil {
 				t.Fatal(err)
@@ -382,7 +398,7 @@ func TestOnRenew(t *testing.T) {
 	nodes := g.members()
 	cfg := baton.Config{TTL: time.Second}
 	campaignWithin(t, newBackend(t, nodes[0], cfg), "own", "a")
-	c, err := Dial(serveClients(t, nodes[1]), ClientOptions{})
+	c, err := Dial(serveClients(t, nodes[1]), ClientOptions{Token: testClientToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,6 +424,20 @@ func sessionOf(b *Backend) string {
 	return b.sess.id
 }
 
+// applyOnLeader applies c on the ready raft leader itself, as its own
+// timers do: members refuse to forward the leader's own commands, and
+// commands on an agent client's session.
+func applyOnLeader(ctx context.Context, g *testGroup, c command) (*result, error) {
+	return retryNotLeader(ctx, func(context.Context) (*result, error) {
+		for _, n := range g.members() {
+			if n.isReady() {
+				return n.applyLocal(c)
+			}
+		}
+		return nil, ErrNotLeader
+	})
+}
+
 // TestStateFencedByTheLog: a term that the log no longer has as the holder
 // (its session expired there, or the lease went to another term) but that
 // has not noticed fails StoreState with ErrLeaseLost, ends, and the state
@@ -423,7 +453,7 @@ func TestStateFencedByTheLog(t *testing.T) {
 			t.Run(via+"/"+how, func(t *testing.T) {
 				var gr Group = nodes[2]
 				if via == "agent" {
-					c, err := Dial(agent, ClientOptions{})
+					c, err := Dial(agent, ClientOptions{Token: testClientToken})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -443,7 +473,7 @@ func TestStateFencedByTheLog(t *testing.T) {
 				switch how {
 				case "SessionExpired":
 					// What the raft leader's timer does.
-					if _, err := nodes[0].apply(ctx, command{Op: opSessionExpire, Session: sid, Time: time.Now()}); err != nil {
+					if _, err := applyOnLeader(ctx, g, command{Op: opSessionExpire, Session: sid, Time: time.Now()}); err != nil {
 						t.Fatal(err)
 					}
 				case "TakenOver":
@@ -452,7 +482,7 @@ func TestStateFencedByTheLog(t *testing.T) {
 					waitWaiters(t, nodes[0], lease, 1)
 					// A release the holder did not make (a stale one, say):
 					// its session lives on.
-					if _, err := nodes[0].apply(ctx, command{Op: opRelease, Session: sid, Lease: lease, Token: ta.Token(), Time: time.Now()}); err != nil {
+					if _, err := applyOnLeader(ctx, g, command{Op: opRelease, Session: sid, Lease: lease, Token: ta.Token(), Time: time.Now()}); err != nil {
 						t.Fatal(err)
 					}
 					tb := receiveTerm(t, gotB)

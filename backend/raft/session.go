@@ -148,10 +148,13 @@ func (b *Backend) expire(s *session, lastErr error) {
 	}()
 }
 
-// resignRequested ends the terms of s that the group asked to resign
-// (Node.RequestResign) and releases them, as Resign would. An order for a
-// term not (or no longer) ours is ignored; one for a term still being
-// started comes again with the next renewal.
+// resignRequested passes on to the terms of s the resign requests the
+// group holds for them (Node.RequestResign): it asks, and nothing more. The
+// term goes on, renewed, while its holder stops its work; the holder's
+// Resign then releases the lease (baton.ResignRequestTerm), so nobody else
+// gets it before the work stopped. An order for a term not (or no longer)
+// ours is ignored; the group repeats an order with each renewal until the
+// lease is released.
 func (b *Backend) resignRequested(s *session, orders []resignOrder) {
 	for _, o := range orders {
 		b.mu.Lock()
@@ -159,26 +162,13 @@ func (b *Backend) resignRequested(s *session, orders []resignOrder) {
 		if sl := b.slots[o.Lease]; sl != nil {
 			t = sl.term
 		}
-		closed := b.closed
 		b.mu.Unlock()
-		if closed || t == nil || t.Token() != o.Token {
+		if t == nil || t.Token() != o.Token {
 			continue
 		}
-		if !t.End(fmt.Errorf("%w: lease %q (token %d): resign requested via the group API", baton.ErrResigned, o.Lease, o.Token)) {
-			continue // ended already; whoever ended it releases
+		if t.RequestResign(fmt.Errorf("%w: lease %q (token %d): resign requested via the group API", baton.ErrResigned, o.Lease, o.Token)) {
+			b.log.Info("resign requested via the group API: asking the holder to stop, then release", "lease", o.Lease, "token", o.Token, "session", s.id)
 		}
-		b.log.Info("resigning: requested via the group API", "lease", o.Lease, "token", o.Token, "session", s.id)
-		// Released in the background: the renewal loop must go on for the
-		// session's other terms.
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			ctx, cancel := context.WithTimeout(b.ctx, b.cfg.TTL)
-			defer cancel()
-			if err := t.Resign(ctx); err != nil {
-				b.log.Warn("could not release a lease after a requested resign; it expires with the session instead", "lease", o.Lease, "err", err)
-			}
-		}()
 	}
 }
 

@@ -2,16 +2,17 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/batonhq/baton/internal/agenthttp"
+	"github.com/batonhq/baton/internal/httpauth"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -29,17 +30,35 @@ baton run --backend raft:// (no sidecar to deploy; the instance is the
 member). Hosts that run several jobs, or short-lived checks, run one baton
 agent and point them at agent://.
 
+Credentials. Every call that changes something needs the agent's token, as
+"Authorization: Bearer TOKEN": --http-token (BATON_HTTP_TOKEN) if given, else
+a random one the agent makes at start. Either way the agent writes it to
+--http-token-file, mode 0600 (default: $XDG_RUNTIME_DIR/baton/agent-PORT.token;
+/run/baton/agent-PORT.token for root; else ~/.cache/baton/agent-PORT.token,
+PORT being --http's port), and removes the file when it stops. Local clients
+running as the same user find it there: --backend agent://, and curl -H
+"Authorization: Bearer $(cat FILE)". Others need BATON_HTTP_TOKEN or
+BATON_HTTP_TOKEN_FILE. Each agent:// session also has a secret of its own,
+known only to the client that created it: with the token but without that
+secret, a process cannot renew, release or destroy another client's session.
+Sessions expire only by the raft leader's timers.
+
+Resign. POST /v1/leases/NAME/resign asks the holder to resign; it does not
+take the lease away. The holder learns of it at its next renewal, stops its
+work (baton run: CMD gets SIGTERM, and SIGKILL after --grace), and then
+releases, so the lease goes to a waiter only after the work has stopped. A
+holder that cannot be reached keeps the lease until its session expires.
+
 HTTP API (on --http, loopback by default). Read-only calls need no token,
-so that probes and Prometheus work; the others need "Authorization: Bearer
-TOKEN" when --http-token is set:
+so that probes and Prometheus work; they show no credentials:
   GET  /                        status page: the group, the leases, their
                                 holders and tokens, and a timeline of the
                                 last hour (?window=5m zooms in)
   GET  /v1/leases               the lease table (JSON): name, holder, token,
                                 since, safe_until, member, held_here, waiters
   GET  /v1/leases/NAME          one lease; 404 when nobody holds or waits for it
-  POST /v1/leases/NAME/resign   ask the holder to resign (token); it ends its
-                                term at its next renewal and a waiter takes
+  POST /v1/leases/NAME/resign   ask the holder to resign (token); it stops
+                                its work, then releases, and a waiter takes
                                 over. Waits ?wait=DURATION (default 10s, at
                                 most 1m): 200 released, 202 requested but not
                                 yet released, 404 no holder, 401 no token
@@ -53,7 +72,10 @@ TOKEN" when --http-token is set:
                                 baton_transitions_total, term duration, renew
                                 latency, safe-until margin, campaign wait
   GET  /v1/status               this member's view of the group (JSON; token)
-  POST /v1/raft/...             the calls of agent:// clients (token)
+  POST /v1/raft/client/...      the calls of agent:// clients about their
+                                own sessions (token and the session's secret)
+  GET  /v1/raft/lease, /v1/raft/state
+                                the reads of agent:// clients
 
 Exit statuses: 0 stopped by SIGTERM/SIGINT; 1 runtime error; 2 bad flags.`
 
@@ -61,6 +83,7 @@ type agentCommand struct {
 	app       *App
 	http      string
 	httpToken string
+	tokenFile string
 	logLevel  string
 	raft      raftFlags
 	fs        *pflag.FlagSet
@@ -77,9 +100,10 @@ func (a *App) newAgentCommand() *cobra.Command {
 	}
 	c.fs = cmd.Flags()
 	c.fs.StringVar(&c.http, "http", "127.0.0.1:8790", "address of the HTTP API (keep it on loopback unless --http-token is set)")
-	c.fs.StringVar(&c.httpToken, "http-token", "", "bearer token that agent:// clients, /v1/status and POST calls must send; read-only GETs and /metrics need none (prefer BATON_HTTP_TOKEN)")
+	c.fs.StringVar(&c.httpToken, "http-token", "", "bearer token that agent:// clients, /v1/status and POST calls must send; read-only GETs and /metrics need none (default: a random one, written to --http-token-file; prefer BATON_HTTP_TOKEN to the flag)")
+	c.fs.StringVar(&c.tokenFile, "http-token-file", "", "file the agent writes its token to (mode 0600) for local clients, removed at exit (default: $XDG_RUNTIME_DIR/baton/agent-PORT.token; /run/baton/... for root; else ~/.cache/baton/...)")
 	c.fs.StringVar(&c.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
-	withEnv(c.fs, "http", "http-token", "log-level")
+	withEnv(c.fs, "http", "http-token", "http-token-file", "log-level")
 	c.raft.register(c.fs)
 	return cmd
 }
@@ -90,7 +114,7 @@ func (c *agentCommand) Run(ctx context.Context) error {
 	if _, _, err := net.SplitHostPort(c.http); err != nil {
 		problems = append(problems, fmt.Sprintf("%s %q: want HOST:PORT, e.g. 127.0.0.1:8790", flagSource(c.fs, "http"), c.http))
 	} else if host, _, _ := net.SplitHostPort(c.http); !isLoopback(host) && c.httpToken == "" {
-		problems = append(problems, fmt.Sprintf("%s %s is not a loopback address: set --http-token (BATON_HTTP_TOKEN) so that other hosts cannot campaign through this agent", flagSource(c.fs, "http"), c.http))
+		problems = append(problems, fmt.Sprintf("%s %s is not a loopback address: set --http-token (BATON_HTTP_TOKEN), the token to give the clients on other hosts (a generated one is only written to a local file)", flagSource(c.fs, "http"), c.http))
 	}
 	if _, err := parseLevel(c.logLevel); err != nil {
 		problems = append(problems, fmt.Sprintf("%s %q: %v", flagSource(c.fs, "log-level"), c.logLevel, err))
@@ -111,6 +135,12 @@ func (c *agentCommand) Run(ctx context.Context) error {
 	if err != nil {
 		return &exitError{code: exitFailure, err: fmt.Errorf("--http %s: %w", c.http, err)}
 	}
+	token, removeToken, err := c.token(ln.Addr(), log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer removeToken()
 	n, err := startMember(ctx, opts, log)
 	if err != nil {
 		ln.Close()
@@ -119,18 +149,32 @@ func (c *agentCommand) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	api, err := agenthttp.New(n, agenthttp.Options{Token: c.httpToken, Metrics: metrics, Logger: log})
+	api, err := agenthttp.New(n, agenthttp.Options{Token: token, Metrics: metrics, Logger: log})
 	if err != nil {
 		ln.Close()
 		return errors.Join(err, closeWithin(ctx, 10*time.Second, "the raft member", log, n.Close))
 	}
+	clients, err := n.ClientHandler(token)
+	if err != nil {
+		ln.Close()
+		api.Close()
+		return errors.Join(err, closeWithin(ctx, 10*time.Second, "the raft member", log, n.Close))
+	}
+	auth, err := httpauth.NewBearer(token)
+	if err != nil {
+		ln.Close()
+		api.Close()
+		return errors.Join(err, closeWithin(ctx, 10*time.Second, "the raft member", log, n.Close))
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/", api)
-	mux.Handle("/v1/raft/", n.ClientHandler(c.httpToken))
-	mux.Handle("GET /v1/status", bearerOptional(c.httpToken, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("/v1/raft/", clients)
+	mux.Handle("GET /v1/status", auth.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(n.Status())
-	})))
+	}), func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
+	}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -162,20 +206,37 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// bearerOptional requires "Authorization: Bearer token" when token is set,
-// comparing digests in constant time.
-func bearerOptional(token string, next http.Handler) http.Handler {
-	if token == "" {
-		return next
+// token returns the agent's token — --http-token, or a new random one — and
+// writes it to the token file for local clients (for an agent serving at
+// addr). remove deletes the file again. Without --http-token a token file
+// that cannot be written is an error, since no client could learn the
+// token; with it, a warning.
+func (c *agentCommand) token(addr net.Addr, log *slog.Logger) (token string, remove func(), err error) {
+	token = c.httpToken
+	generated := token == ""
+	if generated {
+		token = newAgentToken()
 	}
-	want := sha256.Sum256([]byte("Bearer " + token))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
-		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="baton agent"`)
-			http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
-			return
+	path := c.tokenFile
+	if path == "" {
+		_, port, _ := net.SplitHostPort(addr.String())
+		path, err = defaultAgentTokenFile(c.app.lookupEnv, port)
+	}
+	if err == nil {
+		err = writeAgentToken(path, token)
+	}
+	if err != nil {
+		err = fmt.Errorf("writing the agent's token file (set its place with --http-token-file, or give a token with --http-token): %w", err)
+		if generated {
+			return "", nil, &exitError{code: exitFailure, err: err}
 		}
-		next.ServeHTTP(w, r)
-	})
+		log.Warn("local clients will need the token given to them", "err", err)
+		return token, func() {}, nil
+	}
+	log.Info("agent token written for local clients", "file", path, "generated", generated)
+	return token, func() {
+		if got, rerr := readAgentToken(path); rerr == nil && got == token {
+			_ = os.Remove(path)
+		}
+	}, nil
 }

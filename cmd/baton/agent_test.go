@@ -2,11 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,6 +35,15 @@ func freePort(t *testing.T) string {
 // address.
 func startAgent(t *testing.T, dir string, env ...string) (*batonProc, string) {
 	t.Helper()
+	agent, httpAddr, _ := startAgentBind(t, dir, env...)
+	return agent, httpAddr
+}
+
+// startAgentBind is startAgent, also returning the member's group address
+// (for raft:// members to join). The token file the agent writes by
+// default is removed when the test ends, even if the agent was killed.
+func startAgentBind(t *testing.T, dir string, env ...string) (*batonProc, string, string) {
+	t.Helper()
 	if r := runBaton(t, 30*time.Second, "tls", "ca", "--dir", filepath.Join(dir, "ca")); r.code != 0 {
 		t.Fatalf("tls ca: %d %s", r.code, r.stderr)
 	}
@@ -43,8 +55,12 @@ func startAgent(t *testing.T, dir string, env ...string) (*batonProc, string) {
 		"--bind", bind, "--join", "static:"+bind, "--bootstrap-expect", "1", "--voters", "1",
 		"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, "a1.pem"), "--tls-key", filepath.Join(dir, "a1-key.pem"),
 		"--http", httpAddr)
+	_, port, _ := net.SplitHostPort(httpAddr)
+	if f, err := defaultAgentTokenFile(os.LookupEnv, port); err == nil {
+		t.Cleanup(func() { _ = os.Remove(f) })
+	}
 	eventually(t, 30*time.Second, "the agent serving", func() bool { return strings.Contains(agent.out.String(), "agent serving") })
-	return agent, httpAddr
+	return agent, httpAddr, bind
 }
 
 func TestAgentServesClients(t *testing.T) {
@@ -216,4 +232,272 @@ func TestRaftFlagErrors(t *testing.T) {
 		})
 	}
 	_ = os.Remove(missing)
+}
+
+// The heartbeat child of the resign tests: the test binary, run by `baton
+// run` with beatFileEnv set. It appends "start TOKEN PID UNIXNANO OTHERS
+// HOLDER" (OTHERS: children that started before it and still run), then
+// "beat TOKEN PID UNIXNANO" every 20 ms. On SIGTERM it appends "term ..."
+// and, with beatIgnoreTermEnv=1, goes on beating until SIGKILL; otherwise
+// it appends "stop ..." and exits.
+const (
+	beatFileEnv       = "BATON_TEST_BEAT_FILE"
+	beatIgnoreTermEnv = "BATON_TEST_BEAT_IGNORE_TERM"
+)
+
+func init() {
+	if file := os.Getenv(beatFileEnv); file != "" {
+		os.Exit(beatMain(file, os.Getenv(beatIgnoreTermEnv) == "1"))
+	}
+}
+
+func beatMain(file string, ignoreTerm bool) int {
+	token, holder := os.Getenv("BATON_TOKEN"), os.Getenv("BATON_HOLDER")
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	others := 0
+	for _, ev := range starts(readEvents(file)) {
+		if ev.pid != os.Getpid() && isOurChild(ev.pid) {
+			others++
+		}
+	}
+	line := func(kind string) string {
+		return fmt.Sprintf("%s %s %d %d", kind, token, os.Getpid(), time.Now().UnixNano())
+	}
+	appendLine(file, fmt.Sprintf("%s %d %s", line("start"), others, holder))
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			appendLine(file, line("beat"))
+		case <-term:
+			appendLine(file, line("term"))
+			if !ignoreTerm {
+				appendLine(file, line("stop"))
+				return 0
+			}
+		}
+	}
+}
+
+// lastBeat returns the time of pid's last line in evs.
+func lastBeat(evs []event, pid int) int64 {
+	var last int64
+	for _, e := range evs {
+		if e.pid == pid && e.at > last {
+			last = e.at
+		}
+	}
+	return last
+}
+
+// A resign requested through the agent's API hands the lease over only
+// after the holder's command has stopped: also when the command ignores
+// SIGTERM (it runs on until SIGKILL, --grace later), and also when the
+// holder is a raft:// member rather than an agent:// client. The next
+// holder's command starts with no earlier command alive, after the last
+// heartbeat of its predecessor.
+func TestAgentResignWaitsForTheWork(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		raftHolder bool
+		ignoreTerm bool
+	}{
+		{"agent-client/ignores-SIGTERM", false, true},
+		{"agent-client/stops-on-SIGTERM", false, false},
+		{"raft-member/ignores-SIGTERM", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testAgentResignWaitsForTheWork(t, tc.raftHolder, tc.ignoreTerm)
+		})
+	}
+}
+
+func testAgentResignWaitsForTheWork(t *testing.T, raftHolder, ignoreTerm bool) {
+	const token, lease, secret = "resign-test-token", "resign-job", "agent-test-secret-0123456789"
+	dir := t.TempDir()
+	_, httpAddr, bind := startAgentBind(t, dir, "BATON_HTTP_TOKEN="+token)
+	base := "http://" + httpAddr
+	file := filepath.Join(t.TempDir(), "events")
+	killLeftoverChildren(t, file)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ignore := "0"
+	if ignoreTerm {
+		ignore = "1"
+	}
+	env := testEnv("BATON_HTTP_TOKEN="+token, "BATON_SECRET="+secret, beatFileEnv+"="+file, beatIgnoreTermEnv+"="+ignore)
+	// --grace 1s: a command that ignores SIGTERM runs a second after it.
+	run := []string{"run", "--lease", lease, "--ttl", "3s", "--grace", "1s", "--log-level", "debug"}
+	holderArgs := append(slices.Clone(run), "--id", "holder", "--backend", "agent://"+httpAddr, "--", self)
+	if raftHolder {
+		if r := runBaton(t, 30*time.Second, "tls", "cert", "--dir", dir, "--name", "m2", "--host", "127.0.0.1"); r.code != 0 {
+			t.Fatalf("tls cert: %d %s", r.code, r.stderr)
+		}
+		holderArgs = append(slices.Clone(run), "--id", "holder", "--backend", "raft://",
+			"--bind", freePort(t), "--join", "static:"+bind, "--bootstrap-expect", "0", "--voters", "1",
+			"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, "m2.pem"), "--tls-key", filepath.Join(dir, "m2-key.pem"),
+			"--", self)
+	}
+	startBaton(t, "holder", env, holderArgs...)
+	eventually(t, 60*time.Second, "the holder's command to start", func() bool { return len(starts(readEvents(file))) >= 1 })
+	first := starts(readEvents(file))[0]
+	if first.holder != "holder" {
+		t.Fatalf("first command started for %q, want holder", first.holder)
+	}
+	startBaton(t, "standby", env, append(slices.Clone(run), "--id", "standby", "--backend", "agent://"+httpAddr, "--", self)...)
+	eventually(t, 30*time.Second, "the standby queued", func() bool {
+		code, body := agentCall(t, "GET", base+"/v1/leases/"+lease, "")
+		return code == http.StatusOK && strings.Contains(body, `"waiters": 1`)
+	})
+
+	if code, body := agentCall(t, "POST", base+"/v1/leases/"+lease+"/resign?wait=0", token); code != http.StatusAccepted && code != http.StatusOK {
+		t.Fatalf("resign: %d %s", code, body)
+	}
+	eventually(t, 60*time.Second, "the standby's command to start", func() bool { return len(starts(readEvents(file))) >= 2 })
+	eventually(t, 30*time.Second, "the holder's command gone", func() bool { return !alive(first.pid) })
+	evs := readEvents(file)
+	second := starts(evs)[1]
+	if second.holder != "standby" || second.token <= first.token {
+		t.Fatalf("second command: holder %q token %d, want standby above %d", second.holder, second.token, first.token)
+	}
+	if second.others != 0 {
+		t.Errorf("the standby's command started while %d earlier command(s) still ran", second.others)
+	}
+	if last := lastBeat(evs, first.pid); last >= second.at {
+		t.Errorf("the holder's command was still beating %s after the standby's started",
+			time.Duration(last-second.at))
+	}
+	if !slices.ContainsFunc(evs, func(e event) bool { return e.kind == "term" && e.pid == first.pid }) {
+		t.Error("the holder's command never got SIGTERM")
+	}
+}
+
+// agentPost posts body to the agent, with the bearer token when not empty.
+func agentPost(t *testing.T, url, token, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// Another local process — one that read the holder's session ID from the
+// agent's open lease read — cannot expire, destroy, release or renew the
+// holder's session through any route of an agent started without
+// --http-token: not with the old raw log command, not without the agent's
+// token, and not with the token but without the session's own secret. The
+// agent makes a token at start, in a file only its user can read, where
+// `baton run --backend agent://` finds it.
+func TestAgentClientsActOnlyOnTheirOwnSessions(t *testing.T) {
+	t.Parallel()
+	agent, httpAddr := startAgent(t, t.TempDir())
+	base := "http://" + httpAddr
+	_, port, _ := net.SplitHostPort(httpAddr)
+	tokenFile, err := defaultAgentTokenFile(os.LookupEnv, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(tokenFile)
+	if err != nil {
+		t.Fatalf("the agent wrote no token file: %v", err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("token file mode %s, want 0600", st.Mode().Perm())
+	}
+	token, err := readAgentToken(tokenFile)
+	if err != nil || len(token) < 32 {
+		t.Fatalf("token file: %q %v", token, err)
+	}
+
+	const lease = "owned"
+	file := filepath.Join(t.TempDir(), "events")
+	killLeftoverChildren(t, file)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No token in its environment: it reads the agent's token file.
+	startBaton(t, "holder", testEnv(beatFileEnv+"="+file), "run", "--backend", "agent://"+httpAddr,
+		"--lease", lease, "--id", "holder", "--ttl", "3s", "--", self)
+	eventually(t, 30*time.Second, "the holder's command to start", func() bool { return len(starts(readEvents(file))) >= 1 })
+	child := starts(readEvents(file))[0]
+
+	var view struct {
+		Session     string `json:"session"`
+		Token       uint64 `json:"token"`
+		SessionGone bool   `json:"session_gone"`
+	}
+	code, body := agentCall(t, "GET", base+"/v1/raft/lease?name="+lease, "")
+	if err := json.Unmarshal([]byte(body), &view); err != nil || code != http.StatusOK || view.Session == "" || view.Token != child.token {
+		t.Fatalf("open read of the lease: %d %s (%v), want the holder's session and token %d", code, body, err, child.token)
+	}
+	sid := view.Session
+	guess := strings.Repeat("0", 64)
+	for _, a := range []struct {
+		what, path, token, body string
+		want                    int
+	}{
+		{"raw session-expire, no credentials", "/v1/raft/apply", "", `{"op":"session-expire","session":"` + sid + `"}`, http.StatusNotFound},
+		{"raw session-expire with the token", "/v1/raft/apply", token, `{"op":"session-expire","session":"` + sid + `"}`, http.StatusNotFound},
+		{"raw renew with the token", "/v1/raft/renew", token, `{"session":"` + sid + `"}`, http.StatusNotFound},
+		{"destroy without the token", "/v1/raft/client/apply", "", `{"op":"session-destroy","session":"` + sid + `","secret":"` + guess + `"}`, http.StatusUnauthorized},
+		{"destroy with the token, a stolen ID, no secret", "/v1/raft/client/apply", token, `{"op":"session-destroy","session":"` + sid + `"}`, http.StatusForbidden},
+		{"destroy with the token and a guessed secret", "/v1/raft/client/apply", token, `{"op":"session-destroy","session":"` + sid + `","secret":"` + guess + `"}`, http.StatusForbidden},
+		{"release with the token and a guessed secret", "/v1/raft/client/apply", token, fmt.Sprintf(`{"op":"release","session":%q,"secret":%q,"lease":%q,"token":%d}`, sid, guess, lease, view.Token), http.StatusForbidden},
+		{"session-expire through the client API", "/v1/raft/client/apply", token, `{"op":"session-expire","session":"` + sid + `","secret":"` + guess + `"}`, http.StatusForbidden},
+		{"renew without the token", "/v1/raft/client/renew", "", `{"session":"` + sid + `"}`, http.StatusUnauthorized},
+		{"renew with a guessed secret", "/v1/raft/client/renew", token, `{"session":"` + sid + `","secret":"` + guess + `"}`, http.StatusForbidden},
+		{"resign without the token", "/v1/leases/" + lease + "/resign?wait=0", "", ``, http.StatusUnauthorized},
+	} {
+		if code, body := agentPost(t, base+a.path, a.token, a.body); code != a.want {
+			t.Errorf("%s: %d %s, want %d", a.what, code, body, a.want)
+		}
+	}
+	if code, _ := agentCall(t, "GET", base+"/v1/status", ""); code != http.StatusUnauthorized {
+		t.Errorf("GET /v1/status without the token: %d, want 401", code)
+	}
+
+	code, body = agentCall(t, "GET", base+"/v1/raft/lease?name="+lease+"&session="+sid, "")
+	if err := json.Unmarshal([]byte(body), &view); err != nil || code != http.StatusOK {
+		t.Fatalf("read after the attacks: %d %s (%v)", code, body, err)
+	}
+	if view.SessionGone || view.Session != sid || view.Token != child.token {
+		t.Fatalf("after the attacks the lease is %s; want the holder's session %s with token %d", body, sid, child.token)
+	}
+	if evs := readEvents(file); slices.ContainsFunc(evs, func(e event) bool { return e.kind == "term" }) || !alive(child.pid) {
+		t.Fatal("the holder's command was stopped by the attacks")
+	}
+	for _, path := range []string{"/v1/leases", "/v1/raft/lease?name=" + lease, "/v1/health/leader", "/metrics", "/"} {
+		if _, body := agentCall(t, "GET", base+path, ""); strings.Contains(body, token) {
+			t.Errorf("GET %s shows the agent's token", path)
+		}
+	}
+
+	_ = agent.cmd.Process.Signal(syscall.SIGTERM)
+	if code := agent.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("agent exited %d after SIGTERM", code)
+	}
+	if _, err := os.Stat(tokenFile); !os.IsNotExist(err) {
+		t.Errorf("the token file outlived the agent: %v", err)
+	}
 }

@@ -244,6 +244,12 @@ func parseAgentURL(u *url.URL) (opener, error) {
 		if token == "" {
 			token = os.Getenv("BATON_HTTP_TOKEN")
 		}
+		if token == "" {
+			var err error
+			if token, err = agentClientToken(port, o.Logger); err != nil {
+				return nil, err
+			}
+		}
 		c, err := raft.Dial(u.Host, raft.ClientOptions{Token: token})
 		if err != nil {
 			return nil, err
@@ -254,4 +260,29 @@ func parseAgentURL(u *url.URL) (opener, error) {
 		}
 		return &openBackend{Backend: b, close: b.Close}, nil
 	}, nil
+}
+
+// agentClientToken reads the token of the agent at port from
+// BATON_HTTP_TOKEN_FILE, or from the file the agent writes by default. A
+// missing default file gives no token: reads work without one, and a call
+// that needs it is refused with a message saying so.
+func agentClientToken(port string, log *slog.Logger) (string, error) {
+	if path := os.Getenv("BATON_HTTP_TOKEN_FILE"); path != "" {
+		tok, err := readAgentToken(path)
+		if err != nil {
+			return "", &exitError{code: exitUsage, err: fmt.Errorf("BATON_HTTP_TOKEN_FILE: %w", err)}
+		}
+		return tok, nil
+	}
+	path, err := defaultAgentTokenFile(os.LookupEnv, port)
+	if err != nil {
+		log.Debug("no token for the agent", "err", err)
+		return "", nil
+	}
+	tok, err := readAgentToken(path)
+	if err != nil {
+		log.Debug("no token for the agent: only reads will work", "file", path, "err", err)
+		return "", nil
+	}
+	return tok, nil
 }

@@ -15,25 +15,27 @@
 //     Work that must not run twice is fenced with the term's token, not
 //     routed on health checks.
 //   - POST /v1/leases/NAME/resign is safe: it commits a request that the
-//     holder's own Backend acts on (it ends its term, then releases); the
-//     lease goes to a waiter only after the holder released, or after its
-//     session expired if the holder is unreachable. It never takes a lease
-//     away from a live holder behind its back.
+//     holder's own Backend passes on to the holder (baton.ResignRequestTerm):
+//     the holder stops its work (an Elector's callback, `baton run`'s
+//     command) and then releases. The lease goes to a waiter only after the
+//     holder released, or after its session expired if the holder is
+//     unreachable. It never takes a lease away from a live holder behind its
+//     back; a holder that ignores the request keeps the lease.
 //   - The timeline and the event metrics come from the lease events this
 //     member applies, kept in memory: they start when the agent starts, are
 //     bounded (Options.MaxTerms, Options.MaxLeases, Options.History), and
 //     are timed on this agent's clock.
 //
 // Read-only calls are served without a token, so that probes and
-// Prometheus need no secret; POST calls need "Authorization: Bearer TOKEN"
-// when Options.Token is set, and are refused from other origins (a web page
-// on another site posting to a loopback agent).
+// Prometheus need no secret; they show lease names, holders, tokens and
+// member IDs, never a credential. POST calls need "Authorization: Bearer
+// TOKEN" with Options.Token (required), checked in constant time, and are
+// refused from other origins (a web page on another site posting to a
+// loopback agent).
 package agenthttp
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,6 +46,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/backend/raft"
+	"github.com/batonhq/baton/internal/httpauth"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -74,9 +77,10 @@ type Source interface {
 // Options configures a Handler. The zero value means the documented
 // defaults.
 type Options struct {
-	// Token, when not empty, must come as "Authorization: Bearer TOKEN" on
-	// calls that change something (POST). Read-only calls never need it.
-	// Default: none.
+	// Token must come as "Authorization: Bearer TOKEN" on calls that change
+	// something (POST). Read-only calls never need it. Required: `baton
+	// agent` uses its --http-token, or a random one it writes to a file
+	// readable only by its user.
 	Token string
 
 	// Metrics are the metrics GET /metrics serves. Nil (the default) means
@@ -147,6 +151,9 @@ func (o *Options) fill() error {
 	if o.ReadTimeout < 0 || o.MaxResignWait < 0 {
 		problems = append(problems, "ReadTimeout and MaxResignWait must not be negative")
 	}
+	if o.Token == "" {
+		problems = append(problems, "Token is empty: calls that change something must need a credential")
+	}
 	if o.Refresh < 500*time.Millisecond {
 		problems = append(problems, fmt.Sprintf("Refresh %s is below 500ms", o.Refresh))
 	}
@@ -171,6 +178,7 @@ func (o *Options) fill() error {
 type Handler struct {
 	src  Source
 	opts Options
+	auth *httpauth.Bearer
 	log  *slog.Logger
 	hist *history
 	mux  *http.ServeMux
@@ -194,13 +202,17 @@ func New(src Source, opts Options) (*Handler, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
+	auth, err := httpauth.NewBearer(opts.Token)
+	if err != nil {
+		return nil, err
+	}
 	log := opts.Logger.WithGroup("http")
 	hist := newHistory(src.ID(), opts.History, opts.MaxTerms, opts.MaxLeases, opts.Metrics, opts.now)
 	if err := opts.Metrics.bind(src, hist.prune, opts.ReadTimeout, log); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &Handler{src: src, opts: opts, log: log, ctx: ctx, cancel: cancel, hist: hist}
+	h := &Handler{src: src, opts: opts, auth: auth, log: log, ctx: ctx, cancel: cancel, hist: hist}
 	// Subscribe before reading the table, so that no term falls between.
 	h.stopWatch = src.WatchLeases(h.hist.apply)
 	h.wg.Add(1)
@@ -256,31 +268,16 @@ func (h *Handler) seed() {
 	}
 }
 
-// mutating guards calls that change something: the bearer token when one
-// is set, and no cross-origin browser requests, so that a page on another
-// site cannot make a browser post to a loopback agent.
+// mutating guards calls that change something: the bearer token, and no
+// cross-origin browser requests, so that a page on another site cannot make
+// a browser post to a loopback agent.
 func (h *Handler) mutating(next http.Handler) http.Handler {
-	var want [sha256.Size]byte
-	if h.opts.Token != "" {
-		want = sha256.Sum256([]byte(h.opts.Token))
-	}
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "cross-origin request refused: call the agent's API from a program (curl, a script), not from a web page on another origin")
 	}))
-	return cop.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h.opts.Token != "" {
-			scheme, tok, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-			// Compare digests: constant time, and the token's length does
-			// not leak either.
-			got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
-			if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="baton agent"`)
-				writeError(w, http.StatusUnauthorized, "this call needs the agent's token: Authorization: Bearer TOKEN (the agent's --http-token, BATON_HTTP_TOKEN)")
-				return
-			}
-		}
-		next.ServeHTTP(w, r)
+	return cop.Handler(h.auth.Require(next, func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusUnauthorized, "this call needs the agent's token: Authorization: Bearer TOKEN (the agent's --http-token, or the token file it writes at start; see --http-token-file)")
 	}))
 }
 

@@ -54,8 +54,8 @@ type healthWire struct {
 	Leases []string `json:"leases"`
 }
 
-// One group of three members; the agent under test is member 0, with a
-// token; member 1 serves the API too, without one.
+// One group of three members; the agent under test is member 0; member 1
+// serves the API too.
 func TestAgentAPI(t *testing.T) {
 	g := newGroup(t, 3, nil)
 	m0, m1 := g.nodes[0], g.nodes[1]
@@ -169,11 +169,12 @@ func TestAgentAPI(t *testing.T) {
 		const name = "resign-me"
 		// The holder is an agent:// client of the agent under test, as
 		// `baton run --backend agent://` would be.
-		client, err := raft.Dial(agent0, raft.ClientOptions{})
+		client, err := raft.Dial(agent0, raft.ClientOptions{Token: testToken})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ta := campaign(t, backend(t, client, ttl), name, "worker-a")
+		aStopped := resignWhenAsked(t, ta, 500*time.Millisecond)
 		waiting := campaignAsync(t, elsewhere, name, "worker-b")
 		eventually(t, 20*time.Second, "worker-b queued", func() bool {
 			in, err := m0.Lease(t.Context(), name)
@@ -225,6 +226,11 @@ func TestAgentAPI(t *testing.T) {
 		if tb == nil {
 			t.Fatal("worker-b did not take over")
 		}
+		elected := time.Now()
+		if stopped := <-aStopped; elected.Before(stopped) {
+			t.Errorf("worker-b was elected at %v, before worker-a's work stopped at %v", elected, stopped)
+		}
+		resignWhenAsked(t, tb, 0)
 		if tb.Token() <= ta.Token() {
 			t.Errorf("worker-b's token %d is not above worker-a's %d", tb.Token(), ta.Token())
 		}

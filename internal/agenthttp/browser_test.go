@@ -47,13 +47,14 @@ func TestBrowserStatusPageTimeline(t *testing.T) {
 	// worker-a campaigns through the agent under test, as `baton run
 	// --backend agent://` does; worker-b and worker-c are members of their
 	// own elsewhere.
-	client, err := raft.Dial(agent, raft.ClientOptions{})
+	client, err := raft.Dial(agent, raft.ClientOptions{Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ttl := 3 * time.Second
 	ba, bb, bc := backend(t, client, ttl), backend(t, m1, ttl), backend(t, m2, ttl)
 	ta := campaign(t, ba, "nightly-report", "worker-a")
+	resignWhenAsked(t, ta, 0)
 	campaign(t, bc, "billing-sync", "worker-c")
 	campaign(t, ba, "cache-warmer", "worker-a")
 	campaignAsync(t, bc, "cache-warmer", "worker-c")

@@ -144,6 +144,31 @@ func campaignAsync(t testing.TB, b *raft.Backend, name, id string) <-chan baton.
 	return ch
 }
 
+// resignWhenAsked does with term what an Elector does when its resign is
+// requested: it stops the work (here: winds down for windDown), then
+// resigns. The channel yields when the work stopped, just before the
+// Resign.
+func resignWhenAsked(t testing.TB, term baton.Term, windDown time.Duration) <-chan time.Time {
+	stopped := make(chan time.Time, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() {
+		select {
+		case <-baton.ResignRequestedOf(term):
+		case <-term.Done():
+			return
+		case <-ctx.Done():
+			return
+		}
+		time.Sleep(windDown) // the work winding down, as a child in its grace period
+		stopped <- time.Now()
+		if err := term.Resign(ctx); err != nil && ctx.Err() == nil {
+			t.Errorf("resign after the request: %v", err)
+		}
+	}()
+	return stopped
+}
+
 // agentServer serves a member as `baton agent` does: its client API for
 // agent:// Backends, and h at "/". It returns the address.
 func agentServer(t testing.TB, n *raft.Node, h http.Handler) string {
@@ -152,8 +177,12 @@ func agentServer(t testing.TB, n *raft.Node, h http.Handler) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ch, err := n.ClientHandler(testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/raft/", n.ClientHandler(""))
+	mux.Handle("/v1/raft/", ch)
 	mux.Handle("/", h)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
@@ -166,9 +195,16 @@ func agentServer(t testing.TB, n *raft.Node, h http.Handler) string {
 	return ln.Addr().String()
 }
 
+// testToken is the agent token of the test agents (agentServer, and
+// newHandler when opts has none).
+const testToken = "agent-test-token"
+
 // newHandler returns a Handler of n, closed when the test ends.
 func newHandler(t testing.TB, n *raft.Node, opts Options) *Handler {
 	t.Helper()
+	if opts.Token == "" {
+		opts.Token = testToken
+	}
 	h, err := New(n, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -110,7 +110,12 @@ func TestAgentMetrics(t *testing.T) {
 	})
 	// A client whose session the group no longer has renews in vain, as
 	// one does after a long partition.
-	resp, err := http.Post("http://"+agent+"/v1/raft/renew", "application/json", strings.NewReader(`{"session":"s-gone"}`))
+	req, err := http.NewRequest("POST", "http://"+agent+"/v1/raft/client/renew", strings.NewReader(`{"session":"s-gone","secret":"0123456789abcdef0123"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +131,7 @@ func TestAgentMetrics(t *testing.T) {
 	// session, and the term is lost.
 	const lost = "metrics-lost"
 	proxy := testserver.StartProxy(t, agent)
-	client, err := raft.Dial(proxy.Addr(), raft.ClientOptions{})
+	client, err := raft.Dial(proxy.Addr(), raft.ClientOptions{Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}

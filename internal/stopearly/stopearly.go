@@ -52,3 +52,28 @@ func Watch(t Term, early time.Duration, cancel context.CancelCauseFunc, lagged f
 		wg.Wait()
 	}
 }
+
+// Requested calls cancel with cause when req is closed — a resign of t was
+// requested from outside (baton.ResignRequestTerm) — unless t ends first. A
+// nil req never fires. The work stops while t goes on; whoever called
+// Requested resigns once the work has returned. The returned stop ends the
+// watch, and returns once it has ended: after stop, cancel is not called.
+func Requested(t Term, req <-chan struct{}, cause error, cancel context.CancelCauseFunc) (stop func()) {
+	if req == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		select {
+		case <-req:
+			cancel(cause)
+		case <-t.Done():
+		case <-done:
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}

@@ -68,3 +68,36 @@ func TestStop(t *testing.T) {
 		}
 	})
 }
+
+// A requested resign cancels the work with the given cause and leaves the
+// term running; a term that ends first, or a stopped watch, cancels
+// nothing.
+func TestRequested(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		errAsked := errors.New("asked")
+		term := baton.NewBasicTerm("l", 1, time.Now().Add(time.Hour), nil)
+		ctx, cancel := context.WithCancelCause(context.Background())
+		stop := stopearly.Requested(term, term.ResignRequested(), errAsked, cancel)
+		defer stop()
+		term.RequestResign(baton.ErrResigned)
+		<-ctx.Done()
+		if cause := context.Cause(ctx); cause != errAsked {
+			t.Errorf("cause = %v, want %v", cause, errAsked)
+		}
+		if term.Err() != nil {
+			t.Errorf("the request ended the term: %v", term.Err())
+		}
+
+		ended := baton.NewBasicTerm("l", 2, time.Now().Add(time.Hour), nil)
+		ctx2, cancel2 := context.WithCancelCause(context.Background())
+		defer cancel2(nil)
+		stop2 := stopearly.Requested(ended, ended.ResignRequested(), errAsked, cancel2)
+		ended.End(baton.ErrLeaseLost)
+		synctest.Wait()
+		stop2()
+		if ctx2.Err() != nil {
+			t.Error("the watch of an ended term cancelled the work")
+		}
+		stopearly.Requested(ended, nil, errAsked, cancel2)() // nil: nothing to watch
+	})
+}
