@@ -144,9 +144,9 @@ func undetermined(ctx context.Context, common *commonFlags, timeout time.Duratio
 		err = fmt.Errorf("interrupted (%v) before the backend answered", context.Cause(ctx))
 	case ctx.Err() != nil:
 		err = fmt.Errorf("no answer from %s within --timeout %s (%v): check that the backend is running and reachable, or raise --timeout",
-			common.backend, timeout, err)
+			redactURL(common.backend), timeout, err)
 	default:
-		err = fmt.Errorf("asking %s who holds lease %q: %w", common.backend, common.lease, err)
+		err = fmt.Errorf("asking %s who holds lease %q: %w", redactURL(common.backend), common.lease, err)
 	}
 	return &exitError{code: exitUndetermined, err: err}
 }

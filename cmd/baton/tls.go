@@ -66,6 +66,9 @@ func (a *App) newTLSCommand() *cobra.Command {
 }
 
 func (c *tlsCommand) runCA(context.Context) error {
+	if err := c.checkValidFor(); err != nil {
+		return err
+	}
 	ca, err := certs.NewCA("baton group CA", c.validFor)
 	if err != nil {
 		return err
@@ -84,6 +87,9 @@ func (c *tlsCommand) runCA(context.Context) error {
 func (c *tlsCommand) runCert(context.Context) error {
 	if strings.TrimSpace(c.name) == "" || strings.ContainsAny(c.name, `/\`) {
 		return usageErrorf("--name %q: give the member's name, e.g. --name web-1 (no slashes: it names the files)", c.name)
+	}
+	if err := c.checkValidFor(); err != nil {
+		return err
 	}
 	ca, err := certs.LoadCA(filepath.Join(c.dir, "ca.pem"), filepath.Join(c.dir, "ca-key.pem"))
 	if err != nil {
@@ -105,5 +111,14 @@ func (c *tlsCommand) runCert(context.Context) error {
 	}
 	fmt.Fprintf(c.app.stdout(), "wrote %s and %s; run the member with --tls-ca %s --tls-cert %s --tls-key %s\n",
 		certFile, keyFile, filepath.Join(c.dir, "ca.pem"), certFile, keyFile)
+	return nil
+}
+
+// checkValidFor refuses a validity that would make a certificate no peer
+// accepts, before anything is written.
+func (c *tlsCommand) checkValidFor() error {
+	if c.validFor <= 0 {
+		return usageErrorf("--valid-for %s: the validity must be positive, e.g. --valid-for 8760h (a year)", c.validFor)
+	}
 	return nil
 }

@@ -97,6 +97,42 @@ func TestUsageErrors(t *testing.T) {
 		{"consul missing token file", nil,
 			[]string{"is-leader", "--backend", "consul://127.0.0.1:8500?token-file=/nonexistent/token", "--lease", "x"},
 			[]string{"token-file", "/nonexistent/token"}},
+		{"etcd host with a stray %", nil,
+			[]string{"is-leader", "--backend", "etcd://%zz", "--lease", "x"},
+			[]string{`server "%zz"`, "contains '%'", "etcd://host:port"}},
+		{"etcd host with an IPv6 zone", nil,
+			[]string{"is-leader", "--backend", "etcd://[fe80::1%lo]:2379", "--lease", "x"},
+			[]string{"IPv6 zone %lo", "not supported", "etcd://host:port"}},
+		{"etcd host with an escaped IPv6 zone", nil,
+			[]string{"is-leader", "--backend", "etcd://[fe80::1%25lo]:2379", "--lease", "x"},
+			[]string{"IPv6 zone %lo", "not supported"}},
+		{"etcd password with a stray %", nil,
+			[]string{"is-leader", "--backend", "etcd://user:pa%zz@h:2379", "--lease", "x"},
+			[]string{"password", "write a literal % as %25", "user:xxxxx@h"}},
+		{"zk host not ASCII", nil,
+			[]string{"is-leader", "--backend", "zk://h\u00e9:2181", "--lease", "x"},
+			[]string{"not ASCII", "punycode"}},
+		{"zk query with a stray %", nil,
+			[]string{"is-leader", "--backend", "zk://h:2181/x?ca-file=%zz", "--lease", "x"},
+			[]string{`query "ca-file=%zz"`, "write a literal % as %25"}},
+		{"agent host with a stray %", nil,
+			[]string{"is-leader", "--backend", "agent://h%zz:8790", "--lease", "x"},
+			[]string{"contains '%'", "agent://"}},
+		{"consul with a password", nil,
+			[]string{"is-leader", "--backend", "consul://user:pa%25zz@h:8500", "--lease", "x"},
+			[]string{"no user:password@", "token-file"}},
+		{"consul without host", nil,
+			[]string{"is-leader", "--backend", "consul://", "--lease", "x"},
+			[]string{"no Consul agent", "consul://127.0.0.1:8500"}},
+		{"consul prefix without host", nil,
+			[]string{"is-leader", "--backend", "consul:///services", "--lease", "x"},
+			[]string{"no Consul agent", "consul://127.0.0.1:8500"}},
+		{"tls ca negative validity", nil,
+			[]string{"tls", "ca", "--dir", "/nonexistent/never-written", "--valid-for", "-1h"},
+			[]string{"--valid-for -1h0m0s", "must be positive", "--valid-for 8760h"}},
+		{"tls cert zero validity", nil,
+			[]string{"tls", "cert", "--dir", "/nonexistent/never-written", "--name", "m1", "--valid-for", "0s"},
+			[]string{"--valid-for 0s", "must be positive"}},
 		{"missing backend", nil,
 			[]string{"is-leader", "--lease", "x"},
 			[]string{"--backend is required", "BATON_BACKEND"}},
@@ -192,7 +228,7 @@ func TestUsageErrors(t *testing.T) {
 			[]string{`unknown command "elect"`, "baton --help"}},
 		{"no command", nil,
 			nil,
-			[]string{"no command given", "run, is-leader, leader, demo"}},
+			[]string{"no command given", "run, cron, is-leader, leader, agent, tls, demo, version"}},
 		{"demo nodes", nil,
 			[]string{"demo", "--nodes", "10"},
 			[]string{"--nodes 10", "3 to 9"}},
@@ -217,6 +253,9 @@ func TestUsageErrors(t *testing.T) {
 			}
 			if r.stdout != "" {
 				t.Errorf("stdout should be empty on a usage error, got:\n%s", r.stdout)
+			}
+			if strings.Contains(r.stderr, "pa%zz") || strings.Contains(r.stderr, "pa%25zz") {
+				t.Errorf("stderr shows the password of the URL:\n%s", r.stderr)
 			}
 		})
 	}
