@@ -485,6 +485,13 @@ func (n *Node) shutdown() error {
 
 // leave hands leadership on and removes this member from the group.
 func (n *Node) leave(ctx context.Context) {
+	if n.onlyMember() {
+		// Nobody to hand leadership to, and raft keeps at least one
+		// voter: the group ends with this member. Trying would wait out
+		// ctx for a leader other than this one.
+		n.log.Info("last member of the group: nothing to hand on or leave")
+		return
+	}
 	if n.raft.State() == hraft.Leader {
 		if err := n.await(n.raft.LeadershipTransfer()); err != nil {
 			n.log.Warn("leadership transfer failed; the group elects a new leader after a timeout", "err", err)
@@ -510,6 +517,17 @@ func (n *Node) leave(ctx context.Context) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// onlyMember reports whether this member is the only server in the
+// group's configuration.
+func (n *Node) onlyMember() bool {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	servers := f.Configuration().Servers
+	return len(servers) == 1 && string(servers[0].ID) == n.id
 }
 
 func (n *Node) inConfiguration() bool {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"testing"
@@ -421,5 +422,147 @@ func TestRunStopsCommandOnSignal(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(file); string(b) != "started\nstopped\n" {
 		t.Errorf("the command should have been stopped with SIGTERM before baton exited; its log: %q", b)
+	}
+}
+
+// raftMemberArgs makes a group CA and a member certificate with `baton tls`
+// and returns the flags of a one-member raft:// group on a loopback port.
+func raftMemberArgs(t *testing.T) []string {
+	t.Helper()
+	dir := t.TempDir()
+	if r := runApp(t.Context(), nil, "tls", "ca", "--dir", dir); r.code != 0 {
+		t.Fatalf("tls ca: exit %d: %s", r.code, r.stderr)
+	}
+	if r := runApp(t.Context(), nil, "tls", "cert", "--dir", dir, "--name", "m1", "--host", "127.0.0.1"); r.code != 0 {
+		t.Fatalf("tls cert: exit %d: %s", r.code, r.stderr)
+	}
+	return []string{"--backend", "raft://", "--bootstrap-expect", "1", "--voters", "1",
+		"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, "m1.pem"), "--tls-key", filepath.Join(dir, "m1-key.pem"),
+		"--lease", "x"}
+}
+
+// TestRaftFlagsCheckedBeforeJoining: flags a raft member cannot use are
+// usage errors (exit 2) found before the member starts, not runtime errors
+// (exit 1) or errors found only once it joined a group.
+func TestRaftFlagsCheckedBeforeJoining(t *testing.T) {
+	t.Parallel()
+	member := raftMemberArgs(t)
+	env := map[string]string{"BATON_SECRET": "usage-test-secret-0123456789"}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"bind port out of range", []string{"--bind", "127.0.0.1:99999"},
+			[]string{`--bind "127.0.0.1:99999"`, `port "99999" is not a number from 0 to 65535`}},
+		{"advertise port zero", []string{"--bind", "127.0.0.1:0", "--advertise", "127.0.0.1:0"},
+			[]string{`--advertise "127.0.0.1:0"`, "from 1 to 65535"}},
+		{"bind host with a stray %", []string{"--bind", "127.0.0.1%zz:7390"},
+			[]string{`--bind "127.0.0.1%zz:7390"`, "contains '%'"}},
+		{"witness cannot campaign", []string{"--bind", freePort(t), "--witness"},
+			[]string{"--witness", "never campaigns", "baton agent --witness"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			args := append(append([]string{"run"}, member...), tt.args...)
+			r := runApp(t.Context(), env, append(args, "--", "true")...)
+			if r.code != exitUsage {
+				t.Errorf("exit %d, want %d; stderr:\n%s", r.code, exitUsage, r.stderr)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("stderr does not mention %q:\n%s", w, r.stderr)
+				}
+			}
+			if strings.Contains(r.stderr, "raft member started") {
+				t.Errorf("the member started before the flags were checked:\n%s", r.stderr)
+			}
+		})
+	}
+}
+
+// TestTLSValidForWritesNothing: a refused --valid-for leaves no file.
+func TestTLSValidForWritesNothing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := runApp(t.Context(), nil, "tls", "ca", "--dir", dir, "--valid-for", "-1h")
+	if r.code != exitUsage {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", r.code, exitUsage, r.stderr)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+		t.Errorf("a refused tls ca wrote %v", entries)
+	}
+}
+
+// TestVersion: `baton version` and `baton --version` print the same
+// description of the build and exit 0.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	v := runApp(t.Context(), nil, "version")
+	if v.code != 0 || !strings.HasPrefix(v.stdout, "baton ") || !strings.Contains(v.stdout, "commit: ") {
+		t.Fatalf("version: exit %d, stdout %q, stderr %q", v.code, v.stdout, v.stderr)
+	}
+	f := runApp(t.Context(), nil, "--version")
+	if f.code != 0 || f.stdout != v.stdout {
+		t.Errorf("--version: exit %d, stdout %q; want version's %q", f.code, f.stdout, v.stdout)
+	}
+}
+
+func TestVersionText(t *testing.T) {
+	t.Parallel()
+	settings := func(kv ...string) []debug.BuildSetting {
+		var s []debug.BuildSetting
+		for i := 0; i < len(kv); i += 2 {
+			s = append(s, debug.BuildSetting{Key: kv[i], Value: kv[i+1]})
+		}
+		return s
+	}
+	for _, tt := range []struct {
+		name string
+		bi   *debug.BuildInfo
+		want []string
+	}{
+		{"release", &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "v1.4.2"},
+			Settings: settings("vcs.revision", "0123abcd", "vcs.time", "2026-01-02T03:04:05Z", "vcs.modified", "false")},
+			[]string{"baton v1.4.2\n", "commit: 0123abcd (2026-01-02T03:04:05Z)\n", "go: go1.26.0"}},
+		{"dirty tree", &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "v1.4.3-0.20260102030405-0123abcd+dirty"},
+			Settings: settings("vcs.revision", "0123abcd", "vcs.modified", "true")},
+			[]string{"baton v1.4.3-0.20260102030405-0123abcd+dirty\n", "commit: 0123abcd, dirty: the tree had uncommitted changes"}},
+		{"devel without VCS", &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}},
+			[]string{"baton (devel): built from a source tree", "commit: unknown (built without version control information)"}},
+	} {
+		got := versionText(tt.bi, true)
+		for _, w := range tt.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: %q lacks %q", tt.name, got, w)
+			}
+		}
+		if tt.name != "dirty tree" && strings.Contains(got, "dirty") {
+			t.Errorf("%s: %q says dirty", tt.name, got)
+		}
+	}
+	if got := versionText(nil, false); !strings.Contains(got, "no build information") {
+		t.Errorf("without build information: %q", got)
+	}
+}
+
+// TestRunOnceAloneExitsWithoutWaitingToLeave: the only member of a group
+// has nobody to hand raft leadership to and no group to leave, so `run
+// --once` exits as soon as its command has, instead of waiting out the
+// close timeout for a leader other than itself.
+func TestRunOnceAloneExitsWithoutWaitingToLeave(t *testing.T) {
+	t.Parallel()
+	args := append(append([]string{"run", "--once", "--bind", freePort(t)}, raftMemberArgs(t)...), "--", "true")
+	r := runApp(t.Context(), map[string]string{"BATON_SECRET": "usage-test-secret-0123456789"}, args...)
+	if r.code != 0 {
+		t.Fatalf("exit %d, want 0; stderr:\n%s", r.code, r.stderr)
+	}
+	for _, bad := range []string{"leadership transfer failed", "could not leave the group", "did not finish"} {
+		if strings.Contains(r.stderr, bad) {
+			t.Errorf("the lone member tried to hand over or leave (%q):\n%s", bad, r.stderr)
+		}
+	}
+	if !strings.Contains(r.stderr, "last member of the group") {
+		t.Errorf("stderr does not say why the member did not leave:\n%s", r.stderr)
 	}
 }
