@@ -566,3 +566,24 @@ func TestRunOnceAloneExitsWithoutWaitingToLeave(t *testing.T) {
 		t.Errorf("stderr does not say why the member did not leave:\n%s", r.stderr)
 	}
 }
+
+// TestRunRefusesGarbageNodeID: a node-id file that is not an ID as baton
+// writes it is a configuration error (exit 2) naming the file.
+func TestRunRefusesGarbageNodeID(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "node-id")
+	if err := os.WriteFile(file, []byte("node 1\x00\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := append(append([]string{"run", "--once", "--bind", freePort(t), "--data-dir", dir}, raftMemberArgs(t)...), "--", "true")
+	r := runApp(t.Context(), map[string]string{"BATON_SECRET": "usage-test-secret-0123456789"}, args...)
+	if r.code != exitUsage {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", r.code, exitUsage, r.stderr)
+	}
+	for _, w := range []string{file, "letters, digits, '-', '_' and '.'"} {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("stderr does not mention %q:\n%s", w, r.stderr)
+		}
+	}
+}
