@@ -17,6 +17,7 @@ import (
 	"github.com/batonhq/baton/backend/etcd"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/backend/raft"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -95,8 +96,9 @@ func (s *backendSpec) renewalWindow(ttl time.Duration) (time.Duration, error) {
 	return timing.TTL - timing.RenewInterval - timing.DriftMargin, nil
 }
 
-// etcdDialTimeout bounds etcd's authentication round trip; connecting itself
-// is lazy and bounded by each command's context.
+// etcdDialTimeout bounds etcd's authentication round trip (and, plus a
+// second, its lease keep-alive requests); connecting itself is lazy, and
+// opening the client is also bounded by each command's context.
 const etcdDialTimeout = 5 * time.Second
 
 func supportedSchemes() string {
@@ -282,17 +284,34 @@ func parseEtcdURL(u *url.URL) (opener, error) {
 		password, _ = u.User.Password()
 	}
 	return func(ctx context.Context, o backendOptions) (*openBackend, error) {
+		// The client lives past ctx (which bounds only opening it), but
+		// clientv3.New authenticates user:password@ before it returns,
+		// for up to DialTimeout: cancel the client's own context if ctx
+		// ends first, so that --timeout and a signal are honoured.
+		cctx, ccancel := context.WithCancel(context.WithoutCancel(ctx))
+		stop := context.AfterFunc(ctx, ccancel)
 		client, err := clientv3.New(clientv3.Config{
 			Endpoints:   endpoints,
 			DialTimeout: etcdDialTimeout,
 			Username:    username,
 			Password:    password,
-			Context:     context.WithoutCancel(ctx),
+			Context:     cctx,
 			// The client logs every reconnection attempt at length; the
 			// backend reports what matters through our logger.
 			Logger: zap.NewNop(),
 		})
+		if !stop() {
+			if err == nil {
+				_ = client.Close()
+			}
+			ccancel()
+			return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), context.Cause(ctx))
+		}
 		if err != nil {
+			ccancel()
+			if errors.Is(err, rpctypes.ErrAuthFailed) {
+				return nil, usageErrorf("etcd %s refused user %q: %v; check user:password@ in the URL", strings.Join(endpoints, ","), username, err)
+			}
 			return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
 		}
 		b, err := etcd.New(client, etcd.Options{
@@ -301,11 +320,13 @@ func parseEtcdURL(u *url.URL) (opener, error) {
 		})
 		if err != nil {
 			_ = client.Close()
+			ccancel()
 			return nil, err
 		}
 		return &openBackend{Backend: b, close: func(ctx context.Context) error {
 			// The backend does not own the client (it was handed in), so
 			// close both: the backend first, to revoke its session.
+			defer ccancel()
 			return errors.Join(b.Close(ctx), client.Close())
 		}}, nil
 	}, nil

@@ -130,7 +130,17 @@ func queryLeader(ctx context.Context, spec *backendSpec, common *commonFlags, ti
 		}
 		return baton.Record{}, undetermined(qctx, common, timeout, err)
 	}
-	defer closeBackend(ctx, b, log)
+	defer func() {
+		// --timeout bounds the whole command: a close still running when
+		// it ends (a ZooKeeper client waits up to a second for its close
+		// request to be answered) finishes, or not, as the process exits.
+		done := make(chan struct{})
+		go func() { defer close(done); closeBackend(ctx, b, log) }()
+		select {
+		case <-done:
+		case <-qctx.Done():
+		}
+	}()
 	rec, err := b.Leader(qctx, common.lease)
 	if err != nil && !errors.Is(err, baton.ErrNoLeader) {
 		return rec, undetermined(qctx, common, timeout, err)

@@ -4,15 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testserver"
 )
 
 // TestUsageErrors runs each bad input in-process and checks that it exits 2
@@ -585,5 +588,100 @@ func TestRunRefusesGarbageNodeID(t *testing.T) {
 		if !strings.Contains(r.stderr, w) {
 			t.Errorf("stderr does not mention %q:\n%s", w, r.stderr)
 		}
+	}
+}
+
+// silentServer accepts TCP connections on loopback and never answers: a
+// hung server, or a port that some other program holds.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestQueryHonoursTimeout: against a server that accepts connections and
+// never answers, is-leader gives up (exit 3) at --timeout: etcd with
+// user:password@ (whose client authenticates before it returns, for up to
+// its own 5 s dial timeout) and ZooKeeper (whose client waits up to 1 s for
+// a close request to be answered). The bound is the point of --timeout, so
+// it is asserted, with a margin below the overruns these had.
+func TestQueryHonoursTimeout(t *testing.T) {
+	t.Parallel()
+	const timeout = 2 * time.Second
+	const margin = 600 * time.Millisecond
+	addr := silentServer(t)
+	for _, backend := range []string{"etcd://user:secret@" + addr, "zk://" + addr + "/baton", "etcd://" + addr, "consul://" + addr} {
+		t.Run(strings.SplitN(backend, ":", 2)[0], func(t *testing.T) {
+			t.Parallel()
+			start := time.Now()
+			r := runApp(t.Context(), nil, "is-leader", "--backend", backend, "--lease", "x", "--timeout", timeout.String())
+			took := time.Since(start)
+			if r.code != exitUndetermined {
+				t.Errorf("exit %d, want %d; stderr:\n%s", r.code, exitUndetermined, r.stderr)
+			}
+			if took > timeout+margin {
+				t.Errorf("is-leader --timeout %s took %s; stderr:\n%s", timeout, took.Round(time.Millisecond), r.stderr)
+			}
+			if strings.Contains(r.stderr, "secret") {
+				t.Errorf("stderr shows the URL's password:\n%s", r.stderr)
+			}
+		})
+	}
+}
+
+// TestEtcdWrongPassword: etcd refusing the URL's credentials is a
+// configuration error (exit 2) that names the user, not an undetermined
+// answer; the right ones work.
+func TestEtcdWrongPassword(t *testing.T) {
+	t.Parallel()
+	e := testserver.StartEtcd(t)
+	c := e.Client(t)
+	ctx := t.Context()
+	if _, err := c.UserAdd(ctx, "root", "right-password"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.UserGrantRole(ctx, "root", "root"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AuthEnable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := runApp(ctx, nil, "is-leader", "--backend", "etcd://root:wrong-password@"+e.Endpoint(), "--lease", "x")
+	if r.code != exitUsage || !strings.Contains(r.stderr, `refused user "root"`) || !strings.Contains(r.stderr, "user:password@") {
+		t.Errorf("wrong password: exit %d, want %d naming the user; stderr:\n%s", r.code, exitUsage, r.stderr)
+	}
+	if strings.Contains(r.stderr, "wrong-password") {
+		t.Errorf("stderr shows the password:\n%s", r.stderr)
+	}
+	r = runApp(ctx, nil, "is-leader", "--backend", "etcd://root:right-password@"+e.Endpoint(), "--lease", "x")
+	if r.code != exitFailure {
+		t.Errorf("right password: exit %d, want %d (nobody leads); stderr:\n%s", r.code, exitFailure, r.stderr)
 	}
 }
