@@ -685,3 +685,25 @@ func TestEtcdWrongPassword(t *testing.T) {
 		t.Errorf("right password: exit %d, want %d (nobody leads); stderr:\n%s", r.code, exitFailure, r.stderr)
 	}
 }
+
+// TestRunConsulSessionTTLBelowMinimum: when the Consul servers refuse the
+// session TTL (TTL/2 below their session_ttl_min), `run` exits 2 with the
+// fix instead of retrying a campaign that can never succeed.
+func TestRunConsulSessionTTLBelowMinimum(t *testing.T) {
+	t.Parallel()
+	agent := testserver.StartConsul(t, testserver.ConsulOptions{})
+	ttl := (3 * testserver.ConsulSessionTTLMin / 2).String() // session TTL 3/4 of the minimum
+	r := runApp(t.Context(), nil, "run", "--backend", "consul://"+agent.Addr()+"/ux-ttl-min", "--lease", "x", "--ttl", ttl,
+		"--timeout", "60s", "--once", "--", "true")
+	if r.code != exitUsage {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", r.code, exitUsage, r.stderr)
+	}
+	for _, w := range []string{"session_ttl_min", "set TTL to at least twice"} {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("stderr does not mention %q:\n%s", w, r.stderr)
+		}
+	}
+	if strings.Contains(r.stderr, "campaign failed; retrying") {
+		t.Errorf("the refused campaign was retried:\n%s", r.stderr)
+	}
+}
