@@ -48,7 +48,9 @@ Backends (--backend URL):
 Exit statuses:
   0  success (is-leader: this instance leads)
   1  is-leader: not the leader; leader: nobody leads; otherwise a runtime error
-  2  usage or configuration error (bad flag, environment variable or URL)
+  2  usage or configuration error: a bad flag, environment variable, URL or
+     file, or a setting the backend refuses for good (credentials, a TTL
+     below Consul's session_ttl_min)
   3  undetermined: the backend did not answer within --timeout
      (run: --timeout passed before this instance was elected)
   4  run --once: the lease was lost while the command ran
@@ -95,6 +97,9 @@ func (a *App) newRootCommand() *cobra.Command {
 		Version:           buildVersion(),
 	}
 	root.SetVersionTemplate("{{.Version}}")
+	// Defined here so that cobra does not add its own with a -v shorthand,
+	// which other commands use for --verbose.
+	root.Flags().Bool("version", false, "print baton's version and the commit it was built from (as baton version)")
 	root.SetIn(a.Stdin)
 	root.SetOut(a.stdout())
 	root.SetErr(a.stderr())
