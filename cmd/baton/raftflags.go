@@ -188,6 +188,10 @@ func privateIPv4() (netip.Addr, error) {
 func startMember(ctx context.Context, opts raft.NodeOptions, log *slog.Logger) (*raft.Node, error) {
 	n, err := raft.StartNode(opts)
 	if err != nil {
+		var oe *net.OpError
+		if errors.As(err, &oe) && oe.Op == "listen" {
+			return nil, fmt.Errorf("%w; --bind %s must be a free port on an address of this host: stop what listens there (another member?), or choose another --bind", err, opts.BindAddr)
+		}
 		return nil, err
 	}
 	log.Info("raft member started; finding the group", "id", n.ID(), "addr", n.Addr(), "bootstrap_expect", opts.BootstrapExpect)
