@@ -178,8 +178,10 @@ func (e *Elector) ID() string { return e.cfg.Candidate.ID }
 //
 // Run returns when ctx ends (with ctx's error), or when fn returns a non-nil
 // error (with that error, after resigning), or when the backend is closed
-// (with an error wrapping ErrClosed). Other campaign failures are retried
-// with back-off and logged, never returned.
+// (with an error wrapping ErrClosed), or when Campaign fails with an error
+// matching *ConfigError (a configuration the backend refuses, which no
+// retry fixes). Other campaign failures are retried with back-off and
+// logged, never returned.
 func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t Term) error) error {
 	if !e.running.CompareAndSwap(false, true) {
 		return errors.New("baton: Elector.Run is already running; use one Elector per Run")
@@ -196,8 +198,12 @@ func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t Term) 
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if errors.Is(err, ErrClosed) {
-				return err // nothing left to campaign on
+			var ce *ConfigError
+			if errors.Is(err, ErrClosed) || errors.As(err, &ce) {
+				// Nothing left to campaign on, or a configuration the
+				// backend refuses (Consul's session_ttl_min, say), which
+				// no retry fixes.
+				return err
 			}
 			e.setError(err)
 			wait := retry/2 + rand.N(retry/2+1)

@@ -641,7 +641,8 @@ func (b *Backend) unavailable(ctx context.Context, what string, err error) error
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if errors.Is(err, ErrPermissionDenied) {
+	var ttlErr *SessionTTLError
+	if errors.Is(err, ErrPermissionDenied) || errors.As(err, &ttlErr) {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return fmt.Errorf("%w: %s: %w", baton.ErrBackendUnavailable, what, err)

@@ -634,8 +634,13 @@ func TestSessionTTLBelowServerMinimum(t *testing.T) {
 		Prefix: testPrefix(),
 	}, nil)
 	_, err := b.Campaign(testContext(t, 10*time.Second), "short", baton.Candidate{ID: "x"})
-	if !errors.Is(err, baton.ErrBackendUnavailable) || !strings.Contains(err.Error(), "session_ttl_min") {
-		t.Errorf("Campaign with a session TTL below the minimum: err = %v; want one naming session_ttl_min", err)
+	var ttlErr *consul.SessionTTLError
+	var ce *baton.ConfigError
+	if !errors.As(err, &ttlErr) || !errors.As(err, &ce) || !strings.Contains(err.Error(), "session_ttl_min") {
+		t.Errorf("Campaign with a session TTL below the minimum: err = %v; want a SessionTTLError (a ConfigError) naming session_ttl_min", err)
+	}
+	if errors.Is(err, baton.ErrBackendUnavailable) {
+		t.Errorf("Campaign with a session TTL below the minimum: err = %v says the backend is unavailable; retrying cannot fix it", err)
 	}
 }
 

@@ -205,6 +205,7 @@
 //
 // Consul's default session_ttl_min is 10 s, and the session TTL is TTL/2,
 // so TTL must be at least 20 s (the default) unless the servers' minimum is
-// lowered; a TTL below twice the minimum fails every campaign with an
-// error saying so.
+// lowered; a TTL below twice the minimum fails the campaign with a
+// *SessionTTLError saying so, which is a *baton.ConfigError: the Elector
+// returns it rather than retrying.
 package consul

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
+	"github.com/batonhq/baton"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -40,4 +42,29 @@ func permissionErr(err error) error {
 		return fmt.Errorf("%w: %w", ErrPermissionDenied, err)
 	}
 	return err
+}
+
+// SessionTTLError is returned (wrapped) by Campaign when the Consul servers
+// refuse the session TTL the Backend asks for (TTL/2): it is below their
+// session_ttl_min (10 s unless configured) or above 24 h. Retrying cannot
+// fix it, so it also matches *baton.ConfigError with errors.As, and the
+// Elector returns it instead of campaigning again.
+type SessionTTLError struct {
+	// SessionTTL is the session TTL that was asked for.
+	SessionTTL time.Duration
+	// Err is Consul's answer, which names the range it accepts.
+	Err error
+}
+
+func (e *SessionTTLError) problem() string {
+	return fmt.Sprintf("consul: the servers refuse session TTL %s (TTL/2): %v; Consul servers accept session TTLs from their session_ttl_min (10s by default) to 24h: set TTL to at least twice session_ttl_min (20s by default), or lower session_ttl_min on the servers",
+		e.SessionTTL, e.Err)
+}
+
+// Error implements error.
+func (e *SessionTTLError) Error() string { return e.problem() }
+
+// Unwrap returns Consul's error and the *baton.ConfigError this is.
+func (e *SessionTTLError) Unwrap() []error {
+	return []error{e.Err, &baton.ConfigError{Problems: []string{e.problem()}}}
 }

@@ -116,8 +116,7 @@ func (b *Backend) createSession(ctx context.Context) (string, error) {
 			// The TTL is below the servers' session_ttl_min (or above its
 			// maximum, 24 h). Other 500s, such as a missing health check
 			// in Checks, speak for themselves.
-			return "", fmt.Errorf("%w (the session TTL asked is %s, TTL/2; Consul servers refuse TTLs below their session_ttl_min, 10s by default: set TTL to at least twice that)",
-				err, durationMs(b.sessTTL))
+			return "", &SessionTTLError{SessionTTL: b.sessTTL, Err: err}
 		}
 		return "", permissionErr(err)
 	}

@@ -237,6 +237,11 @@ func (o *NodeOptions) fill() error {
 			problems = append(problems, "raft: TLS skips server verification with nothing in its place (InsecureSkipVerify without VerifyConnection)")
 		}
 	}
+	if o.ID != "" {
+		if err := checkID(o.ID); err != nil {
+			problems = append(problems, fmt.Sprintf("raft: ID %q: %v", o.ID, err))
+		}
+	}
 	if len(o.Secret) < 16 {
 		problems = append(problems, fmt.Sprintf("raft: Secret is %d bytes: the group's join secret must be at least 16 (try `openssl rand -hex 16`)", len(o.Secret)))
 	}
@@ -285,7 +290,15 @@ func nodeID(opts NodeOptions) (string, error) {
 	b, err := os.ReadFile(file)
 	switch {
 	case err == nil:
-		stored := strings.TrimSpace(string(b))
+		// The file holds the ID and, as this package writes it, one
+		// newline. Anything else (spaces, a blank line, a NUL, an edit
+		// gone wrong) is not trimmed into shape: an ID that changes is a
+		// new member with an old log.
+		stored := strings.TrimSuffix(string(b), "\n")
+		if err := checkID(stored); err != nil {
+			return "", &baton.ConfigError{Problems: []string{fmt.Sprintf(
+				"raft: %s holds %q, not a member ID: %v; write the member's ID and at most one newline, or remove the data dir to start as a new member", file, b, err)}}
+		}
 		if opts.ID != "" && opts.ID != stored {
 			return "", fmt.Errorf("raft: ID %q differs from %q stored in %s: a member's ID must not change while it keeps its log; remove the data dir to start as a new member", opts.ID, stored, file)
 		}
@@ -302,6 +315,28 @@ func nodeID(opts NodeOptions) (string, error) {
 	default:
 		return "", fmt.Errorf("raft: read node id: %w", err)
 	}
+}
+
+// maxIDLen bounds a member ID, which raft sends with every message.
+const maxIDLen = 128
+
+// checkID accepts the member IDs this package makes and reads: 1 to
+// maxIDLen letters, digits, '-', '_' and '.'.
+func checkID(id string) error {
+	if id == "" {
+		return errors.New("it is empty; an ID is 1 to 128 letters, digits, '-', '_' and '.'")
+	}
+	if len(id) > maxIDLen {
+		return fmt.Errorf("it is %d bytes; an ID is 1 to %d letters, digits, '-', '_' and '.'", len(id), maxIDLen)
+	}
+	for _, r := range id {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+		default:
+			return fmt.Errorf("it contains %q; an ID is 1 to %d letters, digits, '-', '_' and '.'", r, maxIDLen)
+		}
+	}
+	return nil
 }
 
 func randomID(prefix string) string {
@@ -498,6 +533,13 @@ func (n *Node) shutdown() error {
 
 // leave hands leadership on and removes this member from the group.
 func (n *Node) leave(ctx context.Context) {
+	if n.onlyMember() {
+		// Nobody to hand leadership to, and raft keeps at least one
+		// voter: the group ends with this member. Trying would wait out
+		// ctx for a leader other than this one.
+		n.log.Info("last member of the group: nothing to hand on or leave")
+		return
+	}
 	if n.raft.State() == hraft.Leader {
 		if err := n.await(n.raft.LeadershipTransfer()); err != nil {
 			n.log.Warn("leadership transfer failed; the group elects a new leader after a timeout", "err", err)
@@ -523,6 +565,17 @@ func (n *Node) leave(ctx context.Context) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// onlyMember reports whether this member is the only server in the
+// group's configuration.
+func (n *Node) onlyMember() bool {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	servers := f.Configuration().Servers
+	return len(servers) == 1 && string(servers[0].ID) == n.id
 }
 
 func (n *Node) inConfiguration() bool {

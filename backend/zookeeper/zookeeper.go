@@ -388,10 +388,15 @@ func Dial(ctx context.Context, servers []string, opts DialOptions) (*Backend, er
 		_, err = retry(ctx, b, nil, func() (bool, error) { ok, _, err := conn.Exists("/"); return ok, err })
 	}
 	if err != nil {
-		_ = b.Close(context.Background())
 		if ctx.Err() != nil {
+			// No session: there is nothing to end on a server, but the
+			// client's Close waits up to a second for the answer to its
+			// close request, which a server that never answered will not
+			// send. Return by ctx's deadline and let it finish on its own.
+			go func() { _ = b.Close(context.Background()) }()
 			return nil, fmt.Errorf("%w: zookeeper %s: no session before the context ended: %w", baton.ErrBackendUnavailable, strings.Join(servers, ","), ctx.Err())
 		}
+		_ = b.Close(context.Background())
 		return nil, fmt.Errorf("%w: zookeeper %s: %w", baton.ErrBackendUnavailable, strings.Join(servers, ","), err)
 	}
 	return b, nil

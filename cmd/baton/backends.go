@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/batonhq/baton/backend/etcd"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/backend/raft"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -76,6 +78,9 @@ type backendSpec struct {
 	open       opener
 	checkLease func(string) error
 	window     func(time.Duration) (time.Duration, error)
+	// hosts are the servers' hosts named in the URL (none for raft:// and
+	// memory://), each checked by checkHost.
+	hosts []string
 }
 
 // renewalWindow returns the backend's renewal window at ttl (see
@@ -91,8 +96,9 @@ func (s *backendSpec) renewalWindow(ttl time.Duration) (time.Duration, error) {
 	return timing.TTL - timing.RenewInterval - timing.DriftMargin, nil
 }
 
-// etcdDialTimeout bounds etcd's authentication round trip; connecting itself
-// is lazy and bounded by each command's context.
+// etcdDialTimeout bounds etcd's authentication round trip (and, plus a
+// second, its lease keep-alive requests); connecting itself is lazy, and
+// opening the client is also bounded by each command's context.
 const etcdDialTimeout = 5 * time.Second
 
 func supportedSchemes() string {
@@ -118,44 +124,129 @@ func parseBackend(raw string) (*backendSpec, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		// url.Parse rejects hosts like "h:99999" or "a:1,b:2" in some
-		// forms; the scheme's parser gives the precise reason, so hand it
-		// the authority by hand.
+		// url.Parse refuses some forms that the scheme parsers explain
+		// better (it has refused "h:99999" and "a:1,b:2"); split the URL
+		// by hand, with the same rules for % escapes.
 		u, err = splitURL(raw)
 		if err != nil {
 			return nil, fmt.Errorf("malformed URL: %v; use %s", err, s.form)
 		}
 	}
+	hosts, err := checkURLParts(u, s.form)
+	if err != nil {
+		return nil, err
+	}
 	open, err := s.parse(u)
 	if err != nil {
 		return nil, err
 	}
-	return &backendSpec{scheme: strings.ToLower(scheme), open: open, checkLease: s.checkLease, window: s.window}, nil
+	return &backendSpec{scheme: strings.ToLower(scheme), open: open, checkLease: s.checkLease, window: s.window, hosts: hosts}, nil
 }
 
-// splitURL separates scheme://authority/path?query without validating the
-// authority, which url.Parse does too strictly for comma-separated hosts.
+// escapeHint tells how to write what a bad % escape was meant to be.
+const escapeHint = "write a literal % as %25"
+
+// splitURL separates scheme://[user[:password]@]authority[/path][?query]
+// without url.Parse's checks of the authority, decoding the user
+// information and path as url.Parse would. The authority is left as it is
+// for checkURLParts, which refuses a % in it.
 func splitURL(raw string) (*url.URL, error) {
 	scheme, rest, _ := strings.Cut(raw, "://")
 	if strings.ContainsAny(rest, " \t\n") {
 		return nil, errors.New("it contains white space")
 	}
-	host, path, _ := strings.Cut(rest, "/")
+	rest, query, _ := strings.Cut(rest, "?")
+	host, path, hasPath := strings.Cut(rest, "/")
 	var user *url.Userinfo
 	if at := strings.LastIndexByte(host, '@'); at >= 0 {
 		u, p, hasP := strings.Cut(host[:at], ":")
+		var err error
+		if u, err = url.PathUnescape(u); err != nil {
+			return nil, fmt.Errorf("user name: %v: %s", err, escapeHint)
+		}
 		if hasP {
+			if p, err = url.PathUnescape(p); err != nil {
+				// Not the password itself: it must not reach logs.
+				return nil, fmt.Errorf("password: a %% is not followed by two hex digits: %s", escapeHint)
+			}
 			user = url.UserPassword(u, p)
 		} else {
 			user = url.User(u)
 		}
 		host = host[at+1:]
 	}
-	path, query, _ := strings.Cut(path, "?")
-	if path != "" {
-		path = "/" + path
+	if hasPath {
+		p, err := url.PathUnescape("/" + path)
+		if err != nil {
+			return nil, fmt.Errorf("path %q: %v: %s", "/"+path, err, escapeHint)
+		}
+		path = p
 	}
 	return &url.URL{Scheme: scheme, User: user, Host: host, Path: path, RawQuery: query}, nil
+}
+
+// checkURLParts checks what every scheme's parser takes for granted: that
+// the query is well formed (url.URL.Query drops bad pairs silently), and
+// that each comma-separated server in the authority is a host name or an
+// IP address, with an optional port the scheme's parser checks. A host
+// that no client can dial (a stray %, a space, an IPv6 zone) is a usage
+// error here rather than a connection that fails at run time. It returns
+// the hosts, for tests.
+func checkURLParts(u *url.URL, form string) ([]string, error) {
+	if _, err := url.ParseQuery(u.RawQuery); err != nil {
+		return nil, fmt.Errorf("query %q: %v: %s (%s)", u.RawQuery, err, escapeHint, form)
+	}
+	if u.Host == "" {
+		return nil, nil
+	}
+	var hosts []string
+	for _, ep := range strings.Split(u.Host, ",") {
+		host := ep
+		switch {
+		case strings.HasPrefix(ep, "["):
+			end := strings.IndexByte(ep, ']')
+			if end < 0 {
+				return nil, fmt.Errorf("server %q: an IPv6 address in [ has no closing ]: use %s", ep, form)
+			}
+			host = ep[1:end]
+			if rest := ep[end+1:]; rest != "" && !strings.HasPrefix(rest, ":") {
+				return nil, fmt.Errorf("server %q: after ] comes :PORT or nothing: use %s", ep, form)
+			}
+		case strings.Count(ep, ":") == 1:
+			host, _, _ = strings.Cut(ep, ":")
+		}
+		if host == "" {
+			continue // the scheme's parser names the missing host
+		}
+		if err := checkHost(host); err != nil {
+			return nil, fmt.Errorf("server %q: %v: use %s", ep, err, form)
+		}
+		hosts = append(hosts, host)
+	}
+	return hosts, nil
+}
+
+// checkHost accepts an IP address without a zone, or a DNS name in ASCII.
+func checkHost(host string) error {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if ip.Zone() != "" {
+			return fmt.Errorf("IPv6 zone %%%s: addresses with a zone are not supported; use a global or unique-local address, or a host name", ip.Zone())
+		}
+		return nil
+	}
+	if strings.Contains(host, ":") {
+		return fmt.Errorf("%q is not an IPv6 address", host)
+	}
+	for _, r := range host {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '.', r == '_':
+		case r > 0x7f:
+			return fmt.Errorf("host %q is not ASCII: write an international domain name in its xn-- (punycode) form", host)
+		default:
+			return fmt.Errorf("host %q contains %q: a host is a name of letters, digits, '-', '.' and '_', or an IP address", host, r)
+		}
+	}
+	return nil
 }
 
 // parseEtcdURL accepts etcd://[user[:password]@]host[:port][,host[:port]...]
@@ -193,17 +284,34 @@ func parseEtcdURL(u *url.URL) (opener, error) {
 		password, _ = u.User.Password()
 	}
 	return func(ctx context.Context, o backendOptions) (*openBackend, error) {
+		// The client lives past ctx (which bounds only opening it), but
+		// clientv3.New authenticates user:password@ before it returns,
+		// for up to DialTimeout: cancel the client's own context if ctx
+		// ends first, so that --timeout and a signal are honoured.
+		cctx, ccancel := context.WithCancel(context.WithoutCancel(ctx))
+		stop := context.AfterFunc(ctx, ccancel)
 		client, err := clientv3.New(clientv3.Config{
 			Endpoints:   endpoints,
 			DialTimeout: etcdDialTimeout,
 			Username:    username,
 			Password:    password,
-			Context:     context.WithoutCancel(ctx),
+			Context:     cctx,
 			// The client logs every reconnection attempt at length; the
 			// backend reports what matters through our logger.
 			Logger: zap.NewNop(),
 		})
+		if !stop() {
+			if err == nil {
+				_ = client.Close()
+			}
+			ccancel()
+			return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), context.Cause(ctx))
+		}
 		if err != nil {
+			ccancel()
+			if errors.Is(err, rpctypes.ErrAuthFailed) {
+				return nil, usageErrorf("etcd %s refused user %q: %v; check user:password@ in the URL", strings.Join(endpoints, ","), username, err)
+			}
 			return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
 		}
 		b, err := etcd.New(client, etcd.Options{
@@ -212,11 +320,13 @@ func parseEtcdURL(u *url.URL) (opener, error) {
 		})
 		if err != nil {
 			_ = client.Close()
+			ccancel()
 			return nil, err
 		}
 		return &openBackend{Backend: b, close: func(ctx context.Context) error {
 			// The backend does not own the client (it was handed in), so
 			// close both: the backend first, to revoke its session.
+			defer ccancel()
 			return errors.Join(b.Close(ctx), client.Close())
 		}}, nil
 	}, nil

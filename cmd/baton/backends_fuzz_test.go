@@ -1,13 +1,18 @@
 package main
 
 import (
+	"net"
+	"net/url"
 	"strings"
 	"testing"
 )
 
 // FuzzParseBackend: any --backend value gets a spec or an error that says
-// what a valid URL looks like, never a panic. It covers every scheme's
-// parser (consul.ParseURL and the zk parser included); none connects.
+// what a valid URL looks like, never a panic; and a URL it accepts names
+// only hosts that a client can dial, so that no bad input gets past the
+// usage check (exit 2) to fail as a connection error at run time (exit 1
+// or 3). It covers every scheme's parser (consul.ParseURL and the zk parser
+// included); none connects.
 func FuzzParseBackend(f *testing.F) {
 	for _, seed := range []string{
 		"etcd://127.0.0.1:2379", "etcd://a:1,b:2", "memory://", "raft://", "agent://127.0.0.1:8790",
@@ -15,6 +20,9 @@ func FuzzParseBackend(f *testing.F) {
 		"zk://h:2181/a//b", "zk://h?tls=maybe", "zk://[::1]:2181/x",
 		"consul://127.0.0.1:8500", "consul://h/svc/?token-file=t&dc=eu", "consul://h?token=x",
 		"consul://", "consul://h:99999", "%zz://", "zk://h%zz", "",
+		"etcd://%zz", "etcd://[fe80::1%lo]:2379", "etcd://[fe80::1%25lo]:2379", "etcd://u:p%zz@h:2379",
+		"etcd://user:pass@h1:2379,h2", "zk://h/x?ca-file=%zz", "consul://h/%zz", "agent://h%41:1",
+		"etcd://[::1", "etcd://[::1]x", "etcd://hé:2379", "etcd://::1", "agent://[::1]:8790",
 	} {
 		f.Add(seed)
 	}
@@ -23,8 +31,29 @@ func FuzzParseBackend(f *testing.F) {
 		if err == nil && spec == nil {
 			t.Fatalf("parseBackend(%q): no spec and no error", raw)
 		}
-		if err != nil && strings.TrimSpace(err.Error()) == "" {
-			t.Fatalf("parseBackend(%q): empty error", raw)
+		if err != nil {
+			if strings.TrimSpace(err.Error()) == "" {
+				t.Fatalf("parseBackend(%q): empty error", raw)
+			}
+			return
+		}
+		switch spec.scheme {
+		case "etcd", "zk", "consul", "agent":
+			if len(spec.hosts) == 0 {
+				t.Fatalf("parseBackend(%q) accepted a %s URL without a host", raw, spec.scheme)
+			}
+		}
+		for _, h := range spec.hosts {
+			// The form the clients build: etcd's gRPC target, Consul's
+			// and the agent client's http://HOST:PORT.
+			hp := net.JoinHostPort(h, "1")
+			u, err := url.Parse("http://" + hp)
+			if err != nil || u.Hostname() != h {
+				t.Fatalf("parseBackend(%q) accepted host %q, which a client cannot dial: %v", raw, h, err)
+			}
+			if _, err := url.Parse("dns:///etcd-endpoints/" + hp); err != nil {
+				t.Fatalf("parseBackend(%q) accepted host %q, which the etcd client cannot dial: %v", raw, h, err)
+			}
 		}
 	})
 }

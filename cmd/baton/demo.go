@@ -29,9 +29,10 @@ import (
 
 const demoLong = `Show failover on this machine, with nothing installed but baton.
 
-The demo makes a throw-away group CA and one certificate per node (in a
-temporary directory removed at exit), then starts --nodes copies of this
-binary on loopback, each a member of one embedded raft group:
+The demo makes a throw-away group CA in memory and one certificate per node
+(the CA certificate and the nodes' files go to a temporary directory removed
+at exit; the CA key never touches the disk), then starts --nodes copies of
+this binary on loopback, each a member of one embedded raft group:
 
   baton run --backend raft:// --bind 127.0.0.1:PORT-K --join static:PORT-1,...
             --bootstrap-expect 3 --tls-ca ... --lease demo --id node-K --ttl TTL
@@ -146,16 +147,21 @@ func (c *demoCommand) Run(ctx context.Context, _ []string) error {
 	if err != nil {
 		return err
 	}
-	defer observer.Close(context.WithoutCancel(ctx))
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = observer.Close(ctx)
+	}()
 
 	d := &demo{
-		c:      c,
-		exe:    exe,
-		group:  group,
-		out:    out,
-		start:  start,
-		events: make(chan demoEvent, 64),
-		quit:   make(chan struct{}),
+		c:        c,
+		exe:      exe,
+		group:    group,
+		out:      out,
+		start:    start,
+		events:   make(chan demoEvent, 64),
+		quit:     make(chan struct{}),
+		observer: node,
 	}
 	d.printf("starting %d nodes: one raft group on 127.0.0.1 (mutual TLS; lease %q, --ttl %s)", c.nodes, demoLease, c.ttl)
 	return d.run(ctx, node, observer)
@@ -174,7 +180,10 @@ func newDemoGroup(dir string, nodes int) (*demoGroup, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := ca.WriteFiles(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem")); err != nil {
+	// Only the CA's certificate goes to disk: this process signs the
+	// members' certificates, so the key never needs to, and a demo killed
+	// before it removes its directory leaves nothing that mints members.
+	if err := os.WriteFile(filepath.Join(dir, "ca.pem"), ca.CertPEM(), 0o644); err != nil {
 		return nil, err
 	}
 	var b [16]byte
@@ -211,6 +220,8 @@ type demo struct {
 	events chan demoEvent
 	quit   chan struct{} // closed when run stops reading events
 	wg     sync.WaitGroup
+	// observer is the demo's own, non-voting member of the group.
+	observer *raft.Node
 
 	nodes []*demoNode
 }
@@ -473,6 +484,13 @@ func (d *demo) startNode(i int) error {
 
 // stopAll stops every node the way an operator would, with SIGTERM, and
 // waits for all of them; each node stops its job and resigns first.
+//
+// Each member leaves the group as it stops, which needs a raft leader and a
+// quorum. So the raft leader goes last: the others (and the demo's
+// observing member) leave while it still leads, after which it is the only
+// member, with nobody to hand over to and nothing to leave. Stopped all at
+// once, the members would lose their quorum mid-way and each wait out its
+// close timeout.
 func (d *demo) stopAll() {
 	// The nodes' last output and exit reports arrive while they stop; keep
 	// reading them so that the copying goroutines never block.
@@ -489,18 +507,39 @@ func (d *demo) stopAll() {
 		}
 	}()
 	defer func() { close(stopped); <-drained }()
+	leaderAt := ""
+	if d.observer != nil {
+		leaderAt = d.observer.Status().LeaderAt
+	}
+	var last *demoNode
 	var wg sync.WaitGroup
-	for _, n := range d.nodes {
+	stop := func(n *demoNode) {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		_ = n.proc.Stop(ctx)
+	}
+	for i, n := range d.nodes {
 		if n.proc == nil {
 			continue
 		}
+		if leaderAt != "" && d.group.addrs[i] == leaderAt {
+			last = n
+			continue
+		}
+		wg.Go(func() { stop(n) })
+	}
+	if d.observer != nil {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			// Closing again later (Run's deferred close) is a no-op.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			_ = n.proc.Stop(ctx)
+			_ = d.observer.Close(ctx)
 		})
 	}
 	wg.Wait()
+	if last != nil {
+		stop(last)
+	}
 }
 
 // observe reports the leader each time the demo lease changes in the

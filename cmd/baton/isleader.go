@@ -130,7 +130,17 @@ func queryLeader(ctx context.Context, spec *backendSpec, common *commonFlags, ti
 		}
 		return baton.Record{}, undetermined(qctx, common, timeout, err)
 	}
-	defer closeBackend(ctx, b, log)
+	defer func() {
+		// --timeout bounds the whole command: a close still running when
+		// it ends (a ZooKeeper client waits up to a second for its close
+		// request to be answered) finishes, or not, as the process exits.
+		done := make(chan struct{})
+		go func() { defer close(done); closeBackend(ctx, b, log) }()
+		select {
+		case <-done:
+		case <-qctx.Done():
+		}
+	}()
 	rec, err := b.Leader(qctx, common.lease)
 	if err != nil && !errors.Is(err, baton.ErrNoLeader) {
 		return rec, undetermined(qctx, common, timeout, err)
@@ -144,9 +154,9 @@ func undetermined(ctx context.Context, common *commonFlags, timeout time.Duratio
 		err = fmt.Errorf("interrupted (%v) before the backend answered", context.Cause(ctx))
 	case ctx.Err() != nil:
 		err = fmt.Errorf("no answer from %s within --timeout %s (%v): check that the backend is running and reachable, or raise --timeout",
-			common.backend, timeout, err)
+			redactURL(common.backend), timeout, err)
 	default:
-		err = fmt.Errorf("asking %s who holds lease %q: %w", common.backend, common.lease, err)
+		err = fmt.Errorf("asking %s who holds lease %q: %w", redactURL(common.backend), common.lease, err)
 	}
 	return &exitError{code: exitUndetermined, err: err}
 }

@@ -63,12 +63,12 @@ func (r *raftFlags) register(fs *pflag.FlagSet) {
 // it, without reading files or the network.
 func (r *raftFlags) validate() []string {
 	var problems []string
-	if _, _, err := net.SplitHostPort(r.bind); err != nil {
-		problems = append(problems, fmt.Sprintf("%s %q: want HOST:PORT, e.g. 0.0.0.0:%d", flagSource(r.fs, "bind"), r.bind, defaultRaftPort))
+	if err := checkHostPort(r.bind, 0); err != nil {
+		problems = append(problems, fmt.Sprintf("%s %q: %v; want HOST:PORT, e.g. 0.0.0.0:%d", flagSource(r.fs, "bind"), r.bind, err, defaultRaftPort))
 	}
 	if r.advertise != "" {
-		if _, _, err := net.SplitHostPort(r.advertise); err != nil {
-			problems = append(problems, fmt.Sprintf("%s %q: want HOST:PORT", flagSource(r.fs, "advertise"), r.advertise))
+		if err := checkHostPort(r.advertise, 1); err != nil {
+			problems = append(problems, fmt.Sprintf("%s %q: %v; want the HOST:PORT peers reach this member at, e.g. 10.0.0.5:%d", flagSource(r.fs, "advertise"), r.advertise, err, defaultRaftPort))
 		}
 	}
 	if r.join != "" {
@@ -96,6 +96,26 @@ func (r *raftFlags) validate() []string {
 		problems = append(problems, fmt.Sprintf("%s is %d bytes: the join secret must be at least 16", flagSource(r.fs, "secret"), len(r.secret)))
 	}
 	return problems
+}
+
+// checkHostPort checks a HOST:PORT flag without resolving it: a port from
+// minPort to 65535 (0 lets the kernel choose, for --bind) and a host that is
+// an IP address or a host name (empty: every address, for --bind).
+func checkHostPort(addr string, minPort int) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < minPort || n > 65535 {
+		return fmt.Errorf("port %q is not a number from %d to 65535", port, minPort)
+	}
+	if host == "" {
+		if minPort == 0 {
+			return nil
+		}
+		return errors.New("no host")
+	}
+	return checkHost(host)
 }
 
 // nodeOptions reads the TLS files and the secret and returns the member's
@@ -168,6 +188,10 @@ func privateIPv4() (netip.Addr, error) {
 func startMember(ctx context.Context, opts raft.NodeOptions, log *slog.Logger) (*raft.Node, error) {
 	n, err := raft.StartNode(opts)
 	if err != nil {
+		var oe *net.OpError
+		if errors.As(err, &oe) && oe.Op == "listen" {
+			return nil, fmt.Errorf("%w; --bind %s must be a free port on an address of this host: stop what listens there (another member?), or choose another --bind", err, opts.BindAddr)
+		}
 		return nil, err
 	}
 	log.Info("raft member started; finding the group", "id", n.ID(), "addr", n.Addr(), "bootstrap_expect", opts.BootstrapExpect)

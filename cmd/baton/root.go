@@ -48,7 +48,9 @@ Backends (--backend URL):
 Exit statuses:
   0  success (is-leader: this instance leads)
   1  is-leader: not the leader; leader: nobody leads; otherwise a runtime error
-  2  usage or configuration error (bad flag, environment variable or URL)
+  2  usage or configuration error: a bad flag, environment variable, URL or
+     file, or a setting the backend refuses for good (credentials, a TTL
+     below Consul's session_ttl_min)
   3  undetermined: the backend did not answer within --timeout
      (run: --timeout passed before this instance was elected)
   4  run --once: the lease was lost while the command ran
@@ -89,10 +91,15 @@ func (a *App) newRootCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cmd.SetOut(a.stderr())
 			_ = cmd.Usage()
-			return usageErrorf("no command given: use one of run, is-leader, leader, demo")
+			return usageErrorf("no command given: use one of run, cron, is-leader, leader, agent, tls, demo, version")
 		},
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		Version:           buildVersion(),
 	}
+	root.SetVersionTemplate("{{.Version}}")
+	// Defined here so that cobra does not add its own with a -v shorthand,
+	// which other commands use for --verbose.
+	root.Flags().Bool("version", false, "print baton's version and the commit it was built from (as baton version)")
 	root.SetIn(a.Stdin)
 	root.SetOut(a.stdout())
 	root.SetErr(a.stderr())
@@ -111,6 +118,7 @@ func (a *App) newRootCommand() *cobra.Command {
 		a.newTLSCommand(),
 		a.newDemoCommand(),
 		a.newDemoJobCommand(),
+		a.newVersionCommand(),
 	)
 	return root
 }
@@ -229,11 +237,18 @@ func (c *commonFlags) validate() ([]string, *backendSpec) {
 	if c.backend == "" {
 		problems = append(problems, "--backend is required: pass e.g. --backend etcd://127.0.0.1:2379, or set BATON_BACKEND")
 	} else if s, err := parseBackend(c.backend); err != nil {
-		problems = append(problems, fmt.Sprintf("%s %q: %v", flagSource(c.fs, "backend"), c.backend, err))
+		problems = append(problems, fmt.Sprintf("%s %q: %v", flagSource(c.fs, "backend"), redactURL(c.backend), err))
 	} else if s.scheme == "raft" && !c.member {
 		problems = append(problems, fmt.Sprintf("%s raft:// would make this short-lived command a member of the group: ask a member's agent instead, e.g. --backend agent://127.0.0.1:8790 (baton agent)", flagSource(c.fs, "backend")))
 	} else {
 		spec = s
+	}
+	if spec != nil && spec.scheme == "raft" {
+		// A witness votes but never campaigns: as a candidate it would
+		// join the group and only then fail. Say so before joining.
+		if f := c.fs.Lookup("witness"); f != nil && f.Value.String() == "true" {
+			problems = append(problems, fmt.Sprintf("%s makes this member a witness, which votes but never campaigns, so it would never run the command: run the witness as `baton agent --witness`, and this command without it", flagSource(c.fs, "witness")))
+		}
 	}
 	if c.lease == "" {
 		problems = append(problems, "--lease is required: name the lease the group shares, e.g. --lease my-service, or set BATON_LEASE")
@@ -277,4 +292,26 @@ func (c *commonFlags) logger(w io.Writer) *slog.Logger {
 
 func newLogger(w io.Writer, l slog.Level) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// redactURL hides the password of a URL's user information
+// (scheme://user:password@host), for messages and logs.
+func redactURL(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	authority := rest
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		authority = rest[:i]
+	}
+	at := strings.LastIndexByte(authority, '@')
+	if at < 0 {
+		return raw
+	}
+	user, _, hasPass := strings.Cut(authority[:at], ":")
+	if !hasPass {
+		return raw
+	}
+	return scheme + "://" + user + ":xxxxx" + rest[at:]
 }

@@ -229,7 +229,7 @@ func checkZooKeeperLease(name string) error {
 }
 
 // parseConsulURL accepts
-// consul://[host:port][/prefix][?tls=1&ca-file=F&cert-file=F&key-file=F&tls-server-name=N&token-file=F&dc=DC]
+// consul://host[:port][/prefix][?tls=1&ca-file=F&cert-file=F&key-file=F&tls-server-name=N&token-file=F&dc=DC]
 // (consul.ParseURL), the port defaulting to 8500. Lease NAME is held at key
 // PREFIX/NAME/.lock (PREFIX defaults to baton), where `consul lock
 // PREFIX/NAME` holds it too. The rest comes from Consul's own environment
@@ -239,16 +239,23 @@ func checkZooKeeperLease(name string) error {
 // URL's parameters win over them.
 func parseConsulURL(u *url.URL) (opener, error) {
 	const form = "consul://host:port[/prefix][?ca-file=F&cert-file=F&key-file=F&token-file=F]"
-	if u.Host != "" {
-		if _, err := hostPorts(u.Host, "8500", form); err != nil {
-			return nil, err
-		}
-		if strings.Contains(u.Host, ",") {
-			return nil, fmt.Errorf("consul URLs name one agent: use the local agent, as in consul://127.0.0.1:8500")
-		}
-		if _, _, err := net.SplitHostPort(u.Host); err != nil {
-			u.Host = net.JoinHostPort(u.Host, "8500")
-		}
+	if u.Host == "" {
+		// As for etcd:// and zk://: an empty host would silently mean
+		// whatever CONSUL_HTTP_ADDR or the client's default says.
+		return nil, fmt.Errorf("no Consul agent: name the local agent, as in consul://127.0.0.1:8500 (%s)", form)
+	}
+	if u.User != nil {
+		// Refused here, where the message can leave the password out.
+		return nil, fmt.Errorf("consul URLs take no user:password@: give an ACL token through ?token-file=F or CONSUL_HTTP_TOKEN (%s)", form)
+	}
+	if _, err := hostPorts(u.Host, "8500", form); err != nil {
+		return nil, err
+	}
+	if strings.Contains(u.Host, ",") {
+		return nil, fmt.Errorf("consul URLs name one agent: use the local agent, as in consul://127.0.0.1:8500")
+	}
+	if _, _, err := net.SplitHostPort(u.Host); err != nil {
+		u.Host = net.JoinHostPort(u.Host, "8500")
 	}
 	cc, opts, err := consul.ParseURL(u.String())
 	if err != nil {

@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testserver"
 )
 
 // TestUsageErrors runs each bad input in-process and checks that it exits 2
@@ -97,6 +101,42 @@ func TestUsageErrors(t *testing.T) {
 		{"consul missing token file", nil,
 			[]string{"is-leader", "--backend", "consul://127.0.0.1:8500?token-file=/nonexistent/token", "--lease", "x"},
 			[]string{"token-file", "/nonexistent/token"}},
+		{"etcd host with a stray %", nil,
+			[]string{"is-leader", "--backend", "etcd://%zz", "--lease", "x"},
+			[]string{`server "%zz"`, "contains '%'", "etcd://host:port"}},
+		{"etcd host with an IPv6 zone", nil,
+			[]string{"is-leader", "--backend", "etcd://[fe80::1%lo]:2379", "--lease", "x"},
+			[]string{"IPv6 zone %lo", "not supported", "etcd://host:port"}},
+		{"etcd host with an escaped IPv6 zone", nil,
+			[]string{"is-leader", "--backend", "etcd://[fe80::1%25lo]:2379", "--lease", "x"},
+			[]string{"IPv6 zone %lo", "not supported"}},
+		{"etcd password with a stray %", nil,
+			[]string{"is-leader", "--backend", "etcd://user:pa%zz@h:2379", "--lease", "x"},
+			[]string{"password", "write a literal % as %25", "user:xxxxx@h"}},
+		{"zk host not ASCII", nil,
+			[]string{"is-leader", "--backend", "zk://h\u00e9:2181", "--lease", "x"},
+			[]string{"not ASCII", "punycode"}},
+		{"zk query with a stray %", nil,
+			[]string{"is-leader", "--backend", "zk://h:2181/x?ca-file=%zz", "--lease", "x"},
+			[]string{`query "ca-file=%zz"`, "write a literal % as %25"}},
+		{"agent host with a stray %", nil,
+			[]string{"is-leader", "--backend", "agent://h%zz:8790", "--lease", "x"},
+			[]string{"contains '%'", "agent://"}},
+		{"consul with a password", nil,
+			[]string{"is-leader", "--backend", "consul://user:pa%25zz@h:8500", "--lease", "x"},
+			[]string{"no user:password@", "token-file"}},
+		{"consul without host", nil,
+			[]string{"is-leader", "--backend", "consul://", "--lease", "x"},
+			[]string{"no Consul agent", "consul://127.0.0.1:8500"}},
+		{"consul prefix without host", nil,
+			[]string{"is-leader", "--backend", "consul:///services", "--lease", "x"},
+			[]string{"no Consul agent", "consul://127.0.0.1:8500"}},
+		{"tls ca negative validity", nil,
+			[]string{"tls", "ca", "--dir", "/nonexistent/never-written", "--valid-for", "-1h"},
+			[]string{"--valid-for -1h0m0s", "must be positive", "--valid-for 8760h"}},
+		{"tls cert zero validity", nil,
+			[]string{"tls", "cert", "--dir", "/nonexistent/never-written", "--name", "m1", "--valid-for", "0s"},
+			[]string{"--valid-for 0s", "must be positive"}},
 		{"missing backend", nil,
 			[]string{"is-leader", "--lease", "x"},
 			[]string{"--backend is required", "BATON_BACKEND"}},
@@ -192,7 +232,7 @@ func TestUsageErrors(t *testing.T) {
 			[]string{`unknown command "elect"`, "baton --help"}},
 		{"no command", nil,
 			nil,
-			[]string{"no command given", "run, is-leader, leader, demo"}},
+			[]string{"no command given", "run, cron, is-leader, leader, agent, tls, demo, version"}},
 		{"demo nodes", nil,
 			[]string{"demo", "--nodes", "10"},
 			[]string{"--nodes 10", "3 to 9"}},
@@ -217,6 +257,9 @@ func TestUsageErrors(t *testing.T) {
 			}
 			if r.stdout != "" {
 				t.Errorf("stdout should be empty on a usage error, got:\n%s", r.stdout)
+			}
+			if strings.Contains(r.stderr, "pa%zz") || strings.Contains(r.stderr, "pa%25zz") {
+				t.Errorf("stderr shows the password of the URL:\n%s", r.stderr)
 			}
 		})
 	}
@@ -382,5 +425,285 @@ func TestRunStopsCommandOnSignal(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(file); string(b) != "started\nstopped\n" {
 		t.Errorf("the command should have been stopped with SIGTERM before baton exited; its log: %q", b)
+	}
+}
+
+// raftMemberArgs makes a group CA and a member certificate with `baton tls`
+// and returns the flags of a one-member raft:// group on a loopback port.
+func raftMemberArgs(t *testing.T) []string {
+	t.Helper()
+	dir := t.TempDir()
+	if r := runApp(t.Context(), nil, "tls", "ca", "--dir", dir); r.code != 0 {
+		t.Fatalf("tls ca: exit %d: %s", r.code, r.stderr)
+	}
+	if r := runApp(t.Context(), nil, "tls", "cert", "--dir", dir, "--name", "m1", "--host", "127.0.0.1"); r.code != 0 {
+		t.Fatalf("tls cert: exit %d: %s", r.code, r.stderr)
+	}
+	return []string{"--backend", "raft://", "--bootstrap-expect", "1", "--voters", "1",
+		"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, "m1.pem"), "--tls-key", filepath.Join(dir, "m1-key.pem"),
+		"--lease", "x"}
+}
+
+// TestRaftFlagsCheckedBeforeJoining: flags a raft member cannot use are
+// usage errors (exit 2) found before the member starts, not runtime errors
+// (exit 1) or errors found only once it joined a group.
+func TestRaftFlagsCheckedBeforeJoining(t *testing.T) {
+	t.Parallel()
+	member := raftMemberArgs(t)
+	env := map[string]string{"BATON_SECRET": "usage-test-secret-0123456789"}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"bind port out of range", []string{"--bind", "127.0.0.1:99999"},
+			[]string{`--bind "127.0.0.1:99999"`, `port "99999" is not a number from 0 to 65535`}},
+		{"advertise port zero", []string{"--bind", "127.0.0.1:0", "--advertise", "127.0.0.1:0"},
+			[]string{`--advertise "127.0.0.1:0"`, "from 1 to 65535"}},
+		{"bind host with a stray %", []string{"--bind", "127.0.0.1%zz:7390"},
+			[]string{`--bind "127.0.0.1%zz:7390"`, "contains '%'"}},
+		{"witness cannot campaign", []string{"--bind", freePort(t), "--witness"},
+			[]string{"--witness", "never campaigns", "baton agent --witness"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			args := append(append([]string{"run"}, member...), tt.args...)
+			r := runApp(t.Context(), env, append(args, "--", "true")...)
+			if r.code != exitUsage {
+				t.Errorf("exit %d, want %d; stderr:\n%s", r.code, exitUsage, r.stderr)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("stderr does not mention %q:\n%s", w, r.stderr)
+				}
+			}
+			if strings.Contains(r.stderr, "raft member started") {
+				t.Errorf("the member started before the flags were checked:\n%s", r.stderr)
+			}
+		})
+	}
+}
+
+// TestTLSValidForWritesNothing: a refused --valid-for leaves no file.
+func TestTLSValidForWritesNothing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := runApp(t.Context(), nil, "tls", "ca", "--dir", dir, "--valid-for", "-1h")
+	if r.code != exitUsage {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", r.code, exitUsage, r.stderr)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+		t.Errorf("a refused tls ca wrote %v", entries)
+	}
+}
+
+// TestVersion: `baton version` and `baton --version` print the same
+// description of the build and exit 0.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	v := runApp(t.Context(), nil, "version")
+	if v.code != 0 || !strings.HasPrefix(v.stdout, "baton ") || !strings.Contains(v.stdout, "commit: ") {
+		t.Fatalf("version: exit %d, stdout %q, stderr %q", v.code, v.stdout, v.stderr)
+	}
+	f := runApp(t.Context(), nil, "--version")
+	if f.code != 0 || f.stdout != v.stdout {
+		t.Errorf("--version: exit %d, stdout %q; want version's %q", f.code, f.stdout, v.stdout)
+	}
+}
+
+func TestVersionText(t *testing.T) {
+	t.Parallel()
+	settings := func(kv ...string) []debug.BuildSetting {
+		var s []debug.BuildSetting
+		for i := 0; i < len(kv); i += 2 {
+			s = append(s, debug.BuildSetting{Key: kv[i], Value: kv[i+1]})
+		}
+		return s
+	}
+	for _, tt := range []struct {
+		name string
+		bi   *debug.BuildInfo
+		want []string
+	}{
+		{"release", &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "v1.4.2"},
+			Settings: settings("vcs.revision", "0123abcd", "vcs.time", "2026-01-02T03:04:05Z", "vcs.modified", "false")},
+			[]string{"baton v1.4.2\n", "commit: 0123abcd (2026-01-02T03:04:05Z)\n", "go: go1.26.0"}},
+		{"dirty tree", &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "v1.4.3-0.20260102030405-0123abcd+dirty"},
+			Settings: settings("vcs.revision", "0123abcd", "vcs.modified", "true")},
+			[]string{"baton v1.4.3-0.20260102030405-0123abcd+dirty\n", "commit: 0123abcd, dirty: the tree had uncommitted changes"}},
+		{"devel without VCS", &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}},
+			[]string{"baton (devel): built from a source tree", "commit: unknown (built without version control information)"}},
+	} {
+		got := versionText(tt.bi, true)
+		for _, w := range tt.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: %q lacks %q", tt.name, got, w)
+			}
+		}
+		if tt.name != "dirty tree" && strings.Contains(got, "dirty") {
+			t.Errorf("%s: %q says dirty", tt.name, got)
+		}
+	}
+	if got := versionText(nil, false); !strings.Contains(got, "no build information") {
+		t.Errorf("without build information: %q", got)
+	}
+}
+
+// TestRunOnceAloneExitsWithoutWaitingToLeave: the only member of a group
+// has nobody to hand raft leadership to and no group to leave, so `run
+// --once` exits as soon as its command has, instead of waiting out the
+// close timeout for a leader other than itself.
+func TestRunOnceAloneExitsWithoutWaitingToLeave(t *testing.T) {
+	t.Parallel()
+	args := append(append([]string{"run", "--once", "--bind", freePort(t)}, raftMemberArgs(t)...), "--", "true")
+	r := runApp(t.Context(), map[string]string{"BATON_SECRET": "usage-test-secret-0123456789"}, args...)
+	if r.code != 0 {
+		t.Fatalf("exit %d, want 0; stderr:\n%s", r.code, r.stderr)
+	}
+	for _, bad := range []string{"leadership transfer failed", "could not leave the group", "did not finish"} {
+		if strings.Contains(r.stderr, bad) {
+			t.Errorf("the lone member tried to hand over or leave (%q):\n%s", bad, r.stderr)
+		}
+	}
+	if !strings.Contains(r.stderr, "last member of the group") {
+		t.Errorf("stderr does not say why the member did not leave:\n%s", r.stderr)
+	}
+}
+
+// TestRunRefusesGarbageNodeID: a node-id file that is not an ID as baton
+// writes it is a configuration error (exit 2) naming the file.
+func TestRunRefusesGarbageNodeID(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "node-id")
+	if err := os.WriteFile(file, []byte("node 1\x00\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := append(append([]string{"run", "--once", "--bind", freePort(t), "--data-dir", dir}, raftMemberArgs(t)...), "--", "true")
+	r := runApp(t.Context(), map[string]string{"BATON_SECRET": "usage-test-secret-0123456789"}, args...)
+	if r.code != exitUsage {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", r.code, exitUsage, r.stderr)
+	}
+	for _, w := range []string{file, "letters, digits, '-', '_' and '.'"} {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("stderr does not mention %q:\n%s", w, r.stderr)
+		}
+	}
+}
+
+// silentServer accepts TCP connections on loopback and never answers: a
+// hung server, or a port that some other program holds.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestQueryHonoursTimeout: against a server that accepts connections and
+// never answers, is-leader gives up (exit 3) at --timeout: etcd with
+// user:password@ (whose client authenticates before it returns, for up to
+// its own 5 s dial timeout) and ZooKeeper (whose client waits up to 1 s for
+// a close request to be answered). The bound is the point of --timeout, so
+// it is asserted, with a margin below the overruns these had.
+func TestQueryHonoursTimeout(t *testing.T) {
+	t.Parallel()
+	const timeout = 2 * time.Second
+	const margin = 600 * time.Millisecond
+	addr := silentServer(t)
+	for _, backend := range []string{"etcd://user:secret@" + addr, "zk://" + addr + "/baton", "etcd://" + addr, "consul://" + addr} {
+		t.Run(strings.SplitN(backend, ":", 2)[0], func(t *testing.T) {
+			t.Parallel()
+			start := time.Now()
+			r := runApp(t.Context(), nil, "is-leader", "--backend", backend, "--lease", "x", "--timeout", timeout.String())
+			took := time.Since(start)
+			if r.code != exitUndetermined {
+				t.Errorf("exit %d, want %d; stderr:\n%s", r.code, exitUndetermined, r.stderr)
+			}
+			if took > timeout+margin {
+				t.Errorf("is-leader --timeout %s took %s; stderr:\n%s", timeout, took.Round(time.Millisecond), r.stderr)
+			}
+			if strings.Contains(r.stderr, "secret") {
+				t.Errorf("stderr shows the URL's password:\n%s", r.stderr)
+			}
+		})
+	}
+}
+
+// TestEtcdWrongPassword: etcd refusing the URL's credentials is a
+// configuration error (exit 2) that names the user, not an undetermined
+// answer; the right ones work.
+func TestEtcdWrongPassword(t *testing.T) {
+	t.Parallel()
+	e := testserver.StartEtcd(t)
+	c := e.Client(t)
+	ctx := t.Context()
+	if _, err := c.UserAdd(ctx, "root", "right-password"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.UserGrantRole(ctx, "root", "root"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AuthEnable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := runApp(ctx, nil, "is-leader", "--backend", "etcd://root:wrong-password@"+e.Endpoint(), "--lease", "x")
+	if r.code != exitUsage || !strings.Contains(r.stderr, `refused user "root"`) || !strings.Contains(r.stderr, "user:password@") {
+		t.Errorf("wrong password: exit %d, want %d naming the user; stderr:\n%s", r.code, exitUsage, r.stderr)
+	}
+	if strings.Contains(r.stderr, "wrong-password") {
+		t.Errorf("stderr shows the password:\n%s", r.stderr)
+	}
+	r = runApp(ctx, nil, "is-leader", "--backend", "etcd://root:right-password@"+e.Endpoint(), "--lease", "x")
+	if r.code != exitFailure {
+		t.Errorf("right password: exit %d, want %d (nobody leads); stderr:\n%s", r.code, exitFailure, r.stderr)
+	}
+}
+
+// TestRunConsulSessionTTLBelowMinimum: when the Consul servers refuse the
+// session TTL (TTL/2 below their session_ttl_min), `run` exits 2 with the
+// fix instead of retrying a campaign that can never succeed.
+func TestRunConsulSessionTTLBelowMinimum(t *testing.T) {
+	t.Parallel()
+	agent := testserver.StartConsul(t, testserver.ConsulOptions{})
+	ttl := (3 * testserver.ConsulSessionTTLMin / 2).String() // session TTL 3/4 of the minimum
+	r := runApp(t.Context(), nil, "run", "--backend", "consul://"+agent.Addr()+"/ux-ttl-min", "--lease", "x", "--ttl", ttl,
+		"--timeout", "60s", "--once", "--", "true")
+	if r.code != exitUsage {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", r.code, exitUsage, r.stderr)
+	}
+	for _, w := range []string{"session_ttl_min", "set TTL to at least twice"} {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("stderr does not mention %q:\n%s", w, r.stderr)
+		}
+	}
+	if strings.Contains(r.stderr, "campaign failed; retrying") {
+		t.Errorf("the refused campaign was retried:\n%s", r.stderr)
 	}
 }
