@@ -72,7 +72,7 @@ func (a *App) newTLSCommand() *cobra.Command {
 
 func (c *tlsCommand) runCA(context.Context) error {
 	if c.validFor <= 0 {
-		return usageErrorf("--valid-for %s: give a positive duration, e.g. --valid-for 87600h (10 years)", c.validFor)
+		return usageErrorf("%s", validForProblem(c.validFor))
 	}
 	ca, err := certs.NewCA("baton group CA", c.validFor)
 	if err != nil {
@@ -104,7 +104,7 @@ func (c *tlsCommand) runCert(context.Context) error {
 		problems = append(problems, "--ca-dir is required: the directory made by `baton tls ca`, which holds the CA key and stays off the instances; --dir is where the member's files go")
 	}
 	if c.validFor <= 0 {
-		problems = append(problems, fmt.Sprintf("--valid-for %s: give a positive duration, e.g. --valid-for 8760h (a year)", c.validFor))
+		problems = append(problems, validForProblem(c.validFor))
 	}
 	if len(problems) > 0 {
 		return usageErrorf("%s", strings.Join(problems, "\n"))
@@ -157,4 +157,10 @@ func sameDir(a, b string) bool {
 	aa, err1 := filepath.Abs(a)
 	ba, err2 := filepath.Abs(b)
 	return err1 == nil && err2 == nil && aa == ba
+}
+
+// validForProblem says why a --valid-for that is not positive is refused:
+// it would make a certificate that no peer accepts.
+func validForProblem(d time.Duration) string {
+	return fmt.Sprintf("--valid-for %s: the validity must be positive, e.g. --valid-for 8760h (a year)", d)
 }
