@@ -66,32 +66,37 @@ func Parse(s string) (uint64, error) {
 	return e, nil
 }
 
-// Tracker remembers the highest epoch a process has seen in one store, so
-// that an epoch it creates after the store lost its data is higher than
-// the old one even when its clock is behind. The zero value is ready; it
-// is safe for concurrent use.
+// Tracker remembers, per key (a lease name, or "" for a store-wide epoch),
+// the highest epoch a process has seen in one store, so that an epoch it
+// creates after the store lost its data is higher than the old one even
+// when its clock is behind. The zero value is ready; it is safe for
+// concurrent use.
 type Tracker struct {
 	mu   sync.Mutex
-	high uint64
-	last uint64
+	seen map[string]seen
 }
 
-// Next returns the epoch to create at wall-clock time now: Of(now), or one
-// above the highest seen if that is higher.
-func (t *Tracker) Next(now time.Time) uint64 {
+type seen struct{ high, last uint64 }
+
+// Next returns the epoch to create for key at wall-clock time now: Of(now),
+// or one above the highest seen if that is higher.
+func (t *Tracker) Next(key string, now time.Time) uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return max(Of(now), t.high+1)
+	return max(Of(now), t.seen[key].high+1)
 }
 
-// Saw records epoch e as read from the store and returns the epoch read
-// before it (0 at first), so that the caller can report a change: the
+// Saw records epoch e as read from the store for key and returns the epoch
+// read before it (0 at first), so that the caller can report a change: the
 // store lost its data, or was replaced.
-func (t *Tracker) Saw(e uint64) (prev uint64) {
+func (t *Tracker) Saw(key string, e uint64) (prev uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	prev = t.last
-	t.last = e
-	t.high = max(t.high, e)
+	if t.seen == nil {
+		t.seen = map[string]seen{}
+	}
+	s := t.seen[key]
+	prev = s.last
+	t.seen[key] = seen{high: max(s.high, e), last: e}
 	return prev
 }
