@@ -62,11 +62,16 @@ func TestTokensRiseAcrossWipedEtcd(t *testing.T) {
 	// A new process, after another wipe, knows no old epoch: its token is
 	// above the old ones by the wall clock alone, given a later second.
 	last = termsOn(t, b, 3, first)
+	lastAt = time.Now()
 	if err := b.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyTrue(t, 2*time.Second, "the wall clock to pass the last term's second", func() bool {
-		return epoch.Of(time.Now()) > epoch.Of(lastAt)
+	// The documented assumption: the new epoch's writer has a clock past
+	// the old epoch (the token's high half), which the same process's
+	// rewrite above may have set a second ahead of the clock.
+	eventuallyTrue(t, 3*time.Second, "the wall clock to pass the last epoch", func() bool {
+		now := epoch.Of(time.Now())
+		return now > epoch.Of(lastAt) && now > last>>32
 	})
 	wipe()
 	b2 := newBackend(t, client, etcd.Options{Config: cfg})
