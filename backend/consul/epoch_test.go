@@ -12,6 +12,7 @@ import (
 	"github.com/batonhq/baton/backend/consul"
 	"github.com/batonhq/baton/internal/epoch"
 	"github.com/batonhq/baton/internal/testserver"
+	"github.com/hashicorp/consul/api"
 )
 
 // TestTokensRiseAcrossRestartedConsul is the attack of a Consul that loses
@@ -139,4 +140,26 @@ func (w *warnings) messages() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]string(nil), w.msgs...)
+}
+
+// tokenAt returns the token of a term of lease name that locked its key at
+// index: the lease's epoch, read from its epoch key, <<32 + index.
+func tokenAt(t *testing.T, c *api.Client, b *consul.Backend, name string, index uint64) uint64 {
+	t.Helper()
+	key, err := b.EpochKey(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := c.KV().Get(key, &api.QueryOptions{RequireConsistent: true})
+	if err != nil || p == nil {
+		t.Fatalf("epoch key %s: %+v, %v", key, p, err)
+	}
+	if p.Session != "" || p.Flags != 0 {
+		t.Errorf("epoch key %s = %+v; want no session, no flags", key, p)
+	}
+	e, err := epoch.Parse(string(p.Value))
+	if err != nil {
+		t.Fatalf("epoch key %s: %v", key, err)
+	}
+	return epoch.Token(e, index)
 }
