@@ -9,6 +9,7 @@ import (
 	"github.com/batonhq/baton/backend/zookeeper"
 	"github.com/batonhq/baton/internal/epoch"
 	"github.com/batonhq/baton/internal/testserver"
+	"github.com/go-zookeeper/zk"
 )
 
 // TestTokensRiseAcrossWipedZooKeeper is the attack of a ZooKeeper that
@@ -75,4 +76,22 @@ func termsOn(t *testing.T, b *zookeeper.Backend, n int, after uint64) uint64 {
 		i++
 	}
 	return after
+}
+
+// tokenOf returns the token of a term whose latch node has czxid: the
+// epoch, read from b's epoch node through raw, <<32 + czxid.
+func tokenOf(t testing.TB, raw *zk.Conn, b *zookeeper.Backend, czxid int64) uint64 {
+	t.Helper()
+	data, stat, err := raw.Get(b.EpochPath())
+	if err != nil {
+		t.Fatalf("epoch node %s: %v", b.EpochPath(), err)
+	}
+	if stat.EphemeralOwner != 0 {
+		t.Errorf("epoch node %s is ephemeral", b.EpochPath())
+	}
+	e, err := epoch.Parse(string(data))
+	if err != nil {
+		t.Fatalf("epoch node %s: %v", b.EpochPath(), err)
+	}
+	return epoch.Token(e, uint64(czxid))
 }
