@@ -7,7 +7,10 @@
 // incarnation; holding a lease for one continuous span is a term.
 //
 //   - Fencing tokens. Every term carries a token that is strictly greater than
-//     the token of every earlier term of the same lease, on every backend.
+//     the token of every earlier term of the same lease, on every backend,
+//     also after the store lost its data: tokens fold in an epoch, the
+//     second at which the store's data got it, which assumes wall clocks
+//     that agree to the second across the loss (docs/guarantees.md).
 //   - Safe-until. A holder's term has a deadline on the holder's monotonic
 //     clock: the start of its last confirmed renewal, plus the TTL, minus a
 //     drift margin. At that deadline the term ends and the Elector cancels

@@ -68,6 +68,12 @@ type Status struct {
 	Leader bool
 	// Token is the fencing token of the current term, or of the last one.
 	Token uint64
+	// HighestToken is the highest token of the terms this Elector has
+	// held. It is above Token only when the backend's tokens went
+	// backwards (it lost its data and the epoch folded into tokens did not
+	// cover it, see docs/guarantees.md): the Elector then logs an error, as
+	// downstream stores that fence on tokens will refuse this leader.
+	HighestToken uint64
 	// SafeUntil is the current term's deadline; zero when not leading.
 	SafeUntil time.Time
 	// Since is when the current state (leading or not) began.
@@ -347,6 +353,11 @@ func (e *Elector) elected(t Term) {
 	now := time.Now()
 	e.log.Info("elected", "token", t.Token())
 	e.mu.Lock()
+	if e.status.Terms > 0 && t.Token() <= e.status.HighestToken {
+		e.log.Error("fencing token did not increase: the backend lost its data or was replaced, and stores that fence on tokens will refuse this leader's writes",
+			"token", t.Token(), "highest_token", e.status.HighestToken)
+	}
+	e.status.HighestToken = max(e.status.HighestToken, t.Token())
 	e.status.Token = t.Token()
 	e.status.Since = now
 	e.status.Terms++

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/epoch"
 )
 
 // Options configures a Backend. The zero value means the documented defaults.
@@ -34,6 +35,12 @@ type Backend struct {
 	poll   time.Duration
 	log    *slog.Logger
 	notify Notifier
+	// keeps is set when the store never loses records (Keeper): tokens of
+	// a new record then start at 1, not at an epoch.
+	keeps bool
+	// epochs follows the epochs of the leases' tokens, so that a record
+	// this Backend creates after the store lost one starts above it.
+	epochs epoch.Tracker
 
 	mu     sync.Mutex
 	closed bool
@@ -104,6 +111,9 @@ func New(store Store, opts Options) (*Backend, error) {
 	}
 	b := &Backend{done: make(chan struct{}), store: store, cfg: cfg, poll: poll, log: log.WithGroup("cas"), active: map[string]*holding{}, left: map[string]uint64{}, released: map[string]time.Time{}}
 	b.notify, _ = store.(Notifier)
+	if k, ok := store.(Keeper); ok {
+		b.keeps = k.KeepsRecords()
+	}
 	return b, nil
 }
 
@@ -214,6 +224,11 @@ func (b *Backend) campaign(ctx context.Context, h *holding) (baton.Term, error) 
 // the race, so the caller reads again.
 func (b *Backend) acquire(ctx context.Context, h *holding, v uint64, old Record) (baton.Term, error) {
 	rec := Record{Holder: h.id, Token: old.Token + 1, TTL: b.cfg.TTL, Since: time.Now(), State: old.State}
+	if v == 0 && !b.keeps {
+		// A new record: the store may have lost an older one, whose tokens
+		// this one must outrank.
+		rec.Token = max(rec.Token, epoch.Token(b.epochs.Next(h.name, rec.Since), 1))
+	}
 	start := time.Now()
 	nv, err := b.store.CompareAndSwap(ctx, h.name, v, rec)
 	if errors.Is(err, ErrConflict) {
@@ -254,6 +269,12 @@ func (b *Backend) acquire(ctx context.Context, h *holding, v uint64, old Record)
 	b.wg.Go(func() { b.renew(h) })
 	b.mu.Unlock()
 	b.log.Debug("acquired", "lease", h.name, "token", rec.Token)
+	if !b.keeps {
+		if prev, e := b.epochs.Saw(h.name, rec.Token>>32), rec.Token>>32; prev != 0 && e != prev {
+			b.log.Warn("the lease's token epoch changed: the store lost the lease's record and it was created anew",
+				"lease", h.name, "old_epoch", epoch.Format(prev), "new_epoch", epoch.Format(e), "token", rec.Token)
+		}
+	}
 	return &term{BasicTerm: t, b: b, h: h}, nil
 }
 

@@ -13,7 +13,11 @@
 //     earlier, provided clock rates differ by less than the margin.
 //   - Every acquisition is a compare-and-swap that bumps the record's token,
 //     so tokens strictly increase; a release clears the holder but keeps the
-//     token, so the next acquisition still moves it forward.
+//     token, so the next acquisition still moves it forward. A record
+//     created afresh starts at epoch<<32 + 1, the epoch being the creating
+//     candidate's wall-clock second (see Keeper), so tokens keep rising
+//     when the store loses its records, if that candidate's clock reads a
+//     later second than the lost record's epoch.
 //   - A renewal whose reply was lost but which did land is recognised by the
 //     next read (the record still names this holder and token) and adopted,
 //     not mistaken for a loss.
@@ -85,6 +89,23 @@ type Store interface {
 	// error leaves the outcome unknown: the write may have landed. The Store
 	// must not change rec.State (the caller may still read it).
 	CompareAndSwap(ctx context.Context, name string, version uint64, rec Record) (uint64, error)
+}
+
+// Keeper is an optional Store capability: a Store whose KeepsRecords
+// returns true never loses a record it has written, for as long as any
+// candidate uses it (the in-process memory store, which lives and dies
+// with its candidates). Its records' tokens start at 1. Every other Store
+// may lose records (Redis without persistence, a table dropped and made
+// again), so a record created afresh, at version 0, starts its token at
+// epoch<<32 + 1 instead, the epoch being the wall-clock second of the
+// candidate that creates it (whole seconds since 2025-01-01T00:00:00Z), or
+// one more than the highest epoch this Backend saw in the lease's tokens.
+// A later record thus outranks every token of a lost one, as long as its
+// creator's clock reads a later second than the lost record's epoch and
+// the lost record took fewer than 2^32 terms per second of its life.
+type Keeper interface {
+	// KeepsRecords reports whether the Store never loses a record.
+	KeepsRecords() bool
 }
 
 // Notifier is an optional Store capability: a push notice when a record

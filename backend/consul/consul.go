@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/epoch"
 	"github.com/batonhq/baton/internal/renew"
 	"github.com/hashicorp/consul/api"
 )
@@ -135,6 +136,11 @@ type Backend struct {
 	// may have taken is being let go in the background, the name stays
 	// claimed, so that the clean-up cannot delete a new campaign's lock.
 	slots *renew.Slots
+
+	// epochs follows the epoch keys as read (see epochKey).
+	epochs epoch.Tracker
+	// now is the wall clock an epoch written is taken from.
+	now func() time.Time
 }
 
 var _ baton.Backend = (*Backend)(nil)
@@ -212,6 +218,7 @@ func New(client *api.Client, opts Options) (*Backend, error) {
 	log = log.WithGroup("consul")
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Backend{
+		now:           time.Now,
 		client:        client,
 		kv:            client.KV(),
 		cfg:           cfg,
@@ -448,7 +455,7 @@ func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, key, id st
 			if sb != nil {
 				b.w.refresh(sb)
 			}
-			token, outcome, err := b.lock(ctx, s, key, id, p)
+			index, ep, outcome, err := b.lock(ctx, s, name, key, id, p)
 			if err != nil {
 				// The transaction may have landed though its answer was
 				// lost (ctx ended, a timeout, a dropped connection). Our
@@ -462,7 +469,7 @@ func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, key, id st
 			}
 			switch outcome {
 			case locked:
-				t, err := b.hold(s, sl, name, key, token, sb)
+				t, err := b.hold(s, sl, name, key, index, epoch.Token(ep, index), sb)
 				sb = nil
 				return t, err
 			case changed:
@@ -515,38 +522,69 @@ func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, key, id st
 }
 
 // lock tries once to lock key for candidate id with session s, provided
-// key is still as seen (nil: absent). It returns the token, the ModifyIndex
-// Consul gave the key as it locked it, read from the transaction's own
-// result so that no later write can be mistaken for it.
-func (b *Backend) lock(ctx context.Context, s *session, key, id string, seen *api.KVPair) (uint64, lockOutcome, error) {
+// key is still as seen (nil: absent). It returns the ModifyIndex Consul
+// gave the key as it locked it, read from the transaction's own result so
+// that no later write can be mistaken for it, and the lease's epoch, read
+// in the same transaction (see epochKey).
+func (b *Backend) lock(ctx context.Context, s *session, name, key, id string, seen *api.KVPair) (uint64, uint64, lockOutcome, error) {
 	guard := &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: key}
 	if seen != nil {
 		guard = &api.KVTxnOp{Verb: api.KVCheckIndex, Key: key, Index: seen.ModifyIndex}
 	}
+	ekey := epochKey(key)
 	ops := api.TxnOps{
 		{KV: guard},
+		{KV: &api.KVTxnOp{Verb: api.KVGet, Key: ekey}},
 		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: key, Value: []byte(id), Flags: api.LockFlagValue, Session: s.id}},
 	}
-	resp, ok, err := b.txn(ctx, ops)
-	if err != nil {
-		return 0, 0, err
-	}
-	if !ok {
-		for _, e := range resp.Errors {
-			if e.OpIndex == 0 {
-				return 0, changed, nil
+	for range 3 {
+		resp, ok, err := b.txn(ctx, ops)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if !ok {
+			noEpoch := false
+			for _, e := range resp.Errors {
+				switch e.OpIndex {
+				case 0:
+					return 0, 0, changed, nil
+				case 1:
+					noEpoch = true
+				}
+			}
+			if noEpoch {
+				if err := b.createEpoch(ctx, name, ekey); err != nil {
+					return 0, 0, 0, err
+				}
+				continue
+			}
+			// Consul checks lock-delays before the transaction reaches raft,
+			// and a vanished session fails the lock op itself.
+			return 0, 0, refused, nil
+		}
+		var (
+			index uint64
+			ep    *api.KVPair
+		)
+		for _, r := range resp.Results {
+			switch kv := r.KV; {
+			case kv == nil:
+			case kv.Key == ekey:
+				ep = &api.KVPair{Key: kv.Key, Value: kv.Value}
+			case kv.Key == key && kv.Session == s.id:
+				index = kv.ModifyIndex
 			}
 		}
-		// Consul checks lock-delays before the transaction reaches raft,
-		// and a vanished session fails the lock op itself.
-		return 0, refused, nil
-	}
-	for i := len(resp.Results) - 1; i >= 0; i-- {
-		if kv := resp.Results[i].KV; kv != nil && kv.Key == key && kv.Session == s.id {
-			return kv.ModifyIndex, locked, nil
+		if index == 0 {
+			return 0, 0, 0, fmt.Errorf("consul: the transaction that locked %s returned no entry for it", key)
 		}
+		e, err := b.sawEpoch(name, ep)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		return index, e, locked, nil
 	}
-	return 0, 0, fmt.Errorf("consul: the transaction that locked %s returned no entry for it", key)
+	return 0, 0, 0, fmt.Errorf("consul: epoch key %s keeps vanishing", ekey)
 }
 
 // txn runs ops as one transaction, through Raw rather than api.Txn, whose
@@ -651,6 +689,7 @@ func (b *Backend) unavailable(ctx context.Context, what string, err error) error
 // held is a lease this Backend holds.
 type held struct {
 	name, key string
+	index     uint64 // the lock key's ModifyIndex as the term locked it
 	token     uint64
 	sl        *renew.Slot
 	s         *session
@@ -664,11 +703,11 @@ type held struct {
 	finished bool       // the name was freed
 }
 
-// hold starts the term won with token. sb is the campaign's subscription
-// to the key, or nil; hold takes it over.
-func (b *Backend) hold(s *session, sl *renew.Slot, name, key string, token uint64, sb *sub) (baton.Term, error) {
+// hold starts the term won with token, locking key at index. sb is the
+// campaign's subscription to the key, or nil; hold takes it over.
+func (b *Backend) hold(s *session, sl *renew.Slot, name, key string, index, token uint64, sb *sub) (baton.Term, error) {
 	ctx, stop := context.WithCancel(s.ctx)
-	h := &held{name: name, key: key, token: token, sl: sl, s: s, ctx: ctx, stop: stop}
+	h := &held{name: name, key: key, index: index, token: token, sl: sl, s: s, ctx: ctx, stop: stop}
 	// b.mu and the session's lock together make registering the term and
 	// starting its watcher atomic with respect to Close and to the session
 	// ending: either they see the term and end it, or we see them and give
@@ -724,9 +763,9 @@ func (b *Backend) watchHeld(h *held) {
 		}
 		var why string
 		switch p := st.pair; {
-		case p != nil && p.ModifyIndex < h.token:
+		case p != nil && p.ModifyIndex < h.index:
 			continue // an answer from before we won
-		case p != nil && p.ModifyIndex == h.token && p.Session == h.s.id:
+		case p != nil && p.ModifyIndex == h.index && p.Session == h.s.id:
 			continue
 		case p == nil && !st.current:
 			continue // may be from before we won
@@ -829,7 +868,7 @@ func (b *Backend) deleteLock(ctx context.Context, h *held) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(h.s.ctx, cancel)()
-	index := h.token
+	index := h.index
 	for range 3 {
 		// deleteCAS and get bound each request by reqTimeout, like every
 		// other request of the Backend: ctx may have no deadline (Resign or
@@ -844,7 +883,7 @@ func (b *Backend) deleteLock(ctx context.Context, h *held) error {
 		if err != nil {
 			return err
 		}
-		if p == nil || p.Session != h.s.id || p.ModifyIndex < h.token {
+		if p == nil || p.Session != h.s.id || p.ModifyIndex < h.index {
 			return nil // gone, or no longer ours
 		}
 		index = p.ModifyIndex
@@ -887,7 +926,7 @@ func (b *Backend) cleanLater(h *held) {
 // key. Record.Holder is the candidate ID a baton holder stored as the key's
 // value; a holder that stored none (`consul lock` does not) is described
 // by its session: "NAME (consul session ID on node NODE)". Record.Token is
-// the key's ModifyIndex, which is the holder's token. Record.Since is
+// the holder's token: the lease's epoch<<32 + the key's ModifyIndex. Record.Since is
 // always zero: Consul keeps no times.
 func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error) {
 	key, err := b.Key(name)
@@ -910,11 +949,24 @@ func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error)
 	if p == nil || p.Session == "" {
 		return baton.Record{}, fmt.Errorf("%w for lease %q", baton.ErrNoLeader, name)
 	}
+	// Read after the lock key, so an epoch written meanwhile (Consul lost
+	// its data in between) makes the token too high, never too low. None:
+	// a `consul lock` holder where baton never campaigned, with the bare
+	// index.
+	ekey := epochKey(key)
+	ep, err := b.get(ctx, ekey)
+	if err != nil {
+		return baton.Record{}, b.unavailable(ctx, "read "+ekey, err)
+	}
+	e, err := b.sawEpoch(name, ep)
+	if err != nil {
+		return baton.Record{}, err
+	}
 	holder := string(p.Value)
 	if holder == "" {
 		holder = b.describeSession(ctx, p.Session)
 	}
-	return baton.Record{Lease: name, Holder: holder, Token: p.ModifyIndex}, nil
+	return baton.Record{Lease: name, Holder: holder, Token: epoch.Token(e, p.ModifyIndex)}, nil
 }
 
 // describeSession names the holder of a lock that carries no candidate ID.

@@ -228,8 +228,8 @@ func TestKeyAndSessionLayout(t *testing.T) {
 	if err != nil || p == nil {
 		t.Fatalf("get %s: %+v, %v", key, p, err)
 	}
-	if p.Flags != api.LockFlagValue || string(p.Value) != "host-1/abcd" || p.Session == "" || p.ModifyIndex != term.Token() {
-		t.Errorf("key %s = flags %#x, value %q, session %q, index %d; want flags %#x, the candidate ID, locked, index = token %d",
+	if p.Flags != api.LockFlagValue || string(p.Value) != "host-1/abcd" || p.Session == "" || tokenAt(t, c, b, "nightly/report", p.ModifyIndex) != term.Token() {
+		t.Errorf("key %s = flags %#x, value %q, session %q, index %d; want flags %#x, the candidate ID, locked, epoch<<32 + index = token %d",
 			key, p.Flags, p.Value, p.Session, p.ModifyIndex, uint64(api.LockFlagValue), term.Token())
 	}
 	info, _, err := c.Session().Info(p.Session, nil)

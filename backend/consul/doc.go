@@ -16,12 +16,16 @@
 // key, flag and lock that `consul lock Prefix+NAME CMD` (and api.Lock)
 // use, so whichever locks the key first runs and the other waits.
 //
-//   - Fencing tokens. Term.Token is the ModifyIndex Consul gave the key as
-//     this candidate locked it, read from the result of the very
+//   - Fencing tokens. Term.Token is built from the ModifyIndex Consul gave
+//     the key as this candidate locked it, read from the result of the very
 //     transaction that locked it. Consul's indexes are raft log indexes,
 //     which only grow, and a key can be locked only after the previous
 //     lock on it is gone, so tokens strictly increase across the terms of
-//     a lease, whoever holds them, `consul lock` included.
+//     a lease, whoever holds them, `consul lock` included. Tokens are that
+//     index plus the lease's epoch<<32: the epoch key (see EpochKey), read
+//     in the locking transaction, keeps them rising when Consul loses its
+//     data and its indexes start again, if the new epoch's writer has a
+//     clock a second past the old epoch (or read the old epoch itself).
 //   - Takeover only after the server says so. A contender locks the key
 //     only when no session holds it: after the holder deleted it (Resign,
 //     Close), or after Consul invalidated the holder's session, and then

@@ -67,7 +67,7 @@ func (t *term) LoadState(ctx context.Context) ([]byte, error) {
 
 // StoreState implements baton.StateTerm with one transaction that checks
 // that the lock key is still this term's lock (our session holds it, and
-// its ModifyIndex is still the term's token) and sets the state key, so
+// its ModifyIndex is still the one the term locked it at) and sets the state key, so
 // that Consul applies the write only while the term holds the lease. When
 // the check fails, the term ends with baton.ErrLeaseLost and so does
 // StoreState's error. An ACL refusal wraps ErrPermissionDenied. Other
@@ -95,7 +95,7 @@ func (t *term) store(ctx context.Context, value []byte) error {
 	// ModifyIndex, and indexes never repeat.
 	ops := api.TxnOps{
 		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: h.key, Session: h.s.id}},
-		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: h.key, Index: h.token}},
+		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: h.key, Index: h.index}},
 		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: t.state, Value: value}},
 	}
 	resp, ok, err := b.txn(ctx, ops)

@@ -74,8 +74,8 @@ func TestStateKeyLayout(t *testing.T) {
 		t.Errorf("state key = %+v; want value %q, no session, no flags", p, "slot 7")
 	}
 	lock := rawState(t, c, prefix+"nightly/report/.lock")
-	if lock == nil || lock.ModifyIndex != term.Token() || lock.Flags != api.LockFlagValue {
-		t.Errorf("lock key after StoreState = %+v; want it untouched, at index %d", lock, term.Token())
+	if lock == nil || tokenAt(t, c, b, "nightly/report", lock.ModifyIndex) != term.Token() || lock.Flags != api.LockFlagValue {
+		t.Errorf("lock key after StoreState = %+v; want it untouched, at the index of token %d", lock, term.Token())
 	}
 	if rec, err := b.Leader(testContext(t, 5*time.Second), "nightly/report"); err != nil || rec.Holder != "host-1" || rec.Token != term.Token() {
 		t.Errorf("Leader = %+v, %v; want host-1 with token %d", rec, err, term.Token())

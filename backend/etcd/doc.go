@@ -23,10 +23,15 @@
 // Prefix, so it never falls under an election's key prefix, NAME + "/": etcd
 // tools and Leader do not see it as a candidate.
 //
-//   - Fencing tokens. Term.Token is the create revision of the holder's key.
-//     etcd revisions only grow, and a key becomes the oldest only after every
-//     older key is gone, so tokens strictly increase across the terms of a
-//     lease, whichever process holds them.
+//   - Fencing tokens. Term.Token is the lease's epoch<<32 plus the create
+//     revision of the holder's key. etcd revisions only grow, and a key
+//     becomes the oldest only after every older key is gone, so tokens
+//     strictly increase across the terms of a lease, whichever process
+//     holds them. The epoch, the key Prefix + NAME + "!epoch" (put if
+//     absent, read in the transaction that creates the candidate's key),
+//     keeps them rising when etcd loses its data and its revisions start
+//     again, if the new epoch's writer has a clock a second past the old
+//     epoch (or read the old epoch itself).
 //   - Takeover only after the server says so. A candidate takes over only when
 //     the older keys are gone: deleted by their holder's Resign or Close, by
 //     an operator, or by etcd itself when it expires the holder's session,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/epoch"
 	"github.com/batonhq/baton/internal/renew"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -64,6 +65,13 @@ type Backend struct {
 	// landed is being deleted in the background, the name stays claimed, so
 	// that the clean-up cannot delete a new campaign's key.
 	slots *renew.Slots
+
+	// epochs follows the epoch keys this Backend reads, so that an epoch
+	// it writes after etcd lost its data is above the old one, and the
+	// loss is logged.
+	epochs epoch.Tracker
+	// now is the wall clock an epoch written is taken from.
+	now func() time.Time
 }
 
 var _ baton.Backend = (*Backend)(nil)
@@ -92,6 +100,7 @@ func New(client *clientv3.Client, opts Options) (*Backend, error) {
 		ctx:      ctx,
 		cancel:   cancel,
 		granting: make(chan struct{}, 1),
+		now:      time.Now,
 	}
 	b.slots = renew.NewSlots(&b.mu, func() bool { return b.closed }, "etcd")
 	return b, nil
@@ -135,6 +144,7 @@ func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, id string)
 		s   *session
 		key string
 		rev int64
+		ep  uint64
 	)
 	for retried := false; ; retried = true {
 		var err error
@@ -142,7 +152,7 @@ func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, id string)
 			return nil, err
 		}
 		key = fmt.Sprintf("%s%x", pfx, s.id) // concurrency.Election's layout
-		rev, err = b.createKey(ctx, s, key, id)
+		rev, ep, err = b.createKey(ctx, s, name, key, id)
 		if err == nil {
 			break
 		}
@@ -178,7 +188,7 @@ func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, id string)
 		}
 		prev := resp.Responses[1].GetResponseRange().Kvs
 		if len(prev) == 0 {
-			return b.hold(s, sl, name, key, rev, resp.Header.Revision)
+			return b.hold(s, sl, name, key, rev, ep, resp.Header.Revision)
 		}
 		if err := b.waitDelete(ctx, s, string(prev[0].Key), resp.Header.Revision+1); err != nil {
 			if ctx.Err() != nil {
@@ -189,19 +199,36 @@ func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, id string)
 	}
 }
 
-// createKey puts our key unless it exists, and returns its create revision.
-func (b *Backend) createKey(ctx context.Context, s *session, key, id string) (int64, error) {
-	for range 3 {
+// createKey puts our key unless it exists, and returns its create revision
+// and the lease's epoch, read in the same transaction: a key and an epoch
+// from one incarnation of etcd's data.
+func (b *Backend) createKey(ctx context.Context, s *session, name, key, id string) (int64, uint64, error) {
+	ekey := b.epochKey(name)
+	for range 4 {
 		resp, err := b.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, id, clientv3.WithLease(s.id))).
-			Else(clientv3.OpGet(key)).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+				clientv3.Compare(clientv3.CreateRevision(ekey), ">", 0)).
+			Then(clientv3.OpPut(key, id, clientv3.WithLease(s.id)), clientv3.OpGet(ekey)).
+			Else(clientv3.OpGet(key), clientv3.OpGet(ekey)).
 			Commit()
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
+		ekvs := resp.Responses[1].GetResponseRange().Kvs
 		if resp.Succeeded {
-			return resp.Header.Revision, nil
+			e, err := b.sawEpoch(name, ekvs)
+			if err != nil {
+				// The key is ours, with a token nobody can compute.
+				_ = b.deleteKey(ctx, key, resp.Header.Revision)
+				return 0, 0, err
+			}
+			return resp.Header.Revision, e, nil
+		}
+		if len(ekvs) == 0 {
+			if err := b.createEpoch(ctx, name); err != nil {
+				return 0, 0, err
+			}
+			continue
 		}
 		// Our session already has a key here: one whose release failed, or
 		// whose term a concurrent Resign is still releasing. Adopting it
@@ -212,10 +239,10 @@ func (b *Backend) createKey(ctx context.Context, s *session, key, id string) (in
 		}
 		b.log.Debug("replacing a leftover key", "key", key, "rev", kvs[0].CreateRevision)
 		if err := b.deleteKey(ctx, key, kvs[0].CreateRevision); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
-	return 0, fmt.Errorf("key %s keeps reappearing", key)
+	return 0, 0, fmt.Errorf("key %s keeps reappearing, or epoch key %s keeps vanishing", key, ekey)
 }
 
 // waitDelete returns nil once key may have been deleted after revision from
@@ -271,7 +298,7 @@ type held struct {
 }
 
 // hold starts the term won at revision at.
-func (b *Backend) hold(s *session, sl *renew.Slot, name, key string, rev, at int64) (baton.Term, error) {
+func (b *Backend) hold(s *session, sl *renew.Slot, name, key string, rev int64, ep uint64, at int64) (baton.Term, error) {
 	ctx, stop := context.WithCancel(s.ctx)
 	h := &held{name: name, key: key, rev: rev, sl: sl, s: s, stop: stop}
 	// b.mu and the session's lock together make registering the term and starting its
@@ -283,7 +310,8 @@ func (b *Backend) hold(s *session, sl *renew.Slot, name, key string, rev, at int
 		stop()
 		return nil, baton.ErrClosed // Close revokes the session, and our key with it
 	}
-	t, ok := s.Start(name, uint64(rev), func(ctx context.Context) error {
+	token := epoch.Token(ep, uint64(rev))
+	t, ok := s.Start(name, token, func(ctx context.Context) error {
 		return b.release(ctx, h)
 	})
 	if !ok {
@@ -295,7 +323,7 @@ func (b *Backend) hold(s *session, sl *renew.Slot, name, key string, rev, at int
 	b.slots.WonLocked(sl, h.term)
 	b.wg.Add(1)
 	go b.watchHeld(ctx, h, at+1)
-	b.log.Debug("acquired", "lease", name, "token", rev, "session", fmt.Sprintf("%x", s.id))
+	b.log.Debug("acquired", "lease", name, "token", token, "rev", rev, "session", fmt.Sprintf("%x", s.id))
 	return &stateTerm{BasicTerm: h.term, b: b, h: h}, nil
 }
 
@@ -438,8 +466,9 @@ func (b *Backend) cleanLater(s *session, sl *renew.Slot, name, key string, rev i
 
 // Leader implements baton.Backend. It reports the candidate with the oldest
 // key, which right after a holder stopped at its safe-until may still be that
-// holder, until etcd expires its session. Record.Since is always zero: etcd
-// keeps no times.
+// holder, until etcd expires its session, and the token its term has (read
+// with the lease's epoch in one transaction). Record.Since is always zero:
+// etcd keeps no times.
 func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error) {
 	if err := checkName(name); err != nil {
 		return baton.Record{}, err
@@ -450,15 +479,28 @@ func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error)
 	if closed {
 		return baton.Record{}, baton.ErrClosed
 	}
-	resp, err := b.client.Get(ctx, b.prefix+name+"/", clientv3.WithFirstCreate()...)
+	resp, err := b.client.Txn(ctx).Then(
+		clientv3.OpGet(b.prefix+name+"/", clientv3.WithFirstCreate()...),
+		clientv3.OpGet(b.epochKey(name)),
+	).Commit()
 	if err != nil {
 		return baton.Record{}, b.unavailable(ctx, "read election "+b.prefix+name+"/", err)
 	}
-	if len(resp.Kvs) == 0 {
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
 		return baton.Record{}, fmt.Errorf("%w for lease %q", baton.ErrNoLeader, name)
 	}
-	kv := resp.Kvs[0]
-	return baton.Record{Lease: name, Holder: string(kv.Value), Token: uint64(kv.CreateRevision)}, nil
+	var e uint64
+	if ekvs := resp.Responses[1].GetResponseRange().Kvs; len(ekvs) > 0 {
+		// No epoch key: a holder outside baton (etcdctl elect) on an etcd
+		// where baton never campaigned for the lease; its token is the bare
+		// revision.
+		if e, err = b.sawEpoch(name, ekvs); err != nil {
+			return baton.Record{}, err
+		}
+	}
+	kv := kvs[0]
+	return baton.Record{Lease: name, Holder: string(kv.Value), Token: epoch.Token(e, uint64(kv.CreateRevision))}, nil
 }
 
 // Close ends every term this Backend holds (Err wraps baton.ErrClosed),

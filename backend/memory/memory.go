@@ -43,6 +43,16 @@ func NewStore() *Store {
 	return &Store{recs: map[string]entry{}, watch: map[string]map[chan struct{}]struct{}{}}
 }
 
+var (
+	_ cas.Keeper = (*Store)(nil)
+	_ cas.Keeper = (*Conn)(nil)
+)
+
+// KeepsRecords implements cas.Keeper: a Store lives and dies with the
+// candidates that share it, and never loses a record while they use it,
+// so its tokens start at 1.
+func (s *Store) KeepsRecords() bool { return true }
+
 // Get implements cas.Store. The record's State is a copy of its own.
 func (s *Store) Get(ctx context.Context, name string) (cas.Record, uint64, error) {
 	if err := ctx.Err(); err != nil {
@@ -162,6 +172,9 @@ func (c *Conn) CompareAndSwap(ctx context.Context, name string, version uint64, 
 	return c.s.CompareAndSwap(ctx, name, version, rec)
 }
 
+// KeepsRecords implements cas.Keeper, as Store does.
+func (c *Conn) KeepsRecords() bool { return true }
+
 // Notify implements cas.Notifier.
 func (c *Conn) Notify(ctx context.Context, name string) (<-chan struct{}, error) {
 	// A wake-up while disconnected is harmless: the read it triggers fails,
@@ -183,3 +196,5 @@ func (p polling) Get(ctx context.Context, name string) (cas.Record, uint64, erro
 func (p polling) CompareAndSwap(ctx context.Context, name string, version uint64, rec cas.Record) (uint64, error) {
 	return p.c.CompareAndSwap(ctx, name, version, rec)
 }
+
+func (p polling) KeepsRecords() bool { return true }

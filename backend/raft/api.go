@@ -53,7 +53,6 @@ type clientRequest struct {
 	Token     uint64        `json:"token,omitempty"`
 	Reason    string        `json:"reason,omitempty"`
 	Value     []byte        `json:"value,omitempty"`
-	Time      time.Time     `json:"time,omitzero"`
 	// Member is the node ID of the member the client talks to, recorded
 	// with a session it creates. That member sets it; a client's own value
 	// is overwritten.
@@ -66,7 +65,9 @@ const minSessionSecret = 16
 // command returns the log command req asks for, or an error naming what
 // the client API refuses.
 func (req *clientRequest) command() (command, error) {
-	c := command{Op: req.Op, Session: req.Session, Time: req.Time}
+	// The time is the member's own: a first acquire sets the group's epoch
+	// from it, which a client must not choose.
+	c := command{Op: req.Op, Session: req.Session, Time: time.Now()}
 	if req.Session == "" {
 		return c, &apiError{Status: http.StatusBadRequest, Msg: "no session named"}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/epoch"
 	"github.com/batonhq/baton/internal/renew"
 )
 
@@ -52,6 +53,10 @@ type Backend struct {
 	slots   map[string]*slot
 	orphans map[string]string // lease -> session: a queue place or a hold nobody waits for
 	reaping bool
+
+	// epochs follows the group's epoch (the high half of the tokens), to
+	// report a group re-created under an agent client.
+	epochs epoch.Tracker
 }
 
 var _ baton.Backend = (*Backend)(nil)
@@ -318,6 +323,12 @@ func (b *Backend) hold(s *session, sl *slot, name string, token, at uint64) (bat
 	b.wg.Add(1)
 	go b.watchHeld(ctx, h, at)
 	b.log.Debug("acquired", "lease", name, "token", token, "session", s.id)
+	if e := token >> 32; e != 0 {
+		if prev := b.epochs.Saw("", e); prev != 0 && prev != e {
+			b.log.Warn("the raft group was created anew (its epoch changed): its log restarted, and tokens carry the new epoch",
+				"lease", name, "old_epoch", epoch.Format(prev), "new_epoch", epoch.Format(e), "token", token)
+		}
+	}
 	return &term{BasicTerm: h.term, b: b, h: h}, nil
 }
 

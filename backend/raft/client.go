@@ -65,7 +65,7 @@ func (c *Client) secret(session string) string {
 
 func (c *Client) apply(ctx context.Context, cmd command) (*result, error) {
 	req := clientRequest{Op: cmd.Op, Session: cmd.Session, Secret: c.secret(cmd.Session), TTL: cmd.TTL,
-		Lease: cmd.Lease, Candidate: cmd.Candidate, Token: cmd.Token, Reason: cmd.Reason, Value: cmd.Value, Time: cmd.Time}
+		Lease: cmd.Lease, Candidate: cmd.Candidate, Token: cmd.Token, Reason: cmd.Reason, Value: cmd.Value}
 	return retryNotLeader(ctx, func(ctx context.Context) (*result, error) {
 		var r result
 		err := c.api.call(ctx, c.addr, "/v1/raft/client/apply", &req, &r, false)

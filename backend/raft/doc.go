@@ -8,8 +8,11 @@
 // Everything package baton guarantees holds here, given a majority of the
 // voters alive and connected:
 //
-//   - Fencing tokens strictly increase: a term's token is the raft log index
-//     of the entry that granted it.
+//   - Fencing tokens strictly increase: a term's token is the group's epoch
+//     (the wall-clock second of the first acquire in its log) << 32 plus
+//     the raft log index of the entry that granted it, so a group formed
+//     anew after the old one died gives higher tokens, as long as its
+//     first acquire comes in a later second.
 //   - A holder stops acting at safe-until (the send time of its last
 //     confirmed renewal + TTL − drift margin). A renewal is confirmed only
 //     after the raft leader has checked with a quorum that it still leads, so

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/epoch"
 	hraft "github.com/hashicorp/raft"
 )
 
@@ -118,7 +119,14 @@ type stateRec struct {
 
 // state is the whole replicated state; it is also the snapshot format.
 type state struct {
-	Index    uint64                 `json:"index"`
+	Index uint64 `json:"index"`
+	// Epoch is the group's epoch (package internal/epoch): the wall-clock
+	// second, on the proposing member, of the first acquire in the log.
+	// Tokens are Epoch<<32 + the index of the granting entry, so that a
+	// group created after another one died (a whole in-memory group
+	// restarted) gives higher tokens though its log starts again at 1.
+	// Zero until the first acquire.
+	Epoch    uint64                 `json:"epoch,omitempty"`
 	Sessions map[string]*sessionRec `json:"sessions"`
 	Leases   map[string]*leaseRec   `json:"leases"`
 	States   map[string]*stateRec   `json:"states,omitempty"`
@@ -270,6 +278,12 @@ func (f *fsm) apply(index uint64, c *command) *result {
 		if !ok {
 			return &result{Err: errUnknownSession}
 		}
+		if f.st.Epoch == 0 {
+			if c.Time.IsZero() {
+				return &result{Err: errNoEpoch}
+			}
+			f.st.Epoch = epoch.Of(c.Time)
+		}
 		l := f.st.Leases[c.Lease]
 		if l == nil {
 			l = &leaseRec{Name: c.Lease}
@@ -280,13 +294,14 @@ func (f *fsm) apply(index uint64, c *command) *result {
 			// A retried acquire whose first reply was lost.
 			return &result{Holder: true, Token: l.Token}
 		case l.Session == "":
-			l.Session, l.Candidate, l.Token, l.Since = c.Session, c.Candidate, index, c.Time
+			tok := f.token(index)
+			l.Session, l.Candidate, l.Token, l.Since = c.Session, c.Candidate, tok, c.Time
 			l.ResignRequested = false
 			f.link(c.Session, c.Lease)
 			f.emit(LeaseEvent{Lease: c.Lease, Kind: EventElected, Holder: c.Candidate, Session: c.Session,
-				Member: s.Node, Token: index, At: c.Time})
+				Member: s.Node, Token: tok, At: c.Time})
 			f.changed(c.Lease)
-			return &result{Holder: true, Token: index}
+			return &result{Holder: true, Token: tok}
 		}
 		if !slices.ContainsFunc(l.Queue, func(w waiter) bool { return w.Session == c.Session }) {
 			l.Queue = append(l.Queue, waiter{Session: c.Session, Candidate: c.Candidate})
@@ -353,6 +368,13 @@ const errUnknownSession = "unknown session"
 // log has with another secret.
 const errSessionExists = "a session with this ID exists"
 
+// errNoEpoch is the refusal of an acquire that would set the group's epoch
+// but carries no time.
+const errNoEpoch = "the group has no epoch yet and the acquire carries no time to set it from"
+
+// token is the fencing token of a grant by the entry at index.
+func (f *fsm) token(index uint64) uint64 { return epoch.Token(f.st.Epoch, index) }
+
 // errNoHolder is the refusal of a request-resign for a lease nobody holds.
 const errNoHolder = "nobody holds the lease"
 
@@ -376,8 +398,8 @@ func (f *fsm) memberOf(session string) string {
 	return ""
 }
 
-// free ends l's term and hands l to the first waiter, whose token is this
-// entry's index.
+// free ends l's term and hands l to the first waiter, whose token is
+// made from this entry's index.
 func (f *fsm) free(index uint64, l *leaseRec, at time.Time) {
 	f.unlink(l.Session, l.Name)
 	l.Session, l.Candidate, l.Token, l.Since = "", "", 0, time.Time{}
@@ -385,10 +407,11 @@ func (f *fsm) free(index uint64, l *leaseRec, at time.Time) {
 	if len(l.Queue) > 0 {
 		w := l.Queue[0]
 		l.Queue = slices.Delete(l.Queue, 0, 1)
-		l.Session, l.Candidate, l.Token, l.Since = w.Session, w.Candidate, index, at
+		tok := f.token(index)
+		l.Session, l.Candidate, l.Token, l.Since = w.Session, w.Candidate, tok, at
 		f.promoted = true
 		f.emit(LeaseEvent{Lease: l.Name, Kind: EventElected, Holder: w.Candidate, Session: w.Session,
-			Member: f.memberOf(w.Session), Token: index, At: at})
+			Member: f.memberOf(w.Session), Token: tok, At: at})
 	}
 	if l.Session == "" && len(l.Queue) == 0 {
 		delete(f.st.Leases, l.Name)

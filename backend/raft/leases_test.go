@@ -570,7 +570,7 @@ func TestSnapshotKeepsStateAndResignRequests(t *testing.T) {
 		return f.Apply(&hraft.Log{Index: index, Type: hraft.LogCommand, Data: b}).(*result)
 	}
 	apply(command{Op: opSessionCreate, Session: "s1", Node: "n1", TTL: time.Second})
-	r := apply(command{Op: opAcquire, Session: "s1", Lease: "job", Candidate: "a"})
+	r := apply(command{Op: opAcquire, Session: "s1", Lease: "job", Candidate: "a", Time: time.Now()})
 	if !r.Holder {
 		t.Fatalf("acquire: %+v", r)
 	}
@@ -579,8 +579,8 @@ func TestSnapshotKeepsStateAndResignRequests(t *testing.T) {
 	}
 	apply(command{Op: opRequestResign, Lease: "job"})
 	apply(command{Op: opSessionCreate, Session: "s2", Node: "n2", TTL: time.Second})
-	apply(command{Op: opAcquire, Session: "s2", Lease: "other", Candidate: "b"})
-	apply(command{Op: opStateStore, Session: "s2", Lease: "other", Token: index, Value: []byte("x")})
+	r = apply(command{Op: opAcquire, Session: "s2", Lease: "other", Candidate: "b", Time: time.Now()})
+	apply(command{Op: opStateStore, Session: "s2", Lease: "other", Token: r.Token, Value: []byte("x")})
 	apply(command{Op: opSessionDestroy, Session: "s2"}) // "other" is gone; its state stays
 
 	snap, err := f.Snapshot()

@@ -18,11 +18,14 @@
 // watching only the node just before its own, so a departure wakes one
 // waiter, not the herd.
 //
-//   - Fencing tokens. Term.Token is the czxid of the holder's node, the
-//     ZooKeeper transaction that created it. Transaction IDs only grow, and
-//     a node comes first only after every older node of the latch is gone,
-//     so tokens strictly increase across the terms of a lease, whoever
-//     holds them, Curator's candidates included.
+//   - Fencing tokens. Term.Token is the epoch<<32 plus the czxid of the
+//     holder's node, the ZooKeeper transaction that created it. Transaction
+//     IDs only grow, and a node comes first only after every older node of
+//     the latch is gone, so tokens strictly increase across the terms of a
+//     lease, whoever holds them, Curator's candidates included. The epoch,
+//     the persistent node Root + "/.baton-epoch" (see EpochPath), keeps them
+//     rising when ZooKeeper loses its data and its zxids start again, if
+//     the new epoch's creator has a clock a second past the old epoch.
 //   - Takeover only after the server says so. A candidate takes over only
 //     when the nodes before its own are gone: deleted by their holder's
 //     Resign or Close, by an operator, or by ZooKeeper when it expires the

@@ -121,7 +121,7 @@ func TestCreateRecoveredAfterLostReply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if uint64(stat.Czxid) != term.Token() || stat.EphemeralOwner != session {
+	if tokenOf(t, raw, b, stat.Czxid) != term.Token() || stat.EphemeralOwner != session {
 		t.Errorf("node czxid %d owner 0x%x; want the term's token %d and the session 0x%x", stat.Czxid, stat.EphemeralOwner, term.Token(), session)
 	}
 	if conn.SessionID() != session {
@@ -179,7 +179,7 @@ func TestCancelledDuringLostCreateLeavesNoNode(t *testing.T) {
 		t.Fatalf("latch children %q after the new campaign won; want only its node", kids)
 	}
 	_, stat, err := raw.Get(latch + "/" + kids[0])
-	if err != nil || uint64(stat.Czxid) != w.term.Token() {
+	if err != nil || tokenOf(t, raw, b, stat.Czxid) != w.term.Token() {
 		t.Errorf("the remaining node (czxid %v, %v) is not the new term's (%d)", stat.Czxid, err, w.term.Token())
 	}
 }

@@ -70,8 +70,8 @@ func TestStateLayout(t *testing.T) {
 	}
 	kids := children(t, raw, root)
 	slices.Sort(kids)
-	if !slices.Equal(kids, []string{".baton-state", "billing"}) {
-		t.Errorf("children of %s = %q, want the latch path and .baton-state", root, kids)
+	if !slices.Equal(kids, []string{".baton-epoch", ".baton-state", "billing"}) {
+		t.Errorf("children of %s = %q, want the latch path, .baton-epoch and .baton-state", root, kids)
 	}
 	if got := rawState(t, raw, state); string(got) != "slot 43" {
 		t.Errorf("state node holds %q, want %q", got, "slot 43")

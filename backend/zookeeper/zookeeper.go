@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/epoch"
 	"github.com/batonhq/baton/internal/renew"
 	"github.com/go-zookeeper/zk"
 )
@@ -121,6 +122,11 @@ type Backend struct {
 	// (see the etcd backend). While a node of a name is being deleted in
 	// the background, the name stays claimed.
 	slots *renew.Slots
+
+	// epochs follows the epoch node as read (see epochNode).
+	epochs epoch.Tracker
+	// now is the wall clock an epoch created is taken from.
+	now func() time.Time
 }
 
 var _ baton.Backend = (*Backend)(nil)
@@ -164,6 +170,7 @@ func New(conn *zk.Conn, opts Options) (*Backend, error) {
 		cancel:   cancel,
 		starting: make(chan struct{}, 1),
 		nodes:    map[*node]struct{}{},
+		now:      time.Now,
 	}
 	b.slots = renew.NewSlots(&b.mu, func() bool { return b.closed }, "ZooKeeper")
 	return b, nil
@@ -275,6 +282,9 @@ func checkRoot(root string) error {
 		if seg == stateDir {
 			return fmt.Errorf("zookeeper: Root %q must not have a segment %q: that name holds the lease states of the Root above it, whose nodes would be taken for latch paths", root, stateDir)
 		}
+		if seg == epochNode {
+			return fmt.Errorf("zookeeper: Root %q must not have a segment %q: that name holds the epoch of the Root above it", root, epochNode)
+		}
 	}
 	return nil
 }
@@ -305,7 +315,8 @@ func checkSegment(seg string) error {
 // "/" (the latch paths of leases "a" and "a/b" would nest, so each would
 // count the other's parent node as a candidate; put shared path segments
 // in Options.Root), not ".baton-state" (Root + "/.baton-state" holds the
-// leases' states), and allowed by ZooKeeper in a path.
+// leases' states) nor ".baton-epoch" (Root + "/.baton-epoch" holds the
+// epoch of tokens), and allowed by ZooKeeper in a path.
 func CheckName(name string) error {
 	if name == "" {
 		return errors.New("zookeeper: lease name must not be empty")
@@ -319,6 +330,9 @@ func CheckName(name string) error {
 	}
 	if name == stateDir {
 		return fmt.Errorf("zookeeper: lease name %q is reserved: Root + \"/%s\" holds the lease states, whose nodes Curator and baton would take for candidates", name, stateDir)
+	}
+	if name == epochNode {
+		return fmt.Errorf("zookeeper: lease name %q is reserved: Root + \"/%s\" holds the epoch that tokens start from", name, epochNode)
 	}
 	return nil
 }
@@ -536,6 +550,7 @@ func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, id string)
 		s     *session
 		n     *node
 		czxid int64
+		ep    uint64
 	)
 	for retried := false; ; retried = true {
 		var err error
@@ -547,7 +562,12 @@ func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, id string)
 		stat, err = b.create(ctx, s, sl, name, n, id)
 		if err == nil && stat.EphemeralOwner == s.id {
 			czxid = stat.Czxid
-			break
+			// Read after the node is made on s, and checked to be read on
+			// s: both come from one incarnation of ZooKeeper's data.
+			if ep, err = b.readEpoch(ctx, s, true); err == nil {
+				break
+			}
+			b.dropNode(sl, name, n)
 		}
 		if err == nil {
 			// The create ran on a newer session: the client found ours
@@ -587,7 +607,7 @@ func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, id string)
 			return nil, fmt.Errorf("%w: latch node %s was deleted while waiting for lease %q", baton.ErrLeaseLost, path, name)
 		}
 		if i == 0 {
-			return b.hold(s, sl, name, n, czxid)
+			return b.hold(s, sl, name, n, czxid, ep)
 		}
 		// Watch only the node just before ours, as Curator does: a
 		// departure wakes one waiter, not the herd. getData rather than
@@ -923,7 +943,7 @@ type held struct {
 }
 
 // hold starts the term of node n.
-func (b *Backend) hold(s *session, sl *renew.Slot, name string, n *node, czxid int64) (baton.Term, error) {
+func (b *Backend) hold(s *session, sl *renew.Slot, name string, n *node, czxid int64, ep uint64) (baton.Term, error) {
 	ctx, stop := context.WithCancel(s.ctx)
 	h := &held{name: name, n: n, path: b.nodePath(n), czxid: czxid, sl: sl, s: s, ctx: ctx, stop: stop}
 	// b.mu and the session's lock together make registering the term and
@@ -936,7 +956,8 @@ func (b *Backend) hold(s *session, sl *renew.Slot, name string, n *node, czxid i
 		stop()
 		return nil, baton.ErrClosed // Close deletes the node, or closes the session
 	}
-	t, ok := s.Start(name, uint64(czxid), func(ctx context.Context) error {
+	token := epoch.Token(ep, uint64(czxid))
+	t, ok := s.Start(name, token, func(ctx context.Context) error {
 		return b.release(ctx, h)
 	})
 	if !ok {
@@ -952,7 +973,7 @@ func (b *Backend) hold(s *session, sl *renew.Slot, name string, n *node, czxid i
 	b.wg.Add(1)
 	b.mu.Unlock()
 	go b.watchHeld(h)
-	b.log.Debug("acquired", "lease", name, "token", czxid, "node", h.path, "session", fmt.Sprintf("0x%x", s.id))
+	b.log.Debug("acquired", "lease", name, "token", token, "czxid", czxid, "node", h.path, "session", fmt.Sprintf("0x%x", s.id))
 	return &term{BasicTerm: t, b: b, h: h}, nil
 }
 
@@ -1072,7 +1093,7 @@ func (b *Backend) release(ctx context.Context, h *held) error {
 
 // Leader implements baton.Backend. It reports the candidate whose node
 // sorts first under the latch path, as Curator's LeaderLatch.getLeader
-// does, with Token the node's czxid. Right after a holder stopped at its
+// does, with the token of its term (see epochNode). Right after a holder stopped at its
 // safe-until (cut off from ZooKeeper, say) that may still be the stopped
 // holder, until ZooKeeper expires its session. Record.Since is always
 // zero: a node's ctime is when its candidate began to wait, not to lead.
@@ -1115,7 +1136,14 @@ func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error)
 	if l == nil {
 		return baton.Record{}, fmt.Errorf("%w for lease %q", baton.ErrNoLeader, name)
 	}
-	return baton.Record{Lease: name, Holder: string(l.data), Token: uint64(l.stat.Czxid)}, nil
+	// Read after the latch node, so an epoch created meanwhile (ZooKeeper
+	// wiped in between) makes the token too high, never too low. None: a
+	// Curator holder where baton never campaigned, with the bare czxid.
+	ep, err := b.readEpoch(ctx, nil, false)
+	if err != nil {
+		return baton.Record{}, b.unavailable(ctx, "read epoch node "+b.EpochPath(), err)
+	}
+	return baton.Record{Lease: name, Holder: string(l.data), Token: epoch.Token(ep, uint64(l.stat.Czxid))}, nil
 }
 
 // Close ends every term this Backend holds (Err wraps baton.ErrClosed) and

@@ -44,8 +44,8 @@ func TestCuratorLayout(t *testing.T) {
 	if string(data) != "host-1/4f2a" {
 		t.Errorf("node data %q, want the candidate ID", data)
 	}
-	if uint64(stat.Czxid) != term.Token() {
-		t.Errorf("token %d, want the node's czxid %d", term.Token(), stat.Czxid)
+	if tokenOf(t, raw, b, stat.Czxid) != term.Token() {
+		t.Errorf("token %d, want the epoch<<32 + the node's czxid %d", term.Token(), stat.Czxid)
 	}
 	if stat.EphemeralOwner != b.Conn().SessionID() {
 		t.Errorf("node owned by session 0x%x, want the Backend's 0x%x (ephemeral)", stat.EphemeralOwner, b.Conn().SessionID())

@@ -28,12 +28,12 @@ const proxyDialTimeout = 5 * time.Second
 // server being down and retry differently.
 type Proxy struct {
 	ln     net.Listener
-	target string
 	ctx    context.Context // cancelled by Close, to abort dials in flight
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
 	mu     sync.Mutex
+	target string
 	cut    bool
 	closed bool
 	conns  map[net.Conn]struct{} // every open conn, both ends of each pair
@@ -96,6 +96,17 @@ func (p *Proxy) Heal() {
 	p.closeAllLocked()
 }
 
+// Retarget sends the proxy's new connections to target from now on, and
+// closes the connections it was forwarding, as a server restarted at the
+// proxy's address would: clients keep their address for a server that
+// came back elsewhere (a restarted test server gets a new port).
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+	p.closeAllLocked()
+}
+
 // Close stops the proxy, closes every connection and waits for all of its
 // goroutines. It is idempotent.
 func (p *Proxy) Close() {
@@ -147,7 +158,10 @@ func (p *Proxy) hold(c net.Conn) {
 func (p *Proxy) forward(c net.Conn) {
 	var d net.Dialer
 	ctx, cancel := context.WithTimeout(p.ctx, proxyDialTimeout)
-	up, err := d.DialContext(ctx, "tcp", p.target)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	up, err := d.DialContext(ctx, "tcp", target)
 	cancel()
 	if err != nil {
 		p.drop(c)

@@ -1,0 +1,68 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/epoch"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// epochSuffix follows the lease name in the key of the lease's epoch. Like
+// stateSuffix it holds no "/", so the key never falls under an election's
+// key prefix (NAME + "/"), and it differs from every state key, which ends
+// in stateSuffix.
+const epochSuffix = "!epoch"
+
+// epochKey is the key of lease name's epoch: Prefix + name + "!epoch".
+//
+// etcd's revisions start again at 1 when etcd loses its data (a member
+// restarted with a wiped data directory, a cluster restored from nothing),
+// and so would tokens made of create revisions alone. The epoch key holds
+// the wall-clock second at which it was written (package internal/epoch),
+// put only if absent, so it lives as long as etcd's data; tokens are
+// epoch<<32 + the create revision of the holder's key, read together in one
+// transaction.
+func (b *Backend) epochKey(name string) string { return b.prefix + name + epochSuffix }
+
+// createEpoch puts lease name's epoch key unless it exists.
+func (b *Backend) createEpoch(ctx context.Context, name string) error {
+	ekey := b.epochKey(name)
+	e := b.epochs.Next(name, b.now())
+	resp, err := b.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(ekey), "=", 0)).
+		Then(clientv3.OpPut(ekey, epoch.Format(e))).
+		Commit()
+	if err != nil {
+		return err
+	}
+	if resp.Succeeded {
+		b.log.Info("wrote the lease's epoch: etcd had none (a first campaign, or etcd lost its data)", "lease", name, "key", ekey, "epoch", epoch.Format(e))
+	}
+	return nil
+}
+
+// sawEpoch parses an epoch key as read (kvs holds it, or nothing), and logs
+// a change from the epoch this Backend saw last: etcd lost its data.
+func (b *Backend) sawEpoch(name string, kvs []*mvccpb.KeyValue) (uint64, error) {
+	if len(kvs) == 0 {
+		return 0, nil
+	}
+	e, err := epoch.Parse(string(kvs[0].Value))
+	if err != nil {
+		return 0, fmt.Errorf("%w: etcd: epoch key %s of lease %q: %w; delete it (etcdctl del %s) and baton writes a new one",
+			baton.ErrBackendUnavailable, kvs[0].Key, name, err, kvs[0].Key)
+	}
+	switch prev := b.epochs.Saw(name, e); {
+	case prev == 0 || prev == e:
+	case e < prev:
+		b.log.Error("the lease's epoch went backwards: etcd lost its data and the new epoch was written by a process whose clock is behind; tokens may be lower than before",
+			"lease", name, "old_epoch", epoch.Format(prev), "new_epoch", epoch.Format(e))
+	default:
+		b.log.Warn("the lease's epoch changed: etcd lost its data (its revisions started again); tokens carry the new epoch",
+			"lease", name, "old_epoch", epoch.Format(prev), "new_epoch", epoch.Format(e))
+	}
+	return e, nil
+}

@@ -1,0 +1,102 @@
+// Package epoch folds a store incarnation's epoch into fencing tokens, so
+// that tokens keep rising when a store loses its data and its own counter
+// (a revision, a zxid, a raft index) starts again from zero.
+//
+// A token is Epoch<<32 + counter, where the epoch is the whole seconds
+// since Base of the wall-clock time at which this incarnation of the store
+// was created, recorded in the store so that every candidate computes the
+// same token for a term. The sum (not a bitwise or) keeps counters of 2^32
+// and more working: ZooKeeper's zxid is its own epoch<<32 | n.
+//
+// Across a wipe, the new incarnation's tokens are above the old one's if
+// (1) the wall clock of whoever creates the new epoch reads a later second
+// than the old creator's did, and (2) the old counter stayed below
+// (new epoch − old epoch)·2^32, that is, it grew by less than 2^32 per
+// second of the old incarnation's life on average. A process that saw the
+// old epoch and creates the new one needs neither: it writes an epoch
+// above the old one whatever its clock says (Tracker.Next).
+package epoch
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Base is epoch 0: 2025-01-01T00:00:00Z.
+var Base = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Of returns the epoch of wall-clock time t: whole seconds since Base, and
+// at least 1, so that a clock set before Base still gives an epoch that
+// beats a store without one.
+func Of(t time.Time) uint64 {
+	s := t.Sub(Base) / time.Second
+	if s < 1 {
+		return 1
+	}
+	return uint64(s)
+}
+
+// Time returns the start of epoch e.
+func Time(e uint64) time.Time { return Base.Add(time.Duration(e) * time.Second) }
+
+// Token returns the fencing token of counter in epoch e: e<<32 + counter.
+func Token(e, counter uint64) uint64 { return e<<32 + counter }
+
+// Format is how stores keep an epoch: its decimal number, then a space and
+// its start in RFC 3339 for the humans who read the store.
+func Format(e uint64) string {
+	return strconv.FormatUint(e, 10) + " " + Time(e).UTC().Format(time.RFC3339)
+}
+
+// Parse reads an epoch kept by Format (the number alone will do).
+func Parse(s string) (uint64, error) {
+	num := s
+	for i := range len(s) {
+		if s[i] == ' ' {
+			num = s[:i]
+			break
+		}
+	}
+	e, err := strconv.ParseUint(num, 10, 32)
+	if err != nil || e == 0 {
+		return 0, fmt.Errorf("epoch %q is not a positive whole number of seconds since %s below 2^32", s, Base.Format(time.RFC3339))
+	}
+	return e, nil
+}
+
+// Tracker remembers, per key (a lease name, or "" for a store-wide epoch),
+// the highest epoch a process has seen in one store, so that an epoch it
+// creates after the store lost its data is higher than the old one even
+// when its clock is behind. The zero value is ready; it is safe for
+// concurrent use.
+type Tracker struct {
+	mu   sync.Mutex
+	seen map[string]seen
+}
+
+type seen struct{ high, last uint64 }
+
+// Next returns the epoch to create for key at wall-clock time now: Of(now),
+// or one above the highest seen if that is higher.
+func (t *Tracker) Next(key string, now time.Time) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return max(Of(now), t.seen[key].high+1)
+}
+
+// Saw records epoch e as read from the store for key and returns the epoch
+// read before it (0 at first), so that the caller can report a change: the
+// store lost its data, or was replaced.
+func (t *Tracker) Saw(key string, e uint64) (prev uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.seen == nil {
+		t.seen = map[string]seen{}
+	}
+	s := t.seen[key]
+	prev = s.last
+	t.seen[key] = seen{high: max(s.high, e), last: e}
+	return prev
+}
