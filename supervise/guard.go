@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -45,6 +46,10 @@ func guardMain() int {
 	// The command's parent-death signal fires when the thread that forked
 	// it exits; this thread never does before the process.
 	runtime.LockOSThread()
+	// ps shows "exe" for /proc/self/exe otherwise.
+	if name, err := unix.BytePtrFromString("baton-guard"); err == nil {
+		_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(name)), 0, 0, 0)
+	}
 	fail := func(format string, args ...any) int {
 		fmt.Fprintf(os.Stderr, "baton guard: "+format+"\n", args...)
 		return 2

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/schedule"
+	"github.com/batonhq/baton/supervise"
 	"github.com/robfig/cron/v3"
 	"github.com/spf13/cobra"
 )
@@ -155,16 +157,24 @@ func (r *runner) runSlot(ctx context.Context, t baton.Term, s schedule.Slot) err
 	}
 	stopForward := p.Forward(context.Background())
 	defer stopForward()
+	stopExtending := extendGuard(p, t)
+	defer stopExtending()
 	select {
 	case <-p.Done():
-		_ = p.Stop(context.Background())
-		if code := p.ExitCode(); code != 0 {
-			return fmt.Errorf("command exited with status %d", code)
+		if !errors.Is(p.Err(), supervise.ErrDeadline) {
+			_ = p.Stop(context.Background())
+			if code := p.ExitCode(); code != 0 {
+				return fmt.Errorf("command exited with status %d", code)
+			}
+			return nil
 		}
-		return nil
 	case <-ctx.Done():
 	}
 	stopChild(p, t)
-	r.log.Warn("term ended during a run; the command was stopped", "slot", s.String(), "exit_code", p.ExitCode(), "reason", termEndReason(ctx, t))
-	return ctx.Err()
+	reason := termEndReason(ctx, t, p)
+	r.log.Warn("term ended during a run; the command was stopped", "slot", s.String(), "exit_code", p.ExitCode(), "reason", reason)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return reason
 }

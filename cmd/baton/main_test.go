@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/testserver"
+	"github.com/batonhq/baton/supervise"
 )
 
 // Environment of the test binary in child-helper mode, which the
@@ -27,6 +28,9 @@ const (
 var batonBin string
 
 func TestMain(m *testing.M) {
+	// In-process `run` tests start their commands under guards: this
+	// binary again.
+	supervise.GuardMain()
 	if os.Getenv(childEnv) == "1" {
 		os.Exit(childMain())
 	}

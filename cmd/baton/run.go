@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/internal/supervise"
+	"github.com/batonhq/baton/supervise"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -450,17 +450,24 @@ func (r *runner) lead(ctx context.Context, t baton.Term) error {
 	stopForward := p.Forward(context.Background())
 	defer stopForward()
 
+	stopExtending := extendGuard(p, t)
+	defer stopExtending()
+
 	select {
 	case <-p.Done():
-		// Stop also removes what the command left in its group.
-		_ = p.Stop(context.Background())
-		return &childExitedError{code: p.ExitCode(), ran: time.Since(started)}
+		if !errors.Is(p.Err(), supervise.ErrDeadline) {
+			// Stop also removes what the command left behind.
+			_ = p.Stop(context.Background())
+			return &childExitedError{code: p.ExitCode(), ran: time.Since(started)}
+		}
+		// The guard stopped it at the term's deadline: the term is over,
+		// though this process may not have noticed yet.
 	case <-ctx.Done():
 	}
 	if stoppedBySignal(ctx) {
 		log.Info("stopping the command before resigning", "cause", context.Cause(ctx))
 	} else {
-		log.Warn("term ended; stopping the command", "reason", termEndReason(ctx, t))
+		log.Warn("term ended; stopping the command", "reason", termEndReason(ctx, t, p))
 	}
 	stopChild(p, t)
 	log.Info("command stopped", "exit_code", p.ExitCode())
@@ -470,11 +477,13 @@ func (r *runner) lead(ctx context.Context, t baton.Term) error {
 	return nil
 }
 
-// startChild starts the command for term t, with BATON_LEASE, BATON_TOKEN,
-// BATON_HOLDER and env added to baton's environment.
+// startChild starts the command for term t under a guard that stops it by
+// the term's safe-until unless extendGuard moves that on, with BATON_LEASE,
+// BATON_TOKEN, BATON_HOLDER and env added to baton's environment.
 func (r *runner) startChild(t baton.Term, log *slog.Logger, env ...string) (*supervise.Process, error) {
 	return supervise.Start(supervise.Config{
-		Command: r.args,
+		Deadline: t.SafeUntil(),
+		Command:  r.args,
 		Env: append(append(r.c.app.environ(),
 			"BATON_LEASE="+r.c.common.lease,
 			"BATON_TOKEN="+strconv.FormatUint(t.Token(), 10),
@@ -490,12 +499,58 @@ func (r *runner) startChild(t baton.Term, log *slog.Logger, env ...string) (*sup
 
 // termEndReason is why the term's context ended: the term's error, or,
 // before the term has one, the context's cause (renewals lagging into
-// --grace before safe-until, or --timeout).
-func termEndReason(ctx context.Context, t baton.Term) error {
+// --grace before safe-until, or --timeout), or the guard's stopping the
+// command at safe-until before this process noticed the lag.
+func termEndReason(ctx context.Context, t baton.Term, p *supervise.Process) error {
 	if err := t.Err(); err != nil {
 		return err
 	}
-	return context.Cause(ctx)
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	return p.Err()
+}
+
+// guardPoll is how often baton passes the term's safe-until on to the
+// command's guard. The Term interface has no notification of a renewal, and
+// a poll costs nothing worth counting; it only ever makes the guard's
+// deadline lag safe-until by up to guardPoll, so the guard stops the command
+// no later than baton would.
+const guardPoll = 20 * time.Millisecond
+
+// extendGuard passes each move of t's safe-until on to p's guard, until the
+// term ends, the guard is gone, or the returned stop is called (which waits
+// for that). A baton that hangs or is stopped passes nothing on, and the
+// guard stops the command by the last safe-until it got.
+func extendGuard(p *supervise.Process, t baton.Term) (stop func()) {
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sent := t.SafeUntil()
+		tick := time.NewTicker(guardPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.Done():
+				return
+			case <-tick.C:
+			}
+			if su := t.SafeUntil(); su.After(sent) {
+				if err := p.Extend(su); err != nil {
+					return // the guard is gone, or hung: it stops the command itself
+				}
+				sent = su
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(quit) })
+		<-done
+	}
 }
 
 // stopChild stops p once its term is ending. Not with the term's context:
