@@ -20,7 +20,7 @@ import (
 // Environment of the test binary in child-helper mode, which the
 // multi-process tests run under `baton run`.
 const (
-	childEnv     = "BATON_TEST_CHILD" // "1": act as the supervised child
+	childEnv     = "BATON_TEST_CHILD" // "1": act as the supervised child; "hb": heartbeatMain
 	childFileEnv = "BATON_TEST_FILE"  // the shared event file
 )
 
@@ -31,8 +31,11 @@ func TestMain(m *testing.M) {
 	// In-process `run` tests start their commands under guards: this
 	// binary again.
 	supervise.GuardMain()
-	if os.Getenv(childEnv) == "1" {
+	switch os.Getenv(childEnv) {
+	case "1":
 		os.Exit(childMain())
+	case "hb":
+		os.Exit(heartbeatMain())
 	}
 	dir, err := os.MkdirTemp("", "baton-cli-test-")
 	if err != nil {
