@@ -6,7 +6,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -232,11 +231,12 @@ func TestRunKillsEscapedDescendant(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
-		t.Run(strings.ToUpper(sig.String()), func(t *testing.T) {
+		name := map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGKILL: "SIGKILL"}[sig]
+		t.Run(name, func(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "events")
 			killLeftoverChildren(t, file)
 			env := testEnv(childEnv+"=hb", childFileEnv+"="+file, ignoreTermEnv+"=1")
-			b := startBaton(t, "baton", env, "run", "--backend", backend, "--lease", "escape-"+sig.String(),
+			b := startBaton(t, "baton", env, "run", "--backend", backend, "--lease", "escape-"+name,
 				"--ttl", "4s", "--grace", "500ms", "--", "sh", "-c", `(setsid "$0" &); exec sleep 1000`, self)
 			eventually(t, 30*time.Second, "the escapee to start", func() bool { return len(starts(readEvents(file))) >= 1 })
 			esc := starts(readEvents(file))[0]

@@ -54,6 +54,9 @@ func startBatonAttr(t *testing.T, name string, env []string, setpgid bool, args 
 	p.cmd = exec.Command(batonBin, args...)
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	// A descendant that escaped baton would hold the output pipe open and
+	// keep Wait, and so the test, from ever ending.
+	p.cmd.WaitDelay = 5 * time.Second
 	// Should the test binary die, its batons (and through them their
 	// children) must not linger.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: setpgid}
