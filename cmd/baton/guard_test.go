@@ -6,6 +6,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -124,23 +126,57 @@ func TestRunFrozenHolder(t *testing.T) {
 		}
 		t.Run("etcd/"+name, func(t *testing.T) {
 			t.Parallel()
-			testRunFrozenHolder(t, "etcd://"+testserver.StartEtcd(t).Endpoint(), group)
+			backend := "etcd://" + testserver.StartEtcd(t).Endpoint()
+			testRunFrozenHolder(t, func(int) []string { return []string{"--backend", backend} }, nil, group)
+		})
+		t.Run("raft/"+name, func(t *testing.T) {
+			t.Parallel()
+			args, env := raftGroup(t, 3)
+			testRunFrozenHolder(t, args, env, group)
 		})
 	}
 }
 
-func testRunFrozenHolder(t *testing.T, backend string, group bool) {
+// raftGroup makes material for a raft group of n `baton run` members on
+// loopback with `baton tls`, and returns each member's flags and the
+// environment with the group's secret.
+func raftGroup(t *testing.T, n int) (args func(i int) []string, env []string) {
+	t.Helper()
+	dir := t.TempDir()
+	if r := runBaton(t, 30*time.Second, "tls", "ca", "--dir", dir); r.code != 0 {
+		t.Fatalf("tls ca: %d %s", r.code, r.stderr)
+	}
+	var addrs []string
+	for i := range n {
+		name := fmt.Sprintf("m%d", i+1)
+		if r := runBaton(t, 30*time.Second, "tls", "cert", "--dir", dir, "--name", name, "--host", "127.0.0.1"); r.code != 0 {
+			t.Fatalf("tls cert: %d %s", r.code, r.stderr)
+		}
+		addrs = append(addrs, freePort(t))
+	}
+	return func(i int) []string {
+		name := fmt.Sprintf("m%d", i+1)
+		return []string{"--backend", "raft://", "--bind", addrs[i],
+			"--join", "static:" + strings.Join(addrs, ","), "--bootstrap-expect", strconv.Itoa(n),
+			"--tls-ca", filepath.Join(dir, "ca.pem"),
+			"--tls-cert", filepath.Join(dir, name+".pem"), "--tls-key", filepath.Join(dir, name+"-key.pem")}
+	}, []string{"BATON_SECRET=frozen-holder-test-secret-0123456789"}
+}
+
+// testRunFrozenHolder runs the attack with three members; args gives member
+// i's backend flags, extraEnv is added to their environment.
+func testRunFrozenHolder(t *testing.T, args func(i int) []string, extraEnv []string, group bool) {
 	file := filepath.Join(t.TempDir(), "events")
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	killLeftoverChildren(t, file)
-	env := testEnv(childEnv+"=hb", childFileEnv+"="+file)
+	env := testEnv(append([]string{childEnv + "=hb", childFileEnv + "=" + file}, extraEnv...)...)
 	var procs []*batonProc
 	for i := range 3 {
-		procs = append(procs, startBatonAttr(t, fmt.Sprintf("baton-%d", i+1), env, true,
-			"run", "--backend", backend, "--lease", "frozen", "--ttl", "4s", "--log-level", "debug", "--", self))
+		a := append(append([]string{"run"}, args(i)...), "--lease", "frozen", "--ttl", "4s", "--log-level", "debug", "--", self)
+		procs = append(procs, startBatonAttr(t, fmt.Sprintf("baton-%d", i+1), env, true, a...))
 	}
 	eventually(t, 30*time.Second, "a child to start", func() bool { return len(starts(readEvents(file))) >= 1 })
 	first := starts(readEvents(file))[0]
