@@ -391,3 +391,33 @@ func TestGuardMainRefusesHandStart(t *testing.T) {
 		t.Errorf("guard started by hand: %v, output %q; want exit 2 and a message naming supervise.Start", err, out)
 	}
 }
+
+// A guard killed with SIGKILL takes the command with it (parent-death
+// signal); with a cgroup of the command's own, the caller also kills the
+// descendants that left the command's process group.
+func TestGuardKilled(t *testing.T) {
+	modes(t, func(t *testing.T, noCgroup bool) {
+		dir := t.TempDir()
+		cfg := escapingCommand(t, dir)
+		cfg.DisableCgroup = noCgroup
+		p := start(t, cfg)
+		esc := readPid(t, filepath.Join(dir, "escapee"))
+		killAtEnd(t, esc)
+		if err := p.guard.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-p.gone:
+		case <-time.After(testTimeout):
+			t.Fatal("the killed guard was not noticed")
+		}
+		waitDead(t, p.Pid())
+		if noCgroup {
+			return // the escapee is not covered: see the package doc
+		}
+		waitDead(t, esc)
+		if _, err := os.Stat(p.cgroup); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cgroup %s left behind: %v", p.cgroup, err)
+		}
+	})
+}

@@ -34,12 +34,15 @@
 //     resumes late and the command with it, after another holder may have
 //     begun. No supervision can prevent this; fencing tokens can: pass the
 //     term's token with every write and have the store reject old ones.
-//   - A guard stopped on its own, or killed by SIGKILL. The caller, while it
-//     runs, backs the guard up when Stop's context ends: it kills the
-//     command's process group and cgroup itself, and then the guard. A
-//     SIGKILLed guard takes the command with it (parent-death signal), and
-//     its descendants when they share the command's cgroup; without cgroup
-//     v2, descendants that left the command's process group survive it.
+//   - A guard killed by SIGKILL takes the command with it (parent-death
+//     signal), and the caller, if it still runs, kills the command's process
+//     group and cgroup: with cgroup v2 every descendant dies, without it the
+//     descendants that left the command's process group survive. If the
+//     caller is gone too, only the command itself dies.
+//   - A guard stopped on its own (SIGSTOP of its pid) leaves the command
+//     running until the caller's Stop context ends; the caller then kills
+//     the command's process group and cgroup, and the guard. A caller that
+//     does not call Stop by the deadline (baton does) gives no such backup.
 //   - Processes started on the command's behalf by something outside its
 //     tree (systemd-run, a container runtime, at): they are not descendants.
 //   - A process in uninterruptible sleep (stuck I/O) dies only when the I/O
@@ -313,7 +316,23 @@ func (p *Process) watch() {
 	p.conn.Close()
 	err := p.guard.Wait()
 	p.exited(-1)
-	p.log.Info("guard exited; the child and its descendants are gone", "pid", p.pid, "err", err)
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		// The guard exits 0 once its tree is gone; anything else means
+		// it was killed (or crashed) and may have left descendants: the
+		// command died with it (parent-death signal), but not what it
+		// started. Kill what its process group and cgroup still hold.
+		p.log.Error("the guard died; killing what is left of the child's process group and cgroup", "pid", p.pid, "err", err)
+		p.killDirectly()
+		p.mu.Lock()
+		cg := p.cgroup
+		p.mu.Unlock()
+		if cg != "" {
+			(&cgroup{dir: cg, fd: -1}).remove()
+		}
+	} else {
+		p.log.Info("guard exited; the child and its descendants are gone", "pid", p.pid, "err", err)
+	}
 	close(p.gone)
 }
 
@@ -482,8 +501,8 @@ func (p *Process) Stop(ctx context.Context) error {
 	}
 	err := ctx.Err()
 	p.log.Warn("killing child and its descendants", "pgid", p.pid, "reason", "context ended: "+err.Error())
-	_ = p.write(encode(msgKill, 0))
 	p.killDirectly()
+	_ = p.write(encode(msgKill, 0))
 	t := time.NewTimer(guardKillWait)
 	defer t.Stop()
 	select {

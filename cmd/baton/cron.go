@@ -38,9 +38,11 @@ day-of-week), optionally a leading seconds field, descriptors (@hourly, @daily,
 
 CMD gets BATON_LEASE, BATON_HOLDER, BATON_TOKEN (the fencing token of the term
 that claimed the slot: pass it with downstream writes), BATON_JOB and
-BATON_SLOT (the slot's scheduled time, RFC 3339). A run that outlives the term
-is stopped like baton run's command (SIGTERM, then SIGKILL --grace later,
-before safe-until). A failed run (non-zero exit) is logged and not retried.
+BATON_SLOT (the slot's scheduled time, RFC 3339). CMD runs under a guard like
+baton run's command: a run that outlives the term, or whose baton hangs or
+dies, is stopped with all its descendants (SIGTERM, then SIGKILL --grace later,
+landing before safe-until). A failed run (non-zero exit) is logged and not
+retried.
 
 Slots follow the schedule's zone: where it has daylight saving time, a daily
 01:30 falls twice on the autumn change and a 02:30 not at all in spring; use

@@ -23,29 +23,38 @@ import (
 const runLong = `Run CMD only while this instance holds the lease, and restart it each time
 this instance is elected again.
 
-Once elected, baton starts CMD in a process group of its own, with the
-environment variables BATON_LEASE (the lease), BATON_TOKEN (the fencing token of
-this term: pass it with every write to a downstream store, which should reject
-tokens lower than the highest it has seen) and BATON_HOLDER (the --id) added.
-CMD's stdout and stderr are baton's; its stdin is /dev/null. SIGHUP, SIGUSR1,
-SIGUSR2, SIGWINCH and SIGQUIT sent to baton are forwarded to CMD's group.
+Once elected, baton starts CMD under a guard (baton itself in a hidden mode,
+"baton-guard" in ps) in a process group of its own, with the environment
+variables BATON_LEASE (the lease), BATON_TOKEN (the fencing token of this term:
+pass it with every write to a downstream store, which should reject tokens lower
+than the highest it has seen) and BATON_HOLDER (the --id) added. CMD's stdout
+and stderr are baton's; its stdin is /dev/null. SIGHUP, SIGUSR1, SIGUSR2,
+SIGWINCH and SIGQUIT sent to baton are forwarded to CMD's group.
 
-When the term ends (the lease was lost), CMD's group gets SIGTERM and, --grace
-later, SIGKILL; then baton campaigns again. When renewals lag, baton does not
-wait for the safe-until deadline: it sends SIGTERM --grace before it, so that
-SIGKILL has landed by the time another instance may take over. --grace must
-therefore be below the renewal window (--ttl minus its renew interval and drift
-margin: 5.67s at --ttl 10s); by default it is half of that, at most 5s. Fence
-writes with BATON_TOKEN all the same: a paused process can still write late. If
-baton dies, even by kill -9, the kernel kills CMD (parent-death signal); CMD's
-own descendants are not covered.
+When the term ends (the lease was lost), CMD and all its descendants get
+SIGTERM and, --grace later, SIGKILL; then baton campaigns again. When renewals
+lag, baton does not wait for the safe-until deadline: it sends SIGTERM --grace
+before it, so that SIGKILL has landed by the time another instance may take
+over. --grace must therefore be below the renewal window (--ttl minus its renew
+interval and drift margin: 5.67s at --ttl 10s); by default it is half of that,
+at most 5s.
+
+The guard holds the term's safe-until on its own clock, and baton moves it on
+after each renewal. When baton cannot (it hangs, is stopped with SIGSTOP, or
+dies, even by kill -9), the guard stops CMD by itself: SIGTERM --grace before
+safe-until (at once if baton died), SIGKILL 100ms before it at the latest. It
+stops every descendant of CMD, also those that double-forked or called setsid
+(the guard is a child subreaper; where cgroup v2 is writable, CMD runs in a
+cgroup of its own, killed at once), and exits only when they are all gone. Fence
+writes with BATON_TOKEN all the same: a guard stopped together with CMD (a VM
+pause) resumes late, and CMD with it.
 
 SIGTERM or SIGINT to baton: CMD is stopped the same way, then baton resigns so
 that a standby takes over at once, and exits 0. A second SIGTERM/SIGINT kills
-baton immediately (CMD dies with it; the lease expires after --ttl). Closing
-the backend (ending the session; with raft://, leaving the group) gets 5s; a
-close still unfinished 5s after that is logged, with where it hangs, and baton
-exits without it.
+baton immediately (the guard then stops CMD within --grace; the lease expires
+after --ttl). Closing the backend (ending the session; with raft://, leaving the
+group) gets 5s; a close still unfinished 5s after that is logged, with where it
+hangs, and baton exits without it.
 
 If CMD exits by itself while this instance leads, baton resigns and campaigns
 again (after 1s if CMD ran for less than 1s), unless --once is given.
