@@ -308,6 +308,7 @@ func TestEnv(t *testing.T) {
 		Env:     []string{"PATH=" + os.Getenv("PATH"), "BATON_TEST_VAR=hello baton"},
 		Stdout:  &out,
 	})
+	waitDone(t, p)
 	// The guard's exit, which Stop waits for, ends the copying of out.
 	if _, err := stop(t, p); err != nil {
 		t.Fatal(err)

@@ -37,6 +37,10 @@ func TestMain(m *testing.M) {
 	case "hb":
 		os.Exit(heartbeatMain())
 	}
+	// A race-enabled guard (the in-process tests' commands run under this
+	// binary) would otherwise sleep a second at exit, ThreadSanitizer's
+	// default, which baton waits for.
+	os.Setenv("GORACE", "atexit_sleep_ms=0")
 	dir, err := os.MkdirTemp("", "baton-cli-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -465,9 +465,10 @@ func (r *runner) lead(ctx context.Context, t baton.Term) error {
 	select {
 	case <-p.Done():
 		if !errors.Is(p.Err(), supervise.ErrDeadline) {
+			ran := time.Since(started)
 			// Stop also removes what the command left behind.
 			_ = p.Stop(context.Background())
-			return &childExitedError{code: p.ExitCode(), ran: time.Since(started)}
+			return &childExitedError{code: p.ExitCode(), ran: ran}
 		}
 		// The guard stopped it at the term's deadline: the term is over,
 		// though this process may not have noticed yet.
