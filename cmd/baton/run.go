@@ -525,7 +525,8 @@ func termEndReason(ctx context.Context, t baton.Term, p *supervise.Process) erro
 // command's guard. The Term interface has no notification of a renewal, and
 // a poll costs nothing worth counting; it only ever makes the guard's
 // deadline lag safe-until by up to guardPoll, so the guard stops the command
-// no later than baton would.
+// no later than baton would (and, when a renewal is confirmed within
+// guardPoll of StopEarly's moment, a little earlier).
 const guardPoll = 20 * time.Millisecond
 
 // extendGuard passes each move of t's safe-until on to p's guard, until the
