@@ -66,7 +66,7 @@ func guardMain() int {
 	}
 	conn := fc.(*net.UnixConn)
 
-	g := &guard{conn: conn, deadline: 0, cgroupOK: true}
+	g := &guard{conn: conn, cgroupOK: true, notes: make(chan string, 16)}
 	for started := false; !started; {
 		m, err := readMessage(conn)
 		if err != nil {
@@ -90,6 +90,11 @@ func guardMain() int {
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	// A write to a stderr whose reader is gone must fail, not kill the
+	// guard (Go's default for fd 1 and 2). Caught, not ignored: an ignored
+	// signal would stay ignored in the command across exec.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	go g.printer()
 
 	if err := g.start(os.Args[1], os.Args[2:]); err != nil {
 		var errno syscall.Errno
@@ -108,6 +113,8 @@ type guard struct {
 
 	pid int     // the command, also its process group
 	cg  *cgroup // the command's cgroup, or nil
+
+	notes chan string // for printer
 
 	stopping bool  // SIGTERM sent
 	killAt   int64 // CLOCK_MONOTONIC nanoseconds of the SIGKILL; 0 none yet
@@ -308,9 +315,21 @@ func (g *guard) arm(timer *time.Timer) {
 }
 
 // say tells the operator what the guard does on its own: its parent may be
-// unable to.
+// unable to. It never blocks: stderr may be a pipe whose reader is stopped
+// (a shell pipeline's process group stopped with the caller), and the guard
+// must act all the same; a note that does not fit is dropped.
 func (g *guard) say(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "baton guard[%d]: command %d: %s\n", os.Getpid(), g.pid, fmt.Sprintf(format, args...))
+	select {
+	case g.notes <- fmt.Sprintf("baton guard[%d]: command %d: %s\n", os.Getpid(), g.pid, fmt.Sprintf(format, args...)):
+	default:
+	}
+}
+
+// printer writes the notes of say to stderr.
+func (g *guard) printer() {
+	for n := range g.notes {
+		_, _ = os.Stderr.WriteString(n)
+	}
 }
 
 // stop sends SIGTERM to the command and its descendants once and schedules
