@@ -23,8 +23,10 @@
 //     even by SIGKILL: it sees its end of a socket close;
 //   - stops every descendant, not only the command's process group: the
 //     guard is a child subreaper, so processes that double-fork or call
-//     setsid stay below it, and where cgroup v2 is writable the command runs
-//     in a cgroup of its own, killed at once with cgroup.kill;
+//     setsid stay below it, and where cgroup v2 is writable (as root, or in
+//     a cgroup delegated to the caller, e.g. systemd's Delegate=yes; Linux
+//     5.14 or later) the command runs in a cgroup of its own below the
+//     caller's, killed at once with cgroup.kill;
 //   - exits only once the command and every descendant are gone, and
 //     Process.Stop returns only then.
 //
