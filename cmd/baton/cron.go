@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/schedule"
+	"github.com/batonhq/baton/supervise"
 	"github.com/robfig/cron/v3"
 	"github.com/spf13/cobra"
 )
@@ -36,9 +38,11 @@ day-of-week), optionally a leading seconds field, descriptors (@hourly, @daily,
 
 CMD gets BATON_LEASE, BATON_HOLDER, BATON_TOKEN (the fencing token of the term
 that claimed the slot: pass it with downstream writes), BATON_JOB and
-BATON_SLOT (the slot's scheduled time, RFC 3339). A run that outlives the term
-is stopped like baton run's command (SIGTERM, then SIGKILL --grace later,
-before safe-until). A failed run (non-zero exit) is logged and not retried.
+BATON_SLOT (the slot's scheduled time, RFC 3339). CMD runs under a guard like
+baton run's command: a run that outlives the term, or whose baton hangs or
+dies, is stopped with all its descendants (SIGTERM, then SIGKILL --grace later,
+landing before safe-until). A failed run (non-zero exit) is logged and not
+retried.
 
 Slots follow the schedule's zone: where it has daylight saving time, a daily
 01:30 falls twice on the autumn change and a 02:30 not at all in spring; use
@@ -155,16 +159,24 @@ func (r *runner) runSlot(ctx context.Context, t baton.Term, s schedule.Slot) err
 	}
 	stopForward := p.Forward(context.Background())
 	defer stopForward()
+	stopExtending := extendGuard(p, t)
+	defer stopExtending()
 	select {
 	case <-p.Done():
-		_ = p.Stop(context.Background())
-		if code := p.ExitCode(); code != 0 {
-			return fmt.Errorf("command exited with status %d", code)
+		if !errors.Is(p.Err(), supervise.ErrDeadline) {
+			_ = p.Stop(context.Background())
+			if code := p.ExitCode(); code != 0 {
+				return fmt.Errorf("command exited with status %d", code)
+			}
+			return nil
 		}
-		return nil
 	case <-ctx.Done():
 	}
 	stopChild(p, t)
-	r.log.Warn("term ended during a run; the command was stopped", "slot", s.String(), "exit_code", p.ExitCode(), "reason", termEndReason(ctx, t))
-	return ctx.Err()
+	reason := termEndReason(ctx, t, p)
+	r.log.Warn("term ended during a run; the command was stopped", "slot", s.String(), "exit_code", p.ExitCode(), "reason", reason)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return reason
 }

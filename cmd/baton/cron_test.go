@@ -85,7 +85,9 @@ func testCronOncePerSlot(t *testing.T, backend, ttl string) {
 	file := filepath.Join(t.TempDir(), "slots")
 	// The job records its slot first thing, then works for a while, so
 	// that a kill lands in the middle of a run.
-	job := fmt.Sprintf(`echo "$BATON_SLOT $BATON_TOKEN $PPID" >> %s; sleep 1`, file)
+	// The job's parent is its guard; the guard's parent (field 4 of its
+	// /proc stat) is the baton.
+	job := fmt.Sprintf(`echo "$BATON_SLOT $BATON_TOKEN $(cut -d' ' -f4 /proc/$PPID/stat)" >> %s; sleep 1`, file)
 	var procs []*batonProc
 	for i := range 3 {
 		procs = append(procs, startBaton(t, fmt.Sprintf("cron-%d", i+1), testEnv(),

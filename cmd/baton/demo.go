@@ -22,7 +22,7 @@ import (
 	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/discovery"
 	"github.com/batonhq/baton/internal/certs"
-	"github.com/batonhq/baton/internal/supervise"
+	"github.com/batonhq/baton/supervise"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )

@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/supervise"
 )
 
 // Exit statuses. They are stable: scripts depend on them.
@@ -115,6 +116,8 @@ func (a *App) Main(ctx context.Context, args []string) int {
 }
 
 func main() {
+	// `baton run` starts each command under a guard: this binary again.
+	supervise.GuardMain()
 	ctx, cancel := context.WithCancelCause(context.Background())
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -123,8 +126,8 @@ func main() {
 		// Only the first signal asks for an orderly stop (stop the child, then
 		// resign). Restoring the default action lets a second Ctrl-C kill a
 		// baton whose child ignores SIGTERM without waiting for --grace; the
-		// child still dies with it (parent-death signal) and the lease then
-		// expires after its TTL.
+		// child's guard then stops it (SIGKILL after --grace at the latest)
+		// and the lease expires after its TTL.
 		signal.Stop(sigs)
 		cancel(&signalError{sig})
 	}()

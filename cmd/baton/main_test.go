@@ -14,12 +14,13 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/testserver"
+	"github.com/batonhq/baton/supervise"
 )
 
 // Environment of the test binary in child-helper mode, which the
 // multi-process tests run under `baton run`.
 const (
-	childEnv     = "BATON_TEST_CHILD" // "1": act as the supervised child
+	childEnv     = "BATON_TEST_CHILD" // "1": act as the supervised child; "hb": heartbeatMain
 	childFileEnv = "BATON_TEST_FILE"  // the shared event file
 )
 
@@ -27,9 +28,19 @@ const (
 var batonBin string
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "1" {
+	// In-process `run` tests start their commands under guards: this
+	// binary again.
+	supervise.GuardMain()
+	switch os.Getenv(childEnv) {
+	case "1":
 		os.Exit(childMain())
+	case "hb":
+		os.Exit(heartbeatMain())
 	}
+	// A race-enabled guard (the in-process tests' commands run under this
+	// binary) would otherwise sleep a second at exit, ThreadSanitizer's
+	// default, which baton waits for.
+	os.Setenv("GORACE", "atexit_sleep_ms=0")
 	dir, err := os.MkdirTemp("", "baton-cli-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -43,13 +43,23 @@ func testEnv(extra ...string) []string {
 // failed.
 func startBaton(t *testing.T, name string, env []string, args ...string) *batonProc {
 	t.Helper()
+	return startBatonAttr(t, name, env, false, args...)
+}
+
+// startBatonAttr is startBaton, with baton in a process group of its own
+// if setpgid.
+func startBatonAttr(t *testing.T, name string, env []string, setpgid bool, args ...string) *batonProc {
+	t.Helper()
 	p := &batonProc{name: name, out: new(testserver.SyncBuffer), done: make(chan struct{})}
 	p.cmd = exec.Command(batonBin, args...)
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	// A descendant that escaped baton would hold the output pipe open and
+	// keep Wait, and so the test, from ever ending.
+	p.cmd.WaitDelay = 5 * time.Second
 	// Should the test binary die, its batons (and through them their
 	// children) must not linger.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: setpgid}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
@@ -59,6 +69,7 @@ func startBaton(t *testing.T, name string, env []string, args ...string) *batonP
 	}()
 	t.Cleanup(func() {
 		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Process.Signal(syscall.SIGCONT) // a stopped baton dies only once it runs
 		<-p.done
 		if t.Failed() {
 			t.Logf("output of %s (%s):\n%s", name, strings.Join(args, " "), p.out)
@@ -122,8 +133,8 @@ func stopOf(evs []event, pid int) (event, bool) {
 // still runs: a failing test must not leave them behind.
 func killLeftoverChildren(t *testing.T, file string) {
 	t.Cleanup(func() {
-		// The batons are gone by now (their cleanups ran first); the
-		// kernel's parent-death SIGKILL may take a moment to land.
+		// The batons are gone by now (their cleanups ran first); their
+		// guards stop the children within --grace.
 		deadline := time.Now().Add(5 * time.Second)
 		for _, e := range starts(readEvents(file)) {
 			for isOurChild(e.pid) && time.Now().Before(deadline) {
@@ -137,19 +148,23 @@ func killLeftoverChildren(t *testing.T, file string) {
 	})
 }
 
-// leaderProc returns the baton process whose child is pid.
+// leaderProc returns the baton process that pid descends from (baton, its
+// command's guard, the command, and possibly a wrapper script between).
 func leaderProc(t *testing.T, procs []*batonProc, pid int) *batonProc {
 	t.Helper()
-	_, ppid, ok := procStat(pid)
-	if !ok {
-		t.Fatalf("child %d is gone", pid)
-	}
-	for _, p := range procs {
-		if p.cmd.Process.Pid == ppid {
-			return p
+	for anc, n := pid, 0; n < 5; n++ {
+		_, ppid, ok := procStat(anc)
+		if !ok {
+			t.Fatalf("process %d, an ancestor of child %d, is gone", anc, pid)
 		}
+		for _, p := range procs {
+			if p.cmd.Process.Pid == ppid {
+				return p
+			}
+		}
+		anc = ppid
 	}
-	t.Fatalf("the parent %d of child %d is none of the batons", ppid, pid)
+	t.Fatalf("child %d descends from none of the batons", pid)
 	return nil
 }
 
@@ -252,7 +267,7 @@ func testRunFailover(t *testing.T, backend, ttl string) {
 		t.Fatal(err)
 	}
 	leader.wait(t, 10*time.Second)
-	eventually(t, 10*time.Second, "the crashed leader's child to die (parent-death signal)", func() bool { return !alive(first.pid) })
+	eventually(t, 10*time.Second, "the crashed leader's child to die (its guard stops it)", func() bool { return !alive(first.pid) })
 	eventually(t, 30*time.Second, "a standby's child to start after the crash", func() bool { return len(starts(readEvents(file))) >= 2 })
 	second := starts(readEvents(file))[1]
 	if second.token <= first.token {

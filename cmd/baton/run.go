@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/internal/supervise"
+	"github.com/batonhq/baton/supervise"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -23,29 +23,38 @@ import (
 const runLong = `Run CMD only while this instance holds the lease, and restart it each time
 this instance is elected again.
 
-Once elected, baton starts CMD in a process group of its own, with the
-environment variables BATON_LEASE (the lease), BATON_TOKEN (the fencing token of
-this term: pass it with every write to a downstream store, which should reject
-tokens lower than the highest it has seen) and BATON_HOLDER (the --id) added.
-CMD's stdout and stderr are baton's; its stdin is /dev/null. SIGHUP, SIGUSR1,
-SIGUSR2, SIGWINCH and SIGQUIT sent to baton are forwarded to CMD's group.
+Once elected, baton starts CMD under a guard (baton itself in a hidden mode,
+"baton-guard" in ps) in a process group of its own, with the environment
+variables BATON_LEASE (the lease), BATON_TOKEN (the fencing token of this term:
+pass it with every write to a downstream store, which should reject tokens lower
+than the highest it has seen) and BATON_HOLDER (the --id) added. CMD's stdout
+and stderr are baton's; its stdin is /dev/null. SIGHUP, SIGUSR1, SIGUSR2,
+SIGWINCH and SIGQUIT sent to baton are forwarded to CMD's group.
 
-When the term ends (the lease was lost), CMD's group gets SIGTERM and, --grace
-later, SIGKILL; then baton campaigns again. When renewals lag, baton does not
-wait for the safe-until deadline: it sends SIGTERM --grace before it, so that
-SIGKILL has landed by the time another instance may take over. --grace must
-therefore be below the renewal window (--ttl minus its renew interval and drift
-margin: 5.67s at --ttl 10s); by default it is half of that, at most 5s. Fence
-writes with BATON_TOKEN all the same: a paused process can still write late. If
-baton dies, even by kill -9, the kernel kills CMD (parent-death signal); CMD's
-own descendants are not covered.
+When the term ends (the lease was lost), CMD and all its descendants get
+SIGTERM and, --grace later, SIGKILL; then baton campaigns again. When renewals
+lag, baton does not wait for the safe-until deadline: it sends SIGTERM --grace
+before it, so that SIGKILL has landed by the time another instance may take
+over. --grace must therefore be below the renewal window (--ttl minus its renew
+interval and drift margin: 5.67s at --ttl 10s); by default it is half of that,
+at most 5s.
+
+The guard holds the term's safe-until on its own clock, and baton moves it on
+after each renewal. When baton cannot (it hangs, is stopped with SIGSTOP, or
+dies, even by kill -9), the guard stops CMD by itself: SIGTERM --grace before
+safe-until (at once if baton died), SIGKILL 100ms before it at the latest. It
+stops every descendant of CMD, also those that double-forked or called setsid
+(the guard is a child subreaper; where cgroup v2 is writable, CMD runs in a
+cgroup of its own, killed at once), and exits only when they are all gone. Fence
+writes with BATON_TOKEN all the same: a guard stopped together with CMD (a VM
+pause) resumes late, and CMD with it.
 
 SIGTERM or SIGINT to baton: CMD is stopped the same way, then baton resigns so
 that a standby takes over at once, and exits 0. A second SIGTERM/SIGINT kills
-baton immediately (CMD dies with it; the lease expires after --ttl). Closing
-the backend (ending the session; with raft://, leaving the group) gets 5s; a
-close still unfinished 5s after that is logged, with where it hangs, and baton
-exits without it.
+baton immediately (the guard then stops CMD within --grace; the lease expires
+after --ttl). Closing the backend (ending the session; with raft://, leaving the
+group) gets 5s; a close still unfinished 5s after that is logged, with where it
+hangs, and baton exits without it.
 
 If CMD exits by itself while this instance leads, baton resigns and campaigns
 again (after 1s if CMD ran for less than 1s), unless --once is given.
@@ -450,17 +459,25 @@ func (r *runner) lead(ctx context.Context, t baton.Term) error {
 	stopForward := p.Forward(context.Background())
 	defer stopForward()
 
+	stopExtending := extendGuard(p, t)
+	defer stopExtending()
+
 	select {
 	case <-p.Done():
-		// Stop also removes what the command left in its group.
-		_ = p.Stop(context.Background())
-		return &childExitedError{code: p.ExitCode(), ran: time.Since(started)}
+		if !errors.Is(p.Err(), supervise.ErrDeadline) {
+			ran := time.Since(started)
+			// Stop also removes what the command left behind.
+			_ = p.Stop(context.Background())
+			return &childExitedError{code: p.ExitCode(), ran: ran}
+		}
+		// The guard stopped it at the term's deadline: the term is over,
+		// though this process may not have noticed yet.
 	case <-ctx.Done():
 	}
 	if stoppedBySignal(ctx) {
 		log.Info("stopping the command before resigning", "cause", context.Cause(ctx))
 	} else {
-		log.Warn("term ended; stopping the command", "reason", termEndReason(ctx, t))
+		log.Warn("term ended; stopping the command", "reason", termEndReason(ctx, t, p))
 	}
 	stopChild(p, t)
 	log.Info("command stopped", "exit_code", p.ExitCode())
@@ -470,11 +487,13 @@ func (r *runner) lead(ctx context.Context, t baton.Term) error {
 	return nil
 }
 
-// startChild starts the command for term t, with BATON_LEASE, BATON_TOKEN,
-// BATON_HOLDER and env added to baton's environment.
+// startChild starts the command for term t under a guard that stops it by
+// the term's safe-until unless extendGuard moves that on, with BATON_LEASE,
+// BATON_TOKEN, BATON_HOLDER and env added to baton's environment.
 func (r *runner) startChild(t baton.Term, log *slog.Logger, env ...string) (*supervise.Process, error) {
 	return supervise.Start(supervise.Config{
-		Command: r.args,
+		Deadline: t.SafeUntil(),
+		Command:  r.args,
 		Env: append(append(r.c.app.environ(),
 			"BATON_LEASE="+r.c.common.lease,
 			"BATON_TOKEN="+strconv.FormatUint(t.Token(), 10),
@@ -490,12 +509,59 @@ func (r *runner) startChild(t baton.Term, log *slog.Logger, env ...string) (*sup
 
 // termEndReason is why the term's context ended: the term's error, or,
 // before the term has one, the context's cause (renewals lagging into
-// --grace before safe-until, or --timeout).
-func termEndReason(ctx context.Context, t baton.Term) error {
+// --grace before safe-until, or --timeout), or the guard's stopping the
+// command at safe-until before this process noticed the lag.
+func termEndReason(ctx context.Context, t baton.Term, p *supervise.Process) error {
 	if err := t.Err(); err != nil {
 		return err
 	}
-	return context.Cause(ctx)
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	return p.Err()
+}
+
+// guardPoll is how often baton passes the term's safe-until on to the
+// command's guard. The Term interface has no notification of a renewal, and
+// a poll costs nothing worth counting; it only ever makes the guard's
+// deadline lag safe-until by up to guardPoll, so the guard stops the command
+// no later than baton would (and, when a renewal is confirmed within
+// guardPoll of StopEarly's moment, a little earlier).
+const guardPoll = 20 * time.Millisecond
+
+// extendGuard passes each move of t's safe-until on to p's guard, until the
+// term ends, the guard is gone, or the returned stop is called (which waits
+// for that). A baton that hangs or is stopped passes nothing on, and the
+// guard stops the command by the last safe-until it got.
+func extendGuard(p *supervise.Process, t baton.Term) (stop func()) {
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sent := t.SafeUntil()
+		tick := time.NewTicker(guardPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.Done():
+				return
+			case <-tick.C:
+			}
+			if su := t.SafeUntil(); su.After(sent) {
+				if err := p.Extend(su); err != nil {
+					return // the guard is gone, or hung: it stops the command itself
+				}
+				sent = su
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(quit) })
+		<-done
+	}
 }
 
 // stopChild stops p once its term is ending. Not with the term's context:

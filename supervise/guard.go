@@ -1,0 +1,396 @@
+//go:build linux
+
+package supervise
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// guardEnv marks a process started by Start as a guard; the guard removes
+// it from the command's environment.
+const guardEnv = "BATON_SUPERVISE_GUARD"
+
+// guardFD is the guard's end of the socket to its parent.
+const guardFD = 3
+
+// killRetry is how often a guard that has sent SIGKILL sends it again to
+// whatever is still left: a descendant may fork between a scan of the
+// process table and the kill.
+const killRetry = 10 * time.Millisecond
+
+// GuardMain runs the guard and exits if this process was started by Start
+// as one; otherwise it returns at once. Call it first thing in main, and in
+// TestMain of tests that use Start, before anything else the program does:
+// Start re-executes the program's own file as the guard.
+func GuardMain() {
+	if os.Getenv(guardEnv) != "1" {
+		return
+	}
+	os.Exit(guardMain())
+}
+
+// guardMain is the guard: it starts the command and stops it and all its
+// descendants when told to, when the deadline passes unextended or when its
+// parent is gone, and returns once they are all gone.
+func guardMain() int {
+	// The command's parent-death signal fires when the thread that forked
+	// it exits; this thread never does before the process.
+	runtime.LockOSThread()
+	// ps shows "exe" for /proc/self/exe otherwise.
+	if name, err := unix.BytePtrFromString("baton-guard"); err == nil {
+		_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(name)), 0, 0, 0)
+	}
+	fail := func(format string, args ...any) int {
+		fmt.Fprintf(os.Stderr, "baton guard: "+format+"\n", args...)
+		return 2
+	}
+	if len(os.Args) < 3 {
+		return fail("started without a command; the guard is started by supervise.Start, not by hand")
+	}
+	syscall.CloseOnExec(guardFD)
+	f := os.NewFile(guardFD, "supervise-guard")
+	fc, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return fail("fd %d is not the socket to the parent (%v); the guard is started by supervise.Start, not by hand", guardFD, err)
+	}
+	conn := fc.(*net.UnixConn)
+
+	g := &guard{conn: conn, cgroupOK: true, notes: make(chan string, 16)}
+	for started := false; !started; {
+		m, err := readMessage(conn)
+		if err != nil {
+			return fail("parent gone before the command started: %v", err)
+		}
+		switch m.typ {
+		case msgGrace:
+			g.grace = m.val
+		case msgNoCgroup:
+			g.cgroupOK = false
+		case msgDeadline:
+			g.deadline = m.val
+		case msgRun:
+			started = true
+		}
+	}
+	// Orphans below the guard, double-forked or setsid or not, become its
+	// children instead of init's: none can leave the tree it reaps.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fail("prctl(PR_SET_CHILD_SUBREAPER): %v", err)
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	// A write to a stderr whose reader is gone must fail, not kill the
+	// guard (Go's default for fd 1 and 2). Caught, not ignored: an ignored
+	// signal would stay ignored in the command across exec.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	go g.printer()
+
+	if err := g.start(os.Args[1], os.Args[2:]); err != nil {
+		var errno syscall.Errno
+		errors.As(err, &errno)
+		g.send(encodeStartErr(int64(errno), err.Error()))
+		return 1
+	}
+	return g.run(sigs)
+}
+
+type guard struct {
+	conn     *net.UnixConn
+	grace    int64 // nanoseconds
+	deadline int64 // CLOCK_MONOTONIC nanoseconds; 0: none
+	cgroupOK bool  // may try cgroup v2
+
+	pid int     // the command, also its process group
+	cg  *cgroup // the command's cgroup, or nil
+
+	notes chan string // for printer
+
+	stopping bool  // SIGTERM sent
+	killAt   int64 // CLOCK_MONOTONIC nanoseconds of the SIGKILL; 0 none yet
+	killing  bool  // SIGKILL sent; repeated until all are gone
+}
+
+// send writes a report to the parent; a parent that is gone or does not
+// read must not stop the guard from guarding.
+func (g *guard) send(b []byte) {
+	_ = g.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+	_, _ = g.conn.Write(b)
+}
+
+// start starts the command in a process group of its own and, where
+// cgroup v2 allows, in a new cgroup.
+func (g *guard) start(path string, argv []string) error {
+	env := stripEnv(os.Environ(), guardEnv)
+	sys := &syscall.SysProcAttr{
+		// A group of its own lets signals reach the command's whole tree
+		// with one kill(-pgid) while sparing the guard.
+		Setpgid: true,
+		// Should the guard itself be killed, the command dies with it.
+		// The kernel clears this when the command execs a set-user-ID or
+		// file-capability binary.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	if g.cgroupOK {
+		g.cg = newCgroup()
+	}
+	if g.cg != nil {
+		// clone3(CLONE_INTO_CGROUP): the command is in its cgroup from its
+		// first instruction, so no fork can slip out before it is moved.
+		sys.UseCgroupFD = true
+		sys.CgroupFD = g.cg.fd
+	}
+	attr := &syscall.ProcAttr{Env: env, Files: []uintptr{0, 1, 2}, Sys: sys}
+	pid, err := syscall.ForkExec(path, argv, attr)
+	if err != nil && g.cg != nil && !isExecError(err) {
+		// A kernel or sandbox without CLONE_INTO_CGROUP: do without.
+		g.cg.remove()
+		g.cg = nil
+		sys.UseCgroupFD, sys.CgroupFD = false, 0
+		pid, err = syscall.ForkExec(path, argv, attr)
+	}
+	if err != nil {
+		if g.cg != nil {
+			g.cg.remove()
+		}
+		return err
+	}
+	g.pid = pid
+	if g.cg != nil {
+		g.cg.closeFD()
+		g.send(encodeString(msgCgroup, g.cg.dir))
+	}
+	g.send(encode(msgStarted, int64(pid)))
+	return nil
+}
+
+// isExecError reports whether err is about the command's file rather than
+// the cgroup.
+func isExecError(err error) bool {
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.EACCES) ||
+		errors.Is(err, syscall.ENOEXEC) || errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ETXTBSY)
+}
+
+type reaped struct {
+	pid    int
+	status syscall.WaitStatus
+	none   bool // no child is left
+}
+
+// reap reaps every child of the guard (the command and every orphan that
+// the subreaper setting brought in) until none is left.
+func reap(ch chan<- reaped) {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case errors.Is(err, syscall.ECHILD):
+			ch <- reaped{none: true}
+			return
+		case err != nil:
+			// Not possible with these arguments; keep the guard from
+			// spinning should it happen anyway.
+			time.Sleep(killRetry)
+			continue
+		}
+		ch <- reaped{pid: pid, status: ws}
+	}
+}
+
+// messages relays the parent's messages; the channel closes when the
+// parent's end does (it died), or the stream is corrupt.
+func messages(conn *net.UnixConn, ch chan<- message) {
+	defer close(ch)
+	for {
+		m, err := readMessage(conn)
+		if err != nil {
+			return
+		}
+		ch <- m
+	}
+}
+
+func (g *guard) run(sigs <-chan os.Signal) int {
+	reaps := make(chan reaped, 16)
+	go reap(reaps)
+	msgs := make(chan message, 16)
+	go messages(g.conn, msgs)
+
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		g.arm(timer)
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				msgs = nil
+				g.say("the parent is gone (its end of the socket closed); stopping the command")
+				g.stop(reasonParentGone)
+				break
+			}
+			g.handle(m)
+		case r := <-reaps:
+			if r.none {
+				if g.cg != nil {
+					g.cg.remove()
+				}
+				return 0
+			}
+			if r.pid == g.pid {
+				g.send(encode(msgExited, int64(exitCode(r.status))))
+			}
+		case <-sigs:
+			g.say("got SIGTERM/SIGINT; stopping the command")
+			g.stop(reasonSignal)
+		case <-timer.C:
+		}
+		g.tick()
+	}
+}
+
+func (g *guard) handle(m message) {
+	switch m.typ {
+	case msgDeadline:
+		if m.val > g.deadline {
+			g.deadline = m.val
+		}
+	case msgSignal:
+		g.signalGroup(syscall.Signal(m.val))
+	case msgStop:
+		g.stop(0)
+	case msgKill:
+		g.kill()
+	}
+}
+
+// tick acts on the deadline and the pending SIGKILL.
+func (g *guard) tick() {
+	now := monotonicNow()
+	if g.deadline != 0 && !g.stopping && now >= g.deadline-g.grace {
+		g.say("the deadline is %s away without an extension; stopping the command",
+			time.Duration(g.deadline-now).Round(time.Millisecond))
+		g.stop(reasonDeadline)
+	}
+	if g.killAt != 0 && now >= g.killAt {
+		g.kill()
+	}
+	if g.killing {
+		// Whatever survived the last round (it forked meanwhile) gets it now.
+		g.killTree()
+	}
+}
+
+// arm sets timer to the next moment tick has something to do.
+func (g *guard) arm(timer *time.Timer) {
+	next := int64(0)
+	consider := func(at int64) {
+		if at != 0 && (next == 0 || at < next) {
+			next = at
+		}
+	}
+	if g.deadline != 0 && !g.stopping {
+		consider(g.deadline - g.grace)
+	}
+	consider(g.killAt)
+	if g.killing {
+		consider(monotonicNow() + int64(killRetry))
+	}
+	timer.Stop()
+	if next == 0 {
+		return
+	}
+	timer.Reset(time.Duration(max(next-monotonicNow(), 0)))
+}
+
+// say tells the operator what the guard does on its own: its parent may be
+// unable to. It never blocks: stderr may be a pipe whose reader is stopped
+// (a shell pipeline's process group stopped with the caller), and the guard
+// must act all the same; a note that does not fit is dropped.
+func (g *guard) say(format string, args ...any) {
+	select {
+	case g.notes <- fmt.Sprintf("baton guard[%d]: command %d: %s\n", os.Getpid(), g.pid, fmt.Sprintf(format, args...)):
+	default:
+	}
+}
+
+// printer writes the notes of say to stderr.
+func (g *guard) printer() {
+	for n := range g.notes {
+		_, _ = os.Stderr.WriteString(n)
+	}
+}
+
+// stop sends SIGTERM to the command and its descendants once and schedules
+// the SIGKILL: after the grace, and KillLead before the deadline at the
+// latest.
+func (g *guard) stop(reason int64) {
+	if g.stopping {
+		return
+	}
+	g.stopping = true
+	if reason != 0 {
+		g.send(encode(msgReason, reason))
+	}
+	now := monotonicNow()
+	g.killAt = now + g.grace
+	if g.deadline != 0 {
+		g.killAt = min(g.killAt, g.deadline-int64(KillLead))
+	}
+	g.killAt = max(g.killAt, 1)
+	g.signalTree(syscall.SIGTERM)
+}
+
+// kill sends SIGKILL to everything below the guard.
+func (g *guard) kill() {
+	g.stopping, g.killing, g.killAt = true, true, 0
+	if g.cg != nil {
+		g.cg.kill()
+	}
+	g.killTree()
+}
+
+func (g *guard) killTree() {
+	g.signalTree(syscall.SIGKILL)
+}
+
+// signalGroup sends sig to the command's process group, and to the command
+// itself if it left the group. Not to a command still in its group twice:
+// some programs take a second SIGTERM or SIGINT as "abort shutdown now".
+func (g *guard) signalGroup(sig syscall.Signal) {
+	_ = syscall.Kill(-g.pid, sig)
+	if pgid, err := syscall.Getpgid(g.pid); err == nil && pgid != g.pid {
+		_ = syscall.Kill(g.pid, sig)
+	}
+}
+
+// signalTree sends sig to the command's process group and to every other
+// live descendant of the guard.
+func (g *guard) signalTree(sig syscall.Signal) {
+	_ = syscall.Kill(-g.pid, sig)
+	for _, d := range descendants(os.Getpid()) {
+		if d.pgid != g.pid {
+			_ = syscall.Kill(d.pid, sig)
+		}
+	}
+}
+
+// exitCode follows the shell convention (128+N for death by signal N) so that
+// `baton run` can pass the command's status through as its own.
+func exitCode(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}

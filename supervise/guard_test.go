@@ -1,0 +1,423 @@
+//go:build linux
+
+package supervise
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Modes of the test binary besides running tests.
+const (
+	// escapeeEnv names a directory: ignore SIGTERM, write our pid to
+	// DIR/escapee and a heartbeat (unix nanoseconds) to DIR/hb every 20 ms.
+	escapeeEnv = "BATON_SUPERVISE_TEST_ESCAPEE"
+	// parentEnv names a directory: act as a program that supervises
+	// escapingCommand (see helperParent).
+	parentEnv = "BATON_SUPERVISE_TEST_PARENT"
+)
+
+func TestMain(m *testing.M) {
+	GuardMain()
+	if dir := os.Getenv(escapeeEnv); dir != "" {
+		escapee(dir)
+	}
+	if dir := os.Getenv(parentEnv); dir != "" {
+		os.Exit(helperParent(dir))
+	}
+	// A race-enabled guard would otherwise sleep a second at exit
+	// (ThreadSanitizer's default), and Stop waits for the guard.
+	os.Setenv("GORACE", "atexit_sleep_ms=0")
+	os.Exit(m.Run())
+}
+
+func escapee(dir string) {
+	signal.Ignore(syscall.SIGTERM)
+	writeFileAtomic(filepath.Join(dir, "escapee"), strconv.Itoa(os.Getpid())+"\n")
+	f, err := os.OpenFile(filepath.Join(dir, "hb"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		os.Exit(3)
+	}
+	for {
+		fmt.Fprintf(f, "%d\n", time.Now().UnixNano())
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func writeFileAtomic(path, content string) {
+	if err := os.WriteFile(path+".tmp", []byte(content), 0o644); err != nil {
+		os.Exit(3)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		os.Exit(3)
+	}
+}
+
+// escapingCommand is a command whose only descendant leaves it the way a
+// daemon does: a double fork (the subshell exits, so the escapee is
+// orphaned) and setsid (a session and process group of its own). The
+// escapee ignores SIGTERM; the command itself just sleeps.
+func escapingCommand(t testing.TB, dir string) Config {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Config{
+		Command: []string{"sh", "-c", `(setsid "$0" &); exec sleep 1000`, self},
+		Env:     append(os.Environ(), escapeeEnv+"="+dir),
+		Stderr:  os.Stderr,
+	}
+}
+
+// helperParent is a program that supervises escapingCommand with the
+// deadline and cgroup settings from its environment, writes its deadline
+// (unix nanoseconds) to DIR/deadline, then idles until it is killed.
+func helperParent(dir string) int {
+	cfg := Config{
+		Command:       []string{"sh", "-c", `(setsid "$0" &); exec sleep 1000`, os.Args[0]},
+		Env:           append(stripEnv(os.Environ(), parentEnv), escapeeEnv+"="+dir),
+		Stderr:        os.Stderr,
+		Grace:         300 * time.Millisecond,
+		DisableCgroup: os.Getenv("NO_CGROUP") == "1",
+	}
+	if d, err := time.ParseDuration(os.Getenv("DEADLINE_IN")); err == nil {
+		cfg.Deadline = time.Now().Add(d)
+		writeFileAtomic(filepath.Join(dir, "deadline"), strconv.FormatInt(cfg.Deadline.UnixNano(), 10)+"\n")
+	}
+	p, err := Start(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	writeFileAtomic(filepath.Join(dir, "command"), strconv.Itoa(p.Pid())+"\n")
+	select {}
+}
+
+// modes runs f with and without a cgroup of the command's own; the variant
+// with one is skipped where cgroup v2 is not writable.
+func modes(t *testing.T, f func(t *testing.T, noCgroup bool)) {
+	t.Run("subreaper", func(t *testing.T) {
+		t.Parallel()
+		f(t, true)
+	})
+	t.Run("cgroup", func(t *testing.T) {
+		t.Parallel()
+		cg := newCgroup()
+		if cg == nil {
+			if os.Getenv("BATON_REQUIRE_SERVERS") == "1" {
+				t.Fatal("cgroup v2 is not writable here, and BATON_REQUIRE_SERVERS=1 says it should be (CI runs as root)")
+			}
+			t.Skip("cgroup v2 is not writable here")
+		}
+		cg.remove()
+		f(t, false)
+	})
+}
+
+// heartbeats returns the escapee's heartbeats so far.
+func heartbeats(t *testing.T, dir string) []int64 {
+	t.Helper()
+	b, _ := os.ReadFile(filepath.Join(dir, "hb"))
+	var hb []int64
+	for _, l := range strings.Fields(string(b)) {
+		n, err := strconv.ParseInt(l, 10, 64)
+		if err == nil {
+			hb = append(hb, n)
+		}
+	}
+	return hb
+}
+
+// killAtEnd kills the escapee should the test fail to.
+func killAtEnd(t *testing.T, pid int) {
+	t.Cleanup(func() {
+		if !dead(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+}
+
+// The guard stops the command and a descendant that double-forked into a
+// session of its own and ignores SIGTERM once the deadline passes without an
+// extension, and the kill has landed by the deadline.
+func TestDeadlineKillsAllDescendants(t *testing.T) {
+	modes(t, func(t *testing.T, noCgroup bool) {
+		dir := t.TempDir()
+		cfg := escapingCommand(t, dir)
+		cfg.Grace = 300 * time.Millisecond
+		cfg.DisableCgroup = noCgroup
+		deadline := time.Now().Add(1500 * time.Millisecond)
+		cfg.Deadline = deadline
+		p := start(t, cfg)
+		esc := readPid(t, filepath.Join(dir, "escapee"))
+		killAtEnd(t, esc)
+		if !noCgroup && p.cgroup == "" {
+			t.Error("no cgroup of its own for the command, though cgroup v2 is writable")
+		}
+		waitDone(t, p)
+		if !errors.Is(p.Err(), ErrDeadline) {
+			t.Errorf("Err = %v, want ErrDeadline", p.Err())
+		}
+		select {
+		case <-p.gone:
+		case <-time.After(testTimeout):
+			t.Fatal("the guard did not exit")
+		}
+		// The guard exits only when everything is gone: no waiting here.
+		if !dead(esc) {
+			t.Fatalf("the escapee %d survived its guard", esc)
+		}
+		hb := heartbeats(t, dir)
+		if len(hb) == 0 {
+			t.Fatal("no heartbeats")
+		}
+		if last := hb[len(hb)-1]; last >= deadline.UnixNano() {
+			t.Errorf("last heartbeat %s after the deadline", time.Duration(last-deadline.UnixNano()))
+		}
+		if p.cgroup != "" {
+			if _, err := os.Stat(p.cgroup); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("cgroup %s left behind: %v", p.cgroup, err)
+			}
+		}
+	})
+}
+
+// Extensions keep the command running past its first deadline; without
+// them the guard stops it.
+func TestExtendKeepsCommandAlive(t *testing.T) {
+	p := start(t, Config{
+		Command:  []string{"sleep", "1000"},
+		Grace:    100 * time.Millisecond,
+		Deadline: time.Now().Add(300 * time.Millisecond),
+	})
+	until := time.Now().Add(1500 * time.Millisecond)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(until) {
+		select {
+		case <-p.Done():
+			t.Fatalf("the command ended while its deadline was being extended: %v", p.Err())
+		case <-tick.C:
+			if err := p.Extend(time.Now().Add(300 * time.Millisecond)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitDone(t, p)
+	if !errors.Is(p.Err(), ErrDeadline) {
+		t.Errorf("Err = %v, want ErrDeadline", p.Err())
+	}
+	if got, want := p.ExitCode(), 128+int(syscall.SIGTERM); got != want {
+		t.Errorf("ExitCode = %d, want %d (SIGTERM)", got, want)
+	}
+}
+
+// An earlier deadline than the current one does not shorten it.
+func TestExtendNeverShortens(t *testing.T) {
+	p := start(t, Config{
+		Command:  []string{"sleep", "1000"},
+		Grace:    100 * time.Millisecond,
+		Deadline: time.Now().Add(time.Hour),
+	})
+	if err := p.Extend(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	// Proving that something does not happen needs a window.
+	select {
+	case <-p.Done():
+		t.Fatalf("an earlier deadline stopped the command: %v", p.Err())
+	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+// Stop returns only once every descendant is gone, also one that left the
+// command's process group and ignores SIGTERM.
+func TestStopWaitsForAllDescendants(t *testing.T) {
+	modes(t, func(t *testing.T, noCgroup bool) {
+		dir := t.TempDir()
+		cfg := escapingCommand(t, dir)
+		cfg.Grace = 200 * time.Millisecond
+		cfg.DisableCgroup = noCgroup
+		p := start(t, cfg)
+		esc := readPid(t, filepath.Join(dir, "escapee"))
+		killAtEnd(t, esc)
+		if _, err := stop(t, p); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		if !dead(esc) {
+			t.Fatalf("Stop returned while the escapee %d still ran", esc)
+		}
+	})
+}
+
+// startHelperParent starts helperParent and returns it with its directory
+// once its command's escapee runs.
+func startHelperParent(t *testing.T, noCgroup bool, deadlineIn time.Duration, setpgid bool) (*exec.Cmd, string, int) {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), parentEnv+"="+dir)
+	if noCgroup {
+		cmd.Env = append(cmd.Env, "NO_CGROUP=1")
+	}
+	if deadlineIn > 0 {
+		cmd.Env = append(cmd.Env, "DEADLINE_IN="+deadlineIn.String())
+	}
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: setpgid}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	esc := readPid(t, filepath.Join(dir, "escapee"))
+	killAtEnd(t, esc)
+	return cmd, dir, esc
+}
+
+// A caller killed with SIGKILL takes the command and every descendant with
+// it: the guard sees its end of the socket close.
+func TestParentKilledStopsAll(t *testing.T) {
+	modes(t, func(t *testing.T, noCgroup bool) {
+		parent, dir, esc := startHelperParent(t, noCgroup, 0, false)
+		command := readPid(t, filepath.Join(dir, "command"))
+		if err := parent.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_ = parent.Wait()
+		// SIGTERM, which the escapee ignores, then SIGKILL after the
+		// helper's grace of 300ms.
+		waitDead(t, esc)
+		waitDead(t, command)
+	})
+}
+
+// A caller stopped with SIGSTOP, alone or with its whole process group,
+// extends nothing: the guard stops every descendant by the deadline on its
+// own.
+func TestParentStoppedStopsAllByDeadline(t *testing.T) {
+	for _, group := range []bool{false, true} {
+		t.Run(fmt.Sprintf("group=%v", group), func(t *testing.T) {
+			modes(t, func(t *testing.T, noCgroup bool) {
+				parent, dir, esc := startHelperParent(t, noCgroup, 1500*time.Millisecond, group)
+				target := parent.Process.Pid
+				if group {
+					target = -target
+				}
+				if err := syscall.Kill(target, syscall.SIGSTOP); err != nil {
+					t.Fatal(err)
+				}
+				waitDead(t, esc)
+				b, err := os.ReadFile(filepath.Join(dir, "deadline"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				deadline, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+				hb := heartbeats(t, dir)
+				if len(hb) == 0 {
+					t.Fatal("no heartbeats")
+				}
+				if last := hb[len(hb)-1]; last >= deadline {
+					t.Errorf("last heartbeat %s after the deadline", time.Duration(last-deadline))
+				}
+				if _, ok := readProc(parent.Process.Pid); !ok {
+					t.Error("the stopped parent is gone; the test proves nothing")
+				}
+			})
+		})
+	}
+}
+
+// The guard is in a process group of its own, so a signal to the caller's
+// group does not reach it.
+func TestGuardHasOwnProcessGroup(t *testing.T) {
+	p := start(t, Config{Command: []string{"sleep", "1000"}})
+	pgid, err := syscall.Getpgid(p.guard.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pgid == syscall.Getpgrp() {
+		t.Errorf("the guard is in the caller's process group %d", pgid)
+	}
+	if pgid == p.Pid() {
+		t.Errorf("the guard is in the command's process group %d", pgid)
+	}
+}
+
+// TestGuardSurvivesCallerThreadExit checks that Start does not tie the
+// guard's life to the caller's OS thread: a goroutine that locks its thread
+// and exits without unlocking makes the runtime terminate that thread.
+func TestGuardSurvivesCallerThreadExit(t *testing.T) {
+	res := make(chan *Process, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with us
+		p, err := Start(Config{Command: []string{"sleep", "1000"}})
+		if err != nil {
+			t.Error(err)
+		}
+		res <- p
+	}()
+	p := <-res
+	if p == nil {
+		return
+	}
+	t.Cleanup(func() { _, _ = stop(t, p) })
+	select {
+	case <-p.Done():
+		t.Fatalf("the command died with the caller's thread: %v", p.Err())
+	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+func TestGuardMainRefusesHandStart(t *testing.T) {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), guardEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "supervise.Start") {
+		t.Errorf("guard started by hand: %v, output %q; want exit 2 and a message naming supervise.Start", err, out)
+	}
+}
+
+// A guard killed with SIGKILL takes the command with it (parent-death
+// signal); with a cgroup of the command's own, the caller also kills the
+// descendants that left the command's process group.
+func TestGuardKilled(t *testing.T) {
+	modes(t, func(t *testing.T, noCgroup bool) {
+		dir := t.TempDir()
+		cfg := escapingCommand(t, dir)
+		cfg.DisableCgroup = noCgroup
+		p := start(t, cfg)
+		esc := readPid(t, filepath.Join(dir, "escapee"))
+		killAtEnd(t, esc)
+		if err := p.guard.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-p.gone:
+		case <-time.After(testTimeout):
+			t.Fatal("the killed guard was not noticed")
+		}
+		waitDead(t, p.Pid())
+		if noCgroup {
+			return // the escapee is not covered: see the package doc
+		}
+		waitDead(t, esc)
+		if _, err := os.Stat(p.cgroup); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cgroup %s left behind: %v", p.cgroup, err)
+		}
+	})
+}

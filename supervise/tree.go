@@ -1,0 +1,213 @@
+//go:build linux
+
+package supervise
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type proc struct {
+	pid, ppid, pgid int
+}
+
+// descendants returns the live (not zombie) processes below root, read from
+// /proc. A process that forks while this runs may be missed; callers that
+// must catch everything repeat until the reaper finds no child left.
+func descendants(root int) []proc {
+	dir, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	names, err := dir.Readdirnames(-1)
+	dir.Close()
+	if err != nil {
+		return nil
+	}
+	all := make(map[int]proc, len(names))
+	for _, name := range names {
+		if name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		pid, err := strconv.Atoi(name)
+		if err != nil {
+			continue
+		}
+		if p, ok := readProc(pid); ok {
+			all[pid] = p
+		}
+	}
+	var out []proc
+	for pid, p := range all {
+		// Walk up to root or to a process outside the tree. A ppid chain
+		// ends at 0 (init's parent), and cycles cannot occur, but a
+		// process table read over time is not a snapshot: bound the walk.
+		for q, n := p, 0; n < len(all); n++ {
+			if q.ppid == root {
+				out = append(out, all[pid])
+				break
+			}
+			next, ok := all[q.ppid]
+			if !ok {
+				break
+			}
+			q = next
+		}
+	}
+	return out
+}
+
+// readProc reads the parent and process group of a live process from
+// /proc/PID/stat; zombies and vanished processes are not ok.
+func readProc(pid int) (proc, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return proc{}, false
+	}
+	// The command name is parenthesised and may itself contain ") ", so
+	// parse from the last ')': " state ppid pgrp ...".
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return proc{}, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 3 || len(f[0]) != 1 || f[0][0] == 'Z' || f[0][0] == 'X' {
+		return proc{}, false
+	}
+	ppid, err1 := strconv.Atoi(f[1])
+	pgid, err2 := strconv.Atoi(f[2])
+	if err1 != nil || err2 != nil {
+		return proc{}, false
+	}
+	return proc{pid: pid, ppid: ppid, pgid: pgid}, true
+}
+
+// cgroup is a cgroup v2 directory of the command's own.
+type cgroup struct {
+	dir string
+	fd  int // open directory, for CLONE_INTO_CGROUP; -1 once closed
+}
+
+// newCgroup creates a cgroup for the command below the guard's own, or
+// returns nil where cgroup v2 is not mounted, not writable (no root, no
+// delegation), lacks cgroup.kill (Linux before 5.14), or refuses a child
+// (a parent with controllers enabled for its children cannot also hold the
+// guard). The subreaper alone then catches the descendants.
+func newCgroup() *cgroup {
+	mount, root := cgroup2Mount()
+	if mount == "" {
+		return nil
+	}
+	own := ownCgroup()
+	if own == "" {
+		return nil
+	}
+	rel, ok := strings.CutPrefix(own, root)
+	if !ok {
+		return nil // our cgroup is outside what is mounted here
+	}
+	dir := filepath.Join(mount, rel, fmt.Sprintf("baton-guard-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil
+	}
+	cg := &cgroup{dir: dir, fd: -1}
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.kill")); err != nil {
+		cg.remove()
+		return nil
+	}
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		cg.remove()
+		return nil
+	}
+	cg.fd = fd
+	return cg
+}
+
+// cgroup2Mount returns where the cgroup v2 hierarchy is mounted and which
+// of its directories the mount shows at that point, from
+// /proc/self/mountinfo; "" if it is not mounted.
+func cgroup2Mount() (mount, root string) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
+		fields := strings.Fields(sc.Text())
+		for i, fld := range fields {
+			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" && len(fields) > 4 {
+				return unescapeMount(fields[4]), unescapeMount(fields[3])
+			}
+		}
+	}
+	return "", ""
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// ownCgroup returns this process's cgroup v2 path ("0::/path" in
+// /proc/self/cgroup), or "".
+func ownCgroup() string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			return p
+		}
+	}
+	return ""
+}
+
+func (c *cgroup) closeFD() {
+	if c.fd >= 0 {
+		syscall.Close(c.fd)
+		c.fd = -1
+	}
+}
+
+// kill sends SIGKILL to every process in the cgroup at once.
+func (c *cgroup) kill() {
+	_ = os.WriteFile(filepath.Join(c.dir, "cgroup.kill"), []byte("1"), 0)
+}
+
+// remove deletes the cgroup. The kernel refuses while it still counts a
+// dying process in it, for a moment after the last one was reaped.
+func (c *cgroup) remove() {
+	c.closeFD()
+	for range 100 {
+		err := syscall.Rmdir(c.dir)
+		if err == nil || errors.Is(err, syscall.ENOENT) || !errors.Is(err, syscall.EBUSY) {
+			return
+		}
+		time.Sleep(killRetry)
+	}
+}
