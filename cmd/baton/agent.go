@@ -54,7 +54,8 @@ so that probes and Prometheus work; they show no credentials:
   GET  /                        status page: the group, the leases, their
                                 holders and tokens, and a timeline of the
                                 last hour (?window=5m zooms in)
-  GET  /v1/leases               the lease table (JSON): name, holder, token,
+  GET  /v1/leases               the lease table (JSON): name, holder, token (a
+                                decimal string: tokens exceed 2^53),
                                 since, safe_until, member, held_here, waiters
   GET  /v1/leases/NAME          one lease; 404 when nobody holds or waits for it
   POST /v1/leases/NAME/resign   ask the holder to resign (token); it stops

@@ -142,7 +142,7 @@ func TestAgentHTTPAPI(t *testing.T) {
 		Leases []struct {
 			Name     string `json:"name"`
 			Holder   string `json:"holder"`
-			Token    uint64 `json:"token"`
+			Token    uint64 `json:"token,string"`
 			HeldHere bool   `json:"held_here"`
 		} `json:"leases"`
 	}
@@ -336,7 +336,7 @@ func testAgentResignWaitsForTheWork(t *testing.T, raftHolder, ignoreTerm bool) {
 	run := []string{"run", "--lease", lease, "--ttl", "3s", "--grace", "1s", "--log-level", "debug"}
 	holderArgs := append(slices.Clone(run), "--id", "holder", "--backend", "agent://"+httpAddr, "--", self)
 	if raftHolder {
-		if r := runBaton(t, 30*time.Second, "tls", "cert", "--dir", dir, "--name", "m2", "--host", "127.0.0.1"); r.code != 0 {
+		if r := runBaton(t, 30*time.Second, "tls", "cert", "--ca-dir", filepath.Join(dir, "ca"), "--dir", dir, "--name", "m2", "--host", "127.0.0.1"); r.code != 0 {
 			t.Fatalf("tls cert: %d %s", r.code, r.stderr)
 		}
 		holderArgs = append(slices.Clone(run), "--id", "holder", "--backend", "raft://",

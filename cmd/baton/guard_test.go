@@ -143,13 +143,13 @@ func TestRunFrozenHolder(t *testing.T) {
 func raftGroup(t *testing.T, n int) (args func(i int) []string, env []string) {
 	t.Helper()
 	dir := t.TempDir()
-	if r := runBaton(t, 30*time.Second, "tls", "ca", "--dir", dir); r.code != 0 {
+	if r := runBaton(t, 30*time.Second, "tls", "ca", "--dir", filepath.Join(dir, "ca")); r.code != 0 {
 		t.Fatalf("tls ca: %d %s", r.code, r.stderr)
 	}
 	var addrs []string
 	for i := range n {
 		name := fmt.Sprintf("m%d", i+1)
-		if r := runBaton(t, 30*time.Second, "tls", "cert", "--dir", dir, "--name", name, "--host", "127.0.0.1"); r.code != 0 {
+		if r := runBaton(t, 30*time.Second, "tls", "cert", "--ca-dir", filepath.Join(dir, "ca"), "--dir", dir, "--name", name, "--host", "127.0.0.1"); r.code != 0 {
 			t.Fatalf("tls cert: %d %s", r.code, r.stderr)
 		}
 		addrs = append(addrs, freePort(t))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/batonhq/baton"
@@ -16,7 +17,9 @@ const leaderLong = `Print who holds the lease: its holder id, fencing token and,
 records it, since when (etcd does not).
 
 Text output:  holder=ID token=N [since=RFC3339]
-JSON output:  {"lease":"L","holder":"ID","token":N[,"since":"RFC3339"]}
+JSON output:  {"lease":"L","holder":"ID","token":"N"[,"since":"RFC3339"]}
+              (the token is a decimal string: tokens exceed 2^53, past which
+              JSON numbers lose digits in JavaScript and jq 1.6)
 
 When nobody holds the lease, baton says so on stderr and exits 1; with --json it
 also prints {"lease":"L","holder":null} on stdout, so that a pipeline into jq
@@ -61,7 +64,7 @@ func (a *App) newLeaderCommand() *cobra.Command {
 type leaderJSON struct {
 	Lease  string  `json:"lease"`
 	Holder *string `json:"holder"`
-	Token  *uint64 `json:"token,omitempty"`
+	Token  string  `json:"token,omitempty"` // decimal: tokens exceed 2^53, past which JSON numbers lose digits in many readers
 	Since  string  `json:"since,omitempty"`
 }
 
@@ -91,7 +94,7 @@ func (c *leaderCommand) Run(ctx context.Context, _ []string) error {
 		since = rec.Since.Format(time.RFC3339Nano)
 	}
 	if c.json {
-		b, err := json.Marshal(leaderJSON{Lease: c.common.lease, Holder: &rec.Holder, Token: &rec.Token, Since: since})
+		b, err := json.Marshal(leaderJSON{Lease: c.common.lease, Holder: &rec.Holder, Token: strconv.FormatUint(rec.Token, 10), Since: since})
 		if err != nil {
 			return err
 		}

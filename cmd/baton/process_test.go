@@ -242,7 +242,7 @@ func testRunFailover(t *testing.T, backend, ttl string) {
 		var got struct {
 			Lease  string  `json:"lease"`
 			Holder *string `json:"holder"`
-			Token  uint64  `json:"token"`
+			Token  uint64  `json:"token,string"`
 		}
 		if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != 0 {
 			t.Fatalf("leader --json: exit %d, stdout %q (%v), stderr %q", r.code, r.stdout, err, r.stderr)

@@ -433,10 +433,10 @@ func TestRunStopsCommandOnSignal(t *testing.T) {
 func raftMemberArgs(t *testing.T) []string {
 	t.Helper()
 	dir := t.TempDir()
-	if r := runApp(t.Context(), nil, "tls", "ca", "--dir", dir); r.code != 0 {
+	if r := runApp(t.Context(), nil, "tls", "ca", "--dir", filepath.Join(dir, "ca")); r.code != 0 {
 		t.Fatalf("tls ca: exit %d: %s", r.code, r.stderr)
 	}
-	if r := runApp(t.Context(), nil, "tls", "cert", "--dir", dir, "--name", "m1", "--host", "127.0.0.1"); r.code != 0 {
+	if r := runApp(t.Context(), nil, "tls", "cert", "--ca-dir", filepath.Join(dir, "ca"), "--dir", dir, "--name", "m1", "--host", "127.0.0.1"); r.code != 0 {
 		t.Fatalf("tls cert: exit %d: %s", r.code, r.stderr)
 	}
 	return []string{"--backend", "raft://", "--bootstrap-expect", "1", "--voters", "1",

@@ -30,8 +30,8 @@ func (t jsonTime) MarshalJSON() ([]byte, error) {
 // leaseJSON is a lease as the API shows it.
 type leaseJSON struct {
 	Name            string   `json:"name"`
-	Holder          string   `json:"holder"` // "" when free
-	Token           uint64   `json:"token"`
+	Holder          string   `json:"holder"`       // "" when free
+	Token           uint64   `json:"token,string"` // a string: tokens exceed 2^53, past which JSON numbers lose digits in JavaScript and jq 1.6
 	Since           jsonTime `json:"since"`
 	SafeUntil       jsonTime `json:"safe_until"`
 	Member          string   `json:"member"`
@@ -97,7 +97,7 @@ type resignBody struct {
 
 type endedJSON struct {
 	Holder string `json:"holder"`
-	Token  uint64 `json:"token"`
+	Token  uint64 `json:"token,string"`
 	Kind   string `json:"kind"`   // released or lost
 	Reason string `json:"reason"` // resign-requested, resigned, session-expired, session-closed
 }
@@ -194,7 +194,7 @@ type healthBody struct {
 	Status string `json:"status"` // leader, standby or undetermined
 	Lease  string `json:"lease,omitempty"`
 	Holder string `json:"holder,omitempty"`
-	Token  uint64 `json:"token,omitempty"`
+	Token  uint64 `json:"token,omitempty,string"`
 	Member string `json:"member,omitempty"`
 	Reason string `json:"reason"`
 	// Leases lists the lease names, when the call must name one.

@@ -25,7 +25,7 @@ type leasesBody struct {
 type leaseWire struct {
 	Name            string  `json:"name"`
 	Holder          string  `json:"holder"`
-	Token           uint64  `json:"token"`
+	Token           uint64  `json:"token,string"`
 	Since           *string `json:"since"`
 	SafeUntil       *string `json:"safe_until"`
 	Member          string  `json:"member"`
@@ -39,7 +39,7 @@ type resignWire struct {
 	Lease  *leaseWire `json:"lease"`
 	Ended  *struct {
 		Holder string `json:"holder"`
-		Token  uint64 `json:"token"`
+		Token  uint64 `json:"token,string"`
 		Kind   string `json:"kind"`
 		Reason string `json:"reason"`
 	} `json:"ended"`
@@ -49,7 +49,7 @@ type healthWire struct {
 	Status string   `json:"status"`
 	Lease  string   `json:"lease"`
 	Holder string   `json:"holder"`
-	Token  uint64   `json:"token"`
+	Token  uint64   `json:"token,string"`
 	Reason string   `json:"reason"`
 	Leases []string `json:"leases"`
 }
