@@ -270,6 +270,9 @@ func (l *Locker) claimLocked(ks *keyState) *lock {
 		return nil
 	default:
 	}
+	if closed(baton.ResignRequestedOf(ks.term)) {
+		return nil // a resign was requested: no new run on this term
+	}
 	now := time.Now()
 	if ks.term.SafeUntil().Sub(now) <= l.opts.MinRemaining {
 		return nil
@@ -392,14 +395,19 @@ func (l *Locker) serve(ks *keyState) {
 }
 
 // hold returns when t should be released — no run uses it and Hold has
-// passed — or t ended, or the Locker is closing.
+// passed, or no run uses it and a resign was requested from outside
+// (baton.ResignRequestTerm) — or t ended, or the Locker is closing. A
+// requested resign thus waits for the run that uses t to return, so the
+// lease is released only after the job stopped.
 func (l *Locker) hold(ks *keyState, t baton.Term) {
+	req := baton.ResignRequestedOf(t)
+	requested := false
 	for {
 		l.mu.Lock()
 		busy := ks.user != nil && ks.user.t == t
 		left := time.Until(ks.until)
 		l.mu.Unlock()
-		if !busy && left <= 0 {
+		if !busy && (left <= 0 || requested) {
 			return
 		}
 		var timeout <-chan time.Time
@@ -413,6 +421,8 @@ func (l *Locker) hold(ks *keyState, t baton.Term) {
 		case <-l.ctx.Done():
 		case <-ks.kick:
 		case <-timeout:
+		case <-req:
+			requested, req = true, nil
 		}
 		if timer != nil {
 			timer.Stop()
@@ -459,5 +469,18 @@ func poke(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
 	default:
+	}
+}
+
+// closed reports whether c is closed; a nil c never is.
+func closed(c <-chan struct{}) bool {
+	if c == nil {
+		return false
+	}
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
