@@ -320,7 +320,7 @@ func (r *runner) loop(ctx context.Context, e *baton.Elector) error {
 	wg.Go(func() { r.reportStandby(ctx, e) })
 	defer cancel(nil) // runs before wg.Wait
 
-	r.log.Info("campaigning", "backend", r.c.common.backend, "command", r.args)
+	r.log.Info("campaigning", "backend", redactURL(r.c.common.backend), "command", r.args)
 	for {
 		err := e.Run(ctx, r.lead)
 		var exited *childExitedError
@@ -400,11 +400,11 @@ func (r *runner) reportStandby(ctx context.Context, e *baton.Elector) {
 		case errors.Is(err, baton.ErrNoLeader):
 			state = "nobody"
 		case errors.Is(err, context.DeadlineExceeded):
-			r.log.Warn("backend unreachable: no answer; still campaigning", "backend", r.c.common.backend, "waited", standbyQueryTimeout)
+			r.log.Warn("backend unreachable: no answer; still campaigning", "backend", redactURL(r.c.common.backend), "waited", standbyQueryTimeout)
 			last = ""
 			continue
 		case err != nil:
-			r.log.Warn("backend unreachable; still campaigning", "backend", r.c.common.backend, "err", err)
+			r.log.Warn("backend unreachable; still campaigning", "backend", redactURL(r.c.common.backend), "err", err)
 			last = ""
 			continue
 		case rec.Holder == r.id:
