@@ -20,7 +20,7 @@
 // instances, lo = floor(L/N) and hi = ceil(L/N), the fair share. When N has
 // been stable for about one TTL plus RefreshInterval, every instance runs the
 // same set of leases and can reach the backend, the group converges to every
-// instance leading lo or hi leases — within the bound of hi + 1 —
+// instance leading lo or hi leases — within the promised bound of hi + 1 —
 // and stays there. On the way, free leases go to the least loaded instances
 // first (see Delay), so loads stay within about one lease of each other,
 // and an instance that ends up above hi (a race between instances whose

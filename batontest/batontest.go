@@ -382,7 +382,7 @@ func (s *suite) killedHolderReplaced(t *testing.T) {
 	}
 	acquired := <-bAcquired
 	took := acquired.Sub(killed)
-	// The bound of DESIGN.md: TTL + one renew interval, plus scheduling slack
+	// The promised bound: TTL + one renew interval, plus scheduling slack
 	// for a loaded CI machine.
 	bound := cfg.TTL + cfg.RenewInterval + 750*time.Millisecond
 	t.Logf("crash failover took %s (TTL %s, renew every %s)", took, cfg.TTL, cfg.RenewInterval)
