@@ -7,10 +7,10 @@ import (
 	"testing"
 )
 
-// TestCheckLogsChanges: Check logs nothing for a first or an unchanged
+// TestCheckLogsEpochChanges: Check logs nothing for a first or an unchanged
 // epoch, a WARN for a higher one and an ERROR for a lower one, each naming
 // the lease, the key and both epochs.
-func TestCheckLogsChanges(t *testing.T) {
+func TestCheckLogsEpochChanges(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
 	w := Where{Store: "etcd", Counter: "revisions", Lease: "job", Kind: "key", Key: "baton/job!epoch"}
@@ -51,9 +51,9 @@ func TestCheckLogsChanges(t *testing.T) {
 	}
 }
 
-// TestCheckRefusesBadValue: a value that is not an epoch is an error that
+// TestCheckRefusesBadEpoch: a value that is not an epoch is an error that
 // names the key, the lease and how to delete the key.
-func TestCheckRefusesBadValue(t *testing.T) {
+func TestCheckRefusesBadEpoch(t *testing.T) {
 	var tr Tracker
 	w := Where{Store: "etcd", Lease: "job", Kind: "key", Key: "baton/job!epoch", Delete: "etcdctl del baton/job!epoch"}
 	_, err := tr.Check(slog.New(slog.DiscardHandler), w, "soon")
