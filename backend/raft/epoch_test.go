@@ -3,7 +3,6 @@ package raft
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"slices"
 	"testing"
 	"time"
@@ -101,18 +100,7 @@ func TestEpochInTheLog(t *testing.T) {
 	if want := uint64(1000)<<32 + index; v.Candidate != "b" || v.Token != want {
 		t.Fatalf("after release: %+v, want b with token %d", v, want)
 	}
-	snap, err := f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sink memSink
-	if err := snap.Persist(&sink); err != nil {
-		t.Fatal(err)
-	}
-	g := newFSM()
-	if err := g.Restore(io.NopCloser(&sink)); err != nil {
-		t.Fatal(err)
-	}
+	g := restored(t, f)
 	apply(g, command{Op: opRelease, Session: "s2", Lease: "job", Token: v.Token})
 	r = apply(g, command{Op: opAcquire, Session: "s1", Lease: "job", Candidate: "a", Time: at.Add(2 * time.Hour)})
 	if want := uint64(1000)<<32 + index; !r.Holder || r.Token != want {

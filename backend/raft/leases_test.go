@@ -555,6 +555,25 @@ func (*memSink) Cancel() error                 { return nil }
 func (*memSink) Close() error                  { return nil }
 func (s *memSink) Write(p []byte) (int, error) { return s.Buffer.Write(p) }
 
+// restored returns a new FSM restored from a snapshot of f, as a member
+// that installs f's snapshot would have.
+func restored(t *testing.T, f *fsm) *fsm {
+	t.Helper()
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink memSink
+	if err := snap.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	g := newFSM()
+	if err := g.Restore(io.NopCloser(&sink)); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 // TestSnapshotKeepsStateAndResignRequests: lease states and resign
 // requests survive a snapshot and its restore.
 func TestSnapshotKeepsStateAndResignRequests(t *testing.T) {
@@ -583,18 +602,7 @@ func TestSnapshotKeepsStateAndResignRequests(t *testing.T) {
 	apply(command{Op: opStateStore, Session: "s2", Lease: "other", Token: r.Token, Value: []byte("x")})
 	apply(command{Op: opSessionDestroy, Session: "s2"}) // "other" is gone; its state stays
 
-	snap, err := f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sink memSink
-	if err := snap.Persist(&sink); err != nil {
-		t.Fatal(err)
-	}
-	g := newFSM()
-	if err := g.Restore(io.NopCloser(&sink)); err != nil {
-		t.Fatal(err)
-	}
+	g := restored(t, f)
 	if v := g.state("job"); string(v.Value) != "slot 7" || !v.Stored {
 		t.Fatalf("restored state of job = %+v", v)
 	}
