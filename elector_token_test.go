@@ -3,13 +3,13 @@ package baton_test
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend/memory"
+	"github.com/batonhq/baton/batontest"
 )
 
 // wipeable is a backend whose store can be lost: each Wipe puts the
@@ -45,28 +45,6 @@ func (w *wipeable) Leader(ctx context.Context, name string) (baton.Record, error
 	return w.current().Leader(ctx, name)
 }
 
-// errorLog keeps the messages logged at Error.
-type errorLog struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (l *errorLog) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelError }
-func (l *errorLog) Handle(_ context.Context, r slog.Record) error {
-	l.mu.Lock()
-	l.msgs = append(l.msgs, r.Message)
-	l.mu.Unlock()
-	return nil
-}
-func (l *errorLog) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *errorLog) WithGroup(string) slog.Handler      { return l }
-
-func (l *errorLog) all() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.msgs, "\n")
-}
-
 // TestElectorReportsTokensGoingBack: a backend whose tokens go backwards
 // (its store lost its data, and nothing folded an epoch in) is reported
 // at Error, and Status shows the highest token beside the current one.
@@ -74,7 +52,7 @@ func TestElectorReportsTokensGoingBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := &wipeable{}
 		w.Wipe(t)
-		logs := &errorLog{}
+		logs := &batontest.Log{Level: slog.LevelError}
 		e, err := baton.NewElector(w, baton.ElectorConfig{Lease: "job", Logger: slog.New(logs)})
 		if err != nil {
 			t.Fatal(err)
@@ -96,8 +74,8 @@ func TestElectorReportsTokensGoingBack(t *testing.T) {
 		if len(tokens) != 3 || tokens[2] >= tokens[1] {
 			t.Fatalf("tokens %v: the test's backend should have gone back", tokens)
 		}
-		if !strings.Contains(logs.all(), "fencing token did not increase") {
-			t.Errorf("no error logged for tokens %v; logged %q", tokens, logs.all())
+		if !logs.Contains("fencing token did not increase") {
+			t.Errorf("no error logged for tokens %v; logged %q", tokens, logs.Messages())
 		}
 		if s := e.Status(); s.Token != tokens[2] || s.HighestToken != tokens[1] {
 			t.Errorf("Status: Token %d, HighestToken %d; want %d and %d", s.Token, s.HighestToken, tokens[2], tokens[1])

@@ -78,6 +78,21 @@ func expectLine(t *testing.T, ch <-chan string, want string) {
 	}
 }
 
+// startLooping starts a shell that sets trap (`trap "" TERM`), prints
+// "ready" and loops until it is stopped, with grace for Config.Grace, and
+// returns once the trap is set, with the channel of the lines it prints next.
+func startLooping(t *testing.T, trap string, grace time.Duration) (*Process, <-chan string) {
+	t.Helper()
+	cfg := Config{
+		Command: []string{"sh", "-c", trap + "; echo ready; while :; do sleep 0.1; done"},
+		Grace:   grace,
+	}
+	out := lines(t, &cfg)
+	p := start(t, cfg)
+	expectLine(t, out, "ready")
+	return p, out
+}
+
 func waitDone(t *testing.T, p *Process) {
 	t.Helper()
 	select {
@@ -179,13 +194,7 @@ func TestSignal(t *testing.T) {
 }
 
 func TestStopGraceful(t *testing.T) {
-	cfg := Config{
-		Command: []string{"sh", "-c", `trap "exit 0" TERM; echo ready; while :; do sleep 0.1; done`},
-		Grace:   testTimeout,
-	}
-	out := lines(t, &cfg)
-	p := start(t, cfg)
-	expectLine(t, out, "ready")
+	p, _ := startLooping(t, `trap "exit 0" TERM`, testTimeout)
 
 	took, err := stop(t, p)
 	if err != nil {
@@ -201,13 +210,7 @@ func TestStopGraceful(t *testing.T) {
 
 func TestStopKillsAfterGrace(t *testing.T) {
 	const grace = 200 * time.Millisecond
-	cfg := Config{
-		Command: []string{"sh", "-c", `trap "" TERM; echo ready; while :; do sleep 0.1; done`},
-		Grace:   grace,
-	}
-	out := lines(t, &cfg)
-	p := start(t, cfg)
-	expectLine(t, out, "ready")
+	p, _ := startLooping(t, `trap "" TERM`, grace)
 
 	took, err := stop(t, p)
 	if err != nil {
@@ -222,13 +225,7 @@ func TestStopKillsAfterGrace(t *testing.T) {
 }
 
 func TestStopContextEscalates(t *testing.T) {
-	cfg := Config{
-		Command: []string{"sh", "-c", `trap "" TERM; echo ready; while :; do sleep 0.1; done`},
-		Grace:   time.Hour,
-	}
-	out := lines(t, &cfg)
-	p := start(t, cfg)
-	expectLine(t, out, "ready")
+	p, _ := startLooping(t, `trap "" TERM`, time.Hour)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -359,12 +356,7 @@ func TestInvalidConfig(t *testing.T) {
 }
 
 func TestForward(t *testing.T) {
-	cfg := Config{
-		Command: []string{"sh", "-c", `trap "echo got-usr2" USR2; echo ready; while :; do sleep 0.1; done`},
-	}
-	out := lines(t, &cfg)
-	p := start(t, cfg)
-	expectLine(t, out, "ready")
+	p, out := startLooping(t, `trap "echo got-usr2" USR2`, 0)
 
 	stopForward := p.Forward(context.Background(), syscall.SIGUSR2)
 	defer stopForward()

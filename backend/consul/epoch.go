@@ -58,19 +58,10 @@ func (b *Backend) sawEpoch(name string, p *api.KVPair) (uint64, error) {
 	if p == nil {
 		return 0, nil
 	}
-	e, err := epoch.Parse(string(p.Value))
+	e, err := b.epochs.Check(b.log, epoch.Where{Store: "Consul", Counter: "indexes", Lease: name,
+		Kind: "key", Key: p.Key, Delete: "consul kv delete " + p.Key}, string(p.Value))
 	if err != nil {
-		return 0, fmt.Errorf("%w: consul: epoch key %s of lease %q: %w; delete it (consul kv delete %s) and baton writes a new one",
-			baton.ErrBackendUnavailable, p.Key, name, err, p.Key)
-	}
-	switch prev := b.epochs.Saw(name, e); {
-	case prev == 0 || prev == e:
-	case e < prev:
-		b.log.Error("the lease's epoch went backwards: Consul lost its data and the new epoch was written by a process whose clock is behind; tokens may be lower than before",
-			"lease", name, "old_epoch", epoch.Format(prev), "new_epoch", epoch.Format(e))
-	default:
-		b.log.Warn("the lease's epoch changed: Consul lost its data (its indexes started again); tokens carry the new epoch",
-			"lease", name, "old_epoch", epoch.Format(prev), "new_epoch", epoch.Format(e))
+		return 0, fmt.Errorf("%w: consul: %w", baton.ErrBackendUnavailable, err)
 	}
 	return e, nil
 }

@@ -50,19 +50,11 @@ func (b *Backend) sawEpoch(name string, kvs []*mvccpb.KeyValue) (uint64, error) 
 	if len(kvs) == 0 {
 		return 0, nil
 	}
-	e, err := epoch.Parse(string(kvs[0].Value))
+	key := string(kvs[0].Key)
+	e, err := b.epochs.Check(b.log, epoch.Where{Store: "etcd", Counter: "revisions", Lease: name,
+		Kind: "key", Key: key, Delete: "etcdctl del " + key}, string(kvs[0].Value))
 	if err != nil {
-		return 0, fmt.Errorf("%w: etcd: epoch key %s of lease %q: %w; delete it (etcdctl del %s) and baton writes a new one",
-			baton.ErrBackendUnavailable, kvs[0].Key, name, err, kvs[0].Key)
-	}
-	switch prev := b.epochs.Saw(name, e); {
-	case prev == 0 || prev == e:
-	case e < prev:
-		b.log.Error("the lease's epoch went backwards: etcd lost its data and the new epoch was written by a process whose clock is behind; tokens may be lower than before",
-			"lease", name, "old_epoch", epoch.Format(prev), "new_epoch", epoch.Format(e))
-	default:
-		b.log.Warn("the lease's epoch changed: etcd lost its data (its revisions started again); tokens carry the new epoch",
-			"lease", name, "old_epoch", epoch.Format(prev), "new_epoch", epoch.Format(e))
+		return 0, fmt.Errorf("%w: etcd: %w", baton.ErrBackendUnavailable, err)
 	}
 	return e, nil
 }

@@ -2,15 +2,12 @@ package raft
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/internal/epoch"
-	hraft "github.com/hashicorp/raft"
 )
 
 // TestTokensRiseAcrossGroupRestart is the attack of a whole in-memory group
@@ -74,16 +71,8 @@ func TestTokensRiseAcrossGroupRestart(t *testing.T) {
 // acquire that would set it without a time is refused.
 func TestEpochInTheLog(t *testing.T) {
 	f := newFSM()
-	index := uint64(0)
-	apply := func(f *fsm, c command) *result {
-		t.Helper()
-		index++
-		b, err := json.Marshal(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f.Apply(&hraft.Log{Index: index, Type: hraft.LogCommand, Data: b}).(*result)
-	}
+	log := &testLog{t: t}
+	apply := log.apply
 	apply(f, command{Op: opSessionCreate, Session: "s1", Node: "n1", TTL: time.Second})
 	apply(f, command{Op: opSessionCreate, Session: "s2", Node: "n2", TTL: time.Second})
 	if r := apply(f, command{Op: opAcquire, Session: "s1", Lease: "job", Candidate: "a"}); r.Holder || r.Err != errNoEpoch {
@@ -91,31 +80,20 @@ func TestEpochInTheLog(t *testing.T) {
 	}
 	at := epoch.Base.Add(1000 * time.Second)
 	r := apply(f, command{Op: opAcquire, Session: "s1", Lease: "job", Candidate: "a", Time: at})
-	if want := uint64(1000)<<32 + index; !r.Holder || r.Token != want {
+	if want := uint64(1000)<<32 + log.index; !r.Holder || r.Token != want {
 		t.Fatalf("acquire: %+v, want token %d", r, want)
 	}
 	// A later acquire's time does not move the epoch.
 	apply(f, command{Op: opAcquire, Session: "s2", Lease: "job", Candidate: "b", Time: at.Add(time.Hour)})
 	apply(f, command{Op: opRelease, Session: "s1", Lease: "job", Token: r.Token})
 	v, _ := f.lease("job", "")
-	if want := uint64(1000)<<32 + index; v.Candidate != "b" || v.Token != want {
+	if want := uint64(1000)<<32 + log.index; v.Candidate != "b" || v.Token != want {
 		t.Fatalf("after release: %+v, want b with token %d", v, want)
 	}
-	snap, err := f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sink memSink
-	if err := snap.Persist(&sink); err != nil {
-		t.Fatal(err)
-	}
-	g := newFSM()
-	if err := g.Restore(io.NopCloser(&sink)); err != nil {
-		t.Fatal(err)
-	}
+	g := restored(t, f)
 	apply(g, command{Op: opRelease, Session: "s2", Lease: "job", Token: v.Token})
 	r = apply(g, command{Op: opAcquire, Session: "s1", Lease: "job", Candidate: "a", Time: at.Add(2 * time.Hour)})
-	if want := uint64(1000)<<32 + index; !r.Holder || r.Token != want {
+	if want := uint64(1000)<<32 + log.index; !r.Holder || r.Token != want {
 		t.Fatalf("acquire after restore: %+v, want token %d (the epoch from the snapshot)", r, want)
 	}
 }

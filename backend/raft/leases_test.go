@@ -555,20 +555,49 @@ func (*memSink) Cancel() error                 { return nil }
 func (*memSink) Close() error                  { return nil }
 func (s *memSink) Write(p []byte) (int, error) { return s.Buffer.Write(p) }
 
+// testLog applies commands to FSMs as raft would, each as the log's next
+// entry.
+type testLog struct {
+	t     *testing.T
+	index uint64 // the index of the last entry applied
+}
+
+// apply applies c to f as the log's next entry and returns its result.
+func (l *testLog) apply(f *fsm, c command) *result {
+	l.t.Helper()
+	l.index++
+	b, err := json.Marshal(c)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return f.Apply(&hraft.Log{Index: l.index, Type: hraft.LogCommand, Data: b}).(*result)
+}
+
+// restored returns a new FSM restored from a snapshot of f, as a member
+// that installs f's snapshot would have.
+func restored(t *testing.T, f *fsm) *fsm {
+	t.Helper()
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink memSink
+	if err := snap.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	g := newFSM()
+	if err := g.Restore(io.NopCloser(&sink)); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 // TestSnapshotKeepsStateAndResignRequests: lease states and resign
 // requests survive a snapshot and its restore.
 func TestSnapshotKeepsStateAndResignRequests(t *testing.T) {
 	f := newFSM()
-	index := uint64(0)
-	apply := func(c command) *result {
-		t.Helper()
-		index++
-		b, err := json.Marshal(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f.Apply(&hraft.Log{Index: index, Type: hraft.LogCommand, Data: b}).(*result)
-	}
+	log := &testLog{t: t}
+	apply := func(c command) *result { return log.apply(f, c) }
 	apply(command{Op: opSessionCreate, Session: "s1", Node: "n1", TTL: time.Second})
 	r := apply(command{Op: opAcquire, Session: "s1", Lease: "job", Candidate: "a", Time: time.Now()})
 	if !r.Holder {
@@ -583,18 +612,7 @@ func TestSnapshotKeepsStateAndResignRequests(t *testing.T) {
 	apply(command{Op: opStateStore, Session: "s2", Lease: "other", Token: r.Token, Value: []byte("x")})
 	apply(command{Op: opSessionDestroy, Session: "s2"}) // "other" is gone; its state stays
 
-	snap, err := f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sink memSink
-	if err := snap.Persist(&sink); err != nil {
-		t.Fatal(err)
-	}
-	g := newFSM()
-	if err := g.Restore(io.NopCloser(&sink)); err != nil {
-		t.Fatal(err)
-	}
+	g := restored(t, f)
 	if v := g.state("job"); string(v.Value) != "slot 7" || !v.Stored {
 		t.Fatalf("restored state of job = %+v", v)
 	}

@@ -58,18 +58,9 @@ func (b *Backend) readEpoch(ctx context.Context, s *session, create bool) (uint6
 		if s != nil && b.conn.SessionID() != s.id {
 			return 0, zk.ErrSessionExpired
 		}
-		e, err := epoch.Parse(string(data))
+		e, err := b.epochs.Check(b.log, epoch.Where{Store: "ZooKeeper", Counter: "zxids", Kind: "node", Key: p}, string(data))
 		if err != nil {
-			return 0, fmt.Errorf("%w: zookeeper: epoch node %s: %w; delete it and baton creates a new one", baton.ErrBackendUnavailable, p, err)
-		}
-		switch prev := b.epochs.Saw("", e); {
-		case prev == 0 || prev == e:
-		case e < prev:
-			b.log.Error("the epoch went backwards: ZooKeeper lost its data and the new epoch was written by a process whose clock is behind; tokens may be lower than before",
-				"node", p, "old_epoch", epoch.Format(prev), "new_epoch", epoch.Format(e))
-		default:
-			b.log.Warn("the epoch changed: ZooKeeper lost its data (its zxids started again); tokens carry the new epoch",
-				"node", p, "old_epoch", epoch.Format(prev), "new_epoch", epoch.Format(e))
+			return 0, fmt.Errorf("%w: zookeeper: %w", baton.ErrBackendUnavailable, err)
 		}
 		return e, nil
 	}

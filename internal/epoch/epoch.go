@@ -19,6 +19,7 @@ package epoch
 
 import (
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -99,4 +100,58 @@ func (t *Tracker) Saw(key string, e uint64) (prev uint64) {
 	prev = s.last
 	t.seen[key] = seen{high: max(s.high, e), last: e}
 	return prev
+}
+
+// Where says where an epoch was read, for the messages of Tracker.Check.
+type Where struct {
+	// Store is the store's name as its users write it: "etcd", "Consul".
+	Store string
+	// Counter names the store's counter that starts again when the store
+	// loses its data: "revisions", "indexes", "zxids".
+	Counter string
+	// Lease is the lease whose epoch it is, "" for a store-wide epoch.
+	Lease string
+	// Kind is what holds the epoch in the store ("key", "node"), and Key
+	// its name.
+	Kind, Key string
+	// Delete is a command that deletes Key ("etcdctl del KEY"), named in the
+	// error on a value that does not parse; "" names none.
+	Delete string
+}
+
+// Check parses value, the epoch read at w, records it for w.Lease (as Saw
+// does) and logs on log a change from the epoch read there before: the
+// store lost its data. It logs at Error if the epoch went backwards (the
+// new one was written by a process whose clock is behind, and tokens may
+// be lower than before), at Warn if it went up. A value that does not parse
+// gives an error that names w.Key and how to delete it, after which the
+// next campaign writes a new epoch; the caller wraps it as its backend's
+// unavailability.
+func (t *Tracker) Check(log *slog.Logger, w Where, value string) (uint64, error) {
+	e, err := Parse(value)
+	if err != nil {
+		what := "epoch " + w.Kind + " " + w.Key
+		if w.Lease != "" {
+			what += fmt.Sprintf(" of lease %q", w.Lease)
+		}
+		del := "delete it"
+		if w.Delete != "" {
+			del += " (" + w.Delete + ")"
+		}
+		return 0, fmt.Errorf("%s: %w; %s and baton writes a new one", what, err, del)
+	}
+	prev := t.Saw(w.Lease, e)
+	if prev == 0 || prev == e {
+		return e, nil
+	}
+	subject, attrs := "the epoch", []any{w.Kind, w.Key, "old_epoch", Format(prev), "new_epoch", Format(e)}
+	if w.Lease != "" {
+		subject, attrs = "the lease's epoch", append([]any{"lease", w.Lease}, attrs...)
+	}
+	if e < prev {
+		log.Error(subject+" went backwards: "+w.Store+" lost its data and the new epoch was written by a process whose clock is behind; tokens may be lower than before", attrs...)
+	} else {
+		log.Warn(subject+" changed: "+w.Store+" lost its data (its "+w.Counter+" started again); tokens carry the new epoch", attrs...)
+	}
+	return e, nil
 }
