@@ -26,21 +26,13 @@ const ignoreTermEnv = "BATON_TEST_IGNORE_TERM"
 // Unless told to ignore SIGTERM, it exits 0 on it after a "stop" line.
 func heartbeatMain() int {
 	file := os.Getenv(childFileEnv)
-	token := os.Getenv("BATON_TOKEN")
-	holder := os.Getenv("BATON_HOLDER")
 	term := make(chan os.Signal, 1)
 	if os.Getenv(ignoreTermEnv) == "1" {
 		signal.Ignore(syscall.SIGTERM)
 	} else {
 		signal.Notify(term, syscall.SIGTERM)
 	}
-	others := 0
-	for _, ev := range readEvents(file) {
-		if ev.kind == "start" && ev.pid != os.Getpid() && isOurChild(ev.pid) {
-			others++
-		}
-	}
-	appendLine(file, fmt.Sprintf("start %s %d %d %d %s", token, os.Getpid(), time.Now().UnixNano(), others, holder))
+	token := recordStart(file)
 	tick := time.NewTicker(50 * time.Millisecond)
 	for {
 		select {

@@ -59,6 +59,21 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// recordStart appends this child's "start TOKEN PID UNIXNANO OTHERS_ALIVE
+// HOLDER" line to file, where OTHERS_ALIVE counts the children that started
+// before it and are still alive, and returns its token.
+func recordStart(file string) (token string) {
+	token = os.Getenv("BATON_TOKEN")
+	others := 0
+	for _, ev := range readEvents(file) {
+		if ev.kind == "start" && ev.pid != os.Getpid() && isOurChild(ev.pid) {
+			others++
+		}
+	}
+	appendLine(file, fmt.Sprintf("start %s %d %d %d %s", token, os.Getpid(), time.Now().UnixNano(), others, os.Getenv("BATON_HOLDER")))
+	return token
+}
+
 // childMain is the supervised command of the multi-process tests. It
 // appends "start TOKEN PID UNIXNANO OTHERS_ALIVE HOLDER" to the shared file,
 // where OTHERS_ALIVE counts the children that started before it and are
@@ -66,18 +81,9 @@ func TestMain(m *testing.M) {
 // "stop TOKEN PID UNIXNANO" and exits 0.
 func childMain() int {
 	file := os.Getenv(childFileEnv)
-	token := os.Getenv("BATON_TOKEN")
-	holder := os.Getenv("BATON_HOLDER")
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM)
-
-	others := 0
-	for _, ev := range readEvents(file) {
-		if ev.kind == "start" && ev.pid != os.Getpid() && isOurChild(ev.pid) {
-			others++
-		}
-	}
-	appendLine(file, fmt.Sprintf("start %s %d %d %d %s", token, os.Getpid(), time.Now().UnixNano(), others, holder))
+	token := recordStart(file)
 	<-term
 	appendLine(file, fmt.Sprintf("stop %s %d %d", token, os.Getpid(), time.Now().UnixNano()))
 	return 0
