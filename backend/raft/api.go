@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/batonhq/baton/internal/httpauth"
@@ -631,7 +632,8 @@ func (n *Node) forwardJSON(ctx context.Context, path string, body, out any) erro
 
 // apiClient calls peers' group API.
 type apiClient struct {
-	secret string
+	mu     sync.Mutex
+	secret string // the bearer token sent with each call; see bearer
 	hc     *http.Client
 	tr     *http.Transport // nil when hc is the caller's
 	scheme string          // "https" (members, over the mux) or "http" (agent clients)
@@ -672,8 +674,8 @@ func (c *apiClient) call(ctx context.Context, addr, path string, body, out any, 
 	if err != nil {
 		return err
 	}
-	if c.secret != "" {
-		req.Header.Set("Authorization", "Bearer "+c.secret)
+	if tok := c.bearer(); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	if forwarded {
 		req.Header.Set(forwardedHeader, "1")
@@ -700,4 +702,18 @@ func (c *apiClient) call(ctx context.Context, addr, path string, body, out any, 
 		return nil
 	}
 	return json.Unmarshal(b, out)
+}
+
+// bearer returns the token sent with each call.
+func (c *apiClient) bearer() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.secret
+}
+
+// setBearer replaces the token sent with later calls.
+func (c *apiClient) setBearer(tok string) {
+	c.mu.Lock()
+	c.secret = tok
+	c.mu.Unlock()
 }

@@ -20,6 +20,12 @@ type ClientOptions struct {
 	// the token file it writes at start). Every call that changes
 	// something needs it; without it, only reads work.
 	Token string
+	// TokenSource, when set, gives the token instead of Token: at Dial, and
+	// again each time the agent refuses the one sent, so that a client
+	// follows an agent that restarted with a new token (`baton agent`
+	// writes a new random one to its token file at every start). Nil (the
+	// default) means Token, always.
+	TokenSource func() (string, error)
 	// HTTPClient makes the calls. Nil (the default) means a client of its
 	// own.
 	HTTPClient *http.Client
@@ -32,8 +38,9 @@ type ClientOptions struct {
 // process that learns the session's ID (the lease table shows it) cannot
 // act on it. Safe for concurrent use.
 type Client struct {
-	addr string
-	api  *apiClient
+	addr   string
+	api    *apiClient
+	source func() (string, error) // ClientOptions.TokenSource
 	// key derives each session's secret from its ID (secret), so that a
 	// create retried after a lost reply presents the same secret.
 	key [32]byte
@@ -51,7 +58,14 @@ func Dial(addr string, opts ClientOptions) (*Client, error) {
 	if hc == nil {
 		hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8, IdleConnTimeout: time.Minute}}
 	}
-	c := &Client{addr: addr, api: &apiClient{secret: opts.Token, hc: hc, scheme: "http"}}
+	tok := opts.Token
+	if opts.TokenSource != nil {
+		var err error
+		if tok, err = opts.TokenSource(); err != nil {
+			return nil, fmt.Errorf("raft: the agent's token: %w", err)
+		}
+	}
+	c := &Client{addr: addr, api: &apiClient{secret: tok, hc: hc, scheme: "http"}, source: opts.TokenSource}
 	_, _ = rand.Read(c.key[:]) // crypto/rand.Read never fails on Linux since Go 1.24
 	return c, nil
 }
@@ -94,7 +108,16 @@ func (c *Client) renew(ctx context.Context, session string) (*renewResponse, err
 func (c *Client) authErr(err error) error {
 	var ae *apiError
 	if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
-		if c.api.secret == "" {
+		sent := c.api.bearer()
+		if c.source != nil {
+			// An agent that restarted has a new token: the next call
+			// sends it.
+			if tok, serr := c.source(); serr == nil && tok != sent {
+				c.api.setBearer(tok)
+				return fmt.Errorf("the agent at %s refused the token given; read its token again, for the next call: %w", c.addr, err)
+			}
+		}
+		if sent == "" {
 			return fmt.Errorf("the agent at %s wants its token, and none was given (`baton agent` writes it to a file at start; see its --http-token-file): %w", c.addr, err)
 		}
 		return fmt.Errorf("the agent at %s refused the token given: %w", c.addr, err)

@@ -501,3 +501,41 @@ func TestAgentClientsActOnlyOnTheirOwnSessions(t *testing.T) {
 		t.Errorf("the token file outlived the agent: %v", err)
 	}
 }
+
+// An agent that restarts writes a new token to its token file; its
+// agent:// clients read the file again when the old token is refused, and
+// lead again through the new agent instead of being refused for ever.
+func TestAgentClientFollowsNewToken(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	agent, httpAddr, bind := startAgentBind(t, dir)
+	backend := "agent://" + httpAddr
+	leads := func() bool {
+		return runBaton(t, 30*time.Second, "is-leader", "--backend", backend, "--lease", "tok", "--id", "worker-1").code == 0
+	}
+	startBaton(t, "run", testEnv(), "run", "--backend", backend, "--lease", "tok", "--id", "worker-1", "--ttl", "2s", "--", "sleep", "600")
+	eventually(t, 30*time.Second, "worker-1 leading", leads)
+	_, port, _ := net.SplitHostPort(httpAddr)
+	file, err := defaultAgentTokenFile(os.LookupEnv, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := readAgentToken(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	_ = agent.cmd.Process.Signal(syscall.SIGTERM)
+	if code := agent.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("agent exited %d after SIGTERM", code)
+	}
+	again := startBaton(t, "agent-again", testEnv("BATON_SECRET=agent-test-secret-0123456789"), "agent",
+		"--bind", bind, "--join", "static:"+bind, "--bootstrap-expect", "1", "--voters", "1",
+		"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, "a1.pem"), "--tls-key", filepath.Join(dir, "a1-key.pem"),
+		"--http", httpAddr)
+	eventually(t, 30*time.Second, "the new agent serving", func() bool { return strings.Contains(again.out.String(), "agent serving") })
+	if tok, err := readAgentToken(file); err != nil || tok == old {
+		t.Fatalf("the restarted agent's token file: %v; want a new token", err)
+	}
+	eventually(t, 60*time.Second, "worker-1 leading through the restarted agent", leads)
+}

@@ -268,13 +268,13 @@ func parseAgentURL(u *url.URL) (opener, error) {
 		if token == "" {
 			token = os.Getenv("BATON_HTTP_TOKEN")
 		}
+		copts := raft.ClientOptions{Token: token}
 		if token == "" {
-			var err error
-			if token, err = agentClientToken(port, o.Logger); err != nil {
-				return nil, err
-			}
+			// From the agent's token file, read again when the agent
+			// refuses it: an agent writes a new token at every start.
+			copts.TokenSource = func() (string, error) { return agentClientToken(port, o.Logger) }
 		}
-		c, err := raft.Dial(u.Host, raft.ClientOptions{Token: token})
+		c, err := raft.Dial(u.Host, copts)
 		if err != nil {
 			return nil, err
 		}
