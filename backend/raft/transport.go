@@ -34,7 +34,16 @@ type mux struct {
 	raft     *chanListener
 	api      *chanListener
 	wg       sync.WaitGroup
+	// pending holds a slot for each connection that has not yet proved
+	// the secret: a flood of unproven connections is dropped at the door
+	// instead of costing a goroutine, a file descriptor and a TLS
+	// handshake each.
+	pending chan struct{}
 }
+
+// maxPendingHandshakes bounds the connections a member handshakes with at
+// once. Members open a handful each; more than this is a flood.
+const maxPendingHandshakes = 256
 
 // newMux serves ln. inGroup reports whether this member is in a group with
 // a leader; refused peers are told so.
@@ -48,24 +57,42 @@ func newMux(ln net.Listener, cfg *tls.Config, g *gate, key connKey, inGroup func
 }
 
 func (m *mux) start() {
+	m.pending = make(chan struct{}, maxPendingHandshakes)
 	m.wg.Add(1)
 	go m.accept()
 }
 
+// accept serves until the listener is closed. Any other accept error (out
+// of file descriptors, say) is waited out with a growing pause, as
+// net/http's server does: giving up would leave the member running but
+// deaf to its group for good.
 func (m *mux) accept() {
 	defer m.wg.Done()
+	var pause time.Duration
 	for {
 		c, err := m.ln.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				m.raft.close()
+				m.api.close()
+				return
 			}
-			m.raft.close()
-			m.api.close()
-			return
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			m.refusals.log.Warn("accepting a connection failed; retrying", "err", err, "retry_in", pause)
+			time.Sleep(pause)
+			continue
 		}
-		go m.sort(c)
+		pause = 0
+		select {
+		case m.pending <- struct{}{}:
+		default:
+			_ = c.Close() // a flood of unproven connections
+			continue
+		}
+		go func() {
+			defer func() { <-m.pending }()
+			m.sort(c)
+		}()
 	}
 }
 
