@@ -28,15 +28,16 @@ import (
 // Base is epoch 0: 2025-01-01T00:00:00Z.
 var Base = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// Of returns the epoch of wall-clock time t: whole seconds since Base, and
-// at least 1, so that a clock set before Base still gives an epoch that
-// beats a store without one.
+// Of returns the epoch of wall-clock time t: whole seconds since Base, at
+// least 1, so that a clock set before Base still gives an epoch that beats
+// a store without one, and below 2^32, so that epoch<<32 cannot overflow
+// (a clock past the year 2161 gets the last epoch).
 func Of(t time.Time) uint64 {
 	s := t.Sub(Base) / time.Second
 	if s < 1 {
 		return 1
 	}
-	return uint64(s)
+	return min(uint64(s), 1<<32-1)
 }
 
 // Time returns the start of epoch e.
