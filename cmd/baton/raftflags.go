@@ -269,7 +269,9 @@ func parseAgentURL(u *url.URL) (opener, error) {
 			token = os.Getenv("BATON_HTTP_TOKEN")
 		}
 		copts := raft.ClientOptions{Token: token}
-		if token == "" {
+		// The default token file belongs to the agent on this host: it is
+		// never sent to another one (BATON_HTTP_TOKEN_FILE is, if given).
+		if token == "" && (isLoopback(host) || os.Getenv("BATON_HTTP_TOKEN_FILE") != "") {
 			// From the agent's token file, read again when the agent
 			// refuses it: an agent writes a new token at every start.
 			copts.TokenSource = func() (string, error) { return agentClientToken(port, o.Logger) }
