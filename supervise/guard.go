@@ -92,8 +92,14 @@ func guardMain() int {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	// A write to a stderr whose reader is gone must fail, not kill the
 	// guard (Go's default for fd 1 and 2). Caught, not ignored: an ignored
-	// signal would stay ignored in the command across exec.
+	// signal would stay ignored in the command across exec. The signals the
+	// caller forwards (DefaultForwardSignals) reach the command through the
+	// caller, which relays them over the socket; sent to the guard itself
+	// (`pkill -HUP baton` matches it too), SIGHUP and SIGQUIT would kill it
+	// by Go's default and leave escaped descendants unguarded, so they are
+	// caught and dropped here.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	signal.Notify(make(chan os.Signal, 8), DefaultForwardSignals()...)
 	go g.printer()
 
 	if err := g.start(os.Args[1], os.Args[2:]); err != nil {

@@ -421,3 +421,27 @@ func TestGuardKilled(t *testing.T) {
 		}
 	})
 }
+
+// The signals a caller forwards, sent to the guard itself (`pkill -HUP
+// baton` matches the guard too), neither kill it nor reach the command
+// twice: the command goes on running under a live guard.
+func TestGuardSurvivesForwardedSignals(t *testing.T) {
+	p := start(t, Config{Command: []string{"sleep", "1000"}, Deadline: time.Now().Add(time.Hour)})
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2} {
+		if err := p.guard.Process.Signal(sig); err != nil {
+			t.Fatalf("%v to the guard: %v", sig, err)
+		}
+	}
+	// A guard that died of one of them is noticed within a moment; one
+	// that lives still extends.
+	if err := p.Extend(time.Now().Add(2 * time.Hour)); err != nil {
+		t.Fatalf("Extend after the signals: %v", err)
+	}
+	select {
+	case <-p.gone:
+		t.Fatal("the guard died of a forwarded signal sent to it")
+	case <-p.Done():
+		t.Fatalf("the command ended: %v", p.Err())
+	case <-time.After(time.Second): // long enough for a signal's default action
+	}
+}

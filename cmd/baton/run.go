@@ -538,7 +538,9 @@ func extendGuard(p *supervise.Process, t baton.Term) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		sent := t.SafeUntil()
+		// The first tick always sends: a renewal confirmed while the guard
+		// was starting moved safe-until past the deadline it started with.
+		var sent time.Time
 		tick := time.NewTicker(guardPoll)
 		defer tick.Stop()
 		for {
