@@ -330,6 +330,10 @@ func (r *runner) loop(ctx context.Context, e *baton.Elector) error {
 				if exited.code == 0 {
 					return nil
 				}
+				if exited.code < 0 {
+					// No status: the command's guard died without reporting one.
+					return &exitError{code: exitFailure, err: errors.New("the command's guard died before reporting the command's exit status (see the log above)")}
+				}
 				return &exitError{code: exited.code}
 			}
 			r.log.Warn("command exited while leading; resigned and campaigning again", "exit_code", exited.code, "ran", exited.ran)
