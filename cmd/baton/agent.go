@@ -36,9 +36,10 @@ a random one the agent makes at start. Either way the agent writes it to
 --http-token-file, mode 0600 (default: $XDG_RUNTIME_DIR/baton/agent-PORT.token;
 /run/baton/agent-PORT.token for root; else ~/.cache/baton/agent-PORT.token,
 PORT being --http's port), and removes the file when it stops. Local clients
-running as the same user find it there: --backend agent://, and curl -H
-"Authorization: Bearer $(cat FILE)". Others need BATON_HTTP_TOKEN or
-BATON_HTTP_TOKEN_FILE. Each agent:// session also has a secret of its own,
+running as the same user find it there: --backend agent://127.0.0.1:PORT
+(which reads it again when a restarted agent wrote a new one, and never sends
+it to an agent on another host), and curl -H "Authorization: Bearer $(cat
+FILE)". Others need BATON_HTTP_TOKEN or BATON_HTTP_TOKEN_FILE. Each agent:// session also has a secret of its own,
 known only to the client that created it: with the token but without that
 secret, a process cannot renew, release or destroy another client's session.
 Sessions expire only by the raft leader's timers.
