@@ -103,6 +103,19 @@ func helperParent(dir string) int {
 	select {}
 }
 
+// startMode starts cfg without a cgroup when noCgroup, else with one, and
+// fails the test if the command runs outside one: a silent fallback to the
+// subreaper alone must not pass for the cgroup variant.
+func startMode(t *testing.T, cfg Config, noCgroup bool) *Process {
+	t.Helper()
+	cfg.DisableCgroup = noCgroup
+	p := start(t, cfg)
+	if !noCgroup && p.cgroup == "" {
+		t.Fatal("the command runs without a cgroup of its own in the cgroup variant")
+	}
+	return p
+}
+
 // modes runs f with and without a cgroup of the command's own; the variant
 // with one is skipped where cgroup v2 is not writable.
 func modes(t *testing.T, f func(t *testing.T, noCgroup bool)) {
@@ -155,15 +168,11 @@ func TestDeadlineKillsAllDescendants(t *testing.T) {
 		dir := t.TempDir()
 		cfg := escapingCommand(t, dir)
 		cfg.Grace = 300 * time.Millisecond
-		cfg.DisableCgroup = noCgroup
 		deadline := time.Now().Add(1500 * time.Millisecond)
 		cfg.Deadline = deadline
-		p := start(t, cfg)
+		p := startMode(t, cfg, noCgroup)
 		esc := readPid(t, filepath.Join(dir, "escapee"))
 		killAtEnd(t, esc)
-		if !noCgroup && p.cgroup == "" {
-			t.Error("no cgroup of its own for the command, though cgroup v2 is writable")
-		}
 		waitDone(t, p)
 		if !errors.Is(p.Err(), ErrDeadline) {
 			t.Errorf("Err = %v, want ErrDeadline", p.Err())
@@ -247,8 +256,7 @@ func TestStopWaitsForAllDescendants(t *testing.T) {
 		dir := t.TempDir()
 		cfg := escapingCommand(t, dir)
 		cfg.Grace = 200 * time.Millisecond
-		cfg.DisableCgroup = noCgroup
-		p := start(t, cfg)
+		p := startMode(t, cfg, noCgroup)
 		esc := readPid(t, filepath.Join(dir, "escapee"))
 		killAtEnd(t, esc)
 		if _, err := stop(t, p); err != nil {
@@ -399,8 +407,7 @@ func TestGuardKilled(t *testing.T) {
 	modes(t, func(t *testing.T, noCgroup bool) {
 		dir := t.TempDir()
 		cfg := escapingCommand(t, dir)
-		cfg.DisableCgroup = noCgroup
-		p := start(t, cfg)
+		p := startMode(t, cfg, noCgroup)
 		esc := readPid(t, filepath.Join(dir, "escapee"))
 		killAtEnd(t, esc)
 		if err := p.guard.Process.Kill(); err != nil {

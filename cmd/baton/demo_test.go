@@ -114,11 +114,10 @@ func TestDemoInterruptIsPrompt(t *testing.T) {
 	if code := p.wait(t, 60*time.Second); code != 0 {
 		t.Fatalf("demo exited %d after SIGINT, want 0", code)
 	}
-	// The bound is what "prompt" means here: below the two close timeouts
-	// (5 s each) that stopping every node at once used to wait out in a
-	// row. One can still run out when raft leadership moves as the demo
-	// stops (the last node to stop is the raft leader it saw), which a
-	// loaded machine makes likelier.
+	// The bound is what "prompt" means here: below two close timeouts
+	// (5 s each) waited out in a row. One can run out when raft leadership
+	// moves as the demo stops (the last node to stop is the raft leader it
+	// saw), which a loaded machine makes likelier.
 	if took := time.Since(start); took > 8*time.Second {
 		t.Errorf("demo took %s to stop after SIGINT", took.Round(time.Millisecond))
 	}
