@@ -324,15 +324,8 @@ func (b *Backend) hold(s *session, sl *slot, name string, token, at uint64) (bat
 	go b.watchHeld(ctx, h, at)
 	b.log.Debug("acquired", "lease", name, "token", token, "session", s.id)
 	if e := token >> 32; e != 0 {
-		switch prev := b.epochs.Saw("", e); {
-		case prev == 0 || prev == e:
-		case e < prev:
-			b.log.Error("the raft group was created anew with an earlier epoch: the member that set it has a clock behind the old group's; tokens are lower than before",
-				"lease", name, "old_epoch", epoch.Format(prev), "new_epoch", epoch.Format(e), "token", token)
-		default:
-			b.log.Warn("the raft group was created anew (its epoch changed): its log restarted, and tokens carry the new epoch",
-				"lease", name, "old_epoch", epoch.Format(prev), "new_epoch", epoch.Format(e), "token", token)
-		}
+		// The group's epoch, as the high half of a token of this lease.
+		b.epochs.Report(b.log, epoch.Where{Store: "the raft group", Counter: "log indexes", Kind: "lease", Key: name}, e)
 	}
 	return &term{BasicTerm: h.term, b: b, h: h}, nil
 }

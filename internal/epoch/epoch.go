@@ -141,9 +141,16 @@ func (t *Tracker) Check(log *slog.Logger, w Where, value string) (uint64, error)
 		}
 		return 0, fmt.Errorf("%s: %w; %s and baton writes a new one", what, err, del)
 	}
+	t.Report(log, w, e)
+	return e, nil
+}
+
+// Report records epoch e, read at w, for w.Lease (as Saw does) and logs on
+// log a change from the epoch read there before, as Check does.
+func (t *Tracker) Report(log *slog.Logger, w Where, e uint64) {
 	prev := t.Saw(w.Lease, e)
 	if prev == 0 || prev == e {
-		return e, nil
+		return
 	}
 	subject, attrs := "the epoch", []any{w.Kind, w.Key, "old_epoch", Format(prev), "new_epoch", Format(e)}
 	if w.Lease != "" {
@@ -154,5 +161,4 @@ func (t *Tracker) Check(log *slog.Logger, w Where, value string) (uint64, error)
 	} else {
 		log.Warn(subject+" changed: "+w.Store+" lost its data (its "+w.Counter+" started again); tokens carry the new epoch", attrs...)
 	}
-	return e, nil
 }
