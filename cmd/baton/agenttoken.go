@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // The agent's token file: `baton agent` writes the bearer token that its
@@ -58,9 +59,23 @@ func writeAgentToken(path, token string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("token file directory: %w", err)
 	}
-	st, err := os.Stat(dir)
+	st, err := os.Lstat(dir)
 	if err != nil {
 		return fmt.Errorf("token file directory: %w", err)
+	}
+	if st.Mode()&fs.ModeSymlink != 0 {
+		// Resolved once, here: a link swapped later cannot redirect the
+		// file, whose path is built from the resolved directory.
+		if dir, err = filepath.EvalSymlinks(dir); err != nil {
+			return fmt.Errorf("token file directory: %w", err)
+		}
+		if st, err = os.Lstat(dir); err != nil {
+			return fmt.Errorf("token file directory: %w", err)
+		}
+		path = filepath.Join(dir, filepath.Base(path))
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Geteuid() && st.Mode()&fs.ModeSticky == 0 {
+		return fmt.Errorf("token file directory %s belongs to user %d, who could swap the file: use a directory of this user's (uid %d)", dir, sys.Uid, os.Geteuid())
 	}
 	if st.Mode().Perm()&0o022 != 0 && st.Mode()&fs.ModeSticky == 0 {
 		return fmt.Errorf("token file directory %s is writable by other users (mode %s): use a directory only this user can write to", dir, st.Mode().Perm())
