@@ -125,6 +125,7 @@ type guard struct {
 	stopping bool  // SIGTERM sent
 	killAt   int64 // CLOCK_MONOTONIC nanoseconds of the SIGKILL; 0 none yet
 	killing  bool  // SIGKILL sent; repeated until all are gone
+	reaped   bool  // the command was reaped: its pid may be reused
 }
 
 // send writes a report to the parent; a parent that is gone or does not
@@ -255,6 +256,7 @@ func (g *guard) run(sigs <-chan os.Signal) int {
 				return 0
 			}
 			if r.pid == g.pid {
+				g.reaped = true
 				g.send(encode(msgExited, int64(exitCode(r.status))))
 			}
 		case <-sigs:
@@ -375,17 +377,39 @@ func (g *guard) killTree() {
 // itself if it left the group. Not to a command still in its group twice:
 // some programs take a second SIGTERM or SIGINT as "abort shutdown now".
 func (g *guard) signalGroup(sig syscall.Signal) {
+	if g.reaped {
+		if g.groupAlive(descendants(os.Getpid())) {
+			_ = syscall.Kill(-g.pid, sig)
+		}
+		return
+	}
 	_ = syscall.Kill(-g.pid, sig)
 	if pgid, err := syscall.Getpgid(g.pid); err == nil && pgid != g.pid {
 		_ = syscall.Kill(g.pid, sig)
 	}
 }
 
+// groupAlive reports whether the command's process group still has a
+// member among ds, the guard's descendants. Once the command was reaped and
+// its group emptied, its pid (the group's id) may be reused by an unrelated
+// process: the group must not be signalled then.
+func (g *guard) groupAlive(ds []proc) bool {
+	for _, d := range ds {
+		if d.pgid == g.pid {
+			return true
+		}
+	}
+	return false
+}
+
 // signalTree sends sig to the command's process group and to every other
 // live descendant of the guard.
 func (g *guard) signalTree(sig syscall.Signal) {
-	_ = syscall.Kill(-g.pid, sig)
-	for _, d := range descendants(os.Getpid()) {
+	ds := descendants(os.Getpid())
+	if !g.reaped || g.groupAlive(ds) {
+		_ = syscall.Kill(-g.pid, sig)
+	}
+	for _, d := range ds {
 		if d.pgid != g.pid {
 			_ = syscall.Kill(d.pid, sig)
 		}
