@@ -125,7 +125,7 @@ func parseBackend(raw string) (*backendSpec, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		// url.Parse refuses some forms that the scheme parsers explain
-		// better (it has refused "h:99999" and "a:1,b:2"); split the URL
+		// better (it refuses "h:99999" and "a:1,b:2"); split the URL
 		// by hand, with the same rules for % escapes.
 		u, err = splitURL(raw)
 		if err != nil {
