@@ -1,0 +1,5 @@
+//go:build batonchaos_ignoredeadline
+
+package main
+
+func init() { brokenIgnoreDeadline = true }

@@ -1,0 +1,5 @@
+//go:build batonchaos_staletoken
+
+package main
+
+func init() { brokenStaleToken = true }
