@@ -5,6 +5,11 @@ package netns
 import "errors"
 
 var (
+	// ErrUnavailable is wrapped by the errors of Available and Open when
+	// this process cannot build namespaced networks: not root, `ip` or
+	// `nft` missing, or a kernel without the features a Net uses.
+	ErrUnavailable = errors.New("netns: network namespaces unavailable")
+
 	// ErrClosed is returned by the methods of a Net after Close.
 	ErrClosed = errors.New("netns: network closed")
 

@@ -70,34 +70,52 @@ type Host struct {
 
 // New builds a Net with the given number of hosts, or ends the test: it
 // calls Require, so it skips the test (or fails it, see Require) where
-// namespaces are unavailable, and fails it if building the Net fails.
-// Close is registered with t.Cleanup, so whatever was built is removed even
-// then.
+// namespaces are unavailable, and fails it if building the Net fails. Close
+// is registered with t.Cleanup.
 func New(t testing.TB, hosts int) *Net {
 	t.Helper()
 	Require(t)
-	if hosts < 0 || hosts > MaxHosts {
-		t.Fatalf("netns.New: %d hosts, want 0 to %d", hosts, MaxHosts)
-	}
-	prefix, err := pickPrefix()
+	n, err := Open(hosts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &Net{tools: setup.tools, id: newID(), prefix: prefix}
 	t.Cleanup(func() {
 		if err := n.Close(); err != nil {
 			t.Error(err)
 		}
 	})
-	if err := n.createSwitch(); err != nil {
-		t.Fatal(err)
-	}
-	for range hosts {
-		if _, err := n.AddHost(); err != nil {
-			t.Fatal(err)
-		}
-	}
 	return n
+}
+
+// Open builds a Net with the given number of hosts, for programs that are
+// not tests; the caller must Close it, and should stop the processes it
+// started on the hosts first. Where namespaces are unavailable it returns
+// Available's error, which wraps ErrUnavailable. If building the Net fails
+// halfway, what was built is removed before Open returns the error.
+//
+// If the program dies without calling Close, the namespaces stay until the
+// first Available, Open or Require of a later process removes them, as the
+// package doc describes.
+func Open(hosts int) (*Net, error) {
+	if hosts < 0 || hosts > MaxHosts {
+		return nil, fmt.Errorf("netns: open a net of %d hosts: want 0 to %d", hosts, MaxHosts)
+	}
+	if err := ensureSetup(); err != nil {
+		return nil, err
+	}
+	prefix, err := pickPrefix()
+	if err != nil {
+		return nil, err
+	}
+	n := &Net{tools: setup.tools, id: newID(), prefix: prefix}
+	err = n.createSwitch()
+	for i := 0; err == nil && i < hosts; i++ {
+		_, err = n.AddHost()
+	}
+	if err != nil {
+		return nil, errors.Join(err, n.Close())
+	}
+	return n, nil
 }
 
 // pickPrefix returns 10.213.X.0/24 with X random among the values for which

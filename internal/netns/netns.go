@@ -1,8 +1,9 @@
 //go:build linux
 
-// Package netns gives tests a private IPv4 network of "hosts", each a Linux
-// network namespace, that they can partition and heal while processes run
-// on it.
+// Package netns gives tests, and test programs such as a fault harness, a
+// private IPv4 network of "hosts", each a Linux network namespace, that they
+// can partition and heal while processes run on it. Tests use New; programs
+// that are not tests use Open and Available.
 //
 // # What is guaranteed
 //
@@ -37,26 +38,28 @@
 //
 // # Cleanup
 //
-// New registers Close with t.Cleanup. Close kills every process still inside
+// New registers Close with t.Cleanup; a program that used Open calls Close
+// itself. Close kills every process still inside
 // the Net's namespaces (deleting a namespace would leave them running, on a
 // network that no longer has a name) and then deletes the namespaces; the
 // veth cables and the bridge go with them.
 //
-// If the test process dies without running its cleanups (killed, or a go
-// test -timeout panic), the processes started with Host.Command die with it
+// If the process dies without closing its Nets (killed, or a go test
+// -timeout panic that skips cleanups), the processes started with Host.Command die with it
 // (they get SIGKILL as their parent-death signal; their own children do
 // not), but the namespaces stay. Namespace names carry the creating
-// process's pid, "baton-PID-RANDOM-h0", and the first Require or New of every
-// later test process deletes the namespaces whose creator is gone, killing
+// process's pid, "baton-PID-RANDOM-h0", and the first Available, Open,
+// Require or New of every later process deletes the namespaces whose creator is gone, killing
 // what is left inside them.
 //
 // # Requirements
 //
 // Root, the `ip` command (Debian package iproute2) and the `nft` command
 // (Debian package nftables), and a kernel with network namespaces, veth,
-// bridge and nf_tables. Require checks all of that by building a small
-// namespace once per test process. Without it, tests skip on a developer's
-// machine and fail in CI; see Require.
+// bridge and nf_tables. Available checks all of that by building a small
+// namespace once per process, and says what is missing. Without it, tests
+// skip on a developer's machine and fail in CI (see Require), and Open
+// returns Available's error.
 package netns
 
 import (
@@ -118,51 +121,78 @@ type tools struct {
 	ipv6 bool
 }
 
-// setup is what the first Require of the process found out.
+// setup is what the first Require, Available or Open of the process found
+// out.
 var setup struct {
 	once  sync.Once
 	tools tools
-	err   error
+	err   error // why namespaces are unavailable, wrapping ErrUnavailable
+
+	// What the sweep of the first call removed, and why it could not
+	// remove more; the first Require logs them.
+	removed  []string
+	sweepErr error
+	logOnce  sync.Once
 }
 
-// Require ends the test unless this process can build namespaced networks:
-// it runs as root, finds `ip` and `nft`, and the kernel lets it create a
-// namespace with a bridge, a veth pair and nftables rules (checked once per
-// process by doing so).
+// ensureSetup probes the machine and sweeps leftovers, once per process.
+func ensureSetup() error {
+	setup.once.Do(func() {
+		setup.tools, setup.err = probe()
+		if setup.err != nil {
+			setup.err = fmt.Errorf("%w: %w", ErrUnavailable, setup.err)
+			return
+		}
+		// Leftovers cost nothing but a little kernel memory: a failure to
+		// remove them is reported, but does not stop this process from
+		// building its own Nets.
+		setup.removed, setup.sweepErr = sweep(setup.tools)
+	})
+	return setup.err
+}
+
+// Available returns nil if this process can build namespaced networks, or
+// an error wrapping ErrUnavailable that says why not in plain words (not
+// root, `ip` or `nft` missing and the Debian package that provides it, or
+// what the kernel refused), for programs to print. It checks once per
+// process, by building and removing a small namespace with a bridge, a veth
+// pair and nftables rules, and later calls return the same answer. The
+// first call also deletes namespaces left behind by processes that died
+// without cleaning up (see the package doc). It is safe for concurrent use.
+func Available() error { return ensureSetup() }
+
+// Require ends the test unless this process can build namespaced networks,
+// as Available checks: it runs as root, finds `ip` and `nft`, and the
+// kernel lets it create a namespace with a bridge, a veth pair and nftables
+// rules.
 //
 // When they are unavailable the test fails if BATON_REQUIRE_NETNS=1, or if
 // CI=true and BATON_REQUIRE_NETNS is not "0"; otherwise it is skipped. The
 // message names what is missing and the Debian package that provides it.
 // CI jobs that cannot run as root set BATON_REQUIRE_NETNS=0 to skip.
 //
-// The first call in a process also deletes namespaces left behind by test
-// processes that died without cleaning up, and logs what it removed.
+// The first call in a process logs the namespaces left behind by dead
+// processes that the first Available, Open or Require removed.
 //
 // New calls Require itself. Require is safe for concurrent use.
 func Require(t testing.TB) {
 	t.Helper()
-	setup.once.Do(func() {
-		setup.tools, setup.err = probe()
-		if setup.err != nil {
-			return
-		}
-		removed, err := sweep(setup.tools)
-		if len(removed) > 0 {
-			t.Logf("netns: removed namespaces left by dead test processes: %s", strings.Join(removed, " "))
-		}
-		if err != nil {
-			// Leftovers cost nothing but a little kernel memory: report them,
-			// but they do not stop this process from building its own Nets.
-			t.Logf("netns: removing leftover namespaces: %v", err)
-		}
-	})
-	if setup.err == nil {
+	err := ensureSetup()
+	if err == nil {
+		setup.logOnce.Do(func() {
+			if len(setup.removed) > 0 {
+				t.Logf("netns: removed namespaces left by dead test processes: %s", strings.Join(setup.removed, " "))
+			}
+			if setup.sweepErr != nil {
+				t.Logf("netns: removing leftover namespaces: %v", setup.sweepErr)
+			}
+		})
 		return
 	}
 	if required(os.Getenv) {
-		t.Fatalf("network namespaces unavailable: %v\n(failing rather than skipping because %s)", setup.err, requiredWhy(os.Getenv))
+		t.Fatalf("%v\n(failing rather than skipping because %s)", err, requiredWhy(os.Getenv))
 	}
-	t.Skipf("network namespaces unavailable: %v\n(set %s=1 to fail instead of skip)", setup.err, RequireEnv)
+	t.Skipf("%v\n(set %s=1 to fail instead of skip)", err, RequireEnv)
 }
 
 // required reports whether unavailable namespaces must fail tests.

@@ -221,6 +221,86 @@ func TestPartitionAndHeal(t *testing.T) {
 	}
 }
 
+// TestPartitionReplacesPrevious cuts several hosts at once, each alone and
+// the rest together, as a fault harness does, then a different set: each
+// Partition must replace the previous rules whole (a host cut before and not
+// now reaches everyone again), and Heal must clear them all.
+func TestPartitionReplacesPrevious(t *testing.T) {
+	t.Parallel()
+	n, agents := newAgents(t, 4)
+	h := n.Hosts()
+
+	if err := n.Partition([]*Host{h[0]}, []*Host{h[1]}, []*Host{h[2], h[3]}); err != nil {
+		t.Fatalf("Partition 0 | 1 | 2 3: %v", err)
+	}
+	checkLinks(t, agents, func(i, j int) bool { return i <= 1 || j <= 1 })
+
+	if err := n.Partition([]*Host{h[2]}, []*Host{h[3]}, []*Host{h[0], h[1]}); err != nil {
+		t.Fatalf("Partition 2 | 3 | 0 1: %v", err)
+	}
+	checkLinks(t, agents, func(i, j int) bool { return i >= 2 || j >= 2 })
+
+	if err := n.Isolate(h[1]); err != nil {
+		t.Fatalf("Isolate 1: %v", err)
+	}
+	checkLinks(t, agents, func(i, j int) bool { return i == 1 || j == 1 })
+
+	if err := n.Heal(); err != nil {
+		t.Fatalf("Heal: %v", err)
+	}
+	checkLinks(t, agents, none)
+}
+
+// TestOpen builds a Net without a testing.TB, as a program would, and checks
+// that its Close removes every namespace; Open refuses a bad host count
+// before touching anything.
+func TestOpen(t *testing.T) {
+	t.Parallel()
+	Require(t)
+	if err := Available(); err != nil {
+		t.Fatalf("Available after Require passed: %v", err)
+	}
+	for _, hosts := range []int{-1, MaxHosts + 1} {
+		if n, err := Open(hosts); err == nil {
+			n.Close()
+			t.Errorf("Open(%d) succeeded", hosts)
+		}
+	}
+
+	n, err := Open(2)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			n.Close()
+		}
+	})
+	hosts := n.Hosts()
+	if len(hosts) != 2 {
+		t.Fatalf("Open(2) has hosts %v", hosts)
+	}
+	agents := []*agent{startAgent(t, hosts[0]), startAgent(t, hosts[1])}
+	checkLinks(t, agents, none)
+	if err := n.Isolate(hosts[0]); err != nil {
+		t.Fatalf("Isolate: %v", err)
+	}
+	checkLinks(t, agents, func(i, j int) bool { return true })
+
+	names := []string{hosts[0].Name, hosts[1].Name, n.id + "-sw"}
+	closed = true
+	if err := n.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	listed := namespaces(t)
+	for _, name := range names {
+		if slices.Contains(listed, name) {
+			t.Errorf("namespace %s still listed after Close", name)
+		}
+	}
+}
+
 // TestRootNamespaceIsOffTheSubnet checks, without sending a packet, that the
 // test process's namespace has no way onto the Net's subnet, and that hosts
 // have no way off it.
