@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +43,14 @@ var ConsulTool = Tool{
 // one-second TTL.
 const ConsulSessionTTLMin = 100 * time.Millisecond
 
+// consulStopTimeout bounds how long Close waits for a Persist server to
+// shut down after SIGTERM before it kills it.
+const consulStopTimeout = 30 * time.Second
+
+// consulStateFile is the file, in the directory of a Persist server, that
+// keeps what a restart must reuse: the ports and the ACL token.
+const consulStateFile = "consul-state.json"
+
 // consulStartTimeout bounds an agent's start: the HTTP API answering and a
 // raft leader elected. A -dev agent takes well under a second when idle,
 // but seconds on a loaded two-core CI machine.
@@ -57,9 +66,19 @@ type ConsulOptions struct {
 	// 127.0.0.1 from a fresh CA, and requires client certificates from that
 	// CA; TLSFiles returns the client's files.
 	TLS bool
+	// Persist runs a real single server (`-server -bootstrap-expect=1`,
+	// data in DIR/data) instead of a -dev agent, whose data lives in
+	// memory: Close, then NewConsul on the same dir with the same options,
+	// brings back the KV store, the sessions and the ACL token. The server
+	// keeps its ports across restarts, since raft remembers its own
+	// address; they are saved in DIR/consul-state.json on the first start,
+	// and a restart fails with an error naming the port if one is taken.
+	// With TLS, the certificates of the first start are reused too.
+	Persist bool
 }
 
-// Consul is a `consul agent -dev` (an in-memory single-server datacenter)
+// Consul is a `consul agent -dev` (an in-memory single-server datacenter),
+// or with ConsulOptions.Persist a single server keeping its data on disk,
 // listening on 127.0.0.1 only, with random ports, DNS and gRPC disabled,
 // and session_ttl_min lowered to ConsulSessionTTLMin. Its methods are safe
 // for concurrent use.
@@ -73,9 +92,20 @@ type Consul struct {
 	cert    string
 	key     string
 	log     *SyncBuffer
+	persist bool
 	exited  chan struct{} // closed when the agent has exited
 	waitErr error         // the agent's exit status; read after exited
 	once    sync.Once
+}
+
+// consulState is what a Persist server's restart must reuse, kept in
+// consulStateFile.
+type consulState struct {
+	HTTP    int    `json:"http"` // the HTTP, or with TLS the HTTPS, port
+	SerfLAN int    `json:"serf_lan"`
+	SerfWAN int    `json:"serf_wan"`
+	Server  int    `json:"server"`
+	Token   string `json:"token,omitempty"`
 }
 
 // NewConsul starts an agent keeping its files in dir, for callers without a
@@ -89,12 +119,25 @@ func NewConsul(dir string, opts ConsulOptions) (*Consul, error) {
 	if err != nil {
 		return nil, &ToolError{Tool: ConsulTool, Err: err}
 	}
+	if opts.Persist {
+		st, err := loadConsulState(dir)
+		if err != nil {
+			return nil, err
+		}
+		if st != nil {
+			// A restart: the ports are the data's, and no others will do.
+			if err := st.checkFree(dir); err != nil {
+				return nil, err
+			}
+			return startConsul(bin, dir, opts, st)
+		}
+	}
 	// A port found free may be taken before the agent binds it (the serf
 	// ports are UDP too, which freeTCPPorts does not probe); that shows as
 	// an early exit, and other ports will do.
 	var lastErr error
 	for range 3 {
-		c, err := startConsul(bin, dir, opts)
+		c, err := startConsul(bin, dir, opts, nil)
 		if err == nil {
 			return c, nil
 		}
@@ -129,37 +172,54 @@ func (e *consulExitError) Error() string {
 	return fmt.Sprintf("consul exited during start-up (%v); its log:\n%s", e.err, e.log)
 }
 
-func startConsul(bin, dir string, opts ConsulOptions) (*Consul, error) {
-	ports, err := freeTCPPorts(4)
-	if err != nil {
-		return nil, err
+// startConsul starts an agent in dir: a Persist server restarting on the
+// state st of its first start, or, with st nil, a fresh agent on new ports.
+func startConsul(bin, dir string, opts ConsulOptions, st *consulState) (*Consul, error) {
+	restart := st != nil
+	if !restart {
+		ports, err := freeTCPPorts(4)
+		if err != nil {
+			return nil, err
+		}
+		st = &consulState{HTTP: ports[0], SerfLAN: ports[1], SerfWAN: ports[2], Server: ports[3]}
 	}
-	httpPort, serfLAN, serfWAN, server := ports[0], ports[1], ports[2], ports[3]
 	data := filepath.Join(dir, "data")
+	if opts.Persist && !restart {
+		// No saved state means no server ever came up on this dir; what a
+		// failed start left would remember ports that are not saved.
+		if err := os.RemoveAll(data); err != nil {
+			return nil, err
+		}
+	}
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return nil, err
 	}
 	c := &Consul{
-		bin:    bin,
-		addr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort)),
-		tls:    opts.TLS,
-		log:    new(SyncBuffer),
-		exited: make(chan struct{}),
+		bin:     bin,
+		addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(st.HTTP)),
+		tls:     opts.TLS,
+		persist: opts.Persist,
+		log:     new(SyncBuffer),
+		exited:  make(chan struct{}),
 	}
-	portCfg := fmt.Sprintf("http = %d\n\t\thttps = -1", httpPort)
+	portCfg := fmt.Sprintf("http = %d\n\t\thttps = -1", st.HTTP)
 	var extra []string
 	if opts.TLS {
-		portCfg = fmt.Sprintf("http = -1\n\t\thttps = %d", httpPort)
-		tlsCfg, err := c.writeTLSMaterial(dir)
+		portCfg = fmt.Sprintf("http = -1\n\t\thttps = %d", st.HTTP)
+		tlsCfg, err := c.tlsMaterial(dir, opts.Persist && restart)
 		if err != nil {
 			return nil, err
 		}
 		extra = append(extra, tlsCfg)
 	}
 	if opts.ACL {
-		var b [16]byte
-		_, _ = rand.Read(b[:])
-		c.token = fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+		c.token = st.Token
+		if c.token == "" {
+			var b [16]byte
+			_, _ = rand.Read(b[:])
+			c.token = fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+			st.Token = c.token
+		}
 		extra = append(extra, fmt.Sprintf(`acl {
 	enabled = true
 	default_policy = "deny"
@@ -186,16 +246,27 @@ peering { enabled = false }
 ui_config { enabled = false }
 log_level = "WARN"
 %s
-`, portCfg, serfLAN, serfWAN, server, ConsulSessionTTLMin.String(), strings.Join(extra, "\n"))
+`, portCfg, st.SerfLAN, st.SerfWAN, st.Server, ConsulSessionTTLMin.String(), strings.Join(extra, "\n"))
+	mode := []string{"-dev"}
+	if opts.Persist {
+		mode = []string{"-server", "-bootstrap-expect=1"}
+		// The raft timings of -dev are not settable outside it; the
+		// multiplier 1 is the fastest a server takes. A single server that
+		// left its own cluster on shutdown could not elect itself again.
+		cfg += `performance { raft_multiplier = 1 }
+leave_on_terminate = false
+skip_leave_on_interrupt = true
+`
+	}
 	cfgFile := filepath.Join(dir, "agent.hcl")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "agent", "-dev",
+	cmd := exec.Command(bin, append(append([]string{"agent"}, mode...),
 		"-bind=127.0.0.1", "-client=127.0.0.1",
 		"-node="+consulNodeName,
 		"-data-dir="+data,
-		"-config-file="+cfgFile)
+		"-config-file="+cfgFile)...)
 	cmd.Dir = dir
 	cmd.Stdout = c.log
 	cmd.Stderr = c.log
@@ -211,16 +282,106 @@ log_level = "WARN"
 		close(c.exited)
 	}()
 	if err := c.awaitLeader(consulStartTimeout); err != nil {
-		c.Close()
+		c.Kill()
 		return nil, err
+	}
+	if opts.Persist && !restart {
+		if err := saveConsulState(dir, st); err != nil {
+			c.Close()
+			return nil, err
+		}
 	}
 	return c, nil
 }
 
-// writeTLSMaterial makes a CA, a server certificate for 127.0.0.1 and a
-// client certificate, writes them into dir, and returns the agent's tls
-// stanza.
-func (c *Consul) writeTLSMaterial(dir string) (string, error) {
+// loadConsulState returns the state a Persist server saved in dir, or nil
+// if none did.
+func loadConsulState(dir string) (*consulState, error) {
+	path := filepath.Join(dir, consulStateFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("consul: read the saved ports: %w", err)
+	}
+	var st consulState
+	if err := json.Unmarshal(b, &st); err != nil || st.HTTP == 0 || st.SerfLAN == 0 || st.SerfWAN == 0 || st.Server == 0 {
+		return nil, fmt.Errorf("consul: %s is damaged (%v): remove %s to start a fresh server there", path, err, dir)
+	}
+	return &st, nil
+}
+
+// saveConsulState saves st in dir, atomically, for restarts.
+func saveConsulState(dir string, st *consulState) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, consulStateFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("consul: save the ports: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, consulStateFile)); err != nil {
+		return fmt.Errorf("consul: save the ports: %w", err)
+	}
+	return nil
+}
+
+// checkFree returns an error naming the first of the saved ports that is
+// taken on 127.0.0.1: TCP for all, UDP too for the serf ports.
+func (st *consulState) checkFree(dir string) error {
+	for _, p := range []struct {
+		name   string
+		port   int
+		udpToo bool
+	}{{"http", st.HTTP, false}, {"serf_lan", st.SerfLAN, true}, {"serf_wan", st.SerfWAN, true}, {"server", st.Server, false}} {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port))
+		ln, err := net.Listen("tcp", addr)
+		if err == nil {
+			ln.Close()
+			if p.udpToo {
+				var pc net.PacketConn
+				pc, err = net.ListenPacket("udp", addr)
+				if err == nil {
+					pc.Close()
+				}
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("consul: the server in %s must restart on the ports its data remembers, "+
+				"but its %s port %s is taken (%v): stop whatever holds it (another consul on the same dir?), "+
+				"or start on a fresh dir", dir, p.name, addr, err)
+		}
+	}
+	return nil
+}
+
+// tlsMaterial makes a CA, a server certificate for 127.0.0.1 and a client
+// certificate, writes them into dir, and returns the agent's tls stanza.
+// With reuse, the files a previous start wrote there are used instead, so
+// that clients of a restarted server keep trusting it.
+func (c *Consul) tlsMaterial(dir string, reuse bool) (string, error) {
+	c.caFile = filepath.Join(dir, "ca.pem")
+	c.cert = filepath.Join(dir, "client.pem")
+	c.key = filepath.Join(dir, "client-key.pem")
+	srvCertFile, srvKeyFile := filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
+	stanza := fmt.Sprintf(`tls {
+	https {
+		ca_file = %q
+		cert_file = %q
+		key_file = %q
+		verify_incoming = true
+	}
+}`, c.caFile, srvCertFile, srvKeyFile)
+	if reuse {
+		for _, f := range []string{c.caFile, c.cert, c.key, srvCertFile, srvKeyFile} {
+			if _, err := os.Stat(f); err != nil {
+				return "", fmt.Errorf("consul: restart with TLS: %w", err)
+			}
+		}
+		return stanza, nil
+	}
 	ca, err := certs.NewCA("baton test consul CA", time.Hour)
 	if err != nil {
 		return "", err
@@ -233,10 +394,6 @@ func (c *Consul) writeTLSMaterial(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	c.caFile = filepath.Join(dir, "ca.pem")
-	c.cert = filepath.Join(dir, "client.pem")
-	c.key = filepath.Join(dir, "client-key.pem")
-	srvCertFile, srvKeyFile := filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
 	for _, f := range []struct {
 		path string
 		data []byte
@@ -252,14 +409,7 @@ func (c *Consul) writeTLSMaterial(dir string) (string, error) {
 			return "", err
 		}
 	}
-	return fmt.Sprintf(`tls {
-	https {
-		ca_file = %q
-		cert_file = %q
-		key_file = %q
-		verify_incoming = true
-	}
-}`, c.caFile, srvCertFile, srvKeyFile), nil
+	return stanza, nil
 }
 
 // consulNodeName is the test agent's node name.
@@ -399,13 +549,35 @@ func (c *Consul) TLSFiles() (caFile, certFile, keyFile string) { return c.caFile
 // Log returns what the agent has logged so far (warnings and errors).
 func (c *Consul) Log() string { return c.log.String() }
 
-// Close kills the agent and waits for it to exit. Calling it again is
-// harmless.
+// Close stops the agent and waits for it to exit: a -dev agent, whose
+// data dies with it anyway, is killed; a Persist server gets SIGTERM and
+// shuts down cleanly (without leaving its cluster), and is killed only if
+// it has not exited within 30 s. Calling Close or Kill again is harmless.
 func (c *Consul) Close() {
 	c.once.Do(func() {
-		_ = c.cmd.Process.Kill()
-		<-c.exited
+		if !c.persist {
+			c.kill()
+			return
+		}
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-c.exited:
+		case <-time.After(consulStopTimeout):
+			c.kill()
+		}
 	})
+}
+
+// Kill kills the agent with SIGKILL, as a crash would, and waits for it to
+// exit. A Persist server loses nothing it acknowledged: raft writes each
+// entry to its log, with fsync, before it answers, and a restart on the same
+// dir replays the log (TestConsulPersistSurvivesKill). Calling Close or
+// Kill again is harmless.
+func (c *Consul) Kill() { c.once.Do(c.kill) }
+
+func (c *Consul) kill() {
+	_ = c.cmd.Process.Kill()
+	<-c.exited
 }
 
 // Client returns an API client for the agent at addr (the agent's

@@ -23,12 +23,22 @@ type Etcd struct {
 
 // NewEtcd starts an etcd keeping its data in dir, for callers without a
 // testing.TB such as TestMain. The caller must Close it.
+//
+// NewEtcd on the dir of an etcd that was closed brings back its keys and
+// its leases, each with its full TTL again (TestEtcdRestartKeepsData), on a
+// new port: clients that must follow it connect through a Proxy, which is
+// then Retargeted. Writes are not fsynced: the server runs inside this
+// process, so it cannot crash alone, and a crash of the process keeps what
+// was written to the kernel, but a crash of the machine can lose
+// acknowledged writes.
 func NewEtcd(dir string) (*Etcd, error) {
 	return newEtcd(dir, nil)
 }
 
 func newEtcd(dir string, log *SyncBuffer) (*Etcd, error) {
-	opts := etcdserver.Options{UnsafeNoFsync: true} // the data dies with the test
+	// Test data need not survive a crash of the machine, and fsync would
+	// slow a CI disk down several times.
+	opts := etcdserver.Options{UnsafeNoFsync: true}
 	// A nil *SyncBuffer stored in opts.Log would be a non-nil io.Writer.
 	if log != nil {
 		opts.Log = log

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -26,11 +27,16 @@ const proxyDialTimeout = 5 * time.Second
 // partition looks like to a client: its dials and requests time out, rather
 // than failing fast with "connection refused", which clients treat as the
 // server being down and retry differently.
+//
+// SetLatency makes the link slow instead: every byte is delivered, in order,
+// a fixed time after the proxy read it.
 type Proxy struct {
 	ln     net.Listener
 	ctx    context.Context // cancelled by Close, to abort dials in flight
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	latency atomic.Int64 // time.Duration added to every byte forwarded
 
 	mu     sync.Mutex
 	target string
@@ -94,6 +100,21 @@ func (p *Proxy) Heal() {
 	}
 	p.cut = false
 	p.closeAllLocked()
+}
+
+// SetLatency delays every byte forwarded, in either direction, by d from
+// now on: bytes the proxy reads at time t are written at t+d, in the order
+// read, and none is dropped, as over a slow link. It applies to the
+// connections already open as well as to new ones; bytes read before the
+// call keep the delay they were read with. d <= 0 removes the delay.
+//
+// Latency combines with Cut, Heal and Retarget: they close connections
+// as they do without it, and bytes still waiting out their delay on a
+// connection that is closed are dropped with it, as bytes in flight are
+// lost when a link is cut. A connection one side closes delivers what it
+// had sent before the close, after the delay, and then ends the pair.
+func (p *Proxy) SetLatency(d time.Duration) {
+	p.latency.Store(int64(max(d, 0)))
 }
 
 // Retarget sends the proxy's new connections to target from now on, and
@@ -181,12 +202,87 @@ func (p *Proxy) forward(c net.Conn) {
 	// Either direction ending ends the pair: a half-open connection through
 	// a proxy is not something tests want to reason about.
 	var pair sync.WaitGroup
-	pair.Go(func() { pipe(up, c); p.drop(c); p.drop(up) })
-	pair.Go(func() { pipe(c, up); p.drop(c); p.drop(up) })
+	pair.Go(func() { p.pipe(up, c); p.drop(c); p.drop(up) })
+	pair.Go(func() { p.pipe(c, up); p.drop(c); p.drop(up) })
 	pair.Wait()
 }
 
-func pipe(dst, src net.Conn) { _, _ = io.Copy(dst, src) }
+// pipeBuf is the most a pipe reads at once, as io.Copy does.
+const pipeBuf = 32 << 10
+
+// pipeQueue is how many reads a pipe holds while they wait out the
+// latency. A full queue stops the pipe reading, so that a sender faster than
+// the link is slowed by TCP flow control rather than buffered without end.
+const pipeQueue = 64
+
+// chunk is what one read from a connection returned, and when it is due at
+// the other end.
+type chunk struct {
+	b   []byte
+	due time.Time
+}
+
+// pipe copies src to dst until src ends, holding each read back until the
+// latency at the time of the read has passed. Reads are written in order,
+// so one read late behind a longer delay holds back the reads after it.
+// What src sent before ending is delivered; a src or dst closed by the
+// proxy (Cut, Heal, Retarget, Close, or the other direction ending) drops
+// what is still waiting.
+func (p *Proxy) pipe(dst, src net.Conn) {
+	queue := make(chan chunk, pipeQueue)
+	abort := make(chan struct{})      // closed when the proxy closed src
+	writerDone := make(chan struct{}) // closed when the writer returns
+	go func() {
+		defer close(writerDone)
+		var timer *time.Timer
+		for ch := range queue {
+			if wait := time.Until(ch.due); wait > 0 {
+				if timer == nil {
+					timer = time.NewTimer(wait)
+				} else {
+					timer.Reset(wait)
+				}
+				select {
+				case <-timer.C:
+				case <-abort:
+					timer.Stop()
+					return
+				case <-p.ctx.Done():
+					timer.Stop()
+					return
+				}
+			}
+			if _, err := dst.Write(ch.b); err != nil {
+				return
+			}
+		}
+	}()
+	buf := make([]byte, pipeBuf)
+read:
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			ch := chunk{b: append([]byte(nil), buf[:n]...), due: time.Now().Add(time.Duration(p.latency.Load()))}
+			select {
+			case queue <- ch:
+			case <-writerDone:
+				// dst failed: nothing more can be delivered.
+				break read
+			case <-p.ctx.Done():
+				// Close: the writer stops too, without waiting out delays.
+				break read
+			}
+		}
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				close(abort)
+			}
+			break
+		}
+	}
+	close(queue)
+	<-writerDone
+}
 
 // drop closes c and forgets it; closing twice is harmless for net.Conn.
 func (p *Proxy) drop(c net.Conn) {

@@ -26,7 +26,7 @@ var hints = map[string]string{
 		"apt-get install zookeeper openjdk-17-jre-headless (jars in /usr/share/java)",
 	"curator": "the Curator interop test compiles a Java program against Debian's Curator 5.4: " +
 		"apt-get install libcurator-recipes-java openjdk-17-jdk-headless zookeeper",
-	"consul": "testserver.StartConsul runs `consul agent -dev`, built once from tools/consul " +
+	"consul": "testserver.StartConsul runs `consul agent -dev` (a server with ConsulOptions.Persist), built once from tools/consul " +
 		"(a cold build takes minutes; `go run ./internal/testserver/buildtools` does it up front) " +
 		"into $XDG_CACHE_HOME/baton-tools/consul-v1.20.6 (~/.cache when unset)",
 }

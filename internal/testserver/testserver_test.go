@@ -43,6 +43,8 @@ func TestEtcdShortLeaseGranted(t *testing.T) {
 	}
 }
 
+// A restart on the same dir after Close brings back the keys and the live
+// leases (etcd's sessions), with the key still attached to its lease.
 func TestEtcdRestartKeepsData(t *testing.T) {
 	dir := t.TempDir()
 	e, err := testserver.NewEtcd(dir)
@@ -52,6 +54,13 @@ func TestEtcdRestartKeepsData(t *testing.T) {
 	c := testserver.EtcdClient(t, e.Endpoint())
 	if _, err := c.Put(testContext(t), "k", "v"); err != nil {
 		t.Fatalf("put: %v", err)
+	}
+	lease, err := c.Grant(testContext(t), 60)
+	if err != nil {
+		t.Fatalf("grant: %v", err)
+	}
+	if _, err := c.Put(testContext(t), "leased", "v", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatalf("put with lease: %v", err)
 	}
 	c.Close()
 	e.Close()
@@ -63,6 +72,7 @@ func TestEtcdRestartKeepsData(t *testing.T) {
 	}
 	defer e.Close()
 	c = testserver.EtcdClient(t, e.Endpoint())
+	defer c.Close()
 	resp, err := c.Get(testContext(t), "k")
 	if err != nil {
 		t.Fatalf("get after restart: %v", err)
@@ -70,7 +80,14 @@ func TestEtcdRestartKeepsData(t *testing.T) {
 	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "v" {
 		t.Fatalf("get k after restart = %v, want v", resp.Kvs)
 	}
-	c.Close()
+	ttl, err := c.TimeToLive(testContext(t), lease.ID)
+	if err != nil || ttl.TTL <= 0 {
+		t.Errorf("lease %x after restart: %+v, %v; want it alive", lease.ID, ttl, err)
+	}
+	resp, err = c.Get(testContext(t), "leased")
+	if err != nil || len(resp.Kvs) != 1 || clientv3.LeaseID(resp.Kvs[0].Lease) != lease.ID {
+		t.Errorf("leased key after restart: %v, %v; want attached to lease %x", resp, err, lease.ID)
+	}
 }
 
 func TestProxyCutAndHeal(t *testing.T) {

@@ -110,6 +110,12 @@ var JavaQuickStart = []string{"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-X
 // the server answers the srvr command with "Mode: standalone". The caller
 // must Close it. An error wrapping ErrJavaMissing means java or the
 // ZooKeeper jars are not installed.
+//
+// NewZooKeeper on the dir of a server that was closed (killed) brings back
+// its znodes and the sessions that had not expired, whose clients resume
+// them on reconnecting (TestZooKeeperRestartKeepsData). The server comes
+// back on a new port: clients that must follow it connect through a Proxy,
+// which is then Retargeted.
 func NewZooKeeper(dir string, opts ZooKeeperOptions) (*ZooKeeper, error) {
 	var extra []string
 	if opts.TLS {
@@ -198,8 +204,10 @@ func zooKeeperConfig(dataDir, clientHost string, clientPort int) []string {
 		"maxClientCnxns=0",
 		"admin.enableServer=false",
 		"4lw.commands.whitelist=srvr,ruok,cons,stat,mntr,wchp",
-		// The data dies with the test; fsync per transaction would only
-		// slow a CI disk down.
+		// Test data need not survive a crash of the machine, and fsync per
+		// transaction would slow a CI disk down. Transactions are still
+		// written to the kernel before they are acknowledged, so a killed
+		// server restarted on its dir loses nothing.
 		"forceSync=no",
 	}
 }
