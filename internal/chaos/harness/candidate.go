@@ -1,0 +1,158 @@
+package harness
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// candidate is one `baton run`, restarted by the harness after each fault
+// that stopped it. Its log (baton's and its children's output) is appended
+// to a file in the run's directory.
+type candidate struct {
+	id  string
+	i   int
+	h   *Harness
+	log *os.File
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+	busy bool          // under a fault; the nemesis leaves it alone
+}
+
+// start starts the candidate's baton. It is not running when called.
+func (c *candidate) start() error {
+	args, env, host := c.h.be.candidate(c.i)
+	argv := append([]string{"run"}, args...)
+	argv = append(argv, "--lease", "chaos", "--id", c.id,
+		"--ttl", c.h.cfg.TTL.String(), "--log-level", "info")
+	if c.h.cfg.Grace > 0 {
+		argv = append(argv, "--grace", c.h.cfg.Grace.String())
+	}
+	argv = append(argv, "--")
+	argv = append(argv, c.h.cfg.Child...)
+	argv = append(argv, "--store", c.h.sock, "--candidate", c.id, "--every", c.h.cfg.Heartbeat.String())
+	var cmd *exec.Cmd
+	if host != nil {
+		cmd = host.Command(context.Background(), c.h.baton, argv...)
+	} else {
+		cmd = exec.Command(c.h.baton, argv...)
+	}
+	cmd.Env = append(os.Environ(), env...)
+	// A process group of its own: a ^C to the harness reaches the harness
+	// alone, which stops the candidates in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start candidate %s: %w", c.id, err)
+	}
+	done := make(chan struct{})
+	c.mu.Lock()
+	c.cmd, c.done = cmd, done
+	c.mu.Unlock()
+	fmt.Fprintf(c.log, "=== baton-chaos: %s started, pid %d, at %s\n", c.id, cmd.Process.Pid, c.h.now())
+	go func() {
+		c.scan(out)
+		_ = cmd.Wait()
+		fmt.Fprintf(c.log, "=== baton-chaos: %s exited (%v) at %s\n", c.id, cmd.ProcessState, c.h.now())
+		close(done)
+	}()
+	return nil
+}
+
+// scan copies the candidate's output to its log, and notes when it became
+// the raft leader.
+func (c *candidate) scan(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		fmt.Fprintln(c.log, line)
+		if strings.Contains(line, "raft leader ready") {
+			c.h.setRaftLeader(c.i)
+		}
+	}
+	_, _ = io.Copy(c.log, r)
+}
+
+// pid returns the baton's pid and the channel closed when it exits, or 0
+// if it is not running.
+func (c *candidate) proc() (int, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd == nil {
+		return 0, nil
+	}
+	select {
+	case <-c.done:
+		return 0, nil
+	default:
+	}
+	return c.cmd.Process.Pid, c.done
+}
+
+// signal sends sig to the baton process alone.
+func (c *candidate) signal(sig syscall.Signal) error {
+	pid, _ := c.proc()
+	if pid == 0 {
+		return fmt.Errorf("%s is not running", c.id)
+	}
+	return syscall.Kill(pid, sig)
+}
+
+// stop sends sig and waits up to d for the baton to exit, then kills it
+// (and, by the guard's socket closing, its command). It reports whether
+// the baton exited by itself.
+func (c *candidate) stop(sig syscall.Signal, d time.Duration) bool {
+	pid, done := c.proc()
+	if pid == 0 {
+		return true
+	}
+	_ = syscall.Kill(pid, sig)
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+	}
+	// A stopped process would not die of SIGKILL until continued.
+	_ = syscall.Kill(pid, syscall.SIGCONT)
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	<-done
+	return false
+}
+
+// claim marks the candidate busy unless it is already; it reports whether
+// it did.
+func (c *candidate) claim() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.busy {
+		return false
+	}
+	c.busy = true
+	return true
+}
+
+func (c *candidate) release() {
+	c.mu.Lock()
+	c.busy = false
+	c.mu.Unlock()
+}
+
+func (c *candidate) isBusy() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.busy
+}

@@ -1,0 +1,374 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/batonhq/baton/internal/chaos/record"
+)
+
+// The fault kinds.
+const (
+	// KindKill is kill -9 of the holder's baton; it is restarted after a
+	// while.
+	KindKill = "kill"
+	// KindTerm is SIGTERM to the holder's baton (a graceful stop, with
+	// hand-over); it is restarted once it has exited.
+	KindTerm = "term"
+	// KindStopBaton is SIGSTOP of the holder's baton alone, for longer than
+	// the TTL, then SIGCONT: its guard must stop the command by safe-until.
+	KindStopBaton = "stop-baton"
+	// KindStopTree is SIGSTOP of the holder's whole process tree (baton,
+	// guard, command), for longer than the TTL: the paused case, which
+	// only fencing covers.
+	KindStopTree = "stop-tree"
+	// KindCut cuts the holder off from the backend (its proxy; for raft,
+	// nftables rules isolating its host from the other members).
+	KindCut = "cut"
+	// KindSlow adds latency to the holder's link to the backend.
+	KindSlow = "slow"
+	// KindRestart stops the backend and starts it again with its data (for
+	// raft, kill -9 of every member and a restart).
+	KindRestart = "restart"
+	// KindWipe is KindRestart without the data: the backend comes back
+	// empty. It is opt-in.
+	KindWipe = "wipe"
+	// KindRaftLeader is kill -9 of the raft leader member, holder or not.
+	KindRaftLeader = "raft-leader"
+	// KindRaftQuorum is kill -9 of two of the three voters at once: the
+	// group has no quorum until they are back.
+	KindRaftQuorum = "raft-quorum"
+)
+
+// KindsOf returns every fault kind the backend takes.
+func KindsOf(backend string) []string {
+	common := []string{KindKill, KindTerm, KindStopBaton, KindStopTree, KindCut}
+	if backend == "raft" {
+		return append(common, KindRaftLeader, KindRaftQuorum, KindRestart, KindWipe)
+	}
+	return append(common, KindSlow, KindRestart, KindWipe)
+}
+
+// DefaultKinds returns the kinds a run injects unless told otherwise: all
+// the backend takes but KindWipe.
+func DefaultKinds(backend string) []string {
+	return slices.DeleteFunc(KindsOf(backend), func(k string) bool { return k == KindWipe })
+}
+
+// draw is one injection's random numbers, always drawn in the same order,
+// so that a seed gives the same schedule whatever happens in the run.
+type draw struct {
+	wait    time.Duration
+	kind    string
+	u, v, w float64
+}
+
+// nemesis injects cfg.Faults faults and waits for all of them to heal.
+func (h *Harness) nemesis(ctx context.Context) error {
+	kinds := h.cfg.Kinds
+	if len(kinds) == 0 {
+		kinds = DefaultKinds(h.cfg.Backend)
+	}
+	rng := rand.New(rand.NewPCG(uint64(h.cfg.Seed), 0x6261746f6e2d6368))
+	slots := make(chan struct{}, h.cfg.MaxActive)
+	errc := make(chan error, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	injected, skipped := 0, 0
+	for injected < h.cfg.Faults {
+		d := draw{
+			wait: time.Duration(rng.ExpFloat64() * float64(h.cfg.Interval)),
+			kind: kinds[rng.IntN(len(kinds))],
+			u:    rng.Float64(), v: rng.Float64(), w: rng.Float64(),
+		}
+		t := time.NewTimer(d.wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case err := <-errc:
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-errc:
+			return err
+		}
+		heal, f, ok := h.inject(d)
+		if !ok {
+			<-slots
+			skipped++
+			continue
+		}
+		injected++
+		if injected%50 == 0 || injected == h.cfg.Faults {
+			h.log.Info("faults injected", "n", injected, "of", h.cfg.Faults, "skipped", skipped, "at", h.now().Round(time.Second))
+		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			if err := heal(); err != nil {
+				select {
+				case errc <- fmt.Errorf("fault %d (%s on %s): %w", f, d.kind, h.faultTarget(f), err):
+				default:
+				}
+			}
+			h.ended(f)
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+	}
+	return nil
+}
+
+// begin records a fault as injected now and returns its id.
+func (h *Harness) begin(kind, target string, holder *candidate, paused bool, note string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f := record.Fault{ID: len(h.faults) + 1, Kind: kind, Target: target, Start: h.now(), Paused: paused, Note: note}
+	f.End = f.Start
+	if holder != nil {
+		f.Holder = holder.id
+	}
+	h.faults = append(h.faults, f)
+	return f.ID
+}
+
+// ended records fault id as healed now.
+func (h *Harness) ended(id int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.faults[id-1].End = h.now()
+}
+
+func (h *Harness) faultTarget(id int) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.faults[id-1].Target
+}
+
+// pick claims the candidate a fault of this kind hits: the holder four
+// times in five (if it is free), else a free candidate chosen by u. It
+// returns nil if none is free.
+func (h *Harness) pick(u, v float64) *candidate {
+	if c := h.holder(); c != nil && v < 0.8 && c.claim() {
+		return c
+	}
+	var free []*candidate
+	for _, c := range h.cands {
+		if pid, _ := c.proc(); pid != 0 && !c.isBusy() {
+			free = append(free, c)
+		}
+	}
+	if len(free) == 0 {
+		return nil
+	}
+	c := free[int(u*float64(len(free)))%len(free)]
+	if !c.claim() {
+		return nil
+	}
+	return c
+}
+
+// inject injects the fault d names, and returns what heals it (blocking
+// for the fault's duration first) and the fault's id; ok is false if the
+// fault had no target free at this moment.
+func (h *Harness) inject(d draw) (heal func() error, id int, ok bool) {
+	ttl := h.cfg.TTL
+	scale := func(lo, hi float64) time.Duration { return time.Duration((lo + (hi-lo)*d.u) * float64(ttl)) }
+	holder := h.holder()
+	switch d.kind {
+	case KindKill, KindTerm, KindStopBaton, KindStopTree, KindCut, KindSlow:
+		c := h.pick(d.w, d.v)
+		if c == nil {
+			return nil, 0, false
+		}
+		switch d.kind {
+		case KindKill:
+			down := scale(0.2, 1)
+			id := h.begin(d.kind, c.id, holder, false, "")
+			c.stop(syscall.SIGKILL, 10*time.Second)
+			return func() error { defer c.release(); time.Sleep(down); return c.start() }, id, true
+		case KindTerm:
+			down := scale(0.1, 0.5)
+			id := h.begin(d.kind, c.id, holder, false, "")
+			return func() error {
+				defer c.release()
+				if !c.stop(syscall.SIGTERM, ttl+30*time.Second) {
+					h.log.Warn("candidate did not exit within TTL+30s of SIGTERM; killed", "candidate", c.id)
+				}
+				time.Sleep(down)
+				return c.start()
+			}, id, true
+		case KindStopBaton, KindStopTree:
+			hold := scale(1.2, 2.5)
+			pid, _ := c.proc()
+			if pid == 0 {
+				c.release()
+				return nil, 0, false
+			}
+			tree := d.kind == KindStopTree
+			id := h.begin(d.kind, c.id, holder, tree, fmt.Sprintf("stopped %s", hold.Round(time.Millisecond)))
+			pids := []int{pid}
+			if tree {
+				pids = stopTree(pid)
+			} else {
+				_ = syscall.Kill(pid, syscall.SIGSTOP)
+			}
+			return func() error {
+				defer c.release()
+				time.Sleep(hold)
+				contTree(pids)
+				return nil
+			}, id, true
+		case KindCut:
+			hold := scale(0.5, 2.5)
+			id := h.begin(d.kind, c.id, holder, false, fmt.Sprintf("cut %s", hold.Round(time.Millisecond)))
+			if err := h.be.cut(c.i); err != nil {
+				return func() error { c.release(); return err }, id, true
+			}
+			return func() error { defer c.release(); time.Sleep(hold); return h.be.heal(c.i) }, id, true
+		case KindSlow:
+			hold := scale(1, 3)
+			lat := time.Duration(50+450*d.v) * time.Millisecond
+			id := h.begin(d.kind, c.id, holder, false, fmt.Sprintf("+%s for %s", lat, hold.Round(time.Millisecond)))
+			if err := h.be.slow(c.i, lat); err != nil {
+				return func() error { c.release(); return err }, id, true
+			}
+			return func() error { defer c.release(); time.Sleep(hold); return h.be.slow(c.i, 0) }, id, true
+		}
+	case KindRaftLeader:
+		h.mu.Lock()
+		i := h.raftLeader
+		h.mu.Unlock()
+		if i < 0 || !h.cands[i].claim() {
+			return nil, 0, false
+		}
+		c := h.cands[i]
+		if pid, _ := c.proc(); pid == 0 {
+			c.release()
+			return nil, 0, false
+		}
+		down := scale(0.2, 1)
+		id := h.begin(d.kind, c.id, holder, false, "")
+		h.setRaftLeader(-1)
+		c.stop(syscall.SIGKILL, 10*time.Second)
+		return func() error { defer c.release(); time.Sleep(down); return c.start() }, id, true
+	case KindRaftQuorum:
+		var two []*candidate
+		for _, k := range []int{int(d.w * 3), int(d.w*3) + 1} {
+			c := h.cands[k%3]
+			if !c.claim() {
+				for _, o := range two {
+					o.release()
+				}
+				return nil, 0, false
+			}
+			two = append(two, c)
+		}
+		down := scale(1, 2.5)
+		id := h.begin(d.kind, two[0].id+","+two[1].id, holder, false, fmt.Sprintf("down %s", down.Round(time.Millisecond)))
+		var wg sync.WaitGroup
+		for _, c := range two {
+			wg.Go(func() { c.stop(syscall.SIGKILL, 10*time.Second) })
+		}
+		wg.Wait()
+		return func() error {
+			defer func() {
+				for _, c := range two {
+					c.release()
+				}
+			}()
+			time.Sleep(down)
+			for _, c := range two {
+				if err := c.start(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, id, true
+	case KindRestart, KindWipe:
+		return h.restart(d, holder, scale(0.2, 1)+500*time.Millisecond)
+	}
+	return nil, 0, false
+}
+
+// restart stops the backend (wiping its data for KindWipe) for down, and
+// starts it again. On raft, where the candidates are the backend, it kills
+// and restarts every candidate.
+func (h *Harness) restart(d draw, holder *candidate, down time.Duration) (func() error, int, bool) {
+	wipe := d.kind == KindWipe
+	h.mu.Lock()
+	if h.backendBusy {
+		h.mu.Unlock()
+		return nil, 0, false
+	}
+	h.backendBusy = true
+	h.mu.Unlock()
+	done := func() {
+		h.mu.Lock()
+		h.backendBusy = false
+		h.mu.Unlock()
+	}
+	if !h.be.members() {
+		id := h.begin(d.kind, "backend", holder, false, fmt.Sprintf("down %s", down.Round(time.Millisecond)))
+		err := h.be.down(wipe)
+		return func() error {
+			defer done()
+			if err != nil {
+				return err
+			}
+			time.Sleep(down)
+			return h.be.up()
+		}, id, true
+	}
+	var claimed []*candidate
+	for _, c := range h.cands {
+		if !c.claim() {
+			for _, o := range claimed {
+				o.release()
+			}
+			done()
+			return nil, 0, false
+		}
+		claimed = append(claimed, c)
+	}
+	id := h.begin(d.kind, "backend", holder, false, fmt.Sprintf("every member down %s", down.Round(time.Millisecond)))
+	var wg sync.WaitGroup
+	for _, c := range h.cands {
+		wg.Go(func() { c.stop(syscall.SIGKILL, 10*time.Second) })
+	}
+	wg.Wait()
+	h.setRaftLeader(-1)
+	err := h.be.down(wipe)
+	return func() error {
+		defer done()
+		defer func() {
+			for _, c := range claimed {
+				c.release()
+			}
+		}()
+		if err != nil {
+			return err
+		}
+		time.Sleep(down)
+		for _, c := range h.cands {
+			if err := c.start(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, id, true
+}
