@@ -194,7 +194,7 @@ type raftBackend struct {
 	n   int
 	nt  *netns.Net
 
-	mu  sync.Mutex
+	mu       sync.Mutex
 	isolated map[int]bool
 }
 
@@ -278,7 +278,7 @@ func (b *raftBackend) heal(i int) error {
 }
 
 func (b *raftBackend) slow(int, time.Duration) error { return errNotSupported }
-func (b *raftBackend) members() bool                  { return true }
+func (b *raftBackend) members() bool                 { return true }
 
 // down wipes the members' data when asked; the harness stops and starts the
 // members themselves.

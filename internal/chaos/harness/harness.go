@@ -154,9 +154,9 @@ type Harness struct {
 	baton string
 	cands []*candidate
 
-	mu         sync.Mutex
-	faults     []record.Fault
-	raftLeader int // index of the candidate that last became raft leader, -1 if unknown
+	mu          sync.Mutex
+	faults      []record.Fault
+	raftLeader  int // index of the candidate that last became raft leader, -1 if unknown
 	backendBusy bool
 }
 
