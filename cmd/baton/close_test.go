@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -88,3 +89,27 @@ func (l *lockedWriter) String() string {
 }
 
 func newLockedWriter() *lockedWriter { return &lockedWriter{w: new(bytes.Buffer)} }
+
+// SIGTERM while baton is still connecting to its backend stops it with
+// status 0, as SIGTERM does at any other moment: nothing ran, nothing is
+// left to hand over.
+func TestRunSIGTERMWhileConnecting(t *testing.T) {
+	// Port 1 on loopback refuses connections: the ZooKeeper client keeps
+	// retrying, and logs each attempt at debug level.
+	p := startBaton(t, "baton", testEnv(), "run", "--backend", "zk://127.0.0.1:1", "--lease", "x", "--id", "a",
+		"--log-level", "debug", "--", "true")
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(p.out.String(), "failed to connect to 127.0.0.1:1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("baton did not try to connect within 30s:\n%s", p.out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("exit status %d after SIGTERM while connecting, want 0:\n%s", code, p.out)
+	}
+	if !strings.Contains(p.out.String(), "stopped before connecting") {
+		t.Errorf("no \"stopped before connecting\" in the log:\n%s", p.out)
+	}
+}

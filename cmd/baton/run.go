@@ -208,6 +208,11 @@ func (c *runCommand) Run(ctx context.Context, args []string) error {
 			return &exitError{code: exitUndetermined, err: fmt.Errorf(
 				"%w (%s): could not connect to the backend: %w; raise --timeout or use 0 to wait forever", errElectionTimeout, c.timeout, err)}
 		}
+		if stoppedBySignal(ctx) {
+			// SIGTERM while connecting: nothing ran, nothing to hand over.
+			log.Info("stopped before connecting to the backend", "cause", context.Cause(ctx))
+			return nil
+		}
 		return err
 	}
 	defer closeBackend(ctx, b, log)
