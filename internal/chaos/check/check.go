@@ -285,9 +285,10 @@ func (x *history) overlaps() Overlaps {
 	return ov
 }
 
-// countIn counts the times in sorted ts that fall within iv.
+// countIn counts the times in sorted ts that fall within (iv.Start,
+// iv.End]: after the overlap began.
 func countIn(ts []time.Duration, iv Interval) int {
-	lo := sort.Search(len(ts), func(i int) bool { return ts[i] >= iv.Start })
+	lo := sort.Search(len(ts), func(i int) bool { return ts[i] > iv.Start })
 	hi := sort.Search(len(ts), func(i int) bool { return ts[i] > iv.End })
 	return hi - lo
 }

@@ -187,8 +187,8 @@ type Overlap struct {
 	// window [Start, End+PauseSlack(Heartbeat)] contains the overlap's
 	// start. 0 for an unexplained overlap.
 	PausedBy int `json:"paused_by,omitempty"`
-	// StaleAccepted counts the stale child's writes within the overlap that
-	// the store accepted (each also a fencing violation when a higher token
+	// StaleAccepted counts the stale child's writes after the overlap began
+	// (up to its end) that the store accepted (each also a fencing violation when a higher token
 	// had been accepted).
 	StaleAccepted int `json:"stale_accepted"`
 }
