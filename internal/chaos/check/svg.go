@@ -40,6 +40,7 @@ const (
 	svgBar      = 14
 	svgAxis     = 34
 	svgLegendLn = 18
+	legendItem  = 300
 )
 
 // Colours: terms alternate between two blues; faults take one colour per
@@ -95,9 +96,8 @@ func WriteSVG(w io.Writer, h record.History, r Report, opts SVGOptions) error {
 
 	top := float64(svgHeader + svgMarkers)
 	rowsH := float64(len(rows) * svgRow)
-	legendLines := 2 + (len(kinds)+3)/4
-	height := int(top+rowsH) + svgAxis + legendLines*svgLegendLn + 10
 	width := svgLeft + plotW + svgRight
+	height := int(top+rowsH) + svgAxis + legendLines(len(kinds), width)*svgLegendLn + 10
 
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n",
@@ -149,7 +149,7 @@ func WriteSVG(w io.Writer, h record.History, r Report, opts SVGOptions) error {
 	writeStale(&b, x, p, rowOf, top)
 	writeViolations(&b, x, p, rowOf, top)
 	writeAxis(&b, p, top+rowsH)
-	writeLegend(&b, kinds, kindColour, top+rowsH+svgAxis)
+	writeLegend(&b, kinds, kindColour, top+rowsH+svgAxis, width)
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -185,8 +185,8 @@ func writeHeader(b *strings.Builder, r Report, from, to time.Duration) {
 	if verdict != "PASS" {
 		colour = colourBad
 	}
-	fmt.Fprintf(b, `<text x="10" y="34" fill="%s">%s · fencing violations %d · unexplained overlaps %d · paused overlaps %d · availability outside faults %.5f</text>`+"\n",
-		colour, esc(verdict), r.Fencing.Violations, r.Overlaps.Unexplained, r.Overlaps.Paused, r.Availability.Fraction)
+	fmt.Fprintf(b, `<text x="10" y="34" fill="%s">fencing violations %d · token regressions %d · unexplained overlaps %d · paused overlaps %d · availability outside faults %.5f · %s</text>`+"\n",
+		colour, r.Fencing.Violations, r.Tokens.Regressions, r.Overlaps.Unexplained, r.Overlaps.Paused, r.Availability.Fraction, esc(verdict))
 	fmt.Fprintf(b, `<text x="10" y="50" fill="#555">%s</text>`+"\n", esc(r.Command))
 }
 
@@ -362,27 +362,36 @@ func writeAxis(b *strings.Builder, p *plot, y float64) {
 	b.WriteString("</g>\n")
 }
 
-func writeLegend(b *strings.Builder, kinds []string, kindColour map[string]string, y float64) {
-	b.WriteString(`<g id="legend">` + "\n")
-	item := func(x, y float64, colour, opacity, label string) {
-		fmt.Fprintf(b, `<rect x="%.0f" y="%.0f" width="14" height="10" fill="%s" fill-opacity="%s"/><text x="%.0f" y="%.0f">%s</text>`+"\n",
-			x, y, colour, opacity, x+18, y+9, esc(label))
+// writeLegend lays the legend out in columns of legendItem pixels across
+// the drawing's width.
+func writeLegend(b *strings.Builder, kinds []string, kindColour map[string]string, y float64, width int) {
+	type entry struct{ colour, opacity, label string }
+	entries := []entry{
+		{termColours[0], "1", "term (colours alternate)"},
+		{termColours[1], "1", "next term"},
+		{colourStale, "1", "stale write refused"},
+		{colourBad, "0.5", "unexplained overlap, fencing violation"},
+		{colourPaused, "0.5", "overlap in a paused fault"},
+		{colourRecover, "0.12", "recovery window after a fault"},
 	}
-	row := y + 4
-	item(10, row, termColours[0], "1", "term (colours alternate)")
-	item(200, row, termColours[1], "1", "next term")
-	item(330, row, colourStale, "1", "stale write refused")
-	item(490, row, colourBad, "0.5", "unexplained overlap / fencing violation")
-	item(790, row, colourPaused, "0.5", "overlap in a paused fault")
-	row += svgLegendLn
-	item(10, row, colourRecover, "0.12", "recovery window (lighter band after a fault)")
-	for i, k := range kinds {
-		if i%4 == 0 {
-			row += svgLegendLn
-		}
-		item(10+float64(i%4)*200, row, kindColour[k], "0.35", "fault: "+k)
+	for _, k := range kinds {
+		entries = append(entries, entry{kindColour[k], "0.35", "fault: " + k})
+	}
+	cols := max(1, (width-10)/legendItem)
+	b.WriteString(`<g id="legend">` + "\n")
+	for i, e := range entries {
+		x := 10 + float64(i%cols*legendItem)
+		ly := y + 4 + float64(i/cols*svgLegendLn)
+		fmt.Fprintf(b, `<rect x="%.0f" y="%.0f" width="14" height="10" fill="%s" fill-opacity="%s"/><text x="%.0f" y="%.0f">%s</text>`+"\n",
+			x, ly, e.colour, e.opacity, x+18, ly+9, esc(e.label))
 	}
 	b.WriteString("</g>\n")
+}
+
+// legendLines is how many lines writeLegend takes.
+func legendLines(kinds, width int) int {
+	cols := max(1, (width-10)/legendItem)
+	return (6 + kinds + cols - 1) / cols
 }
 
 // candidates lists the candidates that wrote, in natural order (c2 before

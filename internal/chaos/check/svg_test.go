@@ -71,7 +71,7 @@ func TestSVGMarksViolations(t *testing.T) {
 
 func TestSVGPassingRun(t *testing.T) {
 	svg := string(render(t, handOver().fault("kill", "c1", time.Second, time.Second, false).build(), SVGOptions{}))
-	if !strings.Contains(svg, ">PASS ·") || strings.Contains(svg, "<title>unexplained overlap") {
+	if !strings.Contains(svg, "· PASS<") || strings.Contains(svg, "<title>unexplained overlap") {
 		t.Error("a passing run is not drawn as passing")
 	}
 	if !strings.Contains(svg, "fault: kill") {
