@@ -234,11 +234,32 @@ func (x *history) faultOn(candidate string, at time.Duration, paused bool) (reco
 	return record.Fault{}, false
 }
 
-// overlaps finds every pair of children of different terms whose
-// activities intersect.
+// overlaps counts the overlaps and keeps the first examples.
 func (x *history) overlaps() Overlaps {
 	var ov Overlaps
 	var unexplained, paused []Overlap
+	x.eachOverlap(func(o Overlap) {
+		if o.PausedBy != 0 {
+			ov.Paused++
+			ov.PausedTime += o.Len()
+			if len(paused) < MaxExamples {
+				paused = append(paused, o)
+			}
+			return
+		}
+		ov.Unexplained++
+		ov.UnexplainedTime += o.Len()
+		if len(unexplained) < MaxExamples {
+			unexplained = append(unexplained, o)
+		}
+	})
+	ov.Examples = append(unexplained, paused...)
+	return ov
+}
+
+// eachOverlap calls fn for every pair of children of different terms
+// whose activities intersect, in the order the later child began.
+func (x *history) eachOverlap(fn func(Overlap)) {
 	var active []*child
 	for _, c := range x.children {
 		// Drop children that ended before c began.
@@ -265,24 +286,10 @@ func (x *history) overlaps() Overlaps {
 			} else if f, ok := x.faultOn(c.ref.Candidate, o.Start, true); ok {
 				o.PausedBy = f.ID
 			}
-			if o.PausedBy != 0 {
-				ov.Paused++
-				ov.PausedTime += o.Len()
-				if len(paused) < MaxExamples {
-					paused = append(paused, o)
-				}
-			} else {
-				ov.Unexplained++
-				ov.UnexplainedTime += o.Len()
-				if len(unexplained) < MaxExamples {
-					unexplained = append(unexplained, o)
-				}
-			}
+			fn(o)
 		}
 		active = append(active, c)
 	}
-	ov.Examples = append(unexplained, paused...)
-	return ov
 }
 
 // countIn counts the times in sorted ts that fall within (iv.Start,
