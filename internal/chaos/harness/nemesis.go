@@ -68,24 +68,34 @@ type draw struct {
 	u, v, w float64
 }
 
+// rng returns the nemesis's random source for the run's seed.
+func (h *Harness) rng() *rand.Rand {
+	return rand.New(rand.NewPCG(uint64(h.cfg.Seed), 0x6261746f6e2d6368))
+}
+
+// next draws the next injection.
+func (h *Harness) next(rng *rand.Rand, kinds []string) draw {
+	return draw{
+		wait: time.Duration(rng.ExpFloat64() * float64(h.cfg.Interval)),
+		kind: kinds[rng.IntN(len(kinds))],
+		u:    rng.Float64(), v: rng.Float64(), w: rng.Float64(),
+	}
+}
+
 // nemesis injects cfg.Faults faults and waits for all of them to heal.
 func (h *Harness) nemesis(ctx context.Context) error {
 	kinds := h.cfg.Kinds
 	if len(kinds) == 0 {
 		kinds = DefaultKinds(h.cfg.Backend)
 	}
-	rng := rand.New(rand.NewPCG(uint64(h.cfg.Seed), 0x6261746f6e2d6368))
+	rng := h.rng()
 	slots := make(chan struct{}, h.cfg.MaxActive)
 	errc := make(chan error, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	injected, skipped := 0, 0
 	for injected < h.cfg.Faults {
-		d := draw{
-			wait: time.Duration(rng.ExpFloat64() * float64(h.cfg.Interval)),
-			kind: kinds[rng.IntN(len(kinds))],
-			u:    rng.Float64(), v: rng.Float64(), w: rng.Float64(),
-		}
+		d := h.next(rng, kinds)
 		t := time.NewTimer(d.wait)
 		select {
 		case <-ctx.Done():
