@@ -136,4 +136,3 @@ func schedule(seed int64, n int) []draw {
 	}
 	return out
 }
-
