@@ -43,13 +43,20 @@ const (
 	// KindRaftQuorum is kill -9 of two of the three voters at once: the
 	// group has no quorum until they are back.
 	KindRaftQuorum = "raft-quorum"
+	// KindServerKill is kill -9 of one server of an ensemble (chosen at
+	// random, the leader or not); it is restarted with its data after a
+	// while.
+	KindServerKill = "server-kill"
 )
 
 // KindsOf returns every fault kind the backend takes.
 func KindsOf(backend string) []string {
 	common := []string{KindKill, KindTerm, KindStopBaton, KindStopTree, KindCut}
-	if backend == "raft" {
+	switch backend {
+	case "raft":
 		return append(common, KindRaftLeader, KindRaftQuorum, KindRestart, KindWipe)
+	case "zookeeper-ensemble":
+		return append(common, KindServerKill, KindRestart)
 	}
 	return append(common, KindSlow, KindRestart, KindWipe)
 }
@@ -311,6 +318,8 @@ func (h *Harness) inject(d draw) (heal func() error, id int, ok bool) {
 		}, id, true
 	case KindRestart, KindWipe:
 		return h.restart(d, holder, scale(0.2, 1)+500*time.Millisecond)
+	case KindServerKill:
+		return h.killServer(d, holder, scale(0.5, 2))
 	}
 	return nil, 0, false
 }
@@ -380,5 +389,44 @@ func (h *Harness) restart(d draw, holder *candidate, down time.Duration) (func()
 			}
 		}
 		return nil
+	}, id, true
+}
+
+// ensemble is a backend of several servers, one of which a fault can kill.
+type ensemble interface {
+	servers() int
+	// killServer kills server i with SIGKILL; startServer starts it again
+	// with its data.
+	killServer(i int) error
+	startServer(i int) error
+}
+
+// killServer kills one server of an ensemble for down, then restarts it.
+func (h *Harness) killServer(d draw, holder *candidate, down time.Duration) (func() error, int, bool) {
+	e, ok := h.be.(ensemble)
+	if !ok {
+		return nil, 0, false
+	}
+	h.mu.Lock()
+	if h.backendBusy {
+		h.mu.Unlock()
+		return nil, 0, false
+	}
+	h.backendBusy = true
+	h.mu.Unlock()
+	i := int(d.w*float64(e.servers())) % e.servers()
+	id := h.begin(d.kind, fmt.Sprintf("server %d", i+1), holder, false, fmt.Sprintf("down %s", down.Round(time.Millisecond)))
+	err := e.killServer(i)
+	return func() error {
+		defer func() {
+			h.mu.Lock()
+			h.backendBusy = false
+			h.mu.Unlock()
+		}()
+		if err != nil {
+			return err
+		}
+		time.Sleep(down)
+		return e.startServer(i)
 	}, id, true
 }
