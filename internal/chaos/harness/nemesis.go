@@ -47,6 +47,9 @@ const (
 	// random, the leader or not); it is restarted with its data after a
 	// while.
 	KindServerKill = "server-kill"
+	// KindServerCut cuts one server of an ensemble off from the other
+	// servers and from the candidates, for a while.
+	KindServerCut = "server-cut"
 )
 
 // KindsOf returns every fault kind the backend takes.
@@ -56,7 +59,7 @@ func KindsOf(backend string) []string {
 	case "raft":
 		return append(common, KindRaftLeader, KindRaftQuorum, KindRestart, KindWipe)
 	case "zookeeper-ensemble":
-		return append(common, KindServerKill, KindRestart)
+		return append(common, KindServerKill, KindServerCut, KindRestart)
 	}
 	return append(common, KindSlow, KindRestart, KindWipe)
 }
@@ -320,6 +323,8 @@ func (h *Harness) inject(d draw) (heal func() error, id int, ok bool) {
 		return h.restart(d, holder, scale(0.2, 1)+500*time.Millisecond)
 	case KindServerKill:
 		return h.killServer(d, holder, scale(0.5, 2))
+	case KindServerCut:
+		return h.cutServer(d, holder, scale(0.5, 2.5))
 	}
 	return nil, 0, false
 }
@@ -399,10 +404,27 @@ type ensemble interface {
 	// with its data.
 	killServer(i int) error
 	startServer(i int) error
+	// cutServer cuts server i off from the other servers and from the
+	// candidates, until healServer(i).
+	cutServer(i int) error
+	healServer(i int) error
 }
 
 // killServer kills one server of an ensemble for down, then restarts it.
 func (h *Harness) killServer(d draw, holder *candidate, down time.Duration) (func() error, int, bool) {
+	return h.serverFault(d, holder, down, func(e ensemble, i int) error { return e.killServer(i) },
+		func(e ensemble, i int) error { return e.startServer(i) })
+}
+
+// cutServer cuts one server of an ensemble off for hold, then heals it.
+func (h *Harness) cutServer(d draw, holder *candidate, hold time.Duration) (func() error, int, bool) {
+	return h.serverFault(d, holder, hold, func(e ensemble, i int) error { return e.cutServer(i) },
+		func(e ensemble, i int) error { return e.healServer(i) })
+}
+
+// serverFault injects a fault into one server of an ensemble, chosen by
+// d.w, and undoes it after hold.
+func (h *Harness) serverFault(d draw, holder *candidate, hold time.Duration, do, undo func(ensemble, int) error) (func() error, int, bool) {
 	e, ok := h.be.(ensemble)
 	if !ok {
 		return nil, 0, false
@@ -415,8 +437,8 @@ func (h *Harness) killServer(d draw, holder *candidate, down time.Duration) (fun
 	h.backendBusy = true
 	h.mu.Unlock()
 	i := int(d.w*float64(e.servers())) % e.servers()
-	id := h.begin(d.kind, fmt.Sprintf("server %d", i+1), holder, false, fmt.Sprintf("down %s", down.Round(time.Millisecond)))
-	err := e.killServer(i)
+	id := h.begin(d.kind, fmt.Sprintf("server %d", i+1), holder, false, fmt.Sprintf("for %s", hold.Round(time.Millisecond)))
+	err := do(e, i)
 	return func() error {
 		defer func() {
 			h.mu.Lock()
@@ -426,7 +448,7 @@ func (h *Harness) killServer(d draw, holder *candidate, down time.Duration) (fun
 		if err != nil {
 			return err
 		}
-		time.Sleep(down)
-		return e.startServer(i)
+		time.Sleep(hold)
+		return undo(e, i)
 	}, id, true
 }
