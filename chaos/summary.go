@@ -30,6 +30,9 @@ func writeSummary(w io.Writer, r check.Report) {
 	fmt.Fprintf(w, "availability             %.5f outside fault windows (%s of %s); %.4f overall\n",
 		r.Availability.Fraction, r.Availability.LeaderlessTime.Round(time.Millisecond),
 		r.Availability.Outside.Round(time.Second), r.Availability.Overall)
+	if len(r.Exits) > 0 {
+		fmt.Fprintf(w, "exits no fault caused     %d (restarted; see the candidates' logs): %s\n", len(r.Exits), strings.Join(r.Exits[:min(len(r.Exits), 5)], "; "))
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "kind\tfaults\tinterrupted\trecovery p50\tp90\tp99\tmax\thand-over p50\tp99\t")
 	kinds := make([]string, 0, len(r.Recovery))

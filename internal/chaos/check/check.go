@@ -84,6 +84,7 @@ func Check(h record.History) Report {
 		Terms:          len(x.terms),
 		Faults:         len(x.faults),
 		FaultsByKind:   map[string]int{},
+		Exits:          slices.Clone(h.Exits),
 	}
 	for _, f := range x.faults {
 		r.FaultsByKind[f.Kind]++

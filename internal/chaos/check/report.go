@@ -80,6 +80,12 @@ type Report struct {
 	// FaultRecovery is what each fault did to leadership, in fault order.
 	FaultRecovery []FaultRecovery `json:"fault_recovery"`
 
+	// Exits lists the candidates' exits that no fault caused (the
+	// harness restarted them). They do not fail the run by themselves: a
+	// safety problem they led to shows in the figures above. Each is worth
+	// a look in the candidate's log.
+	Exits []string `json:"exits,omitempty"`
+
 	// MinAvailability, when above 0, makes Availability.Fraction below it
 	// a failure. Check leaves it 0; long runs set it (e.g. 0.999) before
 	// calling OK or Failures.

@@ -26,6 +26,9 @@ type candidate struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
 	busy bool          // under a fault; the nemesis leaves it alone
+	// stopping is set by stop: the exit that follows is the harness's
+	// doing. Any other exit is baton's own, and worth a look.
+	stopping bool
 }
 
 // start starts the candidate's baton. It is not running when called.
@@ -60,14 +63,20 @@ func (c *candidate) start() error {
 	}
 	done := make(chan struct{})
 	c.mu.Lock()
-	c.cmd, c.done = cmd, done
+	c.cmd, c.done, c.stopping = cmd, done, false
 	c.mu.Unlock()
 	fmt.Fprintf(c.log, "=== baton-chaos: %s started, pid %d, at %s\n", c.id, cmd.Process.Pid, c.h.now())
 	go func() {
 		c.scan(out)
 		_ = cmd.Wait()
 		fmt.Fprintf(c.log, "=== baton-chaos: %s exited (%v) at %s\n", c.id, cmd.ProcessState, c.h.now())
+		c.mu.Lock()
+		unexpected := !c.stopping
+		c.mu.Unlock()
 		close(done)
+		if unexpected {
+			c.h.exitedByItself(c, cmd.ProcessState.String())
+		}
 	}()
 	return nil
 }
@@ -116,6 +125,9 @@ func (c *candidate) signal(sig syscall.Signal) error {
 // (and, by the guard's socket closing, its command). It reports whether
 // the baton exited by itself.
 func (c *candidate) stop(sig syscall.Signal, d time.Duration) bool {
+	c.mu.Lock()
+	c.stopping = true
+	c.mu.Unlock()
 	pid, done := c.proc()
 	if pid == 0 {
 		return true

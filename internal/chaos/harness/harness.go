@@ -158,6 +158,32 @@ type Harness struct {
 	faults      []record.Fault
 	raftLeader  int // index of the candidate that last became raft leader, -1 if unknown
 	backendBusy bool
+	closing     bool
+	exits       []string // candidates' exits that were not the harness's doing
+}
+
+// exitedByItself records that c's baton exited without the harness asking
+// (a crash, or an error exit), and starts it again unless a fault holds it
+// (the fault restarts it) or the run is ending.
+func (h *Harness) exitedByItself(c *candidate, status string) {
+	h.mu.Lock()
+	closing := h.closing
+	if !closing {
+		h.exits = append(h.exits, fmt.Sprintf("%s: %s at %s", c.id, status, h.now().Round(time.Millisecond)))
+	}
+	h.mu.Unlock()
+	if closing {
+		return
+	}
+	h.log.Warn("a candidate exited by itself; restarting it (its log says why)", "candidate", c.id, "status", status)
+	if !c.claim() {
+		return
+	}
+	defer c.release()
+	time.Sleep(time.Second)
+	if err := c.start(); err != nil {
+		h.log.Error("could not restart the candidate", "candidate", c.id, "err", err)
+	}
 }
 
 // now is the run's clock: the time since it started, monotonic.
@@ -183,7 +209,9 @@ func Run(ctx context.Context, cfg Config) (record.History, error) {
 		return h.history(), err
 	}
 	err := h.nemesis(ctx)
-	h.settle()
+	if ctx.Err() == nil {
+		h.settle()
+	}
 	h.stopCandidates()
 	return h.history(), err
 }
@@ -298,6 +326,9 @@ func (h *Harness) settle() {
 
 // stopCandidates stops every candidate gracefully.
 func (h *Harness) stopCandidates() {
+	h.mu.Lock()
+	h.closing = true
+	h.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, c := range h.cands {
 		wg.Go(func() {
@@ -310,6 +341,9 @@ func (h *Harness) stopCandidates() {
 }
 
 func (h *Harness) cleanup() {
+	h.mu.Lock()
+	h.closing = true
+	h.mu.Unlock()
 	for _, c := range h.cands {
 		c.stop(syscall.SIGKILL, 10*time.Second)
 		_ = c.log.Close()
@@ -342,6 +376,7 @@ func (h *Harness) history() record.History {
 	}
 	h.mu.Lock()
 	hist.Faults = slices.Clone(h.faults)
+	hist.Exits = slices.Clone(h.exits)
 	h.mu.Unlock()
 	return hist
 }

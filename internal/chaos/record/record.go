@@ -85,4 +85,8 @@ type History struct {
 	Run    Run     `json:"run"`
 	Writes []Write `json:"writes"`
 	Faults []Fault `json:"faults"`
+	// Exits lists the candidates' exits that no fault caused ("c2: exit
+	// status 1 at 12.5s"): baton giving up or crashing. The harness
+	// restarts the candidate; the check reports them.
+	Exits []string `json:"exits,omitempty"`
 }
