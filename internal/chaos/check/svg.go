@@ -128,8 +128,16 @@ func WriteSVG(w io.Writer, h record.History, r Report, opts SVGOptions) error {
 		if fr.Interrupted {
 			title += fmt.Sprintf("; leaderless %s, recovered after %s", fr.Leaderless, fr.Recovery)
 		}
-		fmt.Fprintf(&b, `<rect x="%.1f" y="%.0f" width="%.1f" height="%.0f" fill="%s" fill-opacity="0.35"><title>%s</title></rect>`+"\n",
-			x0, top, max(x1-x0, 1), rowsH, colour, esc(title))
+		if row, ok := rowOf[f.Target]; ok {
+			// A fault on one candidate: strong on its row, faint across.
+			fmt.Fprintf(&b, `<rect x="%.1f" y="%.0f" width="%.1f" height="%.0f" fill="%s" fill-opacity="0.1"/>`+"\n",
+				x0, top, max(x1-x0, 1), rowsH, colour)
+			fmt.Fprintf(&b, `<rect x="%.1f" y="%.0f" width="%.1f" height="%d" fill="%s" fill-opacity="0.5"><title>%s</title></rect>`+"\n",
+				x0, top+float64(row*svgRow), max(x1-x0, 1), svgRow, colour, esc(title))
+		} else {
+			fmt.Fprintf(&b, `<rect x="%.1f" y="%.0f" width="%.1f" height="%.0f" fill="%s" fill-opacity="0.35"><title>%s</title></rect>`+"\n",
+				x0, top, max(x1-x0, 1), rowsH, colour, esc(title))
+		}
 		if fr.Window.End > fr.End {
 			w0, w1 := p.x(fr.End), p.x(fr.Window.End)
 			fmt.Fprintf(&b, `<rect x="%.1f" y="%.0f" width="%.1f" height="%.0f" fill="%s" fill-opacity="0.12"><title>fault %d recovery window: to %s</title></rect>`+"\n",
@@ -176,7 +184,7 @@ func writeHeader(b *strings.Builder, r Report, from, to time.Duration) {
 		verdict = "FAIL: " + strings.Join(f, "; ")
 	}
 	line1 := fmt.Sprintf("baton-chaos · %s · seed %d · %s run · %d faults · %d terms · %d writes (%d refused) · showing %s to %s",
-		orNone(r.Backend), r.Seed, r.Duration.Round(time.Millisecond), r.Faults, r.Terms, r.Writes, r.Refused, from, to)
+		orNone(r.Backend), r.Seed, r.Duration.Round(time.Millisecond), r.Faults, r.Terms, r.Writes, r.Refused, from.Round(time.Millisecond), to.Round(time.Millisecond))
 	if r.Broken != "" {
 		line1 += " · broken build: " + r.Broken
 	}

@@ -72,6 +72,9 @@ func tail(s string, n int) string {
 func TestShortRun(t *testing.T) {
 	for i, b := range Backends {
 		t.Run(b, func(t *testing.T) {
+			// The runs are mostly waiting (for faults to heal, for leases
+			// to expire): side by side they take the time of the longest.
+			t.Parallel()
 			_, rep := run(t, Config{Backend: b, Kinds: KindsOf(b), Faults: 20, Interval: time.Second, Seed: int64(100 + i)})
 			if rep.Faults != 20 {
 				t.Errorf("%d faults injected, want 20", rep.Faults)
@@ -88,6 +91,7 @@ func TestShortRun(t *testing.T) {
 // other one and the outcome does not depend on who wins.
 func TestBrokenBuildsAreCaught(t *testing.T) {
 	t.Run("ignore-deadline", func(t *testing.T) {
+		t.Parallel()
 		// The holder's baton is stopped past its TTL; its guard, told to
 		// ignore safe-until, lets the command go on while the other leads.
 		_, rep := run(t, Config{Backend: "etcd", Broken: "ignore-deadline", Candidates: 2,
@@ -100,6 +104,7 @@ func TestBrokenBuildsAreCaught(t *testing.T) {
 		}
 	})
 	t.Run("stale-token", func(t *testing.T) {
+		t.Parallel()
 		// Every second term of a baton process hands its command a token
 		// of an earlier epoch; with two candidates and the holder stopped
 		// past its TTL each time, the third term is a process's second.
