@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 // (or fails it where servers are required, as in CI).
 func run(t *testing.T, cfg Config) (record.History, check.Report) {
 	t.Helper()
-	if cfg.Backend == "raft" {
+	if cfg.Backend == "raft" || cfg.Backend == "zookeeper-ensemble" {
 		netns.Require(t)
 	}
 	cfg.Dir = t.TempDir()
