@@ -184,6 +184,10 @@ func (o *options) run(ctx context.Context, stdout, stderr io.Writer) error {
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// After the first ^C the run winds down (stops its candidates, writes
+	// its report); a second one ends the harness at once, and the
+	// candidates with it.
+	go func() { <-ctx.Done(); stop() }()
 	hist, runErr := harness.Run(ctx, o.cfg)
 	if err := writeHistory(filepath.Join(o.dir, "history.json.gz"), hist); err != nil {
 		o.cfg.Log.Warn("could not save the history", "err", err)

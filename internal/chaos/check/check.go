@@ -45,6 +45,11 @@ type term struct {
 	// highestAtFirst is the highest accepted term when this term first
 	// wrote.
 	highestAtFirst TermRef
+	// reused is set when a later child of this term began after a higher
+	// token than its own was accepted: the token was granted again.
+	reused   bool
+	reusedAt time.Duration
+	reusedBy TermRef
 }
 
 // history is a history indexed for the checks.
@@ -136,6 +141,9 @@ func index(h record.History) *history {
 		k := ckey{w.Candidate, w.PID, w.Token}
 		c := children[k]
 		if c == nil {
+			if t.firstWrite != w.At && highest != nil && highest != t && highest.ref.Token > w.Token && !t.reused {
+				t.reused, t.reusedAt, t.reusedBy = true, w.At, highest.ref
+			}
 			c = &child{ref: ChildRef{w.Candidate, w.Token, w.PID}, term: t, first: w.At}
 			children[k] = c
 			x.children = append(x.children, c)
@@ -195,12 +203,16 @@ func (x *history) tokens() Tokens {
 	}
 	var acc []*term
 	for _, t := range x.terms {
+		if t.reused {
+			add(Regression{At: t.reusedAt, Term: t.ref, Previous: t.reusedBy,
+				Reason: fmt.Sprintf("token %d granted to %s again after token %d was accepted", t.ref.Token, t.ref.Candidate, t.reusedBy.Token)})
+		}
 		if t.hasAccepted {
 			acc = append(acc, t)
 			continue
 		}
 		tk.NeverAccepted++
-		if _, ok := x.faultOn(t.ref.Candidate, t.firstWrite, false); ok {
+		if f, ok := x.faultOn(t.ref.Candidate, t.firstWrite, false); ok && (f.Paused || f.Kind == "stop-baton") {
 			tk.Delayed++
 			continue
 		}
@@ -282,10 +294,18 @@ func (x *history) eachOverlap(fn func(Overlap)) {
 			}
 			o.Stale, o.Newer = stale.ref, newer.ref
 			o.StaleAccepted = countIn(stale.acceptedAt, o.Interval)
-			if f, ok := x.faultOn(a.ref.Candidate, o.Start, true); ok {
-				o.PausedBy = f.ID
-			} else if f, ok := x.faultOn(c.ref.Candidate, o.Start, true); ok {
-				o.PausedBy = f.ID
+			// Only the paused child itself (the stale one, alive before the
+			// pause) is excused, and only up to End+slack.
+			slack := PauseSlack(x.heartbeat)
+			for _, f := range x.faults {
+				if f.Start > o.Start {
+					break
+				}
+				if f.Paused && f.Target == stale.ref.Candidate &&
+					o.Start <= f.End+slack && o.End <= f.End+slack {
+					o.PausedBy = f.ID
+					break
+				}
 			}
 			fn(o)
 		}

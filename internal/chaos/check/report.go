@@ -6,7 +6,7 @@
 //
 // What a passing report means: no write was accepted with a token below one
 // accepted before it (fencing held); the terms' tokens rose strictly in the
-// order the terms began; and no two terms' children were active at once,
+// order of their first accepted writes; and no two terms' children were active at once,
 // except in the documented paused case (a holder stopped together with its
 // guard, which only fencing can stop). Availability is a failure only when
 // the caller sets Report.MinAvailability: short runs do not measure it

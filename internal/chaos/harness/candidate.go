@@ -3,6 +3,7 @@ package harness
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,9 @@ import (
 	"syscall"
 	"time"
 )
+
+// errClosing is returned by start once the run is ending.
+var errClosing = errors.New("the run is ending")
 
 // candidate is one `baton run`, restarted by the harness after each fault
 // that stopped it. Its log (baton's and its children's output) is appended
@@ -51,13 +55,21 @@ func (c *candidate) start() error {
 	}
 	cmd.Env = append(os.Environ(), env...)
 	// A process group of its own: a ^C to the harness reaches the harness
-	// alone, which stops the candidates in order.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// alone, which stops the candidates in order. Should the harness die,
+	// its candidates die with it (and their jobs by their guards).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
 	}
 	cmd.Stderr = cmd.Stdout
+	// Started under the harness's lock, which marks the run ending: once
+	// it is, no candidate starts, so none outlives the harness's stop.
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	if c.h.closing {
+		return errClosing
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start candidate %s: %w", c.id, err)
 	}

@@ -151,6 +151,7 @@ type Harness struct {
 	be    backend
 	st    *store.Store
 	sock  string
+	wlog  *os.File
 	baton string
 	cands []*candidate
 
@@ -176,12 +177,18 @@ func (h *Harness) exitedByItself(c *candidate, status string) {
 		return
 	}
 	h.log.Warn("a candidate exited by itself; restarting it (its log says why)", "candidate", c.id, "status", status)
-	if !c.claim() {
-		return
+	// A fault may hold the candidate (it was picked in the moment before
+	// the exit); wait for it to let go, then start the candidate unless
+	// the fault did.
+	for !c.claim() {
+		time.Sleep(100 * time.Millisecond)
 	}
 	defer c.release()
 	time.Sleep(time.Second)
-	if err := c.start(); err != nil {
+	if pid, _ := c.proc(); pid != 0 {
+		return
+	}
+	if err := c.start(); err != nil && !errors.Is(err, errClosing) {
 		h.log.Error("could not restart the candidate", "candidate", c.id, "err", err)
 	}
 }
@@ -226,7 +233,14 @@ func (h *Harness) setup(ctx context.Context) error {
 		h.baton = bin
 	}
 	h.t0 = time.Now()
-	h.st = store.New(h.now)
+	// Every write is also streamed to writes.jsonl, so that a harness
+	// that dies still leaves its history.
+	wlog, err := os.Create(filepath.Join(h.cfg.Dir, "writes.jsonl"))
+	if err != nil {
+		return err
+	}
+	h.wlog = wlog
+	h.st = store.New(h.now, store.WithLog(wlog))
 	h.sock = filepath.Join(h.cfg.Dir, "store.sock")
 	_ = os.Remove(h.sock)
 	ln, err := net.Listen("unix", h.sock)
@@ -353,6 +367,9 @@ func (h *Harness) cleanup() {
 	}
 	if h.st != nil {
 		_ = h.st.Close()
+	}
+	if h.wlog != nil {
+		_ = h.wlog.Close()
 	}
 }
 

@@ -73,9 +73,9 @@ func DefaultKinds(backend string) []string {
 // draw is one injection's random numbers, always drawn in the same order,
 // so that a seed gives the same schedule whatever happens in the run.
 type draw struct {
-	wait    time.Duration
-	kind    string
-	u, v, w float64
+	wait       time.Duration
+	kind       string
+	u, v, w, x float64
 }
 
 // rng returns the nemesis's random source for the run's seed.
@@ -88,7 +88,7 @@ func (h *Harness) next(rng *rand.Rand, kinds []string) draw {
 	return draw{
 		wait: time.Duration(rng.ExpFloat64() * float64(h.cfg.Interval)),
 		kind: kinds[rng.IntN(len(kinds))],
-		u:    rng.Float64(), v: rng.Float64(), w: rng.Float64(),
+		u:    rng.Float64(), v: rng.Float64(), w: rng.Float64(), x: rng.Float64(),
 	}
 }
 
@@ -262,7 +262,7 @@ func (h *Harness) inject(d draw) (heal func() error, id int, ok bool) {
 			return func() error { defer c.release(); time.Sleep(hold); return h.be.heal(c.i) }, id, true
 		case KindSlow:
 			hold := scale(1, 3)
-			lat := time.Duration(50+450*d.v) * time.Millisecond
+			lat := time.Duration(50+450*d.x) * time.Millisecond
 			id := h.begin(d.kind, c.id, holder, false, fmt.Sprintf("+%s for %s", lat, hold.Round(time.Millisecond)))
 			if err := h.be.slow(c.i, lat); err != nil {
 				return func() error { c.release(); return err }, id, true
