@@ -45,28 +45,28 @@ func (x *history) availability() (Availability, []FaultRecovery) {
 	windows := make([]Interval, 0, len(x.faults))
 	for _, f := range x.faults {
 		fr := FaultRecovery{ID: f.ID, Kind: f.Kind, Target: f.Target, Start: f.Start, End: f.End}
+		// A gap is the fault's doing if it began between the injection and
+		// a TTL after the heal: a term the fault ended ends by its
+		// safe-until, at most a TTL after its last renewal. Gaps that
+		// begin later are another fault's, or none's (and then count
+		// against availability). The window may run on past the heal by
+		// up to the recovery budget, while such a gap lasts.
 		limit := f.End + budget
+		horizon := f.End + x.run.TTL
 		lo := sort.Search(len(gaps), func(i int) bool { return gaps[i].Start >= f.Start })
-		hi := sort.Search(len(gaps), func(i int) bool { return gaps[i].Start > limit })
+		hi := sort.Search(len(gaps), func(i int) bool { return gaps[i].Start > horizon })
 		end := f.End
 		if lo < hi {
-			first, last := gaps[lo], gaps[hi-1]
+			last := gaps[hi-1]
 			fr.Interrupted = true
 			for _, g := range gaps[lo:hi] {
 				fr.Leaderless += g.Len()
 			}
 			fr.Recovery = last.End - f.Start
 			fr.Recovered = last.ended
-			// The write before a gap is tol before it began.
-			fr.From = x.termAt(first.Start - tol)
-			if last.ended {
-				fr.To = x.termAt(last.End)
-				if fr.To != fr.From {
-					fr.HandOver = last.End - (first.Start - tol)
-				}
-			}
 			end = max(end, min(last.End, limit))
 		}
+		x.handOver(&fr, limit)
 		fr.Window = Interval{f.Start, end}
 		windows = append(windows, fr.Window)
 		recs = append(recs, fr)
@@ -95,6 +95,29 @@ func (x *history) availability() (Availability, []FaultRecovery) {
 		}
 	}
 	return av, recs
+}
+
+// handOver sets fr's From, To and HandOver: the term leading when the
+// fault began (its last accepted write at most GapTolerance before), and
+// the first other term to have a write accepted after that, by limit; the
+// hand-over is the time between the last write of the one and the first of
+// the other. A graceful hand-over leaves no gap, and is measured all the
+// same.
+func (x *history) handOver(fr *FaultRecovery, limit time.Duration) {
+	tol := GapTolerance(x.heartbeat)
+	i := sort.Search(len(x.acceptedAt), func(i int) bool { return x.acceptedAt[i] > fr.Start }) - 1
+	if i < 0 || x.acceptedAt[i] < fr.Start-tol {
+		return // nobody led when the fault began
+	}
+	from := x.acceptedTerm[i]
+	for j := i + 1; j < len(x.acceptedAt) && x.acceptedAt[j] <= limit; j++ {
+		if x.acceptedTerm[j] != from {
+			fr.From, fr.To = from.ref, x.acceptedTerm[j].ref
+			fr.HandOver = x.acceptedAt[j] - x.acceptedAt[j-1]
+			return
+		}
+	}
+	fr.From = from.ref
 }
 
 // unmeasured lists the faults of a run without a leader: nothing recovered.
@@ -131,6 +154,10 @@ func byKind(recs []FaultRecovery) map[string]KindRecovery {
 			m[fr.Kind] = a
 		}
 		a.k.Faults++
+		if fr.HandOver > 0 {
+			a.k.HandedOver++
+			a.handOff = append(a.handOff, fr.HandOver)
+		}
 		if !fr.Interrupted {
 			continue
 		}
@@ -139,10 +166,6 @@ func byKind(recs []FaultRecovery) map[string]KindRecovery {
 		a.leaderless = append(a.leaderless, fr.Leaderless)
 		if !fr.Recovered {
 			a.k.Unrecovered++
-		}
-		if fr.HandOver > 0 {
-			a.k.HandedOver++
-			a.handOff = append(a.handOff, fr.HandOver)
 		}
 	}
 	out := make(map[string]KindRecovery, len(m))

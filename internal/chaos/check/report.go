@@ -238,7 +238,7 @@ type FaultRecovery struct {
 	// Window is the fault's window (see the package doc).
 	Window Interval `json:"window"`
 	// Interrupted reports leaderless gaps beginning within [Start,
-	// End+RecoveryBudget]; Leaderless sums their whole lengths.
+	// End+TTL] (the fault's doing); Leaderless sums their whole lengths.
 	Interrupted bool          `json:"interrupted"`
 	Leaderless  time.Duration `json:"leaderless"`
 	// Recovery is the time from Start to the accepted write that ended the
@@ -246,10 +246,10 @@ type FaultRecovery struct {
 	// the run ended still leaderless; Recovery then runs to the run's end.
 	Recovery  time.Duration `json:"recovery"`
 	Recovered bool          `json:"recovered"`
-	// From is the term that wrote last before the first gap, To the term
-	// that ended the last gap. HandOver, when they differ, is the time from
-	// From's last accepted write before the gap to To's write that ended
-	// it.
+	// From is the term leading when the fault began (empty if none), To
+	// the next term to have a write accepted, by End+RecoveryBudget.
+	// HandOver is the time from From's last accepted write to To's first:
+	// the hand-over the fault caused, with or without a gap (0 if none).
 	From     TermRef       `json:"from"`
 	To       TermRef       `json:"to"`
 	HandOver time.Duration `json:"hand_over"`
