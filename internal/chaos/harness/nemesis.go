@@ -329,23 +329,33 @@ func (h *Harness) inject(d draw) (heal func() error, id int, ok bool) {
 	return nil, 0, false
 }
 
+// claimBackend marks the backend under a fault unless it already is; it
+// reports whether it did. One backend-wide fault at a time.
+func (h *Harness) claimBackend() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.backendBusy {
+		return false
+	}
+	h.backendBusy = true
+	return true
+}
+
+func (h *Harness) releaseBackend() {
+	h.mu.Lock()
+	h.backendBusy = false
+	h.mu.Unlock()
+}
+
 // restart stops the backend (wiping its data for KindWipe) for down, and
 // starts it again. On raft, where the candidates are the backend, it kills
 // and restarts every candidate.
 func (h *Harness) restart(d draw, holder *candidate, down time.Duration) (func() error, int, bool) {
 	wipe := d.kind == KindWipe
-	h.mu.Lock()
-	if h.backendBusy {
-		h.mu.Unlock()
+	if !h.claimBackend() {
 		return nil, 0, false
 	}
-	h.backendBusy = true
-	h.mu.Unlock()
-	done := func() {
-		h.mu.Lock()
-		h.backendBusy = false
-		h.mu.Unlock()
-	}
+	done := h.releaseBackend
 	if !h.be.members() {
 		id := h.begin(d.kind, "backend", holder, false, fmt.Sprintf("down %s", down.Round(time.Millisecond)))
 		err := h.be.down(wipe)
@@ -429,22 +439,14 @@ func (h *Harness) serverFault(d draw, holder *candidate, hold time.Duration, do,
 	if !ok {
 		return nil, 0, false
 	}
-	h.mu.Lock()
-	if h.backendBusy {
-		h.mu.Unlock()
+	if !h.claimBackend() {
 		return nil, 0, false
 	}
-	h.backendBusy = true
-	h.mu.Unlock()
 	i := int(d.w*float64(e.servers())) % e.servers()
 	id := h.begin(d.kind, fmt.Sprintf("server %d", i+1), holder, false, fmt.Sprintf("for %s", hold.Round(time.Millisecond)))
 	err := do(e, i)
 	return func() error {
-		defer func() {
-			h.mu.Lock()
-			h.backendBusy = false
-			h.mu.Unlock()
-		}()
+		defer h.releaseBackend()
 		if err != nil {
 			return err
 		}
