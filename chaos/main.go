@@ -32,6 +32,7 @@ import (
 	"github.com/batonhq/baton/internal/chaos/check"
 	"github.com/batonhq/baton/internal/chaos/harness"
 	"github.com/batonhq/baton/internal/chaos/record"
+	"github.com/batonhq/baton/internal/chaos/store"
 	"github.com/spf13/cobra"
 )
 
@@ -294,14 +295,38 @@ func readHistory(path string) (record.History, error) {
 	return hist, nil
 }
 
+// readWrites reads the store's stream of writes, for a run that left no
+// history.
+func readWrites(path string) (record.History, error) {
+	var hist record.History
+	f, err := os.Open(path)
+	if err != nil {
+		return hist, err
+	}
+	defer f.Close()
+	hist.Writes, err = store.ReadLog(f)
+	if err != nil {
+		return hist, fmt.Errorf("%s: %w", path, err)
+	}
+	return hist, nil
+}
+
 func newCheck(stdout io.Writer) *cobra.Command {
 	var minAvailability float64
 	cmd := &cobra.Command{
 		Use:   "check DIR",
-		Short: "Check a saved run again (its history.json.gz) and rewrite its report",
+		Short: "Check a saved run again (its history.json.gz, or the writes.jsonl of a run that died) and rewrite its report",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			hist, err := readHistory(filepath.Join(args[0], "history.json.gz"))
+			if errors.Is(err, os.ErrNotExist) {
+				// A harness that died leaves only the store's stream: the
+				// writes can still be checked, without the faults.
+				hist, err = readWrites(filepath.Join(args[0], "writes.jsonl"))
+				if err == nil {
+					fmt.Fprintln(stdout, "no history.json.gz (the run did not finish): checking writes.jsonl, without the faults")
+				}
+			}
 			if err != nil {
 				return &codeError{exitUsage, err}
 			}
