@@ -109,7 +109,8 @@ raft-quorum (raft only). See docs/reliability.md.
 
 The run's directory keeps report.json, timeline.svg (the whole run),
 timeline-start.svg (its first minute), history.json.gz (every write and fault;
-'baton-chaos check DIR' checks it again) and the candidates' logs.
+'baton-chaos check DIR' checks it again), writes.jsonl (the writes, streamed:
+what a run that died leaves) and the candidates' logs.
 
 Exit status: 0 passed; 1 failed its checks; 2 bad flags; 3 the run could not
 be carried out.`,
