@@ -55,6 +55,13 @@ func (x *history) availability() (Availability, []FaultRecovery) {
 		horizon := f.End + x.run.TTL
 		lo := sort.Search(len(gaps), func(i int) bool { return gaps[i].Start >= f.Start })
 		hi := sort.Search(len(gaps), func(i int) bool { return gaps[i].Start > horizon })
+		// A gap already under way when the fault began is not its doing,
+		// but if it still lasts when the fault heals (a backend restarted
+		// while nobody led), the time to recover from there is the
+		// fault's too.
+		if lo > 0 && gaps[lo-1].End > f.End {
+			lo--
+		}
 		end := f.End
 		if lo < hi {
 			last := gaps[hi-1]

@@ -310,3 +310,25 @@ func TestReportJSON(t *testing.T) {
 		t.Errorf("JSON round trip lost figures")
 	}
 }
+
+// A backend restarted while nobody leads (the gap began with an earlier
+// fault, whose budget has run out) is charged with the time to recover
+// after it comes back: that time is inside its window, not against
+// availability.
+func TestGapLastingPastAFaultIsItsToo(t *testing.T) {
+	h := newBuilder().
+		child("c1", 101, 5, 0, 10*time.Second).
+		fault("kill", "c1", 10*time.Second, 10*time.Second, false).
+		fault("restart", "backend", 12*time.Second, 60*time.Second, false).
+		child("c2", 201, 6, 62*time.Second, 70*time.Second).build()
+	h.Run.RecoveryBudget = 5 * time.Second
+	r := Check(h)
+	if r.Availability.Fraction != 1 {
+		t.Errorf("availability outside fault windows %v, want 1: the gap after the restart came back is its recovery (leaderless outside: %v)",
+			r.Availability.Fraction, r.Availability.Examples)
+	}
+	fr := r.FaultRecovery[1]
+	if !fr.Interrupted || fr.Recovery != 50*time.Second {
+		t.Errorf("restart: interrupted %v, recovery %s; want true, 50s", fr.Interrupted, fr.Recovery)
+	}
+}

@@ -238,7 +238,9 @@ type FaultRecovery struct {
 	// Window is the fault's window (see the package doc).
 	Window Interval `json:"window"`
 	// Interrupted reports leaderless gaps beginning within [Start,
-	// End+TTL] (the fault's doing); Leaderless sums their whole lengths.
+	// End+TTL] (the fault's doing), or one that began before Start and
+	// still lasted at End (the fault prolonged it); Leaderless sums their
+	// whole lengths.
 	Interrupted bool          `json:"interrupted"`
 	Leaderless  time.Duration `json:"leaderless"`
 	// Recovery is the time from Start to the accepted write that ended the
