@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/batonhq/baton/internal/proctree"
 	"golang.org/x/sys/unix"
 )
 
@@ -378,7 +379,7 @@ func (g *guard) killTree() {
 // some programs take a second SIGTERM or SIGINT as "abort shutdown now".
 func (g *guard) signalGroup(sig syscall.Signal) {
 	if g.reaped {
-		if g.groupAlive(descendants(os.Getpid())) {
+		if g.groupAlive(proctree.Descendants(os.Getpid())) {
 			_ = syscall.Kill(-g.pid, sig)
 		}
 		return
@@ -393,9 +394,9 @@ func (g *guard) signalGroup(sig syscall.Signal) {
 // member among ds, the guard's descendants. Once the command was reaped and
 // its group emptied, its pid (the group's id) may be reused by an unrelated
 // process: the group must not be signalled then.
-func (g *guard) groupAlive(ds []proc) bool {
+func (g *guard) groupAlive(ds []proctree.Proc) bool {
 	for _, d := range ds {
-		if d.pgid == g.pid {
+		if d.PGID == g.pid {
 			return true
 		}
 	}
@@ -405,13 +406,13 @@ func (g *guard) groupAlive(ds []proc) bool {
 // signalTree sends sig to the command's process group and to every other
 // live descendant of the guard.
 func (g *guard) signalTree(sig syscall.Signal) {
-	ds := descendants(os.Getpid())
+	ds := proctree.Descendants(os.Getpid())
 	if !g.reaped || g.groupAlive(ds) {
 		_ = syscall.Kill(-g.pid, sig)
 	}
 	for _, d := range ds {
-		if d.pgid != g.pid {
-			_ = syscall.Kill(d.pid, sig)
+		if d.PGID != g.pid {
+			_ = syscall.Kill(d.PID, sig)
 		}
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/batonhq/baton/internal/proctree"
 )
 
 // Modes of the test binary besides running tests.
@@ -341,7 +343,7 @@ func TestParentStoppedStopsAllByDeadline(t *testing.T) {
 				if last := hb[len(hb)-1]; last >= deadline {
 					t.Errorf("last heartbeat %s after the deadline", time.Duration(last-deadline))
 				}
-				if _, ok := readProc(parent.Process.Pid); !ok {
+				if _, ok := proctree.Read(parent.Process.Pid); !ok {
 					t.Error("the stopped parent is gone; the test proves nothing")
 				}
 			})

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/batonhq/baton/internal/proctree"
 )
 
 const testTimeout = 10 * time.Second
@@ -114,7 +116,7 @@ func stop(t *testing.T, p *Process) (time.Duration, error) {
 // dead reports whether pid is gone or a zombie; in containers PID 1 may never
 // reap orphaned zombies.
 func dead(pid int) bool {
-	_, ok := readProc(pid)
+	_, ok := proctree.Read(pid)
 	return !ok
 }
 

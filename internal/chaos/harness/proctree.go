@@ -1,62 +1,45 @@
 package harness
 
 import (
-	"os"
-	"strconv"
-	"strings"
+	"slices"
 	"syscall"
+
+	"github.com/batonhq/baton/internal/proctree"
 )
 
-// descendants returns pid and every process descended from it, parents
-// before children, read from /proc. A process that forks between the read
-// and a signal is missed; stopTree reads again until nothing is new.
-func descendants(pid int) []int {
-	children := map[int][]int{}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return []int{pid}
+// processTree returns pid and every live process below it, parents before
+// children.
+func processTree(pid int) []int {
+	procs := proctree.Descendants(pid)
+	parent := make(map[int]int, len(procs))
+	for _, p := range procs {
+		parent[p.PID] = p.PPID
 	}
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+	depth := func(p int) int {
+		d := 0
+		for ; p != pid && d <= len(parent); d++ {
+			p = parent[p]
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// The command name, in parentheses, may hold spaces; the fields
-		// after its closing parenthesis are "state ppid ...".
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 2 {
-			continue
-		}
-		ppid, err := strconv.Atoi(f[1])
-		if err != nil {
-			continue
-		}
-		children[ppid] = append(children[ppid], p)
+		return d
 	}
 	out := []int{pid}
-	for i := 0; i < len(out); i++ {
-		out = append(out, children[out[i]]...)
+	for _, p := range procs {
+		out = append(out, p.PID)
 	}
+	slices.SortStableFunc(out[1:], func(a, b int) int { return depth(a) - depth(b) })
 	return out
 }
 
 // stopTree sends SIGSTOP to pid and all its descendants and returns the
-// processes stopped, for contTree.
+// processes stopped, parents first, for contTree. A process that forks
+// between the read and the signal would be missed, so it reads again until
+// nothing is new.
 func stopTree(pid int) []int {
 	stopped := map[int]bool{}
 	var order []int
 	for range 5 {
 		added := false
-		for _, p := range descendants(pid) {
+		for _, p := range processTree(pid) {
 			if stopped[p] {
 				continue
 			}

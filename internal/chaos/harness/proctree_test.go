@@ -30,7 +30,7 @@ func TestStopTreeStopsEveryDescendant(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		for _, p := range descendants(cmd.Process.Pid) {
+		for _, p := range processTree(cmd.Process.Pid) {
 			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
 		_ = cmd.Wait()
@@ -42,15 +42,20 @@ func TestStopTreeStopsEveryDescendant(t *testing.T) {
 			t.Fatalf("the tree did not grow to 4 processes: %v", tree)
 		}
 		time.Sleep(10 * time.Millisecond)
-		tree = descendants(cmd.Process.Pid)
+		tree = processTree(cmd.Process.Pid)
 	}
 	stopped := stopTree(cmd.Process.Pid)
 	for _, p := range tree {
 		if !slices.Contains(stopped, p) {
 			t.Errorf("process %d of the tree was not stopped", p)
 		}
-		if s := state(t, p); s != "T" {
-			t.Errorf("process %d is in state %s, want T (stopped)", p, s)
+		// SIGSTOP takes effect when the process is next scheduled.
+		deadline := time.Now().Add(5 * time.Second)
+		for state(t, p) != "T" {
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d is in state %s 5s after SIGSTOP, want T (stopped)", p, state(t, p))
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	contTree(stopped)

@@ -1,0 +1,90 @@
+//go:build linux
+
+// Package proctree reads the process tree from /proc: a process's parent
+// and process group, and the processes below one. The guard of package
+// supervise uses it to find a command's descendants, and the chaos harness
+// to stop a candidate's whole tree.
+package proctree
+
+import (
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Proc is one live process: its id, its parent's and its process group's.
+type Proc struct {
+	PID, PPID, PGID int
+}
+
+// Descendants returns the live (not zombie) processes below root, read from
+// /proc, in no particular order. A process that forks while this runs may
+// be missed; callers that must catch everything repeat until nothing new
+// turns up.
+func Descendants(root int) []Proc {
+	dir, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	names, err := dir.Readdirnames(-1)
+	dir.Close()
+	if err != nil {
+		return nil
+	}
+	all := make(map[int]Proc, len(names))
+	for _, name := range names {
+		if name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		pid, err := strconv.Atoi(name)
+		if err != nil {
+			continue
+		}
+		if p, ok := Read(pid); ok {
+			all[pid] = p
+		}
+	}
+	var out []Proc
+	for pid, p := range all {
+		// Walk up to root or to a process outside the tree. A ppid chain
+		// ends at 0 (init's parent), and cycles cannot occur, but a
+		// process table read over time is not a snapshot: bound the walk.
+		for q, n := p, 0; n < len(all); n++ {
+			if q.PPID == root {
+				out = append(out, all[pid])
+				break
+			}
+			next, ok := all[q.PPID]
+			if !ok {
+				break
+			}
+			q = next
+		}
+	}
+	return out
+}
+
+// Read reads the parent and process group of a live process from
+// /proc/PID/stat; zombies and vanished processes are not ok.
+func Read(pid int) (Proc, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return Proc{}, false
+	}
+	// The command name is parenthesised and may itself contain ") ", so
+	// parse from the last ')': " state ppid pgrp ...".
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return Proc{}, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 3 || len(f[0]) != 1 || f[0][0] == 'Z' || f[0][0] == 'X' {
+		return Proc{}, false
+	}
+	ppid, err1 := strconv.Atoi(f[1])
+	pgid, err2 := strconv.Atoi(f[2])
+	if err1 != nil || err2 != nil {
+		return Proc{}, false
+	}
+	return Proc{PID: pid, PPID: ppid, PGID: pgid}, true
+}
