@@ -59,7 +59,7 @@ var MetadataMock = Tool{
 }
 
 // Tools lists every tool the tests run, for buildtools to build up front.
-var Tools = []Tool{MetadataMock, ConsulTool}
+var Tools = []Tool{MetadataMock, EtcdTool, ConsulTool}
 
 var (
 	toolsMu    sync.Mutex
