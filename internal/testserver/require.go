@@ -22,7 +22,7 @@ const RequireServersEnv = "BATON_REQUIRE_SERVERS"
 var hints = map[string]string{
 	"etcd": "testserver.StartEtcd runs etcd built once from tools/etcd " +
 		"(`go run ./internal/testserver/buildtools` does it up front) " +
-		"into $XDG_CACHE_HOME/baton-tools/etcd-v3.7.3 (~/.cache when unset)",
+		"into $XDG_CACHE_HOME/baton-tools/etcd-v3.7.3-HASH (~/.cache when unset)",
 	"zookeeper": "testserver.StartZooKeeper runs the Debian ZooKeeper 3.8 jars with java: " +
 		"apt-get install zookeeper openjdk-17-jre-headless (jars in /usr/share/java)",
 	"curator": "the Curator interop test compiles a Java program against Debian's Curator 5.4: " +
