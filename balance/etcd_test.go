@@ -18,7 +18,7 @@ import (
 // member's slot by itself, and the bound holds after a kill.
 func TestEtcdBalance(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts an embedded etcd")
+		t.Skip("starts an etcd server")
 	}
 	srv := testserver.StartEtcd(t)
 	rb, err := etcd.New(srv.Client(t), etcd.Options{})

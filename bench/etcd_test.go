@@ -16,7 +16,7 @@ import (
 
 func init() { targets = append(targets, etcdTarget) }
 
-// etcdTarget runs against one embedded etcd server; every simulated process
+// etcdTarget runs against one etcd server (a subprocess); every simulated process
 // has its own client behind its own proxy, so that killing a process cuts it
 // off without revoking its session, as kill -9 would.
 func etcdTarget(b *testing.B) target {

@@ -22,7 +22,8 @@ type Discoverer interface {
 	Peers(ctx context.Context) ([]string, error)
 
 	// String describes the source in the form Parse accepts, such as
-	// "static:a:7000,b:7000", "dns:peers.example.com:7000" or "aws-asg".
+	// "static:a:7000,b:7000", "dns:peers.example.com:7000", or a Scheme's
+	// ("aws-asg").
 	String() string
 }
 
@@ -30,11 +31,20 @@ type Discoverer interface {
 const (
 	schemeStatic = "static"
 	schemeDNS    = "dns"
-	schemeAWSASG = "aws-asg"
 )
 
-// acceptedForms is quoted by every Parse error about the shape of a spec.
-const acceptedForms = "want static:HOST[:PORT][,HOST[:PORT]...], dns:NAME[:PORT], dns:_SERVICE._PROTO.NAME or aws-asg[:GROUP]"
+// builtinForms are the forms of the schemes built in, quoted by every Parse
+// error about the shape of a spec.
+var builtinForms = []string{"static:HOST[:PORT][,HOST[:PORT]...]", "dns:NAME[:PORT]", "dns:_SERVICE._PROTO.NAME"}
+
+// acceptedForms lists the forms Parse accepts with opts, for its errors.
+func acceptedForms(opts Options) string {
+	forms := slices.Clone(builtinForms)
+	for _, s := range opts.Schemes {
+		forms = append(forms, s.Form)
+	}
+	return "want " + strings.Join(forms[:len(forms)-1], ", ") + " or " + forms[len(forms)-1]
+}
 
 // Options carries the settings that Parse hands to the Discoverer it builds.
 // Each field is used only by its own scheme; the zero value is valid and
@@ -43,10 +53,29 @@ type Options struct {
 	// DNS configures "dns:" specs.
 	DNS DNSOptions
 
-	// AWS configures "aws-asg" specs. Its Port, when zero, is set to Parse's
-	// defaultPort, and its GroupName, when the spec names a group, is set to
-	// that group.
-	AWS AWSOptions
+	// Schemes are further schemes Parse accepts, built outside this package
+	// so that a program pays for their dependencies only when it uses them:
+	// aws-asg, the members of an AWS Auto Scaling group, is the Scheme of
+	// github.com/batonhq/baton/aws (aws.ASGScheme). Nil means the built-in
+	// schemes only.
+	Schemes []Scheme
+}
+
+// Scheme is a kind of spec that Parse hands to a builder outside this
+// package.
+type Scheme struct {
+	// Name is the scheme: specs are "NAME" or "NAME:REST". Parse matches it
+	// without regard to case; it must not be "static" or "dns".
+	Name string
+
+	// Form shows how the scheme's specs are written, such as
+	// "aws-asg[:GROUP]"; Parse errors quote it.
+	Form string
+
+	// Build returns the Discoverer of a spec of this scheme. rest is what
+	// follows "NAME:" and hasRest says whether the spec had the colon;
+	// defaultPort is Parse's. Parse wraps its error in ErrInvalidSpec.
+	Build func(rest string, hasRest bool, defaultPort int) (Discoverer, error)
 }
 
 // Parse builds the Discoverer that spec describes:
@@ -54,7 +83,9 @@ type Options struct {
 //	static:HOST[:PORT][,HOST[:PORT]...]   fixed addresses, in the order given
 //	dns:NAME[:PORT]                        the A and AAAA records of NAME
 //	dns:_SERVICE._PROTO.NAME               the SRV records of the name, with their ports
-//	aws-asg[:GROUP]                        the InService, Healthy members of an Auto Scaling group
+//
+// and the specs of opts.Schemes, such as aws-asg[:GROUP] (the InService,
+// Healthy members of an Auto Scaling group) of github.com/batonhq/baton/aws.
 //
 // defaultPort (1-65535, or 0 for none) is the port of every address whose spec
 // gives none; a spec that needs a port and has none is an error. Parse does
@@ -72,7 +103,7 @@ func Parse(spec string, defaultPort int, opts Options) (Discoverer, error) {
 	switch strings.ToLower(scheme) {
 	case schemeStatic:
 		if strings.TrimSpace(rest) == "" {
-			return nil, fmt.Errorf("%w: %q lists no address; %s", ErrInvalidSpec, spec, acceptedForms)
+			return nil, fmt.Errorf("%w: %q lists no address; %s", ErrInvalidSpec, spec, acceptedForms(opts))
 		}
 		var addrs, problems []string
 		for i, a := range strings.Split(rest, ",") {
@@ -92,7 +123,7 @@ func Parse(spec string, defaultPort int, opts Options) (Discoverer, error) {
 	case schemeDNS:
 		rest = strings.TrimSpace(rest)
 		if rest == "" {
-			return nil, fmt.Errorf("%w: %q names no DNS name; %s", ErrInvalidSpec, spec, acceptedForms)
+			return nil, fmt.Errorf("%w: %q names no DNS name; %s", ErrInvalidSpec, spec, acceptedForms(opts))
 		}
 		name, port := rest, defaultPort
 		if strings.HasPrefix(rest, "_") {
@@ -114,30 +145,20 @@ func Parse(spec string, defaultPort int, opts Options) (Discoverer, error) {
 		}
 		return d, nil
 
-	case schemeAWSASG:
-		aws := opts.AWS
-		if hasRest {
-			group := strings.TrimSpace(rest)
-			if group == "" {
-				return nil, fmt.Errorf("%w: %q: the group name after %q is empty; write %q for this instance's own group",
-					ErrInvalidSpec, spec, schemeAWSASG+":", schemeAWSASG)
-			}
-			aws.GroupName = group
-		}
-		if aws.Port == 0 {
-			aws.Port = defaultPort
-		}
-		d, err := AWSASG(aws)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %q: %w", ErrInvalidSpec, spec, err)
-		}
-		return d, nil
-
 	default:
-		if spec == "" {
-			return nil, fmt.Errorf("%w: empty spec; %s", ErrInvalidSpec, acceptedForms)
+		for _, s := range opts.Schemes {
+			if spec != "" && strings.EqualFold(scheme, s.Name) {
+				d, err := s.Build(rest, hasRest, defaultPort)
+				if err != nil {
+					return nil, fmt.Errorf("%w: %q: %w", ErrInvalidSpec, spec, err)
+				}
+				return d, nil
+			}
 		}
-		return nil, fmt.Errorf("%w: unknown scheme %q in %q; %s", ErrInvalidSpec, scheme, spec, acceptedForms)
+		if spec == "" {
+			return nil, fmt.Errorf("%w: empty spec; %s", ErrInvalidSpec, acceptedForms(opts))
+		}
+		return nil, fmt.Errorf("%w: unknown scheme %q in %q; %s", ErrInvalidSpec, scheme, spec, acceptedForms(opts))
 	}
 }
 

@@ -107,9 +107,6 @@ func TestParse(t *testing.T) {
 		{"dns:peers.example.com:80", 0, "dns:peers.example.com:80", nil},
 		{"dns:_baton._tcp.example.com", 7000, "dns:_baton._tcp.example.com", nil},
 		{"dns:_baton._tcp.example.com", 0, "dns:_baton._tcp.example.com", nil},
-		{"aws-asg", 7000, "aws-asg", nil},
-		{"aws-asg:my-group", 7000, "aws-asg:my-group", nil},
-		{"  aws-asg  ", 7000, "aws-asg", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.spec, func(t *testing.T) {
@@ -130,21 +127,6 @@ func TestParse(t *testing.T) {
 	}
 }
 
-func TestParseAWSOptions(t *testing.T) {
-	d, err := Parse("aws-asg:web", 7000, Options{AWS: AWSOptions{Port: 8000, Region: "eu-west-1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, ok := d.(*ASG)
-	if !ok {
-		t.Fatalf("Parse returned %T, want *ASG", d)
-	}
-	if a.opts.Port != 8000 || a.opts.GroupName != "web" || a.opts.Region != "eu-west-1" {
-		t.Errorf("options = port %d group %q region %q; want the spec's group and the given port and region",
-			a.opts.Port, a.opts.GroupName, a.opts.Region)
-	}
-}
-
 func TestParseErrors(t *testing.T) {
 	tests := []struct {
 		spec        string
@@ -153,8 +135,8 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"", 7000, []string{"empty spec", "static:HOST"}},
 		{"   ", 7000, []string{"empty spec"}},
-		{"consul:web", 7000, []string{`unknown scheme "consul"`, "static:HOST[:PORT]", "dns:NAME[:PORT]", "dns:_SERVICE._PROTO.NAME", "aws-asg[:GROUP]"}},
-		{"10.0.0.1:7000", 7000, []string{`unknown scheme "10.0.0.1"`, "aws-asg"}},
+		{"consul:web", 7000, []string{`unknown scheme "consul"`, "static:HOST[:PORT]", "dns:NAME[:PORT]", "dns:_SERVICE._PROTO.NAME"}},
+		{"aws-asg", 7000, []string{`unknown scheme "aws-asg"`}},
 		{"peers.example.com", 7000, []string{`unknown scheme "peers.example.com"`}},
 		{"static:", 7000, []string{"lists no address"}},
 		{"static:a,,b", 7000, []string{"entry 2: empty address"}},
@@ -166,8 +148,6 @@ func TestParseErrors(t *testing.T) {
 		{"dns:peers.example.com:1:2", 7000, []string{`port "1:2"`}},
 		{"dns:_baton._tcp.example.com:7000", 7000, []string{"takes its ports from its records"}},
 		{"dns:bad name", 7000, []string{"contains ' '"}},
-		{"aws-asg", 0, []string{"Port 0 is out of range"}},
-		{"aws-asg:", 7000, []string{"group name", "is empty"}},
 		{"static:a:1", -1, []string{"default port -1"}},
 		{"static:a:1", 70000, []string{"default port 70000"}},
 	}

@@ -7,17 +7,14 @@
 //   - Every address a Discoverer returns is "host:port" with a non-zero port,
 //     ready for net.Dial, and appears once.
 //   - A Discoverer reports what its source says at the time of the call (or,
-//     for AWSASG, at most one cache lifetime earlier); it does not check that
+//     for a caching one, at most one cache lifetime earlier); it does not check that
 //     anything listens at the addresses, and the list may include the caller.
 //   - Different instances may see different lists at the same moment: Auto
 //     Scaling and DNS are eventually consistent. Discovery therefore only
 //     proposes candidates; it never decides membership. The consensus
 //     protocol does, and must tolerate a list that is stale, partial or empty.
-//   - AWSASG reads the instance's identity with IMDSv2 only. If a session
-//     token cannot be obtained it fails closed with ErrIdentity; it never
-//     falls back to the unauthenticated IMDSv1.
-//   - A failed refresh is returned as an error, never hidden behind an old
-//     answer, unless AWSOptions.MaxStale explicitly allows a bounded one.
+//   - A failed lookup is returned as an error, never hidden behind an old
+//     answer.
 //
 // # Using it
 //
@@ -26,8 +23,11 @@
 //	static:10.0.0.1:7000,10.0.0.2,node-c.internal   (ports default to defaultPort)
 //	dns:peers.example.com[:PORT]                       (A and AAAA records)
 //	dns:_baton._tcp.example.com                        (SRV records: target and port)
-//	aws-asg[:GROUP]                                    (the Auto Scaling group)
 //
-// Static, DNS and AWSASG build the same Discoverers from Go values. All
-// Discoverers in this package are safe for concurrent use.
+// Static and DNS build the same Discoverers from Go values. Options.Schemes
+// adds schemes built elsewhere: the members of an AWS Auto Scaling group,
+// aws-asg[:GROUP], come from github.com/batonhq/baton/aws (aws.ASGScheme), a
+// module of its own so that only programs that use it have the AWS SDK in
+// their module graph. All Discoverers in this package are safe for
+// concurrent use.
 package discovery

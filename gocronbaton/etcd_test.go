@@ -17,7 +17,7 @@ import (
 // instance fails fast, and Unlock hands the lease over after Hold.
 func TestLockerEtcd(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts an embedded etcd")
+		t.Skip("starts an etcd server")
 	}
 	srv := testserver.StartEtcd(t)
 	var lockers []*gocronbaton.Locker

@@ -9,7 +9,6 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend/etcd"
 	"github.com/batonhq/baton/batontest"
-	"github.com/batonhq/baton/internal/etcdserver"
 	"github.com/batonhq/baton/internal/testserver"
 )
 
@@ -19,12 +18,8 @@ import (
 // must keep rising, for the same Backend (which logs the loss) and for a
 // new one.
 func TestTokensRiseAcrossWipedEtcd(t *testing.T) {
-	dir := t.TempDir()
-	srv, err := etcdserver.Start(dir, etcdserver.Options{UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := srv.Endpoint()
+	srv := testserver.StartEtcd(t)
+	dir, addr := srv.Dir(), srv.Endpoint()
 	t.Cleanup(func() { srv.Close() })
 	client := testserver.EtcdClient(t, addr)
 	batontest.TokensRiseAcrossDataLoss(t, batontest.DataLoss{
@@ -36,7 +31,8 @@ func TestTokensRiseAcrossWipedEtcd(t *testing.T) {
 			if err := os.RemoveAll(dir); err != nil {
 				t.Fatal(err)
 			}
-			if srv, err = etcdserver.Start(dir, etcdserver.Options{UnsafeNoFsync: true, ClientAddr: addr}); err != nil {
+			var err error
+			if srv, err = testserver.NewEtcdAt(dir, addr); err != nil {
 				t.Fatalf("restart etcd on %s: %v", addr, err)
 			}
 		},

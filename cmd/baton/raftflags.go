@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/aws"
 	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/discovery"
 	"github.com/batonhq/baton/internal/certs"
@@ -72,7 +73,7 @@ func (r *raftFlags) validate() []string {
 		}
 	}
 	if r.join != "" {
-		if _, err := discovery.Parse(r.join, defaultRaftPort, discovery.Options{}); err != nil {
+		if _, err := discovery.Parse(r.join, defaultRaftPort, discoveryOptions(aws.ASGOptions{})); err != nil {
 			problems = append(problems, fmt.Sprintf("%s %q: %v", flagSource(r.fs, "join"), r.join, err))
 		}
 	}
@@ -159,7 +160,7 @@ func (r *raftFlags) nodeOptions(log *slog.Logger) (raft.NodeOptions, error) {
 		Logger:          log,
 	}
 	if r.join != "" {
-		d, err := discovery.Parse(r.join, defaultRaftPort, discovery.Options{AWS: discovery.AWSOptions{Logger: log}})
+		d, err := discovery.Parse(r.join, defaultRaftPort, discoveryOptions(aws.ASGOptions{Logger: log}))
 		if err != nil {
 			return raft.NodeOptions{}, &exitError{code: exitUsage, err: err}
 		}
@@ -311,4 +312,10 @@ func agentClientToken(port string, log *slog.Logger) (string, error) {
 		return "", nil
 	}
 	return tok, nil
+}
+
+// discoveryOptions are the --join schemes: the built-in ones, and aws-asg
+// built with asg.
+func discoveryOptions(asg aws.ASGOptions) discovery.Options {
+	return discovery.Options{Schemes: []discovery.Scheme{aws.ASGScheme(asg)}}
 }

@@ -1,7 +1,6 @@
 package agenthttp
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/internal/testserver"
-	"github.com/chromedp/chromedp"
 )
 
 // ScreenshotDirEnv names a directory where the browser test also writes
@@ -38,7 +36,7 @@ const termsJS = `[...document.querySelectorAll("svg.timeline g.bar")].map(g => {
 // lease is handed over: the page refreshes itself, and its timeline ends
 // up with both terms.
 func TestBrowserStatusPageTimeline(t *testing.T) {
-	alloc := testserver.ChromiumAllocator(t) // skips (or fails) before the group starts
+	browser := testserver.StartBrowser(t, 3*time.Minute) // skips (or fails) before the group starts
 	g := newGroup(t, 3, nil)
 	m0, m1, m2 := g.nodes[0], g.nodes[1], g.nodes[2]
 	const token = "browser-test-token"
@@ -60,22 +58,17 @@ func TestBrowserStatusPageTimeline(t *testing.T) {
 	campaignAsync(t, bc, "cache-warmer", "worker-c")
 	handedOver := campaignAsync(t, bb, "nightly-report", "worker-b")
 
-	ctx, cancel := chromedp.NewContext(alloc)
-	t.Cleanup(cancel)
-	ctx, cancel = context.WithTimeout(ctx, 3*time.Minute)
-	t.Cleanup(cancel)
+	if err := browser.EmulateViewport(1200, 800); err != nil {
+		t.Fatal(err)
+	}
 	// A one-minute window: the test's terms last seconds, and would be
 	// slivers on the default hour.
-	if err := chromedp.Do(ctx,
-		chromedp.EmulateViewport(1200, 800),
-		chromedp.Navigate("http://"+agent+"/?window=1m"),
-	); err != nil {
+	if err := browser.Navigate("http://" + agent + "/?window=1m"); err != nil {
 		t.Fatal(err)
 	}
 	poll := func(what, js string) {
 		t.Helper()
-		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](js,
-			chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(90*time.Second))); err != nil {
+		if err := browser.Poll(js, 100*time.Millisecond, 90*time.Second); err != nil {
 			t.Fatalf("waiting for the page to show %s: %v", what, err)
 		}
 	}
@@ -107,8 +100,8 @@ func TestBrowserStatusPageTimeline(t *testing.T) {
 		const bars = (`+termsJS+`).filter(b => b.lease === "nightly-report");
 		return new Set(bars.map(b => b.token)).size >= 2 && bars.some(b => b.label.startsWith("worker-b"));
 	})()`)
-	bars, err := chromedp.Run(ctx, chromedp.Evaluate[[]termAttrs](termsJS))
-	if err != nil {
+	var bars []termAttrs
+	if err := browser.Evaluate(termsJS, &bars); err != nil {
 		t.Fatal(err)
 	}
 	var nightly []termAttrs
@@ -133,7 +126,7 @@ func TestBrowserStatusPageTimeline(t *testing.T) {
 		t.Errorf("the timeline lacks billing-sync's term: %+v", bars)
 	}
 	// The page refreshed itself in place (the script), not by reloading.
-	badge, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#refresh")))
+	badge, err := browser.Text("#refresh")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,14 +135,14 @@ func TestBrowserStatusPageTimeline(t *testing.T) {
 	}
 
 	// A full-page screenshot: the viewport grown to the page's height.
-	height, err := chromedp.Run(ctx, chromedp.Evaluate[int64](`document.documentElement.scrollHeight`))
-	if err != nil {
+	var height int64
+	if err := browser.Evaluate(`document.documentElement.scrollHeight`, &height); err != nil {
 		t.Fatal(err)
 	}
-	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1200, height)); err != nil {
+	if err := browser.EmulateViewport(1200, height); err != nil {
 		t.Fatal(err)
 	}
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	png, err := browser.FullScreenshot(100)
 	if err != nil {
 		t.Fatal(err)
 	}

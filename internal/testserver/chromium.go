@@ -1,13 +1,16 @@
 package testserver
 
 import (
-	"context"
+	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
+	"sync"
+	"syscall"
 	"testing"
-
-	"github.com/chromedp/chromedp"
+	"time"
 )
 
 // ChromiumPath is where Debian's chromium package installs the browser;
@@ -22,7 +25,7 @@ var ErrChromiumMissing = errors.New("chromium is not installed")
 const chromiumHint = "browser tests drive a headless Chromium through chromedp: apt-get install chromium " +
 	"(Debian's package, /usr/bin/chromium)"
 
-// ChromiumFlags are the command-line flags ChromiumAllocator starts the
+// ChromiumFlags are the command-line flags StartBrowser starts the
 // browser with, besides the fresh --user-data-dir (and the
 // --remote-debugging-pipe over which chromedp talks to it, so that the
 // browser listens on no port): headless,
@@ -53,48 +56,192 @@ func ChromiumBinary() (string, error) {
 	return p, nil
 }
 
-// ChromiumAllocator returns a chromedp allocator context that starts a
-// headless Chromium with exactly ChromiumFlags and a fresh user-data dir
-// in t.TempDir(), so that no profile, cache or cookie survives a test.
-// Derive browser contexts from it with chromedp.NewContext; the browser
-// starts on the first chromedp.Run, and is killed (and waited for) when the
-// test ends, its output shown if the test failed. A missing chromium skips
-// the test, or fails it under BATON_REQUIRE_SERVERS=1, saying to
-// apt-get install chromium.
+// ChromedpTool is the program through which the tests drive Chromium with
+// chromedp, built from tools/chromedp, so that the main module does not
+// depend on chromedp.
+var ChromedpTool = Tool{
+	Name:    "chromedp-driver",
+	Module:  "github.com/chromedp/chromedp",
+	Version: "v0.23.0",
+	Package: "github.com/batonhq/baton/tools/chromedp",
+	Dir:     "tools/chromedp",
+}
+
+// Browser is a headless Chromium driven by chromedp in a helper process
+// (ChromedpTool). Its methods run one step each, in order, on the browser's
+// one tab; they are safe for concurrent use but serialised.
+type Browser struct {
+	mu     sync.Mutex
+	pid    int
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	answer *bufio.Scanner
+	out    *SyncBuffer
+	exited chan struct{}
+}
+
+// StartBrowser starts a headless Chromium with exactly ChromiumFlags and a
+// fresh user-data dir in t.TempDir(), so that no profile, cache or cookie
+// survives a test. The browser may run for timeout; it is killed (and
+// waited for) when the test ends, its output shown if the test failed. A
+// missing chromium, or a driver that cannot be built, skips the test, or
+// fails it under BATON_REQUIRE_SERVERS=1, saying how to get it.
 //
 // Debian's /usr/bin/chromium is a launcher script that puts the distro's
 // defaults from /etc/chromium.d (--disable-pings, --no-default-browser-check
 // and the like) before these flags; the helper adds nothing else.
-func ChromiumAllocator(t testing.TB) context.Context {
+func StartBrowser(t testing.TB, timeout time.Duration) *Browser {
 	t.Helper()
 	bin, err := ChromiumBinary()
-	if err != nil {
-		// Not Unavailable: its generic hint speaks of servers on
-		// 127.0.0.1, and a browser is neither.
-		if RequireServers() {
-			t.Fatalf("chromium unavailable: %v\n%s\n(failing rather than skipping because %s=1)",
-				err, chromiumHint, RequireServersEnv)
+	if err == nil {
+		var driver string
+		if driver, err = ChromedpTool.Binary(); err != nil {
+			err = fmt.Errorf("%w\n%s", err, ChromedpTool.Hint())
+		} else {
+			return startBrowser(t, driver, bin, timeout)
 		}
-		t.Skipf("chromium unavailable: %v\n%s\n(set %s=1 to fail instead of skip)",
+	}
+	// Not Unavailable: its generic hint speaks of servers on 127.0.0.1,
+	// and a browser is neither.
+	if RequireServers() {
+		t.Fatalf("chromium unavailable: %v\n%s\n(failing rather than skipping because %s=1)",
 			err, chromiumHint, RequireServersEnv)
 	}
-	out := &SyncBuffer{}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(bin),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.CombinedOutput(out),
-	}
+	t.Skipf("chromium unavailable: %v\n%s\n(set %s=1 to fail instead of skip)",
+		err, chromiumHint, RequireServersEnv)
+	return nil
+}
+
+func startBrowser(t testing.TB, driver, bin string, timeout time.Duration) *Browser {
+	t.Helper()
+	args := []string{"-chromium=" + bin, "-user-data-dir=" + t.TempDir(), "-timeout=" + timeout.String()}
 	for _, f := range ChromiumFlags {
-		opts = append(opts, chromedp.Flag(f, true))
+		args = append(args, "-flag="+f)
 	}
-	ctx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	b := &Browser{out: new(SyncBuffer), exited: make(chan struct{})}
+	b.cmd = exec.Command(driver, args...)
+	b.cmd.Stderr = b.out
+	// Should the test binary die without its clean-up, the kernel kills the
+	// driver, and chromedp has the kernel kill the browser with it.
+	b.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var err error
+	if b.stdin, err = b.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := b.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.answer = bufio.NewScanner(stdout)
+	b.answer.Buffer(nil, 256<<20) // a screenshot, base64-encoded
+	if err := b.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", driver, err)
+	}
+	go func() {
+		_ = b.cmd.Wait()
+		close(b.exited)
+	}()
 	t.Cleanup(func() {
-		if t.Failed() && out.Len() > 0 {
-			t.Logf("chromium output:\n%s", out)
+		if t.Failed() && b.out.Len() > 0 {
+			t.Logf("chromium output:\n%s", b.out)
 		}
 	})
-	// Registered after the log, so it runs first: cancelling the allocator
-	// kills the browser and waits for it, and its output is complete.
-	t.Cleanup(cancel)
-	return ctx
+	// Registered after the log, so it runs first: the driver kills the
+	// browser and waits for it when its stdin ends, so the output is
+	// complete.
+	t.Cleanup(b.close)
+	if err := b.read(&b.pid); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return b
+}
+
+func (b *Browser) close() {
+	_ = b.stdin.Close()
+	select {
+	case <-b.exited:
+	case <-time.After(30 * time.Second):
+		_ = b.cmd.Process.Kill()
+		<-b.exited
+	}
+}
+
+// read decodes the driver's next answer into v (if v is not nil).
+func (b *Browser) read(v any) error {
+	if !b.answer.Scan() {
+		if err := b.answer.Err(); err != nil {
+			return err
+		}
+		return errors.New("the chromedp driver exited")
+	}
+	var resp struct {
+		Err   string          `json:"err"`
+		Value json.RawMessage `json:"value"`
+	}
+	if err := json.Unmarshal(b.answer.Bytes(), &resp); err != nil {
+		return fmt.Errorf("the chromedp driver answered %q: %w", b.answer.Bytes(), err)
+	}
+	if resp.Err != "" {
+		return errors.New(resp.Err)
+	}
+	if v == nil || len(resp.Value) == 0 {
+		return nil
+	}
+	return json.Unmarshal(resp.Value, v)
+}
+
+// do sends one step and decodes its answer into v.
+func (b *Browser) do(req map[string]any, v any) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	line, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if _, err := b.stdin.Write(append(line, '\n')); err != nil {
+		return fmt.Errorf("the chromedp driver: %w", err)
+	}
+	return b.read(v)
+}
+
+// PID returns the browser's process ID.
+func (b *Browser) PID() int { return b.pid }
+
+// Navigate loads url in the tab and waits for it to load (chromedp.Navigate).
+func (b *Browser) Navigate(url string) error {
+	return b.do(map[string]any{"op": "navigate", "url": url}, nil)
+}
+
+// EmulateViewport sets the tab's viewport (chromedp.EmulateViewport).
+func (b *Browser) EmulateViewport(width, height int64) error {
+	return b.do(map[string]any{"op": "viewport", "width": width, "height": height}, nil)
+}
+
+// Poll evaluates the script js every interval until it is true, and fails
+// after timeout (chromedp.Poll).
+func (b *Browser) Poll(js string, interval, timeout time.Duration) error {
+	return b.do(map[string]any{"op": "poll", "js": js,
+		"interval_ms": interval.Milliseconds(), "timeout_ms": timeout.Milliseconds()}, nil)
+}
+
+// Evaluate evaluates the script js and decodes its value into v
+// (chromedp.Evaluate).
+func (b *Browser) Evaluate(js string, v any) error {
+	return b.do(map[string]any{"op": "eval", "js": js}, v)
+}
+
+// Text returns the visible text of the first element that the CSS
+// selector css matches (chromedp.Text).
+func (b *Browser) Text(css string) (string, error) {
+	var s string
+	err := b.do(map[string]any{"op": "text", "css": css}, &s)
+	return s, err
+}
+
+// FullScreenshot returns an image of the whole page: a PNG at quality 100,
+// a JPEG of that quality below it (chromedp.FullScreenshot).
+func (b *Browser) FullScreenshot(quality int) ([]byte, error) {
+	var png []byte
+	err := b.do(map[string]any{"op": "screenshot", "quality": quality}, &png)
+	return png, err
 }

@@ -1,7 +1,6 @@
 package testserver_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/testserver"
-	"github.com/chromedp/chromedp"
 )
 
 // The browser the helper starts renders a page from a loopback server and
@@ -25,14 +23,11 @@ func TestChromiumRendersPage(t *testing.T) {
 <script>document.getElementById("p").textContent = "scripted " + navigator.userAgent.includes("Headless");</script>`)
 	}))
 	t.Cleanup(srv.Close)
-	ctx, cancel := chromedp.NewContext(testserver.ChromiumAllocator(t))
-	t.Cleanup(cancel)
-	ctx, cancel = context.WithTimeout(ctx, 60*time.Second)
-	t.Cleanup(cancel)
-	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL)); err != nil {
+	browser := testserver.StartBrowser(t, 60*time.Second)
+	if err := browser.Navigate(srv.URL); err != nil {
 		t.Fatal(err)
 	}
-	text, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#p")))
+	text, err := browser.Text("#p")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,8 +39,7 @@ func TestChromiumRendersPage(t *testing.T) {
 	// /etc/chromium.d first and the caller's flags after them, in order
 	// (moving a page URL such as chromedp's about:blank ahead): the flags
 	// from --user-data-dir on are the helper's.
-	proc := chromedp.FromContext(ctx).Browser.Process()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(proc.Pid) + "/cmdline")
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(browser.PID()) + "/cmdline")
 	if err != nil {
 		t.Fatal(err)
 	}

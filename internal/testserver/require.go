@@ -20,8 +20,9 @@ const RequireServersEnv = "BATON_REQUIRE_SERVERS"
 // hints tell a developer how to get a server that Unavailable reported
 // missing. Servers not listed get a generic hint.
 var hints = map[string]string{
-	"etcd": "etcd needs no install: testserver.StartEtcd embeds it; for an external one, " +
-		"run `etcd --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379`",
+	"etcd": "testserver.StartEtcd runs etcd built once from tools/etcd " +
+		"(`go run ./internal/testserver/buildtools` does it up front) " +
+		"into $XDG_CACHE_HOME/baton-tools/etcd-v3.7.3-HASH (~/.cache when unset)",
 	"zookeeper": "testserver.StartZooKeeper runs the Debian ZooKeeper 3.8 jars with java: " +
 		"apt-get install zookeeper openjdk-17-jre-headless (jars in /usr/share/java)",
 	"curator": "the Curator interop test compiles a Java program against Debian's Curator 5.4: " +

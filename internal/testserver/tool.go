@@ -1,6 +1,8 @@
 package testserver
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -31,13 +33,51 @@ type Tool struct {
 }
 
 // CacheDir returns where the binary is kept:
-// $XDG_CACHE_HOME/baton-tools/NAME-VERSION (~/.cache when unset).
+// $XDG_CACHE_HOME/baton-tools/NAME-VERSION (~/.cache when unset). A tool
+// whose main package is in this repository (tools/etcd, tools/chromedp)
+// gets NAME-VERSION-HASH, HASH from its module's files, so that a changed
+// program is built again rather than a stale binary reused.
 func (tool Tool) CacheDir() (string, error) {
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(cache, "baton-tools", tool.Name+"-"+tool.Version), nil
+	name := tool.Name + "-" + tool.Version
+	if strings.HasPrefix(tool.Package, "github.com/batonhq/baton/") {
+		h, err := tool.sourceHash()
+		if err != nil {
+			return "", err
+		}
+		name += "-" + h
+	}
+	return filepath.Join(cache, "baton-tools", name), nil
+}
+
+// sourceHash is a short hash of the names and contents of the files in the
+// tool's module directory (not below it).
+func (tool Tool) sourceHash() (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(root, tool.Dir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s %d\n", e.Name(), len(data))
+		h.Write(data)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:12], nil
 }
 
 // Hint tells a developer how the tool is obtained, for Unavailable.
@@ -59,7 +99,7 @@ var MetadataMock = Tool{
 }
 
 // Tools lists every tool the tests run, for buildtools to build up front.
-var Tools = []Tool{MetadataMock, ConsulTool}
+var Tools = []Tool{MetadataMock, EtcdTool, ChromedpTool, ConsulTool}
 
 var (
 	toolsMu    sync.Mutex

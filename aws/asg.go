@@ -1,4 +1,4 @@
-package discovery
+package aws
 
 import (
 	"context"
@@ -14,56 +14,58 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/batonhq/baton/discovery"
 )
 
-// ASGAPI is the part of the Auto Scaling client that AWSASG uses.
+// ASGAPI is the part of the Auto Scaling client that NewASG uses.
 // *autoscaling.Client implements it.
 type ASGAPI interface {
 	DescribeAutoScalingInstances(ctx context.Context, in *autoscaling.DescribeAutoScalingInstancesInput, optFns ...func(*autoscaling.Options)) (*autoscaling.DescribeAutoScalingInstancesOutput, error)
 	DescribeAutoScalingGroups(ctx context.Context, in *autoscaling.DescribeAutoScalingGroupsInput, optFns ...func(*autoscaling.Options)) (*autoscaling.DescribeAutoScalingGroupsOutput, error)
 }
 
-// EC2API is the part of the EC2 client that AWSASG uses. *ec2.Client
+// EC2API is the part of the EC2 client that NewASG uses. *ec2.Client
 // implements it.
 type EC2API interface {
 	DescribeInstances(ctx context.Context, in *ec2.DescribeInstancesInput, optFns ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error)
 }
 
-// IMDSAPI is the part of the instance metadata client that AWSASG uses.
+// IMDSAPI is the part of the instance metadata client that NewASG uses.
 // *imds.Client implements it.
 type IMDSAPI interface {
 	GetInstanceIdentityDocument(ctx context.Context, in *imds.GetInstanceIdentityDocumentInput, optFns ...func(*imds.Options)) (*imds.GetInstanceIdentityDocumentOutput, error)
 }
 
 var (
-	_ ASGAPI     = (*autoscaling.Client)(nil)
-	_ EC2API     = (*ec2.Client)(nil)
-	_ IMDSAPI    = (*imds.Client)(nil)
-	_ Discoverer = (*ASG)(nil)
+	_ ASGAPI               = (*autoscaling.Client)(nil)
+	_ EC2API               = (*ec2.Client)(nil)
+	_ IMDSAPI              = (*imds.Client)(nil)
+	_ discovery.Discoverer = (*ASG)(nil)
 )
 
-// Defaults of AWSOptions, applied when a field is zero.
+// Defaults of ASGOptions, applied when a field is zero.
 const (
-	// DefaultCacheTTL is the default AWSOptions.CacheTTL.
+	// DefaultCacheTTL is the default ASGOptions.CacheTTL.
 	DefaultCacheTTL = 30 * time.Second
 
-	// DefaultRetryMaxAttempts is the default AWSOptions.RetryMaxAttempts:
+	// DefaultRetryMaxAttempts is the default ASGOptions.RetryMaxAttempts:
 	// the SDK's own default, one call and two retries.
 	DefaultRetryMaxAttempts = retry.DefaultMaxAttempts
 
-	// DefaultRetryMaxBackoff is the default AWSOptions.RetryMaxBackoff, the
+	// DefaultRetryMaxBackoff is the default ASGOptions.RetryMaxBackoff, the
 	// SDK's own default.
 	DefaultRetryMaxBackoff = retry.DefaultMaxBackoff
 )
 
-// DescribeInstancesBatch is the most instance IDs AWSASG puts in one
+// DescribeInstancesBatch is the most instance IDs NewASG puts in one
 // DescribeInstances request. It stays below the EC2 limit of 200 values in
 // a filter.
 const DescribeInstancesBatch = 100
@@ -78,10 +80,10 @@ const (
 	healthHealthy      = "Healthy"
 )
 
-// AWSOptions configures AWSASG. The zero value is invalid only in Port, which
+// ASGOptions configures NewASG. The zero value is invalid only in Port, which
 // has no sensible default; every other zero field means the default that
 // its documentation names.
-type AWSOptions struct {
+type ASGOptions struct {
 	// Port is the port the peers listen on: Peers returns
 	// "PRIVATE-IP:Port". Required, in 1-65535.
 	Port int
@@ -94,7 +96,7 @@ type AWSOptions struct {
 
 	// Region is the AWS region of the group. Empty (the default) means the
 	// region in this instance's identity document, read from IMDSv2; the
-	// region of Config is not used. It applies only to clients that AWSASG
+	// region of Config is not used. It applies only to clients that NewASG
 	// builds.
 	Region string
 
@@ -112,22 +114,22 @@ type AWSOptions struct {
 	MaxStale time.Duration
 
 	// Config is the base configuration (credentials, HTTP client, logging)
-	// of the clients AWSASG builds. Nil (the default) means
+	// of the clients NewASG builds. Nil (the default) means
 	// config.LoadDefaultConfig, run on the first call to Peers or Group.
-	Config *aws.Config
+	Config *sdkaws.Config
 
 	// IMDS, AutoScaling and EC2 are clients the caller owns, for example to
 	// share them or to wrap them. Nil (the default) means a client built
 	// from Config. A caller's IMDS client is used as given: it is the
 	// caller's job to disable its IMDSv1 fallback (imds.Options
-	// EnableFallback: aws.FalseTernary), as the built one does. A caller's
+	// EnableFallback: sdkaws.FalseTernary), as the built one does. A caller's
 	// AutoScaling and EC2 clients keep their own retry settings.
 	IMDS        IMDSAPI
 	AutoScaling ASGAPI
 	EC2         EC2API
 
 	// IMDSEndpoint, AutoScalingEndpoint and EC2Endpoint replace the
-	// endpoints of the clients that AWSASG builds, as absolute URLs such as
+	// endpoints of the clients that NewASG builds, as absolute URLs such as
 	// "http://127.0.0.1:1338" (a test server) or a VPC endpoint. Empty (the
 	// default) means the SDK's resolution. Setting one together with the
 	// matching client is an error.
@@ -152,7 +154,7 @@ type AWSOptions struct {
 	Logger *slog.Logger
 }
 
-func (o *AWSOptions) validate() error {
+func (o *ASGOptions) validate() error {
 	var e OptionsError
 	if !validPort(o.Port) {
 		e.add(fmt.Sprintf("Port %d is out of range: want the peers' port, 1-65535", o.Port))
@@ -224,7 +226,7 @@ type Group struct {
 	Name string
 
 	// Self is the ID of the instance this process runs on, read from
-	// IMDSv2, or empty when AWSASG did not need it: when GroupName is set
+	// IMDSv2, or empty when NewASG did not need it: when GroupName is set
 	// and so is Region (or both API clients are the caller's).
 	Self string
 
@@ -268,7 +270,7 @@ func (g Group) clone() Group {
 
 // ASG is the Discoverer of the members of an Auto Scaling group. Its peers
 // are the group's instances that are InService and Healthy, at their
-// primary private IP address and AWSOptions.Port.
+// primary private IP address and ASGOptions.Port.
 //
 // The first call reads the instance's identity from IMDSv2 (unless
 // GroupName and Region make it unnecessary) and, without GroupName, finds
@@ -277,13 +279,13 @@ func (g Group) clone() Group {
 // DescribeInstances for the InService and Healthy instances, at most
 // DescribeInstancesBatch IDs per request and never with an empty list: an
 // empty group yields an empty list without calling EC2. Answers are cached
-// (see AWSOptions.CacheTTL and MaxStale); concurrent callers share one
+// (see ASGOptions.CacheTTL and MaxStale); concurrent callers share one
 // refresh.
 //
 // An ASG is safe for concurrent use. It never closes the clients it was
 // given, and the ones it builds need no closing.
 type ASG struct {
-	opts AWSOptions
+	opts ASGOptions
 	log  *slog.Logger
 
 	// Test hooks: the clock that dates answers, the draw in [0,1) that
@@ -315,10 +317,10 @@ type flight struct {
 	callerGone bool // the refreshing caller's context ended: err is not ours
 }
 
-// AWSASG returns a Discoverer of the members of an Auto Scaling group. It
+// NewASG returns a Discoverer of the members of an Auto Scaling group. It
 // validates opts, reporting every problem at once in an *OptionsError, and
 // does no I/O: AWS is first contacted by Peers or Group.
-func AWSASG(opts AWSOptions) (*ASG, error) {
+func NewASG(opts ASGOptions) (*ASG, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
@@ -343,7 +345,7 @@ func AWSASG(opts AWSOptions) (*ASG, error) {
 	}, nil
 }
 
-// String returns "aws-asg", or "aws-asg:GROUP" when AWSOptions.GroupName is
+// String returns "aws-asg", or "aws-asg:GROUP" when ASGOptions.GroupName is
 // set.
 func (a *ASG) String() string {
 	if a.opts.GroupName != "" {
@@ -456,16 +458,16 @@ func (a *ASG) refresh(ctx context.Context) (Group, error) {
 			return Group{}, fmt.Errorf("discovery: DescribeAutoScalingGroups %q: %w", a.group, err)
 		}
 		for _, grp := range page.AutoScalingGroups {
-			if aws.ToString(grp.AutoScalingGroupName) != a.group {
+			if sdkaws.ToString(grp.AutoScalingGroupName) != a.group {
 				continue
 			}
 			found = true
 			for _, in := range grp.Instances {
-				id := aws.ToString(in.InstanceId)
+				id := sdkaws.ToString(in.InstanceId)
 				if id == "" {
 					continue
 				}
-				inst := Instance{ID: id, LifecycleState: string(in.LifecycleState), HealthStatus: aws.ToString(in.HealthStatus)}
+				inst := Instance{ID: id, LifecycleState: string(in.LifecycleState), HealthStatus: sdkaws.ToString(in.HealthStatus)}
 				g.Instances = append(g.Instances, inst)
 				if inst.LifecycleState == lifecycleInService && inst.HealthStatus == healthHealthy {
 					members = append(members, id)
@@ -506,8 +508,8 @@ func (a *ASG) privateIPs(ctx context.Context, ids []string) (map[string]string, 
 		// where InstanceIds would fail the whole request with
 		// InvalidInstanceID.NotFound.
 		pages := ec2.NewDescribeInstancesPaginator(a.ec2API, &ec2.DescribeInstancesInput{
-			Filters:    []ec2types.Filter{{Name: aws.String("instance-id"), Values: batch}},
-			MaxResults: aws.Int32(1000),
+			Filters:    []ec2types.Filter{{Name: sdkaws.String("instance-id"), Values: batch}},
+			MaxResults: sdkaws.Int32(1000),
 		})
 		for pages.HasMorePages() {
 			page, err := pages.NextPage(ctx)
@@ -516,7 +518,7 @@ func (a *ASG) privateIPs(ctx context.Context, ids []string) (map[string]string, 
 			}
 			for _, r := range page.Reservations {
 				for _, in := range r.Instances {
-					id, ip := aws.ToString(in.InstanceId), aws.ToString(in.PrivateIpAddress)
+					id, ip := sdkaws.ToString(in.InstanceId), sdkaws.ToString(in.PrivateIpAddress)
 					if id == "" || ip == "" || !liveState(in.State) {
 						continue
 					}
@@ -551,7 +553,7 @@ func (a *ASG) init(ctx context.Context) error {
 	needIdentity := o.GroupName == "" || (o.Region == "" && (o.AutoScaling == nil || o.EC2 == nil))
 	needConfig := (needIdentity && o.IMDS == nil) || o.AutoScaling == nil || o.EC2 == nil
 
-	var cfg aws.Config
+	var cfg sdkaws.Config
 	if needConfig {
 		if o.Config != nil {
 			cfg = o.Config.Copy()
@@ -570,7 +572,7 @@ func (a *ASG) init(ctx context.Context) error {
 			client = imds.NewFromConfig(cfg, func(io *imds.Options) {
 				// Fail closed: an instance whose metadata service refuses
 				// tokens gets an error, never the unauthenticated IMDSv1.
-				io.EnableFallback = aws.FalseTernary
+				io.EnableFallback = sdkaws.FalseTernary
 				if o.IMDSEndpoint != "" {
 					io.Endpoint = o.IMDSEndpoint
 				}
@@ -589,7 +591,7 @@ func (a *ASG) init(ctx context.Context) error {
 		}
 	}
 	if region == "" && (o.AutoScaling == nil || o.EC2 == nil) {
-		return fmt.Errorf("%w: the identity document names no region; set AWSOptions.Region", ErrIdentity)
+		return fmt.Errorf("%w: the identity document names no region; set ASGOptions.Region", ErrIdentity)
 	}
 
 	asgAPI, ec2API := o.AutoScaling, o.EC2
@@ -599,7 +601,7 @@ func (a *ASG) init(ctx context.Context) error {
 			ao.Retryer = a.retryer()
 			ao.RetryMaxAttempts = 0 // the retryer above already counts them
 			if o.AutoScalingEndpoint != "" {
-				ao.BaseEndpoint = aws.String(o.AutoScalingEndpoint)
+				ao.BaseEndpoint = sdkaws.String(o.AutoScalingEndpoint)
 			}
 		})
 	}
@@ -609,7 +611,7 @@ func (a *ASG) init(ctx context.Context) error {
 			eo.Retryer = a.retryer()
 			eo.RetryMaxAttempts = 0
 			if o.EC2Endpoint != "" {
-				eo.BaseEndpoint = aws.String(o.EC2Endpoint)
+				eo.BaseEndpoint = sdkaws.String(o.EC2Endpoint)
 			}
 		})
 	}
@@ -628,7 +630,7 @@ func (a *ASG) init(ctx context.Context) error {
 
 // retryer returns a new adaptive-mode retryer: its client-side rate limit
 // adapts to throttling, so each client gets its own.
-func (a *ASG) retryer() aws.Retryer {
+func (a *ASG) retryer() sdkaws.Retryer {
 	return retry.NewAdaptiveMode(func(ao *retry.AdaptiveModeOptions) {
 		ao.StandardOptions = append(ao.StandardOptions, func(so *retry.StandardOptions) {
 			so.MaxAttempts = a.opts.RetryMaxAttempts
@@ -647,8 +649,8 @@ func ownGroup(ctx context.Context, client ASGAPI, id string) (string, error) {
 		return "", fmt.Errorf("discovery: DescribeAutoScalingInstances %s: %w", id, err)
 	}
 	for _, in := range out.AutoScalingInstances {
-		if aws.ToString(in.InstanceId) == id && aws.ToString(in.AutoScalingGroupName) != "" {
-			return aws.ToString(in.AutoScalingGroupName), nil
+		if sdkaws.ToString(in.InstanceId) == id && sdkaws.ToString(in.AutoScalingGroupName) != "" {
+			return sdkaws.ToString(in.AutoScalingGroupName), nil
 		}
 	}
 	return "", fmt.Errorf("%w: instance %s", ErrNotInGroup, id)

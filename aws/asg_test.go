@@ -1,4 +1,4 @@
-package discovery
+package aws
 
 import (
 	"bytes"
@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/smithy-go"
+
+	"github.com/batonhq/baton/discovery"
 )
 
 // fakeClock is the clock of an ASG's cache, moved only by the test.
@@ -45,12 +47,12 @@ var testCredentials = credentials.NewStaticCredentialsProvider("AKIDBATONTEST", 
 
 // fakeAWSOptions returns options whose built clients talk to f, for group
 // "web" in us-east-1, with retries that back off for at most a millisecond.
-func fakeAWSOptions(t *testing.T, f *fakeAWS) AWSOptions {
-	return AWSOptions{
+func fakeAWSOptions(t *testing.T, f *fakeAWS) ASGOptions {
+	return ASGOptions{
 		Port:                7000,
 		GroupName:           "web",
 		Region:              "us-east-1",
-		Config:              &aws.Config{Credentials: testCredentials},
+		Config:              &sdkaws.Config{Credentials: testCredentials},
 		AutoScalingEndpoint: f.URL(),
 		EC2Endpoint:         f.URL(),
 		RetryMaxBackoff:     time.Millisecond,
@@ -59,11 +61,11 @@ func fakeAWSOptions(t *testing.T, f *fakeAWS) AWSOptions {
 }
 
 // newTestASG builds an ASG on a fake clock.
-func newTestASG(t *testing.T, opts AWSOptions) (*ASG, *fakeClock) {
+func newTestASG(t *testing.T, opts ASGOptions) (*ASG, *fakeClock) {
 	t.Helper()
-	a, err := AWSASG(opts)
+	a, err := NewASG(opts)
 	if err != nil {
-		t.Fatalf("AWSASG: %v", err)
+		t.Fatalf("NewASG: %v", err)
 	}
 	clock := newFakeClock()
 	a.now = clock.Now
@@ -79,7 +81,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func mustPeers(t *testing.T, d Discoverer) []string {
+func mustPeers(t *testing.T, d discovery.Discoverer) []string {
 	t.Helper()
 	got, err := d.Peers(context.Background())
 	if err != nil {
@@ -469,12 +471,12 @@ func TestAWSASGCallerClients(t *testing.T) {
 	f.addGroup("web")
 	f.launch("i-0a", "web", "InService", "Healthy", "10.0.0.1")
 	asgClient := autoscaling.New(autoscaling.Options{
-		Region: "us-east-1", Credentials: testCredentials, BaseEndpoint: aws.String(f.URL()),
+		Region: "us-east-1", Credentials: testCredentials, BaseEndpoint: sdkaws.String(f.URL()),
 	})
 	ec2Client := ec2.New(ec2.Options{
-		Region: "us-east-1", Credentials: testCredentials, BaseEndpoint: aws.String(f.URL()),
+		Region: "us-east-1", Credentials: testCredentials, BaseEndpoint: sdkaws.String(f.URL()),
 	})
-	a, err := AWSASG(AWSOptions{Port: 7000, GroupName: "web", AutoScaling: asgClient, EC2: ec2Client})
+	a, err := NewASG(ASGOptions{Port: 7000, GroupName: "web", AutoScaling: asgClient, EC2: ec2Client})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +489,7 @@ func TestAWSASGCallerClients(t *testing.T) {
 }
 
 func TestAWSOptionsValidation(t *testing.T) {
-	_, err := AWSASG(AWSOptions{
+	_, err := NewASG(ASGOptions{
 		Port:             70000,
 		CacheTTL:         -time.Second,
 		MaxStale:         -time.Second,
@@ -500,7 +502,7 @@ func TestAWSOptionsValidation(t *testing.T) {
 	})
 	var oe *OptionsError
 	if !errors.As(err, &oe) {
-		t.Fatalf("AWSASG error = %v, want an *OptionsError", err)
+		t.Fatalf("NewASG error = %v, want an *OptionsError", err)
 	}
 	for _, want := range []string{"Port 70000", "CacheTTL -1s", "MaxStale -1s", "RetryMaxAttempts -1", "RetryMaxBackoff -1s",
 		"GroupName is 256", `IMDSEndpoint "127.0.0.1:1338"`, "EC2Endpoint is set but so is EC2"} {
@@ -512,7 +514,7 @@ func TestAWSOptionsValidation(t *testing.T) {
 		t.Errorf("%d problems, want 8: %q", len(oe.Problems), oe.Problems)
 	}
 
-	if _, err := AWSASG(AWSOptions{Port: 7000}); err != nil {
-		t.Errorf("AWSASG with only a port: %v, want the defaults", err)
+	if _, err := NewASG(ASGOptions{Port: 7000}); err != nil {
+		t.Errorf("NewASG with only a port: %v, want the defaults", err)
 	}
 }
