@@ -60,6 +60,8 @@ type backendOptions struct {
 	// raft holds the member flags of commands that may run a member (run,
 	// agent); nil elsewhere.
 	raft *raftFlags
+	// lookupEnv reads the environment (App.LookupEnv).
+	lookupEnv func(string) (string, bool)
 }
 
 // openBackend is a connected backend and how to let go of it.

@@ -266,15 +266,15 @@ func parseAgentURL(u *url.URL) (opener, error) {
 	}
 	return func(_ context.Context, o backendOptions) (*openBackend, error) {
 		if token == "" {
-			token = os.Getenv("BATON_HTTP_TOKEN")
+			token, _ = o.lookupEnv("BATON_HTTP_TOKEN")
 		}
 		copts := raft.ClientOptions{Token: token}
 		// The default token file belongs to the agent on this host: it is
 		// never sent to another one (BATON_HTTP_TOKEN_FILE is, if given).
-		if token == "" && (isLoopback(host) || os.Getenv("BATON_HTTP_TOKEN_FILE") != "") {
+		if file, _ := o.lookupEnv("BATON_HTTP_TOKEN_FILE"); token == "" && (isLoopback(host) || file != "") {
 			// From the agent's token file, read again when the agent
 			// refuses it: an agent writes a new token at every start.
-			copts.TokenSource = func() (string, error) { return agentClientToken(port, o.Logger) }
+			copts.TokenSource = func() (string, error) { return agentClientToken(o.lookupEnv, port, o.Logger) }
 		}
 		c, err := raft.Dial(u.Host, copts)
 		if err != nil {
@@ -292,15 +292,15 @@ func parseAgentURL(u *url.URL) (opener, error) {
 // BATON_HTTP_TOKEN_FILE, or from the file the agent writes by default. A
 // missing default file gives no token: reads work without one, and a call
 // that needs it is refused with a message saying so.
-func agentClientToken(port string, log *slog.Logger) (string, error) {
-	if path := os.Getenv("BATON_HTTP_TOKEN_FILE"); path != "" {
+func agentClientToken(lookupEnv func(string) (string, bool), port string, log *slog.Logger) (string, error) {
+	if path, _ := lookupEnv("BATON_HTTP_TOKEN_FILE"); path != "" {
 		tok, err := readAgentToken(path)
 		if err != nil {
 			return "", &exitError{code: exitUsage, err: fmt.Errorf("BATON_HTTP_TOKEN_FILE: %w", err)}
 		}
 		return tok, nil
 	}
-	path, err := defaultAgentTokenFile(os.LookupEnv, port)
+	path, err := defaultAgentTokenFile(lookupEnv, port)
 	if err != nil {
 		log.Debug("no token for the agent", "err", err)
 		return "", nil

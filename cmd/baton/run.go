@@ -201,7 +201,7 @@ func (c *runCommand) Run(ctx context.Context, args []string) error {
 	if c.timeout > 0 {
 		octx, ocancel = context.WithTimeoutCause(ctx, c.timeout, errElectionTimeout)
 	}
-	b, err := spec.open(octx, backendOptions{TTL: ttl, Logger: log, raft: &c.raft})
+	b, err := spec.open(octx, backendOptions{TTL: ttl, Logger: log, raft: &c.raft, lookupEnv: c.app.lookupEnv})
 	ocancel()
 	if err != nil {
 		if errors.Is(context.Cause(octx), errElectionTimeout) && ctx.Err() == nil {
