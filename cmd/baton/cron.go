@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/schedule"
-	"github.com/batonhq/baton/supervise"
 	"github.com/robfig/cron/v3"
 	"github.com/spf13/cobra"
 )
@@ -157,23 +155,16 @@ func (r *runner) runSlot(ctx context.Context, t baton.Term, s schedule.Slot) err
 	if err != nil {
 		return fmt.Errorf("the command could not be started: %w", err)
 	}
-	stopForward := p.Forward(context.Background())
-	defer stopForward()
-	stopExtending := extendGuard(p, t)
-	defer stopExtending()
-	select {
-	case <-p.Done():
-		if !errors.Is(p.Err(), supervise.ErrDeadline) {
-			_ = p.Stop(context.Background())
-			if code := p.ExitCode(); code != 0 {
-				return fmt.Errorf("command exited with status %d", code)
-			}
-			return nil
+	defer p.Close()
+	if p.Wait(ctx) {
+		_ = p.Stop(context.Background())
+		if code := p.ExitCode(); code != 0 {
+			return fmt.Errorf("command exited with status %d", code)
 		}
-	case <-ctx.Done():
+		return nil
 	}
-	stopChild(p, t)
-	reason := termEndReason(ctx, t, p)
+	p.End()
+	reason := p.Reason(ctx)
 	r.log.Warn("term ended during a run; the command was stopped", "slot", s.String(), "exit_code", p.ExitCode(), "reason", reason)
 	if err := ctx.Err(); err != nil {
 		return err

@@ -466,33 +466,19 @@ func (r *runner) lead(ctx context.Context, t baton.Term) error {
 	if err != nil {
 		return fmt.Errorf("leading, but the command could not be started (resigned): %w", err)
 	}
-	started := time.Now()
-	// Forward until the command is gone, including during its grace period,
-	// when a SIGQUIT for a stack dump is most useful.
-	stopForward := p.Forward(context.Background())
-	defer stopForward()
-
-	stopExtending := extendGuard(p, t)
-	defer stopExtending()
-
-	select {
-	case <-p.Done():
-		if !errors.Is(p.Err(), supervise.ErrDeadline) {
-			ran := time.Since(started)
-			// Stop also removes what the command left behind.
-			_ = p.Stop(context.Background())
-			return &childExitedError{code: p.ExitCode(), ran: ran}
-		}
-		// The guard stopped it at the term's deadline: the term is over,
-		// though this process may not have noticed yet.
-	case <-ctx.Done():
+	defer p.Close()
+	if p.Wait(ctx) {
+		ran := p.Ran()
+		// Stop also removes what the command left behind.
+		_ = p.Stop(context.Background())
+		return &childExitedError{code: p.ExitCode(), ran: ran}
 	}
 	if stoppedBySignal(ctx) {
 		log.Info("stopping the command before resigning", "cause", context.Cause(ctx))
 	} else {
-		log.Warn("term ended; stopping the command", "reason", termEndReason(ctx, t, p))
+		log.Warn("term ended; stopping the command", "reason", p.Reason(ctx))
 	}
-	stopChild(p, t)
+	p.End()
 	log.Info("command stopped", "exit_code", p.ExitCode())
 	if r.c.once && !stoppedBySignal(ctx) && !errors.Is(context.Cause(ctx), errElectionTimeout) {
 		return errLostOnce
@@ -501,16 +487,19 @@ func (r *runner) lead(ctx context.Context, t baton.Term) error {
 }
 
 // startChild starts the command for term t under a guard that stops it by
-// the term's safe-until unless extendGuard moves that on, with BATON_LEASE,
-// BATON_TOKEN, BATON_HOLDER and env added to baton's environment.
-func (r *runner) startChild(t baton.Term, log *slog.Logger, env ...string) (*supervise.Process, error) {
+// the term's safe-until, with BATON_LEASE, BATON_TOKEN, BATON_HOLDER and env
+// added to baton's environment.
+func (r *runner) startChild(t baton.Term, log *slog.Logger, env ...string) (*supervise.TermProcess, error) {
 	token := t.Token()
 	if n := r.terms.Add(1); brokenStaleToken && n%2 == 0 && token > 1<<32 {
 		token -= 1 << 32
 	}
-	return supervise.Start(supervise.Config{
-		Deadline: guardDeadline(t.SafeUntil()),
-		Command:  r.args,
+	var st supervise.Term = t
+	if brokenIgnoreDeadline {
+		st = lateTerm{t}
+	}
+	return supervise.StartTerm(st, supervise.Config{
+		Command: r.args,
 		Env: append(append(r.c.app.environ(),
 			"BATON_LEASE="+r.c.common.lease,
 			"BATON_TOKEN="+strconv.FormatUint(token, 10),
@@ -524,80 +513,8 @@ func (r *runner) startChild(t baton.Term, log *slog.Logger, env ...string) (*sup
 	})
 }
 
-// termEndReason is why the term's context ended: the term's error, or,
-// before the term has one, the context's cause (renewals lagging into
-// --grace before safe-until, or --timeout), or the guard's stopping the
-// command at safe-until before this process noticed the lag.
-func termEndReason(ctx context.Context, t baton.Term, p *supervise.Process) error {
-	if err := t.Err(); err != nil {
-		return err
-	}
-	if err := context.Cause(ctx); err != nil {
-		return err
-	}
-	return p.Err()
-}
+// lateTerm is a term whose safe-until is an hour late: the guard's view of
+// the term in a build with brokenIgnoreDeadline.
+type lateTerm struct{ baton.Term }
 
-// guardPoll is how often baton passes the term's safe-until on to the
-// command's guard. The Term interface has no notification of a renewal, and
-// a poll costs nothing worth counting; it only ever makes the guard's
-// deadline lag safe-until by up to guardPoll, so the guard stops the command
-// no later than baton would (and, when a renewal is confirmed within
-// guardPoll of StopEarly's moment, a little earlier).
-const guardPoll = 20 * time.Millisecond
-
-// extendGuard passes each move of t's safe-until on to p's guard, until the
-// term ends, the guard is gone, or the returned stop is called (which waits
-// for that). A baton that hangs or is stopped passes nothing on, and the
-// guard stops the command by the last safe-until it got.
-func extendGuard(p *supervise.Process, t baton.Term) (stop func()) {
-	quit := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// The first tick always sends: a renewal confirmed while the guard
-		// was starting moved safe-until past the deadline it started with.
-		var sent time.Time
-		tick := time.NewTicker(guardPoll)
-		defer tick.Stop()
-		for {
-			select {
-			case <-quit:
-				return
-			case <-t.Done():
-				return
-			case <-tick.C:
-			}
-			if su := t.SafeUntil(); su.After(sent) {
-				if err := p.Extend(guardDeadline(su)); err != nil {
-					return // the guard is gone, or hung: it stops the command itself
-				}
-				sent = su
-			}
-		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() { close(quit) })
-		<-done
-	}
-}
-
-// guardDeadline is the deadline the guard gets for safe-until su: su
-// itself, but an hour on in a build with brokenIgnoreDeadline.
-func guardDeadline(su time.Time) time.Time {
-	if brokenIgnoreDeadline {
-		return su.Add(time.Hour)
-	}
-	return su
-}
-
-// stopChild stops p once its term is ending. Not with the term's context:
-// that has ended, and Stop must still allow the grace — but never past
-// safe-until, after which another instance may lead. (StopEarly normally
-// leaves a full grace before it; a term lost outright or won late may not.)
-func stopChild(p *supervise.Process, t baton.Term) {
-	sctx, scancel := context.WithDeadline(context.Background(), t.SafeUntil())
-	_ = p.Stop(sctx)
-	scancel()
-}
+func (t lateTerm) SafeUntil() time.Time { return t.Term.SafeUntil().Add(time.Hour) }
