@@ -100,20 +100,24 @@ func (e *childExitedError) Error() string {
 	return fmt.Sprintf("command exited with status %d after %s", e.code, e.ran.Round(time.Millisecond))
 }
 
+// leaderFlags are the flags of the commands that run a command while this
+// instance leads: run and cron.
+type leaderFlags struct {
+	app    *App
+	common commonFlags
+	grace  time.Duration
+	fs     *pflag.FlagSet
+	raft   raftFlags
+}
+
 type runCommand struct {
-	app     *App
-	common  commonFlags
-	grace   time.Duration
+	leaderFlags
 	once    bool
 	timeout time.Duration
-	fs      *pflag.FlagSet
-	raft    raftFlags
-	// cron is set for `baton cron`, which shares run's machinery.
-	cron *cronFlags
 }
 
 func (a *App) newRunCommand() *cobra.Command {
-	c := &runCommand{app: a}
+	c := &runCommand{leaderFlags: leaderFlags{app: a}}
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARGS...]",
 		Short: "Run CMD only while this instance holds the lease",
@@ -143,17 +147,18 @@ func (a *App) newRunCommand() *cobra.Command {
 	return cmd
 }
 
-// Run campaigns and runs args as the command while leading, until ctx ends
-// or, with --once, the command's term is over.
-func (c *runCommand) Run(ctx context.Context, args []string) error {
-	problems, spec := c.common.validate()
+// validate returns the problems with the flags that run and cron share,
+// each saying how to fix it, the parsed backend URL when it is valid, and
+// the TTL to open it with (see ttlOrDefault). It sets a default --grace.
+func (c *leaderFlags) validate() (problems []string, spec *backendSpec, ttl time.Duration) {
+	problems, spec = c.common.validate()
 	if spec != nil && spec.scheme == "raft" {
 		problems = append(problems, c.raft.validate()...)
 	}
 	// The renewal window: how far ahead safe-until stays while renewals are
 	// healthy. A grace as long as that would stop every term at once.
 	window := time.Duration(0)
-	ttl := c.common.ttlOrDefault()
+	ttl = c.common.ttlOrDefault()
 	if spec != nil && c.common.ttl > 0 {
 		w, err := spec.renewalWindow(ttl)
 		if err != nil {
@@ -172,22 +177,39 @@ func (c *runCommand) Run(ctx context.Context, args []string) error {
 		problems = append(problems, fmt.Sprintf("%s %s: must be below %s (the renewal window at --ttl %s: how far ahead safe-until stays), or a child could outlive the term while another instance leads; lower --grace or raise --ttl",
 			flagSource(c.fs, "grace"), c.grace, window.Round(time.Millisecond), c.common.ttl))
 	}
-	if c.cron != nil {
-		problems = append(problems, c.cron.validate(c)...)
-	}
+	return problems, spec, ttl
+}
+
+// Run campaigns and runs args as the command while leading, until ctx ends
+// or, with --once, the command's term is over.
+func (c *runCommand) Run(ctx context.Context, args []string) error {
+	problems, spec, ttl := c.validate()
 	if c.timeout < 0 {
 		problems = append(problems, fmt.Sprintf("--timeout %s: must not be negative; use 0 to wait forever", c.timeout))
 	}
-	if len(args) == 0 && c.cron != nil {
-		problems = append(problems, `no command to run: put it after --, as in: baton cron --backend URL --lease NAME --schedule "0 3 * * *" -- ./backup.sh`)
-	} else if len(args) == 0 {
-		problems = append(problems, "no command to run: put it after --, as in: baton run --backend URL --lease NAME -- my-server --port 8080")
-	} else if _, err := exec.LookPath(args[0]); err != nil {
-		problems = append(problems, fmt.Sprintf("command %q: %v; check its spelling, PATH and permissions", args[0], unwrapExecError(err)))
-	}
+	problems = append(problems, checkCommand(args, "baton run --backend URL --lease NAME -- my-server --port 8080")...)
 	if err := problemsError(problems); err != nil {
 		return err
 	}
+	return c.lead(ctx, spec, ttl, args, c.once, c.timeout, (*runner).leadChild)
+}
+
+// checkCommand returns the problem with args, the command to run: that
+// there is none (example shows where it goes), or that it cannot be run.
+func checkCommand(args []string, example string) []string {
+	if len(args) == 0 {
+		return []string{"no command to run: put it after --, as in: " + example}
+	}
+	if _, err := exec.LookPath(args[0]); err != nil {
+		return []string{fmt.Sprintf("command %q: %v; check its spelling, PATH and permissions", args[0], unwrapExecError(err))}
+	}
+	return nil
+}
+
+// lead opens the backend and campaigns, running work for each term, until
+// ctx ends or, with once, the first term is over. A timeout above zero
+// gives up if this instance is not elected within it.
+func (c *leaderFlags) lead(ctx context.Context, spec *backendSpec, ttl time.Duration, args []string, once bool, timeout time.Duration, work func(*runner, context.Context, baton.Term) error) error {
 
 	log := c.common.logger(c.app.stderr())
 	id := c.common.id
@@ -198,15 +220,15 @@ func (c *runCommand) Run(ctx context.Context, args []string) error {
 	// of getting elected.
 	start := time.Now()
 	octx, ocancel := ctx, context.CancelFunc(func() {})
-	if c.timeout > 0 {
-		octx, ocancel = context.WithTimeoutCause(ctx, c.timeout, errElectionTimeout)
+	if timeout > 0 {
+		octx, ocancel = context.WithTimeoutCause(ctx, timeout, errElectionTimeout)
 	}
 	b, err := spec.open(octx, backendOptions{TTL: ttl, Logger: log, raft: &c.raft, lookupEnv: c.app.lookupEnv})
 	ocancel()
 	if err != nil {
 		if errors.Is(context.Cause(octx), errElectionTimeout) && ctx.Err() == nil {
 			return &exitError{code: exitUndetermined, err: fmt.Errorf(
-				"%w (%s): could not connect to the backend: %w; raise --timeout or use 0 to wait forever", errElectionTimeout, c.timeout, err)}
+				"%w (%s): could not connect to the backend: %w; raise --timeout or use 0 to wait forever", errElectionTimeout, timeout, err)}
 		}
 		if stoppedBySignal(ctx) {
 			// SIGTERM while connecting: nothing ran, nothing to hand over.
@@ -228,7 +250,10 @@ func (c *runCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	r := &runner{
-		c:      c,
+		l:       c,
+		once:    once,
+		timeout: timeout,
+		work:    work,
 		start:  start,
 		args:   args,
 		id:     id,
@@ -288,7 +313,11 @@ func closeWithin(ctx context.Context, d time.Duration, what string, log *slog.Lo
 
 // runner is one `baton run`.
 type runner struct {
-	c      *runCommand
+	l       *leaderFlags
+	once    bool          // --once
+	timeout time.Duration // --timeout
+	// work runs for each term: the command, or cron's schedule.
+	work func(*runner, context.Context, baton.Term) error
 	args   []string
 	id     string
 	log    *slog.Logger
@@ -311,9 +340,9 @@ func (r *runner) loop(ctx context.Context, e *baton.Elector) error {
 	r.elected = make(chan struct{})
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	if r.c.timeout > 0 {
+	if r.timeout > 0 {
 		wg.Go(func() {
-			t := time.NewTimer(r.c.timeout - time.Since(r.start))
+			t := time.NewTimer(r.timeout - time.Since(r.start))
 			defer t.Stop()
 			select {
 			case <-t.C:
@@ -329,13 +358,13 @@ func (r *runner) loop(ctx context.Context, e *baton.Elector) error {
 	wg.Go(func() { r.reportStandby(ctx, e) })
 	defer cancel(nil) // runs before wg.Wait
 
-	r.log.Info("campaigning", "backend", redactURL(r.c.common.backend), "command", r.args)
+	r.log.Info("campaigning", "backend", redactURL(r.l.common.backend), "command", r.args)
 	for {
 		err := e.Run(ctx, r.lead)
 		var exited *childExitedError
 		switch {
 		case errors.As(err, &exited):
-			if r.c.once {
+			if r.once {
 				if exited.code == 0 {
 					return nil
 				}
@@ -363,7 +392,7 @@ func (r *runner) loop(ctx context.Context, e *baton.Elector) error {
 			if errors.Is(cause, errElectionTimeout) {
 				return &exitError{code: exitUndetermined, err: fmt.Errorf(
 					"%w (%s): another instance holds lease %q, or the backend is unreachable; raise --timeout or use 0 to wait forever",
-					errElectionTimeout, r.c.timeout, r.c.common.lease)}
+					errElectionTimeout, r.timeout, r.l.common.lease)}
 			}
 			if stoppedBySignal(ctx) {
 				r.log.Info("stopped", "cause", cause)
@@ -413,11 +442,11 @@ func (r *runner) reportStandby(ctx context.Context, e *baton.Elector) {
 		case errors.Is(err, baton.ErrNoLeader):
 			state = "nobody"
 		case errors.Is(err, context.DeadlineExceeded):
-			r.log.Warn("backend unreachable: no answer; still campaigning", "backend", redactURL(r.c.common.backend), "waited", standbyQueryTimeout)
+			r.log.Warn("backend unreachable: no answer; still campaigning", "backend", redactURL(r.l.common.backend), "waited", standbyQueryTimeout)
 			last = ""
 			continue
 		case err != nil:
-			r.log.Warn("backend unreachable; still campaigning", "backend", redactURL(r.c.common.backend), "err", err)
+			r.log.Warn("backend unreachable; still campaigning", "backend", redactURL(r.l.common.backend), "err", err)
 			last = ""
 			continue
 		case rec.Holder == r.id:
@@ -458,9 +487,11 @@ func (r *runner) lead(ctx context.Context, t baton.Term) error {
 		// --timeout fired just as we were elected, or we are stopping.
 		return nil
 	}
-	if r.c.cron != nil {
-		return r.leadCron(ctx, t)
-	}
+	return r.work(r, ctx, t)
+}
+
+// leadChild runs the command for one term.
+func (r *runner) leadChild(ctx context.Context, t baton.Term) error {
 	log := r.log.With("token", t.Token())
 	p, err := r.startChild(t, r.supLog.With("token", t.Token()))
 	if err != nil {
@@ -480,7 +511,7 @@ func (r *runner) lead(ctx context.Context, t baton.Term) error {
 	}
 	p.End()
 	log.Info("command stopped", "exit_code", p.ExitCode())
-	if r.c.once && !stoppedBySignal(ctx) && !errors.Is(context.Cause(ctx), errElectionTimeout) {
+	if r.once && !stoppedBySignal(ctx) && !errors.Is(context.Cause(ctx), errElectionTimeout) {
 		return errLostOnce
 	}
 	return nil
@@ -500,15 +531,15 @@ func (r *runner) startChild(t baton.Term, log *slog.Logger, env ...string) (*sup
 	}
 	return supervise.StartTerm(st, supervise.Config{
 		Command: r.args,
-		Env: append(append(r.c.app.environ(),
-			"BATON_LEASE="+r.c.common.lease,
+		Env: append(append(r.l.app.environ(),
+			"BATON_LEASE="+r.l.common.lease,
 			"BATON_TOKEN="+strconv.FormatUint(token, 10),
 			"BATON_HOLDER="+r.id), env...),
-		Stdout: r.c.app.stdout(),
-		Stderr: r.c.app.stderr(),
+		Stdout: r.l.app.stdout(),
+		Stderr: r.l.app.stderr(),
 		// supervise reads zero as its default; the CLI documents 0 as
 		// "no grace", so pass the smallest positive grace instead.
-		Grace:  max(r.c.grace, time.Nanosecond),
+		Grace:  max(r.l.grace, time.Nanosecond),
 		Logger: log,
 	})
 }
