@@ -254,11 +254,11 @@ func (c *leaderFlags) lead(ctx context.Context, spec *backendSpec, ttl time.Dura
 		once:    once,
 		timeout: timeout,
 		work:    work,
-		start:  start,
-		args:   args,
-		id:     id,
-		log:    log.WithGroup("run").With("lease", c.common.lease, "id", id),
-		supLog: log.WithGroup("supervise").With("lease", c.common.lease),
+		start:   start,
+		args:    args,
+		id:      id,
+		log:     log.WithGroup("run").With("lease", c.common.lease, "id", id),
+		supLog:  log.WithGroup("supervise").With("lease", c.common.lease),
 	}
 	return r.loop(ctx, e)
 }
@@ -317,7 +317,7 @@ type runner struct {
 	once    bool          // --once
 	timeout time.Duration // --timeout
 	// work runs for each term: the command, or cron's schedule.
-	work func(*runner, context.Context, baton.Term) error
+	work   func(*runner, context.Context, baton.Term) error
 	args   []string
 	id     string
 	log    *slog.Logger
