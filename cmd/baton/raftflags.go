@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
-	"net/netip"
 	"net/url"
-	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/batonhq/baton"
@@ -127,24 +125,18 @@ func (r *raftFlags) nodeOptions(log *slog.Logger) (raft.NodeOptions, error) {
 	}
 	secret := r.secret
 	if r.secretFile != "" {
-		b, err := os.ReadFile(r.secretFile)
-		if err != nil {
-			return raft.NodeOptions{}, &exitError{code: exitUsage, err: fmt.Errorf("--secret-file: %w", err)}
-		}
-		secret = strings.TrimSpace(string(b))
-		if len(secret) < 16 {
-			return raft.NodeOptions{}, &exitError{code: exitUsage, err: fmt.Errorf("--secret-file %s holds %d bytes: the join secret must be at least 16", r.secretFile, len(secret))}
+		if secret, err = raft.ReadSecretFile(r.secretFile); err != nil {
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				return raft.NodeOptions{}, &exitError{code: exitUsage, err: fmt.Errorf("--secret-file: %w", err)}
+			}
+			return raft.NodeOptions{}, &exitError{code: exitUsage, err: fmt.Errorf("--secret-file %w", err)}
 		}
 	}
 	advertise := r.advertise
 	if advertise == "" {
-		host, port, _ := net.SplitHostPort(r.bind)
-		if ip, err := netip.ParseAddr(host); err == nil && ip.IsUnspecified() {
-			priv, err := privateIPv4()
-			if err != nil {
-				return raft.NodeOptions{}, &exitError{code: exitUsage, err: fmt.Errorf("--bind %s listens on every address, and %v: set --advertise to the address peers reach this member at", r.bind, err)}
-			}
-			advertise = net.JoinHostPort(priv.String(), port)
+		if advertise, err = raft.AdvertiseFor(r.bind); err != nil {
+			return raft.NodeOptions{}, &exitError{code: exitUsage, err: fmt.Errorf("--bind %s listens on every address, and %v: set --advertise to the address peers reach this member at", r.bind, err)}
 		}
 	}
 	opts := raft.NodeOptions{
@@ -168,53 +160,23 @@ func (r *raftFlags) nodeOptions(log *slog.Logger) (raft.NodeOptions, error) {
 	return opts, nil
 }
 
-// privateIPv4 returns this host's first private (RFC 1918) IPv4 address.
-func privateIPv4() (netip.Addr, error) {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	for _, a := range addrs {
-		p, err := netip.ParsePrefix(a.String())
-		if err == nil && p.Addr().Is4() && p.Addr().IsPrivate() {
-			return p.Addr(), nil
-		}
-	}
-	return netip.Addr{}, errors.New("this host has no private IPv4 address")
-}
-
 // startMember starts a member and waits until it is in a group, logging
 // while it waits.
 func startMember(ctx context.Context, opts raft.NodeOptions, log *slog.Logger) (*raft.Node, error) {
-	n, err := raft.StartNode(opts)
-	if err != nil {
-		var oe *net.OpError
-		if errors.As(err, &oe) && oe.Op == "listen" {
-			return nil, fmt.Errorf("%w; --bind %s must be a free port on an address of this host: stop what listens there (another member?), or choose another --bind", err, opts.BindAddr)
-		}
-		return nil, err
+	opts.Logger = log
+	n, err := raft.StartMember(ctx, opts, 5*time.Second)
+	var oe *net.OpError
+	switch {
+	case err == nil:
+		return n, nil
+	case errors.As(err, &oe) && oe.Op == "listen":
+		return nil, fmt.Errorf("%w; --bind %s must be a free port on an address of this host: stop what listens there (another member?), or choose another --bind", err, opts.BindAddr)
+	case errors.Is(err, raft.ErrSecretRefused):
+		// Refused by a live group for the secret: retrying cannot help,
+		// so this is a configuration error.
+		return nil, &exitError{code: exitUsage, err: fmt.Errorf("%w: set BATON_SECRET (or --secret-file) to the group's secret", err)}
 	}
-	log.Info("raft member started; finding the group", "id", n.ID(), "addr", n.Addr(), "bootstrap_expect", opts.BootstrapExpect)
-	tick := time.NewTicker(10 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-n.Joined():
-			st := n.Status()
-			log.Info("in the group", "leader", st.Leader, "members", len(st.Members), "voters", len(st.Voters))
-			return n, nil
-		case <-n.Failed():
-			// Refused by a live group for the secret: retrying cannot
-			// help, so this is a configuration error.
-			_ = closeWithin(ctx, 5*time.Second, "the raft member", log, n.Close)
-			return nil, &exitError{code: exitUsage, err: fmt.Errorf("%w: set BATON_SECRET (or --secret-file) to the group's secret", n.Err())}
-		case <-tick.C:
-			log.Warn("still not in a group: check --join, the TLS files and the secret on every member", "id", n.ID())
-		case <-ctx.Done():
-			_ = closeWithin(ctx, 5*time.Second, "the raft member", log, n.Close)
-			return nil, ctx.Err()
-		}
-	}
+	return nil, err
 }
 
 // parseRaftURL accepts raft:// alone: the member's settings are flags.
