@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backendurl"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -128,11 +129,11 @@ func hostOf(id string) string {
 
 // queryLeader opens the backend and asks it for the holder of the lease,
 // all within timeout. Failing to get an answer is exit status 3.
-func queryLeader(ctx context.Context, spec *backendSpec, common *commonFlags, timeout time.Duration, app *App) (baton.Record, error) {
+func queryLeader(ctx context.Context, spec *backendurl.Spec, common *commonFlags, timeout time.Duration, app *App) (baton.Record, error) {
 	log := common.logger(app.stderr())
 	qctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	b, err := spec.open(qctx, backendOptions{TTL: common.ttlOrDefault(), Logger: log, lookupEnv: app.lookupEnv})
+	b, err := app.openBackend(qctx, spec, common.ttlOrDefault(), log, nil)
 	if err != nil {
 		var ce *baton.ConfigError
 		var ee *exitError

@@ -7,12 +7,11 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
-	"net/url"
 	"strconv"
 	"time"
 
-	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend/raft"
+	"github.com/batonhq/baton/backendurl"
 	"github.com/batonhq/baton/discovery"
 	"github.com/batonhq/baton/internal/certs"
 	"github.com/spf13/pflag"
@@ -113,7 +112,7 @@ func checkHostPort(addr string, minPort int) error {
 		}
 		return errors.New("no host")
 	}
-	return checkHost(host)
+	return backendurl.CheckHost(host)
 }
 
 // nodeOptions reads the TLS files and the secret and returns the member's
@@ -177,77 +176,6 @@ func startMember(ctx context.Context, opts raft.NodeOptions, log *slog.Logger) (
 		return nil, &exitError{code: exitUsage, err: fmt.Errorf("%w: set BATON_SECRET (or --secret-file) to the group's secret", err)}
 	}
 	return nil, err
-}
-
-// parseRaftURL accepts raft:// alone: the member's settings are flags.
-func parseRaftURL(u *url.URL) (opener, error) {
-	if u.Host != "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
-		return nil, errors.New("raft URLs take nothing after the scheme: use raft:// with --bind, --join, --bootstrap-expect, --tls-* and BATON_SECRET")
-	}
-	return func(ctx context.Context, o backendOptions) (*openBackend, error) {
-		if o.raft == nil {
-			return nil, &exitError{code: exitUsage, err: errors.New("raft:// makes this process a member of the group, which only `baton run` and `baton agent` do; ask a member's agent instead: --backend agent://127.0.0.1:8790")}
-		}
-		opts, err := o.raft.nodeOptions(o.Logger)
-		if err != nil {
-			return nil, err
-		}
-		n, err := startMember(ctx, opts, o.Logger)
-		if err != nil {
-			return nil, err
-		}
-		b, err := raft.New(n, raft.Options{Config: baton.Config{TTL: o.TTL}, Logger: o.Logger})
-		if err != nil {
-			_ = closeWithin(ctx, 5*time.Second, "the raft member", o.Logger, n.Close)
-			return nil, &exitError{code: exitUsage, err: err}
-		}
-		return &openBackend{Backend: b, node: n, close: func(ctx context.Context) error {
-			// The session first, so its leases are released at once; then
-			// the member hands raft leadership on and leaves.
-			return errors.Join(b.Close(ctx), n.Close(ctx))
-		}}, nil
-	}, nil
-}
-
-// parseAgentURL accepts agent://HOST:PORT, a local `baton agent`.
-func parseAgentURL(u *url.URL) (opener, error) {
-	const form = "agent://HOST:PORT (the --http address of a `baton agent`, e.g. agent://127.0.0.1:8790)"
-	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-		return nil, fmt.Errorf("agent URLs take no path or query: use %s", form)
-	}
-	host, port, err := net.SplitHostPort(u.Host)
-	if err != nil || host == "" {
-		return nil, fmt.Errorf("agent address %q is not HOST:PORT: use %s", u.Host, form)
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		return nil, fmt.Errorf("agent port %q is not a number from 1 to 65535: use %s", port, form)
-	}
-	token := ""
-	if u.User != nil {
-		token = u.User.Username()
-	}
-	return func(_ context.Context, o backendOptions) (*openBackend, error) {
-		if token == "" {
-			token, _ = o.lookupEnv("BATON_HTTP_TOKEN")
-		}
-		copts := raft.ClientOptions{Token: token}
-		// The default token file belongs to the agent on this host: it is
-		// never sent to another one (BATON_HTTP_TOKEN_FILE is, if given).
-		if file, _ := o.lookupEnv("BATON_HTTP_TOKEN_FILE"); token == "" && (isLoopback(host) || file != "") {
-			// From the agent's token file, read again when the agent
-			// refuses it: an agent writes a new token at every start.
-			copts.TokenSource = func() (string, error) { return agentClientToken(o.lookupEnv, port, o.Logger) }
-		}
-		c, err := raft.Dial(u.Host, copts)
-		if err != nil {
-			return nil, err
-		}
-		b, err := raft.New(c, raft.Options{Config: baton.Config{TTL: o.TTL}, Logger: o.Logger})
-		if err != nil {
-			return nil, err
-		}
-		return &openBackend{Backend: b, close: b.Close}, nil
-	}, nil
 }
 
 // agentClientToken reads the token of the agent at port from

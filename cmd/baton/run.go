@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backendurl"
 	"github.com/batonhq/baton/supervise"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -150,9 +151,9 @@ func (a *App) newRunCommand() *cobra.Command {
 // validate returns the problems with the flags that run and cron share,
 // each saying how to fix it, the parsed backend URL when it is valid, and
 // the TTL to open it with (see ttlOrDefault). It sets a default --grace.
-func (c *leaderFlags) validate() (problems []string, spec *backendSpec, ttl time.Duration) {
+func (c *leaderFlags) validate() (problems []string, spec *backendurl.Spec, ttl time.Duration) {
 	problems, spec = c.common.validate()
-	if spec != nil && spec.scheme == "raft" {
+	if spec != nil && spec.Scheme == "raft" {
 		problems = append(problems, c.raft.validate()...)
 	}
 	// The renewal window: how far ahead safe-until stays while renewals are
@@ -160,7 +161,7 @@ func (c *leaderFlags) validate() (problems []string, spec *backendSpec, ttl time
 	window := time.Duration(0)
 	ttl = c.common.ttlOrDefault()
 	if spec != nil && c.common.ttl > 0 {
-		w, err := spec.renewalWindow(ttl)
+		w, err := spec.RenewalWindow(ttl)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%s %s: %v", flagSource(c.fs, "ttl"), c.common.ttl, err))
 		}
@@ -209,7 +210,7 @@ func checkCommand(args []string, example string) []string {
 // lead opens the backend and campaigns, running work for each term, until
 // ctx ends or, with once, the first term is over. A timeout above zero
 // gives up if this instance is not elected within it.
-func (c *leaderFlags) lead(ctx context.Context, spec *backendSpec, ttl time.Duration, args []string, once bool, timeout time.Duration, work func(*runner, context.Context, baton.Term) error) error {
+func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.Duration, args []string, once bool, timeout time.Duration, work func(*runner, context.Context, baton.Term) error) error {
 
 	log := c.common.logger(c.app.stderr())
 	id := c.common.id
@@ -223,7 +224,7 @@ func (c *leaderFlags) lead(ctx context.Context, spec *backendSpec, ttl time.Dura
 	if timeout > 0 {
 		octx, ocancel = context.WithTimeoutCause(ctx, timeout, errElectionTimeout)
 	}
-	b, err := spec.open(octx, backendOptions{TTL: ttl, Logger: log, raft: &c.raft, lookupEnv: c.app.lookupEnv})
+	b, err := c.app.openBackend(octx, spec, ttl, log, &c.raft)
 	ocancel()
 	if err != nil {
 		if errors.Is(context.Cause(octx), errElectionTimeout) && ctx.Err() == nil {
@@ -272,8 +273,8 @@ func unwrapExecError(err error) error {
 	return err
 }
 
-func closeBackend(ctx context.Context, b *openBackend, log *slog.Logger) {
-	if err := closeWithin(ctx, 5*time.Second, "the backend", log, b.close); err != nil {
+func closeBackend(ctx context.Context, b *backendurl.Backend, log *slog.Logger) {
+	if err := closeWithin(ctx, 5*time.Second, "the backend", log, b.Close); err != nil {
 		log.Warn("closing the backend", "err", err)
 	}
 }
