@@ -18,7 +18,7 @@ var ErrNoMember = errors.New("backendurl: raft:// makes this process a member of
 // parseRaftURL accepts raft:// alone: a member's settings are not a URL's.
 func parseRaftURL(u *url.URL) (opener, error) {
 	if u.Host != "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
-		return nil, errors.New("raft URLs take nothing after the scheme: use raft:// with --bind, --join, --bootstrap-expect, --tls-* and BATON_SECRET")
+		return nil, errors.New("raft URLs take nothing after the scheme: use raft://; the member's addresses, peers, TLS files and secret are set apart from the URL")
 	}
 	return func(ctx context.Context, o Options) (*Backend, error) {
 		if o.Member == nil {
@@ -46,7 +46,7 @@ func parseRaftURL(u *url.URL) (opener, error) {
 // parseAgentURL accepts agent://[TOKEN@]HOST:PORT, a raft agent (`baton
 // agent`).
 func parseAgentURL(u *url.URL) (opener, error) {
-	const form = "agent://HOST:PORT (the --http address of a `baton agent`, e.g. agent://127.0.0.1:8790)"
+	const form = "agent://HOST:PORT (the HTTP address of a raft agent, e.g. agent://127.0.0.1:8790)"
 	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
 		return nil, fmt.Errorf("agent URLs take no path or query: use %s", form)
 	}

@@ -238,7 +238,13 @@ func (c *commonFlags) validate() ([]string, *backendurl.Spec) {
 	if c.backend == "" {
 		problems = append(problems, "--backend is required: pass e.g. --backend etcd://127.0.0.1:2379, or set BATON_BACKEND")
 	} else if s, err := backendurl.Parse(c.backend); err != nil {
-		problems = append(problems, fmt.Sprintf("%s %q: %v", flagSource(c.fs, "backend"), redactURL(c.backend), err))
+		hint := ""
+		if scheme, _, _ := strings.Cut(c.backend, "://"); strings.EqualFold(scheme, "raft") {
+			hint = " (with baton: --bind, --join, --bootstrap-expect, --tls-* and BATON_SECRET)"
+		} else if strings.EqualFold(scheme, "agent") {
+			hint = " (the --http address of a `baton agent`)"
+		}
+		problems = append(problems, fmt.Sprintf("%s %q: %v%s", flagSource(c.fs, "backend"), redactURL(c.backend), err, hint))
 	} else if s.Scheme == "raft" && !c.member {
 		problems = append(problems, fmt.Sprintf("%s raft:// would make this short-lived command a member of the group: ask a member's agent instead, e.g. --backend agent://127.0.0.1:8790 (baton agent)", flagSource(c.fs, "backend")))
 	} else {
