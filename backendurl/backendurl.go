@@ -34,10 +34,10 @@ import (
 // schemes maps a URL scheme to its backend: the one place that does, so
 // that the set is visible.
 var schemes = map[string]scheme{
-	"etcd":   {form: "etcd://host:port[,host:port]", parse: parseEtcdURL, checkLease: etcdLease},
+	"etcd":   {form: "etcd://host:port[,host:port]", parse: parseEtcdURL, checkLease: etcdLease, window: etcdWindow},
 	"memory": {form: "memory://", parse: parseMemoryURL},
-	"raft":   {form: "raft:// (this process is a member of the group)", parse: parseRaftURL},
-	"agent":  {form: "agent://host:port", parse: parseAgentURL},
+	"raft":   {form: "raft:// (this process is a member of the group)", parse: parseRaftURL, window: raftWindow},
+	"agent":  {form: "agent://host:port", parse: parseAgentURL, window: raftWindow},
 	"zk":     {form: "zk://host:port[,host:port][/root]", parse: parseZooKeeperURL, checkLease: zooKeeperLease, window: zooKeeperWindow},
 	"consul": {form: "consul://host:port[/prefix]", parse: parseConsulURL, checkLease: consulLease, window: consulWindow},
 }

@@ -110,3 +110,9 @@ func parseEtcdURL(u *url.URL) (opener, error) {
 func etcdLease(name string) error {
 	return trimPrefix(etcd.CheckName(name), "etcd: ")
 }
+
+// etcdWindow is the renewal window of an etcd holder at ttl (0: the
+// backend's default).
+func etcdWindow(ttl time.Duration) (time.Duration, error) {
+	return etcd.Options{Config: baton.Config{TTL: ttl}}.RenewalWindow()
+}

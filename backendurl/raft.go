@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend/raft"
@@ -76,4 +77,10 @@ func parseAgentURL(u *url.URL) (opener, error) {
 		}
 		return &Backend{Backend: b, close: b.Close}, nil
 	}, nil
+}
+
+// raftWindow is the renewal window of a raft holder at ttl (0: the
+// backend's default).
+func raftWindow(ttl time.Duration) (time.Duration, error) {
+	return raft.Options{Config: baton.Config{TTL: ttl}}.RenewalWindow()
 }
