@@ -137,6 +137,10 @@ func NewElector(b Backend, cfg ElectorConfig) (*Elector, error) {
 		errs.add(fmt.Sprintf("RetryMin (%s), RetryMax (%s), ResignTimeout (%s) and StopEarly (%s) must not be negative",
 			cfg.RetryMin, cfg.RetryMax, cfg.ResignTimeout, cfg.StopEarly))
 	}
+	if w, ok := b.(RenewalWindower); ok && cfg.StopEarly > 0 && cfg.StopEarly >= w.RenewalWindow() {
+		errs.add(fmt.Sprintf("StopEarly (%s) must be below the backend's renewal window (%s): how far ahead safe-until stays while renewals are healthy; otherwise every term stops as soon as it begins",
+			cfg.StopEarly, w.RenewalWindow()))
+	}
 	if err := errs.errOrNil(); err != nil {
 		return nil, err
 	}

@@ -2,9 +2,11 @@
 
 // Package supervise runs a command for as long as a lease is held and makes
 // sure that the command and everything it started are gone by the lease's
-// deadline, whatever happens to the process that started it. It is what
-// `baton run` and `baton cron` run their command with; Go programs that
-// embed baton can use it the same way (Linux only).
+// deadline, whatever happens to the process that started it. StartTerm
+// runs a command for one term of a lease, with the term's safe-until as
+// that deadline; it is what `baton run` and `baton cron` run their command
+// with, and Go programs that embed baton can use it the same way (Linux
+// only).
 //
 // # Guarantees
 //

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,8 +10,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/batonhq/baton/internal/agenthttp"
-	"github.com/batonhq/baton/internal/httpauth"
+	"github.com/batonhq/baton/internal/raftagent"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -131,7 +129,7 @@ func (c *agentCommand) Run(ctx context.Context) error {
 		return err
 	}
 	// Made before the member, which reports its renewals to them.
-	metrics := agenthttp.NewMetrics()
+	metrics := raftagent.NewMetrics()
 	opts.OnRenew = metrics.OnRenew
 	ln, err := net.Listen("tcp", c.http)
 	if err != nil {
@@ -151,33 +149,12 @@ func (c *agentCommand) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	api, err := agenthttp.New(n, agenthttp.Options{Token: token, Metrics: metrics, Logger: log})
+	api, err := raftagent.New(n, raftagent.Options{Token: token, Metrics: metrics, Logger: log})
 	if err != nil {
 		ln.Close()
 		return errors.Join(err, closeWithin(ctx, 10*time.Second, "the raft member", log, n.Close))
 	}
-	clients, err := n.ClientHandler(token)
-	if err != nil {
-		ln.Close()
-		api.Close()
-		return errors.Join(err, closeWithin(ctx, 10*time.Second, "the raft member", log, n.Close))
-	}
-	auth, err := httpauth.NewBearer(token)
-	if err != nil {
-		ln.Close()
-		api.Close()
-		return errors.Join(err, closeWithin(ctx, 10*time.Second, "the raft member", log, n.Close))
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/", api)
-	mux.Handle("/v1/raft/", clients)
-	mux.Handle("GET /v1/status", auth.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(n.Status())
-	}), func(w http.ResponseWriter, _ *http.Request) {
-		http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
-	}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("agent serving", "http", ln.Addr().String(), "member", n.ID(), "addr", n.Addr())

@@ -59,7 +59,7 @@ func startAgentBind(t *testing.T, dir string, env ...string) (*batonProc, string
 	if f, err := defaultAgentTokenFile(os.LookupEnv, port); err == nil {
 		t.Cleanup(func() { _ = os.Remove(f) })
 	}
-	eventually(t, 30*time.Second, "the agent serving", func() bool { return strings.Contains(agent.out.String(), "agent serving") })
+	eventually(t, 30*time.Second, "the agent serving", func() bool { return agentServing(httpAddr) })
 	return agent, httpAddr, bind
 }
 
@@ -95,6 +95,18 @@ func TestAgentServesClients(t *testing.T) {
 }
 
 // agentCall calls the agent's HTTP API, with the token when not empty.
+// agentServing reports whether the agent at httpAddr answers its lease
+// table, which it serves once its member is in the group.
+func agentServing(httpAddr string) bool {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + httpAddr + "/v1/leases")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
 func agentCall(t *testing.T, method, url, token string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, nil)
@@ -529,11 +541,11 @@ func TestAgentClientFollowsNewToken(t *testing.T) {
 	if code := agent.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("agent exited %d after SIGTERM", code)
 	}
-	again := startBaton(t, "agent-again", testEnv("BATON_SECRET=agent-test-secret-0123456789"), "agent",
+	startBaton(t, "agent-again", testEnv("BATON_SECRET=agent-test-secret-0123456789"), "agent",
 		"--bind", bind, "--join", "static:"+bind, "--bootstrap-expect", "1", "--voters", "1",
 		"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, "a1.pem"), "--tls-key", filepath.Join(dir, "a1-key.pem"),
 		"--http", httpAddr)
-	eventually(t, 30*time.Second, "the new agent serving", func() bool { return strings.Contains(again.out.String(), "agent serving") })
+	eventually(t, 30*time.Second, "the new agent serving", func() bool { return agentServing(httpAddr) })
 	if tok, err := readAgentToken(file); err != nil || tok == old {
 		t.Fatalf("the restarted agent's token file: %v; want a new token", err)
 	}

@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/schedule"
-	"github.com/batonhq/baton/supervise"
 	"github.com/robfig/cron/v3"
 	"github.com/spf13/cobra"
 )
@@ -58,8 +56,8 @@ Exit statuses:
 
 ` + envHelp
 
-// cronFlags are the flags of `baton cron` beyond those of `baton run`.
-type cronFlags struct {
+type cronCommand struct {
+	leaderFlags
 	spec    string
 	catchUp string
 	jitter  time.Duration
@@ -70,7 +68,7 @@ type cronFlags struct {
 }
 
 func (a *App) newCronCommand() *cobra.Command {
-	c := &runCommand{app: a, cron: &cronFlags{}}
+	c := &cronCommand{leaderFlags: leaderFlags{app: a}}
 	cmd := &cobra.Command{
 		Use:   "cron --schedule SPEC [flags] -- CMD [ARGS...]",
 		Short: "Run CMD on a cron schedule, on the leader only, once per slot",
@@ -93,52 +91,55 @@ func (a *App) newCronCommand() *cobra.Command {
 	c.fs = cmd.Flags()
 	c.common.register(c.fs, "candidate id, unique per process (default HOST/RANDOM)")
 	c.fs.DurationVar(&c.grace, "grace", 0, "time between SIGTERM and SIGKILL when stopping a run whose term ended (default: half of the renewal window, at most 5s)")
-	c.fs.StringVar(&c.cron.spec, "schedule", "", `cron spec, e.g. "0 3 * * *" or "CRON_TZ=UTC */30 * * * * *" (required)`)
-	c.fs.StringVar(&c.cron.catchUp, "catch-up", "last", "missed slots after a failover or a long run: last (run the latest at once) or none (wait for the next)")
-	c.fs.DurationVar(&c.cron.jitter, "jitter", 0, "delay each run by a random time below this (0: none)")
-	c.fs.StringVar(&c.cron.job, "job", "", "job name recorded with each slot (default: the lease name)")
+	c.fs.StringVar(&c.spec, "schedule", "", `cron spec, e.g. "0 3 * * *" or "CRON_TZ=UTC */30 * * * * *" (required)`)
+	c.fs.StringVar(&c.catchUp, "catch-up", "last", "missed slots after a failover or a long run: last (run the latest at once) or none (wait for the next)")
+	c.fs.DurationVar(&c.jitter, "jitter", 0, "delay each run by a random time below this (0: none)")
+	c.fs.StringVar(&c.job, "job", "", "job name recorded with each slot (default: the lease name)")
 	withEnv(c.fs, "grace", "schedule", "catch-up", "jitter", "job")
 	c.raft.register(c.fs)
 	c.common.member = true
 	return cmd
 }
 
-// validate checks the cron flags.
-func (f *cronFlags) validate(c *runCommand) []string {
-	var problems []string
-	if f.spec == "" {
+// Run campaigns and runs the schedule while leading, until ctx ends.
+func (c *cronCommand) Run(ctx context.Context, args []string) error {
+	problems, spec, ttl := c.validate()
+	if c.spec == "" {
 		problems = append(problems, `--schedule is required: a cron spec such as "0 3 * * *" (03:00 daily) or "*/10 * * * * *" (every 10 seconds)`)
-	} else if s, err := schedule.Parse(f.spec); err != nil {
+	} else if s, err := schedule.Parse(c.spec); err != nil {
 		problems = append(problems, fmt.Sprintf("%s: %v", flagSource(c.fs, "schedule"), err))
 	} else {
-		f.sched = s
+		c.sched = s
 	}
-	if m, err := schedule.ParseCatchUp(f.catchUp); err != nil {
+	if m, err := schedule.ParseCatchUp(c.catchUp); err != nil {
 		problems = append(problems, fmt.Sprintf("%s: %v", flagSource(c.fs, "catch-up"), err))
 	} else {
-		f.mode = m
+		c.mode = m
 	}
-	if f.jitter < 0 {
-		problems = append(problems, fmt.Sprintf("%s %s: must not be negative; use 0 for no jitter", flagSource(c.fs, "jitter"), f.jitter))
-	} else if f.sched != nil {
-		if err := schedule.CheckJitter(f.sched, f.jitter); err != nil {
+	if c.jitter < 0 {
+		problems = append(problems, fmt.Sprintf("%s %s: must not be negative; use 0 for no jitter", flagSource(c.fs, "jitter"), c.jitter))
+	} else if c.sched != nil {
+		if err := schedule.CheckJitter(c.sched, c.jitter); err != nil {
 			problems = append(problems, fmt.Sprintf("%s: %v", flagSource(c.fs, "jitter"), err))
 		}
 	}
-	if f.job == "" {
-		f.job = c.common.lease
+	if c.job == "" {
+		c.job = c.common.lease
 	}
-	return problems
+	problems = append(problems, checkCommand(args, `baton cron --backend URL --lease NAME --schedule "0 3 * * *" -- ./backup.sh`)...)
+	if err := problemsError(problems); err != nil {
+		return err
+	}
+	return c.lead(ctx, spec, ttl, args, false, 0, c.leadCron)
 }
 
-// leadCron runs the schedule for one term.
-func (r *runner) leadCron(ctx context.Context, t baton.Term) error {
-	f := r.c.cron
+// leadCron runs the schedule for one term of r.
+func (c *cronCommand) leadCron(r *runner, ctx context.Context, t baton.Term) error {
 	job := &schedule.Job{
-		Name:      f.job,
-		Schedule:  f.sched,
-		CatchUp:   f.mode,
-		Jitter:    f.jitter,
+		Name:      c.job,
+		Schedule:  c.sched,
+		CatchUp:   c.mode,
+		Jitter:    c.jitter,
 		Candidate: r.id,
 		Logger:    r.log.WithGroup("cron"),
 		Run:       func(ctx context.Context, s schedule.Slot) error { return r.runSlot(ctx, t, s) },
@@ -157,23 +158,16 @@ func (r *runner) runSlot(ctx context.Context, t baton.Term, s schedule.Slot) err
 	if err != nil {
 		return fmt.Errorf("the command could not be started: %w", err)
 	}
-	stopForward := p.Forward(context.Background())
-	defer stopForward()
-	stopExtending := extendGuard(p, t)
-	defer stopExtending()
-	select {
-	case <-p.Done():
-		if !errors.Is(p.Err(), supervise.ErrDeadline) {
-			_ = p.Stop(context.Background())
-			if code := p.ExitCode(); code != 0 {
-				return fmt.Errorf("command exited with status %d", code)
-			}
-			return nil
+	defer p.Close()
+	if p.Wait(ctx) {
+		_ = p.Stop(context.Background())
+		if code := p.ExitCode(); code != 0 {
+			return fmt.Errorf("command exited with status %d", code)
 		}
-	case <-ctx.Done():
+		return nil
 	}
-	stopChild(p, t)
-	reason := termEndReason(ctx, t, p)
+	p.End()
+	reason := p.Reason(ctx)
 	r.log.Warn("term ended during a run; the command was stopped", "slot", s.String(), "exit_code", p.ExitCode(), "reason", reason)
 	if err := ctx.Err(); err != nil {
 		return err

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backendurl"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -112,16 +114,26 @@ func (c *isLeaderCommand) matcher() (func(holder string) bool, error) {
 	if err != nil || host == "" {
 		return nil, usageErrorf("cannot tell which holder is this instance: the host name is unknown (%v); pass --id", err)
 	}
-	return func(h string) bool { return baton.HostOf(h) == host }, nil
+	return func(h string) bool { return hostOf(h) == host }, nil
+}
+
+// hostOf returns the host part of a candidate ID made by
+// baton.NewCandidateID (HOST/RANDOM): everything before the last "/", or id
+// itself when it has none.
+func hostOf(id string) string {
+	if i := strings.LastIndexByte(id, '/'); i >= 0 {
+		return id[:i]
+	}
+	return id
 }
 
 // queryLeader opens the backend and asks it for the holder of the lease,
 // all within timeout. Failing to get an answer is exit status 3.
-func queryLeader(ctx context.Context, spec *backendSpec, common *commonFlags, timeout time.Duration, app *App) (baton.Record, error) {
+func queryLeader(ctx context.Context, spec *backendurl.Spec, common *commonFlags, timeout time.Duration, app *App) (baton.Record, error) {
 	log := common.logger(app.stderr())
 	qctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	b, err := spec.open(qctx, backendOptions{TTL: common.ttlOrDefault(), Logger: log})
+	b, err := app.openBackend(qctx, spec, common.ttlOrDefault(), log, nil)
 	if err != nil {
 		var ce *baton.ConfigError
 		var ee *exitError

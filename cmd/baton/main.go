@@ -1,7 +1,18 @@
-// Command baton runs leader-only work from the shell: a command that runs only
-// while this instance holds a lease (`baton run`), checks for scripts
-// (`baton is-leader`, `baton leader`) and a self-contained failover demo
-// (`baton demo`).
+// Command baton runs leader-only work from the shell. Its commands:
+//
+//   - run: run a command only while this instance holds a lease
+//   - cron: run a command on a cron schedule, on the leader only, at most
+//     once per slot
+//   - is-leader: exit 0 if this instance holds a lease (for scripts and
+//     health checks)
+//   - leader: print who holds a lease
+//   - agent: run a raft member as a sidecar for agent:// clients, with its
+//     HTTP API and status page
+//   - tls: make the CA and member certificates of a raft group
+//   - demo: a self-contained failover demo on this machine
+//   - version: print the version and the commit it was built from
+//
+// demo-job (hidden) is the job that demo's members run.
 //
 // Exit statuses are part of the contract that scripts and health checks rely
 // on; they are listed in the help of each command and in exitCode below.

@@ -4,18 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
-	"net/netip"
-	"net/url"
-	"os"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/aws"
 	"github.com/batonhq/baton/backend/raft"
+	"github.com/batonhq/baton/backendurl"
 	"github.com/batonhq/baton/discovery"
 	"github.com/batonhq/baton/internal/certs"
 	"github.com/spf13/pflag"
@@ -116,7 +113,7 @@ func checkHostPort(addr string, minPort int) error {
 		}
 		return errors.New("no host")
 	}
-	return checkHost(host)
+	return backendurl.CheckHost(host)
 }
 
 // nodeOptions reads the TLS files and the secret and returns the member's
@@ -128,24 +125,18 @@ func (r *raftFlags) nodeOptions(log *slog.Logger) (raft.NodeOptions, error) {
 	}
 	secret := r.secret
 	if r.secretFile != "" {
-		b, err := os.ReadFile(r.secretFile)
-		if err != nil {
-			return raft.NodeOptions{}, &exitError{code: exitUsage, err: fmt.Errorf("--secret-file: %w", err)}
-		}
-		secret = strings.TrimSpace(string(b))
-		if len(secret) < 16 {
-			return raft.NodeOptions{}, &exitError{code: exitUsage, err: fmt.Errorf("--secret-file %s holds %d bytes: the join secret must be at least 16", r.secretFile, len(secret))}
+		if secret, err = raft.ReadSecretFile(r.secretFile); err != nil {
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				return raft.NodeOptions{}, &exitError{code: exitUsage, err: fmt.Errorf("--secret-file: %w", err)}
+			}
+			return raft.NodeOptions{}, &exitError{code: exitUsage, err: fmt.Errorf("--secret-file %w", err)}
 		}
 	}
 	advertise := r.advertise
 	if advertise == "" {
-		host, port, _ := net.SplitHostPort(r.bind)
-		if ip, err := netip.ParseAddr(host); err == nil && ip.IsUnspecified() {
-			priv, err := privateIPv4()
-			if err != nil {
-				return raft.NodeOptions{}, &exitError{code: exitUsage, err: fmt.Errorf("--bind %s listens on every address, and %v: set --advertise to the address peers reach this member at", r.bind, err)}
-			}
-			advertise = net.JoinHostPort(priv.String(), port)
+		if advertise, err = raft.AdvertiseFor(r.bind); err != nil {
+			return raft.NodeOptions{}, &exitError{code: exitUsage, err: fmt.Errorf("--bind %s listens on every address, and %v: set --advertise to the address peers reach this member at", r.bind, err)}
 		}
 	}
 	opts := raft.NodeOptions{
@@ -169,139 +160,38 @@ func (r *raftFlags) nodeOptions(log *slog.Logger) (raft.NodeOptions, error) {
 	return opts, nil
 }
 
-// privateIPv4 returns this host's first private (RFC 1918) IPv4 address.
-func privateIPv4() (netip.Addr, error) {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	for _, a := range addrs {
-		p, err := netip.ParsePrefix(a.String())
-		if err == nil && p.Addr().Is4() && p.Addr().IsPrivate() {
-			return p.Addr(), nil
-		}
-	}
-	return netip.Addr{}, errors.New("this host has no private IPv4 address")
-}
-
 // startMember starts a member and waits until it is in a group, logging
 // while it waits.
 func startMember(ctx context.Context, opts raft.NodeOptions, log *slog.Logger) (*raft.Node, error) {
-	n, err := raft.StartNode(opts)
-	if err != nil {
-		var oe *net.OpError
-		if errors.As(err, &oe) && oe.Op == "listen" {
-			return nil, fmt.Errorf("%w; --bind %s must be a free port on an address of this host: stop what listens there (another member?), or choose another --bind", err, opts.BindAddr)
-		}
-		return nil, err
+	opts.Logger = log
+	n, err := raft.StartMember(ctx, opts, 5*time.Second)
+	var oe *net.OpError
+	switch {
+	case err == nil:
+		return n, nil
+	case errors.As(err, &oe) && oe.Op == "listen":
+		return nil, fmt.Errorf("%w; --bind %s must be a free port on an address of this host: stop what listens there (another member?), or choose another --bind", err, opts.BindAddr)
+	case errors.Is(err, raft.ErrSecretRefused):
+		// Refused by a live group for the secret: retrying cannot help,
+		// so this is a configuration error.
+		return nil, &exitError{code: exitUsage, err: fmt.Errorf("%w: set BATON_SECRET (or --secret-file) to the group's secret", err)}
 	}
-	log.Info("raft member started; finding the group", "id", n.ID(), "addr", n.Addr(), "bootstrap_expect", opts.BootstrapExpect)
-	tick := time.NewTicker(10 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-n.Joined():
-			st := n.Status()
-			log.Info("in the group", "leader", st.Leader, "members", len(st.Members), "voters", len(st.Voters))
-			return n, nil
-		case <-n.Failed():
-			// Refused by a live group for the secret: retrying cannot
-			// help, so this is a configuration error.
-			_ = closeWithin(ctx, 5*time.Second, "the raft member", log, n.Close)
-			return nil, &exitError{code: exitUsage, err: fmt.Errorf("%w: set BATON_SECRET (or --secret-file) to the group's secret", n.Err())}
-		case <-tick.C:
-			log.Warn("still not in a group: check --join, the TLS files and the secret on every member", "id", n.ID())
-		case <-ctx.Done():
-			_ = closeWithin(ctx, 5*time.Second, "the raft member", log, n.Close)
-			return nil, ctx.Err()
-		}
-	}
-}
-
-// parseRaftURL accepts raft:// alone: the member's settings are flags.
-func parseRaftURL(u *url.URL) (opener, error) {
-	if u.Host != "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
-		return nil, errors.New("raft URLs take nothing after the scheme: use raft:// with --bind, --join, --bootstrap-expect, --tls-* and BATON_SECRET")
-	}
-	return func(ctx context.Context, o backendOptions) (*openBackend, error) {
-		if o.raft == nil {
-			return nil, &exitError{code: exitUsage, err: errors.New("raft:// makes this process a member of the group, which only `baton run` and `baton agent` do; ask a member's agent instead: --backend agent://127.0.0.1:8790")}
-		}
-		opts, err := o.raft.nodeOptions(o.Logger)
-		if err != nil {
-			return nil, err
-		}
-		n, err := startMember(ctx, opts, o.Logger)
-		if err != nil {
-			return nil, err
-		}
-		b, err := raft.New(n, raft.Options{Config: baton.Config{TTL: o.TTL}, Logger: o.Logger})
-		if err != nil {
-			_ = closeWithin(ctx, 5*time.Second, "the raft member", o.Logger, n.Close)
-			return nil, &exitError{code: exitUsage, err: err}
-		}
-		return &openBackend{Backend: b, node: n, close: func(ctx context.Context) error {
-			// The session first, so its leases are released at once; then
-			// the member hands raft leadership on and leaves.
-			return errors.Join(b.Close(ctx), n.Close(ctx))
-		}}, nil
-	}, nil
-}
-
-// parseAgentURL accepts agent://HOST:PORT, a local `baton agent`.
-func parseAgentURL(u *url.URL) (opener, error) {
-	const form = "agent://HOST:PORT (the --http address of a `baton agent`, e.g. agent://127.0.0.1:8790)"
-	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-		return nil, fmt.Errorf("agent URLs take no path or query: use %s", form)
-	}
-	host, port, err := net.SplitHostPort(u.Host)
-	if err != nil || host == "" {
-		return nil, fmt.Errorf("agent address %q is not HOST:PORT: use %s", u.Host, form)
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		return nil, fmt.Errorf("agent port %q is not a number from 1 to 65535: use %s", port, form)
-	}
-	token := ""
-	if u.User != nil {
-		token = u.User.Username()
-	}
-	return func(_ context.Context, o backendOptions) (*openBackend, error) {
-		if token == "" {
-			token = os.Getenv("BATON_HTTP_TOKEN")
-		}
-		copts := raft.ClientOptions{Token: token}
-		// The default token file belongs to the agent on this host: it is
-		// never sent to another one (BATON_HTTP_TOKEN_FILE is, if given).
-		if token == "" && (isLoopback(host) || os.Getenv("BATON_HTTP_TOKEN_FILE") != "") {
-			// From the agent's token file, read again when the agent
-			// refuses it: an agent writes a new token at every start.
-			copts.TokenSource = func() (string, error) { return agentClientToken(port, o.Logger) }
-		}
-		c, err := raft.Dial(u.Host, copts)
-		if err != nil {
-			return nil, err
-		}
-		b, err := raft.New(c, raft.Options{Config: baton.Config{TTL: o.TTL}, Logger: o.Logger})
-		if err != nil {
-			return nil, err
-		}
-		return &openBackend{Backend: b, close: b.Close}, nil
-	}, nil
+	return nil, err
 }
 
 // agentClientToken reads the token of the agent at port from
 // BATON_HTTP_TOKEN_FILE, or from the file the agent writes by default. A
 // missing default file gives no token: reads work without one, and a call
 // that needs it is refused with a message saying so.
-func agentClientToken(port string, log *slog.Logger) (string, error) {
-	if path := os.Getenv("BATON_HTTP_TOKEN_FILE"); path != "" {
+func agentClientToken(lookupEnv func(string) (string, bool), port string, log *slog.Logger) (string, error) {
+	if path, _ := lookupEnv("BATON_HTTP_TOKEN_FILE"); path != "" {
 		tok, err := readAgentToken(path)
 		if err != nil {
 			return "", &exitError{code: exitUsage, err: fmt.Errorf("BATON_HTTP_TOKEN_FILE: %w", err)}
 		}
 		return tok, nil
 	}
-	path, err := defaultAgentTokenFile(os.LookupEnv, port)
+	path, err := defaultAgentTokenFile(lookupEnv, port)
 	if err != nil {
 		log.Debug("no token for the agent", "err", err)
 		return "", nil

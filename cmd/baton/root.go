@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backendurl"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -231,19 +232,25 @@ func (c *commonFlags) register(fs *pflag.FlagSet, idUsage string) {
 
 // validate returns the problems with the common flags, each saying how to
 // fix it, and the parsed backend URL when it is valid.
-func (c *commonFlags) validate() ([]string, *backendSpec) {
+func (c *commonFlags) validate() ([]string, *backendurl.Spec) {
 	var problems []string
-	var spec *backendSpec
+	var spec *backendurl.Spec
 	if c.backend == "" {
 		problems = append(problems, "--backend is required: pass e.g. --backend etcd://127.0.0.1:2379, or set BATON_BACKEND")
-	} else if s, err := parseBackend(c.backend); err != nil {
-		problems = append(problems, fmt.Sprintf("%s %q: %v", flagSource(c.fs, "backend"), redactURL(c.backend), err))
-	} else if s.scheme == "raft" && !c.member {
+	} else if s, err := backendurl.Parse(c.backend); err != nil {
+		hint := ""
+		if scheme, _, _ := strings.Cut(c.backend, "://"); strings.EqualFold(scheme, "raft") {
+			hint = " (with baton: --bind, --join, --bootstrap-expect, --tls-* and BATON_SECRET)"
+		} else if strings.EqualFold(scheme, "agent") {
+			hint = " (the --http address of a `baton agent`)"
+		}
+		problems = append(problems, fmt.Sprintf("%s %q: %v%s", flagSource(c.fs, "backend"), redactURL(c.backend), err, hint))
+	} else if s.Scheme == "raft" && !c.member {
 		problems = append(problems, fmt.Sprintf("%s raft:// would make this short-lived command a member of the group: ask a member's agent instead, e.g. --backend agent://127.0.0.1:8790 (baton agent)", flagSource(c.fs, "backend")))
 	} else {
 		spec = s
 	}
-	if spec != nil && spec.scheme == "raft" {
+	if spec != nil && spec.Scheme == "raft" {
 		// A witness votes but never campaigns: as a candidate it would
 		// join the group and only then fail. Say so before joining.
 		if f := c.fs.Lookup("witness"); f != nil && f.Value.String() == "true" {
@@ -252,8 +259,8 @@ func (c *commonFlags) validate() ([]string, *backendSpec) {
 	}
 	if c.lease == "" {
 		problems = append(problems, "--lease is required: name the lease the group shares, e.g. --lease my-service, or set BATON_LEASE")
-	} else if spec != nil && spec.checkLease != nil {
-		if err := spec.checkLease(c.lease); err != nil {
+	} else if spec != nil {
+		if err := spec.CheckLease(c.lease); err != nil {
 			problems = append(problems, fmt.Sprintf("%s %q: %v", flagSource(c.fs, "lease"), c.lease, err))
 		}
 	}
@@ -294,24 +301,6 @@ func newLogger(w io.Writer, l slog.Level) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
-// redactURL hides the password of a URL's user information
-// (scheme://user:password@host), for messages and logs.
-func redactURL(raw string) string {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return raw
-	}
-	authority := rest
-	if i := strings.IndexAny(rest, "/?"); i >= 0 {
-		authority = rest[:i]
-	}
-	at := strings.LastIndexByte(authority, '@')
-	if at < 0 {
-		return raw
-	}
-	user, _, hasPass := strings.Cut(authority[:at], ":")
-	if !hasPass {
-		return raw
-	}
-	return scheme + "://" + user + ":xxxxx" + rest[at:]
-}
+// redactURL hides the password of a URL's user information, for messages
+// and logs.
+func redactURL(raw string) string { return backendurl.Redact(raw) }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backendurl"
 	"github.com/batonhq/baton/supervise"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -100,20 +101,24 @@ func (e *childExitedError) Error() string {
 	return fmt.Sprintf("command exited with status %d after %s", e.code, e.ran.Round(time.Millisecond))
 }
 
+// leaderFlags are the flags of the commands that run a command while this
+// instance leads: run and cron.
+type leaderFlags struct {
+	app    *App
+	common commonFlags
+	grace  time.Duration
+	fs     *pflag.FlagSet
+	raft   raftFlags
+}
+
 type runCommand struct {
-	app     *App
-	common  commonFlags
-	grace   time.Duration
+	leaderFlags
 	once    bool
 	timeout time.Duration
-	fs      *pflag.FlagSet
-	raft    raftFlags
-	// cron is set for `baton cron`, which shares run's machinery.
-	cron *cronFlags
 }
 
 func (a *App) newRunCommand() *cobra.Command {
-	c := &runCommand{app: a}
+	c := &runCommand{leaderFlags: leaderFlags{app: a}}
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARGS...]",
 		Short: "Run CMD only while this instance holds the lease",
@@ -143,19 +148,20 @@ func (a *App) newRunCommand() *cobra.Command {
 	return cmd
 }
 
-// Run campaigns and runs args as the command while leading, until ctx ends
-// or, with --once, the command's term is over.
-func (c *runCommand) Run(ctx context.Context, args []string) error {
-	problems, spec := c.common.validate()
-	if spec != nil && spec.scheme == "raft" {
+// validate returns the problems with the flags that run and cron share,
+// each saying how to fix it, the parsed backend URL when it is valid, and
+// the TTL to open it with (see ttlOrDefault). It sets a default --grace.
+func (c *leaderFlags) validate() (problems []string, spec *backendurl.Spec, ttl time.Duration) {
+	problems, spec = c.common.validate()
+	if spec != nil && spec.Scheme == "raft" {
 		problems = append(problems, c.raft.validate()...)
 	}
 	// The renewal window: how far ahead safe-until stays while renewals are
 	// healthy. A grace as long as that would stop every term at once.
 	window := time.Duration(0)
-	ttl := c.common.ttlOrDefault()
+	ttl = c.common.ttlOrDefault()
 	if spec != nil && c.common.ttl > 0 {
-		w, err := spec.renewalWindow(ttl)
+		w, err := spec.RenewalWindow(ttl)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%s %s: %v", flagSource(c.fs, "ttl"), c.common.ttl, err))
 		}
@@ -172,22 +178,39 @@ func (c *runCommand) Run(ctx context.Context, args []string) error {
 		problems = append(problems, fmt.Sprintf("%s %s: must be below %s (the renewal window at --ttl %s: how far ahead safe-until stays), or a child could outlive the term while another instance leads; lower --grace or raise --ttl",
 			flagSource(c.fs, "grace"), c.grace, window.Round(time.Millisecond), c.common.ttl))
 	}
-	if c.cron != nil {
-		problems = append(problems, c.cron.validate(c)...)
-	}
+	return problems, spec, ttl
+}
+
+// Run campaigns and runs args as the command while leading, until ctx ends
+// or, with --once, the command's term is over.
+func (c *runCommand) Run(ctx context.Context, args []string) error {
+	problems, spec, ttl := c.validate()
 	if c.timeout < 0 {
 		problems = append(problems, fmt.Sprintf("--timeout %s: must not be negative; use 0 to wait forever", c.timeout))
 	}
-	if len(args) == 0 && c.cron != nil {
-		problems = append(problems, `no command to run: put it after --, as in: baton cron --backend URL --lease NAME --schedule "0 3 * * *" -- ./backup.sh`)
-	} else if len(args) == 0 {
-		problems = append(problems, "no command to run: put it after --, as in: baton run --backend URL --lease NAME -- my-server --port 8080")
-	} else if _, err := exec.LookPath(args[0]); err != nil {
-		problems = append(problems, fmt.Sprintf("command %q: %v; check its spelling, PATH and permissions", args[0], unwrapExecError(err)))
-	}
+	problems = append(problems, checkCommand(args, "baton run --backend URL --lease NAME -- my-server --port 8080")...)
 	if err := problemsError(problems); err != nil {
 		return err
 	}
+	return c.lead(ctx, spec, ttl, args, c.once, c.timeout, (*runner).leadChild)
+}
+
+// checkCommand returns the problem with args, the command to run: that
+// there is none (example shows where it goes), or that it cannot be run.
+func checkCommand(args []string, example string) []string {
+	if len(args) == 0 {
+		return []string{"no command to run: put it after --, as in: " + example}
+	}
+	if _, err := exec.LookPath(args[0]); err != nil {
+		return []string{fmt.Sprintf("command %q: %v; check its spelling, PATH and permissions", args[0], unwrapExecError(err))}
+	}
+	return nil
+}
+
+// lead opens the backend and campaigns, running work for each term, until
+// ctx ends or, with once, the first term is over. A timeout above zero
+// gives up if this instance is not elected within it.
+func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.Duration, args []string, once bool, timeout time.Duration, work func(*runner, context.Context, baton.Term) error) error {
 
 	log := c.common.logger(c.app.stderr())
 	id := c.common.id
@@ -198,15 +221,15 @@ func (c *runCommand) Run(ctx context.Context, args []string) error {
 	// of getting elected.
 	start := time.Now()
 	octx, ocancel := ctx, context.CancelFunc(func() {})
-	if c.timeout > 0 {
-		octx, ocancel = context.WithTimeoutCause(ctx, c.timeout, errElectionTimeout)
+	if timeout > 0 {
+		octx, ocancel = context.WithTimeoutCause(ctx, timeout, errElectionTimeout)
 	}
-	b, err := spec.open(octx, backendOptions{TTL: ttl, Logger: log, raft: &c.raft})
+	b, err := c.app.openBackend(octx, spec, ttl, log, &c.raft)
 	ocancel()
 	if err != nil {
 		if errors.Is(context.Cause(octx), errElectionTimeout) && ctx.Err() == nil {
 			return &exitError{code: exitUndetermined, err: fmt.Errorf(
-				"%w (%s): could not connect to the backend: %w; raise --timeout or use 0 to wait forever", errElectionTimeout, c.timeout, err)}
+				"%w (%s): could not connect to the backend: %w; raise --timeout or use 0 to wait forever", errElectionTimeout, timeout, err)}
 		}
 		if stoppedBySignal(ctx) {
 			// SIGTERM while connecting: nothing ran, nothing to hand over.
@@ -228,12 +251,15 @@ func (c *runCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	r := &runner{
-		c:      c,
-		start:  start,
-		args:   args,
-		id:     id,
-		log:    log.WithGroup("run").With("lease", c.common.lease, "id", id),
-		supLog: log.WithGroup("supervise").With("lease", c.common.lease),
+		l:       c,
+		once:    once,
+		timeout: timeout,
+		work:    work,
+		start:   start,
+		args:    args,
+		id:      id,
+		log:     log.WithGroup("run").With("lease", c.common.lease, "id", id),
+		supLog:  log.WithGroup("supervise").With("lease", c.common.lease),
 	}
 	return r.loop(ctx, e)
 }
@@ -247,8 +273,8 @@ func unwrapExecError(err error) error {
 	return err
 }
 
-func closeBackend(ctx context.Context, b *openBackend, log *slog.Logger) {
-	if err := closeWithin(ctx, 5*time.Second, "the backend", log, b.close); err != nil {
+func closeBackend(ctx context.Context, b *backendurl.Backend, log *slog.Logger) {
+	if err := closeWithin(ctx, 5*time.Second, "the backend", log, b.Close); err != nil {
 		log.Warn("closing the backend", "err", err)
 	}
 }
@@ -288,7 +314,11 @@ func closeWithin(ctx context.Context, d time.Duration, what string, log *slog.Lo
 
 // runner is one `baton run`.
 type runner struct {
-	c      *runCommand
+	l       *leaderFlags
+	once    bool          // --once
+	timeout time.Duration // --timeout
+	// work runs for each term: the command, or cron's schedule.
+	work   func(*runner, context.Context, baton.Term) error
 	args   []string
 	id     string
 	log    *slog.Logger
@@ -311,9 +341,9 @@ func (r *runner) loop(ctx context.Context, e *baton.Elector) error {
 	r.elected = make(chan struct{})
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	if r.c.timeout > 0 {
+	if r.timeout > 0 {
 		wg.Go(func() {
-			t := time.NewTimer(r.c.timeout - time.Since(r.start))
+			t := time.NewTimer(r.timeout - time.Since(r.start))
 			defer t.Stop()
 			select {
 			case <-t.C:
@@ -329,13 +359,13 @@ func (r *runner) loop(ctx context.Context, e *baton.Elector) error {
 	wg.Go(func() { r.reportStandby(ctx, e) })
 	defer cancel(nil) // runs before wg.Wait
 
-	r.log.Info("campaigning", "backend", redactURL(r.c.common.backend), "command", r.args)
+	r.log.Info("campaigning", "backend", redactURL(r.l.common.backend), "command", r.args)
 	for {
 		err := e.Run(ctx, r.lead)
 		var exited *childExitedError
 		switch {
 		case errors.As(err, &exited):
-			if r.c.once {
+			if r.once {
 				if exited.code == 0 {
 					return nil
 				}
@@ -363,7 +393,7 @@ func (r *runner) loop(ctx context.Context, e *baton.Elector) error {
 			if errors.Is(cause, errElectionTimeout) {
 				return &exitError{code: exitUndetermined, err: fmt.Errorf(
 					"%w (%s): another instance holds lease %q, or the backend is unreachable; raise --timeout or use 0 to wait forever",
-					errElectionTimeout, r.c.timeout, r.c.common.lease)}
+					errElectionTimeout, r.timeout, r.l.common.lease)}
 			}
 			if stoppedBySignal(ctx) {
 				r.log.Info("stopped", "cause", cause)
@@ -413,11 +443,11 @@ func (r *runner) reportStandby(ctx context.Context, e *baton.Elector) {
 		case errors.Is(err, baton.ErrNoLeader):
 			state = "nobody"
 		case errors.Is(err, context.DeadlineExceeded):
-			r.log.Warn("backend unreachable: no answer; still campaigning", "backend", redactURL(r.c.common.backend), "waited", standbyQueryTimeout)
+			r.log.Warn("backend unreachable: no answer; still campaigning", "backend", redactURL(r.l.common.backend), "waited", standbyQueryTimeout)
 			last = ""
 			continue
 		case err != nil:
-			r.log.Warn("backend unreachable; still campaigning", "backend", redactURL(r.c.common.backend), "err", err)
+			r.log.Warn("backend unreachable; still campaigning", "backend", redactURL(r.l.common.backend), "err", err)
 			last = ""
 			continue
 		case rec.Holder == r.id:
@@ -458,146 +488,65 @@ func (r *runner) lead(ctx context.Context, t baton.Term) error {
 		// --timeout fired just as we were elected, or we are stopping.
 		return nil
 	}
-	if r.c.cron != nil {
-		return r.leadCron(ctx, t)
-	}
+	return r.work(r, ctx, t)
+}
+
+// leadChild runs the command for one term.
+func (r *runner) leadChild(ctx context.Context, t baton.Term) error {
 	log := r.log.With("token", t.Token())
 	p, err := r.startChild(t, r.supLog.With("token", t.Token()))
 	if err != nil {
 		return fmt.Errorf("leading, but the command could not be started (resigned): %w", err)
 	}
-	started := time.Now()
-	// Forward until the command is gone, including during its grace period,
-	// when a SIGQUIT for a stack dump is most useful.
-	stopForward := p.Forward(context.Background())
-	defer stopForward()
-
-	stopExtending := extendGuard(p, t)
-	defer stopExtending()
-
-	select {
-	case <-p.Done():
-		if !errors.Is(p.Err(), supervise.ErrDeadline) {
-			ran := time.Since(started)
-			// Stop also removes what the command left behind.
-			_ = p.Stop(context.Background())
-			return &childExitedError{code: p.ExitCode(), ran: ran}
-		}
-		// The guard stopped it at the term's deadline: the term is over,
-		// though this process may not have noticed yet.
-	case <-ctx.Done():
+	defer p.Close()
+	if p.Wait(ctx) {
+		ran := p.Ran()
+		// Stop also removes what the command left behind.
+		_ = p.Stop(context.Background())
+		return &childExitedError{code: p.ExitCode(), ran: ran}
 	}
 	if stoppedBySignal(ctx) {
 		log.Info("stopping the command before resigning", "cause", context.Cause(ctx))
 	} else {
-		log.Warn("term ended; stopping the command", "reason", termEndReason(ctx, t, p))
+		log.Warn("term ended; stopping the command", "reason", p.Reason(ctx))
 	}
-	stopChild(p, t)
+	p.End()
 	log.Info("command stopped", "exit_code", p.ExitCode())
-	if r.c.once && !stoppedBySignal(ctx) && !errors.Is(context.Cause(ctx), errElectionTimeout) {
+	if r.once && !stoppedBySignal(ctx) && !errors.Is(context.Cause(ctx), errElectionTimeout) {
 		return errLostOnce
 	}
 	return nil
 }
 
 // startChild starts the command for term t under a guard that stops it by
-// the term's safe-until unless extendGuard moves that on, with BATON_LEASE,
-// BATON_TOKEN, BATON_HOLDER and env added to baton's environment.
-func (r *runner) startChild(t baton.Term, log *slog.Logger, env ...string) (*supervise.Process, error) {
+// the term's safe-until, with BATON_LEASE, BATON_TOKEN, BATON_HOLDER and env
+// added to baton's environment.
+func (r *runner) startChild(t baton.Term, log *slog.Logger, env ...string) (*supervise.TermProcess, error) {
 	token := t.Token()
 	if n := r.terms.Add(1); brokenStaleToken && n%2 == 0 && token > 1<<32 {
 		token -= 1 << 32
 	}
-	return supervise.Start(supervise.Config{
-		Deadline: guardDeadline(t.SafeUntil()),
-		Command:  r.args,
-		Env: append(append(r.c.app.environ(),
-			"BATON_LEASE="+r.c.common.lease,
+	var st supervise.Term = t
+	if brokenIgnoreDeadline {
+		st = lateTerm{t}
+	}
+	return supervise.StartTerm(st, supervise.Config{
+		Command: r.args,
+		Env: append(append(r.l.app.environ(),
+			"BATON_LEASE="+r.l.common.lease,
 			"BATON_TOKEN="+strconv.FormatUint(token, 10),
 			"BATON_HOLDER="+r.id), env...),
-		Stdout: r.c.app.stdout(),
-		Stderr: r.c.app.stderr(),
+		Stdout: r.l.app.stdout(),
+		Stderr: r.l.app.stderr(),
 		// supervise reads zero as its default; the CLI documents 0 as
 		// "no grace", so pass the smallest positive grace instead.
-		Grace:  max(r.c.grace, time.Nanosecond),
+		Grace:  max(r.l.grace, time.Nanosecond),
 		Logger: log,
 	})
 }
 
-// termEndReason is why the term's context ended: the term's error, or,
-// before the term has one, the context's cause (renewals lagging into
-// --grace before safe-until, or --timeout), or the guard's stopping the
-// command at safe-until before this process noticed the lag.
-func termEndReason(ctx context.Context, t baton.Term, p *supervise.Process) error {
-	if err := t.Err(); err != nil {
-		return err
-	}
-	if err := context.Cause(ctx); err != nil {
-		return err
-	}
-	return p.Err()
-}
+// lateTerm is a term whose safe-until is an hour late: the guard's view of
+// the term in a build with brokenIgnoreDeadline.
+type lateTerm struct{ baton.Term }
 
-// guardPoll is how often baton passes the term's safe-until on to the
-// command's guard. The Term interface has no notification of a renewal, and
-// a poll costs nothing worth counting; it only ever makes the guard's
-// deadline lag safe-until by up to guardPoll, so the guard stops the command
-// no later than baton would (and, when a renewal is confirmed within
-// guardPoll of StopEarly's moment, a little earlier).
-const guardPoll = 20 * time.Millisecond
-
-// extendGuard passes each move of t's safe-until on to p's guard, until the
-// term ends, the guard is gone, or the returned stop is called (which waits
-// for that). A baton that hangs or is stopped passes nothing on, and the
-// guard stops the command by the last safe-until it got.
-func extendGuard(p *supervise.Process, t baton.Term) (stop func()) {
-	quit := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// The first tick always sends: a renewal confirmed while the guard
-		// was starting moved safe-until past the deadline it started with.
-		var sent time.Time
-		tick := time.NewTicker(guardPoll)
-		defer tick.Stop()
-		for {
-			select {
-			case <-quit:
-				return
-			case <-t.Done():
-				return
-			case <-tick.C:
-			}
-			if su := t.SafeUntil(); su.After(sent) {
-				if err := p.Extend(guardDeadline(su)); err != nil {
-					return // the guard is gone, or hung: it stops the command itself
-				}
-				sent = su
-			}
-		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() { close(quit) })
-		<-done
-	}
-}
-
-// guardDeadline is the deadline the guard gets for safe-until su: su
-// itself, but an hour on in a build with brokenIgnoreDeadline.
-func guardDeadline(su time.Time) time.Time {
-	if brokenIgnoreDeadline {
-		return su.Add(time.Hour)
-	}
-	return su
-}
-
-// stopChild stops p once its term is ending. Not with the term's context:
-// that has ended, and Stop must still allow the grace — but never past
-// safe-until, after which another instance may lead. (StopEarly normally
-// leaves a full grace before it; a term lost outright or won late may not.)
-func stopChild(p *supervise.Process, t baton.Term) {
-	sctx, scancel := context.WithDeadline(context.Background(), t.SafeUntil())
-	_ = p.Stop(sctx)
-	scancel()
-}
+func (t lateTerm) SafeUntil() time.Time { return t.Term.SafeUntil().Add(time.Hour) }

@@ -1,4 +1,4 @@
-package agenthttp
+package raftagent
 
 import (
 	"context"
@@ -158,7 +158,7 @@ func (m *Metrics) bind(src Source, prune func(), timeout time.Duration, log *slo
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.bound {
-		return errors.New("agenthttp: these Metrics serve another Handler already: make one Metrics per Handler")
+		return errors.New("raftagent: these Metrics serve another Handler already: make one Metrics per Handler")
 	}
 	m.bound = true
 	m.prune = prune

@@ -1,4 +1,4 @@
-package agenthttp
+package raftagent
 
 import (
 	"fmt"
@@ -45,7 +45,7 @@ func TestBrowserStatusPageTimeline(t *testing.T) {
 	// worker-a campaigns through the agent under test, as `baton run
 	// --backend agent://` does; worker-b and worker-c are members of their
 	// own elsewhere.
-	client, err := raft.Dial(agent, raft.ClientOptions{Token: testToken})
+	client, err := raft.Dial(agent, raft.ClientOptions{Token: token})
 	if err != nil {
 		t.Fatal(err)
 	}

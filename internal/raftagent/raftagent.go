@@ -1,7 +1,11 @@
-// Package agenthttp is the public HTTP API of `baton agent`: the leases of
-// the agent's raft group as JSON, a resign call, a leader health check for
-// load balancers and readiness probes, Prometheus metrics, and a status
-// page with a timeline of the last hour.
+// Package raftagent is the HTTP API of `baton agent`, a member of an
+// embedded raft group (backend/raft) serving the processes on its host: the
+// calls of their agent:// backends, the leases of the group as JSON, a
+// resign call, a leader health check for load balancers and readiness
+// probes, the member's view of its group, Prometheus metrics, and a status
+// page with a timeline of the last hour. A Handler serves every route of
+// the agent's server, and checks its one bearer token (package httpauth)
+// in constant time.
 //
 // What it guarantees, and what not:
 //
@@ -28,11 +32,11 @@
 //
 // Read-only calls are served without a token, so that probes and
 // Prometheus need no secret; they show lease names, holders, tokens and
-// member IDs, never a credential. POST calls need "Authorization: Bearer
-// TOKEN" with Options.Token (required), checked in constant time, and are
-// refused from other origins (a web page on another site posting to a
-// loopback agent).
-package agenthttp
+// member IDs, never a credential. POST calls, the agent:// client calls
+// that change something, and GET /v1/status need "Authorization: Bearer
+// TOKEN" with Options.Token (required); POST calls are also refused from
+// other origins (a web page on another site posting to a loopback agent).
+package raftagent
 
 import (
 	"context"
@@ -72,6 +76,9 @@ type Source interface {
 	// RequestResign asks the holder of name to resign, returning once the
 	// request is committed.
 	RequestResign(ctx context.Context, name string) error
+	// ClientHandler serves the calls of agent:// clients at /v1/raft/,
+	// needing token for those that change something.
+	ClientHandler(token string) (http.Handler, error)
 }
 
 // Options configures a Handler. The zero value means the documented
@@ -167,13 +174,13 @@ func (o *Options) fill() error {
 		o.now = time.Now
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("agenthttp: %s", strings.Join(problems, "; "))
+		return fmt.Errorf("raftagent: %s", strings.Join(problems, "; "))
 	}
 	return nil
 }
 
-// Handler serves the agent's public HTTP API. Mount it at "/" of the
-// agent's server; it answers 404 for paths it does not serve. Close it
+// Handler serves the agent's HTTP API: every route of the agent's server.
+// It answers 404 for paths it does not serve. Close it
 // when done. Safe for concurrent use.
 type Handler struct {
 	src  Source
@@ -197,12 +204,16 @@ var _ Source = (*raft.Node)(nil)
 // until it succeeds) for the terms that began before.
 func New(src Source, opts Options) (*Handler, error) {
 	if src == nil {
-		return nil, errors.New("agenthttp: Source is nil: pass the agent's *raft.Node")
+		return nil, errors.New("raftagent: Source is nil: pass the agent's *raft.Node")
 	}
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
 	auth, err := httpauth.NewBearer(opts.Token)
+	if err != nil {
+		return nil, err
+	}
+	clients, err := src.ClientHandler(opts.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -228,6 +239,8 @@ func New(src Source, opts Options) (*Handler, error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Metrics.gatherer(), promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), Timeout: opts.ReadTimeout + 5*time.Second,
 	}))
+	mux.Handle("GET /v1/status", h.auth.Require(http.HandlerFunc(h.serveStatus), h.denyToken))
+	mux.Handle("/v1/raft/", clients)
 	h.mux = mux
 	return h, nil
 }
@@ -276,9 +289,18 @@ func (h *Handler) mutating(next http.Handler) http.Handler {
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "cross-origin request refused: call the agent's API from a program (curl, a script), not from a web page on another origin")
 	}))
-	return cop.Handler(h.auth.Require(next, func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusUnauthorized, "this call needs the agent's token: Authorization: Bearer TOKEN (the agent's --http-token, or the token file it writes at start; see --http-token-file)")
-	}))
+	return cop.Handler(h.auth.Require(next, h.denyToken))
+}
+
+// denyToken answers a call that lacks the agent's token.
+func (h *Handler) denyToken(w http.ResponseWriter, _ *http.Request) {
+	writeError(w, http.StatusUnauthorized, "this call needs the agent's token: Authorization: Bearer TOKEN (the agent's --http-token, or the token file it writes at start; see --http-token-file)")
+}
+
+// serveStatus answers GET /v1/status: the member's view of its group.
+func (h *Handler) serveStatus(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(h.src.Status())
 }
 
 // readCtx bounds a read of the lease table made for r.

@@ -1,4 +1,4 @@
-package agenthttp
+package raftagent
 
 import (
 	"context"
@@ -36,7 +36,7 @@ func (g *testGroup) Peers(context.Context) ([]string, error) {
 	return slices.Clone(g.addrs), nil
 }
 
-const testSecret = "0123456789abcdef-agenthttp-test"
+const testSecret = "0123456789abcdef-raftagent-test"
 
 func testLogger() *slog.Logger {
 	if os.Getenv("BATON_TEST_LOG") == "" {
@@ -49,7 +49,7 @@ func testLogger() *slog.Logger {
 // opt (given the member's index), and waits until all are in it.
 func newGroup(t testing.TB, voters int, opt func(i int, o *raft.NodeOptions)) *testGroup {
 	t.Helper()
-	ca, err := certs.NewCA("agenthttp test CA", time.Hour)
+	ca, err := certs.NewCA("raftagent test CA", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,22 +169,14 @@ func resignWhenAsked(t testing.TB, term baton.Term, windDown time.Duration) <-ch
 	return stopped
 }
 
-// agentServer serves a member as `baton agent` does: its client API for
-// agent:// Backends, and h at "/". It returns the address.
+// agentServer serves h as `baton agent` does. It returns the address.
 func agentServer(t testing.TB, n *raft.Node, h http.Handler) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch, err := n.ClientHandler(testToken)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/v1/raft/", ch)
-	mux.Handle("/", h)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -195,8 +187,8 @@ func agentServer(t testing.TB, n *raft.Node, h http.Handler) string {
 	return ln.Addr().String()
 }
 
-// testToken is the agent token of the test agents (agentServer, and
-// newHandler when opts has none).
+// testToken is the agent token of the test agents (newHandler, when
+// opts has none).
 const testToken = "agent-test-token"
 
 // newHandler returns a Handler of n, closed when the test ends.

@@ -1,4 +1,4 @@
-package main
+package backendurl
 
 import (
 	"net"
@@ -7,11 +7,11 @@ import (
 	"testing"
 )
 
-// FuzzParseBackend: any --backend value gets a spec or an error that says
-// what a valid URL looks like, never a panic; and a URL it accepts names
-// only hosts that a client can dial, so that no bad input gets past the
-// usage check (exit 2) to fail as a connection error at run time (exit 1
-// or 3). It covers every scheme's parser (consul.ParseURL and the zk parser
+// FuzzParseBackend: any backend URL (baton's --backend) gets a spec or an
+// error that says what a valid URL looks like, never a panic; and a URL it
+// accepts names only hosts that a client can dial, so that no bad input
+// gets past the usage check (exit 2) to fail as a connection error at run
+// time (exit 1 or 3). It covers every scheme's parser (consul.ParseURL and the zk parser
 // included); none connects.
 func FuzzParseBackend(f *testing.F) {
 	for _, seed := range []string{
@@ -27,32 +27,32 @@ func FuzzParseBackend(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		spec, err := parseBackend(raw)
+		spec, err := Parse(raw)
 		if err == nil && spec == nil {
-			t.Fatalf("parseBackend(%q): no spec and no error", raw)
+			t.Fatalf("Parse(%q): no spec and no error", raw)
 		}
 		if err != nil {
 			if strings.TrimSpace(err.Error()) == "" {
-				t.Fatalf("parseBackend(%q): empty error", raw)
+				t.Fatalf("Parse(%q): empty error", raw)
 			}
 			return
 		}
-		switch spec.scheme {
+		switch spec.Scheme {
 		case "etcd", "zk", "consul", "agent":
-			if len(spec.hosts) == 0 {
-				t.Fatalf("parseBackend(%q) accepted a %s URL without a host", raw, spec.scheme)
+			if len(spec.Hosts) == 0 {
+				t.Fatalf("Parse(%q) accepted a %s URL without a host", raw, spec.Scheme)
 			}
 		}
-		for _, h := range spec.hosts {
+		for _, h := range spec.Hosts {
 			// The form the clients build: etcd's gRPC target, Consul's
 			// and the agent client's http://HOST:PORT.
 			hp := net.JoinHostPort(h, "1")
 			u, err := url.Parse("http://" + hp)
 			if err != nil || u.Hostname() != h {
-				t.Fatalf("parseBackend(%q) accepted host %q, which a client cannot dial: %v", raw, h, err)
+				t.Fatalf("Parse(%q) accepted host %q, which a client cannot dial: %v", raw, h, err)
 			}
 			if _, err := url.Parse("dns:///etcd-endpoints/" + hp); err != nil {
-				t.Fatalf("parseBackend(%q) accepted host %q, which the etcd client cannot dial: %v", raw, h, err)
+				t.Fatalf("Parse(%q) accepted host %q, which the etcd client cannot dial: %v", raw, h, err)
 			}
 		}
 	})

@@ -1,4 +1,4 @@
-package agenthttp
+package raftagent
 
 import (
 	"net/http"

@@ -1,0 +1,223 @@
+// Package backendurl opens a baton.Backend named by a URL, as the baton
+// command's --backend does:
+//
+//	etcd://[user:password@]host[:port][,host[:port]...]      port 2379
+//	zk://[user:password@]host[:port][,...][/root][?tls params] port 2181
+//	consul://host[:port][/prefix][?params]                   port 8500
+//	agent://[token@]host:port                                 a raft agent
+//	raft://                                                   a raft member
+//	memory://                                                 this process only
+//
+// Parse checks a URL without connecting, so that a mistake is reported
+// before anything starts; the error says what is wrong and what a valid URL
+// looks like. The returned Spec checks lease names against the backend's
+// own rules (each backend package's, not a copy), answers the renewal
+// window at a TTL, and opens the backend.
+//
+// A program that names its backend in code needs none of this: it calls
+// the backend package's New. This package imports every backend's client.
+package backendurl
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend/raft"
+)
+
+// schemes maps a URL scheme to its backend: the one place that does, so
+// that the set is visible.
+var schemes = map[string]scheme{
+	"etcd":   {form: "etcd://host:port[,host:port]", parse: parseEtcdURL, checkLease: etcdLease, window: etcdWindow},
+	"memory": {form: "memory://", parse: parseMemoryURL},
+	"raft":   {form: "raft:// (this process is a member of the group)", parse: parseRaftURL, window: raftWindow},
+	"agent":  {form: "agent://host:port", parse: parseAgentURL, window: raftWindow},
+	"zk":     {form: "zk://host:port[,host:port][/root]", parse: parseZooKeeperURL, checkLease: zooKeeperLease, window: zooKeeperWindow},
+	"consul": {form: "consul://host:port[/prefix]", parse: parseConsulURL, checkLease: consulLease, window: consulWindow},
+}
+
+type scheme struct {
+	form  string                         // the URL form, for messages
+	parse func(*url.URL) (opener, error) // checks the URL without connecting
+	// checkLease rejects lease names the backend cannot take, so that the
+	// mistake is a usage error rather than a campaign retried forever. Nil
+	// accepts any non-empty name.
+	checkLease func(string) error
+	// window returns the renewal window at a TTL (0: the backend's
+	// default), or why the TTL does not work with the backend. Nil means
+	// the baton.Config defaults: TTL - RenewInterval - DriftMargin.
+	window func(ttl time.Duration) (time.Duration, error)
+}
+
+// opener connects to a backend described by a parsed URL.
+type opener func(ctx context.Context, o Options) (*Backend, error)
+
+// Options are the settings Spec.Open gives every backend. The zero value
+// means the documented defaults.
+type Options struct {
+	// TTL of the leases; 0 means the backend's default (baton.DefaultTTL,
+	// but 20 s on Consul).
+	TTL time.Duration
+
+	// Logger receives the backend's log lines. Nil means silent.
+	Logger *slog.Logger
+
+	// Member starts this process's member of a raft group and returns it
+	// once it is in the group, for raft://. Nil (the default) refuses
+	// raft://: a member's settings (addresses, TLS, secret, discovery)
+	// are more than a URL holds.
+	Member func(ctx context.Context) (*raft.Node, error)
+
+	// AgentClient returns the client options for agent://HOST:PORT when
+	// the URL names no token (agent://TOKEN@HOST:PORT). Nil means no
+	// token: reads work, and calls that change something are refused.
+	AgentClient func(host, port string) raft.ClientOptions
+
+	// CloseTimeout bounds closing a raft member that Open started and then
+	// could not use. Default 5 s.
+	CloseTimeout time.Duration
+}
+
+// Backend is an open backend and what Open created for it.
+type Backend struct {
+	baton.Backend
+	// Node is the raft member this process runs, with raft://; else nil.
+	Node  *raft.Node
+	close func(ctx context.Context) error
+}
+
+// Close releases the backend and whatever Open created for it (the etcd
+// client, the raft member). Call it once.
+func (b *Backend) Close(ctx context.Context) error { return b.close(ctx) }
+
+// SettingsError is an error in what the caller gave, found while opening:
+// a file named in the URL, credentials a server refused, options the
+// backend refuses for good. Retrying cannot help.
+type SettingsError struct{ Err error }
+
+func (e *SettingsError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *SettingsError) Unwrap() error { return e.Err }
+
+func settingsErrorf(format string, args ...any) error {
+	return &SettingsError{Err: fmt.Errorf(format, args...)}
+}
+
+// Spec is a checked backend URL. Safe for concurrent use, except Open on
+// the same Spec.
+type Spec struct {
+	// Scheme is the URL's scheme in lower case: etcd, zk, consul, agent,
+	// raft or memory.
+	Scheme string
+	// Hosts are the servers' hosts named in the URL (none for raft:// and
+	// memory://).
+	Hosts []string
+
+	s    scheme
+	open opener
+}
+
+// CheckLease returns why the backend cannot take lease name, or nil.
+func (s *Spec) CheckLease(name string) error {
+	if s.s.checkLease == nil {
+		return nil
+	}
+	return s.s.checkLease(name)
+}
+
+// RenewalWindow returns how far ahead safe-until stays while renewals are
+// healthy, at worst, with leases of ttl (0: the backend's default), or why
+// ttl does not work with the backend. Work that must stop before
+// safe-until (baton.ElectorConfig.StopEarly) must fit in it.
+func (s *Spec) RenewalWindow(ttl time.Duration) (time.Duration, error) {
+	if s.s.window != nil {
+		return s.s.window(ttl)
+	}
+	timing, err := (baton.Config{TTL: ttl}).WithDefaults()
+	if err != nil {
+		return 0, err
+	}
+	return timing.TTL - timing.RenewInterval - timing.DriftMargin, nil
+}
+
+// Open connects to the backend, within ctx; the backend lives past ctx,
+// until Backend.Close.
+func (s *Spec) Open(ctx context.Context, o Options) (*Backend, error) {
+	if o.CloseTimeout == 0 {
+		o.CloseTimeout = 5 * time.Second
+	}
+	return s.open(ctx, o)
+}
+
+// Forms lists the URL form of every scheme, for messages.
+func Forms() string {
+	forms := make([]string, 0, len(schemes))
+	for _, s := range schemes {
+		forms = append(forms, s.form)
+	}
+	slices.Sort(forms)
+	return strings.Join(forms, ", ")
+}
+
+// Parse checks a backend URL and returns how to open it. The error says
+// what is wrong and what a valid URL looks like; it never holds the URL's
+// password.
+func Parse(raw string) (*Spec, error) {
+	name, _, ok := strings.Cut(raw, "://")
+	if !ok {
+		return nil, fmt.Errorf("not a backend URL: write SCHEME://..., e.g. etcd://%s; supported: %s",
+			strings.TrimPrefix(raw, "//"), Forms())
+	}
+	s, known := schemes[strings.ToLower(name)]
+	if !known {
+		return nil, fmt.Errorf("unknown backend scheme %q: supported are %s", name, Forms())
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url.Parse refuses some forms that the scheme parsers explain
+		// better (it refuses "h:99999" and "a:1,b:2"); split the URL
+		// by hand, with the same rules for % escapes.
+		u, err = splitURL(raw)
+		if err != nil {
+			return nil, fmt.Errorf("malformed URL: %v; use %s", err, s.form)
+		}
+	}
+	hosts, err := checkURLParts(u, s.form)
+	if err != nil {
+		return nil, err
+	}
+	open, err := s.parse(u)
+	if err != nil {
+		return nil, err
+	}
+	return &Spec{Scheme: strings.ToLower(name), Hosts: hosts, s: s, open: open}, nil
+}
+
+// Redact hides the password of a URL's user information
+// (scheme://user:password@host), for messages and logs.
+func Redact(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	authority := rest
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		authority = rest[:i]
+	}
+	at := strings.LastIndexByte(authority, '@')
+	if at < 0 {
+		return raw
+	}
+	user, _, hasPass := strings.Cut(authority[:at], ":")
+	if !hasPass {
+		return raw
+	}
+	return scheme + "://" + user + ":xxxxx" + rest[at:]
+}

@@ -1,0 +1,149 @@
+//go:build linux
+
+package supervise
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Term is what StartTerm needs of a term of a lease: a baton.Term
+// satisfies it.
+type Term interface {
+	// SafeUntil is the instant up to which no other holder can have the
+	// lease; it moves on with each confirmed renewal.
+	SafeUntil() time.Time
+	// Done is closed when the term ends.
+	Done() <-chan struct{}
+	// Err says why the term ended; nil before.
+	Err() error
+}
+
+// TermPoll is how often a TermProcess passes its term's safe-until on to
+// the guard. A term has no notification of a renewal, and a poll costs
+// nothing worth counting; it only ever makes the guard's deadline lag
+// safe-until by up to TermPoll, so the guard stops the command no later
+// than the caller would (and, when a renewal is confirmed within TermPoll
+// of the caller's stopping, a little earlier).
+const TermPoll = 20 * time.Millisecond
+
+// TermProcess is a command run for one term of a lease: started under a
+// guard whose deadline is the term's safe-until, moved on as renewals move
+// safe-until, with the signals of DefaultForwardSignals relayed to it. A
+// caller that hangs or is stopped passes nothing on, and the guard stops
+// the command by the last safe-until it got. Its methods are safe for
+// concurrent use.
+type TermProcess struct {
+	*Process
+	t       Term
+	started time.Time
+
+	stopForward func()
+	quit        chan struct{}
+	extended    chan struct{}
+	closeOnce   sync.Once
+}
+
+// StartTerm starts cfg.Command for term t, as Start does, with
+// cfg.Deadline set to t's safe-until. Call Close when done with it (after
+// End, or Process.Stop once it exited by itself): it ends the relaying of
+// safe-until and of signals.
+func StartTerm(t Term, cfg Config) (*TermProcess, error) {
+	cfg.Deadline = t.SafeUntil()
+	p, err := Start(cfg)
+	if err != nil {
+		return nil, err
+	}
+	tp := &TermProcess{
+		Process:  p,
+		t:        t,
+		started:  time.Now(),
+		quit:     make(chan struct{}),
+		extended: make(chan struct{}),
+	}
+	// Relayed until the command is gone, including during its grace
+	// period, when a SIGQUIT for a stack dump is most useful.
+	tp.stopForward = p.Forward(context.Background())
+	go tp.extend()
+	return tp, nil
+}
+
+// extend passes each move of the term's safe-until on to the guard, until
+// the term ends, the guard is gone, or Close.
+func (tp *TermProcess) extend() {
+	defer close(tp.extended)
+	// The first tick always sends: a renewal confirmed while the guard was
+	// starting moved safe-until past the deadline it started with.
+	var sent time.Time
+	tick := time.NewTicker(TermPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tp.quit:
+			return
+		case <-tp.t.Done():
+			return
+		case <-tick.C:
+		}
+		if su := tp.t.SafeUntil(); su.After(sent) {
+			if err := tp.Extend(su); err != nil {
+				return // the guard is gone, or hung: it stops the command itself
+			}
+			sent = su
+		}
+	}
+}
+
+// Wait waits until the command exits by itself, which it reports as true,
+// or until ctx ends or the guard stopped the command at the term's deadline
+// (the term is over, though the caller may not have noticed yet), reported
+// as false: the caller then stops it with End.
+func (tp *TermProcess) Wait(ctx context.Context) (exited bool) {
+	select {
+	case <-tp.Done():
+		return !errors.Is(tp.Err(), ErrDeadline)
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Ran is how long the command has run, or ran.
+func (tp *TermProcess) Ran() time.Duration { return time.Since(tp.started) }
+
+// End stops the command and everything it left behind at the end of its
+// term, and waits for that. Not with the term's context: that has ended, and Stop must still
+// allow the grace, but never past safe-until, after which another holder
+// may lead. (Stopping a grace before safe-until, as baton.ElectorConfig's
+// StopEarly does, leaves a full grace; a term lost outright or won late
+// may not.)
+func (tp *TermProcess) End() {
+	sctx, cancel := context.WithDeadline(context.Background(), tp.t.SafeUntil())
+	defer cancel()
+	_ = tp.Process.Stop(sctx)
+}
+
+// Reason is why the command was stopped, once ctx (the context the term's
+// work ran under) ended or the guard stopped it: the term's error, or,
+// before the term has one, ctx's cause (renewals lagging into StopEarly,
+// say), or the guard's stopping the command at safe-until before the
+// caller noticed the lag.
+func (tp *TermProcess) Reason(ctx context.Context) error {
+	if err := tp.t.Err(); err != nil {
+		return err
+	}
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	return tp.Err()
+}
+
+// Close ends the relaying of safe-until and signals, and waits for it.
+func (tp *TermProcess) Close() {
+	tp.closeOnce.Do(func() {
+		close(tp.quit)
+		<-tp.extended
+		tp.stopForward()
+	})
+}
