@@ -73,7 +73,7 @@ func Context(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-// CampaignTimeout bounds the campaigns of Campaign and CampaignAsync.
+// CampaignTimeout bounds the campaign of Campaign.
 const CampaignTimeout = 30 * time.Second
 
 // Campaign campaigns on b for lease as candidate id and returns the term,
@@ -100,30 +100,22 @@ type Won struct {
 
 // CampaignAsync campaigns on b for lease as candidate id in the
 // background, and delivers the outcome on the channel (buffered: it never
-// blocks the campaign). A campaign that fails, or has not won within
-// CampaignTimeout, is reported with t.Errorf and delivers a nil Term. A
-// campaign still waiting when the test ends is cancelled quietly, and the
-// test waits for it to return before its earlier Cleanup functions run
-// (those registered before CampaignAsync, such as closing b).
+// blocks the campaign). The campaign waits as long as the test runs: bound
+// the wait for it with WaitTerm. A campaign that fails is reported with
+// t.Errorf and delivers a nil Term. A campaign still waiting when the test
+// ends is cancelled quietly, and the test waits for it to return before
+// running the Cleanup functions registered before CampaignAsync (such as
+// closing b).
 func CampaignAsync(t testing.TB, b baton.Backend, lease, id string) <-chan Won {
 	got := make(chan Won, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), CampaignTimeout)
-	ended := make(chan struct{})
+	ctx := t.Context() // cancelled as the test ends, before its clean-ups
 	returned := make(chan struct{})
-	t.Cleanup(func() {
-		close(ended)
-		cancel()
-		<-returned
-	})
+	t.Cleanup(func() { <-returned })
 	go func() {
 		defer close(returned)
 		term, err := b.Campaign(ctx, lease, baton.Candidate{ID: id})
-		if err != nil {
-			select {
-			case <-ended:
-			default:
-				t.Errorf("%s campaigning for %s: %v", id, lease, err)
-			}
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("%s campaigning for %s: %v", id, lease, err)
 		}
 		got <- Won{Term: term, At: time.Now()}
 	}()
