@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/certs"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // TestTLSKeepsCAKeyOffTheInstances: `baton tls ca` keeps the CA in its own
@@ -128,7 +129,7 @@ func TestRaftWrongSecretExits(t *testing.T) {
 	if r.code != exitUsage || !strings.Contains(r.stderr, "refused this member's secret") || !strings.Contains(r.stderr, "BATON_SECRET") {
 		t.Fatalf("a member with a wrong secret: exit %d, want %d with an error about the secret; stderr:\n%s", r.code, exitUsage, r.stderr)
 	}
-	eventually(t, 10*time.Second, "the agent logging the refused peer", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the agent logging the refused peer", func() bool {
 		for line := range strings.Lines(agent.out.String()) {
 			if strings.Contains(line, "refused a connection") && strings.Contains(line, "wrong secret") && strings.Contains(line, "127.0.0.1:") {
 				return true

@@ -6,13 +6,12 @@
 // repository may import it, since they all live under the
 // github.com/batonhq/baton path.
 //
-// The bounds the helpers take are hang guards, not assertions of speed: a
-// test that fails because a bound ran out would also fail, later, with a
-// larger one. Tests that measure how long something takes belong in bench.
+// The bounds the helpers take keep a failing test from hanging; they are
+// not assertions of speed. Measurements of how long something takes
+// belong in bench, where the figures are reported.
 //
-// Every helper may be called from the test's goroutine; Eventually,
-// EventuallyErr, Campaign, WaitTerm and WaitDone stop the test with
-// t.Fatalf, and so must not be called from other goroutines.
+// Eventually, EventuallyErr, Campaign, WaitTerm and WaitDone stop the
+// test with t.Fatalf, and so must be called from the test's goroutine.
 package testkit
 
 import (
@@ -32,15 +31,25 @@ const PollInterval = 10 * time.Millisecond
 // passed without it holding. cond is first called at once.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !Poll(timeout, cond) {
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	}
+}
+
+// Poll polls cond every PollInterval until it holds, and reports whether
+// it did before timeout passed. cond is first called at once. It is
+// Eventually for tests that report a failure their own way.
+func Poll(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(PollInterval)
 	defer tick.Stop()
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+			return false
 		}
 		<-tick.C
 	}
+	return true
 }
 
 // EventuallyErr polls f every PollInterval until it returns nil, and fails

@@ -138,3 +138,13 @@ func TestWaitTermReportsNoTerm(t *testing.T) {
 		t.Fatalf("Fatalf(%q), want no term within 20ms", msg)
 	}
 }
+
+func TestPoll(t *testing.T) {
+	if testkit.Poll(30*time.Millisecond, func() bool { return false }) {
+		t.Fatal("Poll of a condition that never holds = true")
+	}
+	var n atomic.Int32
+	if !testkit.Poll(5*time.Second, func() bool { return n.Add(1) == 2 }) {
+		t.Fatal("Poll of a condition that holds at the second call = false")
+	}
+}
