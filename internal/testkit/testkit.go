@@ -31,17 +31,18 @@ const PollInterval = 10 * time.Millisecond
 // passed without it holding. cond is first called at once.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	if !Poll(timeout, cond) {
+	if !Poll(timeout, PollInterval, cond) {
 		t.Fatalf("timed out after %s waiting for %s", timeout, what)
 	}
 }
 
-// Poll polls cond every PollInterval until it holds, and reports whether
-// it did before timeout passed. cond is first called at once. It is
-// Eventually for tests that report a failure their own way.
-func Poll(timeout time.Duration, cond func() bool) bool {
+// Poll polls cond every interval until it holds, and reports whether it
+// did before timeout passed. cond is first called at once. It is
+// Eventually for tests that report a failure their own way, or whose
+// condition is too costly to check every PollInterval.
+func Poll(timeout, interval time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(PollInterval)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for !cond() {
 		if time.Now().After(deadline) {

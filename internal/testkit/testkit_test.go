@@ -140,11 +140,11 @@ func TestWaitTermReportsNoTerm(t *testing.T) {
 }
 
 func TestPoll(t *testing.T) {
-	if testkit.Poll(30*time.Millisecond, func() bool { return false }) {
+	if testkit.Poll(30*time.Millisecond, time.Millisecond, func() bool { return false }) {
 		t.Fatal("Poll of a condition that never holds = true")
 	}
 	var n atomic.Int32
-	if !testkit.Poll(5*time.Second, func() bool { return n.Add(1) == 2 }) {
+	if !testkit.Poll(5*time.Second, time.Millisecond, func() bool { return n.Add(1) == 2 }) {
 		t.Fatal("Poll of a condition that holds at the second call = false")
 	}
 }
