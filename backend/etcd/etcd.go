@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/internal/epoch"
-	"github.com/batonhq/baton/internal/renew"
+	"github.com/batonhq/baton/internal/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -45,26 +44,14 @@ type Backend struct {
 	prefix string
 	log    *slog.Logger
 
-	// ctx bounds the Backend's background work; Close cancels it.
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	// granting admits one caller at a time to create the session, so that a
-	// burst of first campaigns shares one lease instead of granting many; it
-	// is a channel so that waiting honours the caller's ctx.
-	granting chan struct{}
-
-	mu     sync.Mutex
-	closed bool
-	sess   *session // nil before the first campaign and after a session ended
-	// slots, guarded by mu, marks the lease names this Backend campaigns
-	// for or holds. The key of a name is derived from the session alone,
-	// so two campaigns for one name over one session would share a key: a
-	// slot keeps them apart. While a key whose creation may or may not have
-	// landed is being deleted in the background, the name stays claimed, so
-	// that the clean-up cannot delete a new campaign's key.
-	slots *renew.Slots
+	// sessions owns the session lease, the goroutines and the lease
+	// names this Backend campaigns for or holds. The key of a name is
+	// derived from the session alone, so two campaigns for one name over
+	// one session would share a key: a slot keeps them apart. While a key
+	// whose creation may or may not have landed is being deleted in the
+	// background, the name stays claimed, so that the clean-up cannot
+	// delete a new campaign's key.
+	sessions *session.Manager[clientv3.LeaseID]
 
 	// epochs follows the epoch keys this Backend reads, so that an epoch
 	// it writes after etcd lost its data is above the old one, and the
@@ -90,19 +77,15 @@ func New(client *clientv3.Client, opts Options) (*Backend, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	b := &Backend{
-		client:   client,
-		cfg:      cfg,
-		ttlSec:   int64((cfg.TTL + time.Second - 1) / time.Second),
-		prefix:   opts.Prefix,
-		log:      log.WithGroup("etcd"),
-		ctx:      ctx,
-		cancel:   cancel,
-		granting: make(chan struct{}, 1),
-		now:      time.Now,
+		client: client,
+		cfg:    cfg,
+		ttlSec: int64((cfg.TTL + time.Second - 1) / time.Second),
+		prefix: opts.Prefix,
+		log:    log.WithGroup("etcd"),
+		now:    time.Now,
 	}
-	b.slots = renew.NewSlots(&b.mu, func() bool { return b.closed }, "etcd")
+	b.sessions = newSessions(b)
 	return b, nil
 }
 
@@ -133,25 +116,25 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 	if c.ID == "" {
 		return nil, fmt.Errorf("etcd: candidate ID must not be empty (lease %q)", name)
 	}
-	return b.slots.Campaign(ctx, name, c.ID, func(sl *renew.Slot) (baton.Term, error) {
+	return b.sessions.Campaign(ctx, name, c.ID, func(sl *session.Slot) (baton.Term, error) {
 		return b.campaign(ctx, sl, name, c.ID)
 	})
 }
 
-func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, id string) (baton.Term, error) {
+func (b *Backend) campaign(ctx context.Context, sl *session.Slot, name, id string) (baton.Term, error) {
 	pfx := b.prefix + name + "/"
 	var (
-		s   *session
+		s   *sess
 		key string
 		rev int64
 		ep  uint64
 	)
 	for retried := false; ; retried = true {
 		var err error
-		if s, err = b.session(ctx); err != nil {
+		if s, err = b.sessions.Session(ctx); err != nil {
 			return nil, err
 		}
-		key = fmt.Sprintf("%s%x", pfx, s.id) // concurrency.Election's layout
+		key = fmt.Sprintf("%s%x", pfx, s.ID) // concurrency.Election's layout
 		rev, ep, err = b.createKey(ctx, s, name, key, id)
 		if err == nil {
 			break
@@ -159,7 +142,7 @@ func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, id string)
 		if isLeaseNotFound(err) && !retried {
 			// etcd dropped the session before our keep-alive noticed: the
 			// put did not happen, and a new session will do.
-			b.endSession(s, b.lostErr(s))
+			b.sessions.Lost(s)
 			continue
 		}
 		// The put may have landed though its reply was lost. A key left
@@ -202,13 +185,13 @@ func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, id string)
 // createKey puts our key unless it exists, and returns its create revision
 // and the lease's epoch, read in the same transaction: a key and an epoch
 // from one incarnation of etcd's data.
-func (b *Backend) createKey(ctx context.Context, s *session, name, key, id string) (int64, uint64, error) {
+func (b *Backend) createKey(ctx context.Context, s *sess, name, key, id string) (int64, uint64, error) {
 	ekey := b.epochKey(name)
 	for range 4 {
 		resp, err := b.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
 				clientv3.Compare(clientv3.CreateRevision(ekey), ">", 0)).
-			Then(clientv3.OpPut(key, id, clientv3.WithLease(s.id)), clientv3.OpGet(ekey)).
+			Then(clientv3.OpPut(key, id, clientv3.WithLease(s.ID)), clientv3.OpGet(ekey)).
 			Else(clientv3.OpGet(key), clientv3.OpGet(ekey)).
 			Commit()
 		if err != nil {
@@ -248,10 +231,10 @@ func (b *Backend) createKey(ctx context.Context, s *session, name, key, id strin
 // waitDelete returns nil once key may have been deleted after revision from
 // (the caller reads again to find out), or an error when ctx or the session
 // ends first.
-func (b *Backend) waitDelete(ctx context.Context, s *session, key string, from int64) error {
+func (b *Backend) waitDelete(ctx context.Context, s *sess, key string, from int64) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer context.AfterFunc(s.ctx, cancel)()
+	defer context.AfterFunc(s.Context(), cancel)()
 	for wr := range b.client.Watch(wctx, key, clientv3.WithRev(from)) {
 		for _, ev := range wr.Events {
 			if ev.Type == clientv3.EventTypeDelete {
@@ -272,66 +255,49 @@ func (b *Backend) waitDelete(ctx context.Context, s *session, key string, from i
 	return nil
 }
 
-// campaignErr turns err into Campaign's error (see renew.CampaignErr).
-func (b *Backend) campaignErr(ctx context.Context, s *session, name, what string, err error) error {
-	b.mu.Lock()
-	closed := b.closed
-	b.mu.Unlock()
-	return renew.CampaignErr(ctx, closed, s.Terms, name, what, err)
+// campaignErr turns err into Campaign's error (see
+// session.Manager.CampaignErr).
+func (b *Backend) campaignErr(ctx context.Context, s *sess, name, what string, err error) error {
+	return b.sessions.CampaignErr(ctx, s, name, what, err)
 }
 
 func (b *Backend) unavailable(ctx context.Context, what string, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return fmt.Errorf("%w: %s: %w", baton.ErrBackendUnavailable, what, err)
+	return session.Unavailable(ctx, what, err)
 }
 
 // held is a lease this Backend holds.
 type held struct {
 	name, key string
 	rev       int64
-	sl        *renew.Slot
-	s         *session
+	sl        *session.Slot
+	s         *sess
 	term      *baton.BasicTerm
 	stop      context.CancelFunc // stops watching the key
 }
 
 // hold starts the term won at revision at.
-func (b *Backend) hold(s *session, sl *renew.Slot, name, key string, rev int64, ep uint64, at int64) (baton.Term, error) {
-	ctx, stop := context.WithCancel(s.ctx)
+func (b *Backend) hold(s *sess, sl *session.Slot, name, key string, rev int64, ep uint64, at int64) (baton.Term, error) {
+	ctx, stop := context.WithCancel(s.Context())
 	h := &held{name: name, key: key, rev: rev, sl: sl, s: s, stop: stop}
-	// b.mu and the session's lock together make registering the term and starting its
-	// watcher atomic with respect to Close and to the session ending: either
-	// they see the term and end it, or we see them and give up.
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		stop()
-		return nil, baton.ErrClosed // Close revokes the session, and our key with it
-	}
 	token := epoch.Token(ep, uint64(rev))
-	t, ok := s.Start(name, token, func(ctx context.Context) error {
-		return b.release(ctx, h)
+	// If Start fails, our key goes with the session: Close revokes it, or
+	// it ends now if it has not yet.
+	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, session.Win{
+		Started: func(t *baton.BasicTerm) { h.term = t },
+		Watch:   func() { b.watchHeld(ctx, h, at+1) },
 	})
-	if !ok {
-		// Our key goes with the session, which ends now if it has not yet.
+	if err != nil {
 		stop()
-		return nil, fmt.Errorf("%w: lease %q: etcd session %x ended as the lease was won", baton.ErrBackendUnavailable, name, s.id)
+		return nil, err
 	}
-	h.term = t
-	b.slots.WonLocked(sl, h.term)
-	b.wg.Add(1)
-	go b.watchHeld(ctx, h, at+1)
-	b.log.Debug("acquired", "lease", name, "token", token, "rev", rev, "session", fmt.Sprintf("%x", s.id))
-	return &stateTerm{BasicTerm: h.term, b: b, h: h}, nil
+	b.log.Debug("acquired", "lease", name, "token", token, "rev", rev, "session", fmt.Sprintf("%x", s.ID))
+	return &stateTerm{BasicTerm: t, b: b, h: h}, nil
 }
 
 // watchHeld ends h's term when its key is deleted after revision from. It
 // returns when ctx ends: the term was released, or the session ended.
 func (b *Backend) watchHeld(ctx context.Context, h *held, from int64) {
-	defer b.wg.Done()
-	defer b.slots.Unclaim(h.sl)
+	defer b.sessions.Unclaim(h.sl)
 	defer h.stop()
 	lost := func(why string) {
 		h.s.Forget(h.term)
@@ -390,7 +356,7 @@ func (b *Backend) release(ctx context.Context, h *held) error {
 		return fmt.Errorf("%w: release lease %q (retrying in the background): %w", baton.ErrBackendUnavailable, h.name, err)
 	}
 	b.log.Debug("released", "lease", h.name, "token", h.rev)
-	b.slots.Unclaim(h.sl)
+	b.sessions.Unclaim(h.sl)
 	return nil
 }
 
@@ -417,11 +383,11 @@ func (b *Backend) deleteKey(ctx context.Context, key string, rev int64) error {
 // dropKey deletes a campaign's key once, bounded by RenewInterval, and keeps
 // trying in the background if that fails. The caller's context may have
 // ended already, which is often why the key must go.
-func (b *Backend) dropKey(s *session, sl *renew.Slot, name, key string, rev int64) {
-	if s.ctx.Err() != nil {
+func (b *Backend) dropKey(s *sess, sl *session.Slot, name, key string, rev int64) {
+	if s.Context().Err() != nil {
 		return // the key went, or goes, with the session
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, b.cfg.RenewInterval)
+	ctx, cancel := context.WithTimeout(s.Context(), b.cfg.RenewInterval)
 	err := b.deleteKey(ctx, key, rev)
 	cancel()
 	if err != nil {
@@ -434,34 +400,21 @@ func (b *Backend) dropKey(s *session, sl *renew.Slot, name, key string, rev int6
 // session ends (which deletes the key too). While it runs it keeps sl, if sl
 // is still the name's slot, so that no new campaign's key can be mistaken
 // for the old one.
-func (b *Backend) cleanLater(s *session, sl *renew.Slot, name, key string, rev int64) {
-	b.mu.Lock()
-	if b.closed || s.ctx.Err() != nil {
-		b.mu.Unlock()
+func (b *Backend) cleanLater(s *sess, sl *session.Slot, name, key string, rev int64) {
+	if s.Context().Err() != nil {
 		return
 	}
-	done, _ := b.slots.CleaningLocked(sl)
-	b.wg.Add(1)
-	b.mu.Unlock()
-	go func() {
-		defer b.wg.Done()
-		defer done()
-		for {
-			select {
-			case <-s.ctx.Done():
-				return
-			case <-time.After(b.cfg.RenewInterval):
-			}
-			ctx, cancel := context.WithTimeout(s.ctx, b.cfg.RenewInterval)
+	b.sessions.CleanLater(sl, func() {
+		session.Retry(s.Context(), b.cfg.RenewInterval, b.cfg.RenewInterval, false, func(ctx context.Context) error {
 			err := b.deleteKey(ctx, key, rev)
-			cancel()
-			if err == nil {
-				b.log.Info("deleted a leftover election key", "lease", name, "key", key)
-				return
+			if err != nil {
+				b.log.Debug("leftover election key not deleted yet", "lease", name, "key", key, "err", err)
+				return err
 			}
-			b.log.Debug("leftover election key not deleted yet", "lease", name, "key", key, "err", err)
-		}
-	}()
+			b.log.Info("deleted a leftover election key", "lease", name, "key", key)
+			return nil
+		})
+	})
 }
 
 // Leader implements baton.Backend. It reports the candidate with the oldest
@@ -473,10 +426,7 @@ func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error)
 	if err := checkName(name); err != nil {
 		return baton.Record{}, err
 	}
-	b.mu.Lock()
-	closed := b.closed
-	b.mu.Unlock()
-	if closed {
+	if b.sessions.Closed() {
 		return baton.Record{}, baton.ErrClosed
 	}
 	resp, err := b.client.Txn(ctx).Then(
@@ -510,24 +460,5 @@ func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error)
 // Later calls of Campaign and Leader return baton.ErrClosed; a second Close
 // returns nil.
 func (b *Backend) Close(ctx context.Context) error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		b.wg.Wait()
-		return nil
-	}
-	b.closed = true
-	s := b.sess
-	b.sess = nil
-	b.mu.Unlock()
-	var err error
-	if s != nil {
-		b.endSession(s, fmt.Errorf("%w: etcd session %x closed", baton.ErrClosed, s.id))
-		if _, rerr := b.client.Revoke(ctx, s.id); rerr != nil && !isLeaseNotFound(rerr) {
-			err = fmt.Errorf("etcd: revoke session lease %x (its keys expire after the TTL): %w", s.id, rerr)
-		}
-	}
-	b.cancel()
-	b.wg.Wait()
-	return err
+	return b.sessions.Close(ctx, nil)
 }
