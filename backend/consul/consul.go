@@ -14,7 +14,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/internal/epoch"
-	"github.com/batonhq/baton/internal/renew"
+	"github.com/batonhq/baton/internal/session"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -111,31 +111,23 @@ type Backend struct {
 	reqTimeout    time.Duration // bounds a single request while campaigning
 	log           *slog.Logger
 
-	// ctx bounds the Backend's background work; Close cancels it.
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	// granting admits one caller at a time to create the session, so that a
-	// burst of first campaigns shares one session; it is a channel so that
-	// waiting honours the caller's ctx.
-	granting chan struct{}
+	// sessions owns the session, the goroutines and the lease names this
+	// Backend campaigns for or holds. The key of a name is the same for
+	// every campaign of this Backend's session, so two campaigns for one
+	// name must not overlap; nor may a new campaign start before an ended
+	// term's lock is gone (see finish), or the clean-up of the old term
+	// could delete the new term's lock. While a lock that a failed
+	// campaign's transaction may have taken is being let go in the
+	// background, the name stays claimed, so that the clean-up cannot
+	// delete a new campaign's lock.
+	sessions *session.Manager[string]
 
 	w *watcher
 
-	mu     sync.Mutex
-	closed bool
-	sess   *session // nil before the first campaign and after a session ended
-	helds  map[*held]struct{}
-	// slots, guarded by mu, marks the lease names this Backend campaigns
-	// for or holds. The key of a name is the same for every campaign of
-	// this Backend's session, so two campaigns for one name must not
-	// overlap; nor may a new campaign start before an ended term's lock is
-	// gone (see finish), or the clean-up of the old term could delete the
-	// new term's lock. While a lock that a failed campaign's transaction
-	// may have taken is being let go in the background, the name stays
-	// claimed, so that the clean-up cannot delete a new campaign's lock.
-	slots *renew.Slots
+	// hmu guards helds, the terms whose locks Close lets go of. It is
+	// taken after the sessions' mutex when both are held.
+	hmu   sync.Mutex
+	helds map[*held]struct{}
 
 	// epochs follows the epoch keys as read (see epochKey).
 	epochs epoch.Tracker
@@ -216,7 +208,6 @@ func New(client *api.Client, opts Options) (*Backend, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.WithGroup("consul")
-	ctx, cancel := context.WithCancel(context.Background())
 	b := &Backend{
 		now:           time.Now,
 		client:        client,
@@ -230,13 +221,10 @@ func New(client *api.Client, opts Options) (*Backend, error) {
 		sessionName:   name,
 		reqTimeout:    max(sessTTL, 5*time.Second),
 		log:           log,
-		ctx:           ctx,
-		cancel:        cancel,
-		granting:      make(chan struct{}, 1),
 		helds:         map[*held]struct{}{},
 	}
-	b.slots = renew.NewSlots(&b.mu, func() bool { return b.closed }, "consul")
-	b.w = newWatcher(ctx, &b.wg, b.kv, watchWait, log)
+	b.sessions = newSessions(b)
+	b.w = newWatcher(b.sessions.Context(), b.kv, watchWait, log)
 	return b, nil
 }
 
@@ -310,7 +298,7 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 	if c.ID == "" {
 		return nil, fmt.Errorf("consul: candidate ID must not be empty (lease %q)", name)
 	}
-	return b.slots.Campaign(ctx, name, c.ID, func(sl *renew.Slot) (baton.Term, error) {
+	return b.sessions.Campaign(ctx, name, c.ID, func(sl *session.Slot) (baton.Term, error) {
 		return b.campaign(ctx, sl, name, key, c.ID)
 	})
 }
@@ -322,57 +310,37 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 // not outlive it by much), and then keeps trying in the background,
 // holding the slot, until it succeeds or the session ends (which takes the
 // lock with it), as etcd's dropKey does.
-func (b *Backend) dropLock(s *session, sl *renew.Slot, name, key string) {
-	if s.ctx.Err() != nil {
+func (b *Backend) dropLock(s *sess, sl *session.Slot, name, key string) {
+	if s.Context().Err() != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, b.cfg.RenewInterval)
+	ctx, cancel := context.WithTimeout(s.Context(), b.cfg.RenewInterval)
 	err := b.deleteOwn(ctx, s, key)
 	cancel()
 	if err == nil {
 		return
 	}
 	b.log.Warn("could not check for a lock left by a failed campaign; retrying in the background", "lease", name, "key", key, "err", err)
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return // Close destroys the session, and the lock with it
-	}
-	done, ok := b.slots.CleaningLocked(sl)
-	if !ok {
-		b.mu.Unlock()
-		return // no longer the name's slot, or already cleaned up after
-	}
-	b.wg.Add(1)
-	b.mu.Unlock()
-	go func() {
-		defer b.wg.Done()
-		defer done()
-		for {
-			select {
-			case <-s.ctx.Done():
-				return
-			case <-time.After(b.cfg.RenewInterval):
-			}
-			ctx, cancel := context.WithTimeout(s.ctx, b.reqTimeout)
+	// Close destroys the session, and the lock with it.
+	b.sessions.CleanClaimed(sl, func() {
+		session.Retry(s.Context(), b.cfg.RenewInterval, b.reqTimeout, false, func(ctx context.Context) error {
 			err := b.deleteOwn(ctx, s, key)
-			cancel()
-			if err == nil {
-				return
+			if err != nil {
+				b.log.Debug("lock of a failed campaign not checked yet", "lease", name, "key", key, "err", err)
 			}
-			b.log.Debug("lock of a failed campaign not checked yet", "lease", name, "key", key, "err", err)
-		}
-	}()
+			return err
+		})
+	})
 }
 
 // deleteOwn deletes key if session s holds it.
-func (b *Backend) deleteOwn(ctx context.Context, s *session, key string) error {
+func (b *Backend) deleteOwn(ctx context.Context, s *sess, key string) error {
 	for range 3 {
 		p, err := b.get(ctx, key)
 		if err != nil {
 			return err
 		}
-		if p == nil || p.Session != s.id {
+		if p == nil || p.Session != s.ID {
 			return nil
 		}
 		err = b.deleteCAS(ctx, key, p.ModifyIndex)
@@ -396,8 +364,8 @@ const (
 	refused             // lock-delay, or our session is gone
 )
 
-func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, key, id string) (baton.Term, error) {
-	s, err := b.session(ctx)
+func (b *Backend) campaign(ctx context.Context, sl *session.Slot, name, key, id string) (baton.Term, error) {
+	s, err := b.sessions.Session(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -426,7 +394,7 @@ func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, key, id st
 			return nil, b.campaignErr(ctx, s, name, "watch "+key, st.err)
 		case p != nil && p.Flags != api.LockFlagValue:
 			return nil, conflictErr(key, p.Flags)
-		case p != nil && p.Session == s.id:
+		case p != nil && p.Session == s.ID:
 			// Our session's lock without a term: the slot forbids it, but
 			// should it happen, waiting would never end.
 			b.log.Warn("deleting a lock of our session that no term holds", "lease", name, "key", key, "index", p.ModifyIndex)
@@ -478,15 +446,15 @@ func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, key, id st
 			case refused:
 				alive, err := b.alive(ctx, s)
 				if err != nil {
-					return nil, b.campaignErr(ctx, s, name, "look up session "+s.id, err)
+					return nil, b.campaignErr(ctx, s, name, "look up session "+s.ID, err)
 				}
 				if !alive {
-					b.endSession(s, b.lostErr(s))
+					b.sessions.Lost(s)
 					if newSession {
 						return nil, b.campaignErr(ctx, s, name, "lock "+key, errSessionGone)
 					}
 					newSession = true
-					if s, err = b.session(ctx); err != nil {
+					if s, err = b.sessions.Session(ctx); err != nil {
 						return nil, err
 					}
 					continue
@@ -508,7 +476,7 @@ func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, key, id st
 				return nil, baton.ErrClosed
 			}
 		}
-		next, fresh, err := b.w.next(ctx, sb, after, retry, s.ctx.Done())
+		next, fresh, err := b.w.next(ctx, sb, after, retry, s.Context().Done())
 		if err != nil {
 			return nil, b.campaignErr(ctx, s, name, "wait for "+key, err)
 		}
@@ -526,7 +494,7 @@ func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, key, id st
 // gave the key as it locked it, read from the transaction's own result so
 // that no later write can be mistaken for it, and the lease's epoch, read
 // in the same transaction (see epochKey).
-func (b *Backend) lock(ctx context.Context, s *session, name, key, id string, seen *api.KVPair) (uint64, uint64, lockOutcome, error) {
+func (b *Backend) lock(ctx context.Context, s *sess, name, key, id string, seen *api.KVPair) (uint64, uint64, lockOutcome, error) {
 	guard := &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: key}
 	if seen != nil {
 		guard = &api.KVTxnOp{Verb: api.KVCheckIndex, Key: key, Index: seen.ModifyIndex}
@@ -535,7 +503,7 @@ func (b *Backend) lock(ctx context.Context, s *session, name, key, id string, se
 	ops := api.TxnOps{
 		{KV: guard},
 		{KV: &api.KVTxnOp{Verb: api.KVGet, Key: ekey}},
-		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: key, Value: []byte(id), Flags: api.LockFlagValue, Session: s.id}},
+		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: key, Value: []byte(id), Flags: api.LockFlagValue, Session: s.ID}},
 	}
 	for range 3 {
 		resp, ok, err := b.txn(ctx, ops)
@@ -571,7 +539,7 @@ func (b *Backend) lock(ctx context.Context, s *session, name, key, id string, se
 			case kv == nil:
 			case kv.Key == ekey:
 				ep = &api.KVPair{Key: kv.Key, Value: kv.Value}
-			case kv.Key == key && kv.Session == s.id:
+			case kv.Key == key && kv.Session == s.ID:
 				index = kv.ModifyIndex
 			}
 		}
@@ -656,14 +624,11 @@ var errCASFailed = errors.New("consul: key changed since it was read")
 // baton.ErrClosed once the Backend is closed, ErrKeyConflict and
 // ErrPermissionDenied as they are, and otherwise an error wrapping
 // baton.ErrBackendUnavailable (with why the session ended, if it did).
-func (b *Backend) campaignErr(ctx context.Context, s *session, name, what string, err error) error {
+func (b *Backend) campaignErr(ctx context.Context, s *sess, name, what string, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	b.mu.Lock()
-	closed := b.closed
-	b.mu.Unlock()
-	if closed {
+	if b.sessions.Closed() {
 		return baton.ErrClosed
 	}
 	if errors.Is(err, ErrPermissionDenied) || errors.Is(err, ErrKeyConflict) {
@@ -691,8 +656,8 @@ type held struct {
 	name, key string
 	index     uint64 // the lock key's ModifyIndex as the term locked it
 	token     uint64
-	sl        *renew.Slot
-	s         *session
+	sl        *session.Slot
+	s         *sess
 	sub       *sub
 	term      *baton.BasicTerm
 	ctx       context.Context
@@ -705,49 +670,42 @@ type held struct {
 
 // hold starts the term won with token, locking key at index. sb is the
 // campaign's subscription to the key, or nil; hold takes it over.
-func (b *Backend) hold(s *session, sl *renew.Slot, name, key string, index, token uint64, sb *sub) (baton.Term, error) {
-	ctx, stop := context.WithCancel(s.ctx)
+func (b *Backend) hold(s *sess, sl *session.Slot, name, key string, index, token uint64, sb *sub) (baton.Term, error) {
+	ctx, stop := context.WithCancel(s.Context())
 	h := &held{name: name, key: key, index: index, token: token, sl: sl, s: s, ctx: ctx, stop: stop}
-	// b.mu and the session's lock together make registering the term and
-	// starting its watcher atomic with respect to Close and to the session
-	// ending: either they see the term and end it, or we see them and give
-	// up.
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
+	// If Start fails, the lock goes with the session: Close destroys it,
+	// or it ends now if it has not yet.
+	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, session.Win{
+		UntilGone: true,
+		Started: func(t *baton.BasicTerm) {
+			if sb == nil {
+				sb = b.w.subscribe(key) // not nil: the watcher closes only after the sessions did
+			} else {
+				b.w.rebase(sb)
+			}
+			h.term, h.sub = t, sb
+			b.hmu.Lock()
+			b.helds[h] = struct{}{}
+			b.hmu.Unlock()
+		},
+		Watch: func() { b.watchHeld(h) },
+	})
+	if err != nil {
 		stop()
 		b.w.unsubscribe(sb)
-		return nil, baton.ErrClosed // Close destroys the session, which releases our lock
+		return nil, err
 	}
-	t, ok := s.Start(name, token, func(ctx context.Context) error { return b.release(ctx, h) })
-	if !ok {
-		// The lock goes with the session, which ends now if it has not yet.
-		stop()
-		b.w.unsubscribe(sb)
-		return nil, fmt.Errorf("%w: lease %q: consul session %s ended as the lease was won", baton.ErrBackendUnavailable, name, s.id)
-	}
-	if sb == nil {
-		sb = b.w.subscribe(key) // not nil: the watcher closes only after b.closed is set
-	} else {
-		b.w.rebase(sb)
-	}
-	h.term, h.sub = t, sb
-	b.slots.WonUntilGoneLocked(sl, t)
-	b.helds[h] = struct{}{}
-	b.wg.Add(1)
-	go b.watchHeld(h)
-	b.log.Debug("acquired", "lease", name, "token", token, "session", s.id)
+	b.log.Debug("acquired", "lease", name, "token", token, "session", s.ID)
 	return &term{BasicTerm: t, b: b, h: h, state: strings.TrimSuffix(key, lockKey) + stateKey}, nil
 }
 
 // watchHeld ends h's term when its key stops being this term's lock. It
 // returns when h.ctx ends: the term was released, or the session ended.
 func (b *Backend) watchHeld(h *held) {
-	defer b.wg.Done()
 	defer func() {
 		b.w.unsubscribe(h.sub)
 		b.forget(h)
-		if h.s.ctx.Err() != nil {
+		if h.s.Context().Err() != nil {
 			b.finish(h) // the lock went with the session
 		}
 	}()
@@ -765,7 +723,7 @@ func (b *Backend) watchHeld(h *held) {
 		switch p := st.pair; {
 		case p != nil && p.ModifyIndex < h.index:
 			continue // an answer from before we won
-		case p != nil && p.ModifyIndex == h.index && p.Session == h.s.id:
+		case p != nil && p.ModifyIndex == h.index && p.Session == h.s.ID:
 			continue
 		case p == nil && !st.current:
 			continue // may be from before we won
@@ -773,7 +731,7 @@ func (b *Backend) watchHeld(h *held) {
 			why = "was deleted"
 		case p.Session == "":
 			why = "was released (its session was invalidated or destroyed)"
-		case p.Session != h.s.id:
+		case p.Session != h.s.ID:
 			why = "is locked by session " + p.Session
 		default:
 			why = "was overwritten while locked (a plain write keeps the lock but changes its index)"
@@ -790,7 +748,7 @@ func (b *Backend) lost(h *held, why string) {
 	if h.term.End(fmt.Errorf("%w: lease %q: lock key %s %s", baton.ErrLeaseLost, h.name, h.key, why)) {
 		b.log.Info("lease lost", "lease", h.name, "token", h.token, "why", why)
 	}
-	ctx, cancel := context.WithTimeout(h.s.ctx, b.reqTimeout)
+	ctx, cancel := context.WithTimeout(h.s.Context(), b.reqTimeout)
 	err := b.letGo(ctx, h)
 	cancel()
 	if err != nil {
@@ -799,9 +757,9 @@ func (b *Backend) lost(h *held, why string) {
 }
 
 func (b *Backend) forget(h *held) {
-	b.mu.Lock()
+	b.hmu.Lock()
 	delete(b.helds, h)
-	b.mu.Unlock()
+	b.hmu.Unlock()
 }
 
 // finish frees h's lease name for new campaigns, once h's lock is gone.
@@ -816,7 +774,7 @@ func (b *Backend) finishLocked(h *held) {
 		return
 	}
 	h.finished = true
-	b.slots.Gone(h.sl)
+	b.sessions.Gone(h.sl)
 }
 
 // release is the term's release function: it deletes h's key if the key is
@@ -852,7 +810,7 @@ func (b *Backend) letGo(ctx context.Context, h *held) error {
 		return nil
 	}
 	err := b.deleteLock(ctx, h)
-	if err != nil && h.s.ctx.Err() == nil {
+	if err != nil && h.s.Context().Err() == nil {
 		return err
 	}
 	h.let = true
@@ -867,7 +825,7 @@ func (b *Backend) deleteLock(ctx context.Context, h *held) error {
 	// session's safe-until for an agent that does not answer.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer context.AfterFunc(h.s.ctx, cancel)()
+	defer context.AfterFunc(h.s.Context(), cancel)()
 	index := h.index
 	for range 3 {
 		// deleteCAS and get bound each request by reqTimeout, like every
@@ -883,7 +841,7 @@ func (b *Backend) deleteLock(ctx context.Context, h *held) error {
 		if err != nil {
 			return err
 		}
-		if p == nil || p.Session != h.s.id || p.ModifyIndex < h.index {
+		if p == nil || p.Session != h.s.ID || p.ModifyIndex < h.index {
 			return nil // gone, or no longer ours
 		}
 		index = p.ModifyIndex
@@ -892,34 +850,23 @@ func (b *Backend) deleteLock(ctx context.Context, h *held) error {
 }
 
 // cleanLater retries letGo every RenewInterval until it succeeds or the
-// session ends (which releases the lock too).
+// session ends (which releases the lock too). Once the Backend is closed,
+// Close lets go of the lock, or destroys the session.
 func (b *Backend) cleanLater(h *held) {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return // Close lets go of the lock, or destroys the session
-	}
-	b.wg.Add(1)
-	b.mu.Unlock()
-	go func() {
-		defer b.wg.Done()
-		for {
-			select {
-			case <-h.s.ctx.Done():
-				b.finish(h)
-				return
-			case <-time.After(b.cfg.RenewInterval):
-			}
-			ctx, cancel := context.WithTimeout(h.s.ctx, b.reqTimeout)
+	b.sessions.CleanLater(nil, func() {
+		ok := session.Retry(h.s.Context(), b.cfg.RenewInterval, b.reqTimeout, false, func(ctx context.Context) error {
 			err := b.letGo(ctx, h)
-			cancel()
-			if err == nil {
-				b.log.Info("let go of a leftover lock", "lease", h.name, "key", h.key)
-				return
+			if err != nil {
+				b.log.Debug("leftover lock not let go yet", "lease", h.name, "key", h.key, "err", err)
 			}
-			b.log.Debug("leftover lock not let go yet", "lease", h.name, "key", h.key, "err", err)
+			return err
+		})
+		if !ok {
+			b.finish(h)
+			return
 		}
-	}()
+		b.log.Info("let go of a leftover lock", "lease", h.name, "key", h.key)
+	})
 }
 
 // Leader implements baton.Backend with a consistent read of the lease's
@@ -933,10 +880,7 @@ func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error)
 	if err != nil {
 		return baton.Record{}, err
 	}
-	b.mu.Lock()
-	closed := b.closed
-	b.mu.Unlock()
-	if closed {
+	if b.sessions.Closed() {
 		return baton.Record{}, baton.ErrClosed
 	}
 	p, err := b.get(ctx, key)
@@ -994,56 +938,47 @@ func (b *Backend) describeSession(ctx context.Context, id string) string {
 // usable. Later calls of Campaign and Leader return baton.ErrClosed; a
 // second Close returns nil.
 func (b *Backend) Close(ctx context.Context) error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		b.wg.Wait()
-		return nil
+	err := b.sessions.Close(ctx, func(s *sess) error {
+		b.w.close()
+		if s == nil {
+			return nil
+		}
+		return b.letGoAll(ctx, s)
+	})
+	b.w.done()
+	if err != nil {
+		return fmt.Errorf("consul: close: %w", err)
 	}
-	b.closed = true
-	s := b.sess
-	b.sess = nil
+	return nil
+}
+
+// letGoAll lets go of the locks of the terms on s, eight at a time.
+func (b *Backend) letGoAll(ctx context.Context, s *sess) error {
+	b.hmu.Lock()
 	var helds []*held
 	for h := range b.helds {
 		if h.s == s {
 			helds = append(helds, h)
 		}
 	}
-	b.mu.Unlock()
-	b.w.close()
-	var errs []error
-	if s != nil {
-		s.End(fmt.Errorf("%w: consul session %s closed", baton.ErrClosed, s.id))
-		var (
-			wg  sync.WaitGroup
-			mu  sync.Mutex
-			sem = make(chan struct{}, 8)
-		)
-		for _, h := range helds {
-			wg.Go(func() {
-				sem <- struct{}{}
-				defer func() { <-sem }()
-				if err := b.letGo(ctx, h); err != nil {
-					mu.Lock()
-					errs = append(errs, fmt.Errorf("delete %s: %w", h.key, err))
-					mu.Unlock()
-				}
-			})
-		}
-		wg.Wait()
-		s.cancel()
-		// Bounded like every other request, should ctx have no deadline.
-		dctx, dcancel := context.WithTimeout(ctx, b.reqTimeout)
-		_, err := b.client.Session().Destroy(s.id, (&api.WriteOptions{}).WithContext(dctx))
-		dcancel()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("destroy session %s (it expires after twice its TTL, %s): %w", s.id, 2*s.ttl, err))
-		}
+	b.hmu.Unlock()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		sem  = make(chan struct{}, 8)
+	)
+	for _, h := range helds {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if err := b.letGo(ctx, h); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("delete %s: %w", h.key, err))
+				mu.Unlock()
+			}
+		})
 	}
-	b.cancel()
-	b.wg.Wait()
-	if len(errs) > 0 {
-		return fmt.Errorf("consul: close: %w", errors.Join(errs...))
-	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }

@@ -94,7 +94,7 @@ func (t *term) store(ctx context.Context, value []byte) error {
 	// to the key, a release by session invalidation included, changes its
 	// ModifyIndex, and indexes never repeat.
 	ops := api.TxnOps{
-		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: h.key, Session: h.s.id}},
+		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: h.key, Session: h.s.ID}},
 		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: h.key, Index: h.index}},
 		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: t.state, Value: value}},
 	}

@@ -23,7 +23,7 @@ import (
 type watcher struct {
 	kv   *api.KV
 	ctx  context.Context // the Backend's: ends at Close
-	wg   *sync.WaitGroup // the Backend's
+	wg   sync.WaitGroup  // the watcher's goroutine; see done
 	wait time.Duration   // the blocking query's wait time
 	log  *slog.Logger
 
@@ -70,11 +70,10 @@ type state struct {
 	err error
 }
 
-func newWatcher(ctx context.Context, wg *sync.WaitGroup, kv *api.KV, wait time.Duration, log *slog.Logger) *watcher {
+func newWatcher(ctx context.Context, kv *api.KV, wait time.Duration, log *slog.Logger) *watcher {
 	return &watcher{
 		kv:   kv,
 		ctx:  ctx,
-		wg:   wg,
 		wait: wait,
 		log:  log,
 		subs: map[*sub]struct{}{},
@@ -152,6 +151,10 @@ func (w *watcher) close() {
 	w.restartLocked()
 	w.mu.Unlock()
 }
+
+// done waits for the watcher's goroutine, which returns once the context
+// given to newWatcher ended.
+func (w *watcher) done() { w.wg.Wait() }
 
 func (w *watcher) restartLocked() {
 	if w.cancel != nil {
