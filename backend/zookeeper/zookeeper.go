@@ -14,7 +14,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/internal/epoch"
-	"github.com/batonhq/baton/internal/renew"
+	"github.com/batonhq/baton/internal/session"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -96,10 +96,9 @@ type Backend struct {
 	probe *SessionProbe
 	log   *slog.Logger
 
-	// ctx bounds the Backend's background work; Close cancels it.
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // the Backend's own goroutines
+	// ctx bounds the Backend's background work (sessions.Context()); Close
+	// cancels it.
+	ctx context.Context
 
 	// calls counts the goroutines waiting for the client's replies (see
 	// call); once callsDone is set, under callMu, no more start, so that
@@ -108,20 +107,15 @@ type Backend struct {
 	callMu    sync.Mutex
 	callsDone bool
 
-	// starting admits one caller at a time to start a session generation,
-	// so that a burst of first campaigns shares one; a channel so that
-	// waiting honours the caller's ctx.
-	starting chan struct{}
+	// sessions owns the session generations, the goroutines and the lease
+	// names this Backend campaigns for or holds, so that one Backend has
+	// at most one latch node per name (see the etcd backend). While a node
+	// of a name is being deleted in the background, the name stays
+	// claimed.
+	sessions *session.Manager[*gen]
 
-	mu     sync.Mutex
-	closed bool
-	sess   *session           // nil before the first campaign and after a generation ended
-	nodes  map[*node]struct{} // every node made, or maybe made, and not known to be gone
-	// slots, guarded by mu, marks the lease names this Backend campaigns
-	// for or holds, so that one Backend has at most one latch node per name
-	// (see the etcd backend). While a node of a name is being deleted in
-	// the background, the name stays claimed.
-	slots *renew.Slots
+	nmu   sync.Mutex
+	nodes map[*node]struct{} // every node made, or maybe made, and not known to be gone; guarded by nmu
 
 	// epochs follows the epoch node as read (see epochNode).
 	epochs epoch.Tracker
@@ -137,7 +131,7 @@ var _ baton.Backend = (*Backend)(nil)
 type node struct {
 	latch  string // the latch path, the node's parent
 	prefix string // "_c_<UUID>-": the node's name starts with it
-	// path is the node's full path once known; guarded by Backend.mu, as
+	// path is the node's full path once known; guarded by Backend.nmu, as
 	// Close reads it while a campaign may set it.
 	path string
 }
@@ -158,21 +152,18 @@ func New(conn *zk.Conn, opts Options) (*Backend, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	b := &Backend{
-		conn:     conn,
-		cfg:      cfg,
-		root:     root,
-		acl:      acl,
-		probe:    opts.Probe,
-		log:      log.WithGroup("zookeeper"),
-		ctx:      ctx,
-		cancel:   cancel,
-		starting: make(chan struct{}, 1),
-		nodes:    map[*node]struct{}{},
-		now:      time.Now,
+		conn:  conn,
+		cfg:   cfg,
+		root:  root,
+		acl:   acl,
+		probe: opts.Probe,
+		log:   log.WithGroup("zookeeper"),
+		nodes: map[*node]struct{}{},
+		now:   time.Now,
 	}
-	b.slots = renew.NewSlots(&b.mu, func() bool { return b.closed }, "ZooKeeper")
+	b.sessions = newSessions(b)
+	b.ctx = b.sessions.Context()
 	return b, nil
 }
 
@@ -496,10 +487,10 @@ func (b *Backend) goCall(f func()) bool {
 // the client is back is right. It gives up when ctx ends, the Backend
 // closes, or session generation s (if not nil) ends, returning op's last
 // error.
-func retry[T any](ctx context.Context, b *Backend, s *session, op func() (T, error)) (T, error) {
+func retry[T any](ctx context.Context, b *Backend, s *sess, op func() (T, error)) (T, error) {
 	var done <-chan struct{}
 	if s != nil {
-		done = s.ctx.Done()
+		done = s.Context().Done()
 	}
 	for {
 		v, err := call(ctx, b, op)
@@ -539,28 +530,28 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 	if c.ID == "" {
 		return nil, fmt.Errorf("zookeeper: candidate ID must not be empty (lease %q)", name)
 	}
-	return b.slots.Campaign(ctx, name, c.ID, func(sl *renew.Slot) (baton.Term, error) {
+	return b.sessions.Campaign(ctx, name, c.ID, func(sl *session.Slot) (baton.Term, error) {
 		return b.campaign(ctx, sl, name, c.ID)
 	})
 }
 
-func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, id string) (baton.Term, error) {
+func (b *Backend) campaign(ctx context.Context, sl *session.Slot, name, id string) (baton.Term, error) {
 	latch := b.LatchPath(name)
 	var (
-		s     *session
+		s     *sess
 		n     *node
 		czxid int64
 		ep    uint64
 	)
 	for retried := false; ; retried = true {
 		var err error
-		if s, err = b.session(ctx); err != nil {
+		if s, err = b.sessions.Session(ctx); err != nil {
 			return nil, err
 		}
 		n = &node{latch: latch, prefix: newProtectedPrefix()}
 		var stat *zk.Stat
 		stat, err = b.create(ctx, s, sl, name, n, id)
-		if err == nil && stat.EphemeralOwner == s.id {
+		if err == nil && stat.EphemeralOwner == s.ID.id {
 			czxid = stat.Czxid
 			// Read after the node is made on s, and checked to be read on
 			// s: both come from one incarnation of ZooKeeper's data.
@@ -573,11 +564,11 @@ func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, id string)
 			// The create ran on a newer session: the client found ours
 			// expired and made another before our renewals noticed.
 			b.dropNode(sl, name, n)
-			b.endSession(s, b.lostErr(s))
+			b.sessions.Lost(s)
 			err = zk.ErrSessionExpired
 		}
 		if errors.Is(err, zk.ErrSessionExpired) && !retried {
-			b.endSession(s, b.lostErr(s))
+			b.sessions.Lost(s)
 			continue
 		}
 		if errors.Is(err, baton.ErrLeaseLost) && ctx.Err() == nil {
@@ -635,7 +626,7 @@ func (b *Backend) campaign(ctx context.Context, sl *renew.Slot, name, id string)
 		case <-ctx.Done():
 			b.dropNode(sl, name, n)
 			return nil, ctx.Err()
-		case <-s.ctx.Done():
+		case <-s.Context().Done():
 			b.dropNode(sl, name, n)
 			return nil, b.campaignErr(ctx, s, name, "wait for "+pred, s.Err())
 		}
@@ -658,7 +649,7 @@ func indexOf(children []string, name string) int {
 // that a node made for us is found rather than left behind. If ctx ends
 // first, the node is deleted in the background once the create's outcome
 // is known.
-func (b *Backend) create(ctx context.Context, s *session, sl *renew.Slot, name string, n *node, id string) (*zk.Stat, error) {
+func (b *Backend) create(ctx context.Context, s *sess, sl *session.Slot, name string, n *node, id string) (*zk.Stat, error) {
 	b.track(n)
 	for attempt := 0; ; attempt++ {
 		type created struct {
@@ -731,7 +722,7 @@ func (b *Backend) create(ctx context.Context, s *session, sl *renew.Slot, name s
 			// Gone as soon as made: the session ended, or an operator
 			// was quick.
 			b.forget(n)
-			if b.conn.SessionID() != s.id {
+			if b.conn.SessionID() != s.ID.id {
 				return nil, zk.ErrSessionExpired
 			}
 			return nil, fmt.Errorf("%w: latch node %s was deleted as soon as it was made", baton.ErrLeaseLost, b.nodePath(n))
@@ -759,7 +750,7 @@ func definite(err error) bool {
 // find looks for n among its latch's children by its protected prefix and
 // records its path if found. A sync first makes the server we are on catch
 // up with the ensemble's leader, in case the create went to another server.
-func (b *Backend) find(ctx context.Context, s *session, n *node) (bool, error) {
+func (b *Backend) find(ctx context.Context, s *sess, n *node) (bool, error) {
 	children, err := retry(ctx, b, s, func() ([]string, error) {
 		if _, err := b.conn.Sync(n.latch); err != nil {
 			return nil, err
@@ -782,7 +773,7 @@ func (b *Backend) find(ctx context.Context, s *session, n *node) (bool, error) {
 
 // ensurePath creates the missing nodes of path as container nodes, which
 // ZooKeeper deletes once their last child is gone.
-func (b *Backend) ensurePath(ctx context.Context, s *session, path string) error {
+func (b *Backend) ensurePath(ctx context.Context, s *sess, path string) error {
 	segs := strings.Split(strings.TrimPrefix(path, "/"), "/")
 	_, err := retry(ctx, b, s, func() (struct{}, error) {
 		p := ""
@@ -798,34 +789,30 @@ func (b *Backend) ensurePath(ctx context.Context, s *session, path string) error
 	return err
 }
 
-func (b *Backend) isClosed() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.closed
-}
+func (b *Backend) isClosed() bool { return b.sessions.Closed() }
 
 func (b *Backend) track(n *node) {
-	b.mu.Lock()
+	b.nmu.Lock()
 	b.nodes[n] = struct{}{}
-	b.mu.Unlock()
+	b.nmu.Unlock()
 }
 
 // forget stops tracking n, which is known to be gone or never made.
 func (b *Backend) forget(n *node) {
-	b.mu.Lock()
+	b.nmu.Lock()
 	delete(b.nodes, n)
-	b.mu.Unlock()
+	b.nmu.Unlock()
 }
 
 func (b *Backend) setPath(n *node, path string) {
-	b.mu.Lock()
+	b.nmu.Lock()
 	n.path = path
-	b.mu.Unlock()
+	b.nmu.Unlock()
 }
 
 func (b *Backend) nodePath(n *node) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.nmu.Lock()
+	defer b.nmu.Unlock()
 	return n.path
 }
 
@@ -858,7 +845,7 @@ func (b *Backend) deleteNode(ctx context.Context, n *node) error {
 // dropNode deletes a campaign's node once, bounded by RenewInterval, and
 // keeps trying in the background if that fails. The caller's context may
 // have ended already, which is often why the node must go.
-func (b *Backend) dropNode(sl *renew.Slot, name string, n *node) {
+func (b *Backend) dropNode(sl *session.Slot, name string, n *node) {
 	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.RenewInterval)
 	err := b.deleteNode(ctx, n)
 	cancel()
@@ -874,18 +861,8 @@ func (b *Backend) dropNode(sl *renew.Slot, name string, n *node) {
 // (Close deletes what is left, or closes the session). While it runs it
 // keeps sl, if sl is still the name's slot, so that a new campaign for the
 // name cannot start before the old node is gone.
-func (b *Backend) cleanLater(sl *renew.Slot, name string, n *node, wait func()) {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return
-	}
-	done, _ := b.slots.CleaningLocked(sl)
-	b.wg.Add(1)
-	b.mu.Unlock()
-	go func() {
-		defer b.wg.Done()
-		defer done()
+func (b *Backend) cleanLater(sl *session.Slot, name string, n *node, wait func()) {
+	b.sessions.CleanLater(sl, func() {
 		if wait != nil {
 			waited := make(chan struct{})
 			go func() { wait(); close(waited) }()
@@ -895,34 +872,26 @@ func (b *Backend) cleanLater(sl *renew.Slot, name string, n *node, wait func()) 
 				return
 			}
 		}
-		for {
-			ctx, cancel := context.WithTimeout(b.ctx, b.cfg.RenewInterval)
+		if session.Retry(b.ctx, b.cfg.RenewInterval, b.cfg.RenewInterval, true, func(ctx context.Context) error {
 			err := b.deleteNode(ctx, n)
-			cancel()
-			if err == nil {
-				b.log.Debug("deleted a left-over latch node", "lease", name, "latch", n.latch, "prefix", n.prefix)
-				return
+			if err != nil {
+				b.log.Debug("left-over latch node not deleted yet", "lease", name, "latch", n.latch, "prefix", n.prefix, "err", err)
 			}
-			b.log.Debug("left-over latch node not deleted yet", "lease", name, "latch", n.latch, "prefix", n.prefix, "err", err)
-			select {
-			case <-b.ctx.Done():
-				return
-			case <-time.After(b.cfg.RenewInterval):
-			}
+			return err
+		}) {
+			b.log.Debug("deleted a left-over latch node", "lease", name, "latch", n.latch, "prefix", n.prefix)
 		}
-	}()
+	})
 }
 
-// campaignErr turns err into Campaign's error (see renew.CampaignErr).
-func (b *Backend) campaignErr(ctx context.Context, s *session, name, what string, err error) error {
-	return renew.CampaignErr(ctx, b.isClosed(), s.Terms, name, what, err)
+// campaignErr turns err into Campaign's error (see
+// session.Manager.CampaignErr).
+func (b *Backend) campaignErr(ctx context.Context, s *sess, name, what string, err error) error {
+	return b.sessions.CampaignErr(ctx, s, name, what, err)
 }
 
 func (b *Backend) unavailable(ctx context.Context, what string, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return fmt.Errorf("%w: %s: %w", baton.ErrBackendUnavailable, what, err)
+	return session.Unavailable(ctx, what, err)
 }
 
 // held is a lease this Backend holds.
@@ -931,8 +900,8 @@ type held struct {
 	n     *node
 	path  string
 	czxid int64
-	sl    *renew.Slot
-	s     *session
+	sl    *session.Slot
+	s     *sess
 	term  *baton.BasicTerm
 	ctx   context.Context
 	stop  context.CancelFunc // stops watching the node
@@ -943,37 +912,24 @@ type held struct {
 }
 
 // hold starts the term of node n.
-func (b *Backend) hold(s *session, sl *renew.Slot, name string, n *node, czxid int64, ep uint64) (baton.Term, error) {
-	ctx, stop := context.WithCancel(s.ctx)
+func (b *Backend) hold(s *sess, sl *session.Slot, name string, n *node, czxid int64, ep uint64) (baton.Term, error) {
+	ctx, stop := context.WithCancel(s.Context())
 	h := &held{name: name, n: n, path: b.nodePath(n), czxid: czxid, sl: sl, s: s, ctx: ctx, stop: stop}
-	// b.mu and the session's lock together make registering the term and
-	// starting its watcher atomic with respect to Close and to the session
-	// ending: either they see the term and end it, or we see them and give
-	// up.
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		stop()
-		return nil, baton.ErrClosed // Close deletes the node, or closes the session
-	}
 	token := epoch.Token(ep, uint64(czxid))
-	t, ok := s.Start(name, token, func(ctx context.Context) error {
-		return b.release(ctx, h)
+	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, session.Win{
+		Started: func(t *baton.BasicTerm) { h.term = t },
+		Watch:   func() { b.watchHeld(h) },
 	})
-	if !ok {
-		b.mu.Unlock()
+	if err != nil {
 		stop()
-		// The session may still be alive on the server, holding our node.
-		b.dropNode(sl, name, n)
-		return nil, fmt.Errorf("%w: lease %q: ZooKeeper session 0x%x ended, or reached its safe-until, as the lease was won",
-			baton.ErrBackendUnavailable, name, s.id)
+		if !errors.Is(err, baton.ErrClosed) {
+			// The session may still be alive on the server, holding our
+			// node. (Once closed, Close deletes it, or closes the session.)
+			b.dropNode(sl, name, n)
+		}
+		return nil, err
 	}
-	h.term = t
-	b.slots.WonLocked(sl, t)
-	b.wg.Add(1)
-	b.mu.Unlock()
-	go b.watchHeld(h)
-	b.log.Debug("acquired", "lease", name, "token", token, "czxid", czxid, "node", h.path, "session", fmt.Sprintf("0x%x", s.id))
+	b.log.Debug("acquired", "lease", name, "token", token, "czxid", czxid, "node", h.path, "session", fmt.Sprintf("0x%x", s.ID.id))
 	return &term{BasicTerm: t, b: b, h: h}, nil
 }
 
@@ -989,7 +945,7 @@ func (b *Backend) lose(h *held, why string) {
 		b.log.Info("lease lost", "lease", h.name, "token", h.czxid, "why", why)
 	}
 	b.forget(h.n)
-	b.slots.Unclaim(h.sl)
+	b.sessions.Unclaim(h.sl)
 	h.stop()
 }
 
@@ -999,7 +955,6 @@ func (b *Backend) lose(h *held, why string) {
 // last cases the node may outlive the term (the session may still be
 // alive on the server, or come back), so it is deleted in the background.
 func (b *Backend) watchHeld(h *held) {
-	defer b.wg.Done()
 	defer h.stop()
 	lost := func(why string) { b.lose(h, why) }
 	const deleted = "was deleted (by an operator, or by ZooKeeper expiring the session)"
@@ -1063,7 +1018,7 @@ func (b *Backend) watchHeld(h *held) {
 		// release deletes the node.
 	case b.isClosed():
 		// Close deletes the node, or closes the session.
-		b.slots.Unclaim(h.sl)
+		b.sessions.Unclaim(h.sl)
 	default:
 		// The term reached its safe-until without a confirmed renewal.
 		// The session may live on on the server, and our node with it:
@@ -1087,7 +1042,7 @@ func (b *Backend) release(ctx context.Context, h *held) error {
 		return fmt.Errorf("%w: release lease %q (retrying in the background): %w", baton.ErrBackendUnavailable, h.name, err)
 	}
 	b.log.Debug("released", "lease", h.name, "token", h.czxid)
-	b.slots.Unclaim(h.sl)
+	b.sessions.Unclaim(h.sl)
 	return nil
 }
 
@@ -1156,48 +1111,46 @@ func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error)
 // nothing when they come. Later calls of Campaign and Leader return
 // baton.ErrClosed; a second Close returns nil.
 func (b *Backend) Close(ctx context.Context) error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		b.wg.Wait()
-		return nil
-	}
-	b.closed = true
-	s := b.sess
-	b.sess = nil
-	nodes := make([]*node, 0, len(b.nodes))
-	for n := range b.nodes {
-		nodes = append(nodes, n)
-	}
-	b.mu.Unlock()
-	if s != nil {
-		b.endSession(s, fmt.Errorf("%w: ZooKeeper session 0x%x closed", baton.ErrClosed, s.id))
-	}
-	var errs []error
-	if b.owned {
-		b.conn.Close()
-	} else {
-		for _, n := range nodes {
-			err := b.deleteNode(ctx, n)
-			for err != nil && transient(err) && ctx.Err() == nil {
-				select {
-				case <-ctx.Done():
-				case <-time.After(retryPause):
-					err = b.deleteNode(ctx, n)
-				}
-			}
-			if err != nil {
-				errs = append(errs, fmt.Errorf("zookeeper: delete latch node under %s (it goes when the session ends): %w", n.latch, err))
-			}
+	first := false
+	err := b.sessions.Close(ctx, func(*sess) error {
+		first = true
+		if b.owned {
+			b.conn.Close()
+			return nil
 		}
-	}
-	b.cancel()
-	b.wg.Wait()
-	if b.owned {
+		return b.deleteNodes(ctx)
+	})
+	if first && b.owned {
 		b.callMu.Lock()
 		b.callsDone = true
 		b.callMu.Unlock()
 		b.calls.Wait() // the closed client fails whatever was pending
+	}
+	return err
+}
+
+// deleteNodes deletes every node the Backend made, or may have made, and
+// does not know to be gone, within ctx.
+func (b *Backend) deleteNodes(ctx context.Context) error {
+	b.nmu.Lock()
+	nodes := make([]*node, 0, len(b.nodes))
+	for n := range b.nodes {
+		nodes = append(nodes, n)
+	}
+	b.nmu.Unlock()
+	var errs []error
+	for _, n := range nodes {
+		err := b.deleteNode(ctx, n)
+		for err != nil && transient(err) && ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(retryPause):
+				err = b.deleteNode(ctx, n)
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("zookeeper: delete latch node under %s (it goes when the session ends): %w", n.latch, err))
+		}
 	}
 	return errors.Join(errs...)
 }
