@@ -209,6 +209,13 @@ func (m *Manager[ID]) Go(f func()) bool {
 	return true
 }
 
+// Live returns the live session, or nil if there is none.
+func (m *Manager[ID]) Live() *Session[ID] {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sess
+}
+
 // Session returns the live session, granting one first if there is none.
 func (m *Manager[ID]) Session(ctx context.Context) (*Session[ID], error) {
 	select {
