@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -63,54 +62,9 @@ var _ baton.Backend = (*Backend)(nil)
 // are what the Backend uses. NewClient builds one from a ClientConfig. New
 // reports every problem with opts at once, as a *baton.ConfigError.
 func New(client *api.Client, opts Options) (*Backend, error) {
-	var problems []string
-	cfg := opts.Config
-	if cfg.TTL == 0 {
-		cfg.TTL = DefaultTTL
-	}
-	if cfg.TTL > 0 && cfg.RenewInterval == 0 {
-		cfg.RenewInterval = cfg.TTL / 6
-	}
-	cfg, err := cfg.WithDefaults()
-	var ce *baton.ConfigError
-	if errors.As(err, &ce) {
-		problems = append(problems, ce.Problems...)
-	} else if err != nil {
+	cfg, sessTTL, lockDelay, prefix, problems, err := opts.settle()
+	if err != nil {
 		return nil, err
-	}
-	sessTTL := (cfg.TTL/2 + time.Millisecond - 1).Truncate(time.Millisecond)
-	if err == nil {
-		switch {
-		case cfg.DriftMargin >= sessTTL:
-			problems = append(problems, fmt.Sprintf("DriftMargin (%s) must be below TTL/2 (%s), the session TTL asked of Consul", cfg.DriftMargin, sessTTL))
-		case cfg.RenewInterval >= sessTTL-cfg.DriftMargin:
-			problems = append(problems, fmt.Sprintf("RenewInterval (%s) must be below TTL/2 - DriftMargin (%s) on Consul, the holder's safe window: renew more often or raise TTL",
-				cfg.RenewInterval, sessTTL-cfg.DriftMargin))
-		}
-	}
-	checks := len(opts.Checks) > 0 || len(opts.ServiceChecks) > 0
-	lockDelay := opts.LockDelay
-	switch {
-	case lockDelay < 0:
-		problems = append(problems, fmt.Sprintf("LockDelay (%s) must not be negative", lockDelay))
-	case lockDelay > MaxLockDelay:
-		problems = append(problems, fmt.Sprintf("LockDelay (%s) must not exceed %s, the most Consul applies", lockDelay, MaxLockDelay))
-	case lockDelay == 0 && checks:
-		lockDelay = sessTTL
-	case lockDelay == 0:
-		lockDelay = cfg.RenewInterval
-	case checks && lockDelay < sessTTL:
-		problems = append(problems, fmt.Sprintf("LockDelay (%s) must be at least the session TTL (%s, TTL/2) when Checks are set: "+
-			"a failing check invalidates the session while its holder may still act until its safe-until", lockDelay, sessTTL))
-	}
-	prefix := opts.Prefix
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	if strings.HasPrefix(prefix, "/") {
-		problems = append(problems, fmt.Sprintf("Prefix %q must not begin with \"/\": `consul lock` strips it, so the two would use different keys", prefix))
-	} else if !cleanPath(prefix + "x") {
-		problems = append(problems, fmt.Sprintf("Prefix %q must be a clean path prefix (no \"//\", \".\" or \"..\" segments): `consul lock` would clean it and use another key", prefix))
 	}
 	if client == nil {
 		problems = append(problems, "client is nil: pass an *api.Client from api.NewClient or consul.NewClient")

@@ -126,3 +126,65 @@ func cleanPath(p string) bool {
 	}
 	return true
 }
+
+// settle fills in o's defaults and returns the timing, the session TTL
+// (TTL/2), the lock-delay and the key prefix, with every problem found in
+// o; err is an error that is not a problem with o.
+func (o Options) settle() (cfg baton.Config, sessTTL, lockDelay time.Duration, prefix string, problems []string, err error) {
+	cfg = o.Config
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.TTL > 0 && cfg.RenewInterval == 0 {
+		cfg.RenewInterval = cfg.TTL / 6
+	}
+	cfg, err = cfg.WithDefaults()
+	var ce *baton.ConfigError
+	if errors.As(err, &ce) {
+		problems = append(problems, ce.Problems...)
+	} else if err != nil {
+		return cfg, 0, 0, "", nil, err
+	}
+	sessTTL = (cfg.TTL/2 + time.Millisecond - 1).Truncate(time.Millisecond)
+	if err == nil {
+		switch {
+		case cfg.DriftMargin >= sessTTL:
+			problems = append(problems, fmt.Sprintf("DriftMargin (%s) must be below TTL/2 (%s), the session TTL asked of Consul", cfg.DriftMargin, sessTTL))
+		case cfg.RenewInterval >= sessTTL-cfg.DriftMargin:
+			problems = append(problems, fmt.Sprintf("RenewInterval (%s) must be below TTL/2 - DriftMargin (%s) on Consul, the holder's safe window: renew more often or raise TTL",
+				cfg.RenewInterval, sessTTL-cfg.DriftMargin))
+		}
+	}
+	lockDelay, problems = o.lockDelay(cfg, sessTTL, problems)
+	prefix = o.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if strings.HasPrefix(prefix, "/") {
+		problems = append(problems, fmt.Sprintf("Prefix %q must not begin with \"/\": `consul lock` strips it, so the two would use different keys", prefix))
+	} else if !cleanPath(prefix + "x") {
+		problems = append(problems, fmt.Sprintf("Prefix %q must be a clean path prefix (no \"//\", \".\" or \"..\" segments): `consul lock` would clean it and use another key", prefix))
+	}
+	return cfg, sessTTL, lockDelay, prefix, problems, nil
+}
+
+// lockDelay returns the session lock-delay o asks for, defaults filled in,
+// with problems and those it finds.
+func (o Options) lockDelay(cfg baton.Config, sessTTL time.Duration, problems []string) (time.Duration, []string) {
+	checks := len(o.Checks) > 0 || len(o.ServiceChecks) > 0
+	lockDelay := o.LockDelay
+	switch {
+	case lockDelay < 0:
+		problems = append(problems, fmt.Sprintf("LockDelay (%s) must not be negative", lockDelay))
+	case lockDelay > MaxLockDelay:
+		problems = append(problems, fmt.Sprintf("LockDelay (%s) must not exceed %s, the most Consul applies", lockDelay, MaxLockDelay))
+	case lockDelay == 0 && checks:
+		lockDelay = sessTTL
+	case lockDelay == 0:
+		lockDelay = cfg.RenewInterval
+	case checks && lockDelay < sessTTL:
+		problems = append(problems, fmt.Sprintf("LockDelay (%s) must be at least the session TTL (%s, TTL/2) when Checks are set: "+
+			"a failing check invalidates the session while its holder may still act until its safe-until", lockDelay, sessTTL))
+	}
+	return lockDelay, problems
+}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/session"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -74,13 +75,7 @@ func (t *term) LoadState(ctx context.Context) ([]byte, error) {
 // failures, ctx ending included, wrap baton.ErrBackendUnavailable: the
 // write may have landed (fenced all the same), and LoadState tells.
 func (t *term) StoreState(ctx context.Context, value []byte) error {
-	if err := baton.CheckStateSize(value); err != nil {
-		return err
-	}
-	if err := baton.EndedError(t); err != nil {
-		return err
-	}
-	return t.store(ctx, value)
+	return session.StoreState(ctx, t, value, t.store)
 }
 
 // store is StoreState once the term was found running: the store alone
