@@ -20,27 +20,9 @@ import (
 // that owns the connection: its Close closes the session, which deletes
 // the Backend's nodes on the server at once.
 func Dial(ctx context.Context, servers []string, opts DialOptions) (*Backend, error) {
-	cfg, _, _, err := opts.validate()
-	var problems []string
-	var cerr *baton.ConfigError
-	if errors.As(err, &cerr) {
-		problems = append(problems, cerr.Problems...)
-	} else if err != nil {
+	cfg, err := opts.check(servers)
+	if err != nil {
 		return nil, err
-	}
-	if len(servers) == 0 {
-		problems = append(problems, "zookeeper: no servers: name at least one, as in 127.0.0.1:2181")
-	}
-	for _, s := range servers {
-		if strings.TrimSpace(s) == "" {
-			problems = append(problems, "zookeeper: a server address is empty")
-		}
-	}
-	if opts.Digest != "" && !strings.Contains(opts.Digest, ":") {
-		problems = append(problems, "zookeeper: Digest must be \"user:password\"")
-	}
-	if len(problems) > 0 {
-		return nil, &baton.ConfigError{Problems: problems}
 	}
 	log := opts.Logger
 	if log == nil {
@@ -91,6 +73,34 @@ func Dial(ctx context.Context, servers []string, opts DialOptions) (*Backend, er
 		return nil, fmt.Errorf("%w: zookeeper %s: %w", baton.ErrBackendUnavailable, strings.Join(servers, ","), err)
 	}
 	return b, nil
+}
+
+// check reports every problem with o and servers at once, as a
+// *baton.ConfigError, and returns o's timing, defaults filled in.
+func (o DialOptions) check(servers []string) (baton.Config, error) {
+	cfg, _, _, err := o.validate()
+	var problems []string
+	var cerr *baton.ConfigError
+	if errors.As(err, &cerr) {
+		problems = append(problems, cerr.Problems...)
+	} else if err != nil {
+		return cfg, err
+	}
+	if len(servers) == 0 {
+		problems = append(problems, "zookeeper: no servers: name at least one, as in 127.0.0.1:2181")
+	}
+	for _, s := range servers {
+		if strings.TrimSpace(s) == "" {
+			problems = append(problems, "zookeeper: a server address is empty")
+		}
+	}
+	if o.Digest != "" && !strings.Contains(o.Digest, ":") {
+		problems = append(problems, "zookeeper: Digest must be \"user:password\"")
+	}
+	if len(problems) > 0 {
+		return cfg, &baton.ConfigError{Problems: problems}
+	}
+	return cfg, nil
 }
 
 // tlsDialer dials TLS with cfg; the client's connect timeout covers the
