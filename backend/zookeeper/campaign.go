@@ -148,40 +148,13 @@ func indexOf(children []string, name string) int {
 func (b *Backend) create(ctx context.Context, s *sess, sl *session.Slot, name string, n *node, id string) (*zk.Stat, error) {
 	b.track(n)
 	for attempt := 0; ; attempt++ {
-		type created struct {
-			path string
-			err  error
-		}
-		done := make(chan created, 1)
-		if !b.goCall(func() {
-			p, err := b.conn.Create(n.latch+"/"+n.prefix+lockName, []byte(id), zk.FlagEphemeralSequential, b.acl)
-			if err == nil && b.isClosed() && !b.owned {
-				// Close has deleted what it knew of; this one landed after.
-				_ = b.conn.Delete(p, -1)
-			}
-			done <- created{p, err}
-		}) {
-			b.forget(n)
-			return nil, baton.ErrClosed
-		}
-		var r created
-		select {
-		case r = <-done:
-		case <-ctx.Done():
-			b.cleanLater(sl, name, n, func() { <-done })
-			return nil, ctx.Err()
-		case <-b.ctx.Done():
-			// Closed: like call, do not wait for a reply that a caller's
-			// connection, cut off, may not bring for several session
-			// timeouts. The node is Close's: it deleted what it found, the
-			// goroutine above deletes one that lands later, and a Backend
-			// from Dial closed the session.
-			return nil, baton.ErrClosed
-		}
+		path, err := b.createOnce(ctx, sl, name, n, id)
 		switch {
-		case r.err == nil:
-			b.setPath(n, r.path)
-		case errors.Is(r.err, zk.ErrNoNode) && attempt < 3:
+		case errors.Is(err, baton.ErrClosed), errors.Is(err, ctx.Err()) && ctx.Err() != nil:
+			return nil, err
+		case err == nil:
+			b.setPath(n, path)
+		case errors.Is(err, zk.ErrNoNode) && attempt < 3:
 			// The latch path is missing: make it, as Curator's
 			// creatingParentContainersIfNeeded does, and try again. The
 			// server may delete an empty container between the two, so
@@ -191,44 +164,86 @@ func (b *Backend) create(ctx context.Context, s *sess, sl *session.Slot, name st
 				return nil, err
 			}
 			continue
-		case definite(r.err):
+		case definite(err):
 			b.forget(n)
-			return nil, r.err
+			return nil, err
 		default:
-			b.log.Debug("create's outcome unknown; looking for the node", "latch", n.latch, "prefix", n.prefix, "err", r.err)
-			found, err := b.find(ctx, s, n)
-			if err != nil {
+			b.log.Debug("create's outcome unknown; looking for the node", "latch", n.latch, "prefix", n.prefix, "err", err)
+			found, ferr := b.find(ctx, s, n)
+			if ferr != nil {
 				b.dropNode(sl, name, n)
-				return nil, fmt.Errorf("%w (looking for the node after: %w)", r.err, err)
+				return nil, fmt.Errorf("%w (looking for the node after: %w)", err, ferr)
 			}
 			if !found {
 				b.forget(n)
-				return nil, r.err
+				return nil, err
 			}
 			b.log.Info("found the latch node of a create whose reply was lost", "node", b.nodePath(n))
 		}
-		stat, err := retry(ctx, b, s, func() (*zk.Stat, error) {
-			ok, st, err := b.conn.Exists(b.nodePath(n))
-			if err == nil && !ok {
-				err = zk.ErrNoNode
-			}
-			return st, err
-		})
-		if errors.Is(err, zk.ErrNoNode) {
-			// Gone as soon as made: the session ended, or an operator
-			// was quick.
-			b.forget(n)
-			if b.conn.SessionID() != s.ID.id {
-				return nil, zk.ErrSessionExpired
-			}
-			return nil, fmt.Errorf("%w: latch node %s was deleted as soon as it was made", baton.ErrLeaseLost, b.nodePath(n))
-		}
-		if err != nil {
-			b.dropNode(sl, name, n)
-			return nil, err
-		}
-		return stat, nil
+		return b.statNode(ctx, s, sl, name, n)
 	}
+}
+
+// createOnce sends n's create once and returns the path made, or the
+// create's error; ErrClosed once the Backend closed, and ctx.Err() once
+// ctx ended (the node is then deleted in the background once the create's
+// outcome is known).
+func (b *Backend) createOnce(ctx context.Context, sl *session.Slot, name string, n *node, id string) (string, error) {
+	type created struct {
+		path string
+		err  error
+	}
+	done := make(chan created, 1)
+	if !b.goCall(func() {
+		p, err := b.conn.Create(n.latch+"/"+n.prefix+lockName, []byte(id), zk.FlagEphemeralSequential, b.acl)
+		if err == nil && b.isClosed() && !b.owned {
+			// Close has deleted what it knew of; this one landed after.
+			_ = b.conn.Delete(p, -1)
+		}
+		done <- created{p, err}
+	}) {
+		b.forget(n)
+		return "", baton.ErrClosed
+	}
+	select {
+	case r := <-done:
+		return r.path, r.err
+	case <-ctx.Done():
+		b.cleanLater(sl, name, n, func() { <-done })
+		return "", ctx.Err()
+	case <-b.ctx.Done():
+		// Closed: like call, do not wait for a reply that a caller's
+		// connection, cut off, may not bring for several session
+		// timeouts. The node is Close's: it deleted what it found, the
+		// goroutine above deletes one that lands later, and a Backend
+		// from Dial closed the session.
+		return "", baton.ErrClosed
+	}
+}
+
+// statNode returns the stat of n, just made on s.
+func (b *Backend) statNode(ctx context.Context, s *sess, sl *session.Slot, name string, n *node) (*zk.Stat, error) {
+	stat, err := retry(ctx, b, s, func() (*zk.Stat, error) {
+		ok, st, err := b.conn.Exists(b.nodePath(n))
+		if err == nil && !ok {
+			err = zk.ErrNoNode
+		}
+		return st, err
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		// Gone as soon as made: the session ended, or an operator was
+		// quick.
+		b.forget(n)
+		if b.conn.SessionID() != s.ID.id {
+			return nil, zk.ErrSessionExpired
+		}
+		return nil, fmt.Errorf("%w: latch node %s was deleted as soon as it was made", baton.ErrLeaseLost, b.nodePath(n))
+	}
+	if err != nil {
+		b.dropNode(sl, name, n)
+		return nil, err
+	}
+	return stat, nil
 }
 
 // definite reports whether a create that failed with err certainly made no
