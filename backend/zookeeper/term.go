@@ -75,53 +75,10 @@ func (b *Backend) lose(h *held, why string) {
 // alive on the server, or come back), so it is deleted in the background.
 func (b *Backend) watchHeld(h *held) {
 	defer h.stop()
-	lost := func(why string) { b.lose(h, why) }
-	const deleted = "was deleted (by an operator, or by ZooKeeper expiring the session)"
 	for h.ctx.Err() == nil && h.term.Err() == nil {
-		type watched struct {
-			stat *zk.Stat
-			ch   <-chan zk.Event
-		}
-		// While the client is cut off this waits for it to come back (or
-		// the generation to end): the node cannot be deleted before.
-		w, err := call(h.ctx, b, func() (watched, error) {
-			_, st, ch, err := b.conn.GetW(h.path)
-			return watched{st, ch}, err
-		})
-		switch {
-		case h.ctx.Err() != nil:
-		case errors.Is(err, zk.ErrNoNode):
-			lost(deleted)
+		if why := b.watchOnce(h); why != "" {
+			b.lose(h, why)
 			return
-		case errors.Is(err, zk.ErrSessionExpired):
-			lost("went with its expired session")
-			return
-		case err != nil:
-			// The client failed the request while reconnecting; it sets
-			// its watches again once back.
-			select {
-			case <-h.ctx.Done():
-			case <-h.term.Done():
-			case <-time.After(b.cfg.RenewInterval / 4):
-			}
-		case w.stat.Czxid != h.czxid:
-			lost("was replaced by another node")
-			return
-		default:
-			select {
-			case ev := <-w.ch:
-				switch {
-				case ev.Type == zk.EventNodeDeleted:
-					lost(deleted)
-					return
-				case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrSessionExpired):
-					lost("went with its expired session")
-					return
-				}
-				// Its data changed, or the client closed: look again.
-			case <-h.ctx.Done():
-			case <-h.term.Done():
-			}
 		}
 	}
 	h.mu.Lock()
@@ -145,6 +102,54 @@ func (b *Backend) watchHeld(h *held) {
 		h.s.Forget(h.term)
 		b.cleanLater(h.sl, h.name, h.n, nil)
 	}
+}
+
+// watchOnce sets a watch on h's node and waits for it to fire, or for the
+// term or its watch to end. It returns why the node is lost, or "" to
+// look again.
+func (b *Backend) watchOnce(h *held) string {
+	const deleted = "was deleted (by an operator, or by ZooKeeper expiring the session)"
+	type watched struct {
+		stat *zk.Stat
+		ch   <-chan zk.Event
+	}
+	// While the client is cut off this waits for it to come back (or the
+	// generation to end): the node cannot be deleted before.
+	w, err := call(h.ctx, b, func() (watched, error) {
+		_, st, ch, err := b.conn.GetW(h.path)
+		return watched{st, ch}, err
+	})
+	switch {
+	case h.ctx.Err() != nil:
+	case errors.Is(err, zk.ErrNoNode):
+		return deleted
+	case errors.Is(err, zk.ErrSessionExpired):
+		return "went with its expired session"
+	case err != nil:
+		// The client failed the request while reconnecting; it sets its
+		// watches again once back.
+		select {
+		case <-h.ctx.Done():
+		case <-h.term.Done():
+		case <-time.After(b.cfg.RenewInterval / 4):
+		}
+	case w.stat.Czxid != h.czxid:
+		return "was replaced by another node"
+	default:
+		select {
+		case ev := <-w.ch:
+			switch {
+			case ev.Type == zk.EventNodeDeleted:
+				return deleted
+			case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrSessionExpired):
+				return "went with its expired session"
+			}
+			// Its data changed, or the client closed: look again.
+		case <-h.ctx.Done():
+		case <-h.term.Done():
+		}
+	}
+	return ""
 }
 
 // release is the term's release function: it deletes h's node.
