@@ -45,7 +45,8 @@ type Driver[ID comparable] interface {
 	Grant(ctx context.Context) (Grant[ID], error)
 
 	// Renew renews session id once, within ctx (which ends at the current
-	// safe-until), and returns the new safe-until, measured from when the
+	// safe-until, or for a new session with Options.GrantTimeout), and
+	// returns the new safe-until, measured from when the
 	// renewal was sent. An error Gone reports ends the session with
 	// baton.ErrLeaseLost; an *EndedError ends it with its Err; any other is
 	// retried, four times as often, until safe-until.
