@@ -84,13 +84,20 @@ func newMem(t *testing.T) (*memServer, *Manager[int]) {
 	return srv, m
 }
 
+// newSession returns a Manager on a new in-memory server, and its session.
+func newSession(t *testing.T) (*memServer, *Manager[int], *Session[int]) {
+	t.Helper()
+	srv, m := newMem(t)
+	s, err := m.Session(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, m, s
+}
+
 func TestManagerSharesOneSessionAndRenewsIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		_, m := newMem(t)
-		s1, err := m.Session(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, m, s1 := newSession(t)
 		term, ok := s1.Start("a", 1, nil)
 		if !ok {
 			t.Fatal("Start refused on a new session")
@@ -117,11 +124,7 @@ func TestManagerSharesOneSessionAndRenewsIt(t *testing.T) {
 
 func TestManagerExpiresAndRevokes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv, m := newMem(t)
-		s, err := m.Session(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
+		srv, m, s := newSession(t)
 		term, _ := s.Start("a", 1, nil)
 		srv.mu.Lock()
 		srv.down = true
@@ -149,13 +152,9 @@ func TestManagerExpiresAndRevokes(t *testing.T) {
 	})
 }
 
-func TestManagerLostAndEnded(t *testing.T) {
+func TestManagerLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv, m := newMem(t)
-		s, err := m.Session(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
+		srv, m, s := newSession(t)
 		srv.mu.Lock()
 		delete(srv.expires, s.ID) // the server dropped it
 		srv.mu.Unlock()
@@ -184,14 +183,10 @@ func TestManagerSlowGrantRenewedThenRefused(t *testing.T) {
 
 func TestManagerCloseOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv, m := newMem(t)
-		s, err := m.Session(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
+		srv, m, s := newSession(t)
 		term, _ := s.Start("a", 1, nil)
 		var sawEnded, sawLive bool
-		err = m.Close(t.Context(), func(got *Session[int]) error {
+		err := m.Close(t.Context(), func(got *Session[int]) error {
 			sawEnded = got == s && term.Err() != nil
 			sawLive = s.Context().Err() == nil
 			return nil
