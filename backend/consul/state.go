@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/session"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -74,13 +75,7 @@ func (t *term) LoadState(ctx context.Context) ([]byte, error) {
 // failures, ctx ending included, wrap baton.ErrBackendUnavailable: the
 // write may have landed (fenced all the same), and LoadState tells.
 func (t *term) StoreState(ctx context.Context, value []byte) error {
-	if err := baton.CheckStateSize(value); err != nil {
-		return err
-	}
-	if err := baton.EndedError(t); err != nil {
-		return err
-	}
-	return t.store(ctx, value)
+	return session.StoreState(ctx, t, value, t.store)
 }
 
 // store is StoreState once the term was found running: the store alone
@@ -94,7 +89,7 @@ func (t *term) store(ctx context.Context, value []byte) error {
 	// to the key, a release by session invalidation included, changes its
 	// ModifyIndex, and indexes never repeat.
 	ops := api.TxnOps{
-		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: h.key, Session: h.s.id}},
+		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: h.key, Session: h.s.ID}},
 		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: h.key, Index: h.index}},
 		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: t.state, Value: value}},
 	}

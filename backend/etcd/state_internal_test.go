@@ -52,7 +52,7 @@ func blindHolder(t *testing.T, b *Backend, lease, id string) *stateTerm {
 	// The watcher gives the lease name back as it returns.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if !b.slots.Claimed(lease) {
+		if !b.sessions.Claimed(lease) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -155,7 +155,7 @@ func TestStoreStateAfterSessionRevoked(t *testing.T) {
 	if err := ta.StoreState(ctxFor(t, 5*time.Second), []byte("before")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := raw.Revoke(ctxFor(t, 5*time.Second), ta.h.s.id); err != nil {
+	if _, err := raw.Revoke(ctxFor(t, 5*time.Second), ta.h.s.ID); err != nil {
 		t.Fatal(err)
 	}
 	err := ta.StoreState(ctxFor(t, 5*time.Second), []byte("after"))

@@ -419,9 +419,7 @@ func (deafGroup) wait(ctx context.Context, _, _ string, _, _ uint64) (leaseView,
 }
 
 func sessionOf(b *Backend) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.sess.id
+	return b.sessions.Live().ID
 }
 
 // applyOnLeader applies c on the ready raft leader itself, as its own

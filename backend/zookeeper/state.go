@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/session"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -90,13 +91,7 @@ func (t *term) LoadState(ctx context.Context) ([]byte, error) {
 // baton.ErrBackendUnavailable: the write may still land (fenced all the
 // same, by the check), and LoadState tells.
 func (t *term) StoreState(ctx context.Context, value []byte) error {
-	if err := baton.CheckStateSize(value); err != nil {
-		return err
-	}
-	if err := baton.EndedError(t); err != nil {
-		return err
-	}
-	return t.store(ctx, value)
+	return session.StoreState(ctx, t, value, t.store)
 }
 
 // store is StoreState once the term was found running: the store alone
