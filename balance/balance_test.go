@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/balance"
 )
@@ -18,7 +19,7 @@ import (
 // Timing for tests: a one-second TTL with a wide drift margin, so that a
 // holder that stops renewing has stopped acting well before anybody takes
 // over, even on a loaded machine.
-var testTiming = baton.Config{TTL: time.Second, RenewInterval: 200 * time.Millisecond, DriftMargin: 300 * time.Millisecond}
+var testTiming = backend.Config{TTL: time.Second, RenewInterval: 200 * time.Millisecond, DriftMargin: 300 * time.Millisecond}
 
 func testConfig(id string) balance.Config {
 	return balance.Config{

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/gocronbaton"
 	"github.com/go-co-op/gocron/v2"
@@ -18,7 +19,7 @@ import (
 
 // A one-second TTL with a wide drift margin: a holder that stops renewing
 // has stopped acting well before anybody takes over, even under load.
-var testTiming = baton.Config{TTL: time.Second, RenewInterval: 200 * time.Millisecond, DriftMargin: 300 * time.Millisecond}
+var testTiming = backend.Config{TTL: time.Second, RenewInterval: 200 * time.Millisecond, DriftMargin: 300 * time.Millisecond}
 
 // run is one execution of a job, as the job itself saw it.
 type run struct {

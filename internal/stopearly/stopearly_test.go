@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/stopearly"
 )
 
@@ -16,7 +17,7 @@ var errLag = errors.New("lagging")
 // A term that ends cancels with its error.
 func TestTermEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		term := baton.NewBasicTerm("l", 1, time.Now().Add(time.Hour), nil)
+		term := backend.NewBasicTerm("l", 1, time.Now().Add(time.Hour), nil)
 		ctx, cancel := context.WithCancelCause(context.Background())
 		stop := stopearly.Watch(term, time.Second, cancel, func() error { return errLag })
 		defer stop()
@@ -33,7 +34,7 @@ func TestTermEnd(t *testing.T) {
 func TestLaggingRenewals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const early = 2 * time.Second
-		term := baton.NewBasicTerm("l", 1, time.Now().Add(10*time.Second), nil)
+		term := backend.NewBasicTerm("l", 1, time.Now().Add(10*time.Second), nil)
 		ctx, cancel := context.WithCancelCause(context.Background())
 		stop := stopearly.Watch(term, early, cancel, func() error { return errLag })
 		defer stop()
@@ -58,7 +59,7 @@ func TestLaggingRenewals(t *testing.T) {
 // After stop, nothing is cancelled.
 func TestStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		term := baton.NewBasicTerm("l", 1, time.Now().Add(time.Second), nil)
+		term := backend.NewBasicTerm("l", 1, time.Now().Add(time.Second), nil)
 		ctx, cancel := context.WithCancelCause(context.Background())
 		stopearly.Watch(term, 0, cancel, func() error { return errLag })()
 		term.End(baton.ErrLeaseLost)
@@ -75,7 +76,7 @@ func TestStop(t *testing.T) {
 func TestRequested(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		errAsked := errors.New("asked")
-		term := baton.NewBasicTerm("l", 1, time.Now().Add(time.Hour), nil)
+		term := backend.NewBasicTerm("l", 1, time.Now().Add(time.Hour), nil)
 		ctx, cancel := context.WithCancelCause(context.Background())
 		stop := stopearly.Requested(term, term.ResignRequested(), errAsked, cancel)
 		defer stop()
@@ -88,7 +89,7 @@ func TestRequested(t *testing.T) {
 			t.Errorf("the request ended the term: %v", term.Err())
 		}
 
-		ended := baton.NewBasicTerm("l", 2, time.Now().Add(time.Hour), nil)
+		ended := backend.NewBasicTerm("l", 2, time.Now().Add(time.Hour), nil)
 		ctx2, cancel2 := context.WithCancelCause(context.Background())
 		defer cancel2(nil)
 		stop2 := stopearly.Requested(ended, ended.ResignRequested(), errAsked, cancel2)
