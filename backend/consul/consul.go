@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/epoch"
 	"github.com/batonhq/baton/internal/renew"
 	"github.com/hashicorp/consul/api"
@@ -48,12 +49,13 @@ const (
 // Options configures a Backend. The zero value means the documented
 // defaults. Options is a plain value and safe to copy.
 type Options struct {
-	// Config holds TTL, RenewInterval and DriftMargin. On Consul, zero
-	// values mean: TTL DefaultTTL (20 s); RenewInterval TTL/6 (a third of
-	// the session TTL, TTL/2, so that two more renewals fit before the
-	// holder's deadline); DriftMargin TTL/10. RenewInterval must be below
-	// TTL/2 − DriftMargin, the holder's safe window (see the package doc).
-	baton.Config
+	backend.
+		// Config holds TTL, RenewInterval and DriftMargin. On Consul, zero
+		// values mean: TTL DefaultTTL (20 s); RenewInterval TTL/6 (a third of
+		// the session TTL, TTL/2, so that two more renewals fit before the
+		// holder's deadline); DriftMargin TTL/10. RenewInterval must be below
+		// TTL/2 − DriftMargin, the holder's safe window (see the package doc).
+		Config
 
 	// Prefix goes in front of every lease name: lease NAME is held at key
 	// Prefix + NAME + "/.lock", exactly the key of `consul lock
@@ -101,7 +103,7 @@ type Options struct {
 type Backend struct {
 	client        *api.Client
 	kv            *api.KV
-	cfg           baton.Config
+	cfg           backend.Config
 	sessTTL       time.Duration
 	lockDelay     time.Duration
 	nodeChecks    []string
@@ -241,7 +243,7 @@ func New(client *api.Client, opts Options) (*Backend, error) {
 }
 
 // Config returns the timing the Backend uses, defaults filled in.
-func (b *Backend) Config() baton.Config { return b.cfg }
+func (b *Backend) Config() backend.Config { return b.cfg }
 
 // SessionTTL returns the session TTL the Backend asks Consul for: TTL/2,
 // rounded up to whole milliseconds.
@@ -694,7 +696,7 @@ type held struct {
 	sl        *renew.Slot
 	s         *session
 	sub       *sub
-	term      *baton.BasicTerm
+	term      *backend.BasicTerm
 	ctx       context.Context
 	stop      context.CancelFunc // stops watching the key
 

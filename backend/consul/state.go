@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -36,7 +37,7 @@ func (b *Backend) StateKey(name string) (string, error) {
 // renews, and the lease's state (baton.StateTerm). It is safe for
 // concurrent use.
 type term struct {
-	*baton.BasicTerm
+	*backend.BasicTerm
 	b     *Backend
 	h     *held
 	state string // the state key
@@ -74,10 +75,10 @@ func (t *term) LoadState(ctx context.Context) ([]byte, error) {
 // failures, ctx ending included, wrap baton.ErrBackendUnavailable: the
 // write may have landed (fenced all the same), and LoadState tells.
 func (t *term) StoreState(ctx context.Context, value []byte) error {
-	if err := baton.CheckStateSize(value); err != nil {
+	if err := backend.CheckStateSize(value); err != nil {
 		return err
 	}
-	if err := baton.EndedError(t); err != nil {
+	if err := backend.EndedError(t); err != nil {
 		return err
 	}
 	return t.store(ctx, value)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/epoch"
 	"github.com/batonhq/baton/internal/renew"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -17,11 +18,12 @@ import (
 
 // Options configures a Backend. The zero value means the documented defaults.
 type Options struct {
-	// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s, TTL/3,
-	// TTL/10). etcd grants TTLs in whole seconds, so TTL is rounded up to the
-	// next second when the session is granted; RenewInterval and DriftMargin
-	// are used as given.
-	baton.Config
+	backend.
+		// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s, TTL/3,
+		// TTL/10). etcd grants TTLs in whole seconds, so TTL is rounded up to the
+		// next second when the session is granted; RenewInterval and DriftMargin
+		// are used as given.
+		Config
 
 	// Prefix is put in front of every lease name to make the etcd election
 	// name, as in concurrency.NewElection(session, Prefix+name); include a
@@ -40,7 +42,7 @@ type Options struct {
 // number of leases.
 type Backend struct {
 	client *clientv3.Client
-	cfg    baton.Config
+	cfg    backend.Config
 	ttlSec int64 // Config.TTL rounded up to whole seconds, as etcd grants them
 	prefix string
 	log    *slog.Logger
@@ -109,7 +111,7 @@ func New(client *clientv3.Client, opts Options) (*Backend, error) {
 // Config returns the timing the Backend uses, defaults filled in. TTL is as
 // configured; the session's TTL is that rounded up to whole seconds, or more
 // if etcd raised it.
-func (b *Backend) Config() baton.Config { return b.cfg }
+func (b *Backend) Config() backend.Config { return b.cfg }
 
 func checkName(name string) error {
 	if name == "" {
@@ -293,7 +295,7 @@ type held struct {
 	rev       int64
 	sl        *renew.Slot
 	s         *session
-	term      *baton.BasicTerm
+	term      *backend.BasicTerm
 	stop      context.CancelFunc // stops watching the key
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/renew"
 )
 
@@ -158,7 +159,7 @@ func (b *Backend) expire(s *session, lastErr error) {
 func (b *Backend) resignRequested(s *session, orders []resignOrder) {
 	for _, o := range orders {
 		b.mu.Lock()
-		var t *baton.BasicTerm
+		var t *backend.BasicTerm
 		if sl := b.slots[o.Lease]; sl != nil {
 			t = sl.term
 		}

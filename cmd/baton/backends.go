@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/etcd"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/backend/raft"
@@ -44,7 +45,7 @@ type backendScheme struct {
 	// window returns the renewal window at a TTL (0: the backend's
 	// default): how far ahead safe-until stays while renewals are healthy,
 	// or why the TTL does not work with the backend. Nil means the
-	// baton.Config defaults: TTL - RenewInterval - DriftMargin.
+	// backend.Config defaults: TTL - RenewInterval - DriftMargin.
 	window func(ttl time.Duration) (time.Duration, error)
 }
 
@@ -54,7 +55,7 @@ type opener func(ctx context.Context, o backendOptions) (*openBackend, error)
 // backendOptions are the settings every backend takes from common flags.
 type backendOptions struct {
 	// TTL is --ttl, or 0 when it was not given: the backend's default
-	// (baton.DefaultTTL, but 20 s on Consul).
+	// (backend.DefaultTTL, but 20 s on Consul).
 	TTL    time.Duration
 	Logger *slog.Logger
 	// raft holds the member flags of commands that may run a member (run,
@@ -89,7 +90,7 @@ func (s *backendSpec) renewalWindow(ttl time.Duration) (time.Duration, error) {
 	if s.window != nil {
 		return s.window(ttl)
 	}
-	timing, err := (baton.Config{TTL: ttl}).WithDefaults()
+	timing, err := (backend.Config{TTL: ttl}).WithDefaults()
 	if err != nil {
 		return 0, err
 	}
@@ -315,7 +316,7 @@ func parseEtcdURL(u *url.URL) (opener, error) {
 			return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
 		}
 		b, err := etcd.New(client, etcd.Options{
-			Config: baton.Config{TTL: o.TTL},
+			Config: backend.Config{TTL: o.TTL},
 			Logger: o.Logger,
 		})
 		if err != nil {
@@ -348,7 +349,7 @@ func parseMemoryURL(u *url.URL) (opener, error) {
 	}
 	return func(_ context.Context, o backendOptions) (*openBackend, error) {
 		b, err := memory.New(memory.NewStore(), memory.Options{
-			Config: baton.Config{TTL: o.TTL},
+			Config: backend.Config{TTL: o.TTL},
 			Logger: o.Logger,
 		})
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/discovery"
 	"github.com/batonhq/baton/internal/certs"
@@ -143,7 +144,7 @@ func (c *demoCommand) Run(ctx context.Context, _ []string) error {
 		defer cancel()
 		_ = node.Close(ctx)
 	}()
-	observer, err := raft.New(node, raft.Options{Config: baton.Config{TTL: c.ttl}, StaleReads: true})
+	observer, err := raft.New(node, raft.Options{Config: backend.Config{TTL: c.ttl}, StaleReads: true})
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/supervise"
 )
 
@@ -25,7 +25,7 @@ func TestExtendGuardPassesOnARenewalDuringStart(t *testing.T) {
 	t.Cleanup(func() { _ = p.Stop(t.Context()) })
 	// The renewal that landed between the two reads: the term is already
 	// safe for a minute when extendGuard begins, and is not renewed again.
-	term := baton.NewBasicTerm("l", 1, time.Now().Add(time.Minute), nil)
+	term := backend.NewBasicTerm("l", 1, time.Now().Add(time.Minute), nil)
 	stop := extendGuard(p, term)
 	defer stop()
 	select {

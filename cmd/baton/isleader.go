@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/batonhq/baton"
@@ -112,7 +113,17 @@ func (c *isLeaderCommand) matcher() (func(holder string) bool, error) {
 	if err != nil || host == "" {
 		return nil, usageErrorf("cannot tell which holder is this instance: the host name is unknown (%v); pass --id", err)
 	}
-	return func(h string) bool { return baton.HostOf(h) == host }, nil
+	return func(h string) bool { return hostOf(h) == host }, nil
+}
+
+// hostOf returns the host part of a candidate ID made by
+// baton.NewCandidateID (HOST/RANDOM): everything before the last "/", or id
+// itself when it has none.
+func hostOf(id string) string {
+	if i := strings.LastIndexByte(id, '/'); i >= 0 {
+		return id[:i]
+	}
+	return id
 }
 
 // queryLeader opens the backend and asks it for the holder of the lease,

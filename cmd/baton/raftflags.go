@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/discovery"
 	"github.com/batonhq/baton/internal/certs"
@@ -234,7 +234,7 @@ func parseRaftURL(u *url.URL) (opener, error) {
 		if err != nil {
 			return nil, err
 		}
-		b, err := raft.New(n, raft.Options{Config: baton.Config{TTL: o.TTL}, Logger: o.Logger})
+		b, err := raft.New(n, raft.Options{Config: backend.Config{TTL: o.TTL}, Logger: o.Logger})
 		if err != nil {
 			_ = closeWithin(ctx, 5*time.Second, "the raft member", o.Logger, n.Close)
 			return nil, &exitError{code: exitUsage, err: err}
@@ -280,7 +280,7 @@ func parseAgentURL(u *url.URL) (opener, error) {
 		if err != nil {
 			return nil, err
 		}
-		b, err := raft.New(c, raft.Options{Config: baton.Config{TTL: o.TTL}, Logger: o.Logger})
+		b, err := raft.New(c, raft.Options{Config: backend.Config{TTL: o.TTL}, Logger: o.Logger})
 		if err != nil {
 			return nil, err
 		}

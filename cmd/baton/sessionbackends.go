@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/consul"
 	"github.com/batonhq/baton/backend/zookeeper"
 	"github.com/go-zookeeper/zk"
@@ -190,7 +191,7 @@ func parseZooKeeperURL(u *url.URL) (opener, error) {
 			return nil, err
 		}
 		opts.TLS = tlsCfg
-		opts.Config = baton.Config{TTL: o.TTL}
+		opts.Config = backend.Config{TTL: o.TTL}
 		opts.Logger = o.Logger
 		for attempt := 0; ; attempt++ {
 			actx, cancel := context.WithTimeout(ctx, max(zkConnectTimeout, o.TTL))
@@ -217,7 +218,7 @@ func parseZooKeeperURL(u *url.URL) (opener, error) {
 // the default), which is shorter than elsewhere (see the zookeeper
 // package's ensemble lag).
 func zooKeeperWindow(ttl time.Duration) (time.Duration, error) {
-	return zookeeper.Options{Config: baton.Config{TTL: ttl}}.RenewalWindow()
+	return zookeeper.Options{Config: backend.Config{TTL: ttl}}.RenewalWindow()
 }
 
 // checkZooKeeperLease mirrors the backend's lease-name rule.
@@ -280,7 +281,7 @@ func parseConsulURL(u *url.URL) (opener, error) {
 			return nil, usageErrorf("%v", err)
 		}
 		opts := opts
-		opts.Config = baton.Config{TTL: o.TTL}
+		opts.Config = backend.Config{TTL: o.TTL}
 		opts.Logger = o.Logger
 		b, err := consul.New(client, opts)
 		if err != nil {
@@ -298,7 +299,7 @@ func consulWindow(ttl time.Duration) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	b, err := consul.New(client, consul.Options{Config: baton.Config{TTL: ttl}})
+	b, err := consul.New(client, consul.Options{Config: backend.Config{TTL: ttl}})
 	if err != nil {
 		return 0, err
 	}

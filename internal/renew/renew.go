@@ -5,7 +5,7 @@
 //
 // A session's safe-until is measured from the send time of its last
 // confirmed renewal; every term riding on it is safe until then, and ends by
-// itself (baton.BasicTerm) if no renewal moves it.
+// itself (backend.BasicTerm) if no renewal moves it.
 package renew
 
 import (
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 )
 
 // Terms is one server session's safe-until, the live terms riding on it,
@@ -22,14 +23,14 @@ import (
 type Terms struct {
 	mu        sync.Mutex
 	safeUntil time.Time
-	terms     map[*baton.BasicTerm]struct{}
+	terms     map[*backend.BasicTerm]struct{}
 	lastErr   error // the latest renewal failure, nil after a success
 	err       error // why the session ended; nil while it lasts
 }
 
 // New returns the state of a session confirmed until safeUntil.
 func New(safeUntil time.Time) *Terms {
-	return &Terms{safeUntil: safeUntil, terms: map[*baton.BasicTerm]struct{}{}}
+	return &Terms{safeUntil: safeUntil, terms: map[*backend.BasicTerm]struct{}{}}
 }
 
 // Err returns why the session ended, or nil while it lasts.
@@ -41,20 +42,20 @@ func (s *Terms) Err() error {
 
 // Start begins a term of lease with token, riding on the session, and
 // reports false (starting nothing) when the session ended or its safe-until
-// passed. release is the term's release function (see baton.NewBasicTerm).
-func (s *Terms) Start(lease string, token uint64, release func(context.Context) error) (*baton.BasicTerm, bool) {
+// passed. release is the term's release function (see backend.NewBasicTerm).
+func (s *Terms) Start(lease string, token uint64, release func(context.Context) error) (*backend.BasicTerm, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil || !time.Now().Before(s.safeUntil) {
 		return nil, false
 	}
-	t := baton.NewBasicTerm(lease, token, s.safeUntil, release)
+	t := backend.NewBasicTerm(lease, token, s.safeUntil, release)
 	s.terms[t] = struct{}{}
 	return t, true
 }
 
 // Forget stops extending t, whose term has ended.
-func (s *Terms) Forget(t *baton.BasicTerm) {
+func (s *Terms) Forget(t *backend.BasicTerm) {
 	s.mu.Lock()
 	delete(s.terms, t)
 	s.mu.Unlock()
@@ -117,7 +118,7 @@ func (s *Terms) renewIn(interval time.Duration) time.Duration {
 // Renewal says how KeepAlive renews a session and what it does when that
 // fails.
 type Renewal struct {
-	// Interval is the time between renewals (baton.Config.RenewInterval);
+	// Interval is the time between renewals (backend.Config.RenewInterval);
 	// after a failure KeepAlive retries four times as often.
 	Interval time.Duration
 	// Renew renews the session once, within ctx (which ends at the current

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/batonhq/baton"
+	batonbackend "github.com/batonhq/baton/backend"
 )
 
 // Slots keeps the lease names one Backend campaigns for or holds, one slot
@@ -55,7 +56,7 @@ func NewSlots(mu sync.Locker, closed func() bool, backend string) *Slots {
 // by the Slots' mutex.
 type Slot struct {
 	name string
-	term *baton.BasicTerm // set once the lease is won
+	term *batonbackend.BasicTerm // set once the lease is won
 
 	// gone, set with term by WonUntilGoneLocked, is closed by Gone.
 	gone chan struct{}
@@ -138,13 +139,13 @@ func (s *Slots) Claimed(name string) bool {
 
 // WonLocked records that sl's campaign won term t: a new claim may take
 // the slot over once t ended.
-func (s *Slots) WonLocked(sl *Slot, t *baton.BasicTerm) {
+func (s *Slots) WonLocked(sl *Slot, t *batonbackend.BasicTerm) {
 	sl.term = t
 }
 
 // WonUntilGoneLocked records that sl's campaign won term t, and that a new
 // claim waits, after t ended, until Gone(sl).
-func (s *Slots) WonUntilGoneLocked(sl *Slot, t *baton.BasicTerm) {
+func (s *Slots) WonUntilGoneLocked(sl *Slot, t *batonbackend.BasicTerm) {
 	sl.term, sl.gone = t, make(chan struct{})
 }
 
