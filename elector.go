@@ -54,8 +54,11 @@ type ElectorConfig struct {
 	// why the term ended: an error wrapping ErrResigned (the callback
 	// returned, renewals lagged past StopEarly, or a resign was requested),
 	// ErrLeaseLost, ErrExpired
-	// or ErrClosed. It runs on Run's goroutine, as OnElected does. The same
-	// reason reaches Changes subscribers.
+	// or ErrClosed. It runs on Run's goroutine, as OnElected does.
+	//
+	// OnElected and OnDemoted see every transition, in order, and none is
+	// dropped: they are the way to follow transitions (a metric, a log, a
+	// readiness flag). Status, IsLeader and Await read the current state.
 	OnDemoted func(t Term, reason error)
 }
 
@@ -84,22 +87,6 @@ type Status struct {
 	LastError error
 }
 
-// Change is one transition of an Elector's leadership.
-type Change struct {
-	// Leader is true when the Elector became leader, false when it stopped.
-	Leader bool
-	// Token is the term's fencing token.
-	Token uint64
-	// Reason is nil on election and says why the term ended on demotion: it
-	// wraps ErrResigned, ErrLeaseLost, ErrExpired or ErrClosed.
-	Reason error
-	// At is when the transition happened.
-	At time.Time
-	// Missed counts the changes dropped before this one because the receiver
-	// fell behind; Status is always current.
-	Missed int
-}
-
 // Elector campaigns for one lease on a Backend and runs a callback while it
 // leads. Create it with NewElector. Its methods are safe for concurrent use;
 // Run may be active at most once at a time.
@@ -113,16 +100,10 @@ type Elector struct {
 
 	mu      sync.Mutex
 	status  Status
-	changed chan struct{} // closed and replaced on each transition
-	subs    map[*subscriber]struct{}
+	changed chan struct{} // closed and replaced on each transition, for Await
 }
 
 type termBox struct{ t Term }
-
-type subscriber struct {
-	ch     chan Change
-	missed int
-}
 
 // NewElector returns an Elector campaigning for cfg.Lease on b.
 func NewElector(b Backend, cfg ElectorConfig) (*Elector, error) {
@@ -162,7 +143,6 @@ func NewElector(b Backend, cfg ElectorConfig) (*Elector, error) {
 		cfg:     cfg,
 		log:     log.WithGroup("baton").With("lease", cfg.Lease, "id", cfg.Candidate.ID),
 		changed: make(chan struct{}),
-		subs:    map[*subscriber]struct{}{},
 	}
 	e.status = Status{Lease: cfg.Lease, ID: cfg.Candidate.ID, Since: time.Now()}
 	return e, nil
@@ -330,24 +310,6 @@ func (e *Elector) Status() Status {
 	return s
 }
 
-// Changes returns a channel that receives every leadership transition from
-// now until ctx ends, when it is closed. A receiver that falls more than 64
-// changes behind loses the oldest ones; the next delivered Change counts
-// them in Missed.
-func (e *Elector) Changes(ctx context.Context) <-chan Change {
-	s := &subscriber{ch: make(chan Change, 64)}
-	e.mu.Lock()
-	e.subs[s] = struct{}{}
-	e.mu.Unlock()
-	context.AfterFunc(ctx, func() {
-		e.mu.Lock()
-		delete(e.subs, s)
-		close(s.ch)
-		e.mu.Unlock()
-	})
-	return s.ch
-}
-
 func (e *Elector) elected(t Term) {
 	e.term.Store(&termBox{t})
 	now := time.Now()
@@ -361,7 +323,7 @@ func (e *Elector) elected(t Term) {
 	e.status.Token = t.Token()
 	e.status.Since = now
 	e.status.Terms++
-	e.publishLocked(Change{Leader: true, Token: t.Token(), At: now})
+	e.notifyLocked()
 	e.mu.Unlock()
 	if e.cfg.OnElected != nil {
 		e.cfg.OnElected(t)
@@ -375,7 +337,7 @@ func (e *Elector) demoted(t Term, reason error) {
 	e.mu.Lock()
 	e.status.Since = now
 	e.status.LastError = reason
-	e.publishLocked(Change{Leader: false, Token: t.Token(), Reason: reason, At: now})
+	e.notifyLocked()
 	e.mu.Unlock()
 	if e.cfg.OnDemoted != nil {
 		e.cfg.OnDemoted(t, reason)
@@ -388,30 +350,8 @@ func (e *Elector) setError(err error) {
 	e.mu.Unlock()
 }
 
-func (e *Elector) publishLocked(c Change) {
+// notifyLocked wakes the Awaits waiting for a transition.
+func (e *Elector) notifyLocked() {
 	close(e.changed)
 	e.changed = make(chan struct{})
-	for s := range e.subs {
-		c := c
-		c.Missed = s.missed
-		select {
-		case s.ch <- c:
-			s.missed = 0
-			continue
-		default:
-		}
-		// Full: drop the oldest so the newest state always arrives.
-		select {
-		case <-s.ch:
-			s.missed++
-		default:
-		}
-		c.Missed = s.missed
-		select {
-		case s.ch <- c:
-			s.missed = 0
-		default:
-			s.missed++
-		}
-	}
 }

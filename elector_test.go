@@ -102,26 +102,37 @@ func TestCallbackCancelledAtSafeUntilWhenCutOff(t *testing.T) {
 	})
 }
 
-func TestChangesCarryReasons(t *testing.T) {
+// The hooks carry each transition's token and reason, and agree with
+// Status.
+func TestHooksCarryReasons(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e, _ := newElector(t, memory.NewStore(), "a")
-		ctx, cancel := context.WithCancel(t.Context())
-		changes := e.Changes(ctx)
-		done := make(chan error)
-		go func() {
-			done <- e.Run(ctx, func(context.Context, baton.Term) error { return errors.New("done") })
-		}()
-		<-done
-		up, down := <-changes, <-changes
-		if !up.Leader || up.Reason != nil || up.Token != 1 {
-			t.Errorf("first change = %+v, want elected with token 1", up)
+		b, err := memory.New(memory.NewStore(), memory.Options{Config: testCfg})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if down.Leader || !errors.Is(down.Reason, baton.ErrResigned) {
-			t.Errorf("second change = %+v, want demoted with ErrResigned", down)
+		defer b.Close(context.Background())
+		var up, down []uint64
+		var reason error
+		e, err := baton.NewElector(b, baton.ElectorConfig{
+			Lease:     "job",
+			Candidate: baton.Candidate{ID: "a"},
+			OnElected: func(t baton.Term) { up = append(up, t.Token()) },
+			OnDemoted: func(t baton.Term, r error) { down, reason = append(down, t.Token()), r },
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		cancel()
-		if _, ok := <-changes; ok {
-			t.Errorf("Changes channel not closed after its context ended")
+		if err := e.Run(t.Context(), func(context.Context, baton.Term) error { return errors.New("done") }); err == nil || err.Error() != "done" {
+			t.Fatalf("Run = %v, want the callback's error", err)
+		}
+		if fmt.Sprint(up, down) != "[1] [1]" {
+			t.Errorf("elected %v, demoted %v; want token 1 once each", up, down)
+		}
+		if !errors.Is(reason, baton.ErrResigned) {
+			t.Errorf("OnDemoted reason = %v, want ErrResigned", reason)
+		}
+		if st := e.Status(); st.Leader || st.Token != 1 || st.LastError != reason {
+			t.Errorf("Status = %+v after the term; want not leader, token 1, LastError the demotion's reason", st)
 		}
 	})
 }
@@ -256,7 +267,7 @@ func TestStopEarlyCancelsBeforeSafeUntil(t *testing.T) {
 }
 
 // TestHooksSeeEveryTransition: OnElected runs before the callback gets the
-// term, OnDemoted after the release, with the same reason Changes carries;
+// term, OnDemoted after the release, with the term's end reason;
 // a term lost to an operator (here: another process taking the record over
 // after this one stopped renewing is simulated by Close) reports it.
 func TestHooksSeeEveryTransition(t *testing.T) {

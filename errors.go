@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// Sentinel errors. Term.Err and Change.Reason wrap one of the loss reasons, so
+// Sentinel errors. Term.Err and OnDemoted's reason wrap one of the loss reasons, so
 // callers test them with errors.Is, never by comparing strings.
 var (
 	// ErrNoLeader is returned by Leader when nobody holds the lease.
