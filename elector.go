@@ -36,7 +36,8 @@ type ElectorConfig struct {
 	// period before SIGKILL) is over before another candidate can take over.
 	// In healthy operation safe-until stays at least TTL − RenewInterval −
 	// DriftMargin ahead, so StopEarly must be below that or every term ends at
-	// once. Zero (the default) means at safe-until.
+	// once. Zero (the default) means at safe-until. The context's cause then
+	// wraps ErrStoppedEarly.
 	StopEarly time.Duration
 
 	// ResignTimeout bounds the release of the lease after the callback returned.
@@ -156,8 +157,9 @@ func (e *Elector) ID() string { return e.cfg.Candidate.ID }
 // safe-until, renewals lagging into StopEarly, a resign requested from
 // outside (ResignRequestTerm), or ctx cancelled — and with the Term.
 // context.Cause of fn's context says which: the term's error, an error
-// naming the lagging renewals, an error wrapping ErrResigned that says a
-// resign was requested, or ctx's own cause. When fn returns, Run resigns (so
+// wrapping ErrStoppedEarly (renewals lag), an error wrapping ErrResigned
+// that says a resign was requested, or ctx's own cause. balance.Group gives
+// its Funcs the same causes. When fn returns, Run resigns (so
 // a standby takes over at once) and campaigns again. Run always waits for fn
 // to return before it resigns, so that a requested resign, like a stopped
 // Run, hands the lease over only after fn's work has stopped.
@@ -222,11 +224,8 @@ func (e *Elector) lead(ctx context.Context, t Term, fn func(context.Context, Ter
 	}
 	e.elected(t)
 	fctx, cancel := context.WithCancelCause(ctx)
-	stop := stopearly.Watch(t, e.cfg.StopEarly, cancel, func() error {
-		left := time.Until(t.SafeUntil())
+	stop := stopearly.Watch(t, e.cfg.StopEarly, cancel, func(left time.Duration) {
 		e.log.Warn("renewals lag: stopping before safe-until", "token", t.Token(), "safe_until_in", left)
-		return fmt.Errorf("renewals lag: no renewal confirmed, and safe-until is %s away, within StopEarly (%s): stopping before it",
-			left.Round(time.Millisecond), e.cfg.StopEarly)
 	})
 	// A resign requested from outside stops fn; the release below waits
 	// for fn to return.
@@ -249,8 +248,9 @@ func (e *Elector) lead(ctx context.Context, t Term, fn func(context.Context, Ter
 }
 
 // errResignRequested is the cause of the callback's context when the
-// backend relayed a request that the holder resign (ResignRequestTerm).
-var errResignRequested = fmt.Errorf("%w: a resign was requested: stopping the work, then releasing the lease", ErrResigned)
+// backend relayed a request that the holder resign (ResignRequestTerm);
+// balance.Group gives the same.
+var errResignRequested = stopearly.ResignRequested(ErrResigned)
 
 // IsLeader reports whether the Elector holds its lease now and is before the
 // term's safe-until deadline (less StopEarly). It does not contact the backend.

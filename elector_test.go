@@ -255,8 +255,8 @@ func TestStopEarlyCancelsBeforeSafeUntil(t *testing.T) {
 			if term.Err() != nil {
 				t.Errorf("term already ended (%v): the cancel came at safe-until, not before", term.Err())
 			}
-			if cause := context.Cause(ctx); cause == nil || !strings.Contains(cause.Error(), "renewals lag") {
-				t.Errorf("context.Cause = %v, want the lagging renewals named", cause)
+			if cause := context.Cause(ctx); !errors.Is(cause, baton.ErrStoppedEarly) || !strings.Contains(cause.Error(), "renewals lag") {
+				t.Errorf("context.Cause = %v, want ErrStoppedEarly naming the lagging renewals", cause)
 			}
 			return errors.New("stopped")
 		})
