@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/internal/certs"
 	metrics "github.com/hashicorp/go-metrics/compat"
@@ -41,7 +42,7 @@ func newRaftTarget(b *testing.B) (target, []*raft.Node) {
 	voters := g.startVoters(b, 3)
 	return target{
 		name: "raft",
-		new: func(b *testing.B, cfg baton.Config) *process {
+		new: func(b *testing.B, cfg backend.Config) *process {
 			n := g.start(b, raft.NodeOptions{})
 			waitJoined(b, n)
 			return &process{backend: newRaftBackend(b, n, cfg), kill: func() { _ = n.Kill() }}
@@ -126,7 +127,7 @@ func waitJoined(b *testing.B, nodes ...*raft.Node) {
 
 // newRaftBackend returns a Backend on n that b's cleanup closes (before n,
 // as cleanups run last-in first-out).
-func newRaftBackend(b *testing.B, n *raft.Node, cfg baton.Config) *raft.Backend {
+func newRaftBackend(b *testing.B, n *raft.Node, cfg backend.Config) *raft.Backend {
 	b.Helper()
 	be, err := raft.New(n, raft.Options{Config: cfg})
 	if err != nil {
@@ -364,7 +365,7 @@ func waitRaftLeader(b *testing.B, nodes []*raft.Node) *raft.Node {
 func BenchmarkSteadyStateRaftTraffic(b *testing.B) {
 	tg, voters := newRaftTarget(b)
 	counts := installRaftCounter(b)
-	cfg := baton.Config{} // defaults: TTL 10 s
+	cfg := backend.Config{} // defaults: TTL 10 s
 	lease := fmt.Sprintf("steady-traffic-%d", time.Now().UnixNano())
 	holder := tg.new(b, cfg)
 	th := mustCampaign(b, holder, lease, "holder")

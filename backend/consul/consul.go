@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/epoch"
 	"github.com/batonhq/baton/internal/session"
 	"github.com/hashicorp/consul/api"
@@ -20,7 +21,7 @@ import (
 type Backend struct {
 	client        *api.Client
 	kv            *api.KV
-	cfg           baton.Config
+	cfg           backend.Config
 	sessTTL       time.Duration
 	lockDelay     time.Duration
 	nodeChecks    []string
@@ -103,7 +104,7 @@ func New(client *api.Client, opts Options) (*Backend, error) {
 }
 
 // Config returns the timing the Backend uses, defaults filled in.
-func (b *Backend) Config() baton.Config { return b.cfg }
+func (b *Backend) Config() backend.Config { return b.cfg }
 
 // SessionTTL returns the session TTL the Backend asks Consul for: TTL/2,
 // rounded up to whole milliseconds.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -42,12 +43,13 @@ const (
 // Options configures a Backend. The zero value means the documented
 // defaults. Options is a plain value and safe to copy.
 type Options struct {
-	// Config holds TTL, RenewInterval and DriftMargin. On Consul, zero
-	// values mean: TTL DefaultTTL (20 s); RenewInterval TTL/6 (a third of
-	// the session TTL, TTL/2, so that two more renewals fit before the
-	// holder's deadline); DriftMargin TTL/10. RenewInterval must be below
-	// TTL/2 − DriftMargin, the holder's safe window (see the package doc).
-	baton.Config
+	backend.
+		// Config holds TTL, RenewInterval and DriftMargin. On Consul, zero
+		// values mean: TTL DefaultTTL (20 s); RenewInterval TTL/6 (a third of
+		// the session TTL, TTL/2, so that two more renewals fit before the
+		// holder's deadline); DriftMargin TTL/10. RenewInterval must be below
+		// TTL/2 − DriftMargin, the holder's safe window (see the package doc).
+		Config
 
 	// Prefix goes in front of every lease name: lease NAME is held at key
 	// Prefix + NAME + "/.lock", exactly the key of `consul lock
@@ -130,7 +132,7 @@ func cleanPath(p string) bool {
 // settle fills in o's defaults and returns the timing, the session TTL
 // (TTL/2), the lock-delay and the key prefix, with every problem found in
 // o; err is an error that is not a problem with o.
-func (o Options) settle() (cfg baton.Config, sessTTL, lockDelay time.Duration, prefix string, problems []string, err error) {
+func (o Options) settle() (cfg backend.Config, sessTTL, lockDelay time.Duration, prefix string, problems []string, err error) {
 	cfg = o.Config
 	if cfg.TTL == 0 {
 		cfg.TTL = DefaultTTL
@@ -170,7 +172,7 @@ func (o Options) settle() (cfg baton.Config, sessTTL, lockDelay time.Duration, p
 
 // lockDelay returns the session lock-delay o asks for, defaults filled in,
 // with problems and those it finds.
-func (o Options) lockDelay(cfg baton.Config, sessTTL time.Duration, problems []string) (time.Duration, []string) {
+func (o Options) lockDelay(cfg backend.Config, sessTTL time.Duration, problems []string) (time.Duration, []string) {
 	checks := len(o.Checks) > 0 || len(o.ServiceChecks) > 0
 	lockDelay := o.LockDelay
 	switch {

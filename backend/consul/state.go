@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/session"
 	"github.com/hashicorp/consul/api"
 )
@@ -37,7 +38,7 @@ func (b *Backend) StateKey(name string) (string, error) {
 // renews, and the lease's state (baton.StateTerm). It is safe for
 // concurrent use.
 type term struct {
-	*baton.BasicTerm
+	*backend.BasicTerm
 	b     *Backend
 	h     *held
 	state string // the state key

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/session"
 )
 
@@ -19,7 +20,7 @@ type held struct {
 	sl        *session.Slot
 	s         *sess
 	sub       *sub
-	term      *baton.BasicTerm
+	term      *backend.BasicTerm
 	ctx       context.Context
 	stop      context.CancelFunc // stops watching the key
 
@@ -37,7 +38,7 @@ func (b *Backend) hold(s *sess, sl *session.Slot, name, key string, index, token
 	// or it ends now if it has not yet.
 	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, session.Win{
 		UntilGone: true,
-		Started: func(t *baton.BasicTerm) {
+		Started: func(t *backend.BasicTerm) {
 			if sb == nil {
 				sb = b.w.subscribe(key) // not nil: the watcher closes only after the sessions did
 			} else {

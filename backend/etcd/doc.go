@@ -89,7 +89,7 @@
 //
 //	client, err := clientv3.New(clientv3.Config{Endpoints: []string{"10.0.0.1:2379"}})
 //	...
-//	b, err := etcd.New(client, etcd.Options{Config: baton.Config{TTL: 10 * time.Second}})
+//	b, err := etcd.New(client, etcd.Options{Config: backend.Config{TTL: 10 * time.Second}})
 //	...
 //	defer b.Close(context.Background()) // standbys take over at once
 //	e, err := baton.NewElector(b, baton.ElectorConfig{Lease: "nightly-report"})

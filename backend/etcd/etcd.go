@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/epoch"
 	"github.com/batonhq/baton/internal/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -17,7 +18,7 @@ import (
 // number of leases.
 type Backend struct {
 	client *clientv3.Client
-	cfg    baton.Config
+	cfg    backend.Config
 	ttlSec int64 // Config.TTL rounded up to whole seconds, as etcd grants them
 	prefix string
 	log    *slog.Logger
@@ -70,7 +71,7 @@ func New(client *clientv3.Client, opts Options) (*Backend, error) {
 // Config returns the timing the Backend uses, defaults filled in. TTL is as
 // configured; the session's TTL is that rounded up to whole seconds, or more
 // if etcd raised it.
-func (b *Backend) Config() baton.Config { return b.cfg }
+func (b *Backend) Config() backend.Config { return b.cfg }
 
 // Leader implements baton.Backend. It reports the candidate with the oldest
 // key, which right after a holder stopped at its safe-until may still be that

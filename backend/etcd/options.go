@@ -6,16 +6,17 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 )
 
 // Options configures a Backend. The zero value means the documented defaults.
 type Options struct {
-	// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s, TTL/3,
-	// TTL/10). etcd grants TTLs in whole seconds, so TTL is rounded up to the
-	// next second when the session is granted; RenewInterval and DriftMargin
-	// are used as given.
-	baton.Config
+	backend.
+		// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s, TTL/3,
+		// TTL/10). etcd grants TTLs in whole seconds, so TTL is rounded up to the
+		// next second when the session is granted; RenewInterval and DriftMargin
+		// are used as given.
+		Config
 
 	// Prefix is put in front of every lease name to make the etcd election
 	// name, as in concurrency.NewElection(session, Prefix+name); include a

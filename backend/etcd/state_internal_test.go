@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -16,7 +17,7 @@ import (
 // after the key is gone, as a process does whose watch event is late or
 // which was paused. What must stop its write is etcd's own answer.
 
-func startBackend(t *testing.T, client *clientv3.Client, cfg baton.Config) *Backend {
+func startBackend(t *testing.T, client *clientv3.Client, cfg backend.Config) *Backend {
 	t.Helper()
 	b, err := New(client, Options{Config: cfg})
 	if err != nil {
@@ -81,7 +82,7 @@ func rawState(t *testing.T, c *clientv3.Client, key string) string {
 func TestStoreStateFencedByEtcd(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	raw := srv.Client(t)
-	cfg := baton.Config{TTL: 30 * time.Second} // no session renewal during the test
+	cfg := backend.Config{TTL: 30 * time.Second} // no session renewal during the test
 	a := startBackend(t, srv.Client(t), cfg)
 	b := startBackend(t, srv.Client(t), cfg)
 	const lease = "fenced"
@@ -148,7 +149,7 @@ func TestStoreStateFencedByEtcd(t *testing.T) {
 func TestStoreStateAfterSessionRevoked(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	raw := srv.Client(t)
-	a := startBackend(t, srv.Client(t), baton.Config{TTL: 30 * time.Second})
+	a := startBackend(t, srv.Client(t), backend.Config{TTL: 30 * time.Second})
 	const lease = "revoked"
 
 	ta := blindHolder(t, a, lease, "a")

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/epoch"
 	"github.com/batonhq/baton/internal/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -17,7 +18,7 @@ type held struct {
 	rev       int64
 	sl        *session.Slot
 	s         *sess
-	term      *baton.BasicTerm
+	term      *backend.BasicTerm
 	stop      context.CancelFunc // stops watching the key
 }
 
@@ -29,7 +30,7 @@ func (b *Backend) hold(s *sess, sl *session.Slot, name, key string, rev int64, e
 	// If Start fails, our key goes with the session: Close revokes it, or
 	// it ends now if it has not yet.
 	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, session.Win{
-		Started: func(t *baton.BasicTerm) { h.term = t },
+		Started: func(t *backend.BasicTerm) { h.term = t },
 		Watch:   func() { b.watchHeld(ctx, h, at+1) },
 	})
 	if err != nil {

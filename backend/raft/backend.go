@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/epoch"
 	"github.com/batonhq/baton/internal/session"
 )
@@ -16,10 +17,11 @@ import (
 // Options configures a Backend. The zero value means the documented
 // defaults.
 type Options struct {
-	// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s,
-	// TTL/3, TTL/10). TTL is the session's: how long after this process's
-	// last confirmed renewal the raft leader expires its leases.
-	baton.Config
+	backend.
+		// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s,
+		// TTL/3, TTL/10). TTL is the session's: how long after this process's
+		// last confirmed renewal the raft leader expires its leases.
+		Config
 
 	// StaleReads makes Leader read the nearest copy of the log instead of
 	// asking the raft leader: faster and available without a quorum, but
@@ -36,7 +38,7 @@ type Options struct {
 // It is safe for concurrent use and may hold any number of leases.
 type Backend struct {
 	g     Group
-	cfg   baton.Config
+	cfg   backend.Config
 	stale bool
 	log   *slog.Logger
 
@@ -83,7 +85,7 @@ func New(g Group, opts Options) (*Backend, error) {
 }
 
 // Config returns the timing the Backend uses, defaults filled in.
-func (b *Backend) Config() baton.Config { return b.cfg }
+func (b *Backend) Config() backend.Config { return b.cfg }
 
 // Campaign implements baton.Backend. Candidates queue in the log in the
 // order they asked (first come, first served); a second Campaign for a
@@ -257,7 +259,7 @@ type held struct {
 	token uint64
 	s     *sess
 	sl    *session.Slot
-	term  *baton.BasicTerm
+	term  *backend.BasicTerm
 	stop  context.CancelFunc
 }
 
@@ -268,7 +270,7 @@ func (b *Backend) hold(s *sess, sl *session.Slot, name string, token, at uint64)
 	// If Start fails, the lease goes with the session: Close destroys it,
 	// or it ends now if it has not yet.
 	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, session.Win{
-		Started: func(t *baton.BasicTerm) { h.term = t },
+		Started: func(t *backend.BasicTerm) { h.term = t },
 		Watch:   func() { b.watchHeld(ctx, h, at) },
 	})
 	if err != nil {
@@ -287,7 +289,7 @@ func (b *Backend) hold(s *sess, sl *session.Slot, name string, token, at uint64)
 // log, beside the lease: StoreState is a command that the log applies only
 // while this term's session and token still hold the lease there.
 type term struct {
-	*baton.BasicTerm
+	*backend.BasicTerm
 	b *Backend
 	h *held
 }
@@ -319,10 +321,10 @@ func (t *term) LoadState(ctx context.Context) ([]byte, error) {
 // session with this term's token. When it is not, the term ends with an
 // error wrapping baton.ErrLeaseLost, which StoreState returns.
 func (t *term) StoreState(ctx context.Context, value []byte) error {
-	if err := baton.CheckStateSize(value); err != nil {
+	if err := backend.CheckStateSize(value); err != nil {
 		return err
 	}
-	if err := baton.EndedError(t); err != nil {
+	if err := backend.EndedError(t); err != nil {
 		return err
 	}
 	h := t.h
@@ -331,7 +333,7 @@ func (t *term) StoreState(ctx context.Context, value []byte) error {
 	res, err := t.b.g.apply(sctx, command{Op: opStateStore, Session: h.s.ID, Lease: h.name, Token: h.token,
 		Value: value, Time: time.Now()})
 	if err != nil {
-		if eerr := baton.EndedError(t); eerr != nil {
+		if eerr := backend.EndedError(t); eerr != nil {
 			// The session ended meanwhile, and the term with it.
 			err = eerr
 		}
@@ -348,7 +350,7 @@ func (t *term) StoreState(ctx context.Context, value []byte) error {
 			b.sessions.Unclaim(h.sl)
 			return lost
 		}
-		return baton.EndedError(t)
+		return backend.EndedError(t)
 	case res.Err != "":
 		return fmt.Errorf("%w: lease %q: store state refused: %s", baton.ErrBackendUnavailable, h.name, res.Err)
 	}

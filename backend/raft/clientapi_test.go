@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 )
 
 // post sends body to path on h, with the Authorization header auth (none
@@ -48,7 +48,7 @@ func TestClientSessionOnlyItsOwner(t *testing.T) {
 			break
 		}
 	}
-	cfg := baton.Config{TTL: 5 * time.Second}
+	cfg := backend.Config{TTL: 5 * time.Second}
 	for _, via := range []*Node{leader, follower} {
 		name := "leader"
 		if via == follower {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/zookeeper"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/go-zookeeper/zk"
@@ -41,7 +42,7 @@ func TestCuratorLeaderLatchInterop(t *testing.T) {
 	const lease = "interop"
 	latch := root + "/" + lease
 	// Both sides time out their sessions after 2 s.
-	cfg := baton.Config{TTL: 2 * time.Second}
+	cfg := backend.Config{TTL: 2 * time.Second}
 	tl := &timeline{}
 	ctx := testContext(t, 2*time.Minute)
 
@@ -211,7 +212,7 @@ type goProc struct {
 	ended   chan struct{} // closed when the callback returned
 }
 
-func startGo(t *testing.T, addr, root, lease, id string, cfg baton.Config, tl *timeline) *goProc {
+func startGo(t *testing.T, addr, root, lease, id string, cfg backend.Config, tl *timeline) *goProc {
 	t.Helper()
 	p := &goProc{id: id, proxy: testserver.StartProxy(t, addr), ran: make(chan error, 1),
 		leading: make(chan baton.Term, 1), ended: make(chan struct{})}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -77,7 +78,7 @@ func Dial(ctx context.Context, servers []string, opts DialOptions) (*Backend, er
 
 // check reports every problem with o and servers at once, as a
 // *baton.ConfigError, and returns o's timing, defaults filled in.
-func (o DialOptions) check(servers []string) (baton.Config, error) {
+func (o DialOptions) check(servers []string) (backend.Config, error) {
 	cfg, _, _, err := o.validate()
 	var problems []string
 	var cerr *baton.ConfigError

@@ -166,7 +166,7 @@
 // # Using it
 //
 //	b, err := zookeeper.Dial(ctx, []string{"zk1:2181", "zk2:2181", "zk3:2181"}, zookeeper.DialOptions{
-//		Options: zookeeper.Options{Config: baton.Config{TTL: 10 * time.Second}, Root: "/services/billing"},
+//		Options: zookeeper.Options{Config: backend.Config{TTL: 10 * time.Second}, Root: "/services/billing"},
 //	})
 //	...
 //	defer b.Close(context.Background()) // closes the session: standbys take over at once
@@ -188,5 +188,5 @@
 //
 //	probe := zookeeper.NewSessionProbe(nil)
 //	conn, _, err := zk.Connect(servers, 10*time.Second, zk.WithDialer(probe.Dial))
-//	b, err := zookeeper.New(conn, zookeeper.Options{Config: baton.Config{TTL: 10 * time.Second}, Probe: probe})
+//	b, err := zookeeper.New(conn, zookeeper.Options{Config: backend.Config{TTL: 10 * time.Second}, Probe: probe})
 package zookeeper

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -18,13 +19,14 @@ const DefaultRoot = "/baton"
 
 // Options configures a Backend. The zero value means the documented defaults.
 type Options struct {
-	// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s,
-	// TTL/6, TTL/10; RenewInterval is shorter than elsewhere because a
-	// renewal confirms less on ZooKeeper: see ensembleLag). TTL is the ZooKeeper session timeout that Dial asks for; the
-	// server grants it clamped into [minSessionTimeout, maxSessionTimeout]
-	// (by default 2 to 20 of its ticks), and the Backend then times
-	// safe-until by what it granted (see Probe).
-	baton.Config
+	backend.
+		// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s,
+		// TTL/6, TTL/10; RenewInterval is shorter than elsewhere because a
+		// renewal confirms less on ZooKeeper: see ensembleLag). TTL is the ZooKeeper session timeout that Dial asks for; the
+		// server grants it clamped into [minSessionTimeout, maxSessionTimeout]
+		// (by default 2 to 20 of its ticks), and the Backend then times
+		// safe-until by what it granted (see Probe).
+		Config
 
 	// Root is the ZooKeeper path under which each lease NAME has its latch
 	// path, Root + "/" + NAME: the path a Curator LeaderLatch would be given
@@ -99,14 +101,14 @@ func (o Options) Validate() error {
 // 2 ticks by default, so half a tick is at most timeout/4. Safe-until is
 // measured from the renewal's send time minus this lag. A standalone
 // server has no lag; the bound is kept anyway, as a client cannot tell.
-func ensembleLag(cfg baton.Config, timeout time.Duration) time.Duration {
+func ensembleLag(cfg backend.Config, timeout time.Duration) time.Duration {
 	return timeout/4 + cfg.RenewInterval
 }
 
 // safeWindow is how far ahead of a renewal's next due time safe-until
 // stays while renewals are confirmed at once, for a session timeout of
 // timeout: the renewal window that `baton run --grace` must fit in.
-func safeWindow(cfg baton.Config, timeout time.Duration) time.Duration {
+func safeWindow(cfg backend.Config, timeout time.Duration) time.Duration {
 	return timeout - ensembleLag(cfg, timeout) - cfg.DriftMargin - cfg.RenewInterval
 }
 
@@ -125,11 +127,11 @@ func (o Options) RenewalWindow() (time.Duration, error) {
 }
 
 // validate applies the defaults and reports every problem at once.
-func (o Options) validate() (baton.Config, string, []zk.ACL, error) {
+func (o Options) validate() (backend.Config, string, []zk.ACL, error) {
 	var problems []string
 	c := o.Config
 	if c.TTL == 0 {
-		c.TTL = baton.DefaultTTL
+		c.TTL = backend.DefaultTTL
 	}
 	if c.TTL > 0 && c.RenewInterval == 0 {
 		c.RenewInterval = c.TTL / 6 // see ensembleLag

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/session"
 	"github.com/go-zookeeper/zk"
 )
@@ -39,7 +40,7 @@ func (b *Backend) StatePath(name string) string {
 // session renews, and the lease's state (baton.StateTerm). It is safe for
 // concurrent use.
 type term struct {
-	*baton.BasicTerm
+	*backend.BasicTerm
 	b *Backend
 	h *held
 }
@@ -129,7 +130,7 @@ func (t *term) store(ctx context.Context, value []byte) error {
 		case errors.Is(err, errUnsent):
 			// The term ended while the client had no connection for the
 			// request: nothing was sent, and nothing will be.
-			return baton.EndedError(t)
+			return backend.EndedError(t)
 		case failed == 0 && errors.Is(err, zk.ErrNoNode),
 			failed < 0 && errors.Is(err, zk.ErrSessionExpired):
 			why := "was deleted (by an operator, or by ZooKeeper expiring the session)"

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/epoch"
 	"github.com/batonhq/baton/internal/session"
 	"github.com/go-zookeeper/zk"
@@ -21,7 +22,7 @@ type held struct {
 	czxid int64
 	sl    *session.Slot
 	s     *sess
-	term  *baton.BasicTerm
+	term  *backend.BasicTerm
 	ctx   context.Context
 	stop  context.CancelFunc // stops watching the node
 
@@ -36,7 +37,7 @@ func (b *Backend) hold(s *sess, sl *session.Slot, name string, n *node, czxid in
 	h := &held{name: name, n: n, path: b.nodePath(n), czxid: czxid, sl: sl, s: s, ctx: ctx, stop: stop}
 	token := epoch.Token(ep, uint64(czxid))
 	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, session.Win{
-		Started: func(t *baton.BasicTerm) { h.term = t },
+		Started: func(t *backend.BasicTerm) { h.term = t },
 		Watch:   func() { b.watchHeld(h) },
 	})
 	if err != nil {

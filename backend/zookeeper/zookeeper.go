@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/epoch"
 	"github.com/batonhq/baton/internal/session"
 	"github.com/go-zookeeper/zk"
@@ -20,7 +21,7 @@ import (
 type Backend struct {
 	conn  *zk.Conn
 	owned bool // Close closes conn
-	cfg   baton.Config
+	cfg   backend.Config
 	root  string
 	acl   []zk.ACL
 	probe *SessionProbe
@@ -87,7 +88,7 @@ func New(conn *zk.Conn, opts Options) (*Backend, error) {
 }
 
 // Config returns the timing the Backend uses, defaults filled in.
-func (b *Backend) Config() baton.Config { return b.cfg }
+func (b *Backend) Config() backend.Config { return b.cfg }
 
 // Conn returns the connection the Backend uses.
 func (b *Backend) Conn() *zk.Conn { return b.conn }

@@ -3,7 +3,7 @@
 //
 // A session's safe-until is measured from the send time of its last
 // confirmed renewal; every term riding on it is safe until then, and ends by
-// itself (baton.BasicTerm) if no renewal moves it.
+// itself (backend.BasicTerm) if no renewal moves it.
 //
 // A Manager holds what those backends share: the mutex, the closed flag and
 // the wait group of the Backend's goroutines; the one live Session, granted
@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 )
 
 // Driver is a backend's requests on its server sessions; ID names one
@@ -96,7 +97,7 @@ type Options[ID comparable] struct {
 	Backend string
 	// Config is the Backend's timing, defaults filled in: the session is
 	// renewed every RenewInterval.
-	Config baton.Config
+	Config backend.Config
 	// GrantTimeout bounds Grant and the renewals that follow it: the
 	// clients wait for a connection rather than fail, and a campaign should
 	// see baton.ErrBackendUnavailable instead.
@@ -393,7 +394,7 @@ type Win struct {
 	// Started, if not nil, runs with the Manager's mutex held once the
 	// term started: for registering the term where Close finds it. It must
 	// not block or call the Manager.
-	Started func(t *baton.BasicTerm)
+	Started func(t *backend.BasicTerm)
 	// Watch runs in a goroutine that Close waits for: it watches the held
 	// key or node, and ends the term when it goes.
 	Watch func()
@@ -403,8 +404,8 @@ type Win struct {
 // atomically with respect to Close and to s ending: either they see the
 // term and end it, or Start sees them and starts nothing, returning
 // baton.ErrClosed or an error wrapping baton.ErrBackendUnavailable.
-// release is the term's release function (see baton.NewBasicTerm).
-func (m *Manager[ID]) Start(s *Session[ID], sl *Slot, lease string, token uint64, release func(context.Context) error, w Win) (*baton.BasicTerm, error) {
+// release is the term's release function (see backend.NewBasicTerm).
+func (m *Manager[ID]) Start(s *Session[ID], sl *Slot, lease string, token uint64, release func(context.Context) error, w Win) (*backend.BasicTerm, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -428,7 +429,7 @@ func (m *Manager[ID]) Start(s *Session[ID], sl *Slot, lease string, token uint64
 }
 
 // Term returns the term won for lease name, or nil.
-func (m *Manager[ID]) Term(name string) *baton.BasicTerm {
+func (m *Manager[ID]) Term(name string) *backend.BasicTerm {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.termLocked(name)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 )
 
 // memServer is an in-memory session server: sessions that expire TTL after
@@ -75,7 +76,7 @@ func newMem(t *testing.T) (*memServer, *Manager[int]) {
 	srv := &memServer{ttl: 3 * time.Second, expires: map[int]time.Time{}}
 	m := New[int](srv, Options[int]{
 		Backend:      "mem",
-		Config:       baton.Config{TTL: 3 * time.Second, RenewInterval: time.Second},
+		Config:       backend.Config{TTL: 3 * time.Second, RenewInterval: time.Second},
 		GrantTimeout: 5 * time.Second,
 		AbandonFor:   3 * time.Second,
 		Describe:     func(id int) string { return fmt.Sprintf("mem session %d", id) },

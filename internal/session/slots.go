@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/batonhq/baton"
+	batonbackend "github.com/batonhq/baton/backend"
 )
 
 // slots keeps the lease names one Backend campaigns for or holds, one slot
@@ -52,7 +53,7 @@ func newSlots(mu sync.Locker, closed func() bool, backend string) *slots {
 // by the slots' mutex.
 type Slot struct {
 	name string
-	term *baton.BasicTerm // set once the lease is won
+	term *batonbackend.BasicTerm // set once the lease is won
 
 	// gone, set with term by wonUntilGoneLocked, is closed by Gone.
 	gone chan struct{}
@@ -135,13 +136,13 @@ func (s *slots) Claimed(name string) bool {
 
 // wonLocked records that sl's campaign won term t: a new claim may take
 // the slot over once t ended.
-func (s *slots) wonLocked(sl *Slot, t *baton.BasicTerm) {
+func (s *slots) wonLocked(sl *Slot, t *batonbackend.BasicTerm) {
 	sl.term = t
 }
 
 // wonUntilGoneLocked records that sl's campaign won term t, and that a new
 // claim waits, after t ended, until Gone(sl).
-func (s *slots) wonUntilGoneLocked(sl *Slot, t *baton.BasicTerm) {
+func (s *slots) wonUntilGoneLocked(sl *Slot, t *batonbackend.BasicTerm) {
 	sl.term, sl.gone = t, make(chan struct{})
 }
 
@@ -181,7 +182,7 @@ func (s *slots) cleaningLocked(sl *Slot) (done func(), ok bool) {
 }
 
 // termLocked returns the term won for name, or nil.
-func (s *slots) termLocked(name string) *baton.BasicTerm {
+func (s *slots) termLocked(name string) *batonbackend.BasicTerm {
 	if sl := s.slots[name]; sl != nil {
 		return sl.term
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 )
 
 // testSlots is a Backend's mutex, closed flag and slots.
@@ -31,13 +32,13 @@ func (b *testSlots) close() {
 	b.mu.Unlock()
 }
 
-func (b *testSlots) won(sl *Slot, t *baton.BasicTerm) {
+func (b *testSlots) won(sl *Slot, t *backend.BasicTerm) {
 	b.mu.Lock()
 	b.wonLocked(sl, t)
 	b.mu.Unlock()
 }
 
-func (b *testSlots) wonUntilGone(sl *Slot, t *baton.BasicTerm) {
+func (b *testSlots) wonUntilGone(sl *Slot, t *backend.BasicTerm) {
 	b.mu.Lock()
 	b.wonUntilGoneLocked(sl, t)
 	b.mu.Unlock()
@@ -84,8 +85,8 @@ func waiting(t *testing.T, ch <-chan claimed) {
 	}
 }
 
-func running() *baton.BasicTerm {
-	return baton.NewBasicTerm("a", 1, time.Now().Add(time.Hour), nil)
+func running() *backend.BasicTerm {
+	return backend.NewBasicTerm("a", 1, time.Now().Add(time.Hour), nil)
 }
 
 func TestSlotsClaimUnclaim(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 )
 
 // Terms is one server session's safe-until, the live terms riding on it,
@@ -13,14 +13,14 @@ import (
 type Terms struct {
 	mu        sync.Mutex
 	safeUntil time.Time
-	terms     map[*baton.BasicTerm]struct{}
+	terms     map[*backend.BasicTerm]struct{}
 	lastErr   error // the latest renewal failure, nil after a success
 	err       error // why the session ended; nil while it lasts
 }
 
 // NewTerms returns the state of a session confirmed until safeUntil.
 func NewTerms(safeUntil time.Time) *Terms {
-	return &Terms{safeUntil: safeUntil, terms: map[*baton.BasicTerm]struct{}{}}
+	return &Terms{safeUntil: safeUntil, terms: map[*backend.BasicTerm]struct{}{}}
 }
 
 // Err returns why the session ended, or nil while it lasts.
@@ -32,20 +32,20 @@ func (s *Terms) Err() error {
 
 // Start begins a term of lease with token, riding on the session, and
 // reports false (starting nothing) when the session ended or its safe-until
-// passed. release is the term's release function (see baton.NewBasicTerm).
-func (s *Terms) Start(lease string, token uint64, release func(context.Context) error) (*baton.BasicTerm, bool) {
+// passed. release is the term's release function (see backend.NewBasicTerm).
+func (s *Terms) Start(lease string, token uint64, release func(context.Context) error) (*backend.BasicTerm, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil || !time.Now().Before(s.safeUntil) {
 		return nil, false
 	}
-	t := baton.NewBasicTerm(lease, token, s.safeUntil, release)
+	t := backend.NewBasicTerm(lease, token, s.safeUntil, release)
 	s.terms[t] = struct{}{}
 	return t, true
 }
 
 // Forget stops extending t, whose term has ended.
-func (s *Terms) Forget(t *baton.BasicTerm) {
+func (s *Terms) Forget(t *backend.BasicTerm) {
 	s.mu.Lock()
 	delete(s.terms, t)
 	s.mu.Unlock()
@@ -108,7 +108,7 @@ func (s *Terms) renewIn(interval time.Duration) time.Duration {
 // renewal says how keepAlive renews a session and what it does when that
 // fails.
 type renewal struct {
-	// Interval is the time between renewals (baton.Config.RenewInterval);
+	// Interval is the time between renewals (backend.Config.RenewInterval);
 	// after a failure keepAlive retries four times as often.
 	Interval time.Duration
 	// Renew renews the session once, within ctx (which ends at the current

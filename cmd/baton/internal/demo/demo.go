@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/discovery"
 	"github.com/batonhq/baton/internal/certs"
@@ -84,7 +85,7 @@ func Run(ctx context.Context, c Config) error {
 		defer cancel()
 		_ = node.Close(ctx)
 	}()
-	observer, err := raft.New(node, raft.Options{Config: baton.Config{TTL: c.TTL}, StaleReads: true})
+	observer, err := raft.New(node, raft.Options{Config: backend.Config{TTL: c.TTL}, StaleReads: true})
 	if err != nil {
 		return err
 	}
