@@ -52,8 +52,17 @@ type trioSpec struct {
 	start func(b *testing.B, addr, lease, id string) *exec.Cmd
 }
 
+// metric names the trio's figure: the tool and the first duration in its
+// TTL description ("baton@2s-req/s/proc").
 func (s trioSpec) metric() string {
-	return strings.ReplaceAll(s.tool, " ", "-") + "@" + strings.Fields(s.ttl)[0] + "-req/s/proc"
+	ttl := "?"
+	for _, f := range strings.Fields(s.ttl) {
+		if _, err := time.ParseDuration(f); err == nil {
+			ttl = f
+			break
+		}
+	}
+	return strings.ReplaceAll(s.tool, " ", "-") + "@" + ttl + "-req/s/proc"
 }
 
 // peerBackend is one server and the trios compared on it.
@@ -404,10 +413,12 @@ func BenchmarkRequestsVsCurator(b *testing.B) {
 
 // BenchmarkRequestsVsConsulLock: requests per process per second of `baton
 // run` and of `consul lock` (the consul binary the tests build), 1 holder
-// + 2 standbys each, against one Consul agent, at each one's default
-// session TTL (baton 20 s, `consul lock` 15 s, which it does not let one
-// change) and with baton at 15 s too. Counted: HTTP requests; a blocking
-// query counts once.
+// + 2 standbys each, against one Consul agent. Consul's session TTL is what
+// the two share: `consul lock` asks 15 s, which it does not let one change;
+// baton asks TTL/2 (Consul may take up to twice the session TTL to expire
+// a session), so baton --ttl 30s asks the same 15 s, and baton's default
+// TTL of 20 s asks 10 s. Counted: HTTP requests; a blocking query counts
+// once.
 func BenchmarkRequestsVsConsulLock(b *testing.B) {
 	srv := testserver.StartConsul(b, testserver.ConsulOptions{})
 	bin := buildBaton(b)
@@ -419,21 +430,33 @@ func BenchmarkRequestsVsConsulLock(b *testing.B) {
 		cmd.Env = cleanEnv()
 		return cmd
 	}
+	// sessionTTLs are the session TTLs of the trios, in order.
+	sessionTTLs := []string{"10s", "15s", "15s"}
+	trios := []trioSpec{
+		batonTrio(bin, "", "20s (default; session TTL 10s)", url),
+		batonTrio(bin, "30s", "30s (session TTL 15s)", url),
+		{tool: "consul lock", ttl: "session TTL 15s (default, fixed)", start: lock},
+	}
 	comparePeers(b, &peerBackend{
 		target: srv.Addr(),
 		tap:    httpTap,
-		// Every contender has a session; the trios' sessions are told
-		// apart by the key (baton's contender key, or the lock's) that
-		// the holder's session holds: all sessions are counted, and each
-		// trio must see the whole run's.
-		contenders: func(_ trioSpec, lease string) (int, error) {
+		// Every contender has a session of its own: baton's are named
+		// "baton" and told apart by their TTL, the CLI's are named here.
+		contenders: func(spec trioSpec, _ string) (int, error) {
+			i := slices.IndexFunc(trios, func(t trioSpec) bool { return t.tool == spec.tool && t.ttl == spec.ttl })
+			name := "baton"
+			if spec.tool != "baton" {
+				name = lockSession
+			}
 			ss, _, err := client.Session().List(&api.QueryOptions{})
-			return len(ss) / 3, err // 3 trios, each of 3 processes
+			n := 0
+			for _, s := range ss {
+				if s.Name == name && s.TTL == sessionTTLs[i] {
+					n++
+				}
+			}
+			return n, err
 		},
-		trios: []trioSpec{
-			batonTrio(bin, "", "20s (default)", url),
-			batonTrio(bin, "15s", "15s", url),
-			{tool: "consul lock", ttl: "15s (default, fixed)", start: lock},
-		},
+		trios: trios,
 	})
 }
