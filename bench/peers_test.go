@@ -28,7 +28,9 @@ import (
 // tool (`etcdctl lock`, Curator's LeaderLatch, `consul lock`) on one server
 // in one run, each as one holder and two standbys, every process reaching
 // the server through a proxy of its own that counts its requests by type as
-// the server receives them.
+// the server receives them. The trios of one server run at the same time,
+// each on a lease of its own: none reads or watches another's keys, so none
+// adds to another's counts, and every figure comes from the same window.
 
 const (
 	// peerWarmUp is left out of the measurement after every process
@@ -431,7 +433,7 @@ func BenchmarkRequestsVsConsulLock(b *testing.B) {
 		return cmd
 	}
 	// sessionTTLs are the session TTLs of the trios, in order.
-	sessionTTLs := []string{"10s", "15s", "15s"}
+	sessionTTLs := []time.Duration{10 * time.Second, 15 * time.Second, 15 * time.Second}
 	trios := []trioSpec{
 		batonTrio(bin, "", "20s (default; session TTL 10s)", url),
 		batonTrio(bin, "30s", "30s (session TTL 15s)", url),
@@ -451,7 +453,7 @@ func BenchmarkRequestsVsConsulLock(b *testing.B) {
 			ss, _, err := client.Session().List(&api.QueryOptions{})
 			n := 0
 			for _, s := range ss {
-				if s.Name == name && s.TTL == sessionTTLs[i] {
+				if ttl, _ := time.ParseDuration(s.TTL); s.Name == name && ttl == sessionTTLs[i] {
 					n++
 				}
 			}
