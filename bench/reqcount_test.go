@@ -56,17 +56,31 @@ func (c *reqCounter) err() error {
 }
 
 // pipeTap is a tap writer whose bytes are parsed by parse on a goroutine
-// of its own, reading them as a stream. If parse stops early (a stream it
-// cannot parse), the rest is drained so that the proxy never blocks on it.
+// of its own, reading them as a stream; Close returns once parse has seen
+// them all. If parse stops early (a stream it cannot parse), the rest is
+// drained so that the proxy never blocks on it.
 func pipeTap(c *reqCounter, parse func(io.Reader) error) io.WriteCloser {
 	pr, pw := io.Pipe()
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		if err := parse(pr); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 			c.fail(err)
 		}
 		_, _ = io.Copy(io.Discard, pr)
 	}()
-	return pw
+	return &parsedPipe{pw, done}
+}
+
+type parsedPipe struct {
+	*io.PipeWriter
+	done chan struct{}
+}
+
+func (p *parsedPipe) Close() error {
+	err := p.PipeWriter.Close()
+	<-p.done
+	return err
 }
 
 // h2Ping is the type of the HTTP/2 PING frames a gRPC client initiates:
