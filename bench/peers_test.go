@@ -1,7 +1,7 @@
 package bench
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -141,28 +141,44 @@ func startProc(b *testing.B, pb *peerBackend, t *trio, role string) *peerProc {
 	proxy.TapClient(pb.tap(p.counter))
 	p.cmd = t.spec.start(b, proxy.Addr(), t.lease, p.id)
 	p.cmd.Stderr = p.out
+	p.cmd.Stdout = &leaderLines{p: p}
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	stdout, err := p.cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
+	// A child left behind (consul lock's, in a process group of its own)
+	// may hold stdout open: Wait does not wait for it.
+	p.cmd.WaitDelay = time.Second
 	if err := p.cmd.Start(); err != nil {
 		b.Fatalf("start %s %s: %v", t.spec.tool, role, err)
 	}
 	go func() {
 		defer close(p.exited)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			fmt.Fprintln(p.out, sc.Text())
-			f := strings.Fields(sc.Text())
-			if i := slices.Index(f, "LEADER"); i >= 0 && i+1 < len(f) && f[i+1] == p.id {
-				p.led.Add(1)
-			}
-		}
 		_ = p.cmd.Wait()
 	}()
 	b.Cleanup(func() { p.stop(b) })
 	return p
+}
+
+// leaderLines copies a process's output to its log and counts its
+// "LEADER id" lines (Curator's are prefixed with a time).
+type leaderLines struct {
+	p    *peerProc
+	line []byte
+}
+
+func (w *leaderLines) Write(b []byte) (int, error) {
+	w.line = append(w.line, b...)
+	for {
+		i := bytes.IndexByte(w.line, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		line := string(w.line[:i])
+		w.line = w.line[i+1:]
+		fmt.Fprintln(w.p.out, line)
+		f := strings.Fields(line)
+		if j := slices.Index(f, "LEADER"); j >= 0 && j+1 < len(f) && f[j+1] == w.p.id {
+			w.p.led.Add(1)
+		}
+	}
 }
 
 // stop asks the process to exit (SIGTERM: baton resigns, the CLIs release)
