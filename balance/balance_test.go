@@ -226,7 +226,7 @@ func TestFiftyLeasesFiveProcesses(t *testing.T) {
 	for i := range 5 {
 		procs = append(procs, w.startMemory(store, fmt.Sprintf("p%d", i)))
 	}
-	// The bound is ceil(50/5)+1 = 11; the algorithm settles within
+	// The promised bound is ceil(50/5)+1 = 11; the algorithm settles within
 	// [floor, ceil] = exactly 10 each.
 	w.awaitSteady(procs, 50/5, 50/5, 30*time.Second)
 

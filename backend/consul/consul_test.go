@@ -701,8 +701,8 @@ func isTxn(r *http.Request) bool { return r.Method == http.MethodPut && r.URL.Pa
 // changed between the state it saw and its transaction) must wake on the
 // watch's next answer even when that answer shows the key as the waiter
 // last saw it: free, because the winner has already deleted it again.
-// Before the fix the watch swallowed such an answer as "unchanged", and the
-// waiter slept on a free key until something else changed it.
+// A watch that took such an answer for "unchanged" would leave the waiter
+// asleep on a free key until something else changed it.
 func TestWaiterWakesAfterLosingARace(t *testing.T) {
 	agent := testserver.SharedConsul(t)
 	other := agent.Client(t, agent.Addr())

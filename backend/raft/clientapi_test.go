@@ -77,7 +77,7 @@ func TestClientSessionOnlyItsOwner(t *testing.T) {
 				body             any
 				want             int
 			}{
-				{"raw session-expire on the old route", "/v1/raft/apply", "", command{Op: opSessionExpire, Session: sid}, http.StatusNotFound},
+				{"raw session-expire on the member route", "/v1/raft/apply", "", command{Op: opSessionExpire, Session: sid}, http.StatusNotFound},
 				{"raw session-expire with the token", "/v1/raft/apply", bearer, command{Op: opSessionExpire, Session: sid}, http.StatusNotFound},
 				{"raw renew with the token", "/v1/raft/renew", bearer, renewRequest{Session: sid}, http.StatusNotFound},
 				{"client API without the token", "/v1/raft/client/apply", "", clientRequest{Op: opSessionDestroy, Session: sid, Secret: guess}, http.StatusUnauthorized},
