@@ -133,6 +133,7 @@ type Node struct {
 	http    *http.Server
 	client  *apiClient
 	timers  *sessionTimers
+	heard   *heardLog // what this member heard from raft leaders, for the next one (heard.go)
 	pilot   *autopilot.Autopilot
 	pilotMu sync.Mutex // orders the terms' autopilot stops and starts
 	stores  []io.Closer
@@ -195,7 +196,7 @@ func StartNode(opts NodeOptions) (*Node, error) {
 		opts: opts, id: id, addr: advertise, log: log, secret: opts.Secret,
 		fsm: newFSM(), ctx: ctx, cancel: cancel, joined: make(chan struct{}),
 		failed: make(chan struct{}), refusals: newRefusalLog(log, 10*time.Second),
-		lastSeen: map[hraft.ServerID]time.Time{},
+		lastSeen: map[hraft.ServerID]time.Time{}, heard: newHeardLog(),
 	}
 	n.client = newAPIClient(opts.TLS, opts.gate, opts.Secret)
 	n.mux = newMux(ln, opts.TLS, opts.gate, newConnKey(opts.Secret), n.hasJoined, n.refusals)
@@ -414,7 +415,7 @@ func (n *Node) startRaft() error {
 		MaxRPCsInFlight: 1,
 		Logger:          hlog,
 	})
-	r, err := hraft.NewRaft(conf, n.fsm, logs, stable, snaps, n.trans)
+	r, err := hraft.NewRaft(conf, n.fsm, logs, stable, snaps, n.newHeardTransport(n.trans))
 	if err != nil {
 		n.trans.Close()
 		return fmt.Errorf("raft: start: %w", err)
