@@ -12,6 +12,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/internal/certs"
+	"github.com/batonhq/baton/internal/testhook"
 	metrics "github.com/hashicorp/go-metrics/compat"
 )
 
@@ -22,7 +23,7 @@ func init() { targets = append(targets, raftTarget) }
 // 1 s), mutual TLS and a group secret. The voters stand for the group's
 // first three processes. Every simulated process is a member of its own that
 // joins as a non-voter, as the fourth and later processes of a group do, and
-// campaigns through it; killing a process kills its member (Node.Kill: no
+// campaigns through it; killing a process kills its member (testhook.KillRaftNode: no
 // leave, no session destroy), as kill -9 would. A process of this target is
 // therefore never the raft leader; BenchmarkCrashFailoverRaftLeader measures
 // the crash of a holder that is.
@@ -44,7 +45,7 @@ func newRaftTarget(b *testing.B) (target, []*raft.Node) {
 		new: func(b *testing.B, cfg baton.Config) *process {
 			n := g.start(b, raft.NodeOptions{})
 			waitJoined(b, n)
-			return &process{backend: newRaftBackend(b, n, cfg), kill: func() { _ = n.Kill() }}
+			return &process{backend: newRaftBackend(b, n, cfg), kill: func() { _ = testhook.KillRaftNode(n) }}
 		},
 		requests: counts.groupCalls,
 	}, voters
@@ -293,7 +294,7 @@ func raftLeaderCrash(b *testing.B, lease string) (failover, election time.Durati
 		b.Fatalf("raft leadership moved before the crash: the holder's member is %s", st.State)
 	}
 	start := time.Now()
-	_ = leader.Kill()
+	_ = testhook.KillRaftNode(leader)
 
 	elected := make(chan time.Time, 1)
 	go func() {
@@ -331,7 +332,7 @@ func raftLeaderCrash(b *testing.B, lease string) (failover, election time.Durati
 		ccancel()
 	}
 	for _, n := range standbys {
-		_ = n.Kill()
+		_ = testhook.KillRaftNode(n)
 	}
 	return failover, election
 }

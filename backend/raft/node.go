@@ -494,9 +494,9 @@ func (n *Node) Close(ctx context.Context) error {
 	return n.shutdown()
 }
 
-// Kill stops the member at once, without leaving: as a crash would, but
-// within the process. Tests use it.
-func (n *Node) Kill() error {
+// kill stops the member at once, without leaving: as a crash would, but
+// within the process. Tests and benchmarks use it (internal/testhook).
+func (n *Node) kill() error {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
