@@ -16,9 +16,9 @@ import (
 // Options configures a Backend. The zero value means the documented
 // defaults.
 type Options struct {
-	// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s,
-	// TTL/3, TTL/10). TTL is the session's: how long after this process's
-	// last confirmed renewal the raft leader expires its leases.
+	// Config holds TTL, RenewInterval and DriftMargin (defaults:
+	// DefaultTTL, TTL/3, TTL/10). TTL is the session's: how long after this
+	// process's last confirmed renewal the raft leader expires its leases.
 	baton.Config
 
 	// StaleReads makes Leader read the nearest copy of the log instead of
@@ -67,10 +67,38 @@ type slot struct {
 	term *baton.BasicTerm
 }
 
+// DefaultTTL is the session TTL when Options.TTL is zero. It is shorter
+// than baton.DefaultTTL: the raft leader times sessions itself, so the TTL
+// bounds failover without standing in for a remote server's slack, and a
+// crash of any member, raft leader included, is over within about one TTL
+// (see docs/guarantees.md for what it costs under pauses and blips).
+const DefaultTTL = 2 * time.Second
+
+// timing returns o's TTL, RenewInterval and DriftMargin, defaults applied.
+func (o Options) timing() (baton.Config, error) {
+	c := o.Config
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	return c.WithDefaults()
+}
+
+// RenewalWindow returns how far ahead safe-until stays, at worst, while
+// renewals are healthy: the TTL less one renew interval and the drift
+// margin. A holder's work must be able to stop within it once renewals
+// start failing. It returns an error for options that New would refuse.
+func (o Options) RenewalWindow() (time.Duration, error) {
+	c, err := o.timing()
+	if err != nil {
+		return 0, err
+	}
+	return c.TTL - c.RenewInterval - c.DriftMargin, nil
+}
+
 // New returns a Backend that campaigns through g, a member (StartNode) or
 // an agent client (Dial). g remains the caller's: Close does not close it.
 func New(g Group, opts Options) (*Backend, error) {
-	cfg, err := opts.Config.WithDefaults()
+	cfg, err := opts.timing()
 	if err != nil {
 		return nil, err
 	}

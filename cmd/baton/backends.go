@@ -28,8 +28,8 @@ import (
 var backendSchemes = map[string]backendScheme{
 	"etcd":   {form: "etcd://host:port[,host:port]", parse: parseEtcdURL, checkLease: checkEtcdLease},
 	"memory": {form: "memory://", parse: parseMemoryURL},
-	"raft":   {form: "raft:// (with --bind, --join, --tls-*, BATON_SECRET)", parse: parseRaftURL},
-	"agent":  {form: "agent://host:port", parse: parseAgentURL},
+	"raft":   {form: "raft:// (with --bind, --join, --tls-*, BATON_SECRET)", parse: parseRaftURL, window: raftWindow},
+	"agent":  {form: "agent://host:port", parse: parseAgentURL, window: raftWindow},
 	"zk":     {form: "zk://host:port[,host:port][/root]", parse: parseZooKeeperURL, checkLease: checkZooKeeperLease, window: zooKeeperWindow},
 	"consul": {form: "consul://host:port[/prefix]", parse: parseConsulURL, checkLease: checkConsulLease, window: consulWindow},
 }
@@ -81,6 +81,12 @@ type backendSpec struct {
 	// hosts are the servers' hosts named in the URL (none for raft:// and
 	// memory://), each checked by checkHost.
 	hosts []string
+}
+
+// raftWindow is the raft backend's renewal window (raft:// and agent://),
+// at its own default TTL when ttl is 0.
+func raftWindow(ttl time.Duration) (time.Duration, error) {
+	return raft.Options{Config: baton.Config{TTL: ttl}}.RenewalWindow()
 }
 
 // renewalWindow returns the backend's renewal window at ttl (see
