@@ -109,3 +109,33 @@ func TestRaftLeaderHolderFailover(t *testing.T) {
 		})
 	}
 }
+
+// TestStallWatch: a raft leader whose ticker has not run for longer than
+// the gap, or ran that late a moment ago, confirms no renewal; one whose
+// ticker keeps time does.
+func TestStallWatch(t *testing.T) {
+	now := time.Now()
+	steady := func() *stallWatch {
+		s := &stallWatch{gap: 100 * time.Millisecond, after: 100 * time.Millisecond}
+		for d := 500 * time.Millisecond; d > 0; d -= 10 * time.Millisecond {
+			s.tick(now.Add(-d))
+		}
+		return s
+	}
+	s := steady()
+	s.tick(now)
+	if s.recent() {
+		t.Fatal("a ticker that kept time reports a stall")
+	}
+	s = steady()
+	s.last = now.Add(-time.Second)
+	if !s.recent() {
+		t.Fatal("a ticker a second late is not a stall")
+	}
+	s = steady()
+	s.tick(now.Add(-200 * time.Millisecond))
+	s.tick(time.Now()) // 200 ms after the last tick: a stall that just ended
+	if !s.recent() {
+		t.Fatal("a stall that just ended is not reported")
+	}
+}

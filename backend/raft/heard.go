@@ -2,6 +2,7 @@ package raft
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"net/http"
 	"slices"
@@ -31,15 +32,23 @@ import (
 // The base is that moment; a session gets its TTL from there, and so never
 // expires before a safe-until that an earlier leader confirmed.
 //
+// One more step is needed because hashicorp/raft's VerifyLeader counts the
+// reply to a heartbeat that was already on its way when the renewal
+// arrived: the voter may have acknowledged it a little before the renewal
+// was sent. Two things bound that "little". The base carries a margin of
+// half a heartbeat timeout (raft's own leader lease), for a reply that
+// the network delayed; and a raft leader that stood still (a GC pause, a
+// stopped or starved process, during which such replies pile up unread)
+// confirms no renewal until it has run for a while again (stallWatch).
+//
 // Assumptions, beside raft's: two quorums of the configuration share a
 // voter (raft changes the configuration one server at a time); a member
 // that restarted may have acknowledged anything before it started, so its
-// start counts as a receipt; and the reply to a heartbeat that was already
-// on its way when a renewal arrived (hashicorp/raft counts it towards
-// VerifyLeader) takes well under the drift margin, as the confirmation of
-// a renewal with a full TTL assumes too. Without a quorum's answers within
-// a heartbeat timeout, the base is the new leader's own start: every
-// session gets a full TTL.
+// start counts as a receipt; and a heartbeat's reply reaches the raft
+// leader within half a heartbeat timeout plus the drift margin of being
+// sent, or not at all. Without a quorum's answers within a heartbeat
+// timeout, the base is the new leader's own start: every session gets a
+// full TTL from there.
 
 // heardLog records when this member last received a raft RPC of each term,
 // or last led in one.
@@ -240,6 +249,7 @@ func (n *Node) sessionBase(ctx context.Context, term uint64) time.Time {
 			// gives way to now: a full TTL from the start of this
 			// leader's timers covers what a leader of an earlier term
 			// confirmed, as a quorum is past that term already.
+			base = base.Add(n.opts.HeartbeatTimeout / 2)
 			if now := time.Now(); base.After(now) {
 				return now
 			}
@@ -247,4 +257,61 @@ func (n *Node) sessionBase(ctx context.Context, term uint64) time.Time {
 		}
 	}
 	return time.Now()
+}
+
+// stallWatch notices that this process stood still: its ticker, due every
+// stallTick, ran late by more than gap.
+type stallWatch struct {
+	gap, after time.Duration
+
+	mu      sync.Mutex
+	last    time.Time // the ticker's last run
+	resumed time.Time // the end of the last stall seen
+}
+
+const stallTick = 10 * time.Millisecond
+
+func (n *Node) watchStalls() {
+	defer n.wg.Done()
+	t := time.NewTicker(stallTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+			n.stalls.tick(time.Now())
+		}
+	}
+}
+
+func (s *stallWatch) tick(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now.Sub(s.last) > s.gap {
+		s.resumed = now
+	}
+	s.last = now
+}
+
+// recent reports whether the process stands still now (the ticker is
+// late), or did less than after ago.
+func (s *stallWatch) recent() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	return now.Sub(s.last) > s.gap || now.Sub(s.resumed) < s.after
+}
+
+// verifyLeader confirms with a quorum that this member still leads, for a
+// renewal: not right after this process stood still, when the quorum's
+// replies may be old ones (see the top of this file).
+func (n *Node) verifyLeader() error {
+	if err := n.raft.VerifyLeader().Error(); err != nil {
+		return err
+	}
+	if n.stalls.recent() {
+		return errors.New("raft: this member just stood still; its quorum's replies may predate it")
+	}
+	return nil
 }

@@ -133,7 +133,8 @@ type Node struct {
 	http    *http.Server
 	client  *apiClient
 	timers  *sessionTimers
-	heard   *heardLog // what this member heard from raft leaders, for the next one (heard.go)
+	heard   *heardLog   // what this member heard from raft leaders, for the next one (heard.go)
+	stalls  *stallWatch // whether this process stood still of late (heard.go)
 	pilot   *autopilot.Autopilot
 	pilotMu sync.Mutex // orders the terms' autopilot stops and starts
 	stores  []io.Closer
@@ -197,6 +198,7 @@ func StartNode(opts NodeOptions) (*Node, error) {
 		fsm: newFSM(), ctx: ctx, cancel: cancel, joined: make(chan struct{}),
 		failed: make(chan struct{}), refusals: newRefusalLog(log, 10*time.Second),
 		lastSeen: map[hraft.ServerID]time.Time{}, heard: newHeardLog(),
+		stalls: &stallWatch{gap: opts.HeartbeatTimeout / 4, after: opts.HeartbeatTimeout / 4, last: time.Now()},
 	}
 	n.client = newAPIClient(opts.TLS, opts.gate, opts.Secret)
 	n.mux = newMux(ln, opts.TLS, opts.gate, newConnKey(opts.Secret), n.hasJoined, n.refusals)
@@ -210,7 +212,8 @@ func StartNode(opts NodeOptions) (*Node, error) {
 	}
 	n.timers = newSessionTimers(n)
 	n.http = &http.Server{Handler: n.handler(), ErrorLog: nil, ReadHeaderTimeout: 5 * time.Second}
-	n.wg.Add(3)
+	n.wg.Add(4)
+	go n.watchStalls()
 	go func() { defer n.wg.Done(); _ = n.http.Serve(n.mux.api) }()
 	go n.watchLeadership()
 	go n.membership()
