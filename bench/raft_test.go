@@ -280,22 +280,25 @@ func raftMemberCrash(b *testing.B, lease string, cfg baton.Config, crashLeader b
 			survivors = append(survivors, n)
 		}
 	}
+	// Every member holds a lease, the others before the holder's:
+	// otherwise a raft leader that holds one hands raft leadership to a
+	// member that holds none (a member never both leads the group and holds
+	// a lease when it can help it), and the benchmark would not measure the
+	// case it is named for.
+	var standbys []*raft.Backend
+	for i, n := range survivors {
+		be := newRaftBackend(b, n, cfg)
+		standbys = append(standbys, be)
+		mustCampaign(b, &process{backend: be}, fmt.Sprintf("%s-ballast-%d", lease, i), fmt.Sprintf("ballast-%d", i))
+	}
 	holder := newRaftBackend(b, victim, cfg)
 	th := mustCampaign(b, &process{backend: holder}, lease, "holder")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	got := make(chan time.Time, 1)
-	backends := []*raft.Backend{holder}
-	for i, n := range survivors {
-		be := newRaftBackend(b, n, cfg)
-		backends = append(backends, be)
-		// Every member holds a lease: otherwise a raft leader that holds
-		// one hands raft leadership to a member that holds none (a member
-		// never both leads the group and holds a lease when it can help
-		// it), and the benchmark would not measure the case it is named
-		// for.
-		mustCampaign(b, &process{backend: be}, fmt.Sprintf("%s-ballast-%d", lease, i), fmt.Sprintf("ballast-%d", i))
+	backends := append([]*raft.Backend{holder}, standbys...)
+	for i, be := range standbys {
 		e, err := baton.NewElector(be, baton.ElectorConfig{Lease: lease, Candidate: baton.Candidate{ID: fmt.Sprintf("standby-%d", i)}})
 		if err != nil {
 			b.Fatal(err)

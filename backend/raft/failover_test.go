@@ -40,11 +40,9 @@ func TestRaftLeaderHolderFailover(t *testing.T) {
 				}
 			}
 			cfg := baton.Config{TTL: 2 * time.Second}
-			holder := newBackend(t, leader, cfg)
-			th := campaignWithin(t, holder, "job", "holder")
-
-			// Every member holds a lease, so that the holder's member
-			// keeps raft leadership (avoidLeadingAndHolding).
+			// Every member holds a lease, the others before the holder's,
+			// so that the holder's member keeps raft leadership
+			// (avoidLeadingAndHolding).
 			var granted sync.Once
 			grantedAt := make(chan time.Time, 1)
 			won := make(chan baton.Term, 2)
@@ -66,6 +64,8 @@ func TestRaftLeaderHolderFailover(t *testing.T) {
 					}
 				})
 			}
+			holder := newBackend(t, leader, cfg)
+			th := campaignWithin(t, holder, "job", "holder")
 			waitWaiters(t, leader, "job", 2)
 
 			first := th.SafeUntil()
