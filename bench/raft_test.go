@@ -280,19 +280,26 @@ func raftMemberCrash(b *testing.B, lease string, cfg baton.Config, crashLeader b
 			survivors = append(survivors, n)
 		}
 	}
-	// Every member holds a lease, the others before the holder's:
-	// otherwise a raft leader that holds one hands raft leadership to a
-	// member that holds none (a member never both leads the group and holds
-	// a lease when it can help it), and the benchmark would not measure the
-	// case it is named for.
-	var standbys []*raft.Backend
-	for i, n := range survivors {
+	// Every member holds a lease, the raft leader's last: otherwise a raft
+	// leader that holds one hands raft leadership to a member that holds
+	// none (a member never both leads the group and holds a lease when it
+	// can help it), and the benchmark would not measure the case it is
+	// named for.
+	var (
+		holder   *raft.Backend
+		th       baton.Term
+		standbys []*raft.Backend
+	)
+	order := append(slices.DeleteFunc(slices.Clone(nodes), func(n *raft.Node) bool { return n == leader }), leader)
+	for i, n := range order {
 		be := newRaftBackend(b, n, cfg)
+		if n == victim {
+			holder, th = be, mustCampaign(b, &process{backend: be}, lease, "holder")
+			continue
+		}
 		standbys = append(standbys, be)
 		mustCampaign(b, &process{backend: be}, fmt.Sprintf("%s-ballast-%d", lease, i), fmt.Sprintf("ballast-%d", i))
 	}
-	holder := newRaftBackend(b, victim, cfg)
-	th := mustCampaign(b, &process{backend: holder}, lease, "holder")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
