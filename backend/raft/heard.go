@@ -24,10 +24,11 @@ import (
 // term refuses every RPC of T from then on. The new leader, of term N, asks
 // the voters when they last received an RPC (or led) in a term below N, and
 // waits for the answers of a quorum R of voters that are in term N or later.
-// Q and R share a voter, v. v acknowledged the confirming RPC before it
-// moved past T, so before it answered, and no later than the last receipt
-// it reports. Every renewal that any earlier leader confirmed was therefore
-// sent no later than the latest receipt R reports, and its sender's
+// Q and R share a voter, v. v received the confirming RPC, which the old
+// leader sent after the renewal reached it, before v moved past T, so
+// before it answered: the last receipt v reports is no earlier. Every
+// renewal that any earlier leader confirmed was therefore sent no later
+// than the latest receipt R reports, and its sender's
 // safe-until is at most that moment plus its TTL (minus the drift margin).
 // The base is that moment; a session gets its TTL from there, and so never
 // expires before a safe-until that an earlier leader confirmed.
