@@ -405,7 +405,7 @@ func waitRaftLeader(b *testing.B, nodes []*raft.Node) *raft.Node {
 func BenchmarkSteadyStateRaftTraffic(b *testing.B) {
 	tg, voters := newRaftTarget(b)
 	counts := installRaftCounter(b)
-	cfg := baton.Config{} // defaults: TTL 10 s
+	cfg := baton.Config{TTL: 10 * time.Second} // the other targets' default
 	lease := fmt.Sprintf("steady-traffic-%d", time.Now().UnixNano())
 	holder := tg.new(b, cfg)
 	th := mustCampaign(b, holder, lease, "holder")
