@@ -19,8 +19,9 @@
 //     a raft leader deposed by a partition cannot extend a lease.
 //   - Sessions are expired only by the raft leader, a TTL after the last
 //     renewal it confirmed, on its monotonic clock; a newly elected raft
-//     leader restarts every session's timer at a full TTL. No leader can
-//     therefore expire a session before its holder's safe-until.
+//     leader times every session from the last moment a quorum of voters
+//     heard from an earlier one (heard.go). No leader can therefore expire
+//     a session before its holder's safe-until.
 //   - Leader is linearizable: it reads through the raft leader after the
 //     same quorum check (Options.StaleReads trades that for a local read).
 //   - A term's state (baton.StateTerm) is stored by a log command that the
@@ -58,8 +59,9 @@
 // What it does not do: a minority of the voters elects no one and grants
 // nothing, so a group needs 3 (or 5) voters for one (or two) failures; two
 // application instances need a third, Witness member. A crashed process that
-// was also the raft leader costs a raft election (about one to two
-// heartbeat timeouts) on top of the TTL. Members must reach each other
+// was also the raft leader costs half a heartbeat timeout on top of the TTL
+// (the election runs meanwhile), or the election if that takes longer.
+// Members must reach each other
 // directly (TCP, one port, mutual TLS).
 //
 // # Use
