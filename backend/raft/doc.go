@@ -20,8 +20,8 @@
 //   - Sessions are expired only by the raft leader, a TTL after the last
 //     renewal it confirmed, on its monotonic clock; a newly elected raft
 //     leader times every session from the last moment a quorum of voters
-//     heard from an earlier one (heard.go). No leader can therefore expire
-//     a session before its holder's safe-until.
+//     heard from an earlier one, plus half a heartbeat timeout. No leader
+//     can therefore expire a session before its holder's safe-until.
 //   - Leader is linearizable: it reads through the raft leader after the
 //     same quorum check (Options.StaleReads trades that for a local read).
 //   - A term's state (baton.StateTerm) is stored by a log command that the
