@@ -49,9 +49,16 @@ func TestRaftLeaderHolderFailover(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
 			t.Cleanup(func() { cancel(); wg.Wait() })
+			var standbys []*Backend
 			for i, n := range others {
 				b := newBackend(t, n, cfg)
 				campaignWithin(t, b, fmt.Sprintf("ballast-%d", i), fmt.Sprintf("ballast-%d", i))
+				standbys = append(standbys, b)
+			}
+			holder := newBackend(t, leader, cfg)
+			th := campaignWithin(t, holder, "job", "holder")
+			for i, n := range others {
+				b := standbys[i]
 				stop := n.WatchLeases(func(ev LeaseEvent) {
 					if ev.Lease == "job" && ev.Kind == EventElected && ev.Holder != "holder" {
 						granted.Do(func() { grantedAt <- time.Now() })
@@ -64,8 +71,6 @@ func TestRaftLeaderHolderFailover(t *testing.T) {
 					}
 				})
 			}
-			holder := newBackend(t, leader, cfg)
-			th := campaignWithin(t, holder, "job", "holder")
 			waitWaiters(t, leader, "job", 2)
 
 			first := th.SafeUntil()
