@@ -152,7 +152,7 @@ func BenchmarkGracefulHandOver(b *testing.B) {
 // holding one lease (TTL 10 s) with one standby process waiting.
 func BenchmarkSteadyState(b *testing.B) {
 	forEachTarget(b, func(b *testing.B, tg target) {
-		cfg := backend.Config{} // defaults: TTL 10 s
+		cfg := backend.Config{TTL: 10 * time.Second} // baton's default (raft's is 2 s)
 		lease := fmt.Sprintf("steady-%d", time.Now().UnixNano())
 		holder := tg.new(b, cfg)
 		th := mustCampaign(b, holder, lease, "holder")
@@ -183,7 +183,7 @@ func BenchmarkTenThousandLeases(b *testing.B) {
 			runtime.GC()
 			var m0 runtime.MemStats
 			runtime.ReadMemStats(&m0)
-			p := tg.new(b, backend.Config{})
+			p := tg.new(b, backend.Config{TTL: 10 * time.Second})
 			prefix := fmt.Sprintf("many-%d", time.Now().UnixNano())
 			terms := make([]baton.Term, n)
 			var wg sync.WaitGroup

@@ -132,6 +132,7 @@ func (e *apiError) Error() string { return fmt.Sprintf("group API: %d %s", e.Sta
 func (n *Node) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/raft/info", n.serveInfo)
+	mux.HandleFunc("GET /v1/raft/heard", n.serveHeard)
 	mux.HandleFunc("POST /v1/raft/apply", n.serveApply)
 	mux.HandleFunc("POST /v1/raft/renew", n.serveRenew)
 	mux.HandleFunc("POST /v1/raft/client/apply", func(w http.ResponseWriter, r *http.Request) { n.serveClientApply(w, r, false) })

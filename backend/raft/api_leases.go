@@ -154,10 +154,10 @@ func (n *Node) onRenew(took time.Duration, err error) {
 
 // renewLocal confirms with a quorum that this member still leads, then
 // gives the session a full TTL. The confirmation comes after the renewal
-// was sent, so a leader elected later starts the session's timer later
-// than the sender's safe-until is measured from.
+// was sent, so a leader elected later times the session from no earlier
+// than the sender's safe-until is measured from (heard.go).
 func (n *Node) renewLocal(session string) (*renewResponse, error) {
-	if err := n.raft.VerifyLeader().Error(); err != nil {
+	if err := n.verifyLeader(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotLeader, err)
 	}
 	ttl, ok := n.timers.touch(session)

@@ -18,9 +18,9 @@ import (
 // defaults.
 type Options struct {
 	backend.
-		// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s,
-		// TTL/3, TTL/10). TTL is the session's: how long after this process's
-		// last confirmed renewal the raft leader expires its leases.
+		// Config holds TTL, RenewInterval and DriftMargin (defaults:
+		// DefaultTTL, TTL/3, TTL/10). TTL is the session's: how long after this
+		// process's last confirmed renewal the raft leader expires its leases.
 		Config
 
 	// StaleReads makes Leader read the nearest copy of the log instead of
@@ -59,10 +59,26 @@ type Backend struct {
 
 var _ baton.Backend = (*Backend)(nil)
 
+// DefaultTTL is the session TTL when Options.TTL is zero. It is shorter
+// than backend.DefaultTTL: the raft leader times sessions itself, so the TTL
+// bounds failover without standing in for a remote server's slack, and a
+// crash of any member, raft leader included, is over within about one TTL
+// (see docs/guarantees.md for what it costs under pauses and blips).
+const DefaultTTL = 2 * time.Second
+
+// timing returns o's TTL, RenewInterval and DriftMargin, defaults applied.
+func (o Options) timing() (backend.Config, error) {
+	c := o.Config
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	return c.WithDefaults()
+}
+
 // New returns a Backend that campaigns through g, a member (StartNode) or
 // an agent client (Dial). g remains the caller's: Close does not close it.
 func New(g Group, opts Options) (*Backend, error) {
-	cfg, err := opts.Config.WithDefaults()
+	cfg, err := opts.timing()
 	if err != nil {
 		return nil, err
 	}

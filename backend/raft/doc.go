@@ -11,8 +11,9 @@
 //     group formed anew after the old one died.
 //   - A renewal is confirmed only after the raft leader has checked with a
 //     quorum that it still leads, and sessions are expired only by the raft
-//     leader's timers, so no leader expires a session before its holder's
-//     safe-until. Leader is linearizable (Options.StaleReads trades that for
+//     leader's timers; a new raft leader times them from the last moment a
+//     quorum heard from the old one, so no leader expires a session before
+//     its holder's safe-until. Leader is linearizable (Options.StaleReads trades that for
 //     a local read).
 //   - StoreState is a log command applied only while the term's session and
 //     token still hold the lease. A requested resign (Node.RequestResign)
@@ -24,8 +25,9 @@
 //
 // Not done: a minority of the voters elects no one, so a group needs 3 (or
 // 5) voters for one (or two) failures, and two instances need a third,
-// Witness member; a crashed holder that was also the raft leader costs a
-// raft election on top of the TTL; members must reach each other directly.
+// Witness member; a crashed holder that was also the raft leader fails over
+// after about TTL + half a heartbeat timeout, or after the raft election if
+// that takes longer; members must reach each other directly.
 //
 //	node, err := raft.StartNode(raft.NodeOptions{
 //		BindAddr: "0.0.0.0:7390", AdvertiseAddr: "10.0.3.7:7390",
