@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
-	"strings"
 	"time"
 )
 
@@ -126,13 +125,4 @@ func NewCandidateID() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux since Go 1.24
 	return host + "/" + hex.EncodeToString(b[:])
-}
-
-// HostOf returns the host part of an ID made by NewCandidateID: everything
-// before the last "/", or id itself when it has none.
-func HostOf(id string) string {
-	if i := strings.LastIndexByte(id, '/'); i >= 0 {
-		return id[:i]
-	}
-	return id
 }

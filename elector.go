@@ -36,7 +36,8 @@ type ElectorConfig struct {
 	// period before SIGKILL) is over before another candidate can take over.
 	// In healthy operation safe-until stays at least TTL − RenewInterval −
 	// DriftMargin ahead, so StopEarly must be below that or every term ends at
-	// once. Zero (the default) means at safe-until.
+	// once. Zero (the default) means at safe-until. The context's cause then
+	// wraps ErrStoppedEarly.
 	StopEarly time.Duration
 
 	// ResignTimeout bounds the release of the lease after the callback returned.
@@ -54,8 +55,11 @@ type ElectorConfig struct {
 	// why the term ended: an error wrapping ErrResigned (the callback
 	// returned, renewals lagged past StopEarly, or a resign was requested),
 	// ErrLeaseLost, ErrExpired
-	// or ErrClosed. It runs on Run's goroutine, as OnElected does. The same
-	// reason reaches Changes subscribers.
+	// or ErrClosed. It runs on Run's goroutine, as OnElected does.
+	//
+	// OnElected and OnDemoted see every transition, in order, and none is
+	// dropped: they are the way to follow transitions (a metric, a log, a
+	// readiness flag). Status, IsLeader and Await read the current state.
 	OnDemoted func(t Term, reason error)
 }
 
@@ -84,22 +88,6 @@ type Status struct {
 	LastError error
 }
 
-// Change is one transition of an Elector's leadership.
-type Change struct {
-	// Leader is true when the Elector became leader, false when it stopped.
-	Leader bool
-	// Token is the term's fencing token.
-	Token uint64
-	// Reason is nil on election and says why the term ended on demotion: it
-	// wraps ErrResigned, ErrLeaseLost, ErrExpired or ErrClosed.
-	Reason error
-	// At is when the transition happened.
-	At time.Time
-	// Missed counts the changes dropped before this one because the receiver
-	// fell behind; Status is always current.
-	Missed int
-}
-
 // Elector campaigns for one lease on a Backend and runs a callback while it
 // leads. Create it with NewElector. Its methods are safe for concurrent use;
 // Run may be active at most once at a time.
@@ -113,16 +101,10 @@ type Elector struct {
 
 	mu      sync.Mutex
 	status  Status
-	changed chan struct{} // closed and replaced on each transition
-	subs    map[*subscriber]struct{}
+	changed chan struct{} // closed and replaced on each transition, for Await
 }
 
 type termBox struct{ t Term }
-
-type subscriber struct {
-	ch     chan Change
-	missed int
-}
 
 // NewElector returns an Elector campaigning for cfg.Lease on b.
 func NewElector(b Backend, cfg ElectorConfig) (*Elector, error) {
@@ -166,7 +148,6 @@ func NewElector(b Backend, cfg ElectorConfig) (*Elector, error) {
 		cfg:     cfg,
 		log:     log.WithGroup("baton").With("lease", cfg.Lease, "id", cfg.Candidate.ID),
 		changed: make(chan struct{}),
-		subs:    map[*subscriber]struct{}{},
 	}
 	e.status = Status{Lease: cfg.Lease, ID: cfg.Candidate.ID, Since: time.Now()}
 	return e, nil
@@ -180,8 +161,9 @@ func (e *Elector) ID() string { return e.cfg.Candidate.ID }
 // safe-until, renewals lagging into StopEarly, a resign requested from
 // outside (ResignRequestTerm), or ctx cancelled — and with the Term.
 // context.Cause of fn's context says which: the term's error, an error
-// naming the lagging renewals, an error wrapping ErrResigned that says a
-// resign was requested, or ctx's own cause. When fn returns, Run resigns (so
+// wrapping ErrStoppedEarly (renewals lag), an error wrapping ErrResigned
+// that says a resign was requested, or ctx's own cause. balance.Group gives
+// its Funcs the same causes. When fn returns, Run resigns (so
 // a standby takes over at once) and campaigns again. Run always waits for fn
 // to return before it resigns, so that a requested resign, like a stopped
 // Run, hands the lease over only after fn's work has stopped.
@@ -246,11 +228,8 @@ func (e *Elector) lead(ctx context.Context, t Term, fn func(context.Context, Ter
 	}
 	e.elected(t)
 	fctx, cancel := context.WithCancelCause(ctx)
-	stop := stopearly.Watch(t, e.cfg.StopEarly, cancel, func() error {
-		left := time.Until(t.SafeUntil())
+	stop := stopearly.Watch(t, e.cfg.StopEarly, cancel, func(left time.Duration) {
 		e.log.Warn("renewals lag: stopping before safe-until", "token", t.Token(), "safe_until_in", left)
-		return fmt.Errorf("renewals lag: no renewal confirmed, and safe-until is %s away, within StopEarly (%s): stopping before it",
-			left.Round(time.Millisecond), e.cfg.StopEarly)
 	})
 	// A resign requested from outside stops fn; the release below waits
 	// for fn to return.
@@ -273,8 +252,9 @@ func (e *Elector) lead(ctx context.Context, t Term, fn func(context.Context, Ter
 }
 
 // errResignRequested is the cause of the callback's context when the
-// backend relayed a request that the holder resign (ResignRequestTerm).
-var errResignRequested = fmt.Errorf("%w: a resign was requested: stopping the work, then releasing the lease", ErrResigned)
+// backend relayed a request that the holder resign (ResignRequestTerm);
+// balance.Group gives the same.
+var errResignRequested = stopearly.ResignRequested(ErrResigned)
 
 // IsLeader reports whether the Elector holds its lease now and is before the
 // term's safe-until deadline (less StopEarly). It does not contact the backend.
@@ -334,24 +314,6 @@ func (e *Elector) Status() Status {
 	return s
 }
 
-// Changes returns a channel that receives every leadership transition from
-// now until ctx ends, when it is closed. A receiver that falls more than 64
-// changes behind loses the oldest ones; the next delivered Change counts
-// them in Missed.
-func (e *Elector) Changes(ctx context.Context) <-chan Change {
-	s := &subscriber{ch: make(chan Change, 64)}
-	e.mu.Lock()
-	e.subs[s] = struct{}{}
-	e.mu.Unlock()
-	context.AfterFunc(ctx, func() {
-		e.mu.Lock()
-		delete(e.subs, s)
-		close(s.ch)
-		e.mu.Unlock()
-	})
-	return s.ch
-}
-
 func (e *Elector) elected(t Term) {
 	e.term.Store(&termBox{t})
 	now := time.Now()
@@ -365,7 +327,7 @@ func (e *Elector) elected(t Term) {
 	e.status.Token = t.Token()
 	e.status.Since = now
 	e.status.Terms++
-	e.publishLocked(Change{Leader: true, Token: t.Token(), At: now})
+	e.notifyLocked()
 	e.mu.Unlock()
 	if e.cfg.OnElected != nil {
 		e.cfg.OnElected(t)
@@ -379,7 +341,7 @@ func (e *Elector) demoted(t Term, reason error) {
 	e.mu.Lock()
 	e.status.Since = now
 	e.status.LastError = reason
-	e.publishLocked(Change{Leader: false, Token: t.Token(), Reason: reason, At: now})
+	e.notifyLocked()
 	e.mu.Unlock()
 	if e.cfg.OnDemoted != nil {
 		e.cfg.OnDemoted(t, reason)
@@ -392,30 +354,8 @@ func (e *Elector) setError(err error) {
 	e.mu.Unlock()
 }
 
-func (e *Elector) publishLocked(c Change) {
+// notifyLocked wakes the Awaits waiting for a transition.
+func (e *Elector) notifyLocked() {
 	close(e.changed)
 	e.changed = make(chan struct{})
-	for s := range e.subs {
-		c := c
-		c.Missed = s.missed
-		select {
-		case s.ch <- c:
-			s.missed = 0
-			continue
-		default:
-		}
-		// Full: drop the oldest so the newest state always arrives.
-		select {
-		case <-s.ch:
-			s.missed++
-		default:
-		}
-		c.Missed = s.missed
-		select {
-		case s.ch <- c:
-			s.missed = 0
-		default:
-			s.missed++
-		}
-	}
 }

@@ -2,18 +2,21 @@ package baton_test
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/memory"
 )
 
-var testCfg = baton.Config{TTL: 3 * time.Second}
+var testCfg = backend.Config{TTL: 3 * time.Second}
 
 func newElector(t *testing.T, store *memory.Store, id string) (*baton.Elector, *memory.Backend) {
 	t.Helper()
@@ -99,26 +102,37 @@ func TestCallbackCancelledAtSafeUntilWhenCutOff(t *testing.T) {
 	})
 }
 
-func TestChangesCarryReasons(t *testing.T) {
+// The hooks carry each transition's token and reason, and agree with
+// Status.
+func TestHooksCarryReasons(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e, _ := newElector(t, memory.NewStore(), "a")
-		ctx, cancel := context.WithCancel(t.Context())
-		changes := e.Changes(ctx)
-		done := make(chan error)
-		go func() {
-			done <- e.Run(ctx, func(context.Context, baton.Term) error { return errors.New("done") })
-		}()
-		<-done
-		up, down := <-changes, <-changes
-		if !up.Leader || up.Reason != nil || up.Token != 1 {
-			t.Errorf("first change = %+v, want elected with token 1", up)
+		b, err := memory.New(memory.NewStore(), memory.Options{Config: testCfg})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if down.Leader || !errors.Is(down.Reason, baton.ErrResigned) {
-			t.Errorf("second change = %+v, want demoted with ErrResigned", down)
+		defer b.Close(context.Background())
+		var up, down []uint64
+		var reason error
+		e, err := baton.NewElector(b, baton.ElectorConfig{
+			Lease:     "job",
+			Candidate: baton.Candidate{ID: "a"},
+			OnElected: func(t baton.Term) { up = append(up, t.Token()) },
+			OnDemoted: func(t baton.Term, r error) { down, reason = append(down, t.Token()), r },
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		cancel()
-		if _, ok := <-changes; ok {
-			t.Errorf("Changes channel not closed after its context ended")
+		if err := e.Run(t.Context(), func(context.Context, baton.Term) error { return errors.New("done") }); err == nil || err.Error() != "done" {
+			t.Fatalf("Run = %v, want the callback's error", err)
+		}
+		if fmt.Sprint(up, down) != "[1] [1]" {
+			t.Errorf("elected %v, demoted %v; want token 1 once each", up, down)
+		}
+		if !errors.Is(reason, baton.ErrResigned) {
+			t.Errorf("OnDemoted reason = %v, want ErrResigned", reason)
+		}
+		if st := e.Status(); st.Leader || st.Token != 1 || st.LastError != reason {
+			t.Errorf("Status = %+v after the term; want not leader, token 1, LastError the demotion's reason", st)
 		}
 	})
 }
@@ -197,37 +211,20 @@ func TestNewElectorReportsEveryProblem(t *testing.T) {
 	}
 }
 
-func TestConfigDefaultsAndValidation(t *testing.T) {
-	c, err := baton.Config{}.WithDefaults()
-	if err != nil || c.TTL != 10*time.Second || c.RenewInterval != c.TTL/3 || c.DriftMargin != time.Second {
-		t.Errorf("defaults = %+v, %v", c, err)
-	}
-	for _, bad := range []baton.Config{
-		{TTL: -1},
-		{TTL: time.Second, RenewInterval: time.Second},
-		{TTL: time.Second, DriftMargin: 2 * time.Second},
-	} {
-		if _, err := bad.WithDefaults(); err == nil {
-			t.Errorf("%+v accepted", bad)
-		}
-	}
-	_, err = baton.Config{TTL: -1, RenewInterval: -1, DriftMargin: -1}.WithDefaults()
-	var ce *baton.ConfigError
-	if !errors.As(err, &ce) || len(ce.Problems) != 3 {
-		t.Errorf("err = %v; want all three problems at once", err)
-	}
-}
-
 func TestCandidateID(t *testing.T) {
 	a, b := baton.NewCandidateID(), baton.NewCandidateID()
 	if a == b {
 		t.Errorf("two candidate IDs are equal: %s", a)
 	}
-	if baton.HostOf(a) != baton.HostOf(b) || baton.HostOf(a) == "" {
-		t.Errorf("HostOf(%q) = %q, HostOf(%q) = %q", a, baton.HostOf(a), b, baton.HostOf(b))
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "baton"
 	}
-	if baton.HostOf("plain") != "plain" {
-		t.Errorf("HostOf of an ID without a slash must be the ID itself")
+	for _, id := range []string{a, b} {
+		h, suffix, _ := strings.Cut(id, "/")
+		if _, err := hex.DecodeString(suffix); h != host || len(suffix) != 8 || err != nil {
+			t.Errorf("NewCandidateID() = %q, want %q + \"/\" + 8 hexadecimal digits", id, host)
+		}
 	}
 }
 
@@ -258,8 +255,8 @@ func TestStopEarlyCancelsBeforeSafeUntil(t *testing.T) {
 			if term.Err() != nil {
 				t.Errorf("term already ended (%v): the cancel came at safe-until, not before", term.Err())
 			}
-			if cause := context.Cause(ctx); cause == nil || !strings.Contains(cause.Error(), "renewals lag") {
-				t.Errorf("context.Cause = %v, want the lagging renewals named", cause)
+			if cause := context.Cause(ctx); !errors.Is(cause, baton.ErrStoppedEarly) || !strings.Contains(cause.Error(), "renewals lag") {
+				t.Errorf("context.Cause = %v, want ErrStoppedEarly naming the lagging renewals", cause)
 			}
 			return errors.New("stopped")
 		})
@@ -270,7 +267,7 @@ func TestStopEarlyCancelsBeforeSafeUntil(t *testing.T) {
 }
 
 // TestHooksSeeEveryTransition: OnElected runs before the callback gets the
-// term, OnDemoted after the release, with the same reason Changes carries;
+// term, OnDemoted after the release, with the term's end reason;
 // a term lost to an operator (here: another process taking the record over
 // after this one stopped renewing is simulated by Close) reports it.
 func TestHooksSeeEveryTransition(t *testing.T) {
@@ -323,7 +320,7 @@ func TestHooksSeeEveryTransition(t *testing.T) {
 // requests does, and records when each is released. A second Campaign
 // waits for its context.
 type requestBackend struct {
-	terms    chan *baton.BasicTerm
+	terms    chan *backend.BasicTerm
 	released chan time.Time
 	calls    int
 }
@@ -334,7 +331,7 @@ func (b *requestBackend) Campaign(ctx context.Context, name string, _ baton.Cand
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	t := baton.NewBasicTerm(name, 7, time.Now().Add(time.Hour), func(context.Context) error {
+	t := backend.NewBasicTerm(name, 7, time.Now().Add(time.Hour), func(context.Context) error {
 		b.released <- time.Now()
 		return nil
 	})
@@ -351,7 +348,7 @@ func (b *requestBackend) Leader(context.Context, string) (baton.Record, error) {
 // be renewed) while the work winds down.
 func TestRequestedResignReleasesAfterCallback(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := &requestBackend{terms: make(chan *baton.BasicTerm, 1), released: make(chan time.Time, 1)}
+		b := &requestBackend{terms: make(chan *backend.BasicTerm, 1), released: make(chan time.Time, 1)}
 		e, err := baton.NewElector(b, baton.ElectorConfig{Lease: "job", Candidate: baton.Candidate{ID: "a"}})
 		if err != nil {
 			t.Fatal(err)
@@ -391,51 +388,3 @@ func TestRequestedResignReleasesAfterCallback(t *testing.T) {
 		}
 	})
 }
-
-// What a program that holds a BasicTerm without an Elector sees of a
-// requested resign: a closed ResignRequested channel, the term still
-// running, and the request's reason once it resigns.
-func TestBasicTermRequestResign(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		released := 0
-		term := baton.NewBasicTerm("job", 1, time.Now().Add(time.Minute), func(context.Context) error { released++; return nil })
-		if baton.ResignRequestedOf(term) == nil {
-			t.Fatal("ResignRequestedOf(BasicTerm) is nil")
-		}
-		select {
-		case <-term.ResignRequested():
-			t.Fatal("ResignRequested closed before any request")
-		default:
-		}
-		reason := fmt.Errorf("%w: asked", baton.ErrResigned)
-		if !term.RequestResign(reason) || term.RequestResign(reason) {
-			t.Fatal("RequestResign: want true once, then false")
-		}
-		<-term.ResignRequested()
-		select {
-		case <-term.Done():
-			t.Fatal("a requested resign ended the term")
-		default:
-		}
-		if term.Err() != nil || released != 0 {
-			t.Fatalf("after the request: Err %v, released %d times; want a running, unreleased term", term.Err(), released)
-		}
-		if err := term.Resign(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		if !errors.Is(term.Err(), baton.ErrResigned) || term.Err() != reason || released != 1 {
-			t.Fatalf("after Resign: Err %v, released %d times", term.Err(), released)
-		}
-		ended := baton.NewBasicTerm("job", 2, time.Now().Add(time.Minute), nil)
-		ended.End(baton.ErrLeaseLost)
-		if ended.RequestResign(reason) {
-			t.Error("RequestResign of an ended term reported a request")
-		}
-		if baton.ResignRequestedOf(fakeTerm{}) != nil {
-			t.Error("ResignRequestedOf a Term without requests is not nil")
-		}
-	})
-}
-
-// fakeTerm is a Term of a backend that relays no resign requests.
-type fakeTerm struct{ baton.Term }

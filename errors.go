@@ -3,9 +3,11 @@ package baton
 import (
 	"errors"
 	"strings"
+
+	"github.com/batonhq/baton/internal/stopearly"
 )
 
-// Sentinel errors. Term.Err and Change.Reason wrap one of the loss reasons, so
+// Sentinel errors. Term.Err and OnDemoted's reason wrap one of the loss reasons, so
 // callers test them with errors.Is, never by comparing strings.
 var (
 	// ErrNoLeader is returned by Leader when nobody holds the lease.
@@ -25,6 +27,14 @@ var (
 	// confirmed. The holder cannot know whether the lease is still its own, so it
 	// stops acting. It usually wraps the last renewal error.
 	ErrExpired = errors.New("baton: lease expired before a renewal was confirmed")
+
+	// ErrStoppedEarly is what the cause of the callback's context wraps
+	// (context.Cause) when the Elector, or a balance.Group, stops the work
+	// StopEarly before the term's safe-until because no renewal was
+	// confirmed. The term has not ended yet: it still holds the lease until
+	// safe-until, so the work has StopEarly left to wind down before anyone
+	// else can take over.
+	ErrStoppedEarly = stopearly.ErrStoppedEarly
 
 	// ErrBackendUnavailable reports that the backend could not be reached.
 	// Campaign and Leader wrap it with the underlying cause.

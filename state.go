@@ -3,7 +3,6 @@ package baton
 import (
 	"context"
 	"errors"
-	"fmt"
 )
 
 // MaxStateSize is the largest value a StateTerm stores. It fits every
@@ -28,8 +27,8 @@ var ErrStateTooLarge = errors.New("baton: state value too large")
 // Package schedule keeps the last slot of a cron job this way, so that a new
 // leader neither repeats nor loses a slot across a failover.
 //
-// Every backend in this module implements StateTerm; use StateOf to find
-// out for a Term of unknown origin.
+// Every backend in this module implements StateTerm; for a Term of unknown
+// origin, a type assertion tells: st, ok := t.(baton.StateTerm).
 type StateTerm interface {
 	Term
 
@@ -48,29 +47,4 @@ type StateTerm interface {
 	// may not have happened, and a later LoadState tells. A value longer
 	// than MaxStateSize gives ErrStateTooLarge.
 	StoreState(ctx context.Context, value []byte) error
-}
-
-// StateOf returns t as a StateTerm, when its backend keeps lease state.
-func StateOf(t Term) (StateTerm, bool) {
-	st, ok := t.(StateTerm)
-	return st, ok
-}
-
-// CheckStateSize returns an error wrapping ErrStateTooLarge when value is
-// longer than MaxStateSize; backends call it first thing in StoreState.
-func CheckStateSize(value []byte) error {
-	if len(value) > MaxStateSize {
-		return fmt.Errorf("%w: %d bytes, at most %d (baton.MaxStateSize)", ErrStateTooLarge, len(value), MaxStateSize)
-	}
-	return nil
-}
-
-// EndedError returns the error StoreState gives for a term that has ended:
-// t.Err() when set, or nil while t lasts. Backends call it before touching
-// the store, so an ended term never writes.
-func EndedError(t Term) error {
-	if err := t.Err(); err != nil {
-		return fmt.Errorf("baton: the term (token %d) has ended, so it may not store the lease's state: %w", t.Token(), err)
-	}
-	return nil
 }

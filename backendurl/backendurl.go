@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/raft"
 )
 
@@ -51,7 +52,7 @@ type scheme struct {
 	checkLease func(string) error
 	// window returns the renewal window at a TTL (0: the backend's
 	// default), or why the TTL does not work with the backend. Nil means
-	// the baton.Config defaults: TTL - RenewInterval - DriftMargin.
+	// the backend.Config defaults: TTL - RenewInterval - DriftMargin.
 	window func(ttl time.Duration) (time.Duration, error)
 }
 
@@ -61,7 +62,7 @@ type opener func(ctx context.Context, o Options) (*Backend, error)
 // Options are the settings Spec.Open gives every backend. The zero value
 // means the documented defaults.
 type Options struct {
-	// TTL of the leases; 0 means the backend's default (baton.DefaultTTL,
+	// TTL of the leases; 0 means the backend's default (backend.DefaultTTL,
 	// but 20 s on Consul).
 	TTL time.Duration
 
@@ -140,7 +141,7 @@ func (s *Spec) RenewalWindow(ttl time.Duration) (time.Duration, error) {
 	if s.s.window != nil {
 		return s.s.window(ttl)
 	}
-	timing, err := (baton.Config{TTL: ttl}).WithDefaults()
+	timing, err := (backend.Config{TTL: ttl}).WithDefaults()
 	if err != nil {
 		return 0, err
 	}

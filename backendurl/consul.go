@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/consul"
 )
 
@@ -65,7 +65,7 @@ func parseConsulURL(u *url.URL) (opener, error) {
 			return nil, settingsErrorf("%v", err)
 		}
 		opts := opts
-		opts.Config = baton.Config{TTL: o.TTL}
+		opts.Config = backend.Config{TTL: o.TTL}
 		opts.Logger = o.Logger
 		b, err := consul.New(client, opts)
 		if err != nil {
@@ -79,7 +79,7 @@ func parseConsulURL(u *url.URL) (opener, error) {
 // backend's default): its session TTL (TTL/2) less the renew interval and
 // drift margin, or why ttl does not work on Consul.
 func consulWindow(ttl time.Duration) (time.Duration, error) {
-	return consul.Options{Config: baton.Config{TTL: ttl}}.RenewalWindow()
+	return consul.Options{Config: backend.Config{TTL: ttl}}.RenewalWindow()
 }
 
 // consulLease is the Consul backend's lease-name rule at the default

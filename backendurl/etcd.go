@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/etcd"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -88,7 +88,7 @@ func parseEtcdURL(u *url.URL) (opener, error) {
 			return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
 		}
 		b, err := etcd.New(client, etcd.Options{
-			Config: baton.Config{TTL: o.TTL},
+			Config: backend.Config{TTL: o.TTL},
 			Logger: o.Logger,
 		})
 		if err != nil {
@@ -114,5 +114,5 @@ func etcdLease(name string) error {
 // etcdWindow is the renewal window of an etcd holder at ttl (0: the
 // backend's default).
 func etcdWindow(ttl time.Duration) (time.Duration, error) {
-	return etcd.Options{Config: baton.Config{TTL: ttl}}.RenewalWindow()
+	return etcd.Options{Config: backend.Config{TTL: ttl}}.RenewalWindow()
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/url"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/memory"
 )
 
@@ -16,7 +16,7 @@ func parseMemoryURL(u *url.URL) (opener, error) {
 	}
 	return func(_ context.Context, o Options) (*Backend, error) {
 		b, err := memory.New(memory.NewStore(), memory.Options{
-			Config: baton.Config{TTL: o.TTL},
+			Config: backend.Config{TTL: o.TTL},
 			Logger: o.Logger,
 		})
 		if err != nil {

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/raft"
 )
 
@@ -29,7 +29,7 @@ func parseRaftURL(u *url.URL) (opener, error) {
 		if err != nil {
 			return nil, err
 		}
-		b, err := raft.New(n, raft.Options{Config: baton.Config{TTL: o.TTL}, Logger: o.Logger})
+		b, err := raft.New(n, raft.Options{Config: backend.Config{TTL: o.TTL}, Logger: o.Logger})
 		if err != nil {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.CloseTimeout)
 			defer cancel()
@@ -71,7 +71,7 @@ func parseAgentURL(u *url.URL) (opener, error) {
 		if err != nil {
 			return nil, err
 		}
-		b, err := raft.New(c, raft.Options{Config: baton.Config{TTL: o.TTL}, Logger: o.Logger})
+		b, err := raft.New(c, raft.Options{Config: backend.Config{TTL: o.TTL}, Logger: o.Logger})
 		if err != nil {
 			return nil, err
 		}
@@ -82,5 +82,5 @@ func parseAgentURL(u *url.URL) (opener, error) {
 // raftWindow is the renewal window of a raft holder at ttl (0: the
 // backend's default).
 func raftWindow(ttl time.Duration) (time.Duration, error) {
-	return raft.Options{Config: baton.Config{TTL: ttl}}.RenewalWindow()
+	return raft.Options{Config: backend.Config{TTL: ttl}}.RenewalWindow()
 }

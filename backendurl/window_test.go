@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/consul"
 	"github.com/hashicorp/consul/api"
 )
@@ -27,7 +27,7 @@ func TestConsulWindowMatchesTheBackend(t *testing.T) {
 		if err != nil {
 			t.Fatalf("TTL %s: %v", ttl, err)
 		}
-		b, err := consul.New(client, consul.Options{Config: baton.Config{TTL: ttl}})
+		b, err := consul.New(client, consul.Options{Config: backend.Config{TTL: ttl}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/zookeeper"
 	"github.com/go-zookeeper/zk"
 )
@@ -71,7 +72,7 @@ func parseZooKeeperURL(u *url.URL) (opener, error) {
 			return nil, err
 		}
 		opts.TLS = tlsCfg
-		opts.Config = baton.Config{TTL: o.TTL}
+		opts.Config = backend.Config{TTL: o.TTL}
 		opts.Logger = o.Logger
 		for attempt := 0; ; attempt++ {
 			actx, cancel := context.WithTimeout(ctx, max(zkConnectTimeout, o.TTL))
@@ -98,7 +99,7 @@ func parseZooKeeperURL(u *url.URL) (opener, error) {
 // the default), which is shorter than elsewhere (see the zookeeper
 // package's ensemble lag).
 func zooKeeperWindow(ttl time.Duration) (time.Duration, error) {
-	return zookeeper.Options{Config: baton.Config{TTL: ttl}}.RenewalWindow()
+	return zookeeper.Options{Config: backend.Config{TTL: ttl}}.RenewalWindow()
 }
 
 // zooKeeperLease is the ZooKeeper backend's lease-name rule, in the words

@@ -90,8 +90,9 @@ type Config struct {
 	RetryMin, RetryMax time.Duration
 
 	// StopEarly ends a Func's context this long before the term's safe-until
-	// deadline when renewals lag, as baton.ElectorConfig.StopEarly does. Zero
-	// means at safe-until.
+	// deadline when renewals lag, as baton.ElectorConfig.StopEarly does, with
+	// the same cause (an error wrapping baton.ErrStoppedEarly). Zero means at
+	// safe-until.
 	StopEarly time.Duration
 
 	// ResignTimeout bounds the release of a lease after its Func returned.

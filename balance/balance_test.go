@@ -8,9 +8,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/balance"
 )
@@ -18,7 +20,7 @@ import (
 // Timing for tests: a one-second TTL with a wide drift margin, so that a
 // holder that stops renewing has stopped acting well before anybody takes
 // over, even on a loaded machine.
-var testTiming = baton.Config{TTL: time.Second, RenewInterval: 200 * time.Millisecond, DriftMargin: 300 * time.Millisecond}
+var testTiming = backend.Config{TTL: time.Second, RenewInterval: 200 * time.Millisecond, DriftMargin: 300 * time.Millisecond}
 
 func testConfig(id string) balance.Config {
 	return balance.Config{
@@ -224,7 +226,7 @@ func TestFiftyLeasesFiveProcesses(t *testing.T) {
 	for i := range 5 {
 		procs = append(procs, w.startMemory(store, fmt.Sprintf("p%d", i)))
 	}
-	// The bound is ceil(50/5)+1 = 11; the algorithm settles within
+	// The promised bound is ceil(50/5)+1 = 11; the algorithm settles within
 	// [floor, ceil] = exactly 10 each.
 	w.awaitSteady(procs, 50/5, 50/5, 30*time.Second)
 
@@ -428,4 +430,75 @@ func TestUnevenCounts(t *testing.T) {
 			w.checkNoOverlap()
 		})
 	}
+}
+
+// When renewals lag, a Group stops a Func StopEarly before its term's
+// safe-until with the cause an Elector gives its callback: an error wrapping
+// baton.ErrStoppedEarly, in the same words.
+func TestStopEarlyCauseIsTheElectors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const early = 250 * time.Millisecond
+		// stoppedCause runs one term of work on a fresh store through run,
+		// cuts the backend off, and returns the cause the work's context
+		// ended with.
+		stoppedCause := func(run func(ctx context.Context, b *memory.Backend, fn balance.Func) error) error {
+			b, err := memory.New(memory.NewStore(), memory.Options{Config: testTiming})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close(context.Background())
+			causes := make(chan error, 1)
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() {
+				done <- run(ctx, b, func(ctx context.Context, term baton.Term) error {
+					b.Disconnect()
+					<-ctx.Done()
+					if term.Err() != nil {
+						t.Errorf("the term ended (%v) before the work was stopped", term.Err())
+					}
+					if left := time.Until(term.SafeUntil()); left != early {
+						t.Errorf("stopped %s before safe-until, want %s", left, early)
+					}
+					select {
+					case causes <- context.Cause(ctx):
+					default:
+					}
+					return nil
+				})
+			}()
+			cause := <-causes
+			b.Reconnect()
+			cancel()
+			<-done
+			return cause
+		}
+		electorCause := stoppedCause(func(ctx context.Context, b *memory.Backend, fn balance.Func) error {
+			e, err := baton.NewElector(b, baton.ElectorConfig{Lease: "job", Candidate: baton.Candidate{ID: "solo"}, StopEarly: early})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return e.Run(ctx, fn)
+		})
+		groupCause := stoppedCause(func(ctx context.Context, b *memory.Backend, fn balance.Func) error {
+			cfg := testConfig("solo")
+			cfg.StopEarly = early
+			g, err := balance.New(b, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Add("job", fn); err != nil {
+				t.Fatal(err)
+			}
+			return g.Run(ctx)
+		})
+		for who, cause := range map[string]error{"Elector": electorCause, "Group": groupCause} {
+			if !errors.Is(cause, baton.ErrStoppedEarly) {
+				t.Errorf("%s: cause = %v, want ErrStoppedEarly", who, cause)
+			}
+		}
+		if electorCause == nil || groupCause == nil || electorCause.Error() != groupCause.Error() {
+			t.Errorf("causes differ:\nElector: %v\nGroup:   %v", electorCause, groupCause)
+		}
+	})
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/etcd"
 	"github.com/batonhq/baton/balance"
 	"github.com/batonhq/baton/internal/testserver"
@@ -33,7 +33,7 @@ func TestEtcdBalance(t *testing.T) {
 		// can be cut off alone.
 		proxy := testserver.StartProxy(t, srv.Endpoint())
 		client := testserver.EtcdClient(t, proxy.Addr())
-		b, err := etcd.New(client, etcd.Options{Config: baton.Config{TTL: time.Second, RenewInterval: 200 * time.Millisecond, DriftMargin: 300 * time.Millisecond}})
+		b, err := etcd.New(client, etcd.Options{Config: backend.Config{TTL: time.Second, RenewInterval: 200 * time.Millisecond, DriftMargin: 300 * time.Millisecond}})
 		if err != nil {
 			t.Fatal(err)
 		}

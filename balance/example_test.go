@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/balance"
 )
@@ -14,7 +15,7 @@ import (
 // when the second joins, the first sheds two of them to it.
 func Example() {
 	store := memory.NewStore() // in production: etcd.New(client, ...) and so on
-	timing := memory.Options{Config: baton.Config{TTL: time.Second}}
+	timing := memory.Options{Config: backend.Config{TTL: time.Second}}
 	start := func(id string) (*balance.Group, func()) {
 		b, _ := memory.New(store, timing)
 		g, _ := balance.New(b, balance.Config{

@@ -3,7 +3,6 @@ package balance
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -202,13 +201,12 @@ func (g *Group) lead(ctx context.Context, j *job, t baton.Term) error {
 	}
 	g.log.Info("leading", "lease", j.name, "token", t.Token(), "load", load)
 
-	stop := stopearly.Watch(t, g.cfg.StopEarly, cancel, func() error {
-		g.log.Warn("renewals lag: stopping before safe-until", "lease", j.name, "token", t.Token())
-		return fmt.Errorf("%w: stopping %s before safe-until", baton.ErrExpired, g.cfg.StopEarly)
+	stop := stopearly.Watch(t, g.cfg.StopEarly, cancel, func(left time.Duration) {
+		g.log.Warn("renewals lag: stopping before safe-until", "lease", j.name, "token", t.Token(), "safe_until_in", left)
 	})
 	// A resign requested from outside stops the Func; the lease is released
-	// below, once it has returned.
-	stopReq := stopearly.Requested(t, baton.ResignRequestedOf(t), fmt.Errorf("%w: a resign was requested", baton.ErrResigned), cancel)
+	// below, once it has returned. The causes are the Elector's.
+	stopReq := stopearly.Requested(t, baton.ResignRequestedOf(t), stopearly.ResignRequested(baton.ErrResigned), cancel)
 	ferr := j.fn(fctx, t)
 	stopReq()
 	stop()

@@ -3,7 +3,7 @@
 // it too:
 //
 //	func TestConformance(t *testing.T) {
-//		batontest.Run(t, batontest.Target{New: func(t *testing.T, cfg baton.Config) *batontest.Process {
+//		batontest.Run(t, batontest.Target{New: func(t *testing.T, cfg backend.Config) *batontest.Process {
 //			...
 //		}})
 //	}
@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 )
 
 // Process is one simulated process of the backend under test.
@@ -43,7 +44,7 @@ type Process struct {
 type Target struct {
 	// New starts a new process against the store shared by the whole test,
 	// with the given timing. It registers its own clean-up with t.Cleanup.
-	New func(t *testing.T, cfg baton.Config) *Process
+	New func(t *testing.T, cfg backend.Config) *Process
 	// MinTTL is the shortest TTL the backend supports (etcd: whole seconds);
 	// zero means the suite's default of 1 s is fine.
 	MinTTL time.Duration
@@ -80,7 +81,7 @@ type suite struct {
 	ttl    time.Duration
 }
 
-func (s *suite) cfg() baton.Config { return baton.Config{TTL: s.ttl} }
+func (s *suite) cfg() backend.Config { return backend.Config{TTL: s.ttl} }
 
 // leaseName returns a lease name unique to this run, so subtests sharing one
 // server never see each other's leases.
@@ -283,7 +284,7 @@ func (s *suite) tokensIncrease(t *testing.T) {
 }
 
 func (s *suite) resignWakesWaiter(t *testing.T) {
-	cfg := baton.Config{TTL: 20 * time.Second}
+	cfg := backend.Config{TTL: 20 * time.Second}
 	a, b := s.target.New(t, cfg), s.target.New(t, cfg)
 	lease := leaseName(t)
 	ta := campaign(t, a, lease, "a", 10*time.Second)

@@ -13,7 +13,7 @@ import (
 // stateOf returns term as a StateTerm, or skips or fails the test.
 func (s *suite) stateOf(t *testing.T, term baton.Term) baton.StateTerm {
 	t.Helper()
-	st, ok := baton.StateOf(term)
+	st, ok := term.(baton.StateTerm)
 	if !ok {
 		if s.target.NoState {
 			t.Skip("the backend keeps no lease state (Target.NoState)")

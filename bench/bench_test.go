@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/cas"
 	"github.com/batonhq/baton/backend/memory"
 )
@@ -26,7 +27,7 @@ type process struct {
 // made by all processes created so far.
 type target struct {
 	name     string
-	new      func(b *testing.B, cfg baton.Config) *process
+	new      func(b *testing.B, cfg backend.Config) *process
 	requests func() int64
 }
 
@@ -64,7 +65,7 @@ func memoryTarget(b *testing.B) target {
 	var n atomic.Int64
 	return target{
 		name: "memory",
-		new: func(b *testing.B, cfg baton.Config) *process {
+		new: func(b *testing.B, cfg backend.Config) *process {
 			conn := store.Connect()
 			be, err := cas.New(countingStore{conn, &n}, cas.Options{Config: cfg})
 			if err != nil {
@@ -87,7 +88,7 @@ func forEachTarget(b *testing.B, fn func(b *testing.B, tg target)) {
 	}
 }
 
-var benchCfg = baton.Config{TTL: time.Second}
+var benchCfg = backend.Config{TTL: time.Second}
 
 func mustCampaign(b *testing.B, p *process, lease, id string) baton.Term {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -151,7 +152,7 @@ func BenchmarkGracefulHandOver(b *testing.B) {
 // holding one lease (TTL 10 s) with one standby process waiting.
 func BenchmarkSteadyState(b *testing.B) {
 	forEachTarget(b, func(b *testing.B, tg target) {
-		cfg := baton.Config{} // defaults: TTL 10 s
+		cfg := backend.Config{TTL: 10 * time.Second} // baton's default (raft's is 2 s)
 		lease := fmt.Sprintf("steady-%d", time.Now().UnixNano())
 		holder := tg.new(b, cfg)
 		th := mustCampaign(b, holder, lease, "holder")
@@ -182,7 +183,7 @@ func BenchmarkTenThousandLeases(b *testing.B) {
 			runtime.GC()
 			var m0 runtime.MemStats
 			runtime.ReadMemStats(&m0)
-			p := tg.new(b, baton.Config{})
+			p := tg.new(b, backend.Config{TTL: 10 * time.Second})
 			prefix := fmt.Sprintf("many-%d", time.Now().UnixNano())
 			terms := make([]baton.Term, n)
 			var wg sync.WaitGroup

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/consul"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/hashicorp/consul/api"
@@ -25,7 +25,7 @@ func consulTarget(b *testing.B) target {
 	var n atomic.Int64
 	return target{
 		name: "consul",
-		new: func(b *testing.B, cfg baton.Config) *process {
+		new: func(b *testing.B, cfg backend.Config) *process {
 			proxy := testserver.StartProxy(b, srv.Addr())
 			tr := http.DefaultTransport.(*http.Transport).Clone()
 			client, err := api.NewClient(&api.Config{

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/etcd"
 	"github.com/batonhq/baton/internal/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -37,7 +37,7 @@ func etcdTarget(b *testing.B) target {
 	}
 	return target{
 		name: "etcd",
-		new: func(b *testing.B, cfg baton.Config) *process {
+		new: func(b *testing.B, cfg backend.Config) *process {
 			proxy := testserver.StartProxy(b, srv.Endpoint())
 			cli, err := clientv3.New(clientv3.Config{
 				Endpoints:   []string{proxy.Addr()},

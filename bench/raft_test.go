@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/internal/certs"
+	"github.com/batonhq/baton/internal/testhook"
 	metrics "github.com/hashicorp/go-metrics/compat"
 )
 
@@ -22,10 +24,10 @@ func init() { targets = append(targets, raftTarget) }
 // 1 s), mutual TLS and a group secret. The voters stand for the group's
 // first three processes. Every simulated process is a member of its own that
 // joins as a non-voter, as the fourth and later processes of a group do, and
-// campaigns through it; killing a process kills its member (Node.Kill: no
+// campaigns through it; killing a process kills its member (testhook.KillRaftNode: no
 // leave, no session destroy), as kill -9 would. A process of this target is
-// therefore never the raft leader; BenchmarkCrashFailoverRaftLeader measures
-// the crash of a holder that is.
+// therefore never the raft leader; BenchmarkCrashFailoverRaftMember measures
+// the crash of a holder that is a voter, raft leader or follower.
 //
 // requests counts the Group calls that the raft leader served for every
 // Backend in the test binary (see raftCounter).
@@ -41,10 +43,10 @@ func newRaftTarget(b *testing.B) (target, []*raft.Node) {
 	voters := g.startVoters(b, 3)
 	return target{
 		name: "raft",
-		new: func(b *testing.B, cfg baton.Config) *process {
+		new: func(b *testing.B, cfg backend.Config) *process {
 			n := g.start(b, raft.NodeOptions{})
 			waitJoined(b, n)
-			return &process{backend: newRaftBackend(b, n, cfg), kill: func() { _ = n.Kill() }}
+			return &process{backend: newRaftBackend(b, n, cfg), kill: func() { _ = testhook.KillRaftNode(n) }}
 		},
 		requests: counts.groupCalls,
 	}, voters
@@ -126,7 +128,7 @@ func waitJoined(b *testing.B, nodes ...*raft.Node) {
 
 // newRaftBackend returns a Backend on n that b's cleanup closes (before n,
 // as cleanups run last-in first-out).
-func newRaftBackend(b *testing.B, n *raft.Node, cfg baton.Config) *raft.Backend {
+func newRaftBackend(b *testing.B, n *raft.Node, cfg backend.Config) *raft.Backend {
 	b.Helper()
 	be, err := raft.New(n, raft.Options{Config: cfg})
 	if err != nil {
@@ -217,58 +219,94 @@ func (c *raftCounter) SetGauge([]string, float32)                            {}
 func (c *raftCounter) SetGaugeWithLabels([]string, float32, []metrics.Label) {}
 func (c *raftCounter) EmitKey([]string, float32)                             {}
 
-// BenchmarkCrashFailoverRaftLeader: as BenchmarkCrashFailover (TTL 1 s,
-// default raft timings), but the holder's process is also the raft leader.
-// The group is three processes that are its three voters, as `baton demo`
-// runs them: the holder and two standbys. Each iteration starts a new group,
-// since the crash leaves two voters until autopilot replaces the third.
+// BenchmarkCrashFailoverRaftMember: the holder's process is one of the
+// group's three voters, as in a group of three `baton run --backend
+// raft://` processes (or `baton demo`): the holder and two standbys that
+// run Electors. The holder's member is killed (no leave, no session
+// destroy, as kill -9) right after the holder renewed; failover is the time
+// until a standby leads. Each iteration starts a new group, since the crash
+// leaves two voters until autopilot replaces the third.
 //
-// The crash costs a raft election before the usual TTL: the survivors notice
-// the silence after one to two HeartbeatTimeouts (1 s), elect a leader, and
-// that leader gives every session a full TTL before it may expire the
-// holder's. A TTL of 1 s is shorter than that, so the standbys' own sessions
-// lapse meanwhile (as would those of every holder in the group); they run
-// Electors, which campaign again as `baton run` does. raft-election is the
-// time until a survivor reports itself raft leader.
-func BenchmarkCrashFailoverRaftLeader(b *testing.B) {
-	var failovers, elections []time.Duration
-	for i := 0; b.Loop(); i++ {
-		f, e := raftLeaderCrash(b, fmt.Sprintf("leader-crash-%d-%d", time.Now().UnixNano(), i))
-		failovers, elections = append(failovers, f), append(elections, e)
+// follower: the holder's member is a raft follower: the raft leader expires
+// the holder's session a TTL after its last renewal. leader: it is also the
+// raft leader: the survivors notice the silence after one to two
+// HeartbeatTimeouts (1 s), elect a leader, and that leader times the
+// sessions from the last moment a quorum of voters heard from the old one,
+// so the election overlaps the TTL instead of preceding it. raft-election
+// is the time until a survivor reports itself raft leader.
+//
+// ttl=2s sets the TTL; default leaves every setting at its default (TTL
+// raft.DefaultTTL, 2 s).
+func BenchmarkCrashFailoverRaftMember(b *testing.B) {
+	for _, ttl := range []struct {
+		name string
+		cfg  backend.Config
+	}{{"ttl=2s", backend.Config{TTL: 2 * time.Second}}, {"default", backend.Config{}}} {
+		for _, leader := range []bool{false, true} {
+			role := map[bool]string{false: "follower", true: "leader"}[leader]
+			b.Run(role+"/"+ttl.name, func(b *testing.B) {
+				var failovers, elections []time.Duration
+				for i := 0; b.Loop(); i++ {
+					f, e := raftMemberCrash(b, fmt.Sprintf("member-crash-%s-%d-%d", role, time.Now().UnixNano(), i), ttl.cfg, leader)
+					failovers = append(failovers, f)
+					if leader {
+						elections = append(elections, e)
+					}
+				}
+				report(b, failovers, "failover")
+				if leader {
+					report(b, elections, "raft-election")
+				}
+			})
+		}
 	}
-	report(b, failovers, "failover")
-	report(b, elections, "raft-election")
 }
 
-// raftLeaderCrash runs one iteration of BenchmarkCrashFailoverRaftLeader
-// on a new group, measured as handOver measures: from the kill, right
-// after the holder renewed, until a standby leads.
-func raftLeaderCrash(b *testing.B, lease string) (failover, election time.Duration) {
+// raftMemberCrash runs one iteration of BenchmarkCrashFailoverRaftMember on
+// a new group, measured as handOver measures: from the kill, right after
+// the holder renewed, until a standby leads. election is the time until a
+// survivor is raft leader (when the raft leader was killed).
+func raftMemberCrash(b *testing.B, lease string, cfg backend.Config, crashLeader bool) (failover, election time.Duration) {
 	b.Helper()
 	g := newRaftGroup(b)
 	nodes := g.startVoters(b, 3)
 	leader := waitRaftLeader(b, nodes)
-	var standbys []*raft.Node
+	victim := leader
+	if !crashLeader {
+		victim = slices.DeleteFunc(slices.Clone(nodes), func(n *raft.Node) bool { return n == leader })[0]
+	}
+	var survivors []*raft.Node
 	for _, n := range nodes {
-		if n != leader {
-			standbys = append(standbys, n)
+		if n != victim {
+			survivors = append(survivors, n)
 		}
 	}
-	holder := newRaftBackend(b, leader, benchCfg)
-	th := mustCampaign(b, &process{backend: holder}, lease, "holder")
+	// Every member holds a lease, the raft leader's last: otherwise a raft
+	// leader that holds one hands raft leadership to a member that holds
+	// none (a member never both leads the group and holds a lease when it
+	// can help it), and the benchmark would not measure the case it is
+	// named for.
+	var (
+		holder   *raft.Backend
+		th       baton.Term
+		standbys []*raft.Backend
+	)
+	order := append(slices.DeleteFunc(slices.Clone(nodes), func(n *raft.Node) bool { return n == leader }), leader)
+	for i, n := range order {
+		be := newRaftBackend(b, n, cfg)
+		if n == victim {
+			holder, th = be, mustCampaign(b, &process{backend: be}, lease, "holder")
+			continue
+		}
+		standbys = append(standbys, be)
+		mustCampaign(b, &process{backend: be}, fmt.Sprintf("%s-ballast-%d", lease, i), fmt.Sprintf("ballast-%d", i))
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	got := make(chan time.Time, 1)
-	backends := []*raft.Backend{holder}
-	for i, n := range standbys {
-		be := newRaftBackend(b, n, benchCfg)
-		backends = append(backends, be)
-		// A member that holds a lease of its own: otherwise the holder's
-		// member hands raft leadership to it (a member never both leads the
-		// group and holds a lease when it can help it), and this benchmark
-		// would not measure the case it is named for.
-		mustCampaign(b, &process{backend: be}, fmt.Sprintf("%s-ballast-%d", lease, i), fmt.Sprintf("ballast-%d", i))
+	backends := append([]*raft.Backend{holder}, standbys...)
+	for i, be := range standbys {
 		e, err := baton.NewElector(be, baton.ElectorConfig{Lease: lease, Candidate: baton.Candidate{ID: fmt.Sprintf("standby-%d", i)}})
 		if err != nil {
 			b.Fatal(err)
@@ -289,35 +327,39 @@ func raftLeaderCrash(b *testing.B, lease string) (failover, election time.Durati
 	for !th.SafeUntil().After(first) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if st := leader.Status(); st.State != "Leader" {
-		b.Fatalf("raft leadership moved before the crash: the holder's member is %s", st.State)
+	if crashLeader != (victim.Status().State == "Leader") {
+		b.Fatalf("raft leadership moved before the crash: the holder's member is %s", victim.Status().State)
 	}
 	start := time.Now()
-	_ = leader.Kill()
+	_ = testhook.KillRaftNode(victim)
 
 	elected := make(chan time.Time, 1)
-	go func() {
-		for ctx.Err() == nil {
-			for _, n := range standbys {
-				if n.Status().State == "Leader" {
-					elected <- time.Now()
-					return
+	if crashLeader {
+		go func() {
+			for ctx.Err() == nil {
+				for _, n := range survivors {
+					if n.Status().State == "Leader" {
+						elected <- time.Now()
+						return
+					}
 				}
+				time.Sleep(5 * time.Millisecond)
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}()
+		}()
+	}
 	select {
 	case at := <-got:
 		failover = at.Sub(start)
 	case <-time.After(time.Minute):
-		b.Fatalf("no standby leads a minute after the raft leader's crash: %+v", standbys[0].Status())
+		b.Fatalf("no standby leads a minute after the crash: %+v", survivors[0].Status())
 	}
-	select {
-	case at := <-elected:
-		election = at.Sub(start)
-	case <-time.After(time.Minute):
-		b.Fatal("no raft leader a minute after the crash")
+	if crashLeader {
+		select {
+		case at := <-elected:
+			election = at.Sub(start)
+		case <-time.After(time.Minute):
+			b.Fatal("no raft leader a minute after the crash")
+		}
 	}
 
 	// The group goes with the iteration: kill it rather than leave it, since
@@ -330,8 +372,8 @@ func raftLeaderCrash(b *testing.B, lease string) (failover, election time.Durati
 		_ = be.Close(cctx)
 		ccancel()
 	}
-	for _, n := range standbys {
-		_ = n.Kill()
+	for _, n := range survivors {
+		_ = testhook.KillRaftNode(n)
 	}
 	return failover, election
 }
@@ -364,7 +406,7 @@ func waitRaftLeader(b *testing.B, nodes []*raft.Node) *raft.Node {
 func BenchmarkSteadyStateRaftTraffic(b *testing.B) {
 	tg, voters := newRaftTarget(b)
 	counts := installRaftCounter(b)
-	cfg := baton.Config{} // defaults: TTL 10 s
+	cfg := backend.Config{TTL: 10 * time.Second} // the other targets' default
 	lease := fmt.Sprintf("steady-traffic-%d", time.Now().UnixNano())
 	holder := tg.new(b, cfg)
 	th := mustCampaign(b, holder, lease, "holder")

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/zookeeper"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/go-zookeeper/zk"
@@ -24,7 +24,7 @@ func zookeeperTarget(b *testing.B) target {
 	var n atomic.Int64
 	return target{
 		name: "zookeeper",
-		new: func(b *testing.B, cfg baton.Config) *process {
+		new: func(b *testing.B, cfg backend.Config) *process {
 			proxy := testserver.StartProxy(b, srv.Addr())
 			// Count every request frame the client sends (pings
 			// included): go-zookeeper writes each in one Write.

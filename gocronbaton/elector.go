@@ -89,17 +89,18 @@ func (el *Elector) Lead(ctx context.Context, t baton.Term) error {
 	return nil
 }
 
-// IsLeader implements gocron.Elector: nil when this instance holds the lease
-// and its term is live with at least MinRemaining left, an error wrapping
-// ErrNotLeader otherwise — also when it cannot tell, for example because
-// the backend is unreachable and no term is held. It does not contact the
-// backend.
+// IsLeader implements gocron.Elector: nil when this instance holds the lease,
+// Lead runs on its term, and the term is live with at least MinRemaining
+// left; an error wrapping ErrNotLeader otherwise — also when it cannot tell,
+// for example because the backend is unreachable and no term is held. It
+// does not contact the backend.
 func (el *Elector) IsLeader(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrNotLeader, err)
 	}
 	el.mu.Lock()
-	ending := el.cur != nil && el.cur.ending
+	cur := el.cur
+	ending := cur != nil && cur.ending
 	el.mu.Unlock()
 	if ending {
 		return fmt.Errorf("%w: handing over lease %q", ErrNotLeader, el.e.Status().Lease)
@@ -111,6 +112,11 @@ func (el *Elector) IsLeader(ctx context.Context) error {
 			return fmt.Errorf("%w: lease %q (last: %w)", ErrNotLeader, s.Lease, s.LastError)
 		}
 		return fmt.Errorf("%w: lease %q", ErrNotLeader, s.Lease)
+	}
+	if cur == nil || cur.t != t {
+		// Elected, but Lead has not started on the term: a run now would
+		// find no term to join (Job), so it must not start.
+		return fmt.Errorf("%w: lease %q (token %d) is not held by Lead yet", ErrNotLeader, t.Lease(), t.Token())
 	}
 	if left := time.Until(t.SafeUntil()); left < el.opts.MinRemaining {
 		return fmt.Errorf("%w: the term of lease %q (token %d) is safe for %s only, below MinRemaining %s",

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/etcd"
 	"github.com/batonhq/baton/gocronbaton"
 	"github.com/batonhq/baton/internal/testserver"
@@ -22,7 +23,7 @@ func TestLockerEtcd(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	var lockers []*gocronbaton.Locker
 	for _, id := range []string{"a", "b"} {
-		b, err := etcd.New(srv.Client(t), etcd.Options{Config: baton.Config{TTL: time.Second}})
+		b, err := etcd.New(srv.Client(t), etcd.Options{Config: backend.Config{TTL: time.Second}})
 		if err != nil {
 			t.Fatal(err)
 		}

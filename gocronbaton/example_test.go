@@ -28,8 +28,8 @@ func ExampleElector() {
 		done := make(chan struct{})
 		go func() { _ = el.Run(ctx); close(done) }()
 		defer func() { cancel(); <-done }()
-		if id == "web-1" {
-			_, _ = e.Await(ctx) // let web-1 lead, for a predictable output
+		for id == "web-1" && el.IsLeader(ctx) != nil {
+			time.Sleep(time.Millisecond) // let web-1 lead, for a predictable output
 		}
 
 		s, _ := gocron.NewScheduler(gocron.WithDistributedElector(el))

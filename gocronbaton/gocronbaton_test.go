@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/gocronbaton"
 	"github.com/go-co-op/gocron/v2"
@@ -18,7 +19,7 @@ import (
 
 // A one-second TTL with a wide drift margin: a holder that stops renewing
 // has stopped acting well before anybody takes over, even under load.
-var testTiming = baton.Config{TTL: time.Second, RenewInterval: 200 * time.Millisecond, DriftMargin: 300 * time.Millisecond}
+var testTiming = backend.Config{TTL: time.Second, RenewInterval: 200 * time.Millisecond, DriftMargin: 300 * time.Millisecond}
 
 // run is one execution of a job, as the job itself saw it.
 type run struct {
@@ -441,5 +442,56 @@ func TestElectorMinRemaining(t *testing.T) {
 	}
 	if err := el.IsLeader(ctx); !errors.Is(err, gocronbaton.ErrNotLeader) || !strings.Contains(err.Error(), "MinRemaining") {
 		t.Errorf("IsLeader with a term shorter than MinRemaining: %v", err)
+	}
+}
+
+// Between the election and the start of Lead, IsLeader says no: a run
+// started then would find no term to join (Job refuses it), so gocron must
+// skip it instead.
+func TestElectorNotLeaderBeforeLead(t *testing.T) {
+	b := newBackend(t, memory.NewStore())
+	e, err := baton.NewElector(b, baton.ElectorConfig{Lease: "cron", Candidate: baton.Candidate{ID: "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	el, err := gocronbaton.NewElector(e, gocronbaton.ElectorOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	gate := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- e.Run(ctx, func(ctx context.Context, term baton.Term) error {
+			<-gate
+			return el.Lead(ctx, term)
+		})
+	}()
+	if _, err := e.Await(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := el.IsLeader(ctx); !errors.Is(err, gocronbaton.ErrNotLeader) {
+		t.Errorf("IsLeader before Lead started = %v, want ErrNotLeader", err)
+	}
+	ran := false
+	job := el.Job(func(context.Context, baton.Term) error { ran = true; return nil })
+	if err := job(ctx); !errors.Is(err, gocronbaton.ErrNotLeader) || ran {
+		t.Errorf("a run before Lead started: %v (ran: %v), want ErrNotLeader", err, ran)
+	}
+	close(gate)
+	deadline := time.Now().Add(10 * time.Second)
+	for el.IsLeader(ctx) != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("IsLeader once Lead runs: %v", el.IsLeader(ctx))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := job(ctx); err != nil || !ran {
+		t.Errorf("a run once Lead runs: %v (ran: %v)", err, ran)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Run = %v, want context.Canceled", err)
 	}
 }

@@ -291,13 +291,17 @@ func (l *Locker) claimLocked(ks *keyState) *lock {
 // term's reason) when the term ended before Unlock.
 func (lk *lock) Unlock(ctx context.Context) error {
 	l := lk.l
+	// Whether the term outlived the run is read before the run lets go of
+	// it: from then on the key's goroutine may resign it (at once, when a
+	// resign was requested), which is no loss.
+	err := lk.t.Err()
 	l.mu.Lock()
 	if lk.ks.user == lk {
 		lk.ks.user = nil
 		poke(lk.ks.kick)
 	}
 	l.mu.Unlock()
-	if err := lk.t.Err(); err != nil {
+	if err != nil {
 		l.log.Warn("a run outlived its lock: the term ended before Unlock", "key", lk.ks.key, "token", lk.t.Token(), "reason", err)
 		return fmt.Errorf("%w: %q (token %d): %w", ErrLockLost, lk.ks.key, lk.t.Token(), err)
 	}

@@ -230,7 +230,7 @@ func (j *Job) Lead(ctx context.Context, t baton.Term) error {
 	if j.Name == "" || j.Schedule == nil || j.Run == nil {
 		return errors.New("schedule: Job needs Name, Schedule and Run")
 	}
-	st, ok := baton.StateOf(t)
+	st, ok := t.(baton.StateTerm)
 	if !ok {
 		return ErrNoState
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/schedule"
 	"github.com/robfig/cron/v3"
@@ -63,7 +64,7 @@ type group struct {
 }
 
 func (g *group) backend() *memory.Backend {
-	b, err := memory.New(g.store, memory.Options{Config: baton.Config{TTL: time.Second}})
+	b, err := memory.New(g.store, memory.Options{Config: backend.Config{TTL: time.Second}})
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -238,7 +239,7 @@ func storeRecord(t *testing.T, b baton.Backend, rec schedule.Record) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, ok := baton.StateOf(term)
+	st, ok := term.(baton.StateTerm)
 	if !ok {
 		t.Fatalf("the memory backend's term %T keeps no state", term)
 	}
@@ -417,7 +418,7 @@ func TestStoppedRightAfterClaimGivesSlotBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _ := baton.StateOf(term)
+	st, _ := term.(baton.StateTerm)
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &cancelOnClaim{StateTerm: st, cancel: cancel, claimed: make(chan time.Time, 1)}
 	ja := everySecond(t)

@@ -9,14 +9,16 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/epoch"
 )
 
 // Options configures a Backend. The zero value means the documented defaults.
 type Options struct {
-	// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s, TTL/3,
-	// TTL/10).
-	baton.Config
+	backend.
+		// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s, TTL/3,
+		// TTL/10).
+		Config
 
 	// PollInterval is how often a waiting candidate re-reads the record. Zero
 	// means RenewInterval. With a Notifier a release wakes waiters at once and
@@ -31,7 +33,7 @@ type Options struct {
 // Backend stands for one process; it may hold any number of leases.
 type Backend struct {
 	store  Store
-	cfg    baton.Config
+	cfg    backend.Config
 	poll   time.Duration
 	log    *slog.Logger
 	notify Notifier
@@ -63,7 +65,7 @@ var _ baton.Backend = (*Backend)(nil)
 // holding is one lease this process campaigns for or holds.
 type holding struct {
 	name, id string
-	term     *baton.BasicTerm
+	term     *backend.BasicTerm
 	stop     chan struct{} // closed to stop the renewer
 	stopped  chan struct{} // closed when the renewer returned
 
@@ -118,7 +120,7 @@ func New(store Store, opts Options) (*Backend, error) {
 }
 
 // Config returns the timing the Backend uses, defaults filled in.
-func (b *Backend) Config() baton.Config { return b.cfg }
+func (b *Backend) Config() backend.Config { return b.cfg }
 
 // Campaign implements baton.Backend.
 func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) (baton.Term, error) {
@@ -248,7 +250,7 @@ func (b *Backend) acquire(ctx context.Context, h *holding, v uint64, old Record)
 	}
 	h.version, h.rec = nv, rec
 	h.stop, h.stopped = make(chan struct{}), make(chan struct{})
-	t := baton.NewBasicTerm(h.name, rec.Token, b.cfg.SafeUntil(start, b.cfg.TTL), func(ctx context.Context) error {
+	t := backend.NewBasicTerm(h.name, rec.Token, b.cfg.SafeUntil(start, b.cfg.TTL), func(ctx context.Context) error {
 		return b.release(ctx, h)
 	})
 	b.mu.Lock()

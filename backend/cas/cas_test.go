@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/cas"
 	"github.com/batonhq/baton/backend/memory"
 )
@@ -67,7 +68,7 @@ func (f *faultStore) CompareAndSwap(ctx context.Context, name string, version ui
 	return v, err
 }
 
-func newBackend(t *testing.T, s cas.Store, cfg baton.Config) *cas.Backend {
+func newBackend(t *testing.T, s cas.Store, cfg backend.Config) *cas.Backend {
 	t.Helper()
 	b, err := cas.New(s, cas.Options{Config: cfg})
 	if err != nil {
@@ -77,7 +78,7 @@ func newBackend(t *testing.T, s cas.Store, cfg baton.Config) *cas.Backend {
 	return b
 }
 
-var cfg = baton.Config{TTL: 3 * time.Second}
+var cfg = backend.Config{TTL: 3 * time.Second}
 
 func TestLostAcquireReplyIsAdopted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -191,9 +192,9 @@ func TestContenderHonoursHoldersLongerTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		fa := &faultStore{Store: store}
-		long := baton.Config{TTL: 30 * time.Second}
+		long := backend.Config{TTL: 30 * time.Second}
 		a := newBackend(t, fa, long)
-		b := newBackend(t, store, baton.Config{TTL: time.Second})
+		b := newBackend(t, store, backend.Config{TTL: time.Second})
 		if _, err := a.Campaign(t.Context(), "l", baton.Candidate{ID: "a"}); err != nil {
 			t.Fatal(err)
 		}
@@ -279,7 +280,7 @@ func TestCloseReleasesAndEndsTerms(t *testing.T) {
 }
 
 func TestNewRejectsBadOptions(t *testing.T) {
-	_, err := cas.New(memory.NewStore(), cas.Options{Config: baton.Config{TTL: -time.Second, RenewInterval: -1}, PollInterval: -1})
+	_, err := cas.New(memory.NewStore(), cas.Options{Config: backend.Config{TTL: -time.Second, RenewInterval: -1}, PollInterval: -1})
 	var ce *baton.ConfigError
 	if !errors.As(err, &ce) || len(ce.Problems) < 2 {
 		t.Fatalf("err = %v; want a ConfigError listing every problem", err)

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/cas"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/batontest"
@@ -15,7 +15,7 @@ import (
 // polling only. (backend/memory runs it with notifications.)
 func TestConformancePolling(t *testing.T) {
 	store := memory.NewStore()
-	batontest.Run(t, batontest.Target{New: func(t *testing.T, cfg baton.Config) *batontest.Process {
+	batontest.Run(t, batontest.Target{New: func(t *testing.T, cfg backend.Config) *batontest.Process {
 		conn := store.Connect()
 		polling := conn.Polling()
 		if _, ok := polling.(cas.Notifier); ok {

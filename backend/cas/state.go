@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 )
 
 // term is the Term of a lease this Backend holds: the BasicTerm the renewer
 // extends, and the lease's state (baton.StateTerm), kept in Record.State.
 // Safe for concurrent use.
 type term struct {
-	*baton.BasicTerm
+	*backend.BasicTerm
 	b *Backend
 	h *holding
 }
@@ -37,10 +38,10 @@ func (t *term) LoadState(ctx context.Context) ([]byte, error) {
 // anyone else has written the record: another holder taking it over, or
 // anybody rewriting it.
 func (t *term) StoreState(ctx context.Context, value []byte) error {
-	if err := baton.CheckStateSize(value); err != nil {
+	if err := backend.CheckStateSize(value); err != nil {
 		return err
 	}
-	if err := baton.EndedError(t); err != nil {
+	if err := backend.EndedError(t); err != nil {
 		return err
 	}
 	return t.b.storeState(ctx, t.h, value)
@@ -58,7 +59,7 @@ func (b *Backend) storeState(ctx context.Context, h *holding, value []byte) erro
 	}
 	defer h.unlock()
 	// A renewal may have found the record taken while we waited.
-	if err := baton.EndedError(h.term); err != nil {
+	if err := backend.EndedError(h.term); err != nil {
 		return err
 	}
 	state := bytes.Clone(value)

@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/cas"
 	"github.com/batonhq/baton/backend/memory"
 )
 
 func stateTerm(t *testing.T, term baton.Term) baton.StateTerm {
 	t.Helper()
-	st, ok := baton.StateOf(term)
+	st, ok := term.(baton.StateTerm)
 	if !ok {
 		t.Fatalf("%T does not implement baton.StateTerm", term)
 	}
@@ -224,7 +225,7 @@ func valueOf(t *testing.T, v []byte) uint64 {
 // garble a stored value.
 func TestStoreStateRacesRenewals(t *testing.T) {
 	w := &writeCounter{Store: memory.NewStore()}
-	b := newBackend(t, w, baton.Config{TTL: time.Second})
+	b := newBackend(t, w, backend.Config{TTL: time.Second})
 	term, err := b.Campaign(t.Context(), "l", baton.Candidate{ID: "a"})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/consul"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/hashicorp/consul/api"
@@ -21,7 +22,7 @@ func TestACLToken(t *testing.T) {
 	t.Setenv("CONSUL_HTTP_TOKEN", "")
 	t.Setenv("CONSUL_HTTP_TOKEN_FILE", "")
 	agent := testserver.StartConsul(t, testserver.ConsulOptions{ACL: true})
-	opts := consul.Options{Config: baton.Config{TTL: 2 * time.Second}, Prefix: "acl/"}
+	opts := consul.Options{Config: backend.Config{TTL: 2 * time.Second}, Prefix: "acl/"}
 
 	anon, err := consul.NewClient(consul.ClientConfig{Address: agent.Addr()})
 	if err != nil {
@@ -89,7 +90,7 @@ key_prefix "acl/" { policy = "read" }`)
 		return nil
 	})
 	// The lease's state is under the prefix too.
-	st, ok := baton.StateOf(term)
+	st, ok := term.(baton.StateTerm)
 	if !ok {
 		t.Fatalf("term %T is not a baton.StateTerm", term)
 	}
@@ -111,7 +112,7 @@ key "acl/guarded/.baton-state" { policy = "read" }`)
 		t.Fatal(err)
 	}
 	b = newBackend(t, sc, opts, nil)
-	st, _ = baton.StateOf(campaign(t, b, "guarded", "y"))
+	st, _ = campaign(t, b, "guarded", "y").(baton.StateTerm)
 	err = st.StoreState(testContext(t, 5*time.Second), []byte("v2"))
 	if !errors.Is(err, consul.ErrPermissionDenied) || errors.Is(err, baton.ErrLeaseLost) || errors.Is(err, baton.ErrBackendUnavailable) {
 		t.Errorf("StoreState without key:write on the state key: err = %v; want ErrPermissionDenied only", err)
@@ -135,7 +136,7 @@ func TestTLS(t *testing.T) {
 	}
 	agent := testserver.StartConsul(t, testserver.ConsulOptions{TLS: true})
 	ca, cert, key := agent.TLSFiles()
-	opts := consul.Options{Config: baton.Config{TTL: 2 * time.Second}, Prefix: "tls/"}
+	opts := consul.Options{Config: backend.Config{TTL: 2 * time.Second}, Prefix: "tls/"}
 
 	c, err := consul.NewClient(consul.ClientConfig{Address: agent.Addr(), CAFile: ca, CertFile: cert, KeyFile: key})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/consul"
 	"github.com/batonhq/baton/batontest"
 	"github.com/batonhq/baton/internal/testserver"
@@ -38,7 +39,7 @@ func TestConformance(t *testing.T) {
 		// the package doc): at 2 s it is 0.8 s, as etcd's is at 1 s. At 1 s
 		// it would be 0.4 s, which a loaded CI machine cannot keep renewing.
 		MinTTL: 2 * time.Second,
-		New: func(t *testing.T, cfg baton.Config) *batontest.Process {
+		New: func(t *testing.T, cfg backend.Config) *batontest.Process {
 			// Each process reaches the agent through a proxy of its own, so
 			// that cutting one off leaves the others connected.
 			proxy := testserver.StartProxy(t, agent.Addr())
@@ -207,7 +208,7 @@ func TestKeyAndSessionLayout(t *testing.T) {
 	agent := testserver.SharedConsul(t)
 	c := agent.Client(t, agent.Addr())
 	prefix := testPrefix()
-	b := newBackend(t, c, consul.Options{Config: baton.Config{TTL: 3 * time.Second}, Prefix: prefix}, nil)
+	b := newBackend(t, c, consul.Options{Config: backend.Config{TTL: 3 * time.Second}, Prefix: prefix}, nil)
 	if got := b.SessionTTL(); got != 1500*time.Millisecond {
 		t.Errorf("SessionTTL() = %s, want TTL/2 = 1.5s", got)
 	}
@@ -272,7 +273,7 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // nothing else while it waits, and wakes at once when the lock goes.
 func TestWaiterWakesByBlockingQuery(t *testing.T) {
 	agent := testserver.SharedConsul(t)
-	opts := consul.Options{Config: baton.Config{TTL: 20 * time.Second}, Prefix: testPrefix()}
+	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: testPrefix()}
 	a := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
 	var lists atomic.Int64
 	ct := &countingTransport{rt: http.DefaultTransport.(*http.Transport).Clone(), count: func(r *http.Request) bool {
@@ -326,7 +327,7 @@ func TestWaiterWakesByBlockingQuery(t *testing.T) {
 func TestAgentErrorsRiddenOut(t *testing.T) {
 	agent := testserver.SharedConsul(t)
 	proxy := testserver.StartProxy(t, agent.Addr())
-	b := newBackend(t, agent.Client(t, proxy.Addr()), consul.Options{Config: baton.Config{TTL: 4 * time.Second}, Prefix: testPrefix()}, nil)
+	b := newBackend(t, agent.Client(t, proxy.Addr()), consul.Options{Config: backend.Config{TTL: 4 * time.Second}, Prefix: testPrefix()}, nil)
 	term := campaign(t, b, "flaky", "a")
 
 	// Cut right after a renewal, for a quarter of the 1.6 s safe window.
@@ -379,7 +380,7 @@ func TestAgentErrorsRiddenOut(t *testing.T) {
 // lock-delay, which Consul applies to a destroyed session's locks.
 func TestCloseHandsOverWithoutLockDelay(t *testing.T) {
 	agent := testserver.SharedConsul(t)
-	opts := consul.Options{Config: baton.Config{TTL: 20 * time.Second}, LockDelay: 30 * time.Second, Prefix: testPrefix()}
+	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, LockDelay: 30 * time.Second, Prefix: testPrefix()}
 	a := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
 	b := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
 	ta := campaign(t, a, "closing", "a")
@@ -413,7 +414,7 @@ func TestSessionDestroyedEndsTermsAndLockDelayHolds(t *testing.T) {
 	c := agent.Client(t, agent.Addr())
 	prefix := testPrefix()
 	const delay = 1500 * time.Millisecond
-	a := newBackend(t, c, consul.Options{Config: baton.Config{TTL: 20 * time.Second}, LockDelay: delay, Prefix: prefix}, nil)
+	a := newBackend(t, c, consul.Options{Config: backend.Config{TTL: 20 * time.Second}, LockDelay: delay, Prefix: prefix}, nil)
 	ct := &countingTransport{rt: http.DefaultTransport.(*http.Transport).Clone(), count: func(r *http.Request) bool {
 		return !strings.HasPrefix(r.URL.Path, "/v1/session/renew/")
 	}}
@@ -421,7 +422,7 @@ func TestSessionDestroyedEndsTermsAndLockDelayHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newBackend(t, bc, consul.Options{Config: baton.Config{TTL: 20 * time.Second}, Prefix: prefix}, nil)
+	b := newBackend(t, bc, consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}, nil)
 
 	t1 := campaign(t, a, "one", "a")
 	t2 := campaign(t, a, "two", "a")
@@ -472,7 +473,7 @@ func TestOperatorDeleteEndsTerm(t *testing.T) {
 	agent := testserver.SharedConsul(t)
 	c := agent.Client(t, agent.Addr())
 	prefix := testPrefix()
-	opts := consul.Options{Config: baton.Config{TTL: 20 * time.Second}, Prefix: prefix}
+	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}
 	a := newBackend(t, c, opts, nil)
 	b := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
 	ta := campaign(t, a, "deleted", "a")
@@ -508,7 +509,7 @@ func TestOverwrittenKeyEndsTerm(t *testing.T) {
 	agent := testserver.SharedConsul(t)
 	c := agent.Client(t, agent.Addr())
 	prefix := testPrefix()
-	b := newBackend(t, c, consul.Options{Config: baton.Config{TTL: 20 * time.Second}, Prefix: prefix}, nil)
+	b := newBackend(t, c, consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}, nil)
 	term := campaign(t, b, "rewritten", "a")
 	if _, err := c.KV().Put(&api.KVPair{Key: prefix + "rewritten/.lock", Flags: api.LockFlagValue, Value: []byte("someone")}, nil); err != nil {
 		t.Fatal(err)
@@ -552,7 +553,7 @@ func TestHealthCheckInvalidatesSession(t *testing.T) {
 		return errors.New("check not in the catalog yet")
 	})
 
-	cfg := baton.Config{TTL: 4 * time.Second}
+	cfg := backend.Config{TTL: 4 * time.Second}
 	if _, err := consul.New(c, consul.Options{Config: cfg, Checks: []string{check}, LockDelay: time.Second}); err == nil {
 		t.Error("New accepted a lock-delay below the session TTL with checks")
 	}
@@ -590,7 +591,7 @@ func TestInvalidOptionsAndNames(t *testing.T) {
 	agent := testserver.SharedConsul(t)
 	c := agent.Client(t, agent.Addr())
 	_, err := consul.New(nil, consul.Options{
-		Config:    baton.Config{TTL: 2 * time.Second, RenewInterval: 900 * time.Millisecond},
+		Config:    backend.Config{TTL: 2 * time.Second, RenewInterval: 900 * time.Millisecond},
 		LockDelay: 2 * time.Minute,
 		Prefix:    "/abs/",
 	})
@@ -630,7 +631,7 @@ func TestInvalidOptionsAndNames(t *testing.T) {
 func TestSessionTTLBelowServerMinimum(t *testing.T) {
 	agent := testserver.SharedConsul(t)
 	b := newBackend(t, agent.Client(t, agent.Addr()), consul.Options{
-		Config: baton.Config{TTL: testserver.ConsulSessionTTLMin, DriftMargin: time.Millisecond, RenewInterval: 10 * time.Millisecond},
+		Config: backend.Config{TTL: testserver.ConsulSessionTTLMin, DriftMargin: time.Millisecond, RenewInterval: 10 * time.Millisecond},
 		Prefix: testPrefix(),
 	}, nil)
 	_, err := b.Campaign(testContext(t, 10*time.Second), "short", baton.Candidate{ID: "x"})
@@ -652,7 +653,7 @@ func TestUnreachableAgentIsReported(t *testing.T) {
 	proxy.Cut()
 	killed := make(chan struct{})
 	close(killed) // its Close cannot reach the agent either
-	b := newBackend(t, agent.Client(t, proxy.Addr()), consul.Options{Config: baton.Config{TTL: time.Second}, Prefix: testPrefix()}, killed)
+	b := newBackend(t, agent.Client(t, proxy.Addr()), consul.Options{Config: backend.Config{TTL: time.Second}, Prefix: testPrefix()}, killed)
 	// Each gives up after its request bound (5 s); both at once.
 	leaderErr := make(chan error, 1)
 	go func() {
@@ -700,14 +701,14 @@ func isTxn(r *http.Request) bool { return r.Method == http.MethodPut && r.URL.Pa
 // changed between the state it saw and its transaction) must wake on the
 // watch's next answer even when that answer shows the key as the waiter
 // last saw it: free, because the winner has already deleted it again.
-// Before the fix the watch swallowed such an answer as "unchanged", and the
-// waiter slept on a free key until something else changed it.
+// A watch that took such an answer for "unchanged" would leave the waiter
+// asleep on a free key until something else changed it.
 func TestWaiterWakesAfterLosingARace(t *testing.T) {
 	agent := testserver.SharedConsul(t)
 	other := agent.Client(t, agent.Addr())
 	prefix := testPrefix()
 	key := prefix + "race/.lock"
-	opts := consul.Options{Config: baton.Config{TTL: 20 * time.Second}, Prefix: prefix}
+	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}
 	e := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
 
 	// D is a plain API user that wins the race: it locks the key while the
@@ -794,7 +795,7 @@ func TestWaiterWakesAfterLosingARace(t *testing.T) {
 func TestLostLockReplyLeavesNoLock(t *testing.T) {
 	agent := testserver.SharedConsul(t)
 	prefix := testPrefix()
-	opts := consul.Options{Config: baton.Config{TTL: 20 * time.Second}, Prefix: prefix}
+	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}
 	var drop atomic.Bool
 	drop.Store(true)
 	ac := hookedClient(t, agent, func(r *http.Request, send func() (*http.Response, error)) (*http.Response, error) {
@@ -835,7 +836,7 @@ func TestLostLockReplyLeavesNoLock(t *testing.T) {
 func TestCloseBoundedWhenAgentVanishes(t *testing.T) {
 	agent := testserver.SharedConsul(t)
 	proxy := testserver.StartProxy(t, agent.Addr())
-	b, err := consul.New(agent.Client(t, proxy.Addr()), consul.Options{Config: baton.Config{TTL: 2 * time.Second}, Prefix: testPrefix()})
+	b, err := consul.New(agent.Client(t, proxy.Addr()), consul.Options{Config: backend.Config{TTL: 2 * time.Second}, Prefix: testPrefix()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/consul"
 	"github.com/batonhq/baton/batontest"
 	"github.com/batonhq/baton/internal/epoch"
@@ -27,7 +28,7 @@ func TestTokensRiseAcrossRestartedConsul(t *testing.T) {
 	close(gone)
 	batontest.TokensRiseAcrossDataLoss(t, batontest.DataLoss{
 		New: func(t *testing.T, logger *slog.Logger) baton.Backend {
-			return newBackend(t, client, consul.Options{Config: baton.Config{TTL: 2 * time.Second}, Prefix: prefix, Logger: logger}, gone)
+			return newBackend(t, client, consul.Options{Config: backend.Config{TTL: 2 * time.Second}, Prefix: prefix, Logger: logger}, gone)
 		},
 		Lose: func(t *testing.T) {
 			srv.Close()

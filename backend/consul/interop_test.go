@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/consul"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/hashicorp/consul/api"
@@ -140,7 +141,7 @@ func TestConsulLockInterop(t *testing.T) {
 	prefix := testPrefix()
 	const lease = "job"
 	cliPrefix := prefix + lease // `consul lock PREFIX` locks PREFIX/.lock
-	opts := consul.Options{Config: baton.Config{TTL: 4 * time.Second}, Prefix: prefix}
+	opts := consul.Options{Config: backend.Config{TTL: 4 * time.Second}, Prefix: prefix}
 	a := newBackend(t, c, opts, nil)
 	b := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
 	file := filepath.Join(t.TempDir(), "marks")

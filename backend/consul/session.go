@@ -8,90 +8,74 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/internal/renew"
+	"github.com/batonhq/baton/internal/session"
 	"github.com/hashicorp/consul/api"
 )
 
-// session is one Consul session and the baton leases riding on it.
+// sess is the Backend's Consul session and the baton leases riding on it.
 //
 // api.Session.RenewPeriodic is not used: it keeps no safe-until (it renews
 // at TTL/2 and gives up only a full TTL after the last success), and
 // safe-until must be measured from the send time of the last confirmed
 // renewal.
-type session struct {
-	id  string
-	ttl time.Duration // as Consul granted it
-	// ctx is cancelled when the session ends, stopping everything that
-	// works on its behalf.
-	ctx    context.Context
-	cancel context.CancelFunc
+type sess = session.Session[string]
 
-	*renew.Terms // safe-until and the live terms, extended by each renewal
+// driver is the Backend's session.Driver: a Consul session per session.
+type driver struct{ b *Backend }
+
+var _ session.Driver[string] = driver{}
+
+// newSessions returns the Manager of b's sessions.
+func newSessions(b *Backend) *session.Manager[string] {
+	return session.New(driver{b}, session.Options[string]{
+		Backend: "consul",
+		Config:  b.cfg,
+		// An unreachable agent holds requests rather than failing them.
+		GrantTimeout: b.reqTimeout,
+		// By then Consul has invalidated the session anyway.
+		AbandonFor: 2 * b.sessTTL,
+		Describe:   func(id string) string { return "consul session " + id },
+		Lost:       "was invalidated on the server (TTL ran out, it was destroyed, or one of its health checks failed)",
+		Unavailable: func(ctx context.Context, what string, err error) error {
+			return b.unavailable(ctx, what, err)
+		},
+		Log: b.log,
+	})
 }
 
-// session returns the live session, creating one first if there is none.
-func (b *Backend) session(ctx context.Context) (*session, error) {
-	select {
-	case b.granting <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	defer func() { <-b.granting }()
-	b.mu.Lock()
-	closed, s := b.closed, b.sess
-	b.mu.Unlock()
-	if closed {
-		return nil, baton.ErrClosed
-	}
-	if s != nil && s.ctx.Err() == nil {
-		return s, nil
-	}
-	// An unreachable agent holds requests rather than failing them; bound
-	// the create so that the caller (the Elector) sees
-	// ErrBackendUnavailable, logs it and retries.
-	cctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
-	defer cancel()
+// Grant implements session.Driver.
+func (d driver) Grant(ctx context.Context) (session.Grant[string], error) {
+	b := d.b
 	start := time.Now()
-	id, err := b.createSession(cctx)
+	id, err := b.createSession(ctx)
 	if err != nil {
-		return nil, b.unavailable(ctx, "create session", err)
+		return session.Grant[string]{}, err
 	}
-	ttl := b.sessTTL
-	safeUntil := b.cfg.SafeUntil(start, ttl)
-	// A create that took long leaves little of its promise; nothing rides
-	// on the session yet, so a renewal now gives it a full one.
-	for tries := 0; time.Until(safeUntil) < (ttl-b.cfg.DriftMargin)/2; tries++ {
-		if tries == 3 {
-			b.destroyLater(id)
-			return nil, fmt.Errorf("%w: consul confirms session renewals too slowly for a session TTL of %s", baton.ErrBackendUnavailable, ttl)
-		}
-		var until time.Time
-		until, ttl, err = b.renewOnce(cctx, id)
-		if err != nil {
-			b.destroyLater(id)
-			return nil, b.unavailable(ctx, "renew new session", err)
-		}
-		safeUntil = until
-	}
-	sctx, scancel := context.WithCancel(b.ctx)
-	s = &session{id: id, ttl: ttl, ctx: sctx, cancel: scancel, Terms: renew.New(safeUntil)}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		scancel()
-		dctx, dcancel := context.WithTimeout(context.Background(), b.cfg.RenewInterval)
-		_, _ = b.client.Session().Destroy(id, (&api.WriteOptions{}).WithContext(dctx)) // else it expires unused
-		dcancel()
-		return nil, baton.ErrClosed
-	}
-	b.sess = s
-	b.wg.Add(1)
-	b.mu.Unlock()
-	go b.keepAlive(s)
-	b.log.Debug("session created", "session", id, "ttl", ttl, "lock_delay", b.lockDelay)
-	return s, nil
+	b.log.Debug("session created", "session", id, "ttl", b.sessTTL, "lock_delay", b.lockDelay)
+	return session.Grant[string]{
+		ID: id, SafeUntil: b.cfg.SafeUntil(start, b.sessTTL), TTL: b.sessTTL, Span: b.sessTTL - b.cfg.DriftMargin,
+	}, nil
 }
+
+// Renew implements session.Driver.
+func (d driver) Renew(ctx context.Context, id string) (time.Time, error) {
+	until, _, err := d.b.renewOnce(ctx, id)
+	return until, err
+}
+
+// Revoke implements session.Driver: it destroys the session, bounded like
+// every other request, should ctx have no deadline.
+func (d driver) Revoke(ctx context.Context, id string, _ bool) error {
+	ctx, cancel := context.WithTimeout(ctx, d.b.reqTimeout)
+	defer cancel()
+	if _, err := d.b.client.Session().Destroy(id, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+		return fmt.Errorf("destroy session %s (it expires after twice its TTL, %s): %w", id, 2*d.b.sessTTL, err)
+	}
+	return nil
+}
+
+// Gone implements session.Driver.
+func (driver) Gone(err error) bool { return errors.Is(err, errSessionGone) }
 
 // createSession creates a session with the Backend's TTL, lock-delay,
 // behaviour and checks. The body is written out in full, rather than
@@ -152,94 +136,11 @@ func (b *Backend) renewOnce(ctx context.Context, id string) (time.Time, time.Dur
 	return b.cfg.SafeUntil(start, ttl), ttl, nil
 }
 
-// keepAlive renews s every RenewInterval until it ends.
-func (b *Backend) keepAlive(s *session) {
-	defer b.wg.Done()
-	s.KeepAlive(s.ctx, renew.Renewal{
-		Interval: b.cfg.RenewInterval,
-		Renew: func(ctx context.Context) (time.Time, error) {
-			until, _, err := b.renewOnce(ctx, s.id)
-			return until, err
-		},
-		Gone:    func(err error) bool { return errors.Is(err, errSessionGone) },
-		Expired: func(lastErr error) { b.expire(s, lastErr) },
-		Lost:    func(error) { b.endSession(s, b.lostErr(s)) },
-		Failed: func(err error, left time.Duration) {
-			b.log.Warn("session renewal failed; retrying", "session", s.id, "err", err,
-				"safe_until_in", left.Round(time.Millisecond))
-		},
-	})
-}
-
-// lostErr is why s's terms end when Consul reports s gone.
-func (b *Backend) lostErr(s *session) error {
-	b.log.Warn("consul reports the session gone (expired, destroyed, or a health check failed)", "session", s.id)
-	return fmt.Errorf("%w: consul session %s was invalidated on the server (TTL ran out, it was destroyed, or one of its health checks failed)",
-		baton.ErrLeaseLost, s.id)
-}
-
-// expire ends s at its safe-until and destroys it in the background if it
-// can. The session may still be alive on the server, holding our keys:
-// renewing it again could not revive the terms, so it is dropped rather
-// than left to block other candidates until Consul invalidates it.
-func (b *Backend) expire(s *session, lastErr error) {
-	err := fmt.Errorf("%w: consul session %s not renewed in time", baton.ErrExpired, s.id)
-	if lastErr != nil {
-		err = fmt.Errorf("%w: consul session %s not renewed in time (last renewal error: %w)", baton.ErrExpired, s.id, lastErr)
-	}
-	b.log.Warn("session expired before a renewal was confirmed; starting afresh", "session", s.id, "err", lastErr)
-	b.endSession(s, err)
-	b.destroyLater(s.id)
-}
-
-// destroyLater destroys session id in the background, giving up after two
-// session TTLs, by when Consul has invalidated it anyway.
-func (b *Backend) destroyLater(id string) {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return
-	}
-	b.wg.Add(1)
-	b.mu.Unlock()
-	go func() {
-		defer b.wg.Done()
-		ctx, cancel := context.WithTimeout(b.ctx, 2*b.sessTTL)
-		defer cancel()
-		for {
-			_, err := b.client.Session().Destroy(id, (&api.WriteOptions{}).WithContext(ctx))
-			if err == nil {
-				return
-			}
-			b.log.Debug("destroying an abandoned session failed; retrying", "session", id, "err", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(b.cfg.RenewInterval / 4):
-			}
-		}
-	}()
-}
-
-// endSession ends s and its terms with err. New campaigns get a new session.
-func (b *Backend) endSession(s *session, err error) {
-	b.mu.Lock()
-	if b.sess == s {
-		b.sess = nil
-	}
-	b.mu.Unlock()
-	// End the terms before cancelling s.ctx, which stops their watchers
-	// and gives up the lease names: a name must not be free while its term
-	// lasts.
-	s.End(err)
-	s.cancel()
-}
-
 // alive reports whether Consul still knows session s.
-func (b *Backend) alive(ctx context.Context, s *session) (bool, error) {
+func (b *Backend) alive(ctx context.Context, s *sess) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
 	defer cancel()
-	info, _, err := b.client.Session().Info(s.id, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	info, _, err := b.client.Session().Info(s.ID, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 	if err != nil {
 		return false, permissionErr(err)
 	}

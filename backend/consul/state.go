@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
+	"github.com/batonhq/baton/internal/session"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -36,7 +38,7 @@ func (b *Backend) StateKey(name string) (string, error) {
 // renews, and the lease's state (baton.StateTerm). It is safe for
 // concurrent use.
 type term struct {
-	*baton.BasicTerm
+	*backend.BasicTerm
 	b     *Backend
 	h     *held
 	state string // the state key
@@ -74,13 +76,7 @@ func (t *term) LoadState(ctx context.Context) ([]byte, error) {
 // failures, ctx ending included, wrap baton.ErrBackendUnavailable: the
 // write may have landed (fenced all the same), and LoadState tells.
 func (t *term) StoreState(ctx context.Context, value []byte) error {
-	if err := baton.CheckStateSize(value); err != nil {
-		return err
-	}
-	if err := baton.EndedError(t); err != nil {
-		return err
-	}
-	return t.store(ctx, value)
+	return session.StoreState(ctx, t, value, t.store)
 }
 
 // store is StoreState once the term was found running: the store alone
@@ -94,7 +90,7 @@ func (t *term) store(ctx context.Context, value []byte) error {
 	// to the key, a release by session invalidation included, changes its
 	// ModifyIndex, and indexes never repeat.
 	ops := api.TxnOps{
-		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: h.key, Session: h.s.id}},
+		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: h.key, Session: h.s.ID}},
 		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: h.key, Index: h.index}},
 		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: t.state, Value: value}},
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/consul"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/hashicorp/consul/api"
@@ -16,7 +17,7 @@ import (
 
 func stateTerm(t *testing.T, term baton.Term) baton.StateTerm {
 	t.Helper()
-	st, ok := baton.StateOf(term)
+	st, ok := term.(baton.StateTerm)
 	if !ok {
 		t.Fatalf("term %T does not implement baton.StateTerm", term)
 	}
@@ -56,7 +57,7 @@ func TestStateKeyLayout(t *testing.T) {
 	agent := testserver.SharedConsul(t)
 	c := agent.Client(t, agent.Addr())
 	prefix := testPrefix()
-	b := newBackend(t, c, consul.Options{Config: baton.Config{TTL: 3 * time.Second}, Prefix: prefix}, nil)
+	b := newBackend(t, c, consul.Options{Config: backend.Config{TTL: 3 * time.Second}, Prefix: prefix}, nil)
 	key, err := b.StateKey("nightly/report")
 	if err != nil || key != prefix+"nightly/report/.baton-state" {
 		t.Fatalf("StateKey(nightly/report) = %q, %v; want %q", key, err, prefix+"nightly/report/.baton-state")
@@ -125,7 +126,7 @@ func TestStoreFencesLostHolder(t *testing.T) {
 		for _, bypass := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/bypass=%t", what, bypass), func(t *testing.T) {
 				prefix := testPrefix()
-				b := newBackend(t, agent.Client(t, agent.Addr()), consul.Options{Config: baton.Config{TTL: 20 * time.Second}, Prefix: prefix}, nil)
+				b := newBackend(t, agent.Client(t, agent.Addr()), consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}, nil)
 				key, _ := b.StateKey("job")
 				term := stateTerm(t, campaign(t, b, "job", "a"))
 				storeState(t, term, "before")
@@ -161,7 +162,7 @@ func TestStoreFencesEarlierTermOfSameSession(t *testing.T) {
 	agent := testserver.SharedConsul(t)
 	c := agent.Client(t, agent.Addr())
 	prefix := testPrefix()
-	b := newBackend(t, c, consul.Options{Config: baton.Config{TTL: 20 * time.Second}, Prefix: prefix}, nil)
+	b := newBackend(t, c, consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}, nil)
 	key, _ := b.StateKey("job")
 	first := stateTerm(t, campaign(t, b, "job", "a"))
 	storeState(t, first, "first")
@@ -195,7 +196,7 @@ func TestConsulLockWithState(t *testing.T) {
 	c := agent.Client(t, agent.Addr())
 	prefix := testPrefix()
 	const lease = "job"
-	b := newBackend(t, c, consul.Options{Config: baton.Config{TTL: 4 * time.Second}, Prefix: prefix}, nil)
+	b := newBackend(t, c, consul.Options{Config: backend.Config{TTL: 4 * time.Second}, Prefix: prefix}, nil)
 	key, _ := b.StateKey(lease)
 	file := filepath.Join(t.TempDir(), "marks")
 

@@ -23,7 +23,7 @@ import (
 type watcher struct {
 	kv   *api.KV
 	ctx  context.Context // the Backend's: ends at Close
-	wg   *sync.WaitGroup // the Backend's
+	wg   sync.WaitGroup  // the watcher's goroutine; see done
 	wait time.Duration   // the blocking query's wait time
 	log  *slog.Logger
 
@@ -70,11 +70,10 @@ type state struct {
 	err error
 }
 
-func newWatcher(ctx context.Context, wg *sync.WaitGroup, kv *api.KV, wait time.Duration, log *slog.Logger) *watcher {
+func newWatcher(ctx context.Context, kv *api.KV, wait time.Duration, log *slog.Logger) *watcher {
 	return &watcher{
 		kv:   kv,
 		ctx:  ctx,
-		wg:   wg,
 		wait: wait,
 		log:  log,
 		subs: map[*sub]struct{}{},
@@ -152,6 +151,10 @@ func (w *watcher) close() {
 	w.restartLocked()
 	w.mu.Unlock()
 }
+
+// done waits for the watcher's goroutine, which returns once the context
+// given to newWatcher ended.
+func (w *watcher) done() { w.wg.Wait() }
 
 func (w *watcher) restartLocked() {
 	if w.cancel != nil {
@@ -238,42 +241,58 @@ func (w *watcher) run() {
 			continue
 		}
 		if err != nil {
-			w.seq++
-			for s := range w.subs {
-				s.st.seq, s.st.err = w.seq, err
-				s.force = false
-				poke(s)
-			}
+			w.failedLocked(err)
 			w.mu.Unlock()
 			backoff = min(max(2*backoff, 50*time.Millisecond), time.Second)
 			w.log.Debug("watch failed; retrying", "prefix", prefix, "err", err, "retry_in", backoff)
-			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
-			case <-w.kick:
-			case <-w.ctx.Done():
-			}
-			t.Stop()
+			w.pause(backoff)
 			continue
 		}
 		backoff = 0
-		// An index that went backwards (tombstones reaped, a snapshot
-		// restored) is used as it is: waiting on it still wakes on the
-		// next change. Zero would not block at all.
-		w.index = max(meta.LastIndex, 1)
-		w.last = make(map[string]*api.KVPair, len(pairs))
-		for _, p := range pairs {
-			w.last[p.Key] = p
-		}
-		w.seq++
-		for s := range w.subs {
-			next := state{seq: w.seq, pair: w.last[s.key], index: w.index, current: issued > s.since}
-			if s.force || s.st.seq == 0 || s.st.err != nil || next.current != s.st.current || !samePair(s.st.pair, next.pair) {
-				s.st, s.force = next, false
-				poke(s)
-			}
-		}
+		w.answeredLocked(pairs, meta.LastIndex, issued)
 		w.mu.Unlock()
+	}
+}
+
+// failedLocked passes a failed query's error on to every subscriber.
+func (w *watcher) failedLocked(err error) {
+	w.seq++
+	for s := range w.subs {
+		s.st.seq, s.st.err = w.seq, err
+		s.force = false
+		poke(s)
+	}
+}
+
+// pause waits d, or until the watcher is kicked or its context ends.
+func (w *watcher) pause(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-w.kick:
+	case <-w.ctx.Done():
+	}
+}
+
+// answeredLocked takes the answer to query number issued, the prefix's
+// pairs at index, and wakes the subscribers whose key's state changed.
+func (w *watcher) answeredLocked(pairs api.KVPairs, index, issued uint64) {
+	// An index that went backwards (tombstones reaped, a snapshot
+	// restored) is used as it is: waiting on it still wakes on the next
+	// change. Zero would not block at all.
+	w.index = max(index, 1)
+	w.last = make(map[string]*api.KVPair, len(pairs))
+	for _, p := range pairs {
+		w.last[p.Key] = p
+	}
+	w.seq++
+	for s := range w.subs {
+		next := state{seq: w.seq, pair: w.last[s.key], index: w.index, current: issued > s.since}
+		if s.force || s.st.seq == 0 || s.st.err != nil || next.current != s.st.current || !samePair(s.st.pair, next.pair) {
+			s.st, s.force = next, false
+			poke(s)
+		}
 	}
 }
 

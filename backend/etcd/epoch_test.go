@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/etcd"
 	"github.com/batonhq/baton/batontest"
 	"github.com/batonhq/baton/internal/testserver"
@@ -24,7 +25,7 @@ func TestTokensRiseAcrossWipedEtcd(t *testing.T) {
 	client := testserver.EtcdClient(t, addr)
 	batontest.TokensRiseAcrossDataLoss(t, batontest.DataLoss{
 		New: func(t *testing.T, logger *slog.Logger) baton.Backend {
-			return newBackend(t, client, etcd.Options{Config: baton.Config{TTL: 2 * time.Second}, Logger: logger})
+			return newBackend(t, client, etcd.Options{Config: backend.Config{TTL: 2 * time.Second}, Logger: logger})
 		},
 		Lose: func(t *testing.T) {
 			srv.Close()

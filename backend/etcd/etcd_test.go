@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/etcd"
 	"github.com/batonhq/baton/batontest"
 	"github.com/batonhq/baton/internal/testserver"
@@ -25,7 +26,7 @@ func TestConformance(t *testing.T) {
 	batontest.Run(t, batontest.Target{
 		OneCampaignPerName: true,
 		MinTTL:             time.Second, // etcd grants whole seconds
-		New: func(t *testing.T, cfg baton.Config) *batontest.Process {
+		New: func(t *testing.T, cfg backend.Config) *batontest.Process {
 			// Each process reaches etcd through a proxy of its own, so that
 			// cutting one off leaves the others connected.
 			proxy := testserver.StartProxy(t, srv.Endpoint())
@@ -300,7 +301,7 @@ func TestOperatorDeleteEndsTerm(t *testing.T) {
 func TestSessionRevokedEndsTerms(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	c := srv.Client(t)
-	b := newBackend(t, c, etcd.Options{Config: baton.Config{TTL: 2 * time.Second}})
+	b := newBackend(t, c, etcd.Options{Config: backend.Config{TTL: 2 * time.Second}})
 
 	t1 := campaign(t, b, "one", "x")
 	t2 := campaign(t, b, "two", "x")
@@ -336,7 +337,7 @@ func TestSessionRevokedEndsTerms(t *testing.T) {
 
 func TestCloseHandsOverAtOnce(t *testing.T) {
 	srv := testserver.StartEtcd(t)
-	cfg := baton.Config{TTL: 20 * time.Second}
+	cfg := backend.Config{TTL: 20 * time.Second}
 	a := newBackend(t, srv.Client(t), etcd.Options{Config: cfg})
 	b := newBackend(t, srv.Client(t), etcd.Options{Config: cfg})
 
@@ -361,7 +362,7 @@ func TestCloseHandsOverAtOnce(t *testing.T) {
 func TestTTLRoundedUpToWholeSeconds(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	c := srv.Client(t)
-	b := newBackend(t, c, etcd.Options{Config: baton.Config{TTL: 1500 * time.Millisecond}})
+	b := newBackend(t, c, etcd.Options{Config: backend.Config{TTL: 1500 * time.Millisecond}})
 	start := time.Now()
 	term := campaign(t, b, "rounded", "x")
 	k := keys(t, c, "rounded")
@@ -388,7 +389,7 @@ func TestInvalidOptionsAndNames(t *testing.T) {
 	}
 	srv := testserver.StartEtcd(t)
 	c := srv.Client(t)
-	if _, err := etcd.New(c, etcd.Options{Config: baton.Config{TTL: -time.Second}}); err == nil {
+	if _, err := etcd.New(c, etcd.Options{Config: backend.Config{TTL: -time.Second}}); err == nil {
 		t.Error("New with a negative TTL succeeded")
 	}
 	b := newBackend(t, c, etcd.Options{})
@@ -407,7 +408,7 @@ func TestInvalidOptionsAndNames(t *testing.T) {
 func TestUnreachableServerIsReported(t *testing.T) {
 	proxy := testserver.StartProxy(t, testserver.StartEtcd(t).Endpoint())
 	proxy.Cut()
-	b := newBackend(t, testserver.EtcdClient(t, proxy.Addr()), etcd.Options{Config: baton.Config{TTL: time.Second}})
+	b := newBackend(t, testserver.EtcdClient(t, proxy.Addr()), etcd.Options{Config: backend.Config{TTL: time.Second}})
 	_, err := b.Campaign(testContext(t, time.Minute), "unreachable", baton.Candidate{ID: "a"})
 	if !errors.Is(err, baton.ErrBackendUnavailable) {
 		t.Fatalf("Campaign against an unreachable etcd: err = %v, want ErrBackendUnavailable", err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -22,7 +23,7 @@ func (b *Backend) stateKey(name string) string { return b.prefix + name + stateS
 // session extends, and the lease's state (baton.StateTerm). Safe for
 // concurrent use.
 type stateTerm struct {
-	*baton.BasicTerm
+	*backend.BasicTerm
 	b *Backend
 	h *held
 }
@@ -62,10 +63,10 @@ func (t *stateTerm) LoadState(ctx context.Context) ([]byte, error) {
 //
 // The put is not attached to the session: the state outlives every holder.
 func (t *stateTerm) StoreState(ctx context.Context, value []byte) error {
-	if err := baton.CheckStateSize(value); err != nil {
+	if err := backend.CheckStateSize(value); err != nil {
 		return err
 	}
-	if err := baton.EndedError(t); err != nil {
+	if err := backend.EndedError(t); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -16,7 +17,7 @@ import (
 // after the key is gone, as a process does whose watch event is late or
 // which was paused. What must stop its write is etcd's own answer.
 
-func startBackend(t *testing.T, client *clientv3.Client, cfg baton.Config) *Backend {
+func startBackend(t *testing.T, client *clientv3.Client, cfg backend.Config) *Backend {
 	t.Helper()
 	b, err := New(client, Options{Config: cfg})
 	if err != nil {
@@ -52,7 +53,7 @@ func blindHolder(t *testing.T, b *Backend, lease, id string) *stateTerm {
 	// The watcher gives the lease name back as it returns.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if !b.slots.Claimed(lease) {
+		if !b.sessions.Claimed(lease) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -81,7 +82,7 @@ func rawState(t *testing.T, c *clientv3.Client, key string) string {
 func TestStoreStateFencedByEtcd(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	raw := srv.Client(t)
-	cfg := baton.Config{TTL: 30 * time.Second} // no session renewal during the test
+	cfg := backend.Config{TTL: 30 * time.Second} // no session renewal during the test
 	a := startBackend(t, srv.Client(t), cfg)
 	b := startBackend(t, srv.Client(t), cfg)
 	const lease = "fenced"
@@ -148,14 +149,14 @@ func TestStoreStateFencedByEtcd(t *testing.T) {
 func TestStoreStateAfterSessionRevoked(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	raw := srv.Client(t)
-	a := startBackend(t, srv.Client(t), baton.Config{TTL: 30 * time.Second})
+	a := startBackend(t, srv.Client(t), backend.Config{TTL: 30 * time.Second})
 	const lease = "revoked"
 
 	ta := blindHolder(t, a, lease, "a")
 	if err := ta.StoreState(ctxFor(t, 5*time.Second), []byte("before")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := raw.Revoke(ctxFor(t, 5*time.Second), ta.h.s.id); err != nil {
+	if _, err := raw.Revoke(ctxFor(t, 5*time.Second), ta.h.s.ID); err != nil {
 		t.Fatal(err)
 	}
 	err := ta.StoreState(ctxFor(t, 5*time.Second), []byte("after"))

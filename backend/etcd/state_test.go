@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/etcd"
 	"github.com/batonhq/baton/internal/testserver"
 )
@@ -16,11 +17,11 @@ import (
 func TestStateOutlivesHolders(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	raw := srv.Client(t)
-	opts := etcd.Options{Prefix: "jobs/", Config: baton.Config{TTL: 2 * time.Second}}
+	opts := etcd.Options{Prefix: "jobs/", Config: backend.Config{TTL: 2 * time.Second}}
 	const lease = "nightly"
 
 	a := newBackend(t, srv.Client(t), opts)
-	ta, ok := baton.StateOf(campaign(t, a, lease, "a"))
+	ta, ok := campaign(t, a, lease, "a").(baton.StateTerm)
 	if !ok {
 		t.Fatalf("%T is not a baton.StateTerm", ta)
 	}
@@ -53,7 +54,7 @@ func TestStateOutlivesHolders(t *testing.T) {
 		t.Errorf("the closed term's StoreState: %v, want its end reason, ErrClosed", err)
 	}
 
-	tb, _ := baton.StateOf(campaign(t, b, lease, "b"))
+	tb, _ := campaign(t, b, lease, "b").(baton.StateTerm)
 	if v, err := tb.LoadState(testContext(t, 5*time.Second)); err != nil || string(v) != "slot 42" {
 		t.Fatalf("the next holder's LoadState = %q, %v; want %q", v, err, "slot 42")
 	}

@@ -5,14 +5,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/batontest"
 )
 
 func TestConformance(t *testing.T) {
 	store := memory.NewStore()
-	batontest.Run(t, batontest.Target{New: func(t *testing.T, cfg baton.Config) *batontest.Process {
+	batontest.Run(t, batontest.Target{New: func(t *testing.T, cfg backend.Config) *batontest.Process {
 		b, err := memory.New(store, memory.Options{Config: cfg})
 		if err != nil {
 			t.Fatal(err)

@@ -9,17 +9,19 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/epoch"
-	"github.com/batonhq/baton/internal/renew"
+	"github.com/batonhq/baton/internal/session"
 )
 
 // Options configures a Backend. The zero value means the documented
 // defaults.
 type Options struct {
-	// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s,
-	// TTL/3, TTL/10). TTL is the session's: how long after this process's
-	// last confirmed renewal the raft leader expires its leases.
-	baton.Config
+	backend.
+		// Config holds TTL, RenewInterval and DriftMargin (defaults:
+		// DefaultTTL, TTL/3, TTL/10). TTL is the session's: how long after this
+		// process's last confirmed renewal the raft leader expires its leases.
+		Config
 
 	// StaleReads makes Leader read the nearest copy of the log instead of
 	// asking the raft leader: faster and available without a quorum, but
@@ -36,21 +38,17 @@ type Options struct {
 // It is safe for concurrent use and may hold any number of leases.
 type Backend struct {
 	g     Group
-	cfg   baton.Config
+	cfg   backend.Config
 	stale bool
 	log   *slog.Logger
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// sessions owns the session, the goroutines and the lease names this
+	// Backend campaigns for or holds: one session has one place per lease.
+	sessions *session.Manager[string]
 
-	// creating admits one caller at a time to create the session.
-	creating chan struct{}
-
+	// mu guards orphans and reaping. It is taken before the sessions'
+	// mutex when both are held.
 	mu      sync.Mutex
-	closed  bool
-	sess    *session
-	slots   map[string]*slot
 	orphans map[string]string // lease -> session: a queue place or a hold nobody waits for
 	reaping bool
 
@@ -61,16 +59,26 @@ type Backend struct {
 
 var _ baton.Backend = (*Backend)(nil)
 
-// slot marks a lease name this Backend campaigns for or holds: one
-// session has one place per lease.
-type slot struct {
-	term *baton.BasicTerm
+// DefaultTTL is the session TTL when Options.TTL is zero. It is shorter
+// than backend.DefaultTTL: the raft leader times sessions itself, so the TTL
+// bounds failover without standing in for a remote server's slack, and a
+// crash of any member, raft leader included, is over within about one TTL
+// (see docs/guarantees.md for what it costs under pauses and blips).
+const DefaultTTL = 2 * time.Second
+
+// timing returns o's TTL, RenewInterval and DriftMargin, defaults applied.
+func (o Options) timing() (backend.Config, error) {
+	c := o.Config
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	return c.WithDefaults()
 }
 
 // New returns a Backend that campaigns through g, a member (StartNode) or
 // an agent client (Dial). g remains the caller's: Close does not close it.
 func New(g Group, opts Options) (*Backend, error) {
-	cfg, err := opts.Config.WithDefaults()
+	cfg, err := opts.timing()
 	if err != nil {
 		return nil, err
 	}
@@ -84,16 +92,16 @@ func New(g Group, opts Options) (*Backend, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Backend{
+	b := &Backend{
 		g: g, cfg: cfg, stale: opts.StaleReads, log: log.WithGroup("raft"),
-		ctx: ctx, cancel: cancel, creating: make(chan struct{}, 1),
-		slots: map[string]*slot{}, orphans: map[string]string{},
-	}, nil
+		orphans: map[string]string{},
+	}
+	b.sessions = newSessions(b)
+	return b, nil
 }
 
 // Config returns the timing the Backend uses, defaults filled in.
-func (b *Backend) Config() baton.Config { return b.cfg }
+func (b *Backend) Config() backend.Config { return b.cfg }
 
 // Campaign implements baton.Backend. Candidates queue in the log in the
 // order they asked (first come, first served); a second Campaign for a
@@ -106,46 +114,23 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 	if c.ID == "" {
 		return nil, fmt.Errorf("raft: candidate ID must not be empty (lease %q)", name)
 	}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return nil, baton.ErrClosed
-	}
-	if old := b.slots[name]; old != nil && (old.term == nil || old.term.Err() == nil) {
-		b.mu.Unlock()
-		return nil, fmt.Errorf("%w: lease %q, candidate %q (one campaign per lease name per Backend)", baton.ErrAlreadyCampaigning, name, c.ID)
-	}
-	sl := &slot{}
-	b.slots[name] = sl
-	b.mu.Unlock()
-	t, err := b.campaign(ctx, sl, name, c.ID)
-	if err != nil {
-		b.unclaim(name, sl)
-		return nil, err
-	}
-	return t, nil
+	return b.sessions.Campaign(ctx, name, c.ID, func(sl *session.Slot) (baton.Term, error) {
+		return b.campaign(ctx, sl, name, c.ID)
+	})
 }
 
-func (b *Backend) unclaim(name string, sl *slot) {
-	b.mu.Lock()
-	if b.slots[name] == sl {
-		delete(b.slots, name)
-	}
-	b.mu.Unlock()
-}
-
-func (b *Backend) campaign(ctx context.Context, sl *slot, name, id string) (baton.Term, error) {
+func (b *Backend) campaign(ctx context.Context, sl *session.Slot, name, id string) (baton.Term, error) {
 	var (
-		s   *session
+		s   *sess
 		res *result
 	)
 	for retried := false; ; retried = true {
 		var err error
-		if s, err = b.session(ctx); err != nil {
+		if s, err = b.sessions.Session(ctx); err != nil {
 			return nil, err
 		}
-		actx, cancel := s.bound(ctx)
-		res, err = b.g.apply(actx, command{Op: opAcquire, Session: s.id, Lease: name, Candidate: id, Time: time.Now()})
+		actx, cancel := s.Bound(ctx)
+		res, err = b.g.apply(actx, command{Op: opAcquire, Session: s.ID, Lease: name, Candidate: id, Time: time.Now()})
 		cancel()
 		if err != nil {
 			// The acquire may have landed though its reply was lost.
@@ -153,7 +138,7 @@ func (b *Backend) campaign(ctx context.Context, sl *slot, name, id string) (bato
 			return nil, b.campaignErr(ctx, s, name, "acquire", err)
 		}
 		if res.Err == errUnknownSession && !retried {
-			b.endSession(s, b.lostErr(s))
+			b.sessions.Lost(s)
 			continue
 		}
 		if res.Err != "" {
@@ -164,11 +149,11 @@ func (b *Backend) campaign(ctx context.Context, sl *slot, name, id string) (bato
 	if res.Holder {
 		return b.hold(s, sl, name, res.Token, res.Index)
 	}
-	b.log.Debug("queued", "lease", name, "session", s.id, "index", res.Index)
+	b.log.Debug("queued", "lease", name, "session", s.ID, "index", res.Index)
 	minIndex, after := res.Index, uint64(0)
 	for {
-		wctx, cancel := s.bound(ctx)
-		v, err := b.g.wait(wctx, name, s.id, minIndex, after)
+		wctx, cancel := s.Bound(ctx)
+		v, err := b.g.wait(wctx, name, s.ID, minIndex, after)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -177,10 +162,10 @@ func (b *Backend) campaign(ctx context.Context, sl *slot, name, id string) (bato
 			return nil, b.campaignErr(ctx, s, name, "wait", err)
 		}
 		switch {
-		case v.Session == s.id:
+		case v.Session == s.ID:
 			return b.hold(s, sl, name, v.Token, v.Index)
 		case v.SessionGone:
-			b.endSession(s, b.lostErr(s))
+			b.sessions.Lost(s)
 			return nil, b.campaignErr(ctx, s, name, "wait", errSessionGone)
 		case !v.Waiting:
 			return nil, fmt.Errorf("%w: lease %q: this candidate's place in the queue was removed", baton.ErrBackendUnavailable, name)
@@ -193,10 +178,10 @@ func (b *Backend) campaign(ctx context.Context, sl *slot, name, id string) (bato
 // the lease back, if it was granted meanwhile), in the background until it
 // succeeds or the session ends: a place left behind would some day make
 // this process leader with nobody acting.
-func (b *Backend) abandon(name string, s *session) {
+func (b *Backend) abandon(name string, s *sess) {
 	// At once first, so that a candidate that gave up is out of the queue
 	// when Campaign returns; in the background if the group is slow.
-	ctx, cancel := s.bound(context.Background())
+	ctx, cancel := s.Bound(context.Background())
 	ctx, cancel2 := context.WithTimeout(ctx, min(b.cfg.RenewInterval, time.Second))
 	err := b.dropPlace(ctx, name, s)
 	cancel2()
@@ -206,22 +191,19 @@ func (b *Backend) abandon(name string, s *session) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
+	if b.sessions.Closed() {
 		return // Close destroys the session, and every place with it
 	}
-	b.orphans[name] = s.id
+	b.orphans[name] = s.ID
 	if !b.reaping {
-		b.reaping = true
-		b.wg.Add(1)
-		go b.reap()
+		b.reaping = b.sessions.Go(b.reap)
 	}
 }
 
 func (b *Backend) reap() {
-	defer b.wg.Done()
 	for {
 		b.mu.Lock()
-		if len(b.orphans) == 0 || b.closed {
+		if len(b.orphans) == 0 || b.sessions.Closed() {
 			b.reaping = false
 			b.mu.Unlock()
 			return
@@ -230,13 +212,13 @@ func (b *Backend) reap() {
 		for name, sid = range b.orphans {
 			break
 		}
-		s := b.sess
 		b.mu.Unlock()
-		if s == nil || s.id != sid || s.ctx.Err() != nil {
+		s := b.sessions.Live()
+		if s == nil || s.ID != sid || s.Context().Err() != nil {
 			b.dropOrphan(name, sid) // the session is gone, and the place with it
 			continue
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, b.cfg.TTL)
+		ctx, cancel := context.WithTimeout(s.Context(), b.cfg.TTL)
 		err := b.dropPlace(ctx, name, s)
 		cancel()
 		if err == nil {
@@ -245,7 +227,7 @@ func (b *Backend) reap() {
 		}
 		b.log.Debug("could not yet give up an abandoned place; retrying", "lease", name, "err", err)
 		select {
-		case <-s.ctx.Done():
+		case <-s.Context().Done():
 		case <-time.After(b.cfg.RenewInterval / 4):
 		}
 	}
@@ -261,80 +243,69 @@ func (b *Backend) dropOrphan(name, sid string) {
 
 // dropPlace dequeues s from name, or releases name if s holds it and no
 // live term of ours does.
-func (b *Backend) dropPlace(ctx context.Context, name string, s *session) error {
-	if _, err := b.g.apply(ctx, command{Op: opDequeue, Session: s.id, Lease: name}); err != nil {
+func (b *Backend) dropPlace(ctx context.Context, name string, s *sess) error {
+	if _, err := b.g.apply(ctx, command{Op: opDequeue, Session: s.ID, Lease: name}); err != nil {
 		return err
 	}
-	v, err := b.g.read(ctx, name, s.id, false)
+	v, err := b.g.read(ctx, name, s.ID, false)
 	if err != nil {
 		return err
 	}
-	if v.Session != s.id {
+	if v.Session != s.ID {
 		return nil
 	}
-	b.mu.Lock()
-	sl := b.slots[name]
-	live := sl != nil && sl.term != nil && sl.term.Err() == nil && sl.term.Token() == v.Token
-	b.mu.Unlock()
+	t := b.sessions.Term(name)
+	live := t != nil && t.Err() == nil && t.Token() == v.Token
 	if live {
 		return nil
 	}
-	_, err = b.g.apply(ctx, command{Op: opRelease, Session: s.id, Lease: name, Token: v.Token, Time: time.Now()})
+	_, err = b.g.apply(ctx, command{Op: opRelease, Session: s.ID, Lease: name, Token: v.Token, Time: time.Now()})
 	return err
 }
 
-// campaignErr turns err into Campaign's error (see renew.CampaignErr).
-func (b *Backend) campaignErr(ctx context.Context, s *session, name, what string, err error) error {
-	b.mu.Lock()
-	closed := b.closed
-	b.mu.Unlock()
-	return renew.CampaignErr(ctx, closed, s.Terms, name, what, err)
+// campaignErr turns err into Campaign's error (see
+// session.Manager.CampaignErr).
+func (b *Backend) campaignErr(ctx context.Context, s *sess, name, what string, err error) error {
+	return b.sessions.CampaignErr(ctx, s, name, what, err)
 }
 
 // held is a lease this Backend holds.
 type held struct {
 	name  string
 	token uint64
-	s     *session
-	sl    *slot
-	term  *baton.BasicTerm
+	s     *sess
+	sl    *session.Slot
+	term  *backend.BasicTerm
 	stop  context.CancelFunc
 }
 
 // hold starts the term granted at index at with token.
-func (b *Backend) hold(s *session, sl *slot, name string, token, at uint64) (baton.Term, error) {
-	ctx, stop := context.WithCancel(s.ctx)
+func (b *Backend) hold(s *sess, sl *session.Slot, name string, token, at uint64) (baton.Term, error) {
+	ctx, stop := context.WithCancel(s.Context())
 	h := &held{name: name, token: token, s: s, sl: sl, stop: stop}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		stop()
-		return nil, baton.ErrClosed // Close destroys the session, releasing the lease
-	}
-	t, ok := s.Start(name, token, func(ctx context.Context) error {
-		return b.release(ctx, h)
+	// If Start fails, the lease goes with the session: Close destroys it,
+	// or it ends now if it has not yet.
+	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, session.Win{
+		Started: func(t *backend.BasicTerm) { h.term = t },
+		Watch:   func() { b.watchHeld(ctx, h, at) },
 	})
-	if !ok {
+	if err != nil {
 		stop()
-		return nil, fmt.Errorf("%w: lease %q: session %s ended as the lease was won", baton.ErrBackendUnavailable, name, s.id)
+		return nil, err
 	}
-	h.term = t
-	sl.term = h.term
-	b.wg.Add(1)
-	go b.watchHeld(ctx, h, at)
-	b.log.Debug("acquired", "lease", name, "token", token, "session", s.id)
+	b.log.Debug("acquired", "lease", name, "token", token, "session", s.ID)
 	if e := token >> 32; e != 0 {
 		// The group's epoch, as the high half of a token of this lease.
 		b.epochs.Report(b.log, epoch.Where{Store: "the raft group", Counter: "log indexes", Kind: "lease", Key: name}, e)
 	}
-	return &term{BasicTerm: h.term, b: b, h: h}, nil
+	return &term{BasicTerm: t, b: b, h: h}, nil
 }
 
 // term is a raft Backend's baton.Term. Its state lives in the replicated
 // log, beside the lease: StoreState is a command that the log applies only
 // while this term's session and token still hold the lease there.
 type term struct {
-	*baton.BasicTerm
+	*backend.BasicTerm
 	b *Backend
 	h *held
 }
@@ -366,19 +337,19 @@ func (t *term) LoadState(ctx context.Context) ([]byte, error) {
 // session with this term's token. When it is not, the term ends with an
 // error wrapping baton.ErrLeaseLost, which StoreState returns.
 func (t *term) StoreState(ctx context.Context, value []byte) error {
-	if err := baton.CheckStateSize(value); err != nil {
+	if err := backend.CheckStateSize(value); err != nil {
 		return err
 	}
-	if err := baton.EndedError(t); err != nil {
+	if err := backend.EndedError(t); err != nil {
 		return err
 	}
 	h := t.h
-	sctx, cancel := h.s.bound(ctx)
+	sctx, cancel := h.s.Bound(ctx)
 	defer cancel()
-	res, err := t.b.g.apply(sctx, command{Op: opStateStore, Session: h.s.id, Lease: h.name, Token: h.token,
+	res, err := t.b.g.apply(sctx, command{Op: opStateStore, Session: h.s.ID, Lease: h.name, Token: h.token,
 		Value: value, Time: time.Now()})
 	if err != nil {
-		if eerr := baton.EndedError(t); eerr != nil {
+		if eerr := backend.EndedError(t); eerr != nil {
 			// The session ended meanwhile, and the term with it.
 			err = eerr
 		}
@@ -392,10 +363,10 @@ func (t *term) StoreState(ctx context.Context, value []byte) error {
 		if h.term.End(lost) {
 			b := t.b
 			b.log.Info("lease lost (found storing its state)", "lease", h.name, "token", h.token)
-			b.unclaim(h.name, h.sl)
+			b.sessions.Unclaim(h.sl)
 			return lost
 		}
-		return baton.EndedError(t)
+		return backend.EndedError(t)
 	case res.Err != "":
 		return fmt.Errorf("%w: lease %q: store state refused: %s", baton.ErrBackendUnavailable, h.name, res.Err)
 	}
@@ -406,20 +377,19 @@ func (t *term) StoreState(ctx context.Context, value []byte) error {
 // term (the raft leader expired the session, say). It returns when ctx
 // ends: the term was released, or the session ended.
 func (b *Backend) watchHeld(ctx context.Context, h *held, at uint64) {
-	defer b.wg.Done()
 	defer h.stop()
 	minIndex, after := at, uint64(0)
 	for {
-		v, err := b.g.wait(ctx, h.name, h.s.id, minIndex, after)
+		v, err := b.g.wait(ctx, h.name, h.s.ID, minIndex, after)
 		if err != nil {
 			return
 		}
-		if v.Session != h.s.id || v.Token != h.token {
+		if v.Session != h.s.ID || v.Token != h.token {
 			h.s.Forget(h.term)
 			if h.term.End(fmt.Errorf("%w: lease %q: the group gave it to another term (this session's renewals did not reach the raft leader in time)", baton.ErrLeaseLost, h.name)) {
 				b.log.Info("lease lost", "lease", h.name, "token", h.token)
 			}
-			b.unclaim(h.name, h.sl)
+			b.sessions.Unclaim(h.sl)
 			return
 		}
 		minIndex, after = v.Index, v.Modified
@@ -431,15 +401,15 @@ func (b *Backend) watchHeld(ctx context.Context, h *held, at uint64) {
 func (b *Backend) release(ctx context.Context, h *held) error {
 	h.stop()
 	h.s.Forget(h.term)
-	defer b.unclaim(h.name, h.sl)
-	if h.s.ctx.Err() != nil {
+	defer b.sessions.Unclaim(h.sl)
+	if h.s.Context().Err() != nil {
 		return nil // the session is gone, and the lease with it
 	}
-	rctx, cancel := h.s.bound(ctx)
+	rctx, cancel := h.s.Bound(ctx)
 	defer cancel()
-	_, err := b.g.apply(rctx, command{Op: opRelease, Session: h.s.id, Lease: h.name, Token: h.token, Time: time.Now()})
+	_, err := b.g.apply(rctx, command{Op: opRelease, Session: h.s.ID, Lease: h.name, Token: h.token, Time: time.Now()})
 	if err != nil {
-		if h.s.ctx.Err() != nil {
+		if h.s.Context().Err() != nil {
 			return nil
 		}
 		return fmt.Errorf("%w: release lease %q: %w", baton.ErrBackendUnavailable, h.name, err)
@@ -468,26 +438,5 @@ func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error)
 // which releases its leases at once; ctx bounds that last call. It does not
 // close the Group.
 func (b *Backend) Close(ctx context.Context) error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return nil
-	}
-	b.closed = true
-	s := b.sess
-	b.sess = nil
-	b.mu.Unlock()
-	var err error
-	if s != nil {
-		b.endSession(s, baton.ErrClosed)
-		dctx, cancel := context.WithTimeout(ctx, max(b.cfg.RenewInterval, time.Second))
-		_, err = b.g.apply(dctx, command{Op: opSessionDestroy, Session: s.id, Time: time.Now()})
-		cancel()
-		if err != nil {
-			err = fmt.Errorf("raft: destroy session %s (its leases expire after the TTL instead): %w", s.id, err)
-		}
-	}
-	b.cancel()
-	b.wg.Wait()
-	return err
+	return b.sessions.Close(ctx, nil)
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 )
 
 // post sends body to path on h, with the Authorization header auth (none
@@ -48,7 +48,7 @@ func TestClientSessionOnlyItsOwner(t *testing.T) {
 			break
 		}
 	}
-	cfg := baton.Config{TTL: 5 * time.Second}
+	cfg := backend.Config{TTL: 5 * time.Second}
 	for _, via := range []*Node{leader, follower} {
 		name := "leader"
 		if via == follower {
@@ -77,7 +77,7 @@ func TestClientSessionOnlyItsOwner(t *testing.T) {
 				body             any
 				want             int
 			}{
-				{"raw session-expire on the old route", "/v1/raft/apply", "", command{Op: opSessionExpire, Session: sid}, http.StatusNotFound},
+				{"raw session-expire on the member route", "/v1/raft/apply", "", command{Op: opSessionExpire, Session: sid}, http.StatusNotFound},
 				{"raw session-expire with the token", "/v1/raft/apply", bearer, command{Op: opSessionExpire, Session: sid}, http.StatusNotFound},
 				{"raw renew with the token", "/v1/raft/renew", bearer, renewRequest{Session: sid}, http.StatusNotFound},
 				{"client API without the token", "/v1/raft/client/apply", "", clientRequest{Op: opSessionDestroy, Session: sid, Secret: guess}, http.StatusUnauthorized},

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/batontest"
 	"github.com/batonhq/baton/internal/testserver"
 )
@@ -26,7 +26,7 @@ func TestConformanceMembers(t *testing.T) {
 	for _, voters := range []int{3, 5} {
 		t.Run(map[int]string{3: "ThreeVoters", 5: "FiveVoters"}[voters], func(t *testing.T) {
 			g := newTestGroup(t, voters)
-			batontest.Run(t, batontest.Target{MinTTL: conformanceMinTTL, OneCampaignPerName: true, New: func(t *testing.T, cfg baton.Config) *batontest.Process {
+			batontest.Run(t, batontest.Target{MinTTL: conformanceMinTTL, OneCampaignPerName: true, New: func(t *testing.T, cfg backend.Config) *batontest.Process {
 				gt := &gate{}
 				n := g.start(t, func(o *NodeOptions) { o.gate = gt; o.Voters = voters })
 				select {
@@ -71,7 +71,7 @@ func TestConformanceAgentClients(t *testing.T) {
 		agents = append(agents, serveClients(t, n))
 	}
 	next := 0
-	batontest.Run(t, batontest.Target{MinTTL: conformanceMinTTL, OneCampaignPerName: true, New: func(t *testing.T, cfg baton.Config) *batontest.Process {
+	batontest.Run(t, batontest.Target{MinTTL: conformanceMinTTL, OneCampaignPerName: true, New: func(t *testing.T, cfg backend.Config) *batontest.Process {
 		proxy := testserver.StartProxy(t, agents[next%len(agents)])
 		next++
 		c, err := Dial(proxy.Addr(), ClientOptions{Token: testClientToken})

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/epoch"
 )
 
@@ -15,7 +15,7 @@ import (
 // the same addresses, its log starting again at index 1. The new group's
 // first token must still be above the old group's last one.
 func TestTokensRiseAcrossGroupRestart(t *testing.T) {
-	cfg := baton.Config{TTL: 2 * time.Second}
+	cfg := backend.Config{TTL: 2 * time.Second}
 	old := newTestGroup(t, 3)
 	addrs := slices.Clone(old.addrs)
 	b := newBackend(t, old.members()[0], cfg)

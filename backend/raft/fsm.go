@@ -238,126 +238,166 @@ func (f *fsm) Apply(l *hraft.Log) any {
 	return r
 }
 
+// apply applies one command; Apply holds f.mu.
 func (f *fsm) apply(index uint64, c *command) *result {
 	switch c.Op {
 	case opSessionCreate:
-		if s, ok := f.st.Sessions[c.Session]; ok {
-			// A retried create whose first reply was lost is a no-op; one
-			// with another secret is someone else's.
-			if s.Agent != c.Agent || !bytes.Equal(s.Auth, c.Auth) {
-				return &result{Err: errSessionExists}
-			}
-			return &result{}
-		}
-		f.st.Sessions[c.Session] = &sessionRec{ID: c.Session, Node: c.Node, TTL: c.TTL, Agent: c.Agent, Auth: c.Auth}
-		return &result{}
+		return f.sessionCreate(c)
 	case opSessionDestroy, opSessionExpire:
-		s, ok := f.st.Sessions[c.Session]
-		if !ok {
-			return &result{}
-		}
-		kind, reason := EventReleased, reasonClosed
-		if c.Op == opSessionExpire || c.Reason == reasonExpired {
-			kind, reason = EventLost, reasonExpired
-		}
-		delete(f.st.Sessions, c.Session)
-		for _, name := range slices.Sorted(maps.Keys(f.bySes[c.Session])) {
-			l := f.st.Leases[name]
-			if l.Session == c.Session {
-				f.emit(LeaseEvent{Lease: name, Kind: kind, Holder: l.Candidate, Session: l.Session,
-					Member: s.Node, Token: l.Token, At: c.Time, Reason: reason})
-				f.free(index, l, c.Time)
-			} else {
-				f.dequeue(l, c.Session, s.Node, c.Time, reason)
-			}
-		}
-		delete(f.bySes, c.Session)
-		return &result{}
+		return f.sessionEnd(index, c)
 	case opAcquire:
-		s, ok := f.st.Sessions[c.Session]
-		if !ok {
-			return &result{Err: errUnknownSession}
-		}
-		if f.st.Epoch == 0 {
-			if c.Time.IsZero() {
-				return &result{Err: errNoEpoch}
-			}
-			f.st.Epoch = epoch.Of(c.Time)
-		}
-		l := f.st.Leases[c.Lease]
-		if l == nil {
-			l = &leaseRec{Name: c.Lease}
-			f.st.Leases[c.Lease] = l
-		}
-		switch {
-		case l.Session == c.Session:
-			// A retried acquire whose first reply was lost.
-			return &result{Holder: true, Token: l.Token}
-		case l.Session == "":
-			tok := f.token(index)
-			l.Session, l.Candidate, l.Token, l.Since = c.Session, c.Candidate, tok, c.Time
-			l.ResignRequested = false
-			f.link(c.Session, c.Lease)
-			f.emit(LeaseEvent{Lease: c.Lease, Kind: EventElected, Holder: c.Candidate, Session: c.Session,
-				Member: s.Node, Token: tok, At: c.Time})
-			f.changed(c.Lease)
-			return &result{Holder: true, Token: tok}
-		}
-		if !slices.ContainsFunc(l.Queue, func(w waiter) bool { return w.Session == c.Session }) {
-			l.Queue = append(l.Queue, waiter{Session: c.Session, Candidate: c.Candidate})
-			f.link(c.Session, c.Lease)
-			f.emit(LeaseEvent{Lease: c.Lease, Kind: EventQueued, Holder: c.Candidate, Session: c.Session,
-				Member: s.Node, At: c.Time})
-			f.changed(c.Lease)
-		}
-		return &result{}
+		return f.acquire(index, c)
 	case opRelease:
-		l := f.st.Leases[c.Lease]
-		if l != nil && l.Session == c.Session && l.Token == c.Token {
-			reason := reasonResigned
-			if l.ResignRequested {
-				reason = reasonResignRequested
-			}
-			f.emit(LeaseEvent{Lease: c.Lease, Kind: EventReleased, Holder: l.Candidate, Session: l.Session,
-				Member: f.memberOf(l.Session), Token: l.Token, At: c.Time, Reason: reason})
-			f.free(index, l, c.Time)
-		}
-		return &result{}
+		return f.release(index, c)
+	case opDequeue:
+		return f.leaveQueue(c)
+	case opRequestResign:
+		return f.requestResign(c)
+	case opStateStore:
+		return f.stateStore(index, c)
 	case opNoop:
 		return &result{}
-	case opDequeue:
-		if l := f.st.Leases[c.Lease]; l != nil {
-			f.dequeue(l, c.Session, f.memberOf(c.Session), c.Time, "")
-		}
-		return &result{}
-	case opRequestResign:
-		l := f.st.Leases[c.Lease]
-		if l == nil || l.Session == "" {
-			return &result{Err: errNoHolder}
-		}
-		if !l.ResignRequested {
-			l.ResignRequested = true
-			f.changed(c.Lease)
-		}
-		return &result{Holder: true, Token: l.Token}
-	case opStateStore:
-		if len(c.Value) > baton.MaxStateSize {
-			// StoreState checks first; this keeps a client that did not
-			// from growing the state.
-			return &result{Err: fmt.Sprintf("state of %d bytes, at most %d", len(c.Value), baton.MaxStateSize)}
-		}
-		l := f.st.Leases[c.Lease]
-		if l == nil || l.Session == "" || l.Session != c.Session || l.Token != c.Token {
-			return &result{Lost: true}
-		}
-		v := slices.Clone(c.Value)
-		if v == nil {
-			v = []byte{}
-		}
-		f.st.States[c.Lease] = &stateRec{Value: v, Token: c.Token, Index: index}
-		return &result{Holder: true, Token: l.Token}
 	}
 	return &result{Err: fmt.Sprintf("unknown operation %q", c.Op)}
+}
+
+// sessionCreate adds a session.
+func (f *fsm) sessionCreate(c *command) *result {
+	if s, ok := f.st.Sessions[c.Session]; ok {
+		// A retried create whose first reply was lost is a no-op; one
+		// with another secret is someone else's.
+		if s.Agent != c.Agent || !bytes.Equal(s.Auth, c.Auth) {
+			return &result{Err: errSessionExists}
+		}
+		return &result{}
+	}
+	f.st.Sessions[c.Session] = &sessionRec{ID: c.Session, Node: c.Node, TTL: c.TTL, Agent: c.Agent, Auth: c.Auth}
+	return &result{}
+}
+
+// sessionEnd removes a session (a destroy or an expiry): its leases go to
+// their first waiters, and its queue places go.
+func (f *fsm) sessionEnd(index uint64, c *command) *result {
+	s, ok := f.st.Sessions[c.Session]
+	if !ok {
+		return &result{}
+	}
+	kind, reason := EventReleased, reasonClosed
+	if c.Op == opSessionExpire || c.Reason == reasonExpired {
+		kind, reason = EventLost, reasonExpired
+	}
+	delete(f.st.Sessions, c.Session)
+	for _, name := range slices.Sorted(maps.Keys(f.bySes[c.Session])) {
+		l := f.st.Leases[name]
+		if l.Session == c.Session {
+			f.emit(LeaseEvent{Lease: name, Kind: kind, Holder: l.Candidate, Session: l.Session,
+				Member: s.Node, Token: l.Token, At: c.Time, Reason: reason})
+			f.free(index, l, c.Time)
+		} else {
+			f.dequeue(l, c.Session, s.Node, c.Time, reason)
+		}
+	}
+	delete(f.bySes, c.Session)
+	return &result{}
+}
+
+// acquire gives the lease to the session if it is free, else queues the
+// session up (once).
+func (f *fsm) acquire(index uint64, c *command) *result {
+	s, ok := f.st.Sessions[c.Session]
+	if !ok {
+		return &result{Err: errUnknownSession}
+	}
+	if f.st.Epoch == 0 {
+		if c.Time.IsZero() {
+			return &result{Err: errNoEpoch}
+		}
+		f.st.Epoch = epoch.Of(c.Time)
+	}
+	l := f.st.Leases[c.Lease]
+	if l == nil {
+		l = &leaseRec{Name: c.Lease}
+		f.st.Leases[c.Lease] = l
+	}
+	switch {
+	case l.Session == c.Session:
+		// A retried acquire whose first reply was lost.
+		return &result{Holder: true, Token: l.Token}
+	case l.Session == "":
+		tok := f.token(index)
+		l.Session, l.Candidate, l.Token, l.Since = c.Session, c.Candidate, tok, c.Time
+		l.ResignRequested = false
+		f.link(c.Session, c.Lease)
+		f.emit(LeaseEvent{Lease: c.Lease, Kind: EventElected, Holder: c.Candidate, Session: c.Session,
+			Member: s.Node, Token: tok, At: c.Time})
+		f.changed(c.Lease)
+		return &result{Holder: true, Token: tok}
+	}
+	if !slices.ContainsFunc(l.Queue, func(w waiter) bool { return w.Session == c.Session }) {
+		l.Queue = append(l.Queue, waiter{Session: c.Session, Candidate: c.Candidate})
+		f.link(c.Session, c.Lease)
+		f.emit(LeaseEvent{Lease: c.Lease, Kind: EventQueued, Holder: c.Candidate, Session: c.Session,
+			Member: s.Node, At: c.Time})
+		f.changed(c.Lease)
+	}
+	return &result{}
+}
+
+// release ends the term the command names, if it still holds the lease.
+func (f *fsm) release(index uint64, c *command) *result {
+	l := f.st.Leases[c.Lease]
+	if l != nil && l.Session == c.Session && l.Token == c.Token {
+		reason := reasonResigned
+		if l.ResignRequested {
+			reason = reasonResignRequested
+		}
+		f.emit(LeaseEvent{Lease: c.Lease, Kind: EventReleased, Holder: l.Candidate, Session: l.Session,
+			Member: f.memberOf(l.Session), Token: l.Token, At: c.Time, Reason: reason})
+		f.free(index, l, c.Time)
+	}
+	return &result{}
+}
+
+// leaveQueue takes the session out of the lease's queue (a candidate that
+// gave up).
+func (f *fsm) leaveQueue(c *command) *result {
+	if l := f.st.Leases[c.Lease]; l != nil {
+		f.dequeue(l, c.Session, f.memberOf(c.Session), c.Time, "")
+	}
+	return &result{}
+}
+
+// requestResign marks the lease's holder as asked to resign.
+func (f *fsm) requestResign(c *command) *result {
+	l := f.st.Leases[c.Lease]
+	if l == nil || l.Session == "" {
+		return &result{Err: errNoHolder}
+	}
+	if !l.ResignRequested {
+		l.ResignRequested = true
+		f.changed(c.Lease)
+	}
+	return &result{Holder: true, Token: l.Token}
+}
+
+// stateStore replaces the lease's state, if the command's term still
+// holds the lease.
+func (f *fsm) stateStore(index uint64, c *command) *result {
+	if len(c.Value) > baton.MaxStateSize {
+		// StoreState checks first; this keeps a client that did not
+		// from growing the state.
+		return &result{Err: fmt.Sprintf("state of %d bytes, at most %d", len(c.Value), baton.MaxStateSize)}
+	}
+	l := f.st.Leases[c.Lease]
+	if l == nil || l.Session == "" || l.Session != c.Session || l.Token != c.Token {
+		return &result{Lost: true}
+	}
+	v := slices.Clone(c.Value)
+	if v == nil {
+		v = []byte{}
+	}
+	f.st.States[c.Lease] = &stateRec{Value: v, Token: c.Token, Index: index}
+	return &result{Holder: true, Token: l.Token}
 }
 
 // errUnknownSession is the refusal of a command naming a session the log no

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/hashicorp/go-hclog"
 	hraft "github.com/hashicorp/raft"
 )
@@ -132,7 +133,7 @@ func TestRaftStreamNeedsSecret(t *testing.T) {
 		o.Logger = slog.New(recs[i])
 	})
 	readyLeaderOf(t, g)
-	cfg := baton.Config{TTL: 2 * time.Second}
+	cfg := backend.Config{TTL: 2 * time.Second}
 	holderNode := g.members()[1]
 	b := newBackend(t, holderNode, cfg)
 	term := campaignWithin(t, b, "job", "holder")

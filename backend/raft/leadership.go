@@ -34,6 +34,10 @@ func (n *Node) watchLeadership() {
 // terms is applied here.
 func (n *Node) stepUp() {
 	n.stepDown()
+	// The term this member was elected in: raft's current term, unless it
+	// lost it already (then ctx ends at the next notification anyway).
+	term := n.raft.CurrentTerm()
+	n.heard.lead(term)
 	ctx, cancel := context.WithCancel(n.ctx)
 	n.mu.Lock()
 	n.leading = cancel
@@ -48,10 +52,10 @@ func (n *Node) stepUp() {
 		if ctx.Err() != nil {
 			return
 		}
-		// Every session gets a full TTL from now: this leader cannot know
-		// when the last one heard from each, and a session must never
-		// expire before its holder's safe-until.
-		n.timers.start(ctx)
+		// Every session gets its TTL from the last moment an earlier
+		// leader could have confirmed a renewal (heard.go): a session
+		// must never expire before its holder's safe-until.
+		n.timers.start(ctx, n.sessionBase(ctx, term))
 		n.mu.Lock()
 		if ctx.Err() == nil {
 			// Not after stepDown: it cancels ctx under this lock. A late
@@ -95,6 +99,7 @@ func (n *Node) stepDown() {
 	n.leading = nil
 	n.ready = false
 	n.mu.Unlock()
+	n.heard.lead(0)
 	if cancel != nil {
 		n.timers.stop()
 	}
@@ -110,7 +115,7 @@ func (n *Node) isReady() bool {
 
 // sessionTimers holds each session's expiry deadline on the raft leader's
 // monotonic clock. They live only in the leader's memory; a new leader
-// starts them afresh at a full TTL.
+// starts them afresh, at a TTL from the base sessionBase finds.
 type sessionTimers struct {
 	n    *Node
 	wake chan struct{}
@@ -125,7 +130,8 @@ func newSessionTimers(n *Node) *sessionTimers {
 	return &sessionTimers{n: n, wake: make(chan struct{}, 1), deadline: map[string]time.Time{}}
 }
 
-func (t *sessionTimers) start(ctx context.Context) {
+// start times every session in the log at its TTL from base.
+func (t *sessionTimers) start(ctx context.Context, base time.Time) {
 	t.mu.Lock()
 	if ctx.Err() != nil {
 		// The term ended before its timers started (stepDown cancels
@@ -135,9 +141,8 @@ func (t *sessionTimers) start(ctx context.Context) {
 	}
 	t.running = true
 	t.deadline = map[string]time.Time{}
-	now := time.Now()
 	for id, s := range t.n.fsm.sessions() {
-		t.deadline[id] = now.Add(s.TTL)
+		t.deadline[id] = base.Add(s.TTL)
 	}
 	t.done = make(chan struct{})
 	done := t.done

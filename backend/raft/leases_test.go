@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	hraft "github.com/hashicorp/raft"
 )
 
@@ -119,7 +120,7 @@ func TestLeasesTable(t *testing.T) {
 		}
 	}
 	const ttl = 5 * time.Second
-	cfg := baton.Config{TTL: ttl}
+	cfg := backend.Config{TTL: ttl}
 	ba := newBackend(t, follower, cfg)
 	ta := campaignWithin(t, ba, "job", "a")
 	tz := campaignWithin(t, ba, "alpha", "a")
@@ -175,7 +176,7 @@ func TestWatchLeasesEvents(t *testing.T) {
 	g := newTestGroup(t, 3)
 	nodes := g.members()
 	evs := watchEvents(t, nodes[0])
-	cfg := baton.Config{TTL: 5 * time.Second}
+	cfg := backend.Config{TTL: 5 * time.Second}
 	ba, bb, bc := newBackend(t, nodes[1], cfg), newBackend(t, nodes[2], cfg), newBackend(t, nodes[0], cfg)
 
 	ta := campaignWithin(t, ba, "job", "a")
@@ -216,7 +217,7 @@ func TestWatchLeasesEvents(t *testing.T) {
 	// TTL later. The member joins as a non-voter, so it never leads.
 	m := g.start(t)
 	joinedWithin(t, m, 30*time.Second)
-	bm := newBackend(t, m, baton.Config{TTL: time.Second})
+	bm := newBackend(t, m, backend.Config{TTL: time.Second})
 	tm := campaignWithin(t, bm, "crash", "m")
 	if err := m.Kill(); err != nil {
 		t.Fatal(err)
@@ -236,7 +237,7 @@ func TestWatchLeasesStop(t *testing.T) {
 		calls.Add(1)
 		<-block
 	})
-	b := newBackend(t, n, baton.Config{TTL: 5 * time.Second})
+	b := newBackend(t, n, backend.Config{TTL: 5 * time.Second})
 	campaignWithin(t, b, "one", "a")
 	campaignWithin(t, b, "two", "a")
 	eventually(t, 10*time.Second, "fn called", func() bool { return calls.Load() == 1 })
@@ -269,7 +270,7 @@ func TestRequestResign(t *testing.T) {
 	g := newTestGroup(t, 3)
 	nodes := g.members()
 	agent := serveClients(t, nodes[2])
-	cfg := baton.Config{TTL: 30 * time.Second, RenewInterval: 200 * time.Millisecond}
+	cfg := backend.Config{TTL: 30 * time.Second, RenewInterval: 200 * time.Millisecond}
 	for _, holder := range []string{"member", "agent"} {
 		t.Run(holder, func(t *testing.T) {
 			evs := watchEvents(t, nodes[0])
@@ -396,7 +397,7 @@ func TestOnRenew(t *testing.T) {
 		}
 	})
 	nodes := g.members()
-	cfg := baton.Config{TTL: time.Second}
+	cfg := backend.Config{TTL: time.Second}
 	campaignWithin(t, newBackend(t, nodes[0], cfg), "own", "a")
 	c, err := Dial(serveClients(t, nodes[1]), ClientOptions{Token: testClientToken})
 	if err != nil {
@@ -419,9 +420,7 @@ func (deafGroup) wait(ctx context.Context, _, _ string, _, _ uint64) (leaseView,
 }
 
 func sessionOf(b *Backend) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.sess.id
+	return b.sessions.Live().ID
 }
 
 // applyOnLeader applies c on the ready raft leader itself, as its own
@@ -447,7 +446,7 @@ func TestStateFencedByTheLog(t *testing.T) {
 	nodes := g.members()
 	agent := serveClients(t, nodes[1])
 	// A TTL far beyond the test, so that no renewal tells the holder.
-	cfg := baton.Config{TTL: time.Minute}
+	cfg := backend.Config{TTL: time.Minute}
 	for _, via := range []string{"member", "agent"} {
 		for _, how := range []string{"SessionExpired", "TakenOver"} {
 			t.Run(via+"/"+how, func(t *testing.T) {
@@ -462,7 +461,7 @@ func TestStateFencedByTheLog(t *testing.T) {
 				lease := "fenced-" + via + "-" + how
 				ba := newBackend(t, deafGroup{gr}, cfg)
 				ta := campaignWithin(t, ba, lease, "a")
-				sta, _ := baton.StateOf(ta)
+				sta, _ := ta.(baton.StateTerm)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
 				if err := sta.StoreState(ctx, []byte("from a")); err != nil {
@@ -486,7 +485,7 @@ func TestStateFencedByTheLog(t *testing.T) {
 						t.Fatal(err)
 					}
 					tb := receiveTerm(t, gotB)
-					stb, _ := baton.StateOf(tb)
+					stb, _ := tb.(baton.StateTerm)
 					if err := stb.StoreState(ctx, []byte("from b")); err != nil {
 						t.Fatal(err)
 					}
@@ -522,11 +521,11 @@ func TestStateFencedByTheLog(t *testing.T) {
 func TestStateOutlivesLease(t *testing.T) {
 	g := newTestGroup(t, 1)
 	n := g.members()[0]
-	b := newBackend(t, n, baton.Config{TTL: 5 * time.Second})
+	b := newBackend(t, n, backend.Config{TTL: 5 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	t1 := campaignWithin(t, b, "job", "a")
-	s1, _ := baton.StateOf(t1)
+	s1, _ := t1.(baton.StateTerm)
 	if err := s1.StoreState(ctx, []byte{}); err != nil {
 		t.Fatal(err)
 	}
@@ -537,7 +536,7 @@ func TestStateOutlivesLease(t *testing.T) {
 		t.Fatalf("Lease after the only holder resigned: %v, want ErrNoLeader (the record is gone)", err)
 	}
 	t2 := campaignWithin(t, b, "job", "a")
-	s2, _ := baton.StateOf(t2)
+	s2, _ := t2.(baton.StateTerm)
 	v, err := s2.LoadState(ctx)
 	if err != nil {
 		t.Fatal(err)

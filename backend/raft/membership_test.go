@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/certs"
 	hraft "github.com/hashicorp/raft"
 )
@@ -31,7 +32,7 @@ import (
 func TestReplaceVotersOneByOne(t *testing.T) {
 	g := newTestGroup(t, 3)
 	readyLeaderOf(t, g)
-	cfg := baton.Config{TTL: 2 * time.Second}
+	cfg := backend.Config{TTL: 2 * time.Second}
 	live := g.members() // oldest first: the oldest is stopped next
 	var originals []string
 	for _, n := range live {
@@ -102,7 +103,7 @@ func TestReplaceVotersOneByOne(t *testing.T) {
 
 // probeLease campaigns for name through a new Backend on n, reads it
 // back, and gives it up.
-func probeLease(t *testing.T, n *Node, name string, cfg baton.Config) {
+func probeLease(t *testing.T, n *Node, name string, cfg backend.Config) {
 	t.Helper()
 	b := newBackend(t, n, cfg)
 	term := campaignWithin(t, b, name, n.ID())
@@ -128,7 +129,7 @@ type holding struct {
 // would, or with it, as a crash would) and has a new Backend on next win
 // the lease. After a crash the lease must not be won before the old
 // term's safe-until: that is the guarantee holders rely on.
-func handOff(t *testing.T, h holding, next *Node, crash bool, cfg baton.Config) holding {
+func handOff(t *testing.T, h holding, next *Node, crash bool, cfg backend.Config) holding {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -289,7 +290,7 @@ func TestWitness(t *testing.T) {
 		return l != w && w.raft.State() != hraft.Leader, fmt.Sprintf("ready leader %s, witness %s", l.ID(), w.raft.State())
 	})
 
-	cfg := baton.Config{TTL: 2 * time.Second}
+	cfg := backend.Config{TTL: 2 * time.Second}
 	ba, bb := newBackend(t, a, cfg), newBackend(t, b, cfg)
 	ta := campaignWithin(t, ba, "job", "a")
 	if err := a.Kill(); err != nil {
@@ -481,7 +482,7 @@ func TestRestartWithDataDir(t *testing.T) {
 	}
 
 	other := g.members()[1]
-	bo := newBackend(t, other, baton.Config{TTL: 2 * time.Second})
+	bo := newBackend(t, other, backend.Config{TTL: 2 * time.Second})
 	held := campaignWithin(t, bo, "job", "other")
 	for i := range 3 {
 		tm := campaignWithin(t, bo, fmt.Sprintf("filler-%d", i), "other")

@@ -133,6 +133,8 @@ type Node struct {
 	http    *http.Server
 	client  *apiClient
 	timers  *sessionTimers
+	heard   *heardLog   // what this member heard from raft leaders, for the next one (heard.go)
+	stalls  *stallWatch // whether this process stood still of late (heard.go)
 	pilot   *autopilot.Autopilot
 	pilotMu sync.Mutex // orders the terms' autopilot stops and starts
 	stores  []io.Closer
@@ -195,7 +197,8 @@ func StartNode(opts NodeOptions) (*Node, error) {
 		opts: opts, id: id, addr: advertise, log: log, secret: opts.Secret,
 		fsm: newFSM(), ctx: ctx, cancel: cancel, joined: make(chan struct{}),
 		failed: make(chan struct{}), refusals: newRefusalLog(log, 10*time.Second),
-		lastSeen: map[hraft.ServerID]time.Time{},
+		lastSeen: map[hraft.ServerID]time.Time{}, heard: newHeardLog(),
+		stalls: &stallWatch{gap: opts.HeartbeatTimeout / 4, after: opts.HeartbeatTimeout / 4, last: time.Now()},
 	}
 	n.client = newAPIClient(opts.TLS, opts.gate, opts.Secret)
 	n.mux = newMux(ln, opts.TLS, opts.gate, newConnKey(opts.Secret), n.hasJoined, n.refusals)
@@ -209,7 +212,8 @@ func StartNode(opts NodeOptions) (*Node, error) {
 	}
 	n.timers = newSessionTimers(n)
 	n.http = &http.Server{Handler: n.handler(), ErrorLog: nil, ReadHeaderTimeout: 5 * time.Second}
-	n.wg.Add(3)
+	n.wg.Add(4)
+	go n.watchStalls()
 	go func() { defer n.wg.Done(); _ = n.http.Serve(n.mux.api) }()
 	go n.watchLeadership()
 	go n.membership()
@@ -414,7 +418,7 @@ func (n *Node) startRaft() error {
 		MaxRPCsInFlight: 1,
 		Logger:          hlog,
 	})
-	r, err := hraft.NewRaft(conf, n.fsm, logs, stable, snaps, n.trans)
+	r, err := hraft.NewRaft(conf, n.fsm, logs, stable, snaps, n.newHeardTransport(n.trans))
 	if err != nil {
 		n.trans.Close()
 		return fmt.Errorf("raft: start: %w", err)
@@ -493,9 +497,9 @@ func (n *Node) Close(ctx context.Context) error {
 	return n.shutdown()
 }
 
-// Kill stops the member at once, without leaving: as a crash would, but
-// within the process. Tests use it.
-func (n *Node) Kill() error {
+// kill stops the member at once, without leaving: as a crash would, but
+// within the process. Tests and benchmarks use it (internal/testhook).
+func (n *Node) kill() error {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/certs"
 	hraft "github.com/hashicorp/raft"
 )
@@ -146,7 +147,7 @@ func (g *testGroup) leader() *Node {
 	return nil
 }
 
-func newBackend(t testing.TB, gr Group, cfg baton.Config) *Backend {
+func newBackend(t testing.TB, gr Group, cfg backend.Config) *Backend {
 	t.Helper()
 	b, err := New(gr, Options{Config: cfg, Logger: testLogger(t)})
 	if err != nil {
@@ -167,7 +168,7 @@ func TestGroupBootstrapsAndElects(t *testing.T) {
 	if len(st.Voters) != 3 {
 		t.Fatalf("voters = %v, want 3", st.Voters)
 	}
-	b := newBackend(t, g.members()[1], baton.Config{TTL: time.Second})
+	b := newBackend(t, g.members()[1], backend.Config{TTL: time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	term, err := b.Campaign(ctx, "job", baton.Candidate{ID: "a"})

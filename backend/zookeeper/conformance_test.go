@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/zookeeper"
 	"github.com/batonhq/baton/batontest"
 	"github.com/batonhq/baton/internal/testserver"
@@ -25,7 +25,7 @@ func TestConformance(t *testing.T) {
 		OneCampaignPerName: true,
 		// The server's minSessionTimeout; it raises shorter ones.
 		MinTTL: testserver.ZooKeeperMinSessionTimeout,
-		New: func(t *testing.T, cfg baton.Config) *batontest.Process {
+		New: func(t *testing.T, cfg backend.Config) *batontest.Process {
 			// Each process reaches ZooKeeper through a proxy of its own,
 			// so that cutting one off leaves the others connected. The
 			// connection is the test's (New, not Dial), as a process

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -18,15 +17,11 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/zookeeper"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/go-zookeeper/zk"
 )
-
-// curatorJars are Debian's Curator 5.4 and what LatchMain needs at run
-// time; the jars' manifests name the rest (guava, zookeeper-jute, ...).
-var curatorJars = []string{"curator-recipes.jar", "curator-framework.jar", "curator-client.jar",
-	"zookeeper.jar", "slf4j-api.jar", "slf4j-simple.jar"}
 
 // TestCuratorLeaderLatchInterop runs baton and Apache Curator's LeaderLatch
 // (a real JVM) on one latch path against a real ZooKeeper, and kills each
@@ -41,7 +36,7 @@ func TestCuratorLeaderLatchInterop(t *testing.T) {
 	const lease = "interop"
 	latch := root + "/" + lease
 	// Both sides time out their sessions after 2 s.
-	cfg := baton.Config{TTL: 2 * time.Second}
+	cfg := backend.Config{TTL: 2 * time.Second}
 	tl := &timeline{}
 	ctx := testContext(t, 2*time.Minute)
 
@@ -133,22 +128,7 @@ func TestCuratorLeaderLatchInterop(t *testing.T) {
 // directory, and returns java and the class path to run it with.
 func compileLatchMain(t *testing.T) (java, classPath string) {
 	t.Helper()
-	java, err := testserver.JavaTool("java")
-	if err == nil {
-		var javac string
-		if javac, err = testserver.JavaTool("javac"); err == nil {
-			if classPath, err = testserver.JavaClassPath(curatorJars...); err == nil {
-				dir := t.TempDir()
-				out, cerr := exec.Command(javac, "-d", dir, "-cp", classPath, filepath.Join("testdata", "LatchMain.java")).CombinedOutput()
-				if cerr != nil {
-					t.Fatalf("javac LatchMain.java: %v\n%s", cerr, out)
-				}
-				return java, dir + string(os.PathListSeparator) + classPath
-			}
-		}
-	}
-	testserver.Unavailable(t, "curator", err)
-	return "", ""
+	return testserver.CompileCurator(t, filepath.Join("testdata", "LatchMain.java"))
 }
 
 // interval is one leadership as its holder acted on it, in microseconds
@@ -211,7 +191,7 @@ type goProc struct {
 	ended   chan struct{} // closed when the callback returned
 }
 
-func startGo(t *testing.T, addr, root, lease, id string, cfg baton.Config, tl *timeline) *goProc {
+func startGo(t *testing.T, addr, root, lease, id string, cfg backend.Config, tl *timeline) *goProc {
 	t.Helper()
 	p := &goProc{id: id, proxy: testserver.StartProxy(t, addr), ran: make(chan error, 1),
 		leading: make(chan baton.Term, 1), ended: make(chan struct{})}

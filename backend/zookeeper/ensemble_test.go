@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/zookeeper"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/go-zookeeper/zk"
@@ -30,7 +31,7 @@ import (
 // ensemble lag short: each confirmed renewal keeps the terms safe for
 // 10 - 10/4 - 1 - 1 (DriftMargin) = 5.5 s after its send time, so at least
 // 4.5 s are left when a server dies.
-var ensembleConfig = baton.Config{TTL: 10 * time.Second, RenewInterval: time.Second}
+var ensembleConfig = backend.Config{TTL: 10 * time.Second, RenewInterval: time.Second}
 
 // TestEnsembleFollowerLossKeepsTerm: the holder's server, a follower, is
 // killed. The client moves to another server within the session timeout:
@@ -317,7 +318,7 @@ type holderSetup struct {
 
 // ensembleHolder has a Backend a, with its session on server target of
 // ens, win lease (under a fresh root), and makes a second Backend b.
-func ensembleHolder(t *testing.T, ens *testserver.ZooKeeperEnsemble, target int, cfg baton.Config, el *eventLog, lease string) holderSetup {
+func ensembleHolder(t *testing.T, ens *testserver.ZooKeeperEnsemble, target int, cfg backend.Config, el *eventLog, lease string) holderSetup {
 	t.Helper()
 	root := uniqueRoot(t)
 	connA, probe := connectEnsemble(t, ens, target, cfg, el, "a")
@@ -331,7 +332,7 @@ func ensembleHolder(t *testing.T, ens *testserver.ZooKeeperEnsemble, target int,
 	return holderSetup{latch: root + "/" + lease, connA: connA, a: a, b: b, ta: ta, raw: raw}
 }
 
-func connectEnsemble(t testing.TB, ens *testserver.ZooKeeperEnsemble, first int, cfg baton.Config, el *eventLog, who string) (*zk.Conn, *zookeeper.SessionProbe) {
+func connectEnsemble(t testing.TB, ens *testserver.ZooKeeperEnsemble, first int, cfg backend.Config, el *eventLog, who string) (*zk.Conn, *zookeeper.SessionProbe) {
 	t.Helper()
 	cfg, err := cfg.WithDefaults()
 	if err != nil {

@@ -36,7 +36,7 @@ func (b *Backend) EpochPath() string {
 // if it is missing and create is set (0 if it is missing and not). With s not nil, it fails with zk.ErrSessionExpired
 // unless the read ran on s: a session lives in one incarnation of
 // ZooKeeper's data, so the epoch read is the one of s's latch nodes.
-func (b *Backend) readEpoch(ctx context.Context, s *session, create bool) (uint64, error) {
+func (b *Backend) readEpoch(ctx context.Context, s *sess, create bool) (uint64, error) {
 	p := b.EpochPath()
 	for range 4 {
 		data, err := retry(ctx, b, s, func() ([]byte, error) {
@@ -55,7 +55,7 @@ func (b *Backend) readEpoch(ctx context.Context, s *session, create bool) (uint6
 		if err != nil {
 			return 0, fmt.Errorf("read epoch node %s: %w", p, err)
 		}
-		if s != nil && b.conn.SessionID() != s.id {
+		if s != nil && b.conn.SessionID() != s.ID.id {
 			return 0, zk.ErrSessionExpired
 		}
 		e, err := b.epochs.Check(b.log, epoch.Where{Store: "ZooKeeper", Counter: "zxids", Kind: "node", Key: p}, string(data))
@@ -68,7 +68,7 @@ func (b *Backend) readEpoch(ctx context.Context, s *session, create bool) (uint6
 }
 
 // createEpoch creates the epoch node (and Root) unless it exists.
-func (b *Backend) createEpoch(ctx context.Context, s *session) error {
+func (b *Backend) createEpoch(ctx context.Context, s *sess) error {
 	p := b.EpochPath()
 	e := b.epochs.Next("", b.now())
 	for range 3 {

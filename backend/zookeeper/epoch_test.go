@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/zookeeper"
 	"github.com/batonhq/baton/batontest"
 	"github.com/batonhq/baton/internal/epoch"
@@ -25,7 +26,7 @@ func TestTokensRiseAcrossWipedZooKeeper(t *testing.T) {
 	proxy := testserver.StartProxy(t, srv.Addr())
 	batontest.TokensRiseAcrossDataLoss(t, batontest.DataLoss{
 		New: func(t *testing.T, logger *slog.Logger) baton.Backend {
-			return dial(t, proxy.Addr(), zookeeper.DialOptions{Options: zookeeper.Options{Config: baton.Config{TTL: 2 * time.Second}, Logger: logger}})
+			return dial(t, proxy.Addr(), zookeeper.DialOptions{Options: zookeeper.Options{Config: backend.Config{TTL: 2 * time.Second}, Logger: logger}})
 		},
 		Lose: func(t *testing.T) {
 			srv.Close()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/zookeeper"
 	"github.com/go-zookeeper/zk"
 )
@@ -21,7 +22,7 @@ func (quiet) Printf(string, ...any) {}
 
 // connect returns a client of the server at addr with cfg's TTL as session
 // timeout, dialing through a SessionProbe, closed when the test ends.
-func connect(t testing.TB, addr string, cfg baton.Config) (*zk.Conn, *zookeeper.SessionProbe) {
+func connect(t testing.TB, addr string, cfg backend.Config) (*zk.Conn, *zookeeper.SessionProbe) {
 	t.Helper()
 	cfg, err := cfg.WithDefaults()
 	if err != nil {
@@ -40,7 +41,7 @@ func connect(t testing.TB, addr string, cfg baton.Config) (*zk.Conn, *zookeeper.
 // tree as an operator or another program would.
 func rawConn(t testing.TB, addr string) *zk.Conn {
 	t.Helper()
-	conn, _ := connect(t, addr, baton.Config{TTL: 4 * time.Second})
+	conn, _ := connect(t, addr, backend.Config{TTL: 4 * time.Second})
 	return conn
 }
 

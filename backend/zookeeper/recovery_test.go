@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/zookeeper"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/go-zookeeper/zk"
@@ -88,7 +89,7 @@ func TestCreateRecoveredAfterLostReply(t *testing.T) {
 	t.Parallel()
 	srv := testserver.SharedZooKeeper(t)
 	root := uniqueRoot(t)
-	cfg := baton.Config{TTL: 4 * time.Second}
+	cfg := backend.Config{TTL: 4 * time.Second}
 	d := &replyDropper{after: 300 * time.Millisecond}
 	probe := zookeeper.NewSessionProbe(d.dial)
 	conn, _, err := zk.Connect([]string{srv.Addr()}, cfg.TTL, zk.WithDialer(probe.Dial), zk.WithLogger(quiet{}))
@@ -140,7 +141,7 @@ func TestCancelledDuringLostCreateLeavesNoNode(t *testing.T) {
 	t.Parallel()
 	srv := testserver.SharedZooKeeper(t)
 	root := uniqueRoot(t)
-	cfg := baton.Config{TTL: 4 * time.Second}
+	cfg := backend.Config{TTL: 4 * time.Second}
 	d := &replyDropper{after: 1500 * time.Millisecond}
 	probe := zookeeper.NewSessionProbe(d.dial)
 	conn, _, err := zk.Connect([]string{srv.Addr()}, cfg.TTL, zk.WithDialer(probe.Dial), zk.WithLogger(quiet{}))
@@ -255,7 +256,7 @@ func TestTimeoutCutOnReconnectEndsTerm(t *testing.T) {
 	t.Parallel()
 	srv := testserver.SharedZooKeeper(t)
 	root := uniqueRoot(t)
-	cfg := baton.Config{TTL: 4 * time.Second}
+	cfg := backend.Config{TTL: 4 * time.Second}
 	d := &timeoutCutter{}
 	probe := zookeeper.NewSessionProbe(d.dial)
 	conn, _, err := zk.Connect([]string{srv.Addr()}, cfg.TTL, zk.WithDialer(probe.Dial), zk.WithLogger(quiet{}))

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
+	"github.com/batonhq/baton/internal/session"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -38,7 +40,7 @@ func (b *Backend) StatePath(name string) string {
 // session renews, and the lease's state (baton.StateTerm). It is safe for
 // concurrent use.
 type term struct {
-	*baton.BasicTerm
+	*backend.BasicTerm
 	b *Backend
 	h *held
 }
@@ -90,13 +92,7 @@ func (t *term) LoadState(ctx context.Context) ([]byte, error) {
 // baton.ErrBackendUnavailable: the write may still land (fenced all the
 // same, by the check), and LoadState tells.
 func (t *term) StoreState(ctx context.Context, value []byte) error {
-	if err := baton.CheckStateSize(value); err != nil {
-		return err
-	}
-	if err := baton.EndedError(t); err != nil {
-		return err
-	}
-	return t.store(ctx, value)
+	return session.StoreState(ctx, t, value, t.store)
 }
 
 // store is StoreState once the term was found running: the store alone
@@ -134,7 +130,7 @@ func (t *term) store(ctx context.Context, value []byte) error {
 		case errors.Is(err, errUnsent):
 			// The term ended while the client had no connection for the
 			// request: nothing was sent, and nothing will be.
-			return baton.EndedError(t)
+			return backend.EndedError(t)
 		case failed == 0 && errors.Is(err, zk.ErrNoNode),
 			failed < 0 && errors.Is(err, zk.ErrSessionExpired):
 			why := "was deleted (by an operator, or by ZooKeeper expiring the session)"

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/zookeeper"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/go-zookeeper/zk"
@@ -15,7 +16,7 @@ import (
 
 func stateTerm(t *testing.T, term baton.Term) baton.StateTerm {
 	t.Helper()
-	st, ok := baton.StateOf(term)
+	st, ok := term.(baton.StateTerm)
 	if !ok {
 		t.Fatalf("term %T does not implement baton.StateTerm", term)
 	}
@@ -164,7 +165,7 @@ func TestStoreFencesDeletedHolder(t *testing.T) {
 func TestStoreFencesExpiredSession(t *testing.T) {
 	srv := testserver.SharedZooKeeper(t)
 	root := uniqueRoot(t)
-	cfg := baton.Config{TTL: testserver.ZooKeeperMinSessionTimeout}
+	cfg := backend.Config{TTL: testserver.ZooKeeperMinSessionTimeout}
 	proxy := testserver.StartProxy(t, srv.Addr())
 	conn, probe := connect(t, proxy.Addr(), cfg)
 	a := newBackend(t, conn, zookeeper.Options{Config: cfg, Root: root, Probe: probe})

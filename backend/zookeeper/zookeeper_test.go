@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/zookeeper"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/go-zookeeper/zk"
@@ -213,7 +214,7 @@ func TestReconnectWithinSafeUntilKeepsTerm(t *testing.T) {
 	root := uniqueRoot(t)
 	// A reconnection after the partition takes the client about a second
 	// (it pauses between rounds of its server list): leave it room.
-	cfg := baton.Config{TTL: 8 * time.Second}
+	cfg := backend.Config{TTL: 8 * time.Second}
 	proxy := testserver.StartProxy(t, srv.Addr())
 	conn, probe := connect(t, proxy.Addr(), cfg)
 	logs := newLogRecorder()
@@ -275,7 +276,7 @@ func TestLongPartitionEndsTermBeforeSessionExpiry(t *testing.T) {
 	t.Parallel()
 	srv := testserver.SharedZooKeeper(t)
 	root := uniqueRoot(t)
-	cfg := baton.Config{TTL: 3 * time.Second, DriftMargin: 500 * time.Millisecond}
+	cfg := backend.Config{TTL: 3 * time.Second, DriftMargin: 500 * time.Millisecond}
 	proxy := testserver.StartProxy(t, srv.Addr())
 	conn, probe := connect(t, proxy.Addr(), cfg)
 	a := newBackend(t, conn, zookeeper.Options{Config: cfg, Root: root, Probe: probe})
@@ -348,7 +349,7 @@ func TestExpiredTermGivesUpNodeOnReconnect(t *testing.T) {
 	// the client reconnects in between.
 	// Safe-until is the ensemble lag (a quarter of the timeout plus
 	// RenewInterval) and DriftMargin before the expiry: 6.5 s here.
-	cfg := baton.Config{TTL: 10 * time.Second, DriftMargin: 3 * time.Second, RenewInterval: time.Second}
+	cfg := backend.Config{TTL: 10 * time.Second, DriftMargin: 3 * time.Second, RenewInterval: time.Second}
 	proxy := testserver.StartProxy(t, srv.Addr())
 	conn, probe := connect(t, proxy.Addr(), cfg)
 	a := newBackend(t, conn, zookeeper.Options{Config: cfg, Root: root, Probe: probe})
@@ -431,7 +432,7 @@ func TestOperatorDeleteEndsTerm(t *testing.T) {
 // caller's connection open).
 func TestCloseHandsOverAtOnce(t *testing.T) {
 	srv := testserver.SharedZooKeeper(t)
-	cfg := baton.Config{TTL: 10 * time.Second}
+	cfg := backend.Config{TTL: 10 * time.Second}
 	for _, owned := range []bool{true, false} {
 		name := map[bool]string{true: "Dial", false: "New"}[owned]
 		t.Run(name, func(t *testing.T) {
@@ -489,10 +490,10 @@ func TestCloseHandsOverAtOnce(t *testing.T) {
 // what it granted: safe-until must be timed by that, not by the TTL.
 func TestNegotiatedTimeoutTimesSafeUntil(t *testing.T) {
 	srv := testserver.SharedZooKeeper(t)
-	cfg := baton.Config{TTL: testserver.ZooKeeperMaxSessionTimeout + 5*time.Second}
+	cfg := backend.Config{TTL: testserver.ZooKeeperMaxSessionTimeout + 5*time.Second}
 	logs := newLogRecorder()
 	b := dial(t, srv.Addr(), zookeeper.DialOptions{Options: zookeeper.Options{Config: cfg, Root: uniqueRoot(t), Logger: logs.logger()}})
-	full, _ := (baton.Config{TTL: cfg.TTL, RenewInterval: cfg.TTL / 6}).WithDefaults() // the backend's defaults
+	full, _ := (backend.Config{TTL: cfg.TTL, RenewInterval: cfg.TTL / 6}).WithDefaults() // the backend's defaults
 	start := time.Now()
 	term := campaign(t, b, "clamped", "x")
 	elapsed := time.Since(start)
@@ -514,7 +515,7 @@ func TestInvalidOptionsAndNames(t *testing.T) {
 	srv := testserver.SharedZooKeeper(t)
 	conn := rawConn(t, srv.Addr())
 	for _, opts := range []zookeeper.Options{
-		{Config: baton.Config{TTL: -time.Second}},
+		{Config: backend.Config{TTL: -time.Second}},
 		{Root: "baton"},
 		{Root: "/baton/"},
 		{Root: "/a//b"},
@@ -527,7 +528,7 @@ func TestInvalidOptionsAndNames(t *testing.T) {
 		}
 	}
 	// Every problem at once, with or without a connection.
-	twoWrongs := zookeeper.Options{Config: baton.Config{TTL: -time.Second}, Root: "relative"}
+	twoWrongs := zookeeper.Options{Config: backend.Config{TTL: -time.Second}, Root: "relative"}
 	_, err := zookeeper.New(conn, twoWrongs)
 	var cerr *baton.ConfigError
 	if !errors.As(err, &cerr) || len(cerr.Problems) != 2 {
@@ -587,7 +588,7 @@ func TestUnreachableServerIsReported(t *testing.T) {
 	if !errors.Is(err, baton.ErrBackendUnavailable) {
 		t.Errorf("Dial to an unreachable server: err = %v, want ErrBackendUnavailable", err)
 	}
-	cfg := baton.Config{TTL: time.Second}
+	cfg := backend.Config{TTL: time.Second}
 	conn, probe := connect(t, proxy.Addr(), cfg)
 	b := newBackend(t, conn, zookeeper.Options{Config: cfg, Root: uniqueRoot(t), Probe: probe})
 	_, err = b.Campaign(testContext(t, time.Minute), "unreachable", baton.Candidate{ID: "a"})

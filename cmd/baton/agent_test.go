@@ -418,7 +418,7 @@ func agentPost(t *testing.T, url, token, body string) (int, string) {
 // Another local process — one that read the holder's session ID from the
 // agent's open lease read — cannot expire, destroy, release or renew the
 // holder's session through any route of an agent started without
-// --http-token: not with the old raw log command, not without the agent's
+// --http-token: not with a raw log command on the member route, not without the agent's
 // token, and not with the token but without the session's own secret. The
 // agent makes a token at start, in a file only its user can read, where
 // `baton run --backend agent://` finds it.

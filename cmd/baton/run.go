@@ -38,8 +38,8 @@ SIGTERM and, --grace later, SIGKILL; then baton campaigns again. When renewals
 lag, baton does not wait for the safe-until deadline: it sends SIGTERM --grace
 before it, so that SIGKILL has landed by the time another instance may take
 over. --grace must therefore be below the renewal window (--ttl minus its renew
-interval and drift margin: 5.67s at --ttl 10s); by default it is half of that,
-at most 5s.
+interval and drift margin: 5.67s at --ttl 10s, 1.13s at raft's default 2s); by
+default it is half of that, at most 5s.
 
 The guard holds the term's safe-until on its own clock, and baton moves it on
 after each renewal. When baton cannot (it hangs, is stopped with SIGSTOP, or

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/consul"
 )
 
@@ -53,7 +54,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	b, err := consul.New(client, consul.Options{Config: baton.Config{TTL: *ttl}, Logger: log})
+	b, err := consul.New(client, consul.Options{Config: backend.Config{TTL: *ttl}, Logger: log})
 	if err != nil {
 		return err
 	}

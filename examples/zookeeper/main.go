@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/zookeeper"
 )
 
@@ -56,7 +57,7 @@ func run() error {
 	defer stop()
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	b, err := zookeeper.Dial(dctx, strings.Split(*servers, ","), zookeeper.DialOptions{
-		Options: zookeeper.Options{Config: baton.Config{TTL: *ttl}, Root: *root, Logger: log},
+		Options: zookeeper.Options{Config: backend.Config{TTL: *ttl}, Root: *root, Logger: log},
 		Digest:  *digest,
 	})
 	cancel()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	batonbackend "github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/internal/certs"
 	"github.com/batonhq/baton/internal/testkit"
@@ -105,7 +106,7 @@ func newGroup(t testing.TB, voters int, opt func(i int, o *raft.NodeOptions)) *t
 // client), closed when the test ends.
 func backend(t testing.TB, gr raft.Group, ttl time.Duration) *raft.Backend {
 	t.Helper()
-	b, err := raft.New(gr, raft.Options{Config: baton.Config{TTL: ttl}, Logger: testLogger()})
+	b, err := raft.New(gr, raft.Options{Config: batonbackend.Config{TTL: ttl}, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

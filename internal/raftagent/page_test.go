@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/internal/testhook"
 	"github.com/batonhq/baton/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -101,7 +102,7 @@ func TestAgentUndetermined(t *testing.T) {
 		return testutil.ToFloat64(h.opts.Metrics.transitions.WithLabelValues("only-lease", "elected", "")) == 1
 	})
 	for _, n := range g.nodes[1:] {
-		_ = n.Kill()
+		_ = testhook.KillRaftNode(n)
 	}
 	testkit.Eventually(t, 30*time.Second, "health 503 after the quorum went", func() bool {
 		r = call(t, "GET", agent, "/v1/health/leader?lease=only-lease")

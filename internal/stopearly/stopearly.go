@@ -5,9 +5,15 @@ package stopearly
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
+
+// ErrStoppedEarly is what the cause of Watch's cancel wraps when renewals
+// lag. Package baton exports it as baton.ErrStoppedEarly.
+var ErrStoppedEarly = errors.New("baton: renewals lag: stopping the work before safe-until")
 
 // Term is what Watch needs of a baton.Term (this package cannot import
 // baton, which imports it).
@@ -17,13 +23,15 @@ type Term interface {
 	Err() error
 }
 
-// Watch calls cancel with t.Err() when t ends, or with lagged()'s error
-// once safe-until minus early has passed (renewals lag: safe-until stopped
-// moving). A term from a third-party backend might not end itself at its
-// safe-until, and early wants the work out sooner, so the deadline is
-// enforced here too. The returned stop ends the watch, and returns once it
-// has ended: after stop, cancel is not called.
-func Watch(t Term, early time.Duration, cancel context.CancelCauseFunc, lagged func() error) (stop func()) {
+// Watch calls cancel with t.Err() when t ends, or, once safe-until minus
+// early has passed (renewals lag: safe-until stopped moving), with an error
+// wrapping ErrStoppedEarly that says how far safe-until is; lagged, when not
+// nil, is called first with that distance, to log it. A term from a
+// third-party backend might not end itself at its safe-until, and early
+// wants the work out sooner, so the deadline is enforced here too. The
+// returned stop ends the watch, and returns once it has ended: after stop,
+// cancel is not called.
+func Watch(t Term, early time.Duration, cancel context.CancelCauseFunc, lagged func(left time.Duration)) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -42,7 +50,11 @@ func Watch(t Term, early time.Duration, cancel context.CancelCauseFunc, lagged f
 					timer.Reset(left)
 					continue
 				}
-				cancel(lagged())
+				left := time.Until(t.SafeUntil())
+				if lagged != nil {
+					lagged(left)
+				}
+				cancel(Lagging(left, early))
 				return
 			}
 		}
@@ -51,6 +63,20 @@ func Watch(t Term, early time.Duration, cancel context.CancelCauseFunc, lagged f
 		close(done)
 		wg.Wait()
 	}
+}
+
+// Lagging is the cause Watch gives when renewals lag, with safe-until left
+// away and early the StopEarly setting.
+func Lagging(left, early time.Duration) error {
+	return fmt.Errorf("%w: no renewal confirmed, and safe-until is %s away, within StopEarly (%s)",
+		ErrStoppedEarly, left.Round(time.Millisecond), early)
+}
+
+// ResignRequested returns the cause Requested gives: an error wrapping
+// resigned (baton.ErrResigned, which this package cannot import) that says
+// a resign was requested.
+func ResignRequested(resigned error) error {
+	return fmt.Errorf("%w: a resign was requested: stopping the work, then releasing the lease", resigned)
 }
 
 // Requested calls cancel with cause when req is closed — a resign of t was

@@ -3,22 +3,22 @@ package stopearly_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/stopearly"
 )
-
-var errLag = errors.New("lagging")
 
 // A term that ends cancels with its error.
 func TestTermEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		term := baton.NewBasicTerm("l", 1, time.Now().Add(time.Hour), nil)
+		term := backend.NewBasicTerm("l", 1, time.Now().Add(time.Hour), nil)
 		ctx, cancel := context.WithCancelCause(context.Background())
-		stop := stopearly.Watch(term, time.Second, cancel, func() error { return errLag })
+		stop := stopearly.Watch(term, time.Second, cancel, nil)
 		defer stop()
 		term.End(baton.ErrLeaseLost)
 		<-ctx.Done()
@@ -29,13 +29,14 @@ func TestTermEnd(t *testing.T) {
 }
 
 // Renewals that move safe-until on keep the work going; once they stop,
-// the work is cancelled early before safe-until, with lagged's error.
+// the work is cancelled early before safe-until, with ErrStoppedEarly.
 func TestLaggingRenewals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const early = 2 * time.Second
-		term := baton.NewBasicTerm("l", 1, time.Now().Add(10*time.Second), nil)
+		term := backend.NewBasicTerm("l", 1, time.Now().Add(10*time.Second), nil)
 		ctx, cancel := context.WithCancelCause(context.Background())
-		stop := stopearly.Watch(term, early, cancel, func() error { return errLag })
+		var lagged []time.Duration
+		stop := stopearly.Watch(term, early, cancel, func(left time.Duration) { lagged = append(lagged, left) })
 		defer stop()
 		for range 5 {
 			time.Sleep(5 * time.Second)
@@ -49,8 +50,11 @@ func TestLaggingRenewals(t *testing.T) {
 		if got := last.Sub(time.Now()); got != early {
 			t.Errorf("cancelled %s before safe-until, want %s", got, early)
 		}
-		if cause := context.Cause(ctx); !errors.Is(cause, errLag) {
-			t.Errorf("cause = %v, want lagged's error", cause)
+		if cause := context.Cause(ctx); !errors.Is(cause, stopearly.ErrStoppedEarly) || !strings.Contains(cause.Error(), "safe-until is 2s away, within StopEarly (2s)") {
+			t.Errorf("cause = %v, want ErrStoppedEarly naming the distance to safe-until", cause)
+		}
+		if len(lagged) != 1 || lagged[0] != early {
+			t.Errorf("lagged called with %v, want once with %s", lagged, early)
 		}
 	})
 }
@@ -58,9 +62,9 @@ func TestLaggingRenewals(t *testing.T) {
 // After stop, nothing is cancelled.
 func TestStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		term := baton.NewBasicTerm("l", 1, time.Now().Add(time.Second), nil)
+		term := backend.NewBasicTerm("l", 1, time.Now().Add(time.Second), nil)
 		ctx, cancel := context.WithCancelCause(context.Background())
-		stopearly.Watch(term, 0, cancel, func() error { return errLag })()
+		stopearly.Watch(term, 0, cancel, nil)()
 		term.End(baton.ErrLeaseLost)
 		time.Sleep(2 * time.Second)
 		if ctx.Err() != nil {
@@ -75,7 +79,7 @@ func TestStop(t *testing.T) {
 func TestRequested(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		errAsked := errors.New("asked")
-		term := baton.NewBasicTerm("l", 1, time.Now().Add(time.Hour), nil)
+		term := backend.NewBasicTerm("l", 1, time.Now().Add(time.Hour), nil)
 		ctx, cancel := context.WithCancelCause(context.Background())
 		stop := stopearly.Requested(term, term.ResignRequested(), errAsked, cancel)
 		defer stop()
@@ -88,7 +92,7 @@ func TestRequested(t *testing.T) {
 			t.Errorf("the request ended the term: %v", term.Err())
 		}
 
-		ended := baton.NewBasicTerm("l", 2, time.Now().Add(time.Hour), nil)
+		ended := backend.NewBasicTerm("l", 2, time.Now().Add(time.Hour), nil)
 		ctx2, cancel2 := context.WithCancelCause(context.Background())
 		defer cancel2(nil)
 		stop2 := stopearly.Requested(ended, ended.ResignRequested(), errAsked, cancel2)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/internal/testkit"
 )
@@ -81,7 +81,7 @@ func TestContextEndsAfterItsBound(t *testing.T) {
 }
 
 func newBackend(t *testing.T, s *memory.Store) *memory.Backend {
-	b, err := memory.New(s, memory.Options{Config: baton.Config{TTL: time.Second}})
+	b, err := memory.New(s, memory.Options{Config: backend.Config{TTL: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

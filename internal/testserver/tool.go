@@ -208,3 +208,16 @@ func repoRoot() (string, error) {
 		dir = parent
 	}
 }
+
+// ToolError reports that a tool's binary could not be built or found; tests
+// hand it to Unavailable rather than failing outright.
+type ToolError struct {
+	Tool Tool
+	Err  error
+}
+
+// Error implements error.
+func (e *ToolError) Error() string { return fmt.Sprintf("%v\n%s", e.Err, e.Tool.Hint()) }
+
+// Unwrap returns the underlying error.
+func (e *ToolError) Unwrap() error { return e.Err }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/discovery"
 	"github.com/batonhq/baton/internal/certs"
@@ -84,7 +85,7 @@ func Run(ctx context.Context, c Config) error {
 		defer cancel()
 		_ = node.Close(ctx)
 	}()
-	observer, err := raft.New(node, raft.Options{Config: baton.Config{TTL: c.TTL}, StaleReads: true})
+	observer, err := raft.New(node, raft.Options{Config: backend.Config{TTL: c.TTL}, StaleReads: true})
 	if err != nil {
 		return err
 	}
@@ -251,7 +252,7 @@ func (d *demo) run(ctx context.Context, node *raft.Node, observer *raft.Backend)
 		fmt.Fprintf(d.out, "\nsummary (%s): %d kill(s), %d nodes, --ttl %s\n", why, kills, d.c.Nodes, d.c.TTL)
 		fmt.Fprintf(d.out, "  crash failover (kill -9):      %s\n", stats(crash))
 		fmt.Fprintf(d.out, "      the standbys waited for the dead leader's session to expire (about --ttl;\n")
-		fmt.Fprintf(d.out, "      plus a raft election, 1-2s, when the dead node was also the raft leader)\n")
+		fmt.Fprintf(d.out, "      up to half a raft heartbeat timeout more when the dead node was also the raft leader)\n")
 		fmt.Fprintf(d.out, "  graceful hand-over (SIGTERM):  %s\n", stats(graceful))
 		fmt.Fprintf(d.out, "      the leader stopped its job and resigned; a standby took over at once\n")
 	}

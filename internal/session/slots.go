@@ -1,4 +1,4 @@
-package renew
+package session
 
 import (
 	"context"
@@ -6,9 +6,10 @@ import (
 	"sync"
 
 	"github.com/batonhq/baton"
+	batonbackend "github.com/batonhq/baton/backend"
 )
 
-// Slots keeps the lease names one Backend campaigns for or holds, one slot
+// slots keeps the lease names one Backend campaigns for or holds, one slot
 // per name. The session backends derive a campaign's key or node from the
 // Backend's one session, so two campaigns of one Backend for one name must
 // not overlap; nor may a new campaign start while a clean-up after an older
@@ -16,51 +17,48 @@ import (
 //
 // A name is claimed from Claim until Unclaim gives it back, or longer:
 //
-//   - While a clean-up marked by CleaningLocked runs, Unclaim leaves the
-//     name claimed, and a new Claim for it waits for the clean-up's end,
-//     which gives the name back.
-//   - Once the campaign won (WonLocked), a new Claim for the name fails
+//   - While a clean-up (Manager.CleanLater) runs, Unclaim leaves the name
+//     claimed, and a new Claim for it waits for the clean-up's end, which
+//     gives the name back.
+//   - Once the campaign won (Manager.Start), a new Claim for the name fails
 //     with baton.ErrAlreadyCampaigning while the term runs, and takes the
 //     slot over once it ended: the backend's campaign copes with what the
-//     old term may have left (etcd, ZooKeeper).
-//   - Once the campaign won with WonUntilGoneLocked, a new Claim also fails
+//     old term may have left (etcd, ZooKeeper, raft).
+//   - Once the campaign won with Win.UntilGone, a new Claim also fails
 //     while the term runs, but after it ended waits until Gone says that
 //     what the term held is gone (Consul).
 //
-// Locking: Slots has no mutex of its own. It is guarded by the Backend's
-// mutex, given to NewSlots, which also guards the Backend's closed flag
-// (read through the closed function), so that a Backend can act on its
-// slots and its other state in one critical section: a clean-up, say,
-// checks that the Backend is not closed, marks the slot and adds itself to
-// the Backend's WaitGroup at once, so that Close cannot come in between.
-// With one mutex there is no lock order to keep. Methods whose names end
-// in Locked are called with the mutex held; the others take it themselves
-// and are called without it.
-type Slots struct {
+// Locking: slots is guarded by its Manager's mutex, which also guards the
+// closed flag (read through the closed function), so that the Manager can
+// act on a slot and its other state in one critical section: a clean-up,
+// say, checks that the Manager is not closed, marks the slot and adds
+// itself to the wait group at once, so that Close cannot come in between.
+// Methods whose names end in Locked are called with the mutex held; the
+// others take it themselves and are called without it.
+type slots struct {
 	mu      sync.Locker
 	closed  func() bool
 	backend string
 	slots   map[string]*Slot // by lease name
 }
 
-// NewSlots returns a Backend's slots, guarded by mu (see Slots). closed
-// reports, called with mu held, whether the Backend is closed. backend
-// names the backend in Claim's errors ("etcd allows one campaign per lease
-// name per Backend").
-func NewSlots(mu sync.Locker, closed func() bool, backend string) *Slots {
-	return &Slots{mu: mu, closed: closed, backend: backend, slots: map[string]*Slot{}}
+// newSlots returns slots guarded by mu (see slots). closed reports, called
+// with mu held, whether the Manager is closed. backend names the backend in
+// Claim's errors ("etcd allows one campaign per lease name per Backend").
+func newSlots(mu sync.Locker, closed func() bool, backend string) *slots {
+	return &slots{mu: mu, closed: closed, backend: backend, slots: map[string]*Slot{}}
 }
 
 // Slot marks a lease name claimed by one campaign. Its fields are guarded
-// by the Slots' mutex.
+// by the slots' mutex.
 type Slot struct {
 	name string
-	term *baton.BasicTerm // set once the lease is won
+	term *batonbackend.BasicTerm // set once the lease is won
 
-	// gone, set with term by WonUntilGoneLocked, is closed by Gone.
+	// gone, set with term by wonUntilGoneLocked, is closed by Gone.
 	gone chan struct{}
 
-	// cleaning is non-nil while a clean-up marked by CleaningLocked runs,
+	// cleaning is non-nil while a clean-up marked by cleaningLocked runs,
 	// and closed when it is over.
 	cleaning chan struct{}
 }
@@ -68,9 +66,9 @@ type Slot struct {
 // Claim claims lease name for a campaign of candidate id. It fails with
 // baton.ErrClosed once the Backend is closed, and with an error wrapping
 // baton.ErrAlreadyCampaigning while another campaign of the Backend holds
-// the name (see Slots); it waits for a clean-up, or for an ended term's
+// the name (see slots); it waits for a clean-up, or for an ended term's
 // Gone, and returns ctx.Err() if ctx ends first.
-func (s *Slots) Claim(ctx context.Context, name, id string) (*Slot, error) {
+func (s *slots) Claim(ctx context.Context, name, id string) (*Slot, error) {
 	for {
 		s.mu.Lock()
 		if s.closed() {
@@ -105,7 +103,7 @@ func (s *Slots) Claim(ctx context.Context, name, id string) (*Slot, error) {
 
 // Campaign claims name for candidate id (see Claim), runs campaign with
 // the slot, and gives the name back (see Unclaim) if campaign fails.
-func (s *Slots) Campaign(ctx context.Context, name, id string, campaign func(*Slot) (baton.Term, error)) (baton.Term, error) {
+func (s *slots) Campaign(ctx context.Context, name, id string, campaign func(*Slot) (baton.Term, error)) (baton.Term, error) {
 	sl, err := s.Claim(ctx, name, id)
 	if err != nil {
 		return nil, err
@@ -119,9 +117,9 @@ func (s *Slots) Campaign(ctx context.Context, name, id string, campaign func(*Sl
 }
 
 // Unclaim gives sl's name back, unless another slot took it over, a
-// clean-up still needs it, or it was won with WonUntilGoneLocked (then
+// clean-up still needs it, or it was won with wonUntilGoneLocked (then
 // Gone gives it back).
-func (s *Slots) Unclaim(sl *Slot) {
+func (s *slots) Unclaim(sl *Slot) {
 	s.mu.Lock()
 	if s.slots[sl.name] == sl && sl.cleaning == nil && sl.gone == nil {
 		delete(s.slots, sl.name)
@@ -130,28 +128,28 @@ func (s *Slots) Unclaim(sl *Slot) {
 }
 
 // Claimed reports whether name is claimed.
-func (s *Slots) Claimed(name string) bool {
+func (s *slots) Claimed(name string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.slots[name] != nil
 }
 
-// WonLocked records that sl's campaign won term t: a new claim may take
+// wonLocked records that sl's campaign won term t: a new claim may take
 // the slot over once t ended.
-func (s *Slots) WonLocked(sl *Slot, t *baton.BasicTerm) {
+func (s *slots) wonLocked(sl *Slot, t *batonbackend.BasicTerm) {
 	sl.term = t
 }
 
-// WonUntilGoneLocked records that sl's campaign won term t, and that a new
+// wonUntilGoneLocked records that sl's campaign won term t, and that a new
 // claim waits, after t ended, until Gone(sl).
-func (s *Slots) WonUntilGoneLocked(sl *Slot, t *baton.BasicTerm) {
+func (s *slots) wonUntilGoneLocked(sl *Slot, t *batonbackend.BasicTerm) {
 	sl.term, sl.gone = t, make(chan struct{})
 }
 
-// Gone says that what the term of sl (won with WonUntilGoneLocked) held is
+// Gone says that what the term of sl (won with wonUntilGoneLocked) held is
 // gone: it gives the name back, unless another slot took it over, and wakes
 // the claims waiting for it. It is called once.
-func (s *Slots) Gone(sl *Slot) {
+func (s *slots) Gone(sl *Slot) {
 	s.mu.Lock()
 	if s.slots[sl.name] == sl {
 		delete(s.slots, sl.name)
@@ -160,13 +158,13 @@ func (s *Slots) Gone(sl *Slot) {
 	close(sl.gone)
 }
 
-// CleaningLocked marks a clean-up after sl's campaign, if sl still holds
+// cleaningLocked marks a clean-up after sl's campaign, if sl still holds
 // its name and no clean-up is marked yet (ok then): until done is called,
 // the name stays claimed and new claims for it wait. done ends the
 // clean-up: it gives the name back, unless another slot took it over, and
 // wakes the claims waiting. It is called once, without the mutex held;
 // when ok is false it does nothing.
-func (s *Slots) CleaningLocked(sl *Slot) (done func(), ok bool) {
+func (s *slots) cleaningLocked(sl *Slot) (done func(), ok bool) {
 	if s.slots[sl.name] != sl || sl.cleaning != nil {
 		return func() {}, false
 	}
@@ -181,4 +179,12 @@ func (s *Slots) CleaningLocked(sl *Slot) (done func(), ok bool) {
 		s.mu.Unlock()
 		close(cleaning)
 	}, true
+}
+
+// termLocked returns the term won for name, or nil.
+func (s *slots) termLocked(name string) *batonbackend.BasicTerm {
+	if sl := s.slots[name]; sl != nil {
+		return sl.term
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package renew
+package session
 
 import (
 	"context"
@@ -10,18 +10,19 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 )
 
 // testSlots is a Backend's mutex, closed flag and slots.
 type testSlots struct {
 	mu     sync.Mutex
 	closed bool
-	*Slots
+	*slots
 }
 
 func newTestSlots() *testSlots {
 	b := &testSlots{}
-	b.Slots = NewSlots(&b.mu, func() bool { return b.closed }, "test")
+	b.slots = newSlots(&b.mu, func() bool { return b.closed }, "test")
 	return b
 }
 
@@ -31,22 +32,22 @@ func (b *testSlots) close() {
 	b.mu.Unlock()
 }
 
-func (b *testSlots) won(sl *Slot, t *baton.BasicTerm) {
+func (b *testSlots) won(sl *Slot, t *backend.BasicTerm) {
 	b.mu.Lock()
-	b.WonLocked(sl, t)
+	b.wonLocked(sl, t)
 	b.mu.Unlock()
 }
 
-func (b *testSlots) wonUntilGone(sl *Slot, t *baton.BasicTerm) {
+func (b *testSlots) wonUntilGone(sl *Slot, t *backend.BasicTerm) {
 	b.mu.Lock()
-	b.WonUntilGoneLocked(sl, t)
+	b.wonUntilGoneLocked(sl, t)
 	b.mu.Unlock()
 }
 
 func (b *testSlots) cleaning(sl *Slot) (func(), bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.CleaningLocked(sl)
+	return b.cleaningLocked(sl)
 }
 
 func (b *testSlots) mustClaim(t *testing.T, name string) *Slot {
@@ -84,8 +85,8 @@ func waiting(t *testing.T, ch <-chan claimed) {
 	}
 }
 
-func running() *baton.BasicTerm {
-	return baton.NewBasicTerm("a", 1, time.Now().Add(time.Hour), nil)
+func running() *backend.BasicTerm {
+	return backend.NewBasicTerm("a", 1, time.Now().Add(time.Hour), nil)
 }
 
 func TestSlotsClaimUnclaim(t *testing.T) {
@@ -166,10 +167,10 @@ func TestSlotsCleaning(t *testing.T) {
 		sl := b.mustClaim(t, "a")
 		done, ok := b.cleaning(sl)
 		if !ok {
-			t.Fatal("CleaningLocked refused the name's slot")
+			t.Fatal("cleaningLocked refused the name's slot")
 		}
 		if _, ok := b.cleaning(sl); ok {
-			t.Fatal("CleaningLocked marked a slot already being cleaned up after")
+			t.Fatal("cleaningLocked marked a slot already being cleaned up after")
 		}
 		b.Unclaim(sl)
 		if !b.Claimed("a") {
@@ -185,7 +186,7 @@ func TestSlotsCleaning(t *testing.T) {
 		// A clean-up after a slot that lost its name keeps nothing.
 		stale, ok := b.cleaning(sl)
 		if ok {
-			t.Fatal("CleaningLocked marked a slot that no longer holds its name")
+			t.Fatal("cleaningLocked marked a slot that no longer holds its name")
 		}
 		stale()
 		if !b.Claimed("a") {
@@ -205,7 +206,7 @@ func TestSlotsCleaningEndsWonTerm(t *testing.T) {
 		term.End(baton.ErrResigned)
 		done, ok := b.cleaning(sl)
 		if !ok {
-			t.Fatal("CleaningLocked refused the name's slot")
+			t.Fatal("cleaningLocked refused the name's slot")
 		}
 		ch := b.goClaim(context.Background(), "a")
 		waiting(t, ch)

@@ -1,8 +1,10 @@
-package baton
+package backend
 
 import (
 	"fmt"
 	"time"
+
+	"github.com/batonhq/baton"
 )
 
 // Defaults applied by Config.WithDefaults when a field is zero.
@@ -37,9 +39,9 @@ type Config struct {
 }
 
 // WithDefaults returns c with every zero field replaced by its default, or a
-// *ConfigError naming every invalid field.
+// *baton.ConfigError naming every invalid field.
 func (c Config) WithDefaults() (Config, error) {
-	var errs ConfigError
+	var errs problems
 	if c.TTL < 0 {
 		errs.add(fmt.Sprintf("TTL (%s) must be positive: use a duration such as 10s", c.TTL))
 	}
@@ -76,4 +78,17 @@ func (c Config) WithDefaults() (Config, error) {
 // reading (come from time.Now), so the deadline survives wall-clock jumps.
 func (c Config) SafeUntil(start time.Time, ttl time.Duration) time.Time {
 	return start.Add(ttl - c.DriftMargin)
+}
+
+// problems collects the findings of a validation; errOrNil returns them as one
+// *baton.ConfigError, or nil when there are none.
+type problems []string
+
+func (p *problems) add(s string) { *p = append(*p, s) }
+
+func (p problems) errOrNil() error {
+	if len(p) == 0 {
+		return nil
+	}
+	return &baton.ConfigError{Problems: p}
 }

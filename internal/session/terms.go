@@ -1,20 +1,11 @@
-// Package renew holds what the session backends (etcd, raft, and the
-// ZooKeeper and Consul ones to come) share: the terms riding on one server
-// session, the session's safe-until, and the loop that renews it; and the
-// slots that allow one campaign per lease name per Backend (Slots).
-//
-// A session's safe-until is measured from the send time of its last
-// confirmed renewal; every term riding on it is safe until then, and ends by
-// itself (baton.BasicTerm) if no renewal moves it.
-package renew
+package session
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
-	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
 )
 
 // Terms is one server session's safe-until, the live terms riding on it,
@@ -22,14 +13,14 @@ import (
 type Terms struct {
 	mu        sync.Mutex
 	safeUntil time.Time
-	terms     map[*baton.BasicTerm]struct{}
+	terms     map[*backend.BasicTerm]struct{}
 	lastErr   error // the latest renewal failure, nil after a success
 	err       error // why the session ended; nil while it lasts
 }
 
-// New returns the state of a session confirmed until safeUntil.
-func New(safeUntil time.Time) *Terms {
-	return &Terms{safeUntil: safeUntil, terms: map[*baton.BasicTerm]struct{}{}}
+// NewTerms returns the state of a session confirmed until safeUntil.
+func NewTerms(safeUntil time.Time) *Terms {
+	return &Terms{safeUntil: safeUntil, terms: map[*backend.BasicTerm]struct{}{}}
 }
 
 // Err returns why the session ended, or nil while it lasts.
@@ -41,20 +32,20 @@ func (s *Terms) Err() error {
 
 // Start begins a term of lease with token, riding on the session, and
 // reports false (starting nothing) when the session ended or its safe-until
-// passed. release is the term's release function (see baton.NewBasicTerm).
-func (s *Terms) Start(lease string, token uint64, release func(context.Context) error) (*baton.BasicTerm, bool) {
+// passed. release is the term's release function (see backend.NewBasicTerm).
+func (s *Terms) Start(lease string, token uint64, release func(context.Context) error) (*backend.BasicTerm, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil || !time.Now().Before(s.safeUntil) {
 		return nil, false
 	}
-	t := baton.NewBasicTerm(lease, token, s.safeUntil, release)
+	t := backend.NewBasicTerm(lease, token, s.safeUntil, release)
 	s.terms[t] = struct{}{}
 	return t, true
 }
 
 // Forget stops extending t, whose term has ended.
-func (s *Terms) Forget(t *baton.BasicTerm) {
+func (s *Terms) Forget(t *backend.BasicTerm) {
 	s.mu.Lock()
 	delete(s.terms, t)
 	s.mu.Unlock()
@@ -106,7 +97,7 @@ func (s *Terms) End(err error) bool {
 // renewIn returns how long to wait before the next renewal: interval, but
 // at most half the time left before safe-until, so that renewals are still
 // tried before the deadline when the last confirmation was slow. Past the
-// deadline it returns a moment, for KeepAlive to notice.
+// deadline it returns a moment, for keepAlive to notice.
 func (s *Terms) renewIn(interval time.Duration) time.Duration {
 	s.mu.Lock()
 	left := time.Until(s.safeUntil)
@@ -114,11 +105,11 @@ func (s *Terms) renewIn(interval time.Duration) time.Duration {
 	return max(min(interval, left/2), time.Millisecond)
 }
 
-// Renewal says how KeepAlive renews a session and what it does when that
+// renewal says how keepAlive renews a session and what it does when that
 // fails.
-type Renewal struct {
-	// Interval is the time between renewals (baton.Config.RenewInterval);
-	// after a failure KeepAlive retries four times as often.
+type renewal struct {
+	// Interval is the time between renewals (backend.Config.RenewInterval);
+	// after a failure keepAlive retries four times as often.
 	Interval time.Duration
 	// Renew renews the session once, within ctx (which ends at the current
 	// safe-until), and returns the new safe-until, measured from when the
@@ -127,20 +118,20 @@ type Renewal struct {
 	// Gone reports whether a Renew error means the server no longer has
 	// the session.
 	Gone func(error) bool
-	// Expired runs, and KeepAlive returns, when safe-until passed without
+	// Expired runs, and keepAlive returns, when safe-until passed without
 	// a confirmed renewal; lastErr is the last renewal's error.
 	Expired func(lastErr error)
-	// Lost runs, and KeepAlive returns, when Renew's error is Gone.
+	// Lost runs, and keepAlive returns, when Renew's error is Gone.
 	Lost func(err error)
 	// Failed runs after any other failed renewal, with the time left
 	// before safe-until.
 	Failed func(err error, left time.Duration)
 }
 
-// KeepAlive renews the session until ctx ends, it expires, or the server
+// keepAlive renews the session until ctx ends, it expires, or the server
 // reports it gone. Each renewal is bounded by the current safe-until, after
 // which it would be useless.
-func (s *Terms) KeepAlive(ctx context.Context, r Renewal) {
+func (s *Terms) keepAlive(ctx context.Context, r renewal) {
 	next := s.renewIn(r.Interval)
 	for {
 		timer := time.NewTimer(next)
@@ -175,22 +166,4 @@ func (s *Terms) KeepAlive(ctx context.Context, r Renewal) {
 			next = s.renewIn(r.Interval / 4)
 		}
 	}
-}
-
-// CampaignErr turns err, met while campaigning for lease on session s,
-// into Campaign's error: ctx.Err() once ctx ended (the caller gave up; the
-// cause is noise), baton.ErrClosed once the backend is closed, and
-// otherwise an error wrapping baton.ErrBackendUnavailable, with why the
-// session ended in place of err when it did.
-func CampaignErr(ctx context.Context, closed bool, s *Terms, lease, what string, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if closed {
-		return baton.ErrClosed
-	}
-	if serr := s.Err(); serr != nil {
-		err = serr
-	}
-	return fmt.Errorf("%w: lease %q: %s: %w", baton.ErrBackendUnavailable, lease, what, err)
 }

@@ -1,18 +1,20 @@
-package baton
+package backend
 
 import (
 	"context"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/batonhq/baton"
 )
 
 // BasicTerm is a ready-made Term for backend authors. The backend creates it
 // when it acquires a lease, calls Extend after each confirmed renewal, End
 // when the store says the lease is gone, and RequestResign when the store
 // relays a request that the holder resign; BasicTerm ends itself with
-// ErrExpired when SafeUntil passes without an Extend. It implements
-// ResignRequestTerm. Safe for concurrent use.
+// baton.ErrExpired when SafeUntil passes without an Extend. It implements
+// baton.ResignRequestTerm. Safe for concurrent use.
 type BasicTerm struct {
 	lease   string
 	token   uint64
@@ -30,7 +32,7 @@ type BasicTerm struct {
 	reqErr    error // RequestResign's reason; nil until then
 }
 
-var _ ResignRequestTerm = (*BasicTerm)(nil)
+var _ baton.ResignRequestTerm = (*BasicTerm)(nil)
 
 // NewBasicTerm starts a term of lease with token, safe until safeUntil (which
 // must carry a monotonic clock reading). release gives the lease back to the
@@ -64,45 +66,45 @@ func (t *BasicTerm) expire() {
 		t.mu.Unlock()
 		return
 	}
-	err := ErrExpired
+	err := baton.ErrExpired
 	if t.renewErr != nil {
-		err = fmt.Errorf("%w (last renewal error: %w)", ErrExpired, t.renewErr)
+		err = fmt.Errorf("%w (last renewal error: %w)", baton.ErrExpired, t.renewErr)
 	}
 	t.endLocked(err)
 	t.mu.Unlock()
 }
 
-// Lease implements Term.
+// Lease implements baton.Term.
 func (t *BasicTerm) Lease() string { return t.lease }
 
-// Token implements Term.
+// Token implements baton.Term.
 func (t *BasicTerm) Token() uint64 { return t.token }
 
-// SafeUntil implements Term.
+// SafeUntil implements baton.Term.
 func (t *BasicTerm) SafeUntil() time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.safeUntil
 }
 
-// Done implements Term.
+// Done implements baton.Term.
 func (t *BasicTerm) Done() <-chan struct{} { return t.done }
 
-// Err implements Term.
+// Err implements baton.Term.
 func (t *BasicTerm) Err() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.err
 }
 
-// ResignRequested implements ResignRequestTerm.
+// ResignRequested implements baton.ResignRequestTerm.
 func (t *BasicTerm) ResignRequested() <-chan struct{} { return t.resignQ }
 
 // RequestResign records that a resign of the term was requested from
 // outside the holding process, and closes the ResignRequested channel. It
 // does not end the term or release the lease: the holder stops its work,
 // then calls Resign, which ends the term with reason (it should wrap
-// ErrResigned and say who asked) and releases. It reports whether this call
+// baton.ErrResigned and say who asked) and releases. It reports whether this call
 // made the request: false when one was made before or the term has ended.
 func (t *BasicTerm) RequestResign(reason error) bool {
 	t.mu.Lock()
@@ -111,7 +113,7 @@ func (t *BasicTerm) RequestResign(reason error) bool {
 		return false
 	}
 	if reason == nil {
-		reason = ErrResigned
+		reason = baton.ErrResigned
 	}
 	t.reqErr = reason
 	close(t.resignQ)
@@ -136,14 +138,14 @@ func (t *BasicTerm) Extend(safeUntil time.Time) bool {
 }
 
 // RenewFailed records err as the latest renewal failure; if the term then
-// expires, Err wraps it beside ErrExpired.
+// expires, Err wraps it beside baton.ErrExpired.
 func (t *BasicTerm) RenewFailed(err error) {
 	t.mu.Lock()
 	t.renewErr = err
 	t.mu.Unlock()
 }
 
-// End ends the term with reason err (which should wrap one of the package's
+// End ends the term with reason err (which should wrap one of baton's
 // loss sentinels) and reports whether this call ended it; only the first
 // reason is kept.
 func (t *BasicTerm) End(err error) bool {
@@ -162,7 +164,7 @@ func (t *BasicTerm) endLocked(err error) bool {
 	return true
 }
 
-// Resign implements Term: it ends the term with ErrResigned, or with the
+// Resign implements baton.Term: it ends the term with baton.ErrResigned, or with the
 // reason given to RequestResign (unless it had already ended for another
 // reason), then calls the release function once.
 // Release runs even after a loss or an expiry: the store may still hold
@@ -171,7 +173,7 @@ func (t *BasicTerm) endLocked(err error) bool {
 // Resign returns the first one's result.
 func (t *BasicTerm) Resign(ctx context.Context) error {
 	t.mu.Lock()
-	reason := ErrResigned
+	reason := baton.ErrResigned
 	if t.reqErr != nil {
 		reason = t.reqErr
 	}

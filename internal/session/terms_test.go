@@ -1,4 +1,4 @@
-package renew
+package session
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 func TestStartExtendEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := New(time.Now().Add(time.Second))
+		s := NewTerms(time.Now().Add(time.Second))
 		term, ok := s.Start("a", 7, nil)
 		if !ok {
 			t.Fatal("Start refused on a live session")
@@ -37,7 +37,7 @@ func TestStartExtendEnd(t *testing.T) {
 
 func TestStartRefusedPastSafeUntil(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := New(time.Now().Add(time.Second))
+		s := NewTerms(time.Now().Add(time.Second))
 		time.Sleep(time.Second)
 		if _, ok := s.Start("a", 1, nil); ok {
 			t.Fatal("Start after safe-until")
@@ -48,12 +48,12 @@ func TestStartRefusedPastSafeUntil(t *testing.T) {
 func TestKeepAliveExtendsThenExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const ttl = 3 * time.Second
-		s := New(time.Now().Add(ttl))
+		s := NewTerms(time.Now().Add(ttl))
 		term, _ := s.Start("a", 1, nil)
 		failing := errors.New("unreachable")
 		renewals, failures := 0, 0
 		var expiredWith error
-		s.KeepAlive(context.Background(), Renewal{
+		s.keepAlive(context.Background(), renewal{
 			Interval: time.Second,
 			Renew: func(context.Context) (time.Time, error) {
 				renewals++
@@ -83,10 +83,10 @@ func TestKeepAliveExtendsThenExpires(t *testing.T) {
 
 func TestKeepAliveLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := New(time.Now().Add(3 * time.Second))
+		s := NewTerms(time.Now().Add(3 * time.Second))
 		gone := errors.New("no such session")
 		var lost error
-		s.KeepAlive(context.Background(), Renewal{
+		s.keepAlive(context.Background(), renewal{
 			Interval: time.Second,
 			Renew:    func(context.Context) (time.Time, error) { return time.Time{}, gone },
 			Gone:     func(err error) bool { return errors.Is(err, gone) },
@@ -102,12 +102,12 @@ func TestKeepAliveLost(t *testing.T) {
 
 func TestKeepAliveStopsWithContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := New(time.Now().Add(time.Hour))
+		s := NewTerms(time.Now().Add(time.Hour))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			s.KeepAlive(ctx, Renewal{
+			s.keepAlive(ctx, renewal{
 				Interval: time.Second,
 				Renew:    func(context.Context) (time.Time, error) { return time.Now().Add(time.Hour), nil },
 				Gone:     func(error) bool { return false },

@@ -1,0 +1,358 @@
+package consul
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/epoch"
+	"github.com/batonhq/baton/internal/session"
+	"github.com/hashicorp/consul/api"
+)
+
+// Campaign implements baton.Backend. A second Campaign for a name this
+// Backend already campaigns for or holds returns an error wrapping
+// baton.ErrAlreadyCampaigning, whatever the candidate: the Backend's one
+// session can hold a lease's key only once. A key held by something other
+// than a lock (a `consul lock -n 2` semaphore) gives an error wrapping
+// ErrKeyConflict. The term it returns implements baton.StateTerm: its
+// state lives at StateKey(name).
+func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) (baton.Term, error) {
+	key, err := b.Key(name)
+	if err != nil {
+		return nil, err
+	}
+	if c.ID == "" {
+		return nil, fmt.Errorf("consul: candidate ID must not be empty (lease %q)", name)
+	}
+	return b.sessions.Campaign(ctx, name, c.ID, func(sl *session.Slot) (baton.Term, error) {
+		return b.campaign(ctx, sl, name, key, c.ID)
+	})
+}
+
+// dropLock deletes key if session s holds it, for a campaign whose lock
+// transaction failed without a verdict and which holds the name's slot, so
+// that the lock can only be that transaction's. It tries once, bounded by
+// RenewInterval (the campaign's ctx may be what ended, and Campaign should
+// not outlive it by much), and then keeps trying in the background,
+// holding the slot, until it succeeds or the session ends (which takes the
+// lock with it), as etcd's dropKey does.
+func (b *Backend) dropLock(s *sess, sl *session.Slot, name, key string) {
+	if s.Context().Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.Context(), b.cfg.RenewInterval)
+	err := b.deleteOwn(ctx, s, key)
+	cancel()
+	if err == nil {
+		return
+	}
+	b.log.Warn("could not check for a lock left by a failed campaign; retrying in the background", "lease", name, "key", key, "err", err)
+	// Close destroys the session, and the lock with it.
+	b.sessions.CleanClaimed(sl, func() {
+		session.Retry(s.Context(), b.cfg.RenewInterval, b.reqTimeout, false, func(ctx context.Context) error {
+			err := b.deleteOwn(ctx, s, key)
+			if err != nil {
+				b.log.Debug("lock of a failed campaign not checked yet", "lease", name, "key", key, "err", err)
+			}
+			return err
+		})
+	})
+}
+
+// deleteOwn deletes key if session s holds it.
+func (b *Backend) deleteOwn(ctx context.Context, s *sess, key string) error {
+	for range 3 {
+		p, err := b.get(ctx, key)
+		if err != nil {
+			return err
+		}
+		if p == nil || p.Session != s.ID {
+			return nil
+		}
+		err = b.deleteCAS(ctx, key, p.ModifyIndex)
+		if err == nil {
+			b.log.Info("deleted a lock that a failed campaign's transaction took", "key", key, "index", p.ModifyIndex)
+			return nil
+		}
+		if !errors.Is(err, errCASFailed) {
+			return err
+		}
+	}
+	return fmt.Errorf("consul: lock key %s keeps changing under our session", key)
+}
+
+// lockOutcome is what one attempt to lock a key came to.
+type lockOutcome int
+
+const (
+	locked  lockOutcome = iota
+	changed             // the key changed since it was read: read it again
+	refused             // lock-delay, or our session is gone
+)
+
+func (b *Backend) campaign(ctx context.Context, sl *session.Slot, name, key, id string) (baton.Term, error) {
+	s, err := b.sessions.Session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a := &attempt{b: b, sl: sl, name: name, key: key, id: id, s: s}
+	defer func() { b.w.unsubscribe(a.sb) }() // nil once handed to the term
+	// The first look is a plain read, so that an uncontended campaign costs
+	// a read and a transaction and no watch.
+	pair, err := b.get(ctx, key)
+	if err != nil {
+		return nil, b.campaignErr(ctx, s, name, "read "+key, err)
+	}
+	a.st = state{pair: pair}
+	for {
+		if t, done, err := a.act(ctx); done {
+			return t, err
+		}
+		if err := a.wait(ctx); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// attempt is a campaign's state between the watch's answers.
+type attempt struct {
+	b             *Backend
+	sl            *session.Slot
+	name, key, id string
+	s             *sess
+	sb            *sub // the subscription to key; nil before the first wait, and once handed to the term
+
+	st          state
+	after       uint64        // the seq of the last state acted on
+	retry       time.Duration // when positive: try again after this long even if nothing changed
+	backoff     time.Duration // for lock-delays of unknown length
+	holder      string        // the last session seen holding the key
+	holderDelay time.Duration // its lock-delay, when known
+	freedAt     time.Time     // when we saw holder's lock go
+	newSession  bool          // a second session was started for this campaign
+}
+
+// act acts on the key's state as last seen, and reports done once the
+// campaign won (a term) or failed (an error).
+func (a *attempt) act(ctx context.Context) (baton.Term, bool, error) {
+	b, s := a.b, a.s
+	a.retry = 0
+	switch p := a.st.pair; {
+	case a.st.err != nil:
+		return nil, true, b.campaignErr(ctx, s, a.name, "watch "+a.key, a.st.err)
+	case p != nil && p.Flags != api.LockFlagValue:
+		return nil, true, conflictErr(a.key, p.Flags)
+	case p != nil && p.Session == s.ID:
+		// Our session's lock without a term: the slot forbids it, but
+		// should it happen, waiting would never end.
+		b.log.Warn("deleting a lock of our session that no term holds", "lease", a.name, "key", a.key, "index", p.ModifyIndex)
+		if err := b.deleteCAS(ctx, a.key, p.ModifyIndex); err != nil && !errors.Is(err, errCASFailed) {
+			return nil, true, b.campaignErr(ctx, s, a.name, "delete "+a.key, err)
+		}
+		if a.sb != nil {
+			b.w.refresh(a.sb) // we changed the key: look again, whatever it shows
+		}
+	case p != nil && p.Session != "":
+		if p.Session != a.holder {
+			a.holder, a.holderDelay, a.freedAt = p.Session, b.lockDelayOf(ctx, p.Session), time.Time{}
+		}
+	default:
+		return a.lock(ctx, p)
+	}
+	return nil, false, nil
+}
+
+// lock tries to lock the key, free as last seen (p).
+func (a *attempt) lock(ctx context.Context, p *api.KVPair) (baton.Term, bool, error) {
+	b, s := a.b, a.s
+	if a.holder != "" && a.freedAt.IsZero() {
+		a.freedAt = time.Now()
+	}
+	// Should the lock lose a race (someone else's write came between the
+	// state we act on and our transaction), the key may be back in that
+	// state by the watch's next answer (locked and deleted again), which
+	// would then not wake us: ask for that answer regardless. Asked before
+	// the transaction, not after its failure, because the answer may
+	// arrive in between, and would then be swallowed. A term that wins
+	// ignores the one spurious wake-up.
+	if a.sb != nil {
+		b.w.refresh(a.sb)
+	}
+	index, ep, outcome, err := b.lock(ctx, s, a.name, a.key, a.id, p)
+	if err != nil {
+		// The transaction may have landed though its answer was lost (ctx
+		// ended, a timeout, a dropped connection). Our session would then
+		// hold the key with no term to release it, blocking every other
+		// candidate for as long as this Backend lives.
+		if !errors.Is(err, ErrPermissionDenied) {
+			b.dropLock(s, a.sl, a.name, a.key)
+		}
+		return nil, true, b.campaignErr(ctx, s, a.name, "lock "+a.key, err)
+	}
+	switch outcome {
+	case locked:
+		t, err := b.hold(s, a.sl, a.name, a.key, index, epoch.Token(ep, index), a.sb)
+		a.sb = nil
+		return t, true, err
+	case changed:
+		// Lost a race: the watch's next answer wakes us (see the refresh
+		// above).
+		return nil, false, nil
+	}
+	return a.refused(ctx)
+}
+
+// refused follows a lock that Consul refused: our session is gone (then a
+// new one acts on the same state at once, once per campaign), or a
+// lock-delay is in effect (then the next wait ends when it should be over).
+func (a *attempt) refused(ctx context.Context) (baton.Term, bool, error) {
+	b := a.b
+	alive, err := b.alive(ctx, a.s)
+	if err != nil {
+		return nil, true, b.campaignErr(ctx, a.s, a.name, "look up session "+a.s.ID, err)
+	}
+	if !alive {
+		b.sessions.Lost(a.s)
+		if a.newSession {
+			return nil, true, b.campaignErr(ctx, a.s, a.name, "lock "+a.key, errSessionGone)
+		}
+		a.newSession = true
+		if a.s, err = b.sessions.Session(ctx); err != nil {
+			return nil, true, err
+		}
+		return a.act(ctx)
+	}
+	// A lock-delay. Its end is known when we saw the lock of a session
+	// whose delay we looked up go; otherwise back off.
+	if a.holderDelay > 0 && !a.freedAt.IsZero() && a.backoff == 0 {
+		a.retry = a.holderDelay - time.Since(a.freedAt) + 10*time.Millisecond
+	}
+	if a.retry <= 0 {
+		a.backoff = min(max(2*a.backoff, 50*time.Millisecond), time.Second)
+		a.retry = a.backoff
+	}
+	b.log.Debug("lock-delay in effect; trying again later", "lease", a.name, "key", a.key, "retry_in", a.retry)
+	return nil, false, nil
+}
+
+// wait waits for the watch's next answer about the key, or for the retry
+// time set by a lock-delay.
+func (a *attempt) wait(ctx context.Context) error {
+	b := a.b
+	if a.sb == nil {
+		if a.sb = b.w.subscribe(a.key); a.sb == nil {
+			return baton.ErrClosed
+		}
+	}
+	next, fresh, err := b.w.next(ctx, a.sb, a.after, a.retry, a.s.Context().Done())
+	if err != nil {
+		return b.campaignErr(ctx, a.s, a.name, "wait for "+a.key, err)
+	}
+	if fresh {
+		if !samePair(next.pair, a.st.pair) {
+			a.backoff = 0
+		}
+		a.st, a.after = next, next.seq
+	}
+	return nil
+}
+
+// lock tries once to lock key for candidate id with session s, provided
+// key is still as seen (nil: absent). It returns the ModifyIndex Consul
+// gave the key as it locked it, read from the transaction's own result so
+// that no later write can be mistaken for it, and the lease's epoch, read
+// in the same transaction (see epochKey).
+func (b *Backend) lock(ctx context.Context, s *sess, name, key, id string, seen *api.KVPair) (uint64, uint64, lockOutcome, error) {
+	guard := &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: key}
+	if seen != nil {
+		guard = &api.KVTxnOp{Verb: api.KVCheckIndex, Key: key, Index: seen.ModifyIndex}
+	}
+	ekey := epochKey(key)
+	ops := api.TxnOps{
+		{KV: guard},
+		{KV: &api.KVTxnOp{Verb: api.KVGet, Key: ekey}},
+		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: key, Value: []byte(id), Flags: api.LockFlagValue, Session: s.ID}},
+	}
+	for range 3 {
+		resp, ok, err := b.txn(ctx, ops)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if !ok {
+			noEpoch := false
+			for _, e := range resp.Errors {
+				switch e.OpIndex {
+				case 0:
+					return 0, 0, changed, nil
+				case 1:
+					noEpoch = true
+				}
+			}
+			if noEpoch {
+				if err := b.createEpoch(ctx, name, ekey); err != nil {
+					return 0, 0, 0, err
+				}
+				continue
+			}
+			// Consul checks lock-delays before the transaction reaches raft,
+			// and a vanished session fails the lock op itself.
+			return 0, 0, refused, nil
+		}
+		var (
+			index uint64
+			ep    *api.KVPair
+		)
+		for _, r := range resp.Results {
+			switch kv := r.KV; {
+			case kv == nil:
+			case kv.Key == ekey:
+				ep = &api.KVPair{Key: kv.Key, Value: kv.Value}
+			case kv.Key == key && kv.Session == s.ID:
+				index = kv.ModifyIndex
+			}
+		}
+		if index == 0 {
+			return 0, 0, 0, fmt.Errorf("consul: the transaction that locked %s returned no entry for it", key)
+		}
+		e, err := b.sawEpoch(name, ep)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		return index, e, locked, nil
+	}
+	return 0, 0, 0, fmt.Errorf("consul: epoch key %s keeps vanishing", ekey)
+}
+
+// campaignErr turns err into Campaign's error: ctx.Err() once ctx ended,
+// baton.ErrClosed once the Backend is closed, ErrKeyConflict and
+// ErrPermissionDenied as they are, and otherwise an error wrapping
+// baton.ErrBackendUnavailable (with why the session ended, if it did).
+func (b *Backend) campaignErr(ctx context.Context, s *sess, name, what string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if b.sessions.Closed() {
+		return baton.ErrClosed
+	}
+	if errors.Is(err, ErrPermissionDenied) || errors.Is(err, ErrKeyConflict) {
+		return fmt.Errorf("lease %q: %s: %w", name, what, err)
+	}
+	if serr := s.Err(); serr != nil {
+		err = serr
+	}
+	return fmt.Errorf("%w: lease %q: %s: %w", baton.ErrBackendUnavailable, name, what, err)
+}
+
+func (b *Backend) unavailable(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var ttlErr *SessionTTLError
+	if errors.Is(err, ErrPermissionDenied) || errors.As(err, &ttlErr) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return fmt.Errorf("%w: %s: %w", baton.ErrBackendUnavailable, what, err)
+}

@@ -1,0 +1,42 @@
+package etcd
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/batonhq/baton/backend"
+)
+
+// Options configures a Backend. The zero value means the documented defaults.
+type Options struct {
+	backend.
+		// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s, TTL/3,
+		// TTL/10). etcd grants TTLs in whole seconds, so TTL is rounded up to the
+		// next second when the session is granted; RenewInterval and DriftMargin
+		// are used as given.
+		Config
+
+	// Prefix is put in front of every lease name to make the etcd election
+	// name, as in concurrency.NewElection(session, Prefix+name); include a
+	// trailing "/" if you want one. Empty (the default) means the lease name
+	// is the election name, so that `etcdctl elect --listen NAME` finds it;
+	// set it (say to "baton/") to keep baton's keys apart in a shared etcd.
+	Prefix string
+
+	// Logger receives log lines (group "etcd"). Nil (the default) means
+	// silent.
+	Logger *slog.Logger
+}
+
+func checkName(name string) error {
+	if name == "" {
+		return errors.New("etcd: lease name must not be empty")
+	}
+	if strings.Contains(name, "/") {
+		return fmt.Errorf("etcd: lease name %q must not contain \"/\": its keys would fall under election %q too, and the two would contend; put shared path segments in Options.Prefix",
+			name, name[:strings.IndexByte(name, '/')])
+	}
+	return nil
+}

@@ -1,0 +1,115 @@
+package raft
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+)
+
+// forwardJSON posts (or, with a nil body, gets) path on the raft leader.
+func (n *Node) forwardJSON(ctx context.Context, path string, body, out any) error {
+	addr, _ := n.raft.LeaderWithID()
+	if addr == "" {
+		return ErrNotLeader
+	}
+	if string(addr) == n.addr {
+		return ErrNotLeader // we are it, but not ready yet
+	}
+	return n.client.call(ctx, string(addr), path, body, out, true)
+}
+
+// apiClient calls peers' group API.
+type apiClient struct {
+	mu     sync.Mutex
+	secret string // the bearer token sent with each call; see bearer
+	hc     *http.Client
+	tr     *http.Transport // nil when hc is the caller's
+	scheme string          // "https" (members, over the mux) or "http" (agent clients)
+}
+
+func newAPIClient(cfg *tls.Config, g *gate, secret string) *apiClient {
+	key := newConnKey(secret)
+	tr := &http.Transport{
+		DialTLSContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return dialProto(ctx, cfg, g, key, addr, protoAPI)
+		},
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     time.Minute,
+	}
+	return &apiClient{secret: secret, tr: tr, hc: &http.Client{Transport: tr}, scheme: "https"}
+}
+
+func (c *apiClient) close() {
+	if c.tr != nil {
+		c.tr.CloseIdleConnections()
+	}
+}
+
+// call does one request to the member at addr. A nil body makes it a GET,
+// with path carrying any query.
+func (c *apiClient) call(ctx context.Context, addr, path string, body, out any, forwarded bool) error {
+	method := http.MethodGet
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		method, rd = http.MethodPost, bytes.NewReader(b)
+	}
+	u := url.URL{Scheme: c.scheme, Host: addr}
+	req, err := http.NewRequestWithContext(ctx, method, u.String()+path, rd)
+	if err != nil {
+		return err
+	}
+	if tok := c.bearer(); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	if forwarded {
+		req.Header.Set(forwardedHeader, "1")
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrNotLeader, addr, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrNotLeader, addr, err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusServiceUnavailable:
+		return fmt.Errorf("%w: %s: %s", ErrNotLeader, addr, bytes.TrimSpace(b))
+	case resp.StatusCode != http.StatusOK:
+		return &apiError{Status: resp.StatusCode, Msg: string(bytes.TrimSpace(b))}
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(b, out)
+}
+
+// bearer returns the token sent with each call.
+func (c *apiClient) bearer() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.secret
+}
+
+// setBearer replaces the token sent with later calls.
+func (c *apiClient) setBearer(tok string) {
+	c.mu.Lock()
+	c.secret = tok
+	c.mu.Unlock()
+}

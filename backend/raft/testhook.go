@@ -1,0 +1,7 @@
+package raft
+
+import "github.com/batonhq/baton/internal/testhook"
+
+func init() {
+	testhook.KillRaftNode = func(node any) error { return node.(*Node).kill() }
+}

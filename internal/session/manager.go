@@ -1,0 +1,537 @@
+// Package session is the skeleton of the backends whose leases ride on one
+// server session per Backend (etcd, ZooKeeper, Consul, raft).
+//
+// A session's safe-until is measured from the send time of its last
+// confirmed renewal; every term riding on it is safe until then, and ends by
+// itself (backend.BasicTerm) if no renewal moves it.
+//
+// A Manager holds what those backends share: the mutex, the closed flag and
+// the wait group of the Backend's goroutines; the one live Session, granted
+// on first use by one caller at a time; the loop that renews it every
+// RenewInterval (sooner once half the time to safe-until is spent); its end
+// at safe-until (baton.ErrExpired) or when the server dropped it
+// (baton.ErrLeaseLost); the slots that allow one campaign per lease name;
+// the clean-ups of what a cancelled campaign or a failed release left
+// behind; and the order in which Close takes it all down.
+//
+// A backend supplies a Driver: the requests on a server session (grant,
+// renew, revoke) and how to tell that the server no longer has one.
+// Campaigning (claiming a place, waiting for the first one, watching the
+// held key or node, deleting it) stays in the backend, which calls the
+// Manager at its seams: Campaign around a campaign, Session for the session
+// to campaign on, Start when it won, CleanLater for what is left to delete,
+// Close at the end.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
+)
+
+// Driver is a backend's requests on its server sessions; ID names one
+// session (an etcd lease ID, a Consul session ID, ...). The Manager never
+// calls it with its mutex held.
+type Driver[ID comparable] interface {
+	// Grant creates a session, within ctx (bounded by Options.GrantTimeout).
+	// An error that wraps baton.ErrBackendUnavailable or baton.ErrClosed
+	// reaches the campaign as it is; any other through
+	// Options.Unavailable.
+	Grant(ctx context.Context) (Grant[ID], error)
+
+	// Renew renews session id once, within ctx (which ends at the current
+	// safe-until, or for a new session with Options.GrantTimeout), and
+	// returns the new safe-until, measured from when the
+	// renewal was sent. An error Gone reports ends the session with
+	// baton.ErrLeaseLost; an *EndedError ends it with its Err; any other is
+	// retried, four times as often, until safe-until.
+	Renew(ctx context.Context, id ID) (time.Time, error)
+
+	// Revoke ends session id on the server, with one request within ctx.
+	// abandoned is true when the Manager drops a session the server may
+	// still have (its safe-until passed, or it came too slow to confirm):
+	// the Manager then retries Revoke until it succeeds, Gone reports its
+	// error, or Options.AbandonFor passed. At Close it is false.
+	Revoke(ctx context.Context, id ID, abandoned bool) error
+
+	// Gone reports whether err, from Renew or Revoke, says that the server
+	// no longer has the session.
+	Gone(err error) bool
+}
+
+// Checker is an optional Driver method. Session calls Current before it
+// hands out the live session, and ends the session (baton.ErrLeaseLost)
+// when Current reports that the client has since lost it.
+type Checker[ID comparable] interface {
+	Current(id ID) bool
+}
+
+// Grant is a session a Driver created.
+type Grant[ID comparable] struct {
+	ID        ID
+	SafeUntil time.Time // measured from the send time of the create
+	// TTL is the session's TTL as the server granted it, named in errors.
+	TTL time.Duration
+	// Span is how far beyond its send time a confirmation puts
+	// safe-until. While less than half of it is left, the Manager renews
+	// the new session before anything rides on it, three times at most.
+	Span time.Duration
+}
+
+// EndedError, returned by Driver.Renew, ends the session with Err (which
+// the session's terms report) and stops renewing it.
+type EndedError struct{ Err error }
+
+func (e *EndedError) Error() string { return e.Err.Error() }
+func (e *EndedError) Unwrap() error { return e.Err }
+
+// Options configures a Manager.
+type Options[ID comparable] struct {
+	// Backend names the backend in errors: "etcd".
+	Backend string
+	// Config is the Backend's timing, defaults filled in: the session is
+	// renewed every RenewInterval.
+	Config backend.Config
+	// GrantTimeout bounds Grant and the renewals that follow it: the
+	// clients wait for a connection rather than fail, and a campaign should
+	// see baton.ErrBackendUnavailable instead.
+	GrantTimeout time.Duration
+	// AbandonFor is how long Revoke of an abandoned session is retried; by
+	// then the server has dropped it anyway.
+	AbandonFor time.Duration
+	// Describe names session id in errors and logs: "etcd session 1f2e".
+	Describe func(id ID) string
+	// Lost says how the server drops sessions, after Describe's words in
+	// the error of the terms it ended: "expired or was revoked on the
+	// server".
+	Lost string
+	// Unavailable turns a failed request into a campaign's error. Nil means
+	// ctx.Err() once ctx ended, and otherwise an error wrapping
+	// baton.ErrBackendUnavailable.
+	Unavailable func(ctx context.Context, what string, err error) error
+	// Log receives the Manager's log lines; nil means silent.
+	Log *slog.Logger
+}
+
+// Session is one server session and the terms riding on it.
+type Session[ID comparable] struct {
+	ID ID
+	// ctx is cancelled when the session ends, stopping everything that
+	// works on its behalf.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	*Terms // safe-until and the live terms, extended by each renewal
+}
+
+// Context returns a context that is cancelled once the session ended and
+// its terms with it.
+func (s *Session[ID]) Context() context.Context { return s.ctx }
+
+// Bound returns a context that ends with ctx or with the session.
+func (s *Session[ID]) Bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.ctx, cancel)
+	return c, func() { stop(); cancel() }
+}
+
+// Manager runs one Backend's sessions on a Driver (see the package doc).
+// Safe for concurrent use.
+type Manager[ID comparable] struct {
+	d   Driver[ID]
+	o   Options[ID]
+	log *slog.Logger
+
+	// ctx bounds the Backend's background work; Close cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// granting admits one caller at a time to create the session, so that
+	// a burst of first campaigns shares one; it is a channel so that
+	// waiting honours the caller's ctx.
+	granting chan struct{}
+
+	mu     sync.Mutex
+	closed bool
+	sess   *Session[ID] // nil before the first campaign and after a session ended
+	*slots              // guarded by mu
+}
+
+// New returns a Manager of sessions made by d.
+func New[ID comparable](d Driver[ID], o Options[ID]) *Manager[ID] {
+	if o.Unavailable == nil {
+		o.Unavailable = Unavailable
+	}
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &Manager[ID]{d: d, o: o, log: log, ctx: ctx, cancel: cancel, granting: make(chan struct{}, 1)}
+	m.slots = newSlots(&m.mu, func() bool { return m.closed }, o.Backend)
+	return m
+}
+
+// Unavailable is ctx.Err() once ctx ended (the caller gave up; err is
+// noise), and otherwise err wrapped in baton.ErrBackendUnavailable.
+func Unavailable(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("%w: %s: %w", baton.ErrBackendUnavailable, what, err)
+}
+
+// Context returns the context of the Backend's background work, cancelled
+// by Close.
+func (m *Manager[ID]) Context() context.Context { return m.ctx }
+
+// Closed reports whether Close was called.
+func (m *Manager[ID]) Closed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
+}
+
+// Go runs f in a goroutine that Close waits for, unless the Manager is
+// closed, and reports whether it did.
+func (m *Manager[ID]) Go(f func()) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.wg.Go(f)
+	return true
+}
+
+// Live returns the live session, or nil if there is none.
+func (m *Manager[ID]) Live() *Session[ID] {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sess
+}
+
+// Session returns the live session, granting one first if there is none.
+func (m *Manager[ID]) Session(ctx context.Context) (*Session[ID], error) {
+	select {
+	case m.granting <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-m.granting }()
+	m.mu.Lock()
+	closed, s := m.closed, m.sess
+	m.mu.Unlock()
+	if closed {
+		return nil, baton.ErrClosed
+	}
+	if s != nil && s.ctx.Err() == nil {
+		if c, ok := m.d.(Checker[ID]); !ok || c.Current(s.ID) {
+			return s, nil
+		}
+		m.Lost(s) // the client lost it before a renewal noticed
+	}
+	g, err := m.grant(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(m.ctx)
+	s = &Session[ID]{ID: g.ID, ctx: sctx, cancel: cancel, Terms: NewTerms(g.SafeUntil)}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		cancel()
+		rctx, rcancel := context.WithTimeout(context.Background(), m.o.Config.RenewInterval)
+		_ = m.d.Revoke(rctx, g.ID, false) // else it expires unused after its TTL
+		rcancel()
+		return nil, baton.ErrClosed
+	}
+	m.sess = s
+	m.wg.Go(func() { m.keepAlive(s) })
+	m.mu.Unlock()
+	m.log.Debug("session granted", "session", m.o.Describe(g.ID), "ttl", g.TTL)
+	return s, nil
+}
+
+// grant creates a session with at least half its span left.
+func (m *Manager[ID]) grant(ctx context.Context) (Grant[ID], error) {
+	gctx, cancel := context.WithTimeout(ctx, m.o.GrantTimeout)
+	defer cancel()
+	g, err := m.d.Grant(gctx)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return g, ctx.Err()
+	case errors.Is(err, baton.ErrBackendUnavailable), errors.Is(err, baton.ErrClosed):
+		return g, err
+	default:
+		return g, m.o.Unavailable(ctx, "create session", err)
+	}
+	// A grant sent while the client was reconnecting may return with its
+	// safe-until all but spent. Nothing rides on the session yet, so a
+	// renewal now gives it a full term, measured from this send.
+	for tries := 0; time.Until(g.SafeUntil) < g.Span/2; tries++ {
+		if tries == 3 {
+			m.abandon(g.ID)
+			return g, fmt.Errorf("%w: %s confirms session renewals too slowly for a TTL of %s", baton.ErrBackendUnavailable, m.o.Backend, g.TTL)
+		}
+		if g.SafeUntil, err = m.d.Renew(gctx, g.ID); err != nil {
+			m.abandon(g.ID)
+			return g, m.o.Unavailable(ctx, "renew new session", err)
+		}
+	}
+	return g, nil
+}
+
+// keepAlive renews s every RenewInterval until it ends.
+func (m *Manager[ID]) keepAlive(s *Session[ID]) {
+	s.keepAlive(s.ctx, renewal{
+		Interval: m.o.Config.RenewInterval,
+		Renew:    func(ctx context.Context) (time.Time, error) { return m.d.Renew(ctx, s.ID) },
+		Gone: func(err error) bool {
+			var e *EndedError
+			return errors.As(err, &e) || m.d.Gone(err)
+		},
+		Expired: func(lastErr error) { m.expire(s, lastErr) },
+		Lost: func(err error) {
+			if e := (*EndedError)(nil); errors.As(err, &e) {
+				m.End(s, e.Err)
+				return
+			}
+			m.Lost(s)
+		},
+		Failed: func(err error, left time.Duration) {
+			m.log.Warn("session renewal failed; retrying", "session", m.o.Describe(s.ID), "err", err,
+				"safe_until_in", left.Round(time.Millisecond))
+		},
+	})
+}
+
+// Lost ends s with baton.ErrLeaseLost: the server no longer has it.
+func (m *Manager[ID]) Lost(s *Session[ID]) {
+	m.log.Warn("the server dropped the session", "session", m.o.Describe(s.ID), "how", m.o.Lost)
+	m.End(s, fmt.Errorf("%w: %s %s", baton.ErrLeaseLost, m.o.Describe(s.ID), m.o.Lost))
+}
+
+// expire ends s at its safe-until and revokes it in the background. The
+// session may still be alive on the server, holding our keys: renewing it
+// again could not revive the terms, so it is dropped rather than left to
+// block other candidates until the server drops it.
+func (m *Manager[ID]) expire(s *Session[ID], lastErr error) {
+	err := fmt.Errorf("%w: %s not renewed in time", baton.ErrExpired, m.o.Describe(s.ID))
+	if lastErr != nil {
+		err = fmt.Errorf("%w: %s not renewed in time (last renewal error: %w)", baton.ErrExpired, m.o.Describe(s.ID), lastErr)
+	}
+	m.log.Warn("session expired before a renewal was confirmed; starting afresh", "session", m.o.Describe(s.ID), "err", lastErr)
+	m.End(s, err)
+	m.abandon(s.ID)
+}
+
+// abandon revokes session id in the background (see Driver.Revoke).
+func (m *Manager[ID]) abandon(id ID) {
+	m.Go(func() {
+		ctx, cancel := context.WithTimeout(m.ctx, m.o.AbandonFor)
+		defer cancel()
+		for {
+			err := m.d.Revoke(ctx, id, true)
+			if err == nil || m.d.Gone(err) {
+				return
+			}
+			m.log.Debug("revoking an abandoned session failed; retrying", "session", m.o.Describe(id), "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(m.o.Config.RenewInterval / 4):
+			}
+		}
+	})
+}
+
+// End ends s and its terms with err. New campaigns get a new session.
+func (m *Manager[ID]) End(s *Session[ID], err error) {
+	m.mu.Lock()
+	if m.sess == s {
+		m.sess = nil
+	}
+	m.mu.Unlock()
+	// End the terms before cancelling s.ctx, which lets their watchers
+	// give up the lease names: a name must not be free while its term
+	// lasts.
+	s.End(err)
+	s.cancel()
+}
+
+// CampaignErr turns err, met while campaigning for lease on s, into
+// Campaign's error: ctx.Err() once ctx ended (the caller gave up; the cause
+// is noise), baton.ErrClosed once the Manager is closed, and otherwise an
+// error wrapping baton.ErrBackendUnavailable, with why the session ended in
+// place of err when it did.
+func (m *Manager[ID]) CampaignErr(ctx context.Context, s *Session[ID], lease, what string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if m.Closed() {
+		return baton.ErrClosed
+	}
+	if serr := s.Err(); serr != nil {
+		err = serr
+	}
+	return fmt.Errorf("%w: lease %q: %s: %w", baton.ErrBackendUnavailable, lease, what, err)
+}
+
+// Win says what Start does besides starting the term.
+type Win struct {
+	// UntilGone makes a new claim for the name wait, once the term ended,
+	// until Gone says that what the term held is gone.
+	UntilGone bool
+	// Started, if not nil, runs with the Manager's mutex held once the
+	// term started: for registering the term where Close finds it. It must
+	// not block or call the Manager.
+	Started func(t *backend.BasicTerm)
+	// Watch runs in a goroutine that Close waits for: it watches the held
+	// key or node, and ends the term when it goes.
+	Watch func()
+}
+
+// Start begins the term of lease with token that sl's campaign won on s,
+// atomically with respect to Close and to s ending: either they see the
+// term and end it, or Start sees them and starts nothing, returning
+// baton.ErrClosed or an error wrapping baton.ErrBackendUnavailable.
+// release is the term's release function (see backend.NewBasicTerm).
+func (m *Manager[ID]) Start(s *Session[ID], sl *Slot, lease string, token uint64, release func(context.Context) error, w Win) (*backend.BasicTerm, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, baton.ErrClosed
+	}
+	t, ok := s.Start(lease, token, release)
+	if !ok {
+		return nil, fmt.Errorf("%w: lease %q: %s ended, or reached its safe-until, as the lease was won",
+			baton.ErrBackendUnavailable, lease, m.o.Describe(s.ID))
+	}
+	if w.UntilGone {
+		m.wonUntilGoneLocked(sl, t)
+	} else {
+		m.wonLocked(sl, t)
+	}
+	if w.Started != nil {
+		w.Started(t)
+	}
+	m.wg.Go(w.Watch)
+	return t, nil
+}
+
+// Term returns the term won for lease name, or nil.
+func (m *Manager[ID]) Term(name string) *backend.BasicTerm {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.termLocked(name)
+}
+
+// CleanLater runs clean, which deletes what a campaign or a term of sl
+// left behind, in a goroutine that Close waits for, unless the Manager is
+// closed (then Close deletes it, or revokes the session that holds it).
+// While clean runs, sl (if not nil and still its name's slot) keeps the
+// name claimed, so that no new campaign's key or node can be mistaken for
+// the old one.
+func (m *Manager[ID]) CleanLater(sl *Slot, clean func()) {
+	m.cleanLater(sl, false, clean)
+}
+
+// CleanClaimed is CleanLater for a clean-up that is right only while sl
+// holds its name, as when what it deletes is told apart by the session
+// alone: it does nothing when sl no longer holds the name, or a clean-up
+// after sl's campaign is already marked.
+func (m *Manager[ID]) CleanClaimed(sl *Slot, clean func()) {
+	m.cleanLater(sl, true, clean)
+}
+
+func (m *Manager[ID]) cleanLater(sl *Slot, claimed bool, clean func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	done := func() {}
+	if sl != nil {
+		var ok bool
+		if done, ok = m.cleaningLocked(sl); !ok && claimed {
+			return
+		}
+	}
+	m.wg.Go(func() {
+		defer done()
+		clean()
+	})
+}
+
+// Retry calls try every interval, with a context bounded by timeout, until
+// it returns nil (Retry then reports true) or ctx ends (false). The first
+// try is at once if now is true, and after an interval otherwise.
+func Retry(ctx context.Context, interval, timeout time.Duration, now bool, try func(context.Context) error) bool {
+	for first := true; ; first = false {
+		if !first || !now {
+			select {
+			case <-ctx.Done():
+				return false
+			case <-time.After(interval):
+			}
+		}
+		tctx, cancel := context.WithTimeout(ctx, timeout)
+		err := try(tctx)
+		cancel()
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+	}
+}
+
+// Close marks the Manager closed, so that Session, Claim, Start, Go and
+// CleanLater refuse from now on, and takes the live session down, if
+// there is one: it ends its terms (their Err wraps baton.ErrClosed), runs
+// letGo, cancels the session's context and revokes it within ctx. It then
+// cancels the background context and waits for every goroutine the
+// Manager started. letGo (if not nil) runs whether or not there was a
+// session (s is nil then): what the backend must do on the server before
+// the session goes. Close returns letGo's and the revoke's errors. A
+// second Close waits for the goroutines and returns nil.
+func (m *Manager[ID]) Close(ctx context.Context, letGo func(s *Session[ID]) error) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		m.wg.Wait()
+		return nil
+	}
+	m.closed = true
+	s := m.sess
+	m.sess = nil
+	m.mu.Unlock()
+	var errs []error
+	if s != nil {
+		s.End(fmt.Errorf("%w: %s closed", baton.ErrClosed, m.o.Describe(s.ID)))
+	}
+	if letGo != nil {
+		if err := letGo(s); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s != nil {
+		s.cancel()
+		if err := m.d.Revoke(ctx, s.ID, false); err != nil && !m.d.Gone(err) {
+			errs = append(errs, err)
+		}
+	}
+	m.cancel()
+	m.wg.Wait()
+	return errors.Join(errs...)
+}

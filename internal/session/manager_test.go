@@ -1,0 +1,208 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
+)
+
+// memServer is an in-memory session server: sessions that expire TTL after
+// their last renewal, on the (fake) clock of the test's bubble.
+type memServer struct {
+	ttl time.Duration
+
+	mu      sync.Mutex
+	next    int
+	expires map[int]time.Time
+	down    bool          // every request fails
+	slow    time.Duration // a grant's reply takes this long
+	revoked []int
+}
+
+var errMemGone = errors.New("no such session")
+
+func (s *memServer) Grant(ctx context.Context) (Grant[int], error) {
+	start := time.Now()
+	if s.slow > 0 {
+		time.Sleep(s.slow)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down {
+		return Grant[int]{}, errors.New("server down")
+	}
+	s.next++
+	s.expires[s.next] = time.Now().Add(s.ttl)
+	return Grant[int]{ID: s.next, SafeUntil: start.Add(s.ttl), TTL: s.ttl, Span: s.ttl}, nil
+}
+
+func (s *memServer) Renew(ctx context.Context, id int) (time.Time, error) {
+	start := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down {
+		return time.Time{}, errors.New("server down")
+	}
+	if exp, ok := s.expires[id]; !ok || !time.Now().Before(exp) {
+		delete(s.expires, id)
+		return time.Time{}, errMemGone
+	}
+	s.expires[id] = time.Now().Add(s.ttl)
+	return start.Add(s.ttl), nil
+}
+
+func (s *memServer) Revoke(ctx context.Context, id int, _ bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down {
+		return errors.New("server down")
+	}
+	delete(s.expires, id)
+	s.revoked = append(s.revoked, id)
+	return nil
+}
+
+func (s *memServer) Gone(err error) bool { return errors.Is(err, errMemGone) }
+
+func newMem(t *testing.T) (*memServer, *Manager[int]) {
+	t.Helper()
+	srv := &memServer{ttl: 3 * time.Second, expires: map[int]time.Time{}}
+	m := New[int](srv, Options[int]{
+		Backend:      "mem",
+		Config:       backend.Config{TTL: 3 * time.Second, RenewInterval: time.Second},
+		GrantTimeout: 5 * time.Second,
+		AbandonFor:   3 * time.Second,
+		Describe:     func(id int) string { return fmt.Sprintf("mem session %d", id) },
+		Lost:         "expired on the server",
+	})
+	return srv, m
+}
+
+// newSession returns a Manager on a new in-memory server, and its session.
+func newSession(t *testing.T) (*memServer, *Manager[int], *Session[int]) {
+	t.Helper()
+	srv, m := newMem(t)
+	s, err := m.Session(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, m, s
+}
+
+func TestManagerSharesOneSessionAndRenewsIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, m, s1 := newSession(t)
+		term, ok := s1.Start("a", 1, nil)
+		if !ok {
+			t.Fatal("Start refused on a new session")
+		}
+		time.Sleep(10 * time.Second) // ten renewals' worth
+		s2, err := m.Session(t.Context())
+		if err != nil || s2 != s1 {
+			t.Fatalf("second Session = %v, %v; want the first one", s2, err)
+		}
+		if term.Err() != nil || time.Until(term.SafeUntil()) < 2*time.Second-time.Millisecond {
+			t.Fatalf("term after 10 s of renewals: err %v, safe for %v", term.Err(), time.Until(term.SafeUntil()))
+		}
+		if err := m.Close(t.Context(), nil); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(term.Err(), baton.ErrClosed) {
+			t.Fatalf("term after Close: %v, want ErrClosed", term.Err())
+		}
+		if _, err := m.Session(t.Context()); !errors.Is(err, baton.ErrClosed) {
+			t.Fatalf("Session after Close: %v, want ErrClosed", err)
+		}
+	})
+}
+
+func TestManagerExpiresAndRevokes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, m, s := newSession(t)
+		term, _ := s.Start("a", 1, nil)
+		srv.mu.Lock()
+		srv.down = true
+		srv.mu.Unlock()
+		<-s.Context().Done()
+		if !errors.Is(term.Err(), baton.ErrExpired) || !errors.Is(s.Err(), baton.ErrExpired) {
+			t.Fatalf("term %v, session %v; want ErrExpired", term.Err(), s.Err())
+		}
+		srv.mu.Lock()
+		srv.down = false
+		srv.mu.Unlock()
+		synctest.Wait()
+		time.Sleep(time.Second) // the abandoned session's revoke retries
+		srv.mu.Lock()
+		revoked := append([]int(nil), srv.revoked...)
+		srv.mu.Unlock()
+		if len(revoked) != 1 || revoked[0] != s.ID {
+			t.Fatalf("revoked %v, want the expired session %d", revoked, s.ID)
+		}
+		s2, err := m.Session(t.Context())
+		if err != nil || s2 == s {
+			t.Fatalf("Session after expiry = %v, %v; want a new one", s2, err)
+		}
+		_ = m.Close(t.Context(), nil)
+	})
+}
+
+func TestManagerLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, m, s := newSession(t)
+		srv.mu.Lock()
+		delete(srv.expires, s.ID) // the server dropped it
+		srv.mu.Unlock()
+		<-s.Context().Done()
+		if !errors.Is(s.Err(), baton.ErrLeaseLost) {
+			t.Fatalf("session dropped by the server: %v, want ErrLeaseLost", s.Err())
+		}
+		_ = m.Close(t.Context(), nil)
+	})
+}
+
+func TestManagerSlowGrantRenewedThenRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, m := newMem(t)
+		srv.slow = 2 * time.Second // more than half the span gone
+		s, err := m.Session(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left := time.Until(s.Terms.safeUntil); left < 3*time.Second-time.Millisecond {
+			t.Fatalf("a slow grant left %v of a 3 s span: want it renewed before use", left)
+		}
+		_ = m.Close(t.Context(), nil)
+	})
+}
+
+func TestManagerCloseOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, m, s := newSession(t)
+		term, _ := s.Start("a", 1, nil)
+		var sawEnded, sawLive bool
+		err := m.Close(t.Context(), func(got *Session[int]) error {
+			sawEnded = got == s && term.Err() != nil
+			sawLive = s.Context().Err() == nil
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sawEnded || !sawLive {
+			t.Fatalf("letGo saw the terms ended %v, the session's context live %v; want both", sawEnded, sawLive)
+		}
+		if len(srv.revoked) != 1 || srv.revoked[0] != s.ID {
+			t.Fatalf("revoked %v at Close, want %d", srv.revoked, s.ID)
+		}
+		if err := m.Close(t.Context(), nil); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+	})
+}

@@ -1,0 +1,47 @@
+//go:build linux
+
+// Package supervise runs a command for as long as a lease is held and makes
+// sure that the command and everything it started are gone by the lease's
+// deadline, whatever happens to the process that started it. StartTerm runs
+// a command for one term of a lease, with the term's safe-until as that
+// deadline; `baton run` and `baton cron` run their command with it, and Go
+// programs that embed baton can too (Linux only).
+//
+// # Guarantees
+//
+// The command runs under a guard: a small separate process (this same
+// program, re-executed; see GuardMain) in a process group of its own, between
+// the caller and the command. The guard
+//
+//   - holds the deadline (Config.Deadline, moved by Process.Extend) on its own
+//     clock and, when it is not extended in time, sends SIGTERM Config.Grace
+//     before it and SIGKILL KillLead before it, so that the kill has landed
+//     by the deadline. It does so by itself: a caller that hangs, deadlocks
+//     or is stopped with SIGSTOP (alone or with its process group) simply
+//     stops extending it;
+//   - stops the command the same way when the caller dies, even by SIGKILL
+//     (it sees its end of a socket close);
+//   - stops every descendant: it is a child subreaper, so processes that
+//     double-fork or call setsid stay below it, and where cgroup v2 is
+//     writable (as root, or delegated, e.g. systemd's Delegate=yes; Linux
+//     5.14 or later) the command runs in a cgroup of its own below the
+//     caller's, killed at once with cgroup.kill;
+//   - exits, and Process.Stop returns, only once every descendant is gone.
+//
+// Not covered: a guard stopped together with the command (SIGSTOP, a VM
+// pause) resumes late, after another holder may have begun; only fencing
+// tokens stop a late write. A guard killed by SIGKILL takes the command with
+// it (parent-death signal) and a live caller kills the command's process
+// group and cgroup; without cgroup v2, descendants that left that group
+// survive, and with the caller gone too only the command dies. A guard
+// stopped alone (SIGSTOP of its pid) leaves the command running until the
+// caller's Stop context ends, when the caller kills the process group, the
+// cgroup and the guard; a caller that does not call Stop by the deadline
+// (baton does) gives no such backup. Processes started for the command by
+// something outside its tree (systemd-run, a container runtime, at) are not
+// descendants. A process in uninterruptible sleep dies only when its I/O
+// returns.
+//
+// Start re-executes /proc/self/exe as the guard, so a program that uses this
+// package must call GuardMain first thing in main (and in TestMain).
+package supervise
