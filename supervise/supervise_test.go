@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/proctree"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 const testTimeout = 10 * time.Second
@@ -122,33 +124,23 @@ func dead(pid int) bool {
 
 func waitDead(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !dead(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d still alive", pid)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, testTimeout, fmt.Sprintf("process %d to die", pid), func() bool { return dead(pid) })
 }
 
 // readPid polls path until it holds a pid written by a child.
 func readPid(t *testing.T, path string) int {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for {
-		b, err := os.ReadFile(path)
-		if err == nil && bytes.HasSuffix(b, []byte("\n")) {
-			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-			if err != nil {
-				t.Fatalf("bad pid file %s: %q", path, b)
-			}
-			return pid
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for pid in %s", path)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var b []byte
+	testkit.Eventually(t, testTimeout, "a pid in "+path, func() bool {
+		var err error
+		b, err = os.ReadFile(path)
+		return err == nil && bytes.HasSuffix(b, []byte("\n"))
+	})
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("bad pid file %s: %q", path, b)
 	}
+	return pid
 }
 
 func TestExitCode(t *testing.T) {

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // freePort returns a loopback address the kernel just handed out.
@@ -59,7 +61,7 @@ func startAgentBind(t *testing.T, dir string, env ...string) (*batonProc, string
 	if f, err := defaultAgentTokenFile(os.LookupEnv, port); err == nil {
 		t.Cleanup(func() { _ = os.Remove(f) })
 	}
-	eventually(t, 30*time.Second, "the agent serving", func() bool { return agentServing(httpAddr) })
+	testkit.Eventually(t, 30*time.Second, "the agent serving", func() bool { return agentServing(httpAddr) })
 	return agent, httpAddr, bind
 }
 
@@ -73,7 +75,7 @@ func TestAgentServesClients(t *testing.T) {
 
 	backend := "agent://" + httpAddr
 	job := startBaton(t, "run", testEnv(), "run", "--backend", backend, "--lease", "ag", "--id", "worker-1", "--", "sleep", "60")
-	eventually(t, 30*time.Second, "worker-1 leading", func() bool {
+	testkit.Eventually(t, 30*time.Second, "worker-1 leading", func() bool {
 		r := runBaton(t, 30*time.Second, "is-leader", "--backend", backend, "--lease", "ag", "--id", "worker-1")
 		return r.code == 0
 	})
@@ -138,7 +140,7 @@ func TestAgentHTTPAPI(t *testing.T) {
 
 	job := startBaton(t, "run", testEnv("BATON_HTTP_TOKEN="+token), "run", "--backend", "agent://"+httpAddr,
 		"--lease", "web", "--id", "worker-1", "--ttl", "3s", "--", "sleep", "60")
-	eventually(t, 30*time.Second, "health 200 for worker-1's lease", func() bool {
+	testkit.Eventually(t, 30*time.Second, "health 200 for worker-1's lease", func() bool {
 		code, _ := agentCall(t, "GET", base+"/v1/health/leader?lease=web", "")
 		return code == http.StatusOK
 	})
@@ -164,7 +166,7 @@ func TestAgentHTTPAPI(t *testing.T) {
 	if len(leases.Leases) != 1 || leases.Leases[0].Name != "web" || leases.Leases[0].Holder != "worker-1" || !leases.Leases[0].HeldHere {
 		t.Errorf("GET /v1/leases = %s, want web held here by worker-1", body)
 	}
-	eventually(t, 30*time.Second, "metrics with worker-1's renewals", func() bool {
+	testkit.Eventually(t, 30*time.Second, "metrics with worker-1's renewals", func() bool {
 		code, body := agentCall(t, "GET", base+"/metrics", "")
 		return code == http.StatusOK && strings.Contains(body, `baton_is_leader{lease="web"} 1`) &&
 			strings.Contains(body, "baton_renew_latency_seconds_count") && !strings.Contains(body, "baton_renew_latency_seconds_count 0")
@@ -188,7 +190,7 @@ func TestAgentHTTPAPI(t *testing.T) {
 		t.Errorf("resign with the token: %d %s, want 200 released", code, body)
 	}
 	// worker-1, the only candidate, campaigns again and leads again.
-	eventually(t, 30*time.Second, "worker-1 leading again", func() bool {
+	testkit.Eventually(t, 30*time.Second, "worker-1 leading again", func() bool {
 		code, _ := agentCall(t, "GET", base+"/v1/health/leader?lease=web", "")
 		return code == http.StatusOK
 	})
@@ -357,13 +359,13 @@ func testAgentResignWaitsForTheWork(t *testing.T, raftHolder, ignoreTerm bool) {
 			"--", self)
 	}
 	startBaton(t, "holder", env, holderArgs...)
-	eventually(t, 60*time.Second, "the holder's command to start", func() bool { return len(starts(readEvents(file))) >= 1 })
+	testkit.Eventually(t, 60*time.Second, "the holder's command to start", func() bool { return len(starts(readEvents(file))) >= 1 })
 	first := starts(readEvents(file))[0]
 	if first.holder != "holder" {
 		t.Fatalf("first command started for %q, want holder", first.holder)
 	}
 	startBaton(t, "standby", env, append(slices.Clone(run), "--id", "standby", "--backend", "agent://"+httpAddr, "--", self)...)
-	eventually(t, 30*time.Second, "the standby queued", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the standby queued", func() bool {
 		code, body := agentCall(t, "GET", base+"/v1/leases/"+lease, "")
 		return code == http.StatusOK && strings.Contains(body, `"waiters": 1`)
 	})
@@ -371,8 +373,8 @@ func testAgentResignWaitsForTheWork(t *testing.T, raftHolder, ignoreTerm bool) {
 	if code, body := agentCall(t, "POST", base+"/v1/leases/"+lease+"/resign?wait=0", token); code != http.StatusAccepted && code != http.StatusOK {
 		t.Fatalf("resign: %d %s", code, body)
 	}
-	eventually(t, 60*time.Second, "the standby's command to start", func() bool { return len(starts(readEvents(file))) >= 2 })
-	eventually(t, 30*time.Second, "the holder's command gone", func() bool { return !alive(first.pid) })
+	testkit.Eventually(t, 60*time.Second, "the standby's command to start", func() bool { return len(starts(readEvents(file))) >= 2 })
+	testkit.Eventually(t, 30*time.Second, "the holder's command gone", func() bool { return !alive(first.pid) })
 	evs := readEvents(file)
 	second := starts(evs)[1]
 	if second.holder != "standby" || second.token <= first.token {
@@ -451,7 +453,7 @@ func TestAgentClientsActOnlyOnTheirOwnSessions(t *testing.T) {
 	// No token in its environment: it reads the agent's token file.
 	startBaton(t, "holder", testEnv(beatFileEnv+"="+file), "run", "--backend", "agent://"+httpAddr,
 		"--lease", lease, "--id", "holder", "--ttl", "3s", "--", self)
-	eventually(t, 30*time.Second, "the holder's command to start", func() bool { return len(starts(readEvents(file))) >= 1 })
+	testkit.Eventually(t, 30*time.Second, "the holder's command to start", func() bool { return len(starts(readEvents(file))) >= 1 })
 	child := starts(readEvents(file))[0]
 
 	var view struct {
@@ -526,7 +528,7 @@ func TestAgentClientFollowsNewToken(t *testing.T) {
 		return runBaton(t, 30*time.Second, "is-leader", "--backend", backend, "--lease", "tok", "--id", "worker-1").code == 0
 	}
 	startBaton(t, "run", testEnv(), "run", "--backend", backend, "--lease", "tok", "--id", "worker-1", "--ttl", "2s", "--", "sleep", "600")
-	eventually(t, 30*time.Second, "worker-1 leading", leads)
+	testkit.Eventually(t, 30*time.Second, "worker-1 leading", leads)
 	_, port, _ := net.SplitHostPort(httpAddr)
 	file, err := defaultAgentTokenFile(os.LookupEnv, port)
 	if err != nil {
@@ -545,9 +547,9 @@ func TestAgentClientFollowsNewToken(t *testing.T) {
 		"--bind", bind, "--join", "static:"+bind, "--bootstrap-expect", "1", "--voters", "1",
 		"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, "a1.pem"), "--tls-key", filepath.Join(dir, "a1-key.pem"),
 		"--http", httpAddr)
-	eventually(t, 30*time.Second, "the new agent serving", func() bool { return agentServing(httpAddr) })
+	testkit.Eventually(t, 30*time.Second, "the new agent serving", func() bool { return agentServing(httpAddr) })
 	if tok, err := readAgentToken(file); err != nil || tok == old {
 		t.Fatalf("the restarted agent's token file: %v; want a new token", err)
 	}
-	eventually(t, 60*time.Second, "worker-1 leading through the restarted agent", leads)
+	testkit.Eventually(t, 60*time.Second, "worker-1 leading through the restarted agent", leads)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"syscall"
@@ -94,16 +95,37 @@ func newLockedWriter() *lockedWriter { return &lockedWriter{w: new(bytes.Buffer)
 // status 0, as SIGTERM does at any other moment: nothing ran, nothing is
 // left to hand over.
 func TestRunSIGTERMWhileConnecting(t *testing.T) {
-	// Port 1 on loopback refuses connections: the ZooKeeper client keeps
-	// retrying, and logs each attempt at debug level.
-	p := startBaton(t, "baton", testEnv(), "run", "--backend", "zk://127.0.0.1:1", "--lease", "x", "--id", "a",
-		"--log-level", "debug", "--", "true")
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(p.out.String(), "failed to connect to 127.0.0.1:1") {
-		if time.Now().After(deadline) {
-			t.Fatalf("baton did not try to connect within 30s:\n%s", p.out)
+	// A server that closes every connection it accepts: the ZooKeeper
+	// client's handshakes fail and it keeps retrying, so baton stays
+	// connecting. The first accepted connection shows that baton got that
+	// far.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialed := make(chan struct{})
+	accepting := make(chan struct{})
+	go func() {
+		defer close(accepting)
+		var once sync.Once
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			once.Do(func() { close(dialed) })
+			_ = c.Close()
 		}
-		time.Sleep(20 * time.Millisecond)
+	}()
+	t.Cleanup(func() { _ = ln.Close(); <-accepting })
+	p := startBaton(t, "baton", testEnv(), "run", "--backend", "zk://"+ln.Addr().String(), "--lease", "x", "--id", "a",
+		"--log-level", "debug", "--", "true")
+	select {
+	case <-dialed:
+	case <-p.done:
+		t.Fatalf("baton exited before dialing its backend:\n%s", p.out)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("baton did not dial its backend within 30s:\n%s", p.out)
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	if code := p.wait(t, 30*time.Second); code != 0 {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 )
 
@@ -104,11 +105,11 @@ func testCronOncePerSlot(t *testing.T, backend, ttl string) {
 		t.Fatalf("slot run by %d, none of the batons", pid)
 		return nil
 	}
-	eventually(t, 60*time.Second, "two slots to run", func() bool { return len(readSlots(t, file)) >= 2 })
+	testkit.Eventually(t, 60*time.Second, "two slots to run", func() bool { return len(readSlots(t, file)) >= 2 })
 
 	// kill -9 in the middle of a run: the job has just written its line.
 	n := len(readSlots(t, file))
-	eventually(t, 30*time.Second, "the next slot to start", func() bool { return len(readSlots(t, file)) > n })
+	testkit.Eventually(t, 30*time.Second, "the next slot to start", func() bool { return len(readSlots(t, file)) > n })
 	ss := readSlots(t, file)
 	killed := byPid(ss[len(ss)-1].ppid)
 	if err := killed.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -116,7 +117,7 @@ func testCronOncePerSlot(t *testing.T, backend, ttl string) {
 	}
 	killed.wait(t, 10*time.Second)
 	n = len(readSlots(t, file))
-	eventually(t, 60*time.Second, "two slots after the crash", func() bool { return len(readSlots(t, file)) >= n+2 })
+	testkit.Eventually(t, 60*time.Second, "two slots after the crash", func() bool { return len(readSlots(t, file)) >= n+2 })
 
 	// SIGTERM to the next leader, between or during runs.
 	ss = readSlots(t, file)
@@ -131,7 +132,7 @@ func testCronOncePerSlot(t *testing.T, backend, ttl string) {
 		t.Errorf("baton cron exited %d after SIGTERM, want 0", code)
 	}
 	n = len(readSlots(t, file))
-	eventually(t, 60*time.Second, "two slots after the hand-over", func() bool { return len(readSlots(t, file)) >= n+2 })
+	testkit.Eventually(t, 60*time.Second, "two slots after the hand-over", func() bool { return len(readSlots(t, file)) >= n+2 })
 
 	ss = readSlots(t, file)
 	// In file order: slots strictly increase, one period apart (none

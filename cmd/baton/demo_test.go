@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 )
 
@@ -77,7 +78,7 @@ func startDemo(t *testing.T) (*batonProc, string) {
 	t.Helper()
 	tmp := t.TempDir()
 	p := startBaton(t, "demo", testEnv("TMPDIR="+tmp), "demo", "--nodes", "3", "--rounds", "5", "--ttl", "1s", "--interval", "1h")
-	eventually(t, 60*time.Second, "a node to lead", func() bool { return strings.Contains(p.out.String(), " leads (token ") })
+	testkit.Eventually(t, 60*time.Second, "a node to lead", func() bool { return strings.Contains(p.out.String(), " leads (token ") })
 	return p, tmp
 }
 
@@ -142,7 +143,7 @@ func TestDemoKilledLeavesNoCAKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.wait(t, 30*time.Second)
-	eventually(t, 30*time.Second, "the nodes to die with the demo", func() bool { return len(demoProcesses(tmp)) == 0 })
+	testkit.Eventually(t, 30*time.Second, "the nodes to die with the demo", func() bool { return len(demoProcesses(tmp)) == 0 })
 	if keys := caKeys(t, tmp); len(keys) > 0 {
 		t.Errorf("a killed demo left its CA key on disk: %v", keys)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"golang.org/x/sys/unix"
 )
@@ -170,9 +171,9 @@ func testRunFrozenHolder(t *testing.T, args func(i int) []string, extraEnv []str
 		a := append(append([]string{"run"}, args(i)...), "--lease", "frozen", "--ttl", "4s", "--log-level", "debug", "--", self)
 		procs = append(procs, startBatonAttr(t, fmt.Sprintf("baton-%d", i+1), env, true, a...))
 	}
-	eventually(t, 30*time.Second, "a child to start", func() bool { return len(starts(readEvents(file))) >= 1 })
+	testkit.Eventually(t, 30*time.Second, "a child to start", func() bool { return len(starts(readEvents(file))) >= 1 })
 	first := starts(readEvents(file))[0]
-	eventually(t, 10*time.Second, "the first child's heartbeats", func() bool { return heartbeatsOf(file, first.pid) >= 5 })
+	testkit.Eventually(t, 10*time.Second, "the first child's heartbeats", func() bool { return heartbeatsOf(file, first.pid) >= 5 })
 	leader := leaderProc(t, procs, first.pid)
 
 	target := leader.cmd.Process.Pid
@@ -183,9 +184,9 @@ func testRunFrozenHolder(t *testing.T, args func(i int) []string, extraEnv []str
 		t.Fatal(err)
 	}
 	stopped := time.Now()
-	eventually(t, 30*time.Second, "a standby's child to start", func() bool { return len(starts(readEvents(file))) >= 2 })
+	testkit.Eventually(t, 30*time.Second, "a standby's child to start", func() bool { return len(starts(readEvents(file))) >= 2 })
 	second := starts(readEvents(file))[1]
-	eventually(t, 10*time.Second, "the new child's heartbeats", func() bool { return heartbeatsOf(file, second.pid) >= 10 })
+	testkit.Eventually(t, 10*time.Second, "the new child's heartbeats", func() bool { return heartbeatsOf(file, second.pid) >= 10 })
 	frozenFor := time.Since(stopped)
 	if err := syscall.Kill(target, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -205,7 +206,7 @@ func testRunFrozenHolder(t *testing.T, args func(i int) []string, extraEnv []str
 	// must not come back to life. (Whoever holds the lease by then: with
 	// raft, the resumed member can disturb the group for a moment.)
 	resumed := time.Now().UnixNano()
-	eventually(t, 20*time.Second, "a second of heartbeats after the resume", func() bool {
+	testkit.Eventually(t, 20*time.Second, "a second of heartbeats after the resume", func() bool {
 		n := 0
 		for _, e := range readEvents(file) {
 			if e.kind == "hb" && e.at > resumed {
@@ -237,7 +238,7 @@ func TestRunKilledHolderWrapperScript(t *testing.T) {
 			"run", "--backend", backend, "--lease", "wrapped", "--ttl", "4s", "--grace", "500ms", "--",
 			"bash", "-c", `"$0"; echo done`, self))
 	}
-	eventually(t, 30*time.Second, "a job to start", func() bool { return len(starts(readEvents(file))) >= 1 })
+	testkit.Eventually(t, 30*time.Second, "a job to start", func() bool { return len(starts(readEvents(file))) >= 1 })
 	first := starts(readEvents(file))[0]
 	leader := leaderProc(t, procs, first.pid)
 	if err := leader.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -246,11 +247,11 @@ func TestRunKilledHolderWrapperScript(t *testing.T) {
 	killed := time.Now()
 	leader.wait(t, 10*time.Second)
 	// Dead by the safe-until the guard last got: within the TTL.
-	eventually(t, 10*time.Second, "the killed holder's job to die", func() bool { return !alive(first.pid) })
+	testkit.Eventually(t, 10*time.Second, "the killed holder's job to die", func() bool { return !alive(first.pid) })
 	t.Logf("the job died within %s of the kill", time.Since(killed).Round(time.Millisecond))
-	eventually(t, 30*time.Second, "the standby's job to start", func() bool { return len(starts(readEvents(file))) >= 2 })
+	testkit.Eventually(t, 30*time.Second, "the standby's job to start", func() bool { return len(starts(readEvents(file))) >= 2 })
 	second := starts(readEvents(file))[1]
-	eventually(t, 10*time.Second, "the new job's heartbeats", func() bool { return heartbeatsOf(file, second.pid) >= 10 })
+	testkit.Eventually(t, 10*time.Second, "the new job's heartbeats", func() bool { return heartbeatsOf(file, second.pid) >= 10 })
 	if second.others != 0 {
 		t.Errorf("the standby's job started while %d other jobs were alive", second.others)
 	}
@@ -276,7 +277,7 @@ func TestRunKillsEscapedDescendant(t *testing.T) {
 			env := testEnv(childEnv+"=hb", childFileEnv+"="+file, ignoreTermEnv+"=1")
 			b := startBaton(t, "baton", env, "run", "--backend", backend, "--lease", "escape-"+name,
 				"--ttl", "4s", "--grace", "500ms", "--", "sh", "-c", `(setsid "$0" &); exec sleep 1000`, self)
-			eventually(t, 30*time.Second, "the escapee to start", func() bool { return len(starts(readEvents(file))) >= 1 })
+			testkit.Eventually(t, 30*time.Second, "the escapee to start", func() bool { return len(starts(readEvents(file))) >= 1 })
 			esc := starts(readEvents(file))[0]
 			if sid, err := unix.Getsid(esc.pid); err != nil || sid != esc.pid {
 				t.Fatalf("the escapee %d is not in a session of its own (sid %d, %v)", esc.pid, sid, err)
@@ -295,7 +296,7 @@ func TestRunKillsEscapedDescendant(t *testing.T) {
 				}
 				return
 			}
-			eventually(t, 10*time.Second, "the escaped descendant of a killed baton to die", func() bool { return !alive(esc.pid) })
+			testkit.Eventually(t, 10*time.Second, "the escaped descendant of a killed baton to die", func() bool { return !alive(esc.pid) })
 		})
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/batonhq/baton/internal/certs"
 	"github.com/batonhq/baton/internal/netns"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // A raft group of `baton run` members on hosts in network namespaces: the
@@ -230,18 +231,24 @@ func signalAndWait(cmd *exec.Cmd, done <-chan struct{}, sig os.Signal, d time.Du
 	}
 }
 
+// A member here is a `baton run --backend raft://` process: it serves no
+// status API (that is `baton agent`'s), its member API speaks only to
+// peers that prove the group's secret over TLS, and no baton command
+// queries a member without joining the group, which would change what the
+// test watches. What the member says of its group is therefore read from
+// its log: the structured records backend/raft writes when the member
+// joins ("in the group") and at each configuration change ("group
+// configuration", with its voters). The job watcher, not a log, tells who
+// leads.
+
 // waitInGroup waits until h's member logs that it is in the group.
 func (c *nsCluster) waitInGroup(h *netns.Host, d time.Duration) {
 	c.t.Helper()
 	c.mu.Lock()
 	m := c.procs[h.Name]
 	c.mu.Unlock()
-	deadline := time.Now().Add(d)
-	for !strings.Contains(m.log.String(), "in the group") {
-		if time.Now().After(deadline) {
-			c.fatalf("%s did not join the group within %s", h, d)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testkit.Poll(d, 50*time.Millisecond, func() bool { return strings.Contains(m.log.String(), `msg="in the group"`) }) {
+		c.fatalf("%s did not join the group within %s", h, d)
 	}
 }
 
@@ -250,25 +257,20 @@ func (c *nsCluster) waitInGroup(h *netns.Host, d time.Duration) {
 // promotions and dead-member clean-up) and can lose another member.
 func (c *nsCluster) waitVoters(m *nsMember, stopped []string, d time.Duration) {
 	c.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		lines := strings.Split(m.log.String(), "\n")
-		var last string
-		for _, l := range lines {
+	var last string
+	settled := testkit.Poll(d, 100*time.Millisecond, func() bool {
+		for l := range strings.Lines(m.log.String()) {
 			if strings.Contains(l, `msg="group configuration"`) {
-				last = l
+				last = strings.TrimSpace(l)
 			}
 		}
 		_, v, _ := strings.Cut(last, "raft.voters=")
 		v, _, _ = strings.Cut(v, " ")
 		voters := strings.Split(v, ",")
-		if len(voters) == 3 && !slices.ContainsFunc(voters, func(a string) bool { return slices.Contains(stopped, a) }) {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.fatalf("the group did not settle on 3 live voters within %s; last configuration: %s", d, last)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return len(voters) == 3 && !slices.ContainsFunc(voters, func(a string) bool { return slices.Contains(stopped, a) })
+	})
+	if !settled {
+		c.fatalf("the group did not settle on 3 live voters within %s; last configuration: %s", d, last)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -212,7 +213,7 @@ func testRunFailover(t *testing.T, backend, ttl string) {
 			"run", "--backend", backend, "--lease", lease, "--ttl", ttl, "--grace", "300ms", "--log-level", "debug", "--", self))
 	}
 
-	eventually(t, 30*time.Second, "a child to start", func() bool { return len(starts(readEvents(file))) >= 1 })
+	testkit.Eventually(t, 30*time.Second, "a child to start", func() bool { return len(starts(readEvents(file))) >= 1 })
 	first := starts(readEvents(file))[0]
 	if first.others != 0 {
 		t.Errorf("first child started with %d others alive", first.others)
@@ -267,8 +268,8 @@ func testRunFailover(t *testing.T, backend, ttl string) {
 		t.Fatal(err)
 	}
 	leader.wait(t, 10*time.Second)
-	eventually(t, 10*time.Second, "the crashed leader's child to die (its guard stops it)", func() bool { return !alive(first.pid) })
-	eventually(t, 30*time.Second, "a standby's child to start after the crash", func() bool { return len(starts(readEvents(file))) >= 2 })
+	testkit.Eventually(t, 10*time.Second, "the crashed leader's child to die (its guard stops it)", func() bool { return !alive(first.pid) })
+	testkit.Eventually(t, 30*time.Second, "a standby's child to start after the crash", func() bool { return len(starts(readEvents(file))) >= 2 })
 	second := starts(readEvents(file))[1]
 	if second.token <= first.token {
 		t.Errorf("token after the crash %d, want more than %d", second.token, first.token)
@@ -289,7 +290,7 @@ func testRunFailover(t *testing.T, backend, ttl string) {
 	if !ok {
 		t.Fatal("the stopped leader's child did not get SIGTERM (no stop line)")
 	}
-	eventually(t, 30*time.Second, "the last standby's child to start after the hand-over", func() bool { return len(starts(readEvents(file))) >= 3 })
+	testkit.Eventually(t, 30*time.Second, "the last standby's child to start after the hand-over", func() bool { return len(starts(readEvents(file))) >= 3 })
 	third := starts(readEvents(file))[2]
 	if third.at < stop.at {
 		t.Errorf("a child started at %d, before its predecessor stopped at %d", third.at, stop.at)
@@ -336,7 +337,7 @@ func TestRunOnce(t *testing.T) {
 	}
 	p := startBaton(t, "baton-once", testEnv(childEnv+"=1", childFileEnv+"="+file),
 		"run", "--once", "--backend", backend, "--lease", "lost", "--ttl", "2s", "--grace", "500ms", "--", self)
-	eventually(t, 30*time.Second, "the child to start", func() bool { return len(starts(readEvents(file))) == 1 })
+	testkit.Eventually(t, 30*time.Second, "the child to start", func() bool { return len(starts(readEvents(file))) == 1 })
 	client := srv.Client(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()

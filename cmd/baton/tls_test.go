@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/certs"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // TestTLSKeepsCAKeyOffTheInstances: `baton tls ca` keeps the CA in its own
@@ -119,8 +119,7 @@ func TestTLSBadFlags(t *testing.T) {
 func TestRaftWrongSecretExits(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	agent, _ := startAgent(t, dir)
-	bind := agentBind(t, agent)
+	agent, _, bind := startAgentBind(t, dir)
 	r := runBaton(t, 60*time.Second, "run", "--backend", "raft://", "--lease", "x",
 		"--bind", "127.0.0.1:0", "--join", "static:"+bind, "--bootstrap-expect", "0",
 		"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, "a1.pem"), "--tls-key", filepath.Join(dir, "a1-key.pem"),
@@ -128,7 +127,7 @@ func TestRaftWrongSecretExits(t *testing.T) {
 	if r.code != exitUsage || !strings.Contains(r.stderr, "refused this member's secret") || !strings.Contains(r.stderr, "BATON_SECRET") {
 		t.Fatalf("a member with a wrong secret: exit %d, want %d with an error about the secret; stderr:\n%s", r.code, exitUsage, r.stderr)
 	}
-	eventually(t, 10*time.Second, "the agent logging the refused peer", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the agent logging the refused peer", func() bool {
 		for line := range strings.Lines(agent.out.String()) {
 			if strings.Contains(line, "refused a connection") && strings.Contains(line, "wrong secret") && strings.Contains(line, "127.0.0.1:") {
 				return true
@@ -140,18 +139,4 @@ func TestRaftWrongSecretExits(t *testing.T) {
 	if code := agent.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("agent exited %d after SIGTERM", code)
 	}
-}
-
-// agentBind returns the group address of an agent started by startAgent,
-// from its log.
-func agentBind(t *testing.T, agent *batonProc) string {
-	t.Helper()
-	re := regexp.MustCompile(`member started.* raft\.addr=(\S+)`)
-	for line := range strings.Lines(agent.out.String()) {
-		if m := re.FindStringSubmatch(line); m != nil {
-			return m[1]
-		}
-	}
-	t.Fatalf("no member address in the agent's log:\n%s", agent.out.String())
-	return ""
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 )
 
@@ -384,7 +385,7 @@ func TestRunRestartsCommand(t *testing.T) {
 		done <- runApp(ctx, nil, "run", "--backend", "memory://", "--lease", "x", "--",
 			"sh", "-c", `echo "$BATON_TOKEN" >> "$0"`, file)
 	}()
-	eventually(t, 20*time.Second, "the command to run twice", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the command to run twice", func() bool {
 		b, _ := os.ReadFile(file)
 		return strings.Count(string(b), "\n") >= 2
 	})
@@ -414,7 +415,7 @@ func TestRunStopsCommandOnSignal(t *testing.T) {
 		done <- runApp(ctx, nil, "run", "--backend", "memory://", "--lease", "x", "--grace", "5s", "--",
 			"sh", "-c", `trap 'echo stopped >> "$0"; exit 0' TERM; echo started >> "$0"; while :; do sleep 0.05; done`, file)
 	}()
-	eventually(t, 20*time.Second, "the command to start", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the command to start", func() bool {
 		b, _ := os.ReadFile(file)
 		return strings.Contains(string(b), "started")
 	})

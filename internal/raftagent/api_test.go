@@ -11,6 +11,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend/raft"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -70,10 +71,10 @@ func TestAgentAPI(t *testing.T) {
 
 	t.Run("Leases", func(t *testing.T) {
 		const name = "reports/nightly" // a slash, escaped in the path
-		ta := campaign(t, here, name, "worker-a")
-		waiting := campaignAsync(t, elsewhere, name, "worker-b")
+		ta := testkit.Campaign(t, here, name, "worker-a")
+		waiting := testkit.CampaignAsync(t, elsewhere, name, "worker-b")
 		var got leaseWire
-		eventually(t, 20*time.Second, "worker-b queued in /v1/leases", func() bool {
+		testkit.Eventually(t, 20*time.Second, "worker-b queued in /v1/leases", func() bool {
 			var body leasesBody
 			r := call(t, "GET", agent0, "/v1/leases")
 			if r.status != http.StatusOK {
@@ -118,14 +119,12 @@ func TestAgentAPI(t *testing.T) {
 		if err := ta.Resign(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		if tb := <-waiting; tb == nil {
-			t.Fatal("worker-b did not get the lease")
-		}
+		testkit.WaitTerm(t, waiting, testkit.CampaignTimeout)
 	})
 
 	t.Run("Health", func(t *testing.T) {
 		const name = "health-check"
-		campaign(t, here, name, "worker-a")
+		testkit.Campaign(t, here, name, "worker-a")
 		r := call(t, "GET", agent0, "/v1/health/leader?lease="+name)
 		var hb healthWire
 		r.decode(t, &hb)
@@ -153,10 +152,10 @@ func TestAgentAPI(t *testing.T) {
 		}
 		// Each member counts the election once it applied it, which may
 		// be after the raft leader answered the reads above.
-		eventually(t, 10*time.Second, "member 0 counting worker-a as leader", func() bool {
+		testkit.Eventually(t, 10*time.Second, "member 0 counting worker-a as leader", func() bool {
 			return testutil.ToFloat64(h0.opts.Metrics.isLeader.WithLabelValues(name)) == 1
 		})
-		eventually(t, 10*time.Second, "member 1 applied the election", func() bool {
+		testkit.Eventually(t, 10*time.Second, "member 1 applied the election", func() bool {
 			return testutil.CollectAndCount(h1.opts.Metrics.isLeader, "baton_is_leader") > 0 &&
 				testutil.ToFloat64(h1.opts.Metrics.transitions.WithLabelValues(name, "elected", "")) == 1
 		})
@@ -173,10 +172,10 @@ func TestAgentAPI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ta := campaign(t, backend(t, client, ttl), name, "worker-a")
+		ta := testkit.Campaign(t, backend(t, client, ttl), name, "worker-a")
 		aStopped := resignWhenAsked(t, ta, 500*time.Millisecond)
-		waiting := campaignAsync(t, elsewhere, name, "worker-b")
-		eventually(t, 20*time.Second, "worker-b queued", func() bool {
+		waiting := testkit.CampaignAsync(t, elsewhere, name, "worker-b")
+		testkit.Eventually(t, 20*time.Second, "worker-b queued", func() bool {
 			in, err := m0.Lease(t.Context(), name)
 			return err == nil && in.Waiters == 1
 		})
@@ -222,11 +221,8 @@ func TestAgentAPI(t *testing.T) {
 		if !errors.Is(ta.Err(), baton.ErrResigned) {
 			t.Errorf("holder's term ended with %v, want ErrResigned", ta.Err())
 		}
-		tb := <-waiting
-		if tb == nil {
-			t.Fatal("worker-b did not take over")
-		}
-		elected := time.Now()
+		won := testkit.WaitTerm(t, waiting, testkit.CampaignTimeout)
+		tb, elected := won.Term, won.At
 		if stopped := <-aStopped; elected.Before(stopped) {
 			t.Errorf("worker-b was elected at %v, before worker-a's work stopped at %v", elected, stopped)
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/backend/raft"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 )
 
@@ -51,12 +52,12 @@ func TestBrowserStatusPageTimeline(t *testing.T) {
 	}
 	ttl := 3 * time.Second
 	ba, bb, bc := backend(t, client, ttl), backend(t, m1, ttl), backend(t, m2, ttl)
-	ta := campaign(t, ba, "nightly-report", "worker-a")
+	ta := testkit.Campaign(t, ba, "nightly-report", "worker-a")
 	resignWhenAsked(t, ta, 0)
-	campaign(t, bc, "billing-sync", "worker-c")
-	campaign(t, ba, "cache-warmer", "worker-a")
-	campaignAsync(t, bc, "cache-warmer", "worker-c")
-	handedOver := campaignAsync(t, bb, "nightly-report", "worker-b")
+	testkit.Campaign(t, bc, "billing-sync", "worker-c")
+	testkit.Campaign(t, ba, "cache-warmer", "worker-a")
+	testkit.CampaignAsync(t, bc, "cache-warmer", "worker-c")
+	handedOver := testkit.CampaignAsync(t, bb, "nightly-report", "worker-b")
 
 	if err := browser.EmulateViewport(1200, 800); err != nil {
 		t.Fatal(err)
@@ -91,10 +92,7 @@ func TestBrowserStatusPageTimeline(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("resign: %s, want 200", resp.Status)
 	}
-	tb := <-handedOver
-	if tb == nil {
-		t.Fatal("worker-b did not take over")
-	}
+	tb := testkit.WaitTerm(t, handedOver, testkit.CampaignTimeout).Term
 
 	poll("worker-b's term beside worker-a's, labelled", `(() => {
 		const bars = (`+termsJS+`).filter(b => b.lease === "nightly-report");

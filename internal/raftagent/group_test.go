@@ -18,6 +18,7 @@ import (
 	batonbackend "github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/internal/certs"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // testGroup is a raft group of in-process members on loopback: real
@@ -90,7 +91,7 @@ func newGroup(t testing.TB, voters int, opt func(i int, o *raft.NodeOptions)) *t
 			t.Fatalf("member %s did not join: %+v", n.ID(), n.Status())
 		}
 	}
-	eventually(t, 30*time.Second, "every member determined", func() bool {
+	testkit.Eventually(t, 30*time.Second, "every member determined", func() bool {
 		for _, n := range g.nodes {
 			if n.Determined() != nil {
 				return false
@@ -109,40 +110,7 @@ func backend(t testing.TB, gr raft.Group, ttl time.Duration) *raft.Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		_ = b.Close(ctx)
-	})
-	return b
-}
-
-// campaign wins name for id on b, failing the test if it takes long.
-func campaign(t testing.TB, b *raft.Backend, name, id string) baton.Term {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	term, err := b.Campaign(ctx, name, baton.Candidate{ID: id})
-	if err != nil {
-		t.Fatalf("%s campaigning for %s: %v", id, name, err)
-	}
-	return term
-}
-
-// campaignAsync campaigns in the background; the channel yields the term
-// (or nil after an error, reported on the test).
-func campaignAsync(t testing.TB, b *raft.Backend, name, id string) <-chan baton.Term {
-	ch := make(chan baton.Term, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go func() {
-		term, err := b.Campaign(ctx, name, baton.Candidate{ID: id})
-		if err != nil && ctx.Err() == nil {
-			t.Errorf("%s campaigning for %s: %v", id, name, err)
-		}
-		ch <- term
-	}()
-	return ch
+	return testkit.CloseAtEnd(t, b, 3*time.Second)
 }
 
 // resignWhenAsked does with term what an Elector does when its resign is
@@ -204,18 +172,6 @@ func newHandler(t testing.TB, n *raft.Node, opts Options) *Handler {
 	}
 	t.Cleanup(h.Close)
 	return h
-}
-
-// eventually polls cond until it holds or d passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: still not %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // response is a call's status, headers and body.

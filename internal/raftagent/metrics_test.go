@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/backend/raft"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -65,9 +66,9 @@ func TestAgentMetrics(t *testing.T) {
 	// A hand-over: a holds, b queues, a resigns, b is elected.
 	const job = "metrics-job"
 	ba, bb := backend(t, n, ttl), backend(t, n, ttl)
-	ta := campaign(t, ba, job, "a")
-	waiting := campaignAsync(t, bb, job, "b")
-	eventually(t, 10*time.Second, "b queued", func() bool {
+	ta := testkit.Campaign(t, ba, job, "a")
+	waiting := testkit.CampaignAsync(t, bb, job, "b")
+	testkit.Eventually(t, 10*time.Second, "b queued", func() bool {
 		return testutil.ToFloat64(m.transitions.WithLabelValues(job, "queued", "")) == 1
 	})
 	if v := testutil.ToFloat64(m.isLeader.WithLabelValues(job)); v != 1 {
@@ -76,11 +77,9 @@ func TestAgentMetrics(t *testing.T) {
 	if err := ta.Resign(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if <-waiting == nil {
-		t.Fatal("b did not take over")
-	}
+	testkit.WaitTerm(t, waiting, testkit.CampaignTimeout)
 	lj := map[string]string{"lease": job}
-	eventually(t, 10*time.Second, "the hand-over counted", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the hand-over counted", func() bool {
 		return testutil.ToFloat64(m.transitions.WithLabelValues(job, "elected", "")) == 2
 	})
 	if v := testutil.ToFloat64(m.transitions.WithLabelValues(job, "released", "resigned")); v != 1 {
@@ -105,7 +104,7 @@ func TestAgentMetrics(t *testing.T) {
 	}
 
 	// Renewals: the Backends renew through this member.
-	eventually(t, 10*time.Second, "renewals observed", func() bool {
+	testkit.Eventually(t, 10*time.Second, "renewals observed", func() bool {
 		return histCount(t, reg, "baton_renew_latency_seconds", nil) > 0
 	})
 	// A client whose session the group no longer has renews in vain, as
@@ -135,12 +134,12 @@ func TestAgentMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc := campaign(t, backend(t, client, ttl), lost, "c")
+	tc := testkit.Campaign(t, backend(t, client, ttl), lost, "c")
 	if v := testutil.ToFloat64(m.isLeader.WithLabelValues(lost)); v != 1 {
 		t.Errorf("baton_is_leader{lease=%q} = %v while c holds, want 1", lost, v)
 	}
 	proxy.Cut()
-	eventually(t, 30*time.Second, "c's session expired in the group", func() bool {
+	testkit.Eventually(t, 30*time.Second, "c's session expired in the group", func() bool {
 		return testutil.ToFloat64(m.transitions.WithLabelValues(lost, "lost", "session-expired")) == 1
 	})
 	if v := testutil.ToFloat64(m.isLeader.WithLabelValues(lost)); v != 0 {

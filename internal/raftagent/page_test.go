@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/testhook"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -24,9 +25,9 @@ func TestAgentPageEscapes(t *testing.T) {
 		lease  = `<script>alert("lease")</script>`
 		holder = `"><img src=x onerror=alert(1)>`
 	)
-	campaign(t, backend(t, n, 3*time.Second), lease, holder)
+	testkit.Campaign(t, backend(t, n, 3*time.Second), lease, holder)
 	var page response
-	eventually(t, 10*time.Second, "the page drawing the term", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the page drawing the term", func() bool {
 		page = call(t, "GET", agent, "/")
 		return strings.Contains(page.body, `class="term running"`)
 	})
@@ -87,7 +88,7 @@ func TestAgentUndetermined(t *testing.T) {
 	m0 := g.nodes[0]
 	h := newHandler(t, m0, Options{ReadTimeout: 500 * time.Millisecond})
 	agent := agentServer(t, m0, h)
-	campaign(t, backend(t, m0, 3*time.Second), "only-lease", "worker-a")
+	testkit.Campaign(t, backend(t, m0, 3*time.Second), "only-lease", "worker-a")
 	// The group's only lease: no ?lease needed.
 	r := call(t, "GET", agent, "/v1/health/leader")
 	var hb healthWire
@@ -97,13 +98,13 @@ func TestAgentUndetermined(t *testing.T) {
 	}
 	// The term must be in this member's log before the quorum goes: the
 	// timeline is drawn from the events it applied.
-	eventually(t, 10*time.Second, "member 0 applying the election", func() bool {
+	testkit.Eventually(t, 10*time.Second, "member 0 applying the election", func() bool {
 		return testutil.ToFloat64(h.opts.Metrics.transitions.WithLabelValues("only-lease", "elected", "")) == 1
 	})
 	for _, n := range g.nodes[1:] {
 		_ = testhook.KillRaftNode(n)
 	}
-	eventually(t, 30*time.Second, "health 503 after the quorum went", func() bool {
+	testkit.Eventually(t, 30*time.Second, "health 503 after the quorum went", func() bool {
 		r = call(t, "GET", agent, "/v1/health/leader?lease=only-lease")
 		return r.status == http.StatusServiceUnavailable
 	})

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/hashicorp/consul/api"
 )
@@ -35,7 +36,7 @@ func TestConsulShortSessionTTL(t *testing.T) {
 	}
 	// Consul invalidates an unrenewed session (at twice its TTL); waiting for
 	// that is how the tests see a killed holder replaced.
-	eventually(t, 10*time.Second, func() error {
+	testkit.EventuallyErr(t, 10*time.Second, "the unrenewed session invalidated", func() error {
 		info, _, err := client.Session().Info(id, nil)
 		if err != nil {
 			return err

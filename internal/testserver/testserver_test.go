@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -14,7 +15,7 @@ import (
 func TestEtcdPutGet(t *testing.T) {
 	e := testserver.StartEtcd(t)
 	c := e.Client(t)
-	ctx := testContext(t)
+	ctx := testkit.Context(t, 10*time.Second)
 
 	if _, err := c.Put(ctx, "k", "v"); err != nil {
 		t.Fatalf("put: %v", err)
@@ -34,7 +35,7 @@ func TestEtcdShortLeaseGranted(t *testing.T) {
 	e := testserver.StartEtcd(t)
 	c := e.Client(t)
 
-	resp, err := c.Grant(testContext(t), 1)
+	resp, err := c.Grant(testkit.Context(t, 10*time.Second), 1)
 	if err != nil {
 		t.Fatalf("grant: %v", err)
 	}
@@ -52,14 +53,14 @@ func TestEtcdRestartKeepsData(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := testserver.EtcdClient(t, e.Endpoint())
-	if _, err := c.Put(testContext(t), "k", "v"); err != nil {
+	if _, err := c.Put(testkit.Context(t, 10*time.Second), "k", "v"); err != nil {
 		t.Fatalf("put: %v", err)
 	}
-	lease, err := c.Grant(testContext(t), 60)
+	lease, err := c.Grant(testkit.Context(t, 10*time.Second), 60)
 	if err != nil {
 		t.Fatalf("grant: %v", err)
 	}
-	if _, err := c.Put(testContext(t), "leased", "v", clientv3.WithLease(lease.ID)); err != nil {
+	if _, err := c.Put(testkit.Context(t, 10*time.Second), "leased", "v", clientv3.WithLease(lease.ID)); err != nil {
 		t.Fatalf("put with lease: %v", err)
 	}
 	c.Close()
@@ -73,18 +74,18 @@ func TestEtcdRestartKeepsData(t *testing.T) {
 	defer e.Close()
 	c = testserver.EtcdClient(t, e.Endpoint())
 	defer c.Close()
-	resp, err := c.Get(testContext(t), "k")
+	resp, err := c.Get(testkit.Context(t, 10*time.Second), "k")
 	if err != nil {
 		t.Fatalf("get after restart: %v", err)
 	}
 	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "v" {
 		t.Fatalf("get k after restart = %v, want v", resp.Kvs)
 	}
-	ttl, err := c.TimeToLive(testContext(t), lease.ID)
+	ttl, err := c.TimeToLive(testkit.Context(t, 10*time.Second), lease.ID)
 	if err != nil || ttl.TTL <= 0 {
 		t.Errorf("lease %x after restart: %+v, %v; want it alive", lease.ID, ttl, err)
 	}
-	resp, err = c.Get(testContext(t), "leased")
+	resp, err = c.Get(testkit.Context(t, 10*time.Second), "leased")
 	if err != nil || len(resp.Kvs) != 1 || clientv3.LeaseID(resp.Kvs[0].Lease) != lease.ID {
 		t.Errorf("leased key after restart: %v, %v; want attached to lease %x", resp, err, lease.ID)
 	}
@@ -109,7 +110,7 @@ func TestProxyCutAndHeal(t *testing.T) {
 	}
 
 	p.Heal()
-	eventually(t, 15*time.Second, func() error { return get(proxied, 500*time.Millisecond) })
+	testkit.EventuallyErr(t, 15*time.Second, "a get through the healed proxy", func() error { return get(proxied, 500*time.Millisecond) })
 }
 
 func TestProxyCloseIdempotent(t *testing.T) {
@@ -176,29 +177,4 @@ func get(c *clientv3.Client, timeout time.Duration) error {
 	defer cancel()
 	_, err := c.Get(ctx, "k")
 	return err
-}
-
-// eventually polls f until it succeeds, failing the test with f's last error
-// once timeout has passed.
-func eventually(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still failing after %s: %v", timeout, err)
-		}
-		<-tick.C
-	}
-}
-
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }

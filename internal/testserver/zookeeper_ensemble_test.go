@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 )
 
@@ -44,13 +45,11 @@ func TestZooKeeperEnsemble(t *testing.T) {
 	}
 	// Poll for the other two's election; 30 s is ample even on a loaded
 	// machine (it takes well under a second on an idle one).
-	next := e.LeaderIndex()
-	for ; next < 0; next = e.LeaderIndex() {
-		if time.Since(killedAt) > 30*time.Second {
-			t.Fatal("the two servers left elected no leader within 30 s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	next := -1
+	testkit.Eventually(t, 30*time.Second, "the two servers left to elect a leader", func() bool {
+		next = e.LeaderIndex()
+		return next >= 0
+	})
 	if next == leader {
 		t.Fatalf("the killed server %d still leads", leader)
 	}

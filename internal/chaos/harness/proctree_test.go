@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
@@ -9,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // state returns the state letter of pid from /proc ("T" when stopped).
@@ -36,36 +39,24 @@ func TestStopTreeStopsEveryDescendant(t *testing.T) {
 		_ = cmd.Wait()
 	})
 	var tree []int
-	deadline := time.Now().Add(10 * time.Second)
-	for len(tree) < 4 { // sh, the inner sh, and two sleeps
-		if time.Now().After(deadline) {
-			t.Fatalf("the tree did not grow to 4 processes: %v", tree)
-		}
-		time.Sleep(10 * time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, "the tree to grow to 4 processes", func() bool {
 		tree = processTree(cmd.Process.Pid)
-	}
+		return len(tree) >= 4 // sh, the inner sh, and two sleeps
+	})
 	stopped := stopTree(cmd.Process.Pid)
 	for _, p := range tree {
 		if !slices.Contains(stopped, p) {
 			t.Errorf("process %d of the tree was not stopped", p)
 		}
 		// SIGSTOP takes effect when the process is next scheduled.
-		deadline := time.Now().Add(5 * time.Second)
-		for state(t, p) != "T" {
-			if time.Now().After(deadline) {
-				t.Fatalf("process %d is in state %s 5s after SIGSTOP, want T (stopped)", p, state(t, p))
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testkit.Eventually(t, 5*time.Second, fmt.Sprintf("process %d in state T (stopped) after SIGSTOP", p), func() bool {
+			return state(t, p) == "T"
+		})
 	}
 	contTree(stopped)
 	for _, p := range tree {
-		deadline := time.Now().Add(5 * time.Second)
-		for state(t, p) == "T" {
-			if time.Now().After(deadline) {
-				t.Fatalf("process %d still stopped after contTree", p)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testkit.Eventually(t, 5*time.Second, fmt.Sprintf("process %d to run again after contTree", p), func() bool {
+			return state(t, p) != "T"
+		})
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // counterClock is a clock that advances 1 ms per reading, so that every
@@ -307,9 +309,9 @@ func TestChildKeepsWritingWhenRefused(t *testing.T) {
 	high := run("c2", 9)
 	// The low child starts once the high token is in, so all its writes are
 	// refused.
-	waitFor(t, func() bool { return s.Highest() == 9 })
+	testkit.Eventually(t, 10*time.Second, "the highest token 9", func() bool { return s.Highest() == 9 })
 	low := run("c1", 3)
-	waitFor(t, func() bool { _, r := s.Counts(); return r >= 5 })
+	testkit.Eventually(t, 10*time.Second, "5 rejections counted", func() bool { _, r := s.Counts(); return r >= 5 })
 	cancel()
 	for _, d := range []chan error{high, low} {
 		if err := <-d; err != nil {
@@ -352,22 +354,10 @@ func TestChildStoreGone(t *testing.T) {
 		done <- Child{Socket: filepath.Join(t.TempDir(), "none"), Candidate: "c1", Token: 1, Every: time.Millisecond,
 			Errors: func(error) { n.Add(1) }}.Run(ctx)
 	}()
-	waitFor(t, func() bool { return n.Load() >= 3 })
+	testkit.Eventually(t, 10*time.Second, "3 errors reported", func() bool { return n.Load() >= 3 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run = %v", err)
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after 10 s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10 s")
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 

@@ -1,0 +1,150 @@
+package testkit_test
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/backend"
+	"github.com/batonhq/baton/backend/memory"
+	"github.com/batonhq/baton/internal/testkit"
+)
+
+// recorder is a testing.TB whose Fatalf records the message and ends the
+// calling goroutine, as the real one does, without failing the test.
+type recorder struct {
+	testing.TB
+	msg string
+}
+
+func (r *recorder) Helper() {}
+
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// fatal runs f with a recorder in a goroutine of its own and returns the
+// message f's Fatalf call recorded, or "" if f returned.
+func fatal(t *testing.T, f func(tb testing.TB)) string {
+	r := &recorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(r)
+	}()
+	<-done
+	return r.msg
+}
+
+func TestEventually(t *testing.T) {
+	var n atomic.Int32
+	testkit.Eventually(t, 5*time.Second, "three calls", func() bool { return n.Add(1) == 3 })
+	if got := n.Load(); got != 3 {
+		t.Fatalf("cond called %d times, want 3", got)
+	}
+	msg := fatal(t, func(tb testing.TB) {
+		testkit.Eventually(tb, 50*time.Millisecond, "the impossible", func() bool { return false })
+	})
+	if want := "timed out after 50ms waiting for the impossible"; msg != want {
+		t.Fatalf("Fatalf(%q), want %q", msg, want)
+	}
+}
+
+func TestEventuallyErr(t *testing.T) {
+	var n atomic.Int32
+	testkit.EventuallyErr(t, 5*time.Second, "three calls", func() error {
+		if n.Add(1) < 3 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	msg := fatal(t, func(tb testing.TB) {
+		testkit.EventuallyErr(tb, 50*time.Millisecond, "the impossible", func() error { return errors.New("last reason") })
+	})
+	if want := "timed out after 50ms waiting for the impossible: last reason"; msg != want {
+		t.Fatalf("Fatalf(%q), want %q", msg, want)
+	}
+}
+
+func TestContextEndsAfterItsBound(t *testing.T) {
+	ctx := testkit.Context(t, 20*time.Millisecond)
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the context did not end")
+	}
+}
+
+func newBackend(t *testing.T, s *memory.Store) *memory.Backend {
+	b, err := memory.New(s, memory.Options{Config: backend.Config{TTL: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testkit.CloseAtEnd(t, b, 5*time.Second)
+}
+
+// A background campaign waits while the lease is held, wins once it is
+// released, and delivers the term.
+func TestCampaignAsyncWinsAfterRelease(t *testing.T) {
+	s := memory.NewStore()
+	a, b := newBackend(t, s), newBackend(t, s)
+	first := testkit.Campaign(t, a, "job", "a")
+	got := testkit.CampaignAsync(t, b, "job", "b")
+	select {
+	case w := <-got:
+		t.Fatalf("b won %v while a held the lease", w.Term)
+	default:
+	}
+	if err := first.Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitDone(t, first, 10*time.Second)
+	w := testkit.WaitTerm(t, got, 10*time.Second)
+	if w.Term.Token() <= first.Token() {
+		t.Fatalf("b's token %d is not above a's %d", w.Term.Token(), first.Token())
+	}
+}
+
+// A background campaign still waiting when the test ends is cancelled
+// without failing the test, and has returned before the backend closes.
+func TestCampaignAsyncCancelledQuietly(t *testing.T) {
+	s := memory.NewStore()
+	a := newBackend(t, s)
+	testkit.Campaign(t, a, "job", "a")
+	var got <-chan testkit.Won
+	t.Run("waiter", func(t *testing.T) {
+		b := newBackend(t, s)
+		got = testkit.CampaignAsync(t, b, "job", "b")
+	})
+	select {
+	case w := <-got:
+		if w.Term != nil {
+			t.Fatalf("the cancelled campaign won token %d", w.Term.Token())
+		}
+	default:
+		t.Fatal("the subtest ended with its campaign still running")
+	}
+}
+
+func TestWaitTermReportsNoTerm(t *testing.T) {
+	got := make(chan testkit.Won)
+	msg := fatal(t, func(tb testing.TB) { testkit.WaitTerm(tb, got, 20*time.Millisecond) })
+	if !strings.Contains(msg, "no term within 20ms") {
+		t.Fatalf("Fatalf(%q), want no term within 20ms", msg)
+	}
+}
+
+func TestPoll(t *testing.T) {
+	if testkit.Poll(30*time.Millisecond, time.Millisecond, func() bool { return false }) {
+		t.Fatal("Poll of a condition that never holds = true")
+	}
+	var n atomic.Int32
+	if !testkit.Poll(5*time.Second, time.Millisecond, func() bool { return n.Add(1) == 2 }) {
+		t.Fatal("Poll of a condition that holds at the second call = false")
+	}
+}
