@@ -15,6 +15,7 @@ import (
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/cas"
 	"github.com/batonhq/baton/backend/memory"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 func stateTerm(t *testing.T, term baton.Term) baton.StateTerm {
@@ -281,12 +282,9 @@ func TestStoreStateRacesRenewals(t *testing.T) {
 		t.Fatal(err)
 	}
 	renewals := w.own.Load()
-	for w.own.Load() < renewals+2 {
-		if time.Now().After(deadline) {
-			t.Fatal("no renewals after the stores")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, time.Until(deadline), "two renewals after the stores", func() bool {
+		return w.own.Load() >= renewals+2
+	})
 	rec, _, _ := w.Get(t.Context(), "l")
 	if rec.Holder != "a" || rec.Token != term.Token() {
 		t.Fatalf("record = holder %q token %d, want a's, token %d", rec.Holder, rec.Token, term.Token())
