@@ -1,6 +1,7 @@
 // Package testkit holds the helpers that baton's tests share: polling for a
-// condition, a context bounded by the test, and campaigning on any
-// baton.Backend in the foreground or in the background.
+// condition, a context bounded by the test, campaigning on any
+// baton.Backend in the foreground or in the background, and serving an
+// HTTP handler on loopback.
 //
 // It is for tests only (it imports testing); every module of the
 // repository may import it, since they all live under the
@@ -16,6 +17,8 @@ package testkit
 
 import (
 	"context"
+	"net"
+	"net/http"
 	"testing"
 	"time"
 
@@ -179,4 +182,25 @@ func CloseAtEnd[C Closer](t testing.TB, c C, d time.Duration) C {
 		_ = c.Close(ctx)
 	})
 	return c
+}
+
+// ServeHTTP serves h on a port of its own on 127.0.0.1 and returns the
+// address. When the test ends the server shuts down, giving requests in
+// flight up to a second, and then closes whatever connections remain (a
+// long poll, say).
+func ServeHTTP(t testing.TB, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		_ = srv.Close()
+	})
+	return ln.Addr().String()
 }

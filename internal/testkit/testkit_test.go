@@ -3,6 +3,9 @@ package testkit_test
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -146,5 +149,43 @@ func TestPoll(t *testing.T) {
 	var n atomic.Int32
 	if !testkit.Poll(5*time.Second, time.Millisecond, func() bool { return n.Add(1) == 2 }) {
 		t.Fatal("Poll of a condition that holds at the second call = false")
+	}
+}
+
+// ServeHTTP serves on loopback until the test ends, and a request still in
+// flight then (a long poll) does not hold up the test's end.
+func TestServeHTTP(t *testing.T) {
+	polling := make(chan struct{})
+	var addr string
+	t.Run("serve", func(t *testing.T) {
+		addr = testkit.ServeHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/poll" {
+				close(polling)
+				<-r.Context().Done()
+				return
+			}
+			fmt.Fprint(w, "hello")
+		}))
+		if host, _, _ := net.SplitHostPort(addr); host != "127.0.0.1" {
+			t.Fatalf("ServeHTTP bound %s, want 127.0.0.1", addr)
+		}
+		resp, err := http.Get("http://" + addr + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != "hello" {
+			t.Fatalf("body %q, want hello", body)
+		}
+		go func() {
+			if resp, err := http.Get("http://" + addr + "/poll"); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		<-polling
+	})
+	if _, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		t.Fatalf("%s still accepts connections after the test ended", addr)
 	}
 }
