@@ -10,6 +10,12 @@
 //
 // Each test stands up several simulated processes, each with its own Backend
 // (its own connection and session), against one shared store.
+//
+// The suite checks safety and ordering (one holder at a time, rising
+// tokens, a term that ends by its safe-until, a successor that starts only
+// after it) and the timing that docs/guarantees.md promises. Every other
+// wait has only a bound that catches a hang; how fast a backend hands over
+// is measured by the benchmarks in bench/, not asserted here.
 package batontest
 
 import (
@@ -82,6 +88,14 @@ type suite struct {
 }
 
 func (s *suite) cfg() backend.Config { return backend.Config{TTL: s.ttl} }
+
+// hang bounds a wait that must end but whose speed is no claim of the suite:
+// it catches "never" (a lost wake-up, a deadlock), and is far above every
+// figure that bench/ reports for the same wait. How fast a backend hands
+// over or fails over is measured there (BenchmarkGracefulHandOver,
+// BenchmarkCrashFailover, the benchmarks in bench/conformance_test.go), not
+// asserted here; the bounds the suite does assert are documented guarantees.
+func (s *suite) hang() time.Duration { return max(2*time.Minute, 10*s.ttl) }
 
 // leaseName returns a lease name unique to this run, so subtests sharing one
 // server never see each other's leases.
@@ -223,7 +237,7 @@ func (s *suite) runElectors(t *testing.T, n, terms int, hold time.Duration) []in
 		active atomic.Int32
 		count  atomic.Int32
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), s.hang())
 	defer cancel()
 	var wg sync.WaitGroup
 	for i := range n {
@@ -256,7 +270,7 @@ func (s *suite) runElectors(t *testing.T, n, terms int, hold time.Duration) []in
 	}
 	wg.Wait()
 	if got := count.Load(); got < int32(terms) {
-		t.Fatalf("only %d of %d terms were held within the time limit", got, terms)
+		t.Fatalf("only %d of %d terms were held before the hang bound (%s): the lease stopped changing hands", got, terms, s.hang())
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -283,42 +297,90 @@ func (s *suite) tokensIncrease(t *testing.T) {
 	checkIntervals(t, ivs)
 }
 
+// resignWakesWaiter: a waiter does not hold while the holder does, and wakes
+// on the holder's resignation without waiting for its lease to run out.
 func (s *suite) resignWakesWaiter(t *testing.T) {
 	cfg := backend.Config{TTL: 20 * time.Second}
 	a, b := s.target.New(t, cfg), s.target.New(t, cfg)
 	lease := leaseName(t)
 	ta := campaign(t, a, lease, "a", 10*time.Second)
 
-	got := make(chan baton.Term, 1)
-	errc := make(chan error, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.TTL/2)
+	type result struct {
+		term baton.Term
+		err  error
+		at   time.Time
+	}
+	res := make(chan result, 1)
+	returned := make(chan struct{})
+	started := make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), s.hang())
 	defer cancel()
 	go func() {
+		defer close(returned)
+		close(started)
 		tb, err := b.Backend.Campaign(ctx, lease, baton.Candidate{ID: "b"})
-		if err != nil {
-			errc <- err
-			return
-		}
-		got <- tb
+		res <- result{tb, err, time.Now()}
 	}()
-	// b must be waiting, not holding.
+	// b must be waiting, not holding: a's term is renewed with b's
+	// campaign under way, b's campaign has not returned, and the store
+	// still names a.
+	<-started
+	before := ta.SafeUntil()
+	eventually(t, s.hang(), "a's term to be renewed with b's campaign under way", func() bool {
+		select {
+		case <-returned:
+			return true
+		default:
+		}
+		return ta.SafeUntil().After(before)
+	})
 	select {
-	case tb := <-got:
-		t.Fatalf("b acquired token %d while a held the lease", tb.Token())
-	case <-time.After(200 * time.Millisecond):
+	case <-returned:
+		r := <-res
+		t.Fatalf("b's campaign returned (token %v, err %v) while a held the lease", tokenOf(r.term), r.err)
+	default:
 	}
+	lctx, lcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	rec, err := b.Backend.Leader(lctx, lease)
+	lcancel()
+	if err != nil || rec.Holder != "a" || rec.Token != ta.Token() {
+		t.Errorf("while b waited, Leader = %+v, %v; want a with token %d", rec, err, ta.Token())
+	}
+	safeUntil := ta.SafeUntil()
 	resigned := time.Now()
 	resign(t, ta)
-	select {
-	case tb := <-got:
-		if tb.Token() <= ta.Token() {
-			t.Errorf("b's token %d is not greater than a's %d", tb.Token(), ta.Token())
-		}
-		t.Logf("hand-over after resign took %s (TTL %s)", time.Since(resigned), cfg.TTL)
-		resign(t, tb)
-	case err := <-errc:
-		t.Fatalf("b did not take over within TTL/2 (%s) of a's resignation: %v", cfg.TTL/2, err)
+	r := <-res
+	if r.err != nil {
+		t.Fatalf("b's campaign after a resigned: %v", r.err)
 	}
+	// Ordering: b's campaign returns only after a began to resign; this
+	// covers the whole wait, not just its start.
+	if r.at.Before(resigned) {
+		t.Errorf("b acquired token %d at %v, before a resigned at %v: two holders at once",
+			r.term.Token(), r.at.Format(time.StampMicro), resigned.Format(time.StampMicro))
+	}
+	if r.term.Token() <= ta.Token() {
+		t.Errorf("b's token %d is not greater than a's %d", r.term.Token(), ta.Token())
+	}
+	// The guarantee "a graceful hand-over needs no TTL wait": b was woken
+	// by the release, not let in by a's lease running out, which no
+	// backend allows before a's safe-until, and well within a TTL (20 s).
+	if !r.at.Before(safeUntil) {
+		t.Errorf("b acquired at %v, not before a's safe-until %v at its resignation: the hand-over waited for a's lease to run out",
+			r.at.Format(time.StampMicro), safeUntil.Format(time.StampMicro))
+	}
+	if took := r.at.Sub(resigned); took > cfg.TTL/2 {
+		t.Errorf("b took over %s after a resigned; a graceful hand-over needs no TTL wait (want under TTL/2 = %s)", took, cfg.TTL/2)
+	}
+	resign(t, r.term)
+}
+
+// tokenOf returns term's token, or 0 for no term.
+func tokenOf(term baton.Term) uint64 {
+	if term == nil {
+		return 0
+	}
+	return term.Token()
 }
 
 func (s *suite) cancelledCampaign(t *testing.T) {
@@ -337,8 +399,11 @@ func (s *suite) cancelledCampaign(t *testing.T) {
 	if rec, err := c.Backend.Leader(lctx0, lease); !errors.Is(err, baton.ErrNoLeader) {
 		t.Fatalf("after a resigned, with b's campaign cancelled, Leader = %+v, %v; want ErrNoLeader", rec, err)
 	}
-	// Within a TTL: b left nothing that c would have to wait out.
-	tc := campaign(t, c, lease, "c", s.ttl*9/10)
+	// b left nothing that c would have to wait out: b's process is alive
+	// and renewing, so a key or node of b's left ahead of c would block c
+	// for good, which the hang bound catches. How soon c wins is the
+	// figure of BenchmarkCampaignAfterCancelledWaiter (bench/).
+	tc := campaign(t, c, lease, "c", s.hang())
 	lctx, lcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer lcancel()
 	rec, err := c.Backend.Leader(lctx, lease)
@@ -386,7 +451,9 @@ func (s *suite) killedHolderReplaced(t *testing.T) {
 	// The promised bound: TTL + one renew interval, plus scheduling slack
 	// for a loaded CI machine.
 	bound := cfg.TTL + cfg.RenewInterval + 750*time.Millisecond
-	t.Logf("crash failover took %s (TTL %s, renew every %s)", took, cfg.TTL, cfg.RenewInterval)
+	// This bound is a documented guarantee (docs/guarantees.md, "A
+	// crashed holder is replaced within TTL + one renew interval"), so it
+	// is asserted here; the failover figure itself is BenchmarkCrashFailover's.
 	if took > bound {
 		t.Errorf("b took over %s after a was killed; want at most TTL + renew interval (%s, with slack)", took, bound)
 	}
@@ -418,7 +485,6 @@ func watchDone(term baton.Term) <-chan time.Time {
 }
 
 func (s *suite) cutOffHolderStops(t *testing.T) {
-	cfg, _ := s.cfg().WithDefaults()
 	a, b := s.target.New(t, s.cfg()), s.target.New(t, s.cfg())
 	lease := leaseName(t)
 	ta := campaign(t, a, lease, "a", 10*time.Second)
@@ -444,8 +510,11 @@ func (s *suite) cutOffHolderStops(t *testing.T) {
 	var endedAt time.Time
 	select {
 	case endedAt = <-aDone:
-	case <-time.After(cfg.TTL + 5*time.Second):
-		t.Fatalf("a's term did not end within TTL + 5s of being cut off")
+	case <-time.After(s.hang()):
+		// A hang bound: how late the term ended is checked against its
+		// safe-until below; how soon after the cut is
+		// BenchmarkCutOffHolderStops's figure (bench/).
+		t.Fatalf("a's term never ended after it was cut off (hang bound %s)", s.hang())
 	}
 	safeUntil := ta.SafeUntil()
 	if late := endedAt.Sub(safeUntil); late > 100*time.Millisecond {
@@ -516,8 +585,12 @@ func (s *suite) manyLeases(t *testing.T) {
 	for i, term := range terms {
 		initial[i] = term.SafeUntil()
 	}
-	eventually(t, 3*s.ttl+10*time.Second, "all 1000 leases to be renewed", func() bool {
+	// A lease whose term ended stops the wait at once, to be reported below.
+	eventually(t, s.hang(), "all 1000 leases to be renewed", func() bool {
 		for i, term := range terms {
+			if term.Err() != nil {
+				return true
+			}
 			if !term.SafeUntil().After(initial[i]) {
 				return false
 			}

@@ -13,6 +13,15 @@
 //
 //	go test -run '^$' -bench RequestsVs -benchtime 1x -timeout 30m -v ./bench
 //
-// Figures are reported as custom metrics (failover-ms, req/s, cpu-%, heap-MB),
-// never asserted: speed lives in benchmarks, not in tests.
+// The figures behind the conformance suite's order checks (batontest asserts
+// what happens and in which order, with hang bounds only) are here too: a cut
+// off holder's stop and its successor's gap (BenchmarkCutOffHolderStops), a
+// campaign after a cancelled waiter (BenchmarkCampaignAfterCancelledWaiter)
+// and terms per second among many Electors (BenchmarkElectorTerms). The raft
+// crash failover of a holder on a raft follower and on the raft leader is
+// BenchmarkCrashFailoverRaftMember.
+//
+// Figures are reported as custom metrics (failover-ms, req/s, cpu-%, heap-MB,
+// stop-ms, gap-ms, campaign-ms, term-ms), never asserted: speed lives in
+// benchmarks, not in tests.
 package bench

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/batonhq/baton"
@@ -77,13 +76,8 @@ func (a *App) newCronCommand() *cobra.Command {
       --schedule "CRON_TZ=Europe/Berlin 0 9 */3 * *" --jitter 30s -- ./send-reminders
   BATON_BACKEND=memory:// baton cron --lease try --schedule "*/5 * * * * *" -- sh -c 'echo slot $BATON_SLOT token $BATON_TOKEN'`,
 		RunE: wrapRunE(func(cmd *cobra.Command, args []string) error {
-			if dash := cmd.ArgsLenAtDash(); dash > 0 || (dash < 0 && len(args) > 0) {
-				before := args
-				if dash > 0 {
-					before = args[:dash]
-				}
-				return usageErrorf("unexpected argument %q: put the command after --, as in: baton cron --schedule SPEC [flags] -- %s",
-					before[0], strings.Join(args, " "))
+			if err := commandAfterDash(cmd, args, "baton cron --schedule SPEC [flags]"); err != nil {
+				return err
 			}
 			return c.Run(cmd.Context(), args)
 		}),

@@ -305,3 +305,19 @@ func newLogger(w io.Writer, l slog.Level) *slog.Logger {
 // redactURL hides the password of a URL's user information, for messages
 // and logs.
 func redactURL(raw string) string { return backendurl.Redact(raw) }
+
+// commandAfterDash refuses arguments before "--" for commands that run the
+// program given after it (run, cron); form is the command's usage, for the
+// message.
+func commandAfterDash(cmd *cobra.Command, args []string, form string) error {
+	dash := cmd.ArgsLenAtDash()
+	if dash == 0 || (dash < 0 && len(args) == 0) {
+		return nil
+	}
+	before := args
+	if dash > 0 {
+		before = args[:dash]
+	}
+	return usageErrorf("unexpected argument %q: put the command after --, as in: %s -- %s",
+		before[0], form, strings.Join(args, " "))
+}

@@ -126,13 +126,8 @@ func (a *App) newRunCommand() *cobra.Command {
 		Example: `  baton run --backend etcd://10.0.0.5:2379 --lease billing-cron -- ./billing --loop
   BATON_BACKEND=memory:// baton run --lease try -- sh -c 'echo leading with token $BATON_TOKEN; sleep 5'`,
 		RunE: wrapRunE(func(cmd *cobra.Command, args []string) error {
-			if dash := cmd.ArgsLenAtDash(); dash > 0 || (dash < 0 && len(args) > 0) {
-				before := args
-				if dash > 0 {
-					before = args[:dash]
-				}
-				return usageErrorf("unexpected argument %q: put the command after --, as in: baton run [flags] -- %s",
-					before[0], strings.Join(args, " "))
+			if err := commandAfterDash(cmd, args, "baton run [flags]"); err != nil {
+				return err
 			}
 			return c.Run(cmd.Context(), args)
 		}),
