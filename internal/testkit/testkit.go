@@ -11,8 +11,9 @@
 // not assertions of speed. Measurements of how long something takes
 // belong in bench, where the figures are reported.
 //
-// Eventually, EventuallyErr, Campaign, WaitTerm and WaitDone stop the
-// test with t.Fatalf, and so must be called from the test's goroutine.
+// Eventually, EventuallyErr, Campaign, CampaignWithin, WaitTerm and
+// WaitDone stop the test with t.Fatalf, and so must be called from the
+// test's goroutine.
 package testkit
 
 import (
@@ -94,7 +95,14 @@ const CampaignTimeout = 30 * time.Second
 // CampaignTimeout.
 func Campaign(t testing.TB, b baton.Backend, lease, id string) baton.Term {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), CampaignTimeout)
+	return CampaignWithin(t, b, lease, id, CampaignTimeout)
+}
+
+// CampaignWithin is Campaign with the campaign bounded by d instead of
+// CampaignTimeout.
+func CampaignWithin(t testing.TB, b baton.Backend, lease, id string, d time.Duration) baton.Term {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
 	defer cancel()
 	term, err := b.Campaign(ctx, lease, baton.Candidate{ID: id})
 	if err != nil {

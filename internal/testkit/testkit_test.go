@@ -189,3 +189,15 @@ func TestServeHTTP(t *testing.T) {
 		t.Fatalf("%s still accepts connections after the test ended", addr)
 	}
 }
+
+// CampaignWithin gives up after its own bound, failing the test with the
+// campaign's error.
+func TestCampaignWithinBound(t *testing.T) {
+	s := memory.NewStore()
+	a, b := newBackend(t, s), newBackend(t, s)
+	testkit.Campaign(t, a, "job", "a")
+	msg := fatal(t, func(tb testing.TB) { testkit.CampaignWithin(tb, b, "job", "b", 50*time.Millisecond) })
+	if !strings.Contains(msg, "b campaigning for job") || !strings.Contains(msg, "deadline exceeded") {
+		t.Fatalf("Fatalf(%q), want b's campaign for job failing at its deadline", msg)
+	}
+}
