@@ -61,7 +61,7 @@ func TestClientSessionOnlyItsOwner(t *testing.T) {
 				t.Fatal(err)
 			}
 			lease := "owned-" + name
-			term := testkit.Campaign(t, newBackend(t, c, cfg), lease, "holder")
+			term := testkit.CampaignWithin(t, newBackend(t, c, cfg), lease, "holder", 20*time.Second)
 			v, _ := leader.fsm.lease(lease, "")
 			sid := v.Session
 			if sid == "" || v.Token != term.Token() {

@@ -22,7 +22,7 @@ func TestTokensRiseAcrossGroupRestart(t *testing.T) {
 	b := newBackend(t, old.members()[0], cfg)
 	var last uint64
 	for i := range 5 {
-		term := testkit.Campaign(t, b, "job", "old")
+		term := testkit.CampaignWithin(t, b, "job", "old", 20*time.Second)
 		if term.Token() <= last {
 			t.Fatalf("term %d: token %d after %d", i, term.Token(), last)
 		}
@@ -59,7 +59,7 @@ func TestTokensRiseAcrossGroupRestart(t *testing.T) {
 	}
 	g.waitJoined(t)
 	b2 := newBackend(t, g.members()[1], cfg)
-	term := testkit.Campaign(t, b2, "job", "new")
+	term := testkit.CampaignWithin(t, b2, "job", "new", 20*time.Second)
 	if term.Token() <= last {
 		t.Fatalf("the new group's first token is %d, not above the old group's last, %d", term.Token(), last)
 	}

@@ -54,11 +54,11 @@ func TestRaftLeaderHolderFailover(t *testing.T) {
 			var standbys []*Backend
 			for i, n := range others {
 				b := newBackend(t, n, cfg)
-				testkit.Campaign(t, b, fmt.Sprintf("ballast-%d", i), fmt.Sprintf("ballast-%d", i))
+				testkit.CampaignWithin(t, b, fmt.Sprintf("ballast-%d", i), fmt.Sprintf("ballast-%d", i), 20*time.Second)
 				standbys = append(standbys, b)
 			}
 			holder := newBackend(t, leader, cfg)
-			th := testkit.Campaign(t, holder, "job", "holder")
+			th := testkit.CampaignWithin(t, holder, "job", "holder", 20*time.Second)
 			for i, n := range others {
 				b := standbys[i]
 				stop := n.WatchLeases(func(ev LeaseEvent) {

@@ -137,7 +137,7 @@ func TestRaftStreamNeedsSecret(t *testing.T) {
 	cfg := backend.Config{TTL: 2 * time.Second}
 	holderNode := g.members()[1]
 	b := newBackend(t, holderNode, cfg)
-	term := testkit.Campaign(t, b, "job", "holder")
+	term := testkit.CampaignWithin(t, b, "job", "holder", 20*time.Second)
 
 	cliTLS, err := g.ca.Config("intruder", []string{"127.0.0.1"})
 	if err != nil {

@@ -93,8 +93,8 @@ func TestLeasesTable(t *testing.T) {
 	const ttl = 5 * time.Second
 	cfg := backend.Config{TTL: ttl}
 	ba := newBackend(t, follower, cfg)
-	ta := testkit.Campaign(t, ba, "job", "a")
-	tz := testkit.Campaign(t, ba, "alpha", "a")
+	ta := testkit.CampaignWithin(t, ba, "job", "a", 20*time.Second)
+	tz := testkit.CampaignWithin(t, ba, "alpha", "a", 20*time.Second)
 	// A holder through an agent: its session is made through the agent's
 	// member.
 	c, err := Dial(serveClients(t, leader), ClientOptions{Token: testClientToken})
@@ -150,7 +150,7 @@ func TestWatchLeasesEvents(t *testing.T) {
 	cfg := backend.Config{TTL: 5 * time.Second}
 	ba, bb, bc := newBackend(t, nodes[1], cfg), newBackend(t, nodes[2], cfg), newBackend(t, nodes[0], cfg)
 
-	ta := testkit.Campaign(t, ba, "job", "a")
+	ta := testkit.CampaignWithin(t, ba, "job", "a", 20*time.Second)
 	gotB := testkit.CampaignAsync(t, bb, "job", "b")
 	waitWaiters(t, nodes[0], "job", 1)
 	// c gives up waiting.
@@ -189,7 +189,7 @@ func TestWatchLeasesEvents(t *testing.T) {
 	m := g.start(t)
 	joinedWithin(t, m, 30*time.Second)
 	bm := newBackend(t, m, backend.Config{TTL: time.Second})
-	tm := testkit.Campaign(t, bm, "crash", "m")
+	tm := testkit.CampaignWithin(t, bm, "crash", "m", 20*time.Second)
 	if err := m.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -209,8 +209,8 @@ func TestWatchLeasesStop(t *testing.T) {
 		<-block
 	})
 	b := newBackend(t, n, backend.Config{TTL: 5 * time.Second})
-	testkit.Campaign(t, b, "one", "a")
-	testkit.Campaign(t, b, "two", "a")
+	testkit.CampaignWithin(t, b, "one", "a", 20*time.Second)
+	testkit.CampaignWithin(t, b, "two", "a", 20*time.Second)
 	testkit.Eventually(t, 10*time.Second, "fn called", func() bool { return calls.Load() == 1 })
 	stopped := make(chan struct{})
 	go func() { stop(); close(stopped) }()
@@ -223,7 +223,7 @@ func TestWatchLeasesStop(t *testing.T) {
 	<-stopped
 	stop() // twice is fine
 	after := calls.Load()
-	testkit.Campaign(t, b, "three", "a")
+	testkit.CampaignWithin(t, b, "three", "a", 20*time.Second)
 	if err := b.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestRequestResign(t *testing.T) {
 			}
 			ba, bb := newBackend(t, gr, cfg), newBackend(t, nodes[0], cfg)
 			lease := "resign-" + holder
-			ta := testkit.Campaign(t, ba, lease, "a")
+			ta := testkit.CampaignWithin(t, ba, lease, "a", 20*time.Second)
 			gotB := testkit.CampaignAsync(t, bb, lease, "b")
 			waitWaiters(t, nodes[0], lease, 1)
 
@@ -369,12 +369,12 @@ func TestOnRenew(t *testing.T) {
 	})
 	nodes := g.members()
 	cfg := backend.Config{TTL: time.Second}
-	testkit.Campaign(t, newBackend(t, nodes[0], cfg), "own", "a")
+	testkit.CampaignWithin(t, newBackend(t, nodes[0], cfg), "own", "a", 20*time.Second)
 	c, err := Dial(serveClients(t, nodes[1]), ClientOptions{Token: testClientToken})
 	if err != nil {
 		t.Fatal(err)
 	}
-	testkit.Campaign(t, newBackend(t, c, cfg), "client", "b")
+	testkit.CampaignWithin(t, newBackend(t, c, cfg), "client", "b", 20*time.Second)
 	testkit.Eventually(t, 10*time.Second, "renewals of a member's Backend and of an agent client reported", func() bool {
 		return own.Load() >= 2 && clients.Load() >= 2
 	})
@@ -431,7 +431,7 @@ func TestStateFencedByTheLog(t *testing.T) {
 				}
 				lease := "fenced-" + via + "-" + how
 				ba := newBackend(t, deafGroup{gr}, cfg)
-				ta := testkit.Campaign(t, ba, lease, "a")
+				ta := testkit.CampaignWithin(t, ba, lease, "a", 20*time.Second)
 				sta, _ := ta.(baton.StateTerm)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
@@ -495,7 +495,7 @@ func TestStateOutlivesLease(t *testing.T) {
 	b := newBackend(t, n, backend.Config{TTL: 5 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	t1 := testkit.Campaign(t, b, "job", "a")
+	t1 := testkit.CampaignWithin(t, b, "job", "a", 20*time.Second)
 	s1, _ := t1.(baton.StateTerm)
 	if err := s1.StoreState(ctx, []byte{}); err != nil {
 		t.Fatal(err)
@@ -506,7 +506,7 @@ func TestStateOutlivesLease(t *testing.T) {
 	if _, err := n.Lease(ctx, "job"); !errors.Is(err, baton.ErrNoLeader) {
 		t.Fatalf("Lease after the only holder resigned: %v, want ErrNoLeader (the record is gone)", err)
 	}
-	t2 := testkit.Campaign(t, b, "job", "a")
+	t2 := testkit.CampaignWithin(t, b, "job", "a", 20*time.Second)
 	s2, _ := t2.(baton.StateTerm)
 	v, err := s2.LoadState(ctx)
 	if err != nil {

@@ -43,7 +43,7 @@ func TestReplaceVotersOneByOne(t *testing.T) {
 	// The holder sits on the second-oldest member: it keeps the lease
 	// through round 0 and loses its member in round 1 (a crash).
 	h := holding{node: live[1], b: newBackend(t, live[1], cfg)}
-	h.term = testkit.Campaign(t, h.b, "job", h.node.ID())
+	h.term = testkit.CampaignWithin(t, h.b, "job", h.node.ID(), 20*time.Second)
 
 	const rounds = 4
 	for round := range rounds {
@@ -85,7 +85,7 @@ func TestReplaceVotersOneByOne(t *testing.T) {
 				t.Fatalf("round %d: the holder on %s lost its term though %s left gracefully: %v", round, h.node.ID(), old.ID(), err)
 			}
 			t.Logf("round %d: the holder lost its term in the crash (%v); campaigning again", round, err)
-			h.term = testkit.Campaign(t, h.b, "job", h.node.ID())
+			h.term = testkit.CampaignWithin(t, h.b, "job", h.node.ID(), 20*time.Second)
 		}
 		assertHolder(t, h.b, "job", h.node.ID(), h.term.Token())
 
@@ -107,7 +107,7 @@ func TestReplaceVotersOneByOne(t *testing.T) {
 func probeLease(t *testing.T, n *Node, name string, cfg backend.Config) {
 	t.Helper()
 	b := newBackend(t, n, cfg)
-	term := testkit.Campaign(t, b, name, n.ID())
+	term := testkit.CampaignWithin(t, b, name, n.ID(), 20*time.Second)
 	assertHolder(t, b, name, n.ID(), term.Token())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -144,7 +144,7 @@ func handOff(t *testing.T, h holding, next *Node, crash bool, cfg backend.Config
 	}
 	stopMember(t, h.node, crash)
 	nb := newBackend(t, next, cfg)
-	nt := testkit.Campaign(t, nb, h.name(), next.ID())
+	nt := testkit.CampaignWithin(t, nb, h.name(), next.ID(), 20*time.Second)
 	won := time.Now()
 	if crash {
 		select {
@@ -293,12 +293,12 @@ func TestWitness(t *testing.T) {
 
 	cfg := backend.Config{TTL: 2 * time.Second}
 	ba, bb := newBackend(t, a, cfg), newBackend(t, b, cfg)
-	ta := testkit.Campaign(t, ba, "job", "a")
+	ta := testkit.CampaignWithin(t, ba, "job", "a", 20*time.Second)
 	if err := a.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	g.forget(a)
-	tb := testkit.Campaign(t, bb, "job", "b")
+	tb := testkit.CampaignWithin(t, bb, "job", "b", 20*time.Second)
 	won := time.Now()
 	select {
 	case <-ta.Done():
@@ -484,9 +484,9 @@ func TestRestartWithDataDir(t *testing.T) {
 
 	other := g.members()[1]
 	bo := newBackend(t, other, backend.Config{TTL: 2 * time.Second})
-	held := testkit.Campaign(t, bo, "job", "other")
+	held := testkit.CampaignWithin(t, bo, "job", "other", 20*time.Second)
 	for i := range 3 {
-		tm := testkit.Campaign(t, bo, fmt.Sprintf("filler-%d", i), "other")
+		tm := testkit.CampaignWithin(t, bo, fmt.Sprintf("filler-%d", i), "other", 20*time.Second)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := tm.Resign(ctx); err != nil {
 			t.Fatal(err)
@@ -537,7 +537,7 @@ func TestRestartWithDataDir(t *testing.T) {
 	})
 
 	// Its copy of the log has what was written before and after.
-	after := testkit.Campaign(t, bo, "after-restart", "other")
+	after := testkit.CampaignWithin(t, bo, "after-restart", "other", 20*time.Second)
 	waitState(t, 10*time.Second, "the restarted member's log has the leases", func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
