@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -22,11 +21,6 @@ import (
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/go-zookeeper/zk"
 )
-
-// curatorJars are Debian's Curator 5.4 and what LatchMain needs at run
-// time; the jars' manifests name the rest (guava, zookeeper-jute, ...).
-var curatorJars = []string{"curator-recipes.jar", "curator-framework.jar", "curator-client.jar",
-	"zookeeper.jar", "slf4j-api.jar", "slf4j-simple.jar"}
 
 // TestCuratorLeaderLatchInterop runs baton and Apache Curator's LeaderLatch
 // (a real JVM) on one latch path against a real ZooKeeper, and kills each
@@ -133,22 +127,7 @@ func TestCuratorLeaderLatchInterop(t *testing.T) {
 // directory, and returns java and the class path to run it with.
 func compileLatchMain(t *testing.T) (java, classPath string) {
 	t.Helper()
-	java, err := testserver.JavaTool("java")
-	if err == nil {
-		var javac string
-		if javac, err = testserver.JavaTool("javac"); err == nil {
-			if classPath, err = testserver.JavaClassPath(curatorJars...); err == nil {
-				dir := t.TempDir()
-				out, cerr := exec.Command(javac, "-d", dir, "-cp", classPath, filepath.Join("testdata", "LatchMain.java")).CombinedOutput()
-				if cerr != nil {
-					t.Fatalf("javac LatchMain.java: %v\n%s", cerr, out)
-				}
-				return java, dir + string(os.PathListSeparator) + classPath
-			}
-		}
-	}
-	testserver.Unavailable(t, "curator", err)
-	return "", ""
+	return testserver.CompileCurator(t, filepath.Join("testdata", "LatchMain.java"))
 }
 
 // interval is one leadership as its holder acted on it, in microseconds

@@ -38,6 +38,8 @@ type Proxy struct {
 
 	latency atomic.Int64 // time.Duration added to every byte forwarded
 
+	tap atomic.Pointer[func() io.Writer] // see TapClient
+
 	mu     sync.Mutex
 	target string
 	cut    bool
@@ -115,6 +117,22 @@ func (p *Proxy) Heal() {
 // had sent before the close, after the delay, and then ends the pair.
 func (p *Proxy) SetLatency(d time.Duration) {
 	p.latency.Store(int64(max(d, 0)))
+}
+
+// TapClient makes the proxy copy what clients send to the target: for
+// each connection it forwards from now on, it calls newTap once and writes
+// everything that client sends, in order, to the writer returned, before
+// forwarding it. A writer that is an io.Closer is closed when its
+// connection ends. Writes happen on the connection's forwarding goroutine:
+// a slow writer slows that client down, and an error from it is ignored.
+// It lets a test count a client's requests as the server receives them.
+// newTap nil stops tapping new connections.
+func (p *Proxy) TapClient(newTap func() io.Writer) {
+	if newTap == nil {
+		p.tap.Store(nil)
+		return
+	}
+	p.tap.Store(&newTap)
 }
 
 // Retarget sends the proxy's new connections to target from now on, and
@@ -202,8 +220,19 @@ func (p *Proxy) forward(c net.Conn) {
 	// Either direction ending ends the pair: a half-open connection through
 	// a proxy is not something tests want to reason about.
 	var pair sync.WaitGroup
-	pair.Go(func() { p.pipe(up, c); p.drop(c); p.drop(up) })
-	pair.Go(func() { p.pipe(c, up); p.drop(c); p.drop(up) })
+	var tap io.Writer
+	if newTap := p.tap.Load(); newTap != nil {
+		tap = (*newTap)()
+	}
+	pair.Go(func() {
+		p.pipe(up, c, tap)
+		if cl, ok := tap.(io.Closer); ok {
+			cl.Close()
+		}
+		p.drop(c)
+		p.drop(up)
+	})
+	pair.Go(func() { p.pipe(c, up, nil); p.drop(c); p.drop(up) })
 	pair.Wait()
 }
 
@@ -227,8 +256,8 @@ type chunk struct {
 // so one read late behind a longer delay holds back the reads after it.
 // What src sent before ending is delivered; a src or dst closed by the
 // proxy (Cut, Heal, Retarget, Close, or the other direction ending) drops
-// what is still waiting.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// what is still waiting. Each read is also written to tap, if not nil.
+func (p *Proxy) pipe(dst, src net.Conn, tap io.Writer) {
 	queue := make(chan chunk, pipeQueue)
 	abort := make(chan struct{})      // closed when the proxy closed src
 	writerDone := make(chan struct{}) // closed when the writer returns
@@ -262,6 +291,9 @@ read:
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			if tap != nil {
+				_, _ = tap.Write(buf[:n])
+			}
 			ch := chunk{b: append([]byte(nil), buf[:n]...), due: time.Now().Add(time.Duration(p.latency.Load()))}
 			select {
 			case queue <- ch:

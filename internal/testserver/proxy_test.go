@@ -199,3 +199,78 @@ func TestProxyCutDropsDelayedBytes(t *testing.T) {
 		t.Errorf("the server received %d bytes after Cut; want none", got-base)
 	}
 }
+
+// tapBuffer is a tap writer that records what it was given and whether its
+// connection ended.
+type tapBuffer struct {
+	mu     sync.Mutex
+	b      bytes.Buffer
+	closed bool
+}
+
+func (w *tapBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *tapBuffer) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+	return nil
+}
+
+func (w *tapBuffer) state() (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String(), w.closed
+}
+
+// TapClient gives each connection a writer of its own, which sees what that
+// client sent (and nothing the server sent back) and is closed with it.
+func TestProxyTapClient(t *testing.T) {
+	echo := startEcho(t)
+	p := testserver.StartProxy(t, echo.Addr())
+	var mu sync.Mutex
+	var taps []*tapBuffer
+	p.TapClient(func() io.Writer {
+		mu.Lock()
+		defer mu.Unlock()
+		w := &tapBuffer{}
+		taps = append(taps, w)
+		return w
+	})
+	a, ar := dialLines(t, p.Addr())
+	b, br := dialLines(t, p.Addr())
+	roundTrip(t, a, ar, "from a 1")
+	roundTrip(t, b, br, "from b")
+	roundTrip(t, a, ar, "from a 2")
+	a.Close()
+
+	mu.Lock()
+	got := append([]*tapBuffer(nil), taps...)
+	mu.Unlock()
+	if len(got) != 2 {
+		t.Fatalf("%d taps for 2 connections", len(got))
+	}
+	want := map[string]bool{"from a 1\nfrom a 2\n": true, "from b\n": true}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, w := range got {
+		s, closed := w.state()
+		if !want[s] {
+			t.Errorf("a tap saw %q; want one connection's own lines, %v", s, want)
+		}
+		if s == "from a 1\nfrom a 2\n" {
+			for !closed && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+				_, closed = w.state()
+			}
+			if !closed {
+				t.Errorf("the tap of a closed connection was not closed")
+			}
+		} else if closed {
+			t.Errorf("the tap of an open connection was closed")
+		}
+	}
+}

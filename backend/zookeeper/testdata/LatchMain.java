@@ -1,8 +1,11 @@
 // LatchMain runs Apache Curator's LeaderLatch for baton's interop test
-// (curator_test.go), which compiles it with javac against Debian's Curator
-// 5.4 jars.
+// (curator_test.go) and for the request-rate bench (bench/), which compile
+// it with javac against Debian's Curator 5.4 jars.
 //
-//   java LatchMain CONNECT LATCH_PATH ID SESSION_TIMEOUT_MS
+//   java LatchMain CONNECT LATCH_PATH ID SESSION_TIMEOUT_MS [quiet]
+//
+// With "quiet" it does not poll getLeader() (and prints no SEES event), so
+// that the only requests it makes are those of the latch and its client.
 //
 // It prints one event per line, "<microseconds since the epoch> EVENT ARG":
 //
@@ -43,6 +46,7 @@ public class LatchMain {
         String path = args[1];
         String id = args[2];
         int sessionMs = Integer.parseInt(args[3]);
+        boolean quiet = args.length > 4 && args[4].equals("quiet");
 
         CuratorFramework client = CuratorFrameworkFactory.builder()
                 .connectString(connect)
@@ -93,6 +97,11 @@ public class LatchMain {
         commands.setDaemon(true);
         commands.start();
 
+        if (quiet) {
+            while (true) {
+                Thread.sleep(Long.MAX_VALUE);
+            }
+        }
         String seen = null;
         while (true) {
             try {
