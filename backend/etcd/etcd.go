@@ -44,7 +44,7 @@ var _ baton.Backend = (*Backend)(nil)
 // New returns a Backend that campaigns through client. The client remains the
 // caller's: Close does not close it.
 func New(client *clientv3.Client, opts Options) (*Backend, error) {
-	cfg, err := opts.Config.WithDefaults()
+	cfg, err := opts.config()
 	if err != nil {
 		return nil, err
 	}

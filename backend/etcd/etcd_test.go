@@ -413,3 +413,33 @@ func TestUnreachableServerIsReported(t *testing.T) {
 		t.Fatalf("Campaign against an unreachable etcd: err = %v, want ErrBackendUnavailable", err)
 	}
 }
+
+// TestRenewalWindow: the holder renews every TTL/2 by default, and the
+// renewal window Backend and Options answer (what `baton run --grace` must
+// fit in) is TTL − TTL/2 − DriftMargin.
+func TestRenewalWindow(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	c := srv.Client(t)
+	for _, tc := range []struct {
+		cfg         baton.Config
+		renew, want time.Duration
+	}{
+		{baton.Config{}, 5 * time.Second, 4 * time.Second},
+		{baton.Config{TTL: 2 * time.Second}, time.Second, 800 * time.Millisecond},
+		{baton.Config{TTL: 2 * time.Second, RenewInterval: 500 * time.Millisecond}, 500 * time.Millisecond, 1300 * time.Millisecond},
+	} {
+		b := newBackend(t, c, etcd.Options{Config: tc.cfg})
+		if got := b.Config().RenewInterval; got != tc.renew {
+			t.Errorf("%+v: RenewInterval %s, want %s", tc.cfg, got, tc.renew)
+		}
+		if got := b.RenewalWindow(); got != tc.want {
+			t.Errorf("%+v: Backend.RenewalWindow %s, want %s", tc.cfg, got, tc.want)
+		}
+		if got, err := (etcd.Options{Config: tc.cfg}).RenewalWindow(); err != nil || got != tc.want {
+			t.Errorf("%+v: Options.RenewalWindow %s, %v; want %s", tc.cfg, got, err, tc.want)
+		}
+	}
+	if _, err := (etcd.Options{Config: baton.Config{TTL: 2 * time.Second, RenewInterval: 2 * time.Second}}).RenewalWindow(); err == nil {
+		t.Error("Options.RenewalWindow with RenewInterval = TTL: no error, want New's")
+	}
+}

@@ -11,10 +11,12 @@ import (
 
 // Options configures a Backend. The zero value means the documented defaults.
 type Options struct {
-	// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s, TTL/3,
+	// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s, TTL/2,
 	// TTL/10). etcd grants TTLs in whole seconds, so TTL is rounded up to the
 	// next second when the session is granted; RenewInterval and DriftMargin
-	// are used as given.
+	// are used as given. A renewal that fails is retried sooner (once half
+	// the time to safe-until is spent), so renewing at TTL/2, as etcd's own
+	// clients do about, still leaves the retries a failing renewal needs.
 	baton.Config
 
 	// Prefix is put in front of every lease name to make the etcd election
@@ -27,6 +29,19 @@ type Options struct {
 	// Logger receives log lines (group "etcd"). Nil (the default) means
 	// silent.
 	Logger *slog.Logger
+}
+
+// config returns o's timing with the defaults filled in: baton.Config's,
+// except RenewInterval, TTL/2 by default (see Options.Config).
+func (o Options) config() (baton.Config, error) {
+	c := o.Config
+	if c.TTL == 0 {
+		c.TTL = baton.DefaultTTL
+	}
+	if c.TTL > 0 && c.RenewInterval == 0 {
+		c.RenewInterval = c.TTL / 2
+	}
+	return c.WithDefaults()
 }
 
 func checkName(name string) error {
