@@ -211,8 +211,11 @@ func TestKeyAndSessionLayout(t *testing.T) {
 	if got := b.SessionTTL(); got != 1500*time.Millisecond {
 		t.Errorf("SessionTTL() = %s, want TTL/2 = 1.5s", got)
 	}
-	if got := b.LockDelay(); got != b.Config().RenewInterval || got != 500*time.Millisecond {
-		t.Errorf("LockDelay() = %s, want RenewInterval = TTL/6 = 500ms", got)
+	if got := b.LockDelay(); got != 500*time.Millisecond {
+		t.Errorf("LockDelay() = %s, want TTL/6 = 500ms", got)
+	}
+	if got := b.Config().RenewInterval; got != 750*time.Millisecond {
+		t.Errorf("RenewInterval = %s, want half the session TTL = TTL/4 = 750ms", got)
 	}
 	key, err := b.Key("nightly/report")
 	if err != nil || key != prefix+"nightly/report/.lock" {
@@ -221,7 +224,7 @@ func TestKeyAndSessionLayout(t *testing.T) {
 	start := time.Now()
 	term := campaign(t, b, "nightly/report", "host-1/abcd")
 	// Read SafeUntil before took, and before the requests below: a renewal
-	// sent after took was measured (every 500 ms) would move it further.
+	// sent after took was measured (every 750 ms) would move it further.
 	safeUntil := term.SafeUntil()
 	took := time.Since(start)
 	p, _, err := c.KV().Get(key, &api.QueryOptions{RequireConsistent: true})

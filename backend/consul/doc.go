@@ -124,9 +124,9 @@
 //
 // Without health checks (the default), baton does not need the delay for
 // exclusion: a session is invalidated by its TTL only after its holder's
-// safe-until has passed. So the default is short, one RenewInterval, to
-// give a holder whose session was destroyed under it the time to notice
-// at its next renewal, without adding seconds to every failover. A waiter
+// safe-until has passed. So the default is short, TTL/6, to give a
+// holder whose session was destroyed under it time to notice at its next
+// renewal (or its retry), without adding seconds to every failover. A waiter
 // that sees a lock invalidated knows the holder session's lock-delay (it
 // looked the session up when it first saw it) and tries again when it has
 // passed, rather than polling; a lock-delay it could not learn is waited

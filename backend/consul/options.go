@@ -43,9 +43,10 @@ const (
 // defaults. Options is a plain value and safe to copy.
 type Options struct {
 	// Config holds TTL, RenewInterval and DriftMargin. On Consul, zero
-	// values mean: TTL DefaultTTL (20 s); RenewInterval TTL/6 (a third of
-	// the session TTL, TTL/2, so that two more renewals fit before the
-	// holder's deadline); DriftMargin TTL/10. RenewInterval must be below
+	// values mean: TTL DefaultTTL (20 s); RenewInterval TTL/4 (half the
+	// session TTL, TTL/2, as api.Session.RenewPeriodic and `consul lock`
+	// renew; a renewal that fails is retried sooner, once half the time to
+	// safe-until is spent); DriftMargin TTL/10. RenewInterval must be below
 	// TTL/2 − DriftMargin, the holder's safe window (see the package doc).
 	baton.Config
 
@@ -61,7 +62,7 @@ type Options struct {
 	// LockDelay is the session's lock-delay: after Consul invalidates the
 	// session (its TTL ran out, a health check failed, or someone destroyed
 	// it), the keys it held cannot be locked again for this long. Zero
-	// means RenewInterval without Checks, and the session TTL (TTL/2) with
+	// means TTL/6 without Checks, and the session TTL (TTL/2) with
 	// Checks; with Checks it must be at least the session TTL. It must not
 	// exceed MaxLockDelay (60 s). Explicit releases (Resign, Close) are
 	// not delayed. See the package doc for the trade-off against Consul's
@@ -136,7 +137,7 @@ func (o Options) settle() (cfg baton.Config, sessTTL, lockDelay time.Duration, p
 		cfg.TTL = DefaultTTL
 	}
 	if cfg.TTL > 0 && cfg.RenewInterval == 0 {
-		cfg.RenewInterval = cfg.TTL / 6
+		cfg.RenewInterval = defaultRenewInterval(cfg.TTL)
 	}
 	cfg, err = cfg.WithDefaults()
 	var ce *baton.ConfigError
@@ -168,6 +169,10 @@ func (o Options) settle() (cfg baton.Config, sessTTL, lockDelay time.Duration, p
 	return cfg, sessTTL, lockDelay, prefix, problems, nil
 }
 
+// defaultRenewInterval is RenewInterval when Options.Config leaves it
+// zero: half the session TTL (TTL/2).
+func defaultRenewInterval(ttl time.Duration) time.Duration { return ttl / 4 }
+
 // lockDelay returns the session lock-delay o asks for, defaults filled in,
 // with problems and those it finds.
 func (o Options) lockDelay(cfg baton.Config, sessTTL time.Duration, problems []string) (time.Duration, []string) {
@@ -181,7 +186,7 @@ func (o Options) lockDelay(cfg baton.Config, sessTTL time.Duration, problems []s
 	case lockDelay == 0 && checks:
 		lockDelay = sessTTL
 	case lockDelay == 0:
-		lockDelay = cfg.RenewInterval
+		lockDelay = cfg.TTL / 6
 	case checks && lockDelay < sessTTL:
 		problems = append(problems, fmt.Sprintf("LockDelay (%s) must be at least the session TTL (%s, TTL/2) when Checks are set: "+
 			"a failing check invalidates the session while its holder may still act until its safe-until", lockDelay, sessTTL))
