@@ -29,10 +29,17 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { batontest.Run(t, target(t)) }
+
+// TestLeaderWatch: a standby hears who leads from the Backend's watch
+// (baton.LeaderWatcher), without asking.
+func TestLeaderWatch(t *testing.T) { batontest.LeaderWatch(t, target(t)) }
+
+// target is the conformance suite's Target: processes on one server.
+func target(t *testing.T) batontest.Target {
 	agent := testserver.SharedConsul(t)
 	prefix := testPrefix()
-	batontest.Run(t, batontest.Target{
+	return batontest.Target{
 		OneCampaignPerName: true,
 		// The holder's safe window on Consul is TTL/2 - DriftMargin (see
 		// the package doc): at 2 s it is 0.8 s, as etcd's is at 1 s. At 1 s
@@ -65,7 +72,7 @@ func TestConformance(t *testing.T) {
 				},
 			}
 		},
-	})
+	}
 }
 
 // testPrefix returns a key prefix of its own for a test on the shared agent.

@@ -20,9 +20,16 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { batontest.Run(t, target(t)) }
+
+// TestLeaderWatch: a standby hears who leads from the Backend's watch
+// (baton.LeaderWatcher), without asking.
+func TestLeaderWatch(t *testing.T) { batontest.LeaderWatch(t, target(t)) }
+
+// target is the conformance suite's Target: processes on one server.
+func target(t *testing.T) batontest.Target {
 	srv := testserver.StartEtcd(t)
-	batontest.Run(t, batontest.Target{
+	return batontest.Target{
 		OneCampaignPerName: true,
 		MinTTL:             time.Second, // etcd grants whole seconds
 		New: func(t *testing.T, cfg baton.Config) *batontest.Process {
@@ -54,7 +61,7 @@ func TestConformance(t *testing.T) {
 				},
 			}
 		},
-	})
+	}
 }
 
 // newBackend returns a Backend on client, closed when the test ends (before
