@@ -1,0 +1,62 @@
+package main
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/internal/testserver"
+)
+
+// TestRunStandbyReportsLeader: a standby logs who leads ("standing by")
+// from the backend's watch, and again when that changes: b stands by behind
+// a; when a stops, c, standing by behind b, logs b at once.
+func TestRunStandbyReportsLeader(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		backend func(t *testing.T) string
+		ttl     string
+	}{
+		{"etcd", func(t *testing.T) string { return "etcd://" + testserver.StartEtcd(t).Endpoint() }, "2s"},
+		{"zookeeper", func(t *testing.T) string {
+			return "zk://" + testserver.StartZooKeeper(t, testserver.ZooKeeperOptions{}).Addr() + "/services/standby"
+		}, "4s"},
+		{"consul", func(t *testing.T) string {
+			return "consul://" + testserver.StartConsul(t, testserver.ConsulOptions{}).Addr() + "/services"
+		}, "4s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			backend := tc.backend(t)
+			start := func(id string) *batonProc {
+				return startBaton(t, id, testEnv(), "run", "--backend", backend, "--lease", "standby", "--id", id,
+					"--ttl", tc.ttl, "--", "sleep", "600")
+			}
+			standingBy := func(p *batonProc, from int, leader string) {
+				t.Helper()
+				eventually(t, 30*time.Second, p.name+" standing by behind "+leader, func() bool {
+					for _, l := range strings.Split(p.out.String()[from:], "\n") {
+						if strings.Contains(l, `msg="standing by"`) && strings.Contains(l, `leader="`+leader+` (token `) {
+							return true
+						}
+					}
+					return false
+				})
+			}
+			a := start("a")
+			eventually(t, 30*time.Second, "a elected", func() bool { return strings.Contains(a.out.String(), "elected") })
+			b := start("b")
+			standingBy(b, 0, "a")
+			c := start("c")
+			standingBy(c, 0, "a")
+			from := len(c.out.String())
+			if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			a.wait(t, 30*time.Second)
+			standingBy(c, from, "b")
+		})
+	}
+}
