@@ -240,7 +240,11 @@ func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.
 	}
 	defer closeBackend(ctx, b, log)
 
-	e, err := baton.NewElector(b, baton.ElectorConfig{
+	// The backend itself, not the wrapper Open returns (whose embedded
+	// interface hides them), so that the Elector sees the optional
+	// interfaces it implements: baton.LeaderWatcher and
+	// baton.RenewalWindower.
+	e, err := baton.NewElector(b.Backend, baton.ElectorConfig{
 		Lease:     c.common.lease,
 		Candidate: baton.Candidate{ID: id},
 		Logger:    log,
