@@ -45,9 +45,9 @@ type Options struct {
 	// Config holds TTL, RenewInterval and DriftMargin. On Consul, zero
 	// values mean: TTL DefaultTTL (20 s); RenewInterval TTL/4 (half the
 	// session TTL, TTL/2, as api.Session.RenewPeriodic and `consul lock`
-	// renew; a renewal that fails is retried sooner, once half the time to
-	// safe-until is spent); DriftMargin TTL/10. RenewInterval must be below
-	// TTL/2 − DriftMargin, the holder's safe window (see the package doc).
+	// renew; a renewal that fails is retried four times as often);
+	// DriftMargin TTL/10. RenewInterval must be below TTL/2 − DriftMargin,
+	// the holder's safe window (see the package doc).
 	baton.Config
 
 	// Prefix goes in front of every lease name: lease NAME is held at key

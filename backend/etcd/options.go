@@ -14,9 +14,9 @@ type Options struct {
 	// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s, TTL/2,
 	// TTL/10). etcd grants TTLs in whole seconds, so TTL is rounded up to the
 	// next second when the session is granted; RenewInterval and DriftMargin
-	// are used as given. A renewal that fails is retried sooner (once half
-	// the time to safe-until is spent), so renewing at TTL/2, as etcd's own
-	// clients do about, still leaves the retries a failing renewal needs.
+	// are used as given. A renewal that fails is retried four times as
+	// often, so renewing at TTL/2, about as etcd's own keep-alive loop
+	// does, still leaves time for the retries a failing renewal needs.
 	baton.Config
 
 	// Prefix is put in front of every lease name to make the etcd election
