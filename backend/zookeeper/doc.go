@@ -6,7 +6,9 @@
 //
 // Each Backend rides on one ZooKeeper session, and every baton lease it
 // campaigns for rides on that session: a process sends one renewal per
-// RenewInterval however many leases it holds. Lease NAME has the latch path
+// RenewInterval however many leases it holds, and, on a connection dialed
+// through a SessionProbe (as Dial's are), no pings besides while renewals
+// flow. Lease NAME has the latch path
 // Root + "/" + NAME (Root is "/baton" by default), and a candidate's claim
 // on it is an ephemeral sequential child
 //
