@@ -138,6 +138,12 @@ func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error)
 	if err != nil {
 		return baton.Record{}, b.unavailable(ctx, "read "+key, err)
 	}
+	return b.recordOf(ctx, name, key, p)
+}
+
+// recordOf is Leader's answer when the lease's key (at key) is p, or
+// absent (nil).
+func (b *Backend) recordOf(ctx context.Context, name, key string, p *api.KVPair) (baton.Record, error) {
 	if p != nil && p.Flags != api.LockFlagValue {
 		return baton.Record{}, fmt.Errorf("lease %q: %w", name, conflictErr(key, p.Flags))
 	}

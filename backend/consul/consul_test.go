@@ -30,10 +30,17 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { batontest.Run(t, target(t)) }
+
+// TestLeaderWatch: a standby hears who leads from the Backend's watch
+// (baton.LeaderWatcher), without asking.
+func TestLeaderWatch(t *testing.T) { batontest.LeaderWatch(t, target(t)) }
+
+// target is the conformance suite's Target: processes on one server.
+func target(t *testing.T) batontest.Target {
 	agent := testserver.SharedConsul(t)
 	prefix := testPrefix()
-	batontest.Run(t, batontest.Target{
+	return batontest.Target{
 		OneCampaignPerName: true,
 		// The holder's safe window on Consul is TTL/2 - DriftMargin (see
 		// the package doc): at 2 s it is 0.8 s, as etcd's is at 1 s. At 1 s
@@ -66,7 +73,7 @@ func TestConformance(t *testing.T) {
 				},
 			}
 		},
-	})
+	}
 }
 
 // testPrefix returns a key prefix of its own for a test on the shared agent.
@@ -212,8 +219,11 @@ func TestKeyAndSessionLayout(t *testing.T) {
 	if got := b.SessionTTL(); got != 1500*time.Millisecond {
 		t.Errorf("SessionTTL() = %s, want TTL/2 = 1.5s", got)
 	}
-	if got := b.LockDelay(); got != b.Config().RenewInterval || got != 500*time.Millisecond {
-		t.Errorf("LockDelay() = %s, want RenewInterval = TTL/6 = 500ms", got)
+	if got := b.LockDelay(); got != 500*time.Millisecond {
+		t.Errorf("LockDelay() = %s, want TTL/6 = 500ms", got)
+	}
+	if got := b.Config().RenewInterval; got != 750*time.Millisecond {
+		t.Errorf("RenewInterval = %s, want half the session TTL = TTL/4 = 750ms", got)
 	}
 	key, err := b.Key("nightly/report")
 	if err != nil || key != prefix+"nightly/report/.lock" {
@@ -222,7 +232,7 @@ func TestKeyAndSessionLayout(t *testing.T) {
 	start := time.Now()
 	term := campaign(t, b, "nightly/report", "host-1/abcd")
 	// Read SafeUntil before took, and before the requests below: a renewal
-	// sent after took was measured (every 500 ms) would move it further.
+	// sent after took was measured (every 750 ms) would move it further.
 	safeUntil := term.SafeUntil()
 	took := time.Since(start)
 	p, _, err := c.KV().Get(key, &api.QueryOptions{RequireConsistent: true})

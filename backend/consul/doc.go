@@ -15,7 +15,7 @@
 //     lost its data.
 //   - A contender locks the key only once no session holds it: after the
 //     holder deleted it, or after Consul invalidated the holder's session
-//     and its lock-delay (by default one RenewInterval) passed.
+//     and its lock-delay (by default TTL/6) passed.
 //   - Consul promises to keep a session at least its TTL after a renewal; the
 //     Backend asks for a session TTL of TTL/2 and ends a term at the send
 //     time of its last confirmed renewal + TTL/2 − DriftMargin

@@ -45,10 +45,11 @@ const (
 type Options struct {
 	backend.
 		// Config holds TTL, RenewInterval and DriftMargin. On Consul, zero
-		// values mean: TTL DefaultTTL (20 s); RenewInterval TTL/6 (a third of
-		// the session TTL, TTL/2, so that two more renewals fit before the
-		// holder's deadline); DriftMargin TTL/10. RenewInterval must be below
-		// TTL/2 − DriftMargin, the holder's safe window (see the package doc).
+		// values mean: TTL DefaultTTL (20 s); RenewInterval TTL/4 (half the
+		// session TTL, TTL/2, as api.Session.RenewPeriodic and `consul lock`
+		// renew; a renewal that fails is retried four times as often);
+		// DriftMargin TTL/10. RenewInterval must be below TTL/2 − DriftMargin,
+		// the holder's safe window (see the package doc).
 		Config
 
 	// Prefix goes in front of every lease name: lease NAME is held at key
@@ -63,7 +64,7 @@ type Options struct {
 	// LockDelay is the session's lock-delay: after Consul invalidates the
 	// session (its TTL ran out, a health check failed, or someone destroyed
 	// it), the keys it held cannot be locked again for this long. Zero
-	// means RenewInterval without Checks, and the session TTL (TTL/2) with
+	// means TTL/6 without Checks, and the session TTL (TTL/2) with
 	// Checks; with Checks it must be at least the session TTL. It must not
 	// exceed MaxLockDelay (60 s). Explicit releases (Resign, Close) are
 	// not delayed. See the package doc for the trade-off against Consul's
@@ -138,7 +139,7 @@ func (o Options) settle() (cfg backend.Config, sessTTL, lockDelay time.Duration,
 		cfg.TTL = DefaultTTL
 	}
 	if cfg.TTL > 0 && cfg.RenewInterval == 0 {
-		cfg.RenewInterval = cfg.TTL / 6
+		cfg.RenewInterval = defaultRenewInterval(cfg.TTL)
 	}
 	cfg, err = cfg.WithDefaults()
 	var ce *baton.ConfigError
@@ -170,6 +171,10 @@ func (o Options) settle() (cfg backend.Config, sessTTL, lockDelay time.Duration,
 	return cfg, sessTTL, lockDelay, prefix, problems, nil
 }
 
+// defaultRenewInterval is RenewInterval when Options.Config leaves it
+// zero: half the session TTL (TTL/2).
+func defaultRenewInterval(ttl time.Duration) time.Duration { return ttl / 4 }
+
 // lockDelay returns the session lock-delay o asks for, defaults filled in,
 // with problems and those it finds.
 func (o Options) lockDelay(cfg backend.Config, sessTTL time.Duration, problems []string) (time.Duration, []string) {
@@ -183,7 +188,7 @@ func (o Options) lockDelay(cfg backend.Config, sessTTL time.Duration, problems [
 	case lockDelay == 0 && checks:
 		lockDelay = sessTTL
 	case lockDelay == 0:
-		lockDelay = cfg.RenewInterval
+		lockDelay = cfg.TTL / 6
 	case checks && lockDelay < sessTTL:
 		problems = append(problems, fmt.Sprintf("LockDelay (%s) must be at least the session TTL (%s, TTL/2) when Checks are set: "+
 			"a failing check invalidates the session while its holder may still act until its safe-until", lockDelay, sessTTL))

@@ -25,7 +25,7 @@ func (o Options) RenewalWindow() (time.Duration, error) {
 		cfg.TTL = DefaultTTL
 	}
 	if cfg.TTL > 0 && cfg.RenewInterval == 0 {
-		cfg.RenewInterval = cfg.TTL / 6
+		cfg.RenewInterval = defaultRenewInterval(cfg.TTL)
 	}
 	cfg, err := cfg.WithDefaults()
 	if err != nil {

@@ -45,7 +45,7 @@ var _ baton.Backend = (*Backend)(nil)
 // New returns a Backend that campaigns through client. The client remains the
 // caller's: Close does not close it.
 func New(client *clientv3.Client, opts Options) (*Backend, error) {
-	cfg, err := opts.Config.WithDefaults()
+	cfg, err := opts.config()
 	if err != nil {
 		return nil, err
 	}
@@ -82,19 +82,27 @@ func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error)
 	if err := checkName(name); err != nil {
 		return baton.Record{}, err
 	}
+	rec, _, err := b.leader(ctx, name)
+	return rec, err
+}
+
+// leader is Leader for a checked name; it also returns the revision it
+// read at.
+func (b *Backend) leader(ctx context.Context, name string) (baton.Record, int64, error) {
 	if b.sessions.Closed() {
-		return baton.Record{}, baton.ErrClosed
+		return baton.Record{}, 0, baton.ErrClosed
 	}
 	resp, err := b.client.Txn(ctx).Then(
 		clientv3.OpGet(b.prefix+name+"/", clientv3.WithFirstCreate()...),
 		clientv3.OpGet(b.epochKey(name)),
 	).Commit()
 	if err != nil {
-		return baton.Record{}, b.unavailable(ctx, "read election "+b.prefix+name+"/", err)
+		return baton.Record{}, 0, b.unavailable(ctx, "read election "+b.prefix+name+"/", err)
 	}
+	rev := resp.Header.Revision
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 0 {
-		return baton.Record{}, fmt.Errorf("%w for lease %q", baton.ErrNoLeader, name)
+		return baton.Record{}, rev, fmt.Errorf("%w for lease %q", baton.ErrNoLeader, name)
 	}
 	var e uint64
 	if ekvs := resp.Responses[1].GetResponseRange().Kvs; len(ekvs) > 0 {
@@ -102,11 +110,11 @@ func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error)
 		// where baton never campaigned for the lease; its token is the bare
 		// revision.
 		if e, err = b.sawEpoch(name, ekvs); err != nil {
-			return baton.Record{}, err
+			return baton.Record{}, rev, err
 		}
 	}
 	kv := kvs[0]
-	return baton.Record{Lease: name, Holder: string(kv.Value), Token: epoch.Token(e, uint64(kv.CreateRevision))}, nil
+	return baton.Record{Lease: name, Holder: string(kv.Value), Token: epoch.Token(e, uint64(kv.CreateRevision))}, rev, nil
 }
 
 // Close ends every term this Backend holds (Err wraps baton.ErrClosed),

@@ -21,9 +21,16 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { batontest.Run(t, target(t)) }
+
+// TestLeaderWatch: a standby hears who leads from the Backend's watch
+// (baton.LeaderWatcher), without asking.
+func TestLeaderWatch(t *testing.T) { batontest.LeaderWatch(t, target(t)) }
+
+// target is the conformance suite's Target: processes on one server.
+func target(t *testing.T) batontest.Target {
 	srv := testserver.StartEtcd(t)
-	batontest.Run(t, batontest.Target{
+	return batontest.Target{
 		OneCampaignPerName: true,
 		MinTTL:             time.Second, // etcd grants whole seconds
 		New: func(t *testing.T, cfg backend.Config) *batontest.Process {
@@ -55,7 +62,7 @@ func TestConformance(t *testing.T) {
 				},
 			}
 		},
-	})
+	}
 }
 
 // newBackend returns a Backend on client, closed when the test ends (before
@@ -412,5 +419,35 @@ func TestUnreachableServerIsReported(t *testing.T) {
 	_, err := b.Campaign(testContext(t, time.Minute), "unreachable", baton.Candidate{ID: "a"})
 	if !errors.Is(err, baton.ErrBackendUnavailable) {
 		t.Fatalf("Campaign against an unreachable etcd: err = %v, want ErrBackendUnavailable", err)
+	}
+}
+
+// TestRenewalWindow: the holder renews every TTL/2 by default, and the
+// renewal window Backend and Options answer (what `baton run --grace` must
+// fit in) is TTL − TTL/2 − DriftMargin.
+func TestRenewalWindow(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	c := srv.Client(t)
+	for _, tc := range []struct {
+		cfg         backend.Config
+		renew, want time.Duration
+	}{
+		{backend.Config{}, 5 * time.Second, 4 * time.Second},
+		{backend.Config{TTL: 2 * time.Second}, time.Second, 800 * time.Millisecond},
+		{backend.Config{TTL: 2 * time.Second, RenewInterval: 500 * time.Millisecond}, 500 * time.Millisecond, 1300 * time.Millisecond},
+	} {
+		b := newBackend(t, c, etcd.Options{Config: tc.cfg})
+		if got := b.Config().RenewInterval; got != tc.renew {
+			t.Errorf("%+v: RenewInterval %s, want %s", tc.cfg, got, tc.renew)
+		}
+		if got := b.RenewalWindow(); got != tc.want {
+			t.Errorf("%+v: Backend.RenewalWindow %s, want %s", tc.cfg, got, tc.want)
+		}
+		if got, err := (etcd.Options{Config: tc.cfg}).RenewalWindow(); err != nil || got != tc.want {
+			t.Errorf("%+v: Options.RenewalWindow %s, %v; want %s", tc.cfg, got, err, tc.want)
+		}
+	}
+	if _, err := (etcd.Options{Config: backend.Config{TTL: 2 * time.Second, RenewInterval: 2 * time.Second}}).RenewalWindow(); err == nil {
+		t.Error("Options.RenewalWindow with RenewInterval = TTL: no error, want New's")
 	}
 }

@@ -11,12 +11,13 @@ import (
 
 // Options configures a Backend. The zero value means the documented defaults.
 type Options struct {
-	backend.
-		// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s, TTL/3,
-		// TTL/10). etcd grants TTLs in whole seconds, so TTL is rounded up to the
-		// next second when the session is granted; RenewInterval and DriftMargin
-		// are used as given.
-		Config
+	// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s, TTL/2,
+	// TTL/10). etcd grants TTLs in whole seconds, so TTL is rounded up to the
+	// next second when the session is granted; RenewInterval and DriftMargin
+	// are used as given. A renewal that fails is retried four times as
+	// often, so renewing at TTL/2, about as etcd's own keep-alive loop
+	// does, still leaves time for the retries a failing renewal needs.
+	backend.Config
 
 	// Prefix is put in front of every lease name to make the etcd election
 	// name, as in concurrency.NewElection(session, Prefix+name); include a
@@ -28,6 +29,19 @@ type Options struct {
 	// Logger receives log lines (group "etcd"). Nil (the default) means
 	// silent.
 	Logger *slog.Logger
+}
+
+// config returns o's timing with the defaults filled in: backend.Config's,
+// except RenewInterval, TTL/2 by default (see Options.Config).
+func (o Options) config() (backend.Config, error) {
+	c := o.Config
+	if c.TTL == 0 {
+		c.TTL = backend.DefaultTTL
+	}
+	if c.TTL > 0 && c.RenewInterval == 0 {
+		c.RenewInterval = c.TTL / 2
+	}
+	return c.WithDefaults()
 }
 
 func checkName(name string) error {

@@ -22,7 +22,7 @@ func (b *Backend) RenewalWindow() time.Duration {
 // renewals are healthy, for a Backend made by New with these options, or
 // the error New would give for their timing. It must apply New's defaults.
 func (o Options) RenewalWindow() (time.Duration, error) {
-	cfg, err := o.Config.WithDefaults()
+	cfg, err := o.config()
 	if err != nil {
 		return 0, err
 	}

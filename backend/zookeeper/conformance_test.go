@@ -18,10 +18,17 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { batontest.Run(t, target(t)) }
+
+// TestLeaderWatch: a standby hears who leads from the Backend's watch
+// (baton.LeaderWatcher), without asking.
+func TestLeaderWatch(t *testing.T) { batontest.LeaderWatch(t, target(t)) }
+
+// target is the conformance suite's Target: processes on one server.
+func target(t *testing.T) batontest.Target {
 	srv := testserver.SharedZooKeeper(t)
 	root := uniqueRoot(t)
-	batontest.Run(t, batontest.Target{
+	return batontest.Target{
 		OneCampaignPerName: true,
 		// The server's minSessionTimeout; it raises shorter ones.
 		MinTTL: testserver.ZooKeeperMinSessionTimeout,
@@ -58,5 +65,5 @@ func TestConformance(t *testing.T) {
 				},
 			}
 		},
-	})
+	}
 }

@@ -3,7 +3,8 @@
 // services on baton and JVM services on Curator can share one election.
 //
 // Each Backend rides on one ZooKeeper session, renewed once per
-// RenewInterval however many leases it holds. Lease NAME has the latch path
+// RenewInterval however many leases it holds (with no pings besides while
+// renewals flow, on a connection dialed through a SessionProbe). Lease NAME has the latch path
 // Root + "/" + NAME (Root defaults to "/baton"); a candidate's claim is an
 // ephemeral sequential child _c_<UUID>-latch-<sequence> holding its
 // candidate ID. The node that sorts first, as Curator sorts, holds the

@@ -1,9 +1,11 @@
 package zookeeper
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -20,6 +22,15 @@ import (
 // Pass Dial to zk.Connect with zk.WithDialer, and the probe to New in
 // Options.Probe; Dial (this package's) does both for you. A SessionProbe is
 // safe for concurrent use; use one per connection.
+//
+// A connection dialed through the probe also leaves out the client's
+// pings while other requests keep the session alive: go-zookeeper sends a
+// ping every third of the session timeout whatever else it sends, while
+// the server restarts a session's timeout on every request it receives
+// and go-zookeeper ignores the ping's reply. The probe's connection drops
+// a ping when the client wrote another request within the last two thirds
+// of that interval (see quietPings), so that, as with ZooKeeper's Java
+// client, pings go only when the connection is otherwise idle.
 type SessionProbe struct {
 	base zk.Dialer
 
@@ -74,12 +85,54 @@ const connectReplyLen = 4 + 4 + 4 + 8
 
 // probeConn copies the first connectReplyLen bytes the client reads, and
 // parses them once it has them all. The client reads from one goroutine at
-// a time, so the head needs no lock.
+// a time, so the head needs no lock. It drops the client's pings while
+// other requests flow (see Write).
 type probeConn struct {
 	net.Conn
 	probe *SessionProbe
 	head  []byte
 	done  bool
+
+	// timeout is the session timeout the server granted on this
+	// connection, in nanoseconds, 0 before its reply; lastWrite is when
+	// the client last wrote a request other than a ping, in nanoseconds
+	// since writeClock (monotonic), 0 before the first. Read and Write run on
+	// different goroutines.
+	timeout   atomic.Int64
+	lastWrite atomic.Int64
+}
+
+// writeClock is the origin of probeConn.lastWrite: a monotonic clock reading.
+var writeClock = time.Now()
+
+// pingPacket is a ping request as go-zookeeper writes it, in one Write:
+// the frame length (8), the xid of pings (-2) and the ping opcode (11).
+var pingPacket = []byte{0, 0, 0, 8, 0xff, 0xff, 0xff, 0xfe, 0, 0, 0, 11}
+
+// quietPings is the share of go-zookeeper's ping interval (a third of the
+// session timeout) within which another request makes a ping redundant.
+// go-zookeeper fails a connection that has read nothing for two ping
+// intervals: a ping dropped just under this long after the last request
+// leaves the next one (a ping interval later) a third of an interval for
+// its reply, 2/9 of the session timeout. The Backend's renewals (every
+// TTL/6 by default) come well within it, so its pings all drop.
+const quietPings = 2.0 / 3
+
+// Write passes b on, unless b is a ping and the client wrote another
+// request within quietPings of a ping interval: the server heard from the
+// session since, and the client would ignore the ping's reply. Such a
+// ping is reported as written.
+func (c *probeConn) Write(b []byte) (int, error) {
+	now := int64(time.Since(writeClock))
+	if !bytes.Equal(b, pingPacket) {
+		c.lastWrite.Store(now)
+		return c.Conn.Write(b)
+	}
+	timeout, last := c.timeout.Load(), c.lastWrite.Load()
+	if timeout > 0 && last > 0 && float64(now-last) < quietPings*float64(timeout/3) {
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
 }
 
 func (c *probeConn) Read(b []byte) (int, error) {
@@ -93,6 +146,7 @@ func (c *probeConn) Read(b []byte) (int, error) {
 			// Session 0 is the server's way of saying the session expired.
 			if session != 0 && timeoutMs > 0 {
 				c.probe.record(session, time.Duration(timeoutMs)*time.Millisecond)
+				c.timeout.Store(int64(time.Duration(timeoutMs) * time.Millisecond))
 			}
 			c.head = nil
 		}

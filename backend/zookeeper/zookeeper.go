@@ -113,18 +113,46 @@ func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error)
 	if err := CheckName(name); err != nil {
 		return baton.Record{}, err
 	}
+	rec, _, err := b.leader(ctx, name, false)
+	return rec, err
+}
+
+// leader is Leader for a checked name. With watch, it also returns a
+// channel that receives an event when the latch's children change (or,
+// when the latch path does not exist, when it is created).
+func (b *Backend) leader(ctx context.Context, name string, watch bool) (baton.Record, <-chan zk.Event, error) {
 	if b.isClosed() {
-		return baton.Record{}, baton.ErrClosed
+		return baton.Record{}, nil, baton.ErrClosed
 	}
 	latch := b.LatchPath(name)
 	type leader struct {
-		data []byte
-		stat *zk.Stat
+		data  []byte
+		stat  *zk.Stat
+		watch <-chan zk.Event
 	}
 	l, err := retry(ctx, b, nil, func() (*leader, error) {
-		children, _, err := b.conn.Children(latch)
+		var (
+			children []string
+			ch       <-chan zk.Event
+			err      error
+		)
+		for {
+			if !watch {
+				children, _, err = b.conn.Children(latch)
+				break
+			}
+			children, _, ch, err = b.conn.ChildrenW(latch)
+			if !errors.Is(err, zk.ErrNoNode) {
+				break
+			}
+			var ok bool
+			if ok, _, ch, err = b.conn.ExistsW(latch); err != nil || !ok {
+				return &leader{watch: ch}, err
+			}
+			// Created since: list it.
+		}
 		if errors.Is(err, zk.ErrNoNode) {
-			return nil, nil
+			return &leader{}, nil
 		}
 		if err != nil {
 			return nil, err
@@ -138,24 +166,24 @@ func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error)
 			if err != nil {
 				return nil, err
 			}
-			return &leader{data, stat}, nil
+			return &leader{data, stat, ch}, nil
 		}
-		return nil, nil
+		return &leader{watch: ch}, nil
 	})
 	if err != nil {
-		return baton.Record{}, b.unavailable(ctx, "read latch "+latch, err)
+		return baton.Record{}, nil, b.unavailable(ctx, "read latch "+latch, err)
 	}
-	if l == nil {
-		return baton.Record{}, fmt.Errorf("%w for lease %q", baton.ErrNoLeader, name)
+	if l.stat == nil {
+		return baton.Record{}, l.watch, fmt.Errorf("%w for lease %q", baton.ErrNoLeader, name)
 	}
 	// Read after the latch node, so an epoch created meanwhile (ZooKeeper
 	// wiped in between) makes the token too high, never too low. None: a
 	// Curator holder where baton never campaigned, with the bare czxid.
 	ep, err := b.readEpoch(ctx, nil, false)
 	if err != nil {
-		return baton.Record{}, b.unavailable(ctx, "read epoch node "+b.EpochPath(), err)
+		return baton.Record{}, nil, b.unavailable(ctx, "read epoch node "+b.EpochPath(), err)
 	}
-	return baton.Record{Lease: name, Holder: string(l.data), Token: epoch.Token(ep, uint64(l.stat.Czxid))}, nil
+	return baton.Record{Lease: name, Holder: string(l.data), Token: epoch.Token(ep, uint64(l.stat.Czxid))}, l.watch, nil
 }
 
 // Close ends every term this Backend holds (Err wraps baton.ErrClosed) and

@@ -60,9 +60,11 @@ func TestCronOncePerSlot(t *testing.T) {
 		{"zookeeper", func(t *testing.T) string {
 			return "zk://" + testserver.StartZooKeeper(t, testserver.ZooKeeperOptions{}).Addr() + "/services/cron"
 		}, "2s"},
+		// Consul renews every TTL/4 of a session TTL of TTL/2: at 3 s a
+		// renewal window (0.45 s) that --grace 300ms fits in.
 		{"consul", func(t *testing.T) string {
 			return "consul://" + testserver.StartConsul(t, testserver.ConsulOptions{}).Addr() + "/services"
-		}, "2s"},
+		}, "3s"},
 		// The embedded raft group, through a `baton agent`: a kill -9 of a
 		// cron process is a session's death, not a member's.
 		{"raft", startCronAgent, "1s"},

@@ -186,10 +186,12 @@ func TestRunFailover(t *testing.T) {
 		{"zookeeper", func(t *testing.T) string {
 			return "zk://" + testserver.StartZooKeeper(t, testserver.ZooKeeperOptions{}).Addr() + "/services/failover"
 		}, "2s"}, // a renewal window (0.6 s) that --grace 300ms fits in
-		// Consul's session TTL is TTL/2; the test agent allows 1 s.
+		// Consul's session TTL is TTL/2 (the test agent allows 1 s),
+		// renewed every TTL/4: a renewal window (0.45 s) that --grace
+		// 300ms fits in.
 		{"consul", func(t *testing.T) string {
 			return "consul://" + testserver.StartConsul(t, testserver.ConsulOptions{}).Addr() + "/services"
-		}, "2s"},
+		}, "3s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -38,8 +38,8 @@ SIGTERM and, --grace later, SIGKILL; then baton campaigns again. When renewals
 lag, baton does not wait for the safe-until deadline: it sends SIGTERM --grace
 before it, so that SIGKILL has landed by the time another instance may take
 over. --grace must therefore be below the renewal window (--ttl minus its renew
-interval and drift margin: 5.67s at --ttl 10s, 1.13s at raft's default 2s); by
-default it is half of that, at most 5s.
+interval and drift margin: at --ttl 10s, 5.67s on raft, 4s on etcd; 1.13s at
+raft's default 2s); by default it is half of that, at most 5s.
 
 The guard holds the term's safe-until on its own clock, and baton moves it on
 after each renewal. When baton cannot (it hangs, is stopped with SIGSTOP, or
@@ -134,7 +134,7 @@ func (a *App) newRunCommand() *cobra.Command {
 	}
 	c.fs = cmd.Flags()
 	c.common.register(c.fs, "candidate id, unique per process (default HOST/RANDOM)")
-	c.fs.DurationVar(&c.grace, "grace", 0, "time between SIGTERM and SIGKILL when stopping CMD; when renewals lag, SIGTERM comes this long before the safe-until deadline so that SIGKILL lands by it (default: half of the renewal window, at most 5s: 2.8s at --ttl 10s)")
+	c.fs.DurationVar(&c.grace, "grace", 0, "time between SIGTERM and SIGKILL when stopping CMD; when renewals lag, SIGTERM comes this long before the safe-until deadline so that SIGKILL lands by it (default: half of the renewal window, at most 5s: 2s at --ttl 10s on etcd)")
 	c.fs.BoolVar(&c.once, "once", false, "run CMD for one term only, then exit with its status")
 	c.fs.DurationVar(&c.timeout, "timeout", 0, "give up (exit 3) if not elected within this time (0: wait forever)")
 	withEnv(c.fs, "grace")
@@ -235,7 +235,11 @@ func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.
 	}
 	defer closeBackend(ctx, b, log)
 
-	e, err := baton.NewElector(b, baton.ElectorConfig{
+	// The backend itself, not the wrapper Open returns (whose embedded
+	// interface hides them), so that the Elector sees the optional
+	// interfaces it implements: baton.LeaderWatcher and
+	// baton.RenewalWindower.
+	e, err := baton.NewElector(b.Backend, baton.ElectorConfig{
 		Lease:     c.common.lease,
 		Candidate: baton.Candidate{ID: id},
 		Logger:    log,
@@ -401,54 +405,103 @@ func (r *runner) loop(ctx context.Context, e *baton.Elector) error {
 	}
 }
 
-// standbyCheck is how often a standby asks the backend who leads, so that a
-// user sees why this instance waits. A campaign that cannot reach the backend
-// is reported by the Elector ("campaign failed; retrying"); this check also
-// catches a campaign that waits on a backend which stopped answering while it
-// was already queued.
+// standbyWarnEvery is the least time between two warnings that the backend
+// cannot be reached while standing by; standbyFirstAnswer is how long a
+// standby waits for the first word of who leads before it warns that the
+// backend does not answer. A campaign that cannot reach the backend is
+// reported by the Elector too ("campaign failed; retrying").
 const (
-	standbyCheck        = 5 * time.Second
-	standbyQueryTimeout = 2 * time.Second
+	standbyWarnEvery   = 5 * time.Second
+	standbyFirstAnswer = 2 * time.Second
 )
 
 // reportStandby logs, while this instance does not lead, who does, each time
-// that changes, and warns each time the backend cannot be reached.
+// that changes, and warns (at most every standbyWarnEvery) while the backend
+// cannot be reached. Who leads comes from Elector.WatchLeader: pushed by
+// the backend as it changes where the backend can (etcd, ZooKeeper, Consul),
+// asked for every few seconds otherwise.
 func (r *runner) reportStandby(ctx context.Context, e *baton.Elector) {
-	t := time.NewTimer(time.Second) // let an uncontested campaign win first
+	// Let an uncontested campaign win first.
+	t := time.NewTimer(time.Second)
+	select {
+	case <-ctx.Done():
+		t.Stop()
+		return
+	case <-t.C:
+	}
+	type answer struct {
+		rec baton.Record
+		err error
+	}
+	// The watch's latest answer; an older one not yet taken is replaced.
+	answers := make(chan answer, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = e.WatchLeader(wctx, func(rec baton.Record, err error) {
+			for {
+				select {
+				case answers <- answer{rec, err}:
+					return
+				default:
+				}
+				select {
+				case <-answers:
+				default:
+				}
+			}
+		})
+	}()
+	defer func() { cancel(); <-done }()
+
+	t.Reset(standbyFirstAnswer)
 	defer t.Stop()
 	last := ""
+	var warned time.Time
+	warn := func(msg string, args ...any) {
+		last = ""
+		if time.Since(warned) < standbyWarnEvery {
+			return
+		}
+		warned = time.Now()
+		r.log.Warn(msg, append([]any{"backend", redactURL(r.l.common.backend)}, args...)...)
+	}
+	answered := false
 	for {
+		var a answer
 		select {
 		case <-ctx.Done():
 			return
+		case <-done:
+			return // the backend was closed
 		case <-t.C:
-		}
-		t.Reset(standbyCheck)
-		if e.IsLeader() {
-			last = ""
+			if !answered {
+				warn("backend unreachable: no answer; still campaigning", "waited", standbyFirstAnswer)
+				t.Reset(standbyWarnEvery)
+			}
 			continue
+		case a = <-answers:
+			answered = true
+			t.Stop()
 		}
-		qctx, cancel := context.WithTimeout(ctx, standbyQueryTimeout)
-		rec, err := e.Leader(qctx)
-		cancel()
 		var state string
 		switch {
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, baton.ErrNoLeader):
+		case e.IsLeader():
+			last = ""
+			continue
+		case errors.Is(a.err, baton.ErrNoLeader):
 			state = "nobody"
-		case errors.Is(err, context.DeadlineExceeded):
-			r.log.Warn("backend unreachable: no answer; still campaigning", "backend", redactURL(r.l.common.backend), "waited", standbyQueryTimeout)
-			last = ""
+		case errors.Is(a.err, context.DeadlineExceeded):
+			warn("backend unreachable: no answer; still campaigning", "waited", standbyFirstAnswer)
 			continue
-		case err != nil:
-			r.log.Warn("backend unreachable; still campaigning", "backend", redactURL(r.l.common.backend), "err", err)
-			last = ""
+		case a.err != nil:
+			warn("backend unreachable; still campaigning", "err", a.err)
 			continue
-		case rec.Holder == r.id:
+		case a.rec.Holder == r.id:
 			continue // elected meanwhile
 		default:
-			state = fmt.Sprintf("%s (token %d)", rec.Holder, rec.Token)
+			state = fmt.Sprintf("%s (token %d)", a.rec.Holder, a.rec.Token)
 		}
 		if state != last {
 			r.log.Info("standing by", "leader", state)

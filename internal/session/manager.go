@@ -8,7 +8,8 @@
 // A Manager holds what those backends share: the mutex, the closed flag and
 // the wait group of the Backend's goroutines; the one live Session, granted
 // on first use by one caller at a time; the loop that renews it every
-// RenewInterval (sooner once half the time to safe-until is spent); its end
+// RenewInterval (sooner when that would leave less than half an interval
+// before safe-until); its end
 // at safe-until (baton.ErrExpired) or when the server dropped it
 // (baton.ErrLeaseLost); the slots that allow one campaign per lease name;
 // the clean-ups of what a cancelled campaign or a failed release left

@@ -95,14 +95,17 @@ func (s *Terms) End(err error) bool {
 }
 
 // renewIn returns how long to wait before the next renewal: interval, but
-// at most half the time left before safe-until, so that renewals are still
-// tried before the deadline when the last confirmation was slow. Past the
-// deadline it returns a moment, for keepAlive to notice.
+// early enough to leave half an interval (two retries, which come every
+// interval/4) or, when less is left, half the time left before safe-until,
+// so that renewals are still tried before the deadline when the last
+// confirmation was slow. A renewal confirmed in time is thus followed by
+// the next one interval later, whatever share of the span the interval
+// is. Past the deadline it returns a moment, for keepAlive to notice.
 func (s *Terms) renewIn(interval time.Duration) time.Duration {
 	s.mu.Lock()
 	left := time.Until(s.safeUntil)
 	s.mu.Unlock()
-	return max(min(interval, left/2), time.Millisecond)
+	return max(min(interval, max(left-interval/2, left/2)), time.Millisecond)
 }
 
 // renewal says how keepAlive renews a session and what it does when that

@@ -126,3 +126,45 @@ func TestKeepAliveStopsWithContext(t *testing.T) {
 		}
 	})
 }
+
+// TestKeepAliveRenewsEveryInterval: a renewal confirmed in time is followed
+// by the next one an interval later, also when the interval is more than
+// half the span (etcd at TTL 2 s: every 1 s, for a safe-until 1.8 s after
+// each); after a failure, retries come every interval/4, at most half the
+// time left before safe-until apart.
+func TestKeepAliveRenewsEveryInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const span, interval = 1800 * time.Millisecond, time.Second
+		start := time.Now()
+		s := NewTerms(start.Add(span))
+		var at []time.Duration
+		ctx, cancel := context.WithCancel(context.Background())
+		failing := errors.New("unreachable")
+		s.keepAlive(ctx, renewal{
+			Interval: interval,
+			Renew: func(context.Context) (time.Time, error) {
+				at = append(at, time.Since(start))
+				if len(at) == 4 {
+					return time.Time{}, failing
+				}
+				if len(at) == 6 {
+					cancel()
+				}
+				return time.Now().Add(span), nil
+			},
+			Gone:    func(error) bool { return false },
+			Expired: func(error) { t.Error("expired") },
+			Lost:    func(error) { t.Error("lost") },
+			Failed:  func(error, time.Duration) {},
+		})
+		want := []time.Duration{1 * time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second, 4250 * time.Millisecond, 5250 * time.Millisecond}
+		if len(at) != len(want) {
+			t.Fatalf("renewals at %v, want %v", at, want)
+		}
+		for i := range want {
+			if at[i] != want[i] {
+				t.Fatalf("renewals at %v, want %v", at, want)
+			}
+		}
+	})
+}
