@@ -16,15 +16,6 @@ import (
 	"github.com/hashicorp/consul/api"
 )
 
-func stateTerm(t *testing.T, term baton.Term) baton.StateTerm {
-	t.Helper()
-	st, ok := term.(baton.StateTerm)
-	if !ok {
-		t.Fatalf("term %T does not implement baton.StateTerm", term)
-	}
-	return st
-}
-
 func storeState(t *testing.T, st baton.StateTerm, v string) {
 	t.Helper()
 	if err := st.StoreState(testkit.Context(t, 10*time.Second), []byte(v)); err != nil {
@@ -66,7 +57,7 @@ func TestStateKeyLayout(t *testing.T) {
 	if _, err := b.StateKey("a//b"); err == nil {
 		t.Errorf("StateKey accepted a name that Key refuses")
 	}
-	term := stateTerm(t, testkit.CampaignWithin(t, b, "nightly/report", "host-1", 10*time.Second))
+	term := testkit.StateTerm(t, testkit.CampaignWithin(t, b, "nightly/report", "host-1", 10*time.Second))
 	if v, err := term.LoadState(testkit.Context(t, 5*time.Second)); err != nil || v != nil {
 		t.Fatalf("LoadState of a new lease = %q, %v; want nil", v, err)
 	}
@@ -129,7 +120,7 @@ func TestStoreFencesLostHolder(t *testing.T) {
 				prefix := testPrefix()
 				b := newBackend(t, agent.Client(t, agent.Addr()), consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}, nil)
 				key, _ := b.StateKey("job")
-				term := stateTerm(t, testkit.CampaignWithin(t, b, "job", "a", 10*time.Second))
+				term := testkit.StateTerm(t, testkit.CampaignWithin(t, b, "job", "a", 10*time.Second))
 				storeState(t, term, "before")
 				lose(t, prefix+"job/.lock")
 				var err error
@@ -165,14 +156,14 @@ func TestStoreFencesEarlierTermOfSameSession(t *testing.T) {
 	prefix := testPrefix()
 	b := newBackend(t, c, consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}, nil)
 	key, _ := b.StateKey("job")
-	first := stateTerm(t, testkit.CampaignWithin(t, b, "job", "a", 10*time.Second))
+	first := testkit.StateTerm(t, testkit.CampaignWithin(t, b, "job", "a", 10*time.Second))
 	storeState(t, first, "first")
 	sid := sessionOf(t, c, prefix+"job/.lock")
 	if _, err := c.KV().Delete(prefix+"job/.lock", nil); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitDone(t, first, 5*time.Second)
-	second := stateTerm(t, testkit.CampaignWithin(t, b, "job", "a", 10*time.Second))
+	second := testkit.StateTerm(t, testkit.CampaignWithin(t, b, "job", "a", 10*time.Second))
 	if s := sessionOf(t, c, prefix+"job/.lock"); s != sid {
 		t.Fatalf("the second term rides on session %s, not %s: the test needs the same one", s, sid)
 	}
@@ -201,7 +192,7 @@ func TestConsulLockWithState(t *testing.T) {
 	key, _ := b.StateKey(lease)
 	file := filepath.Join(t.TempDir(), "marks")
 
-	ta := stateTerm(t, testkit.CampaignWithin(t, b, lease, "alpha", 10*time.Second))
+	ta := testkit.StateTerm(t, testkit.CampaignWithin(t, b, lease, "alpha", 10*time.Second))
 	storeState(t, ta, "from baton")
 	// Still excluded while baton holds.
 	try := startLock(t, agent, "-timeout=1s", prefix+lease, "true")
@@ -237,7 +228,7 @@ func TestConsulLockWithState(t *testing.T) {
 	if v := stateValue(t, c, key); v != "from baton" {
 		t.Errorf("after consul lock, the state key holds %q, want %q", v, "from baton")
 	}
-	tb := stateTerm(t, testkit.CampaignWithin(t, b, lease, "beta", 10*time.Second))
+	tb := testkit.StateTerm(t, testkit.CampaignWithin(t, b, lease, "beta", 10*time.Second))
 	if v, err := tb.LoadState(testkit.Context(t, 5*time.Second)); err != nil || string(v) != "from baton" {
 		t.Errorf("the next baton term's LoadState = %q, %v; want %q", v, err, "from baton")
 	}

@@ -15,15 +15,6 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-func stateTerm(t *testing.T, term baton.Term) baton.StateTerm {
-	t.Helper()
-	st, ok := term.(baton.StateTerm)
-	if !ok {
-		t.Fatalf("term %T does not implement baton.StateTerm", term)
-	}
-	return st
-}
-
 // rawState reads the state node with a client of its own, or nil if it
 // does not exist.
 func rawState(t *testing.T, raw *zk.Conn, path string) []byte {
@@ -51,7 +42,7 @@ func TestStateLayout(t *testing.T) {
 	b := dial(t, srv.Addr(), zookeeper.DialOptions{Options: zookeeper.Options{Root: root, ACL: acl}})
 	raw := rawConn(t, srv.Addr())
 
-	term := stateTerm(t, testkit.CampaignWithin(t, b, "billing", "host-1", 10*time.Second))
+	term := testkit.StateTerm(t, testkit.CampaignWithin(t, b, "billing", "host-1", 10*time.Second))
 	latch := b.LatchPath("billing")
 	before := children(t, raw, latch)
 	if err := term.StoreState(testkit.Context(t, 10*time.Second), []byte("slot 42")); err != nil {
@@ -99,7 +90,7 @@ func TestStateLayout(t *testing.T) {
 		ok, _, err := raw.Exists(latch)
 		return err == nil && !ok
 	})
-	next := stateTerm(t, testkit.CampaignWithin(t, b, "billing", "host-2", 10*time.Second))
+	next := testkit.StateTerm(t, testkit.CampaignWithin(t, b, "billing", "host-2", 10*time.Second))
 	if v, err := next.LoadState(testkit.Context(t, 5*time.Second)); err != nil || string(v) != "slot 43" {
 		t.Errorf("the next term's LoadState = %q, %v; want %q", v, err, "slot 43")
 	}
@@ -125,7 +116,7 @@ func TestStoreFencesDeletedHolder(t *testing.T) {
 	state := b.StatePath("job")
 
 	for _, bypass := range []bool{true, false} {
-		term := stateTerm(t, testkit.CampaignWithin(t, b, "job", "a", 10*time.Second))
+		term := testkit.StateTerm(t, testkit.CampaignWithin(t, b, "job", "a", 10*time.Second))
 		if err := term.StoreState(testkit.Context(t, 5*time.Second), []byte("before")); err != nil {
 			t.Fatal(err)
 		}
@@ -173,14 +164,14 @@ func TestStoreFencesExpiredSession(t *testing.T) {
 	c := dial(t, srv.Addr(), zookeeper.DialOptions{Options: zookeeper.Options{Config: cfg, Root: root}})
 	raw := rawConn(t, srv.Addr())
 
-	ta := stateTerm(t, testkit.CampaignWithin(t, a, "job", "a", 10*time.Second))
+	ta := testkit.StateTerm(t, testkit.CampaignWithin(t, a, "job", "a", 10*time.Second))
 	if err := ta.StoreState(testkit.Context(t, 5*time.Second), []byte("from a")); err != nil {
 		t.Fatal(err)
 	}
 	old := conn.SessionID()
 	got := testkit.CampaignAsync(t, c, "job", "c")
 	proxy.Cut()
-	tc := stateTerm(t, testkit.WaitTerm(t, got, 60*time.Second).Term)
+	tc := testkit.StateTerm(t, testkit.WaitTerm(t, got, 60*time.Second).Term)
 	if err := tc.StoreState(testkit.Context(t, 5*time.Second), []byte("from c")); err != nil {
 		t.Fatal(err)
 	}

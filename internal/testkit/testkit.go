@@ -111,6 +111,17 @@ func CampaignWithin(t testing.TB, b baton.Backend, lease, id string, d time.Dura
 	return term
 }
 
+// StateTerm returns term as a baton.StateTerm, failing the test if it
+// does not implement it.
+func StateTerm(t testing.TB, term baton.Term) baton.StateTerm {
+	t.Helper()
+	st, ok := term.(baton.StateTerm)
+	if !ok {
+		t.Fatalf("term %T does not implement baton.StateTerm", term)
+	}
+	return st
+}
+
 // Won is what a background campaign (CampaignAsync) delivers: the term
 // and when the campaign returned it, or a nil Term after a failure that
 // was reported on the test.

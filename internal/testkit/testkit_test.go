@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/internal/testkit"
@@ -199,5 +200,18 @@ func TestCampaignWithinBound(t *testing.T) {
 	msg := fatal(t, func(tb testing.TB) { testkit.CampaignWithin(tb, b, "job", "b", 50*time.Millisecond) })
 	if !strings.Contains(msg, "b campaigning for job") || !strings.Contains(msg, "deadline exceeded") {
 		t.Fatalf("Fatalf(%q), want b's campaign for job failing at its deadline", msg)
+	}
+}
+
+// StateTerm passes a term that keeps state through, and fails on one that
+// does not.
+func TestStateTerm(t *testing.T) {
+	term := testkit.Campaign(t, newBackend(t, memory.NewStore()), "job", "a")
+	if st := testkit.StateTerm(t, term); st == nil {
+		t.Fatal("StateTerm of a memory term = nil")
+	}
+	msg := fatal(t, func(tb testing.TB) { testkit.StateTerm(tb, struct{ baton.Term }{term}) })
+	if !strings.Contains(msg, "does not implement baton.StateTerm") {
+		t.Fatalf("Fatalf(%q), want a term that does not implement baton.StateTerm", msg)
 	}
 }
