@@ -15,6 +15,7 @@ import (
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/balance"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // Timing for tests: a one-second TTL with a wide drift margin, so that a
@@ -172,10 +173,9 @@ func (w *world) checkBalanced(live []*proc, minLoad, maxLoad int) (bool, string)
 func (w *world) awaitSteady(live []*proc, minLoad, maxLoad int, timeout time.Duration) {
 	w.t.Helper()
 	start := time.Now()
-	deadline := start.Add(timeout)
 	var since time.Time
 	var why string
-	for {
+	steady := testkit.Poll(timeout, 20*time.Millisecond, func() bool {
 		var ok bool
 		ok, why = w.checkBalanced(live, minLoad, maxLoad)
 		switch {
@@ -183,15 +183,13 @@ func (w *world) awaitSteady(live []*proc, minLoad, maxLoad int, timeout time.Dur
 			since = time.Time{}
 		case since.IsZero():
 			since = time.Now()
-		case time.Since(since) >= time.Second:
-			w.t.Logf("steady after %s: %s", since.Sub(start).Round(10*time.Millisecond), why)
-			return
 		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("not steady within %s (want loads in [%d, %d]): %s", timeout, minLoad, maxLoad, why)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return ok && time.Since(since) >= time.Second
+	})
+	if !steady {
+		w.t.Fatalf("not steady within %s (want loads in [%d, %d]): %s", timeout, minLoad, maxLoad, why)
 	}
+	w.t.Logf("steady after %s: %s", since.Sub(start).Round(10*time.Millisecond), why)
 }
 
 func (w *world) checkNoOverlap() {
@@ -342,19 +340,15 @@ func TestFailingFuncIsRetried(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testkit.EventuallyErr(t, 20*time.Second, "flaky to run 3 times and steady to lead", func() error {
 		mu.Lock()
 		n := calls
 		mu.Unlock()
 		if n >= 3 && g.IsLeader("steady") {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("flaky ran %d times; steady leading: %v", n, g.IsLeader("steady"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("flaky ran %d times; steady leading: %v", n, g.IsLeader("steady"))
+	})
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run: %v", err)
@@ -397,13 +391,7 @@ func TestBackendClosed(t *testing.T) {
 	_ = g.Add("a", func(ctx context.Context, _ baton.Term) error { <-ctx.Done(); return nil })
 	done := make(chan error, 1)
 	go func() { done <- g.Run(context.Background()) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !g.IsLeader("a") {
-		if time.Now().After(deadline) {
-			t.Fatal("never led")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the group to lead a", func() bool { return g.IsLeader("a") })
 	_ = b.Close(context.Background())
 	select {
 	case err := <-done:

@@ -32,6 +32,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // Process is one simulated process of the backend under test.
@@ -105,17 +106,6 @@ func leaseName(t *testing.T) string {
 	return "conf-" + hex.EncodeToString(b[:])
 }
 
-func campaign(t *testing.T, p *Process, lease, id string, timeout time.Duration) baton.Term {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	term, err := p.Backend.Campaign(ctx, lease, baton.Candidate{ID: id})
-	if err != nil {
-		t.Fatalf("campaign %s for %s: %v", id, lease, err)
-	}
-	return term
-}
-
 func resign(t *testing.T, term baton.Term) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -128,18 +118,6 @@ func resign(t *testing.T, term baton.Term) {
 	}
 }
 
-// eventually polls cond until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // secondCampaign: while a Backend campaigns for or holds a lease, a second
 // Campaign of the same Backend for it fails with ErrAlreadyCampaigning (by
 // the same candidate; with OneCampaignPerName, by any); once the term is
@@ -147,7 +125,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 func (s *suite) secondCampaign(t *testing.T) {
 	p := s.target.New(t, s.cfg())
 	lease := leaseName(t)
-	term := campaign(t, p, lease, "x", 10*time.Second)
+	term := testkit.CampaignWithin(t, p.Backend, lease, "x", 10*time.Second)
 	ids := []string{"x"}
 	if s.target.OneCampaignPerName {
 		ids = append(ids, "y")
@@ -161,7 +139,7 @@ func (s *suite) secondCampaign(t *testing.T) {
 		}
 	}
 	resign(t, term)
-	again := campaign(t, p, lease, "x", 10*time.Second)
+	again := testkit.CampaignWithin(t, p.Backend, lease, "x", 10*time.Second)
 	if again.Token() <= term.Token() {
 		t.Errorf("token %d after the resign is not above %d", again.Token(), term.Token())
 	}
@@ -176,7 +154,7 @@ func (s *suite) leaderReportsHolder(t *testing.T) {
 	if _, err := p.Backend.Leader(ctx, lease); !errors.Is(err, baton.ErrNoLeader) {
 		t.Fatalf("Leader of a lease nobody holds: err = %v, want ErrNoLeader", err)
 	}
-	term := campaign(t, p, lease, "holder-1", 10*time.Second)
+	term := testkit.CampaignWithin(t, p.Backend, lease, "holder-1", 10*time.Second)
 	if term.Lease() != lease {
 		t.Errorf("Term.Lease() = %q, want %q", term.Lease(), lease)
 	}
@@ -303,7 +281,7 @@ func (s *suite) resignWakesWaiter(t *testing.T) {
 	cfg := backend.Config{TTL: 20 * time.Second}
 	a, b := s.target.New(t, cfg), s.target.New(t, cfg)
 	lease := leaseName(t)
-	ta := campaign(t, a, lease, "a", 10*time.Second)
+	ta := testkit.CampaignWithin(t, a.Backend, lease, "a", 10*time.Second)
 
 	type result struct {
 		term baton.Term
@@ -326,7 +304,7 @@ func (s *suite) resignWakesWaiter(t *testing.T) {
 	// still names a.
 	<-started
 	before := ta.SafeUntil()
-	eventually(t, s.hang(), "a's term to be renewed with b's campaign under way", func() bool {
+	testkit.Eventually(t, s.hang(), "a's term to be renewed with b's campaign under way", func() bool {
 		select {
 		case <-returned:
 			return true
@@ -386,7 +364,7 @@ func tokenOf(term baton.Term) uint64 {
 func (s *suite) cancelledCampaign(t *testing.T) {
 	a, b, c := s.target.New(t, s.cfg()), s.target.New(t, s.cfg()), s.target.New(t, s.cfg())
 	lease := leaseName(t)
-	ta := campaign(t, a, lease, "a", 10*time.Second)
+	ta := testkit.CampaignWithin(t, a.Backend, lease, "a", 10*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	_, err := b.Backend.Campaign(ctx, lease, baton.Candidate{ID: "b"})
 	cancel()
@@ -403,7 +381,7 @@ func (s *suite) cancelledCampaign(t *testing.T) {
 	// and renewing, so a key or node of b's left ahead of c would block c
 	// for good, which the hang bound catches. How soon c wins is the
 	// figure of BenchmarkCampaignAfterCancelledWaiter (bench/).
-	tc := campaign(t, c, lease, "c", s.hang())
+	tc := testkit.CampaignWithin(t, c.Backend, lease, "c", s.hang())
 	lctx, lcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer lcancel()
 	rec, err := c.Backend.Leader(lctx, lease)
@@ -419,7 +397,7 @@ func (s *suite) killedHolderReplaced(t *testing.T) {
 	cfg, _ := s.cfg().WithDefaults()
 	a, b := s.target.New(t, s.cfg()), s.target.New(t, s.cfg())
 	lease := leaseName(t)
-	ta := campaign(t, a, lease, "a", 10*time.Second)
+	ta := testkit.CampaignWithin(t, a.Backend, lease, "a", 10*time.Second)
 	aDone := watchDone(ta)
 
 	got := make(chan baton.Term, 1)
@@ -439,7 +417,7 @@ func (s *suite) killedHolderReplaced(t *testing.T) {
 	// Let a renew at least once with b waiting, so that b's takeover really
 	// depends on a's renewals stopping.
 	first := ta.SafeUntil()
-	eventually(t, 5*time.Second, "a's first renewal", func() bool { return ta.SafeUntil().After(first) })
+	testkit.Eventually(t, 5*time.Second, "a's first renewal", func() bool { return ta.SafeUntil().After(first) })
 	killed := time.Now()
 	a.Kill()
 	tb, ok := <-got
@@ -487,7 +465,7 @@ func watchDone(term baton.Term) <-chan time.Time {
 func (s *suite) cutOffHolderStops(t *testing.T) {
 	a, b := s.target.New(t, s.cfg()), s.target.New(t, s.cfg())
 	lease := leaseName(t)
-	ta := campaign(t, a, lease, "a", 10*time.Second)
+	ta := testkit.CampaignWithin(t, a.Backend, lease, "a", 10*time.Second)
 	aDone := watchDone(ta)
 
 	got := make(chan baton.Term, 1)
@@ -505,7 +483,7 @@ func (s *suite) cutOffHolderStops(t *testing.T) {
 		got <- tb
 	}()
 	first := ta.SafeUntil()
-	eventually(t, 5*time.Second, "a's first renewal", func() bool { return ta.SafeUntil().After(first) })
+	testkit.Eventually(t, 5*time.Second, "a's first renewal", func() bool { return ta.SafeUntil().After(first) })
 	a.Cut()
 	var endedAt time.Time
 	select {
@@ -538,7 +516,7 @@ func (s *suite) cutOffHolderStops(t *testing.T) {
 	resign(t, tb)
 	// Reconnecting may take a few attempts, as it would for an Elector.
 	var ta2 baton.Term
-	eventually(t, 30*time.Second, "a to campaign again after healing", func() bool {
+	testkit.Eventually(t, 30*time.Second, "a to campaign again after healing", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		var err error
@@ -586,7 +564,7 @@ func (s *suite) manyLeases(t *testing.T) {
 		initial[i] = term.SafeUntil()
 	}
 	// A lease whose term ended stops the wait at once, to be reported below.
-	eventually(t, s.hang(), "all 1000 leases to be renewed", func() bool {
+	testkit.Eventually(t, s.hang(), "all 1000 leases to be renewed", func() bool {
 		for i, term := range terms {
 			if term.Err() != nil {
 				return true

@@ -11,6 +11,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/internal/epoch"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // DataLoss describes a backend whose store can lose all its data, for
@@ -62,7 +63,7 @@ func TokensRiseAcrossDataLoss(t *testing.T, s DataLoss) {
 	// The documented assumption: the new epoch's writer has a clock past
 	// the old epoch (the token's high half), which the same process's
 	// rewrite above may have set a second ahead of the clock.
-	eventually(t, 3*time.Second, "the wall clock to pass the last epoch", func() bool {
+	testkit.Eventually(t, 3*time.Second, "the wall clock to pass the last epoch", func() bool {
 		now := epoch.Of(time.Now())
 		return now > epoch.Of(lastAt) && now > last>>32
 	})

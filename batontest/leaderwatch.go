@@ -10,6 +10,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // LeaderWatch checks a backend that implements baton.LeaderWatcher: a
@@ -72,7 +73,7 @@ func LeaderWatch(t *testing.T, target Target) {
 		}
 	}
 	next("nobody")
-	ta := campaign(t, a, lease, "a", 10*time.Second)
+	ta := testkit.CampaignWithin(t, a.Backend, lease, "a", 10*time.Second)
 	next("a")
 	bWon := make(chan baton.Term, 1)
 	go func() {
@@ -94,7 +95,7 @@ func LeaderWatch(t *testing.T, target Target) {
 	}
 	resign(t, tb)
 	next("nobody")
-	campaign(t, c, lease, "c", 10*time.Second)
+	testkit.CampaignWithin(t, c.Backend, lease, "c", 10*time.Second)
 	next("c")
 	c.Kill()
 	next("nobody")

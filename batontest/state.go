@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // stateOf returns term as a StateTerm, or skips or fails the test.
@@ -49,7 +50,7 @@ func (s *suite) stateShared(t *testing.T) {
 	a, b := s.target.New(t, s.cfg()), s.target.New(t, s.cfg())
 	lease, other := leaseName(t), leaseName(t)
 
-	ta := s.stateOf(t, campaign(t, a, lease, "a", 10*time.Second))
+	ta := s.stateOf(t, testkit.CampaignWithin(t, a.Backend, lease, "a", 10*time.Second))
 	if v := loadState(t, ta); v != nil {
 		t.Fatalf("a new lease's state = %q, want nil", v)
 	}
@@ -70,7 +71,7 @@ func (s *suite) stateShared(t *testing.T) {
 	storeState(t, ta, []byte("from a"))
 
 	// Another lease of the same process has its own state.
-	to := s.stateOf(t, campaign(t, a, other, "a", 10*time.Second))
+	to := s.stateOf(t, testkit.CampaignWithin(t, a.Backend, other, "a", 10*time.Second))
 	if v := loadState(t, to); v != nil {
 		t.Errorf("another lease's state = %q, want nil: states must be per lease", v)
 	}
@@ -115,7 +116,7 @@ func (s *suite) stateShared(t *testing.T) {
 func (s *suite) stateFenced(t *testing.T) {
 	a, b := s.target.New(t, s.cfg()), s.target.New(t, s.cfg())
 	lease := leaseName(t)
-	ta := s.stateOf(t, campaign(t, a, lease, "a", 10*time.Second))
+	ta := s.stateOf(t, testkit.CampaignWithin(t, a.Backend, lease, "a", 10*time.Second))
 	storeState(t, ta, []byte("from a"))
 
 	got := make(chan baton.Term, 1)

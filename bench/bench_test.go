@@ -15,6 +15,7 @@ import (
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/cas"
 	"github.com/batonhq/baton/backend/memory"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // process is one simulated process of a backend under benchmark.
@@ -91,13 +92,8 @@ func forEachTarget(b *testing.B, fn func(b *testing.B, tg target)) {
 var benchCfg = backend.Config{TTL: time.Second}
 
 func mustCampaign(b *testing.B, p *process, lease, id string) baton.Term {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	t, err := p.backend.Campaign(ctx, lease, baton.Candidate{ID: id})
-	if err != nil {
-		b.Fatalf("campaign %s: %v", lease, err)
-	}
-	return t
+	b.Helper()
+	return testkit.Campaign(b, p.backend, lease, id)
 }
 
 // handOver measures, per iteration, the time from the holder's end (killed

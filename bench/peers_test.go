@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/go-zookeeper/zk"
 	"github.com/hashicorp/consul/api"
@@ -293,18 +294,13 @@ func total(counts map[string]int64) (n int64) {
 // waitFor polls cond every 100 ms until it holds or d passes.
 func waitFor(b *testing.B, d time.Duration, what string, cond func() (bool, error)) {
 	b.Helper()
-	deadline := time.Now().Add(d)
 	var last error
-	for {
+	if !testkit.Poll(d, 100*time.Millisecond, func() bool {
 		ok, err := cond()
-		if ok {
-			return
-		}
 		last = err
-		if time.Now().After(deadline) {
-			b.Fatalf("%s: not within %s (last error: %v)", what, d, last)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return ok
+	}) {
+		b.Fatalf("%s: not within %s (last error: %v)", what, d, last)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/internal/certs"
 	"github.com/batonhq/baton/internal/testhook"
+	"github.com/batonhq/baton/internal/testkit"
 	metrics "github.com/hashicorp/go-metrics/compat"
 )
 
@@ -134,12 +135,7 @@ func newRaftBackend(b *testing.B, n *raft.Node, cfg backend.Config) *raft.Backen
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = be.Close(ctx)
-	})
-	return be
+	return testkit.CloseAtEnd(b, be, 2*time.Second)
 }
 
 // raftCounter counts what hashicorp/raft reports through go-metrics, the
@@ -381,17 +377,17 @@ func raftMemberCrash(b *testing.B, lease string, cfg backend.Config, crashLeader
 // waitRaftLeader returns the member of nodes that is raft leader.
 func waitRaftLeader(b *testing.B, nodes []*raft.Node) *raft.Node {
 	b.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	var leader *raft.Node
+	testkit.Eventually(b, 30*time.Second, "a raft leader", func() bool {
 		for _, n := range nodes {
 			if n.Status().State == "Leader" {
-				return n
+				leader = n
+				return true
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	b.Fatal("no raft leader after 30 s")
-	return nil
+		return false
+	})
+	return leader
 }
 
 // BenchmarkSteadyStateRaftTraffic: the raft group's own traffic in

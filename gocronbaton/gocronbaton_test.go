@@ -14,6 +14,7 @@ import (
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/gocronbaton"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/go-co-op/gocron/v2"
 )
 
@@ -50,12 +51,8 @@ func (j *journal) snapshot() []run {
 // await polls until cond holds on the journal, or fails after timeout.
 func (j *journal) await(t *testing.T, timeout time.Duration, what string, cond func([]run) bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond(j.snapshot()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; runs:\n%s", timeout, what, format(j.snapshot()))
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testkit.Poll(timeout, 20*time.Millisecond, func() bool { return cond(j.snapshot()) }) {
+		t.Fatalf("timed out after %s waiting for %s; runs:\n%s", timeout, what, format(j.snapshot()))
 	}
 }
 
@@ -86,12 +83,7 @@ func newBackend(t *testing.T, store *memory.Store) *memory.Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = b.Close(ctx)
-	})
-	return b
+	return testkit.CloseAtEnd(t, b, 5*time.Second)
 }
 
 func newScheduler(t *testing.T, opts ...gocron.SchedulerOption) gocron.Scheduler {
@@ -338,33 +330,23 @@ func TestLockerSemantics(t *testing.T) {
 	}
 	_ = lk2.Unlock(ctx)
 	// After Hold the lease is released, and another instance gets it.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := ba.Leader(ctx, "pkg%2Fjob"); errors.Is(err, baton.ErrNoLeader) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("lease not released after Hold")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the lease released after Hold", func() bool {
+		_, err := ba.Leader(ctx, "pkg%2Fjob")
+		return errors.Is(err, baton.ErrNoLeader)
+	})
 	lk3, err := lc.Lock(ctx, "pkg/job")
 	if err != nil {
 		t.Fatalf("Lock after release: %v", err)
 	}
 	// The term ends under the run: Unlock reports it.
 	bb.Disconnect()
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	testkit.EventuallyErr(t, 10*time.Second, "Unlock to report the expired term", func() error {
 		err := lk3.Unlock(ctx)
 		if errors.Is(err, gocronbaton.ErrLockLost) && errors.Is(err, baton.ErrExpired) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Unlock after the term expired: %v, want ErrLockLost wrapping ErrExpired", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("Unlock after the term expired: %v, want ErrLockLost wrapping ErrExpired", err)
+	})
 	bb.Reconnect()
 	// The prefix is applied.
 	lk4, err := lb.Lock(ctx, "x")
@@ -400,17 +382,20 @@ func TestLockerTakesOverFromDeadHolder(t *testing.T) {
 	if _, err := lb.Lock(ctx, "job"); !errors.Is(err, gocronbaton.ErrLocked) {
 		t.Fatalf("Lock while a holds it: %v, want ErrLocked", err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var last error
+	if !testkit.Poll(20*time.Second, 50*time.Millisecond, func() bool {
 		lk, err := lb.Lock(ctx, "job")
 		if err == nil {
 			_ = lk.Unlock(ctx)
-			return
+			return true
 		}
-		if !errors.Is(err, gocronbaton.ErrLocked) || time.Now().After(deadline) {
+		if !errors.Is(err, gocronbaton.ErrLocked) {
 			t.Fatalf("Lock after the holder died: %v", err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		last = err
+		return false
+	}) {
+		t.Fatalf("Lock after the holder died: %v", last)
 	}
 }
 
@@ -480,13 +465,7 @@ func TestElectorNotLeaderBeforeLead(t *testing.T) {
 		t.Errorf("a run before Lead started: %v (ran: %v), want ErrNotLeader", err, ran)
 	}
 	close(gate)
-	deadline := time.Now().Add(10 * time.Second)
-	for el.IsLeader(ctx) != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("IsLeader once Lead runs: %v", el.IsLeader(ctx))
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.EventuallyErr(t, 10*time.Second, "IsLeader once Lead runs", func() error { return el.IsLeader(ctx) })
 	if err := job(ctx); err != nil || !ran {
 		t.Errorf("a run once Lead runs: %v (ran: %v)", err, ran)
 	}

@@ -3,6 +3,7 @@ package gocronbaton_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/gocronbaton"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // askingBackend is a memory backend whose terms can be asked to resign from
@@ -74,15 +76,11 @@ func TestLockerRequestedResignWaitsForTheRun(t *testing.T) {
 	if err := lk.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.EventuallyErr(t, 10*time.Second, "the lease released after the run returned, a resign having been requested", func() error {
 		rec, err := b.Leader(ctx, "job")
 		if errors.Is(err, baton.ErrNoLeader) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the lease was not released after the run returned, though a resign was requested: %v, %v", rec, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("still held: %v, %v", rec, err)
+	})
 }

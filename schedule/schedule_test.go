@@ -12,6 +12,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/memory"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/schedule"
 	"github.com/robfig/cron/v3"
 )
@@ -92,17 +93,6 @@ func (r *runs) snapshot() []schedule.Slot {
 	return append([]schedule.Slot(nil), r.slots...)
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func everySecond(t *testing.T) *schedule.Job {
 	s, err := schedule.Parse("* * * * * *")
 	if err != nil {
@@ -152,7 +142,7 @@ func TestOncePerSlotAcrossHandOvers(t *testing.T) {
 	}
 	for range 2 {
 		n := len(r.snapshot())
-		eventually(t, 10*time.Second, "two more slots", func() bool { return len(r.snapshot()) >= n+2 })
+		testkit.Eventually(t, 10*time.Second, "two more slots", func() bool { return len(r.snapshot()) >= n+2 })
 		m := leader()
 		if m == nil {
 			t.Fatal("slots ran, but no Elector leads")
@@ -161,7 +151,7 @@ func TestOncePerSlotAcrossHandOvers(t *testing.T) {
 		<-m.done
 	}
 	n := len(r.snapshot())
-	eventually(t, 10*time.Second, "two slots after the last hand-over", func() bool { return len(r.snapshot()) >= n+2 })
+	testkit.Eventually(t, 10*time.Second, "two slots after the last hand-over", func() bool { return len(r.snapshot()) >= n+2 })
 
 	ss := r.snapshot()
 	for i := 1; i < len(ss); i++ {
@@ -221,7 +211,7 @@ func TestSlotOfDeadLeaderNotRerun(t *testing.T) {
 	jb.Run = func(ctx context.Context, s schedule.Slot) error { r.add(s, "b"); return nil }
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { leadDone <- jb.Lead(ctx, tb) }()
-	eventually(t, 10*time.Second, "b to run a slot", func() bool { return len(r.snapshot()) >= 1 })
+	testkit.Eventually(t, 10*time.Second, "b to run a slot", func() bool { return len(r.snapshot()) >= 1 })
 	cancel()
 	<-leadDone
 	for _, s := range r.snapshot() {

@@ -15,16 +15,8 @@ import (
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/cas"
 	"github.com/batonhq/baton/backend/memory"
+	"github.com/batonhq/baton/internal/testkit"
 )
-
-func stateTerm(t *testing.T, term baton.Term) baton.StateTerm {
-	t.Helper()
-	st, ok := term.(baton.StateTerm)
-	if !ok {
-		t.Fatalf("%T does not implement baton.StateTerm", term)
-	}
-	return st
-}
 
 // TestStoreStateFencedByStore: the record is taken over behind the holder's
 // back (by another holder, or by another process with the same candidate
@@ -40,7 +32,7 @@ func TestStoreStateFencedByStore(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				ta := stateTerm(t, term)
+				ta := testkit.StateTerm(t, term)
 				if err := ta.StoreState(t.Context(), []byte("from a")); err != nil {
 					t.Fatal(err)
 				}
@@ -88,7 +80,7 @@ func TestStateKeptByEveryWrite(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ta := stateTerm(t, term)
+		ta := testkit.StateTerm(t, term)
 		if v, err := ta.LoadState(t.Context()); err != nil || v != nil {
 			t.Fatalf("a new lease's state = %#v, %v; want nil", v, err)
 		}
@@ -117,7 +109,7 @@ func TestStateKeptByEveryWrite(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tb := stateTerm(t, term)
+		tb := testkit.StateTerm(t, term)
 		if v, _ := tb.LoadState(t.Context()); string(v) != "slot 1" {
 			t.Fatalf("the next holder's LoadState = %q, want %q", v, "slot 1")
 		}
@@ -143,7 +135,7 @@ func TestLostStateReplyIsAdopted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ta := stateTerm(t, term)
+		ta := testkit.StateTerm(t, term)
 		f.loseCAS.Store(1)
 		err = ta.StoreState(t.Context(), []byte("landed"))
 		if !errors.Is(err, baton.ErrBackendUnavailable) || errors.Is(err, baton.ErrLeaseLost) {
@@ -230,7 +222,7 @@ func TestStoreStateRacesRenewals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ta := stateTerm(t, term)
+	ta := testkit.StateTerm(t, term)
 	ctx := context.WithValue(t.Context(), storeCtxKey{}, true)
 	start := w.own.Load()
 	var (
@@ -281,12 +273,9 @@ func TestStoreStateRacesRenewals(t *testing.T) {
 		t.Fatal(err)
 	}
 	renewals := w.own.Load()
-	for w.own.Load() < renewals+2 {
-		if time.Now().After(deadline) {
-			t.Fatal("no renewals after the stores")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, time.Until(deadline), "two renewals after the stores", func() bool {
+		return w.own.Load() >= renewals+2
+	})
 	rec, _, _ := w.Get(t.Context(), "l")
 	if rec.Holder != "a" || rec.Token != term.Token() {
 		t.Fatalf("record = holder %q token %d, want a's, token %d", rec.Holder, rec.Token, term.Token())

@@ -11,6 +11,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/consul"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/hashicorp/consul/api"
 )
@@ -29,7 +30,7 @@ func TestACLToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := newBackend(t, anon, opts, nil)
-	_, err = b.Campaign(testContext(t, 10*time.Second), "guarded", baton.Candidate{ID: "x"})
+	_, err = b.Campaign(testkit.Context(t, 10*time.Second), "guarded", baton.Candidate{ID: "x"})
 	if !errors.Is(err, consul.ErrPermissionDenied) || errors.Is(err, baton.ErrBackendUnavailable) {
 		t.Errorf("Campaign without a token: err = %v; want ErrPermissionDenied (and not ErrBackendUnavailable)", err)
 	}
@@ -62,7 +63,7 @@ key_prefix "acl/" { policy = "read" }`)
 		t.Fatal(err)
 	}
 	b = newBackend(t, kc, opts, nil)
-	_, err = b.Campaign(testContext(t, 10*time.Second), "guarded", baton.Candidate{ID: "x"})
+	_, err = b.Campaign(testkit.Context(t, 10*time.Second), "guarded", baton.Candidate{ID: "x"})
 	if !errors.Is(err, consul.ErrPermissionDenied) || !strings.Contains(err.Error(), "key:write") {
 		t.Errorf("Campaign with a token lacking key:write: err = %v; want ErrPermissionDenied naming key:write", err)
 	}
@@ -72,15 +73,15 @@ key_prefix "acl/" { policy = "read" }`)
 		t.Fatal(err)
 	}
 	b = newBackend(t, gc, opts, nil)
-	term := campaign(t, b, "guarded", "x")
-	rec, err := b.Leader(testContext(t, 5*time.Second), "guarded")
+	term := testkit.CampaignWithin(t, b, "guarded", "x", 10*time.Second)
+	rec, err := b.Leader(testkit.Context(t, 5*time.Second), "guarded")
 	if err != nil || rec.Holder != "x" || rec.Token != term.Token() {
 		t.Errorf("Leader = %+v, %v; want x with token %d", rec, err, term.Token())
 	}
 	// Renewals go through with the token: the term outlives its first
 	// safe-until.
 	first := term.SafeUntil()
-	eventually(t, 5*time.Second, func() error {
+	testkit.EventuallyErr(t, 5*time.Second, "a renewal with the token", func() error {
 		if err := term.Err(); err != nil {
 			t.Fatalf("term ended: %v", err)
 		}
@@ -94,10 +95,10 @@ key_prefix "acl/" { policy = "read" }`)
 	if !ok {
 		t.Fatalf("term %T is not a baton.StateTerm", term)
 	}
-	if err := st.StoreState(testContext(t, 5*time.Second), []byte("v1")); err != nil {
+	if err := st.StoreState(testkit.Context(t, 5*time.Second), []byte("v1")); err != nil {
 		t.Errorf("StoreState with the package doc's policy: %v", err)
 	}
-	if err := term.Resign(testContext(t, 5*time.Second)); err != nil {
+	if err := term.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Errorf("Resign: %v", err)
 	}
 
@@ -112,18 +113,18 @@ key "acl/guarded/.baton-state" { policy = "read" }`)
 		t.Fatal(err)
 	}
 	b = newBackend(t, sc, opts, nil)
-	st, _ = campaign(t, b, "guarded", "y").(baton.StateTerm)
-	err = st.StoreState(testContext(t, 5*time.Second), []byte("v2"))
+	st, _ = testkit.CampaignWithin(t, b, "guarded", "y", 10*time.Second).(baton.StateTerm)
+	err = st.StoreState(testkit.Context(t, 5*time.Second), []byte("v2"))
 	if !errors.Is(err, consul.ErrPermissionDenied) || errors.Is(err, baton.ErrLeaseLost) || errors.Is(err, baton.ErrBackendUnavailable) {
 		t.Errorf("StoreState without key:write on the state key: err = %v; want ErrPermissionDenied only", err)
 	}
 	if err := st.Err(); err != nil {
 		t.Errorf("a refused StoreState ended the term: %v", err)
 	}
-	if v, err := st.LoadState(testContext(t, 5*time.Second)); err != nil || string(v) != "v1" {
+	if v, err := st.LoadState(testkit.Context(t, 5*time.Second)); err != nil || string(v) != "v1" {
 		t.Errorf("LoadState = %q, %v; want %q", v, err, "v1")
 	}
-	if err := st.Resign(testContext(t, 5*time.Second)); err != nil {
+	if err := st.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Errorf("Resign: %v", err)
 	}
 }
@@ -143,8 +144,8 @@ func TestTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := newBackend(t, c, opts, nil)
-	term := campaign(t, b, "secure", "x")
-	if err := term.Resign(testContext(t, 5*time.Second)); err != nil {
+	term := testkit.CampaignWithin(t, b, "secure", "x", 10*time.Second)
+	if err := term.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Errorf("Resign: %v", err)
 	}
 
@@ -158,7 +159,7 @@ func TestTLS(t *testing.T) {
 	}
 	uopts.Config = opts.Config
 	b = newBackend(t, c, uopts, nil)
-	campaign(t, b, "secure", "y")
+	testkit.CampaignWithin(t, b, "secure", "y", 10*time.Second)
 	if p, _, err := agent.Client(t, agent.Addr()).KV().Get("tls/url/secure/.lock", nil); err != nil || p == nil || string(p.Value) != "y" {
 		t.Errorf("tls/url/secure/.lock = %+v, %v; want y's lock", p, err)
 	}
@@ -174,7 +175,7 @@ func TestTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 		b := newBackend(t, c, opts, nil)
-		if _, err := b.Campaign(testContext(t, 10*time.Second), "secure", baton.Candidate{ID: "z"}); !errors.Is(err, baton.ErrBackendUnavailable) {
+		if _, err := b.Campaign(testkit.Context(t, 10*time.Second), "secure", baton.Candidate{ID: "z"}); !errors.Is(err, baton.ErrBackendUnavailable) {
 			t.Errorf("%s: Campaign err = %v, want ErrBackendUnavailable", name, err)
 		}
 	}

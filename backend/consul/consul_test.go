@@ -19,6 +19,7 @@ import (
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/consul"
 	"github.com/batonhq/baton/batontest"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/hashicorp/consul/api"
 )
@@ -107,95 +108,17 @@ func newBackend(t *testing.T, client *api.Client, opts consul.Options, killed <-
 	return b
 }
 
-func testContext(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func campaign(t *testing.T, b *consul.Backend, lease, id string) baton.Term {
-	t.Helper()
-	term, err := b.Campaign(testContext(t, 10*time.Second), lease, baton.Candidate{ID: id})
-	if err != nil {
-		t.Fatalf("campaign %s for %s: %v", id, lease, err)
-	}
-	return term
-}
-
-// won is a term a background campaign got, and when.
-type won struct {
-	term baton.Term
-	at   time.Time
-}
-
-// campaignAsync campaigns in the background and delivers the term, or a
-// zero won after reporting the error.
-func campaignAsync(t *testing.T, b *consul.Backend, lease, id string) <-chan won {
-	got := make(chan won, 1)
-	ctx := testContext(t, 60*time.Second)
-	go func() {
-		term, err := b.Campaign(ctx, lease, baton.Candidate{ID: id})
-		if err != nil {
-			t.Errorf("campaign %s for %s: %v", id, lease, err)
-		}
-		got <- won{term, time.Now()}
-	}()
-	return got
-}
-
-func waitTerm(t *testing.T, got <-chan won, d time.Duration) won {
-	t.Helper()
-	select {
-	case w := <-got:
-		if w.term == nil {
-			t.FailNow()
-		}
-		return w
-	case <-time.After(d):
-		t.Fatalf("no term within %s", d)
-		return won{}
-	}
-}
-
 // notYet fails the test if got delivers a term within d: a positive claim
 // ("the waiter keeps waiting") can only be observed for a while.
-func notYet(t *testing.T, got <-chan won, d time.Duration) {
+func notYet(t *testing.T, got <-chan testkit.Won, d time.Duration) {
 	t.Helper()
 	select {
 	case w := <-got:
-		if w.term != nil {
-			t.Fatalf("acquired token %d while the lease was held", w.term.Token())
+		if w.Term != nil {
+			t.Fatalf("acquired token %d while the lease was held", w.Term.Token())
 		}
 		t.FailNow()
 	case <-time.After(d):
-	}
-}
-
-func waitDone(t *testing.T, term baton.Term, d time.Duration) time.Time {
-	t.Helper()
-	select {
-	case <-term.Done():
-		return time.Now()
-	case <-time.After(d):
-		t.Fatalf("term %d of %s did not end within %s", term.Token(), term.Lease(), d)
-		return time.Time{}
-	}
-}
-
-// eventually polls f until it succeeds, failing the test with f's last error
-// once timeout has passed.
-func eventually(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still failing after %s: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -230,7 +153,7 @@ func TestKeyAndSessionLayout(t *testing.T) {
 		t.Fatalf("Key(nightly/report) = %q, %v; want %q", key, err, prefix+"nightly/report/.lock")
 	}
 	start := time.Now()
-	term := campaign(t, b, "nightly/report", "host-1/abcd")
+	term := testkit.CampaignWithin(t, b, "nightly/report", "host-1/abcd", 10*time.Second)
 	// Read SafeUntil before took, and before the requests below: a renewal
 	// sent after took was measured (every 750 ms) would move it further.
 	safeUntil := term.SafeUntil()
@@ -257,7 +180,7 @@ func TestKeyAndSessionLayout(t *testing.T) {
 		t.Errorf("SafeUntil is %s after the campaign began, which took %s; want TTL/2 - DriftMargin = 1.2s after the session was created", got, took)
 	}
 	// Resign deletes the key, as `consul lock` cleans up after unlocking.
-	if err := term.Resign(testContext(t, 5*time.Second)); err != nil {
+	if err := term.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if p, _, err := c.KV().Get(key, nil); err != nil || p != nil {
@@ -302,12 +225,12 @@ func TestWaiterWakesByBlockingQuery(t *testing.T) {
 	}
 	b := newBackend(t, bc, opts, nil)
 
-	ta := campaign(t, a, "wake", "a")
-	got := campaignAsync(t, b, "wake", "b")
+	ta := testkit.CampaignWithin(t, a, "wake", "a", 10*time.Second)
+	got := testkit.CampaignAsync(t, b, "wake", "b")
 	// b's first query (no index) answers at once; the second is the
 	// blocking one. Counting from the first would count the second as a
 	// request sent while waiting.
-	eventually(t, 10*time.Second, func() error {
+	testkit.EventuallyErr(t, 10*time.Second, "b to start its blocking query", func() error {
 		if lists.Load() < 2 {
 			return errors.New("b has not started its blocking query")
 		}
@@ -320,14 +243,14 @@ func TestWaiterWakesByBlockingQuery(t *testing.T) {
 	}
 	t.Logf("b sent %d requests to start waiting (session, read, holder's session, watch)", before)
 	resigned := time.Now()
-	if err := ta.Resign(testContext(t, 5*time.Second)); err != nil {
+	if err := ta.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	w := waitTerm(t, got, 5*time.Second)
+	w := testkit.WaitTerm(t, got, 5*time.Second)
 	// The 20 s TTL rules out a takeover by expiry: the delete woke b.
-	t.Logf("hand-over took %s, with %d requests in all", w.at.Sub(resigned), ct.n.Load())
-	if w.term.Token() <= ta.Token() {
-		t.Errorf("b's token %d is not greater than a's %d", w.term.Token(), ta.Token())
+	t.Logf("hand-over took %s, with %d requests in all", w.At.Sub(resigned), ct.n.Load())
+	if w.Term.Token() <= ta.Token() {
+		t.Errorf("b's token %d is not greater than a's %d", w.Term.Token(), ta.Token())
 	}
 }
 
@@ -338,11 +261,11 @@ func TestAgentErrorsRiddenOut(t *testing.T) {
 	agent := testserver.SharedConsul(t)
 	proxy := testserver.StartProxy(t, agent.Addr())
 	b := newBackend(t, agent.Client(t, proxy.Addr()), consul.Options{Config: backend.Config{TTL: 4 * time.Second}, Prefix: testPrefix()}, nil)
-	term := campaign(t, b, "flaky", "a")
+	term := testkit.CampaignWithin(t, b, "flaky", "a", 10*time.Second)
 
 	// Cut right after a renewal, for a quarter of the 1.6 s safe window.
 	first := term.SafeUntil()
-	eventually(t, 5*time.Second, func() error {
+	testkit.EventuallyErr(t, 5*time.Second, "a renewal before the cut", func() error {
 		if !term.SafeUntil().After(first) {
 			return errors.New("no renewal yet")
 		}
@@ -352,7 +275,7 @@ func TestAgentErrorsRiddenOut(t *testing.T) {
 	proxy.Cut()
 	time.Sleep(400 * time.Millisecond) // the outage itself
 	proxy.Heal()
-	eventually(t, 5*time.Second, func() error {
+	testkit.EventuallyErr(t, 5*time.Second, "a renewal after the outage", func() error {
 		if err := term.Err(); err != nil {
 			t.Fatalf("the term ended during a 400ms outage: %v", err)
 		}
@@ -364,7 +287,7 @@ func TestAgentErrorsRiddenOut(t *testing.T) {
 
 	// Now for good: the term ends at its safe-until, not before, not later.
 	proxy.Cut()
-	ended := waitDone(t, term, 10*time.Second)
+	ended := testkit.WaitDone(t, term, 10*time.Second)
 	if !errors.Is(term.Err(), baton.ErrExpired) {
 		t.Errorf("after a long outage, Err() = %v; want ErrExpired", term.Err())
 	}
@@ -373,8 +296,8 @@ func TestAgentErrorsRiddenOut(t *testing.T) {
 	}
 	proxy.Heal()
 	// Healed, the Backend starts a new session and can lead again.
-	eventually(t, 20*time.Second, func() error {
-		again, err := b.Campaign(testContext(t, 10*time.Second), "flaky", baton.Candidate{ID: "a"})
+	testkit.EventuallyErr(t, 20*time.Second, "a campaign once healed", func() error {
+		again, err := b.Campaign(testkit.Context(t, 10*time.Second), "flaky", baton.Candidate{ID: "a"})
 		if err != nil {
 			return err
 		}
@@ -393,24 +316,24 @@ func TestCloseHandsOverWithoutLockDelay(t *testing.T) {
 	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, LockDelay: 30 * time.Second, Prefix: testPrefix()}
 	a := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
 	b := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
-	ta := campaign(t, a, "closing", "a")
-	got := campaignAsync(t, b, "closing", "b")
+	ta := testkit.CampaignWithin(t, a, "closing", "a", 10*time.Second)
+	got := testkit.CampaignAsync(t, b, "closing", "b")
 	notYet(t, got, 200*time.Millisecond)
-	if err := a.Close(testContext(t, 5*time.Second)); err != nil {
+	if err := a.Close(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 	if !errors.Is(ta.Err(), baton.ErrClosed) {
 		t.Errorf("after Close, Err() = %v, want ErrClosed", ta.Err())
 	}
 	// Well within the 30 s lock-delay and the 20 s TTL.
-	waitTerm(t, got, 5*time.Second)
-	if _, err := a.Campaign(testContext(t, time.Second), "other", baton.Candidate{ID: "a"}); !errors.Is(err, baton.ErrClosed) {
+	testkit.WaitTerm(t, got, 5*time.Second)
+	if _, err := a.Campaign(testkit.Context(t, time.Second), "other", baton.Candidate{ID: "a"}); !errors.Is(err, baton.ErrClosed) {
 		t.Errorf("Campaign after Close: err = %v, want ErrClosed", err)
 	}
-	if _, err := a.Leader(testContext(t, time.Second), "closing"); !errors.Is(err, baton.ErrClosed) {
+	if _, err := a.Leader(testkit.Context(t, time.Second), "closing"); !errors.Is(err, baton.ErrClosed) {
 		t.Errorf("Leader after Close: err = %v, want ErrClosed", err)
 	}
-	if err := a.Close(testContext(t, time.Second)); err != nil {
+	if err := a.Close(testkit.Context(t, time.Second)); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
 }
@@ -434,13 +357,13 @@ func TestSessionDestroyedEndsTermsAndLockDelayHolds(t *testing.T) {
 	}
 	b := newBackend(t, bc, consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}, nil)
 
-	t1 := campaign(t, a, "one", "a")
-	t2 := campaign(t, a, "two", "a")
+	t1 := testkit.CampaignWithin(t, a, "one", "a", 10*time.Second)
+	t2 := testkit.CampaignWithin(t, a, "two", "a", 10*time.Second)
 	sid := sessionOf(t, c, prefix+"one/.lock")
 	if s2 := sessionOf(t, c, prefix+"two/.lock"); s2 != sid {
 		t.Fatalf("leases of one Backend ride on different sessions: %s, %s", sid, s2)
 	}
-	got := campaignAsync(t, b, "one", "b")
+	got := testkit.CampaignAsync(t, b, "one", "b")
 	notYet(t, got, 300*time.Millisecond)
 	before := ct.n.Load()
 	destroyed := time.Now()
@@ -448,13 +371,13 @@ func TestSessionDestroyedEndsTermsAndLockDelayHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, term := range []baton.Term{t1, t2} {
-		waitDone(t, term, 5*time.Second)
+		testkit.WaitDone(t, term, 5*time.Second)
 		if !errors.Is(term.Err(), baton.ErrLeaseLost) {
 			t.Errorf("%s: Err() = %v, want ErrLeaseLost", term.Lease(), term.Err())
 		}
 	}
-	w := waitTerm(t, got, 10*time.Second)
-	took := w.at.Sub(destroyed)
+	w := testkit.WaitTerm(t, got, 10*time.Second)
+	took := w.At.Sub(destroyed)
 	t.Logf("b took over %s after the destroy (lock-delay %s), with %d requests", took, delay, ct.n.Load()-before)
 	if took < delay-100*time.Millisecond {
 		t.Errorf("b took over %s after the destroy, within the %s lock-delay", took, delay)
@@ -468,7 +391,7 @@ func TestSessionDestroyedEndsTermsAndLockDelayHolds(t *testing.T) {
 		t.Errorf("b sent %d requests while the lock-delay ran; want a handful", n)
 	}
 	// a starts a new session for its next campaign.
-	t3 := campaign(t, a, "two", "a")
+	t3 := testkit.CampaignWithin(t, a, "two", "a", 10*time.Second)
 	if s := sessionOf(t, c, prefix+"two/.lock"); s == sid {
 		t.Errorf("after its session was destroyed, a campaigned with it again")
 	}
@@ -486,28 +409,28 @@ func TestOperatorDeleteEndsTerm(t *testing.T) {
 	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}
 	a := newBackend(t, c, opts, nil)
 	b := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
-	ta := campaign(t, a, "deleted", "a")
-	got := campaignAsync(t, b, "deleted", "b")
+	ta := testkit.CampaignWithin(t, a, "deleted", "a", 10*time.Second)
+	got := testkit.CampaignAsync(t, b, "deleted", "b")
 	notYet(t, got, 200*time.Millisecond)
 	out, err := exec.Command(agent.Binary(), "kv", "delete", "-http-addr="+agent.Addr(), prefix+"deleted/.lock").CombinedOutput()
 	if err != nil {
 		t.Fatalf("consul kv delete: %v\n%s", err, out)
 	}
-	waitDone(t, ta, 5*time.Second)
+	testkit.WaitDone(t, ta, 5*time.Second)
 	if !errors.Is(ta.Err(), baton.ErrLeaseLost) {
 		t.Errorf("after consul kv delete, Err() = %v, want ErrLeaseLost", ta.Err())
 	}
-	tb := waitTerm(t, got, 5*time.Second).term
+	tb := testkit.WaitTerm(t, got, 5*time.Second).Term
 	if tb.Token() <= ta.Token() {
 		t.Errorf("b's token %d is not greater than a's %d", tb.Token(), ta.Token())
 	}
 	// a's name is free again: it waits behind b, and wins when b resigns.
-	got = campaignAsync(t, a, "deleted", "a")
+	got = testkit.CampaignAsync(t, a, "deleted", "a")
 	notYet(t, got, 200*time.Millisecond)
-	if err := tb.Resign(testContext(t, 5*time.Second)); err != nil {
+	if err := tb.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if ta2 := waitTerm(t, got, 5*time.Second).term; ta2.Token() <= tb.Token() {
+	if ta2 := testkit.WaitTerm(t, got, 5*time.Second).Term; ta2.Token() <= tb.Token() {
 		t.Errorf("a's new token %d is not greater than b's %d", ta2.Token(), tb.Token())
 	}
 }
@@ -520,15 +443,15 @@ func TestOverwrittenKeyEndsTerm(t *testing.T) {
 	c := agent.Client(t, agent.Addr())
 	prefix := testPrefix()
 	b := newBackend(t, c, consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}, nil)
-	term := campaign(t, b, "rewritten", "a")
+	term := testkit.CampaignWithin(t, b, "rewritten", "a", 10*time.Second)
 	if _, err := c.KV().Put(&api.KVPair{Key: prefix + "rewritten/.lock", Flags: api.LockFlagValue, Value: []byte("someone")}, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitDone(t, term, 5*time.Second)
+	testkit.WaitDone(t, term, 5*time.Second)
 	if !errors.Is(term.Err(), baton.ErrLeaseLost) {
 		t.Errorf("after an overwrite, Err() = %v, want ErrLeaseLost", term.Err())
 	}
-	again := campaign(t, b, "rewritten", "a")
+	again := testkit.CampaignWithin(t, b, "rewritten", "a", 10*time.Second)
 	if again.Token() <= term.Token() {
 		t.Errorf("token %d after the overwrite is not greater than %d", again.Token(), term.Token())
 	}
@@ -550,7 +473,7 @@ func TestHealthCheckInvalidatesSession(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Agent().CheckDeregister(check) })
 	// Sessions can use a check only once the servers know it.
-	eventually(t, 10*time.Second, func() error {
+	testkit.EventuallyErr(t, 10*time.Second, "the servers to know the check, passing", func() error {
 		checks, _, err := c.Health().Node("baton-test", nil)
 		if err != nil {
 			return err
@@ -572,28 +495,28 @@ func TestHealthCheckInvalidatesSession(t *testing.T) {
 		t.Errorf("with checks, LockDelay() = %s, want the session TTL %s", a.LockDelay(), a.SessionTTL())
 	}
 	b := newBackend(t, agent.Client(t, agent.Addr()), consul.Options{Config: cfg, Prefix: prefix}, nil)
-	ta := campaign(t, a, "checked", "a")
+	ta := testkit.CampaignWithin(t, a, "checked", "a", 10*time.Second)
 	info, _, err := c.Session().Info(sessionOf(t, c, prefix+"checked/.lock"), nil)
 	if err != nil || info == nil || len(info.NodeChecks) != 1 || info.NodeChecks[0] != check {
 		t.Fatalf("session %+v, %v; want node check %s", info, err, check)
 	}
-	got := campaignAsync(t, b, "checked", "b")
+	got := testkit.CampaignAsync(t, b, "checked", "b")
 	notYet(t, got, 200*time.Millisecond)
 	failed := time.Now()
 	if err := c.Agent().FailTTL(check, "failing on purpose"); err != nil {
 		t.Fatal(err)
 	}
-	ended := waitDone(t, ta, 5*time.Second)
+	ended := testkit.WaitDone(t, ta, 5*time.Second)
 	if !errors.Is(ta.Err(), baton.ErrLeaseLost) {
 		t.Errorf("after the check failed, Err() = %v, want ErrLeaseLost", ta.Err())
 	}
-	w := waitTerm(t, got, 10*time.Second)
-	t.Logf("term ended %s after the check failed; b took over %s after", ended.Sub(failed), w.at.Sub(failed))
-	if d := w.at.Sub(failed); d < a.LockDelay() {
+	w := testkit.WaitTerm(t, got, 10*time.Second)
+	t.Logf("term ended %s after the check failed; b took over %s after", ended.Sub(failed), w.At.Sub(failed))
+	if d := w.At.Sub(failed); d < a.LockDelay() {
 		t.Errorf("b took over %s after the check failed, within the %s lock-delay", d, a.LockDelay())
 	}
-	if !ended.Before(w.at) {
-		t.Errorf("b acquired at %v, before a's term ended at %v", w.at, ended)
+	if !ended.Before(w.At) {
+		t.Errorf("b acquired at %v, before a's term ended at %v", w.At, ended)
 	}
 }
 
@@ -624,14 +547,14 @@ func TestInvalidOptionsAndNames(t *testing.T) {
 	}
 	b := newBackend(t, c, consul.Options{Prefix: testPrefix()}, nil)
 	for _, name := range []string{"", "/a", "a/", "a//b", "a/../b", "."} {
-		if _, err := b.Campaign(testContext(t, time.Second), name, baton.Candidate{ID: "x"}); err == nil {
+		if _, err := b.Campaign(testkit.Context(t, time.Second), name, baton.Candidate{ID: "x"}); err == nil {
 			t.Errorf("Campaign(%q) succeeded", name)
 		}
 	}
-	if _, err := b.Campaign(testContext(t, time.Second), "ok", baton.Candidate{}); err == nil {
+	if _, err := b.Campaign(testkit.Context(t, time.Second), "ok", baton.Candidate{}); err == nil {
 		t.Error("Campaign with an empty candidate ID succeeded")
 	}
-	if _, err := b.Leader(testContext(t, time.Second), "nobody"); !errors.Is(err, baton.ErrNoLeader) {
+	if _, err := b.Leader(testkit.Context(t, time.Second), "nobody"); !errors.Is(err, baton.ErrNoLeader) {
 		t.Errorf("Leader of a free lease: err = %v, want ErrNoLeader", err)
 	}
 }
@@ -644,7 +567,7 @@ func TestSessionTTLBelowServerMinimum(t *testing.T) {
 		Config: backend.Config{TTL: testserver.ConsulSessionTTLMin, DriftMargin: time.Millisecond, RenewInterval: 10 * time.Millisecond},
 		Prefix: testPrefix(),
 	}, nil)
-	_, err := b.Campaign(testContext(t, 10*time.Second), "short", baton.Candidate{ID: "x"})
+	_, err := b.Campaign(testkit.Context(t, 10*time.Second), "short", baton.Candidate{ID: "x"})
 	var ttlErr *consul.SessionTTLError
 	var ce *baton.ConfigError
 	if !errors.As(err, &ttlErr) || !errors.As(err, &ce) || !strings.Contains(err.Error(), "session_ttl_min") {
@@ -667,10 +590,10 @@ func TestUnreachableAgentIsReported(t *testing.T) {
 	// Each gives up after its request bound (5 s); both at once.
 	leaderErr := make(chan error, 1)
 	go func() {
-		_, err := b.Leader(testContext(t, time.Minute), "unreachable")
+		_, err := b.Leader(testkit.Context(t, time.Minute), "unreachable")
 		leaderErr <- err
 	}()
-	_, err := b.Campaign(testContext(t, time.Minute), "unreachable", baton.Candidate{ID: "a"})
+	_, err := b.Campaign(testkit.Context(t, time.Minute), "unreachable", baton.Candidate{ID: "a"})
 	if !errors.Is(err, baton.ErrBackendUnavailable) {
 		t.Errorf("Campaign against an unreachable agent: err = %v, want ErrBackendUnavailable", err)
 	}
@@ -769,10 +692,10 @@ func TestWaiterWakesAfterLosingARace(t *testing.T) {
 	})
 	c := newBackend(t, cc, opts, nil)
 
-	te := campaign(t, e, "race", "e")
-	got := campaignAsync(t, c, "race", "c")
+	te := testkit.CampaignWithin(t, e, "race", "e", 10*time.Second)
+	got := testkit.CampaignAsync(t, c, "race", "c")
 	// The first query answers at once; the second is the blocking one.
-	eventually(t, 10*time.Second, func() error {
+	testkit.EventuallyErr(t, 10*time.Second, "the waiter to start its blocking query", func() error {
 		if lists.Load() < 2 {
 			return errors.New("the waiter is not in its blocking query yet")
 		}
@@ -781,7 +704,7 @@ func TestWaiterWakesAfterLosingARace(t *testing.T) {
 	notYet(t, got, 100*time.Millisecond)
 	gateArmed.Store(true)
 	txnArmed.Store(true)
-	if err := te.Resign(testContext(t, 5*time.Second)); err != nil {
+	if err := te.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -792,9 +715,9 @@ func TestWaiterWakesAfterLosingARace(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter never tried to lock the key after the holder resigned")
 	}
-	w := waitTerm(t, got, 5*time.Second)
-	if w.term.Token() <= te.Token() {
-		t.Errorf("token %d is not greater than the resigned holder's %d", w.term.Token(), te.Token())
+	w := testkit.WaitTerm(t, got, 5*time.Second)
+	if w.Term.Token() <= te.Token() {
+		t.Errorf("token %d is not greater than the resigned holder's %d", w.Term.Token(), te.Token())
 	}
 }
 
@@ -818,25 +741,25 @@ func TestLostLockReplyLeavesNoLock(t *testing.T) {
 	})
 	a := newBackend(t, ac, opts, nil)
 	b := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
-	_, err := a.Campaign(testContext(t, 10*time.Second), "lost", baton.Candidate{ID: "a"})
+	_, err := a.Campaign(testkit.Context(t, 10*time.Second), "lost", baton.Candidate{ID: "a"})
 	if !errors.Is(err, baton.ErrBackendUnavailable) {
 		t.Fatalf("Campaign whose answer was lost: err = %v, want ErrBackendUnavailable", err)
 	}
 	if drop.Load() {
 		t.Fatal("no lock transaction was sent")
 	}
-	if rec, err := b.Leader(testContext(t, 5*time.Second), "lost"); !errors.Is(err, baton.ErrNoLeader) {
+	if rec, err := b.Leader(testkit.Context(t, 5*time.Second), "lost"); !errors.Is(err, baton.ErrNoLeader) {
 		t.Errorf("after a's campaign failed, Leader = %+v, %v; want ErrNoLeader", rec, err)
 	}
 	// Another candidate wins at once, not after a's session ends.
-	tb := campaign(t, b, "lost", "b")
+	tb := testkit.CampaignWithin(t, b, "lost", "b", 10*time.Second)
 	// And a can campaign again, behind b.
-	got := campaignAsync(t, a, "lost", "a")
+	got := testkit.CampaignAsync(t, a, "lost", "a")
 	notYet(t, got, 200*time.Millisecond)
-	if err := tb.Resign(testContext(t, 5*time.Second)); err != nil {
+	if err := tb.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	waitTerm(t, got, 5*time.Second)
+	testkit.WaitTerm(t, got, 5*time.Second)
 }
 
 // TestCloseBoundedWhenAgentVanishes: Close with a context without deadline
@@ -850,7 +773,7 @@ func TestCloseBoundedWhenAgentVanishes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	term := campaign(t, b, "vanish", "a")
+	term := testkit.CampaignWithin(t, b, "vanish", "a", 10*time.Second)
 	proxy.Cut()
 	closed := make(chan error, 1)
 	start := time.Now()

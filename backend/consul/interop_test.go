@@ -17,6 +17,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/consul"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/hashicorp/consul/api"
 )
@@ -116,7 +117,7 @@ func marks(t *testing.T, file string) (starts, ends []time.Time) {
 func sessionNamed(t *testing.T, c *api.Client, name string) string {
 	t.Helper()
 	var id string
-	eventually(t, 10*time.Second, func() error {
+	testkit.EventuallyErr(t, 10*time.Second, "a session named "+name, func() error {
 		ss, _, err := c.Session().List(nil)
 		if err != nil {
 			return err
@@ -150,7 +151,7 @@ func TestConsulLockInterop(t *testing.T) {
 	// While baton holds, the CLI cannot lock: with -timeout it gives up,
 	// and its child never runs.
 	aStart := time.Now()
-	ta := campaign(t, a, lease, "alpha")
+	ta := testkit.CampaignWithin(t, a, lease, "alpha", 10*time.Second)
 	try := startLock(t, agent, "-timeout=1s", cliPrefix, child)
 	if code := try.wait(t, 30*time.Second); code == 0 {
 		t.Fatalf("consul lock -timeout=1s succeeded while baton held %s:\n%s", cliPrefix, try.out)
@@ -169,11 +170,11 @@ func TestConsulLockInterop(t *testing.T) {
 		t.Fatalf("the CLI's child started while baton held the lease")
 	}
 	aEnd := time.Now() // the term ends as Resign begins
-	if err := ta.Resign(testContext(t, 5*time.Second)); err != nil {
+	if err := ta.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	var cliStart time.Time
-	eventually(t, 10*time.Second, func() error {
+	testkit.EventuallyErr(t, 10*time.Second, "the CLI's child to start", func() error {
 		starts, _ := marks(t, file)
 		if len(starts) == 0 {
 			return errors.New("the CLI's child has not started")
@@ -187,24 +188,24 @@ func TestConsulLockInterop(t *testing.T) {
 	}
 
 	// While the CLI holds, Leader reports it, and baton waits.
-	rec, err := a.Leader(testContext(t, 5*time.Second), lease)
+	rec, err := a.Leader(testkit.Context(t, 5*time.Second), lease)
 	if err != nil {
 		t.Fatalf("Leader while the CLI holds: %v", err)
 	}
 	if !strings.HasPrefix(rec.Holder, "cli-holder (consul session "+cliSession) || rec.Token <= ta.Token() {
 		t.Errorf("Leader = %+v; want the CLI's session cli-holder, with a token above baton's %d", rec, ta.Token())
 	}
-	if _, err := a.Campaign(testContext(t, 500*time.Millisecond), lease, baton.Candidate{ID: "alpha"}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := a.Campaign(testkit.Context(t, 500*time.Millisecond), lease, baton.Candidate{ID: "alpha"}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Campaign while the CLI holds: err = %v; want it to wait until its deadline", err)
 	}
-	got := campaignAsync(t, b, lease, "beta")
+	got := testkit.CampaignAsync(t, b, lease, "beta")
 	notYet(t, got, 300*time.Millisecond)
 
 	// SIGTERM makes the CLI stop its child and release the lock: baton wins.
 	if err := cl.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	w := waitTerm(t, got, 15*time.Second)
+	w := testkit.WaitTerm(t, got, 15*time.Second)
 	if code := cl.wait(t, 15*time.Second); code != 0 {
 		t.Errorf("consul lock exited with %d after SIGTERM; want 0", code)
 	}
@@ -212,16 +213,16 @@ func TestConsulLockInterop(t *testing.T) {
 	if len(starts) != 1 || len(ends) != 1 {
 		t.Fatalf("marker file has starts %v, ends %v; want one of each", starts, ends)
 	}
-	t.Logf("baton took over %s after the CLI's child ended", w.at.Sub(ends[0]))
-	if w.at.Before(ends[0]) {
-		t.Errorf("overlap: baton acquired at %v, before the CLI's child ended at %v", w.at, ends[0])
+	t.Logf("baton took over %s after the CLI's child ended", w.At.Sub(ends[0]))
+	if w.At.Before(ends[0]) {
+		t.Errorf("overlap: baton acquired at %v, before the CLI's child ended at %v", w.At, ends[0])
 	}
-	if w.term.Token() <= rec.Token {
-		t.Errorf("baton's token %d after the CLI is not greater than the CLI's %d", w.term.Token(), rec.Token)
+	if w.Term.Token() <= rec.Token {
+		t.Errorf("baton's token %d after the CLI is not greater than the CLI's %d", w.Term.Token(), rec.Token)
 	}
-	rec, err = a.Leader(testContext(t, 5*time.Second), lease)
-	if err != nil || rec.Holder != "beta" || rec.Token != w.term.Token() {
-		t.Errorf("Leader = %+v, %v; want beta with token %d", rec, err, w.term.Token())
+	rec, err = a.Leader(testkit.Context(t, 5*time.Second), lease)
+	if err != nil || rec.Holder != "beta" || rec.Token != w.Term.Token() {
+		t.Errorf("Leader = %+v, %v; want beta with token %d", rec, err, w.Term.Token())
 	}
 }
 
@@ -236,22 +237,22 @@ func TestConsulLockSemaphoreConflict(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "marks")
 
 	sem := startLock(t, agent, "-n=2", prefix+"sem", fmt.Sprintf(markerScript, file))
-	eventually(t, 10*time.Second, func() error {
+	testkit.EventuallyErr(t, 10*time.Second, "the semaphore holder's child to start", func() error {
 		if starts, _ := marks(t, file); len(starts) == 0 {
 			return errors.New("the semaphore holder's child has not started")
 		}
 		return nil
 	})
-	if _, err := b.Campaign(testContext(t, 5*time.Second), "sem", baton.Candidate{ID: "x"}); !errors.Is(err, consul.ErrKeyConflict) {
+	if _, err := b.Campaign(testkit.Context(t, 5*time.Second), "sem", baton.Candidate{ID: "x"}); !errors.Is(err, consul.ErrKeyConflict) {
 		t.Errorf("Campaign on a semaphore's prefix: err = %v, want ErrKeyConflict", err)
 	}
-	if _, err := b.Leader(testContext(t, 5*time.Second), "sem"); !errors.Is(err, consul.ErrKeyConflict) {
+	if _, err := b.Leader(testkit.Context(t, 5*time.Second), "sem"); !errors.Is(err, consul.ErrKeyConflict) {
 		t.Errorf("Leader on a semaphore's prefix: err = %v, want ErrKeyConflict", err)
 	}
 	_ = sem.cmd.Process.Signal(syscall.SIGTERM)
 	sem.wait(t, 15*time.Second)
 
-	campaign(t, b, "lock", "x")
+	testkit.CampaignWithin(t, b, "lock", "x", 10*time.Second)
 	try := startLock(t, agent, "-n=2", "-timeout=2s", prefix+"lock", "true")
 	if code := try.wait(t, 30*time.Second); code == 0 {
 		t.Errorf("consul lock -n 2 succeeded on baton's lock")

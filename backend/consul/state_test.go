@@ -11,22 +11,14 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/consul"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/hashicorp/consul/api"
 )
 
-func stateTerm(t *testing.T, term baton.Term) baton.StateTerm {
-	t.Helper()
-	st, ok := term.(baton.StateTerm)
-	if !ok {
-		t.Fatalf("term %T does not implement baton.StateTerm", term)
-	}
-	return st
-}
-
 func storeState(t *testing.T, st baton.StateTerm, v string) {
 	t.Helper()
-	if err := st.StoreState(testContext(t, 10*time.Second), []byte(v)); err != nil {
+	if err := st.StoreState(testkit.Context(t, 10*time.Second), []byte(v)); err != nil {
 		t.Fatalf("StoreState(%q): %v", v, err)
 	}
 }
@@ -65,8 +57,8 @@ func TestStateKeyLayout(t *testing.T) {
 	if _, err := b.StateKey("a//b"); err == nil {
 		t.Errorf("StateKey accepted a name that Key refuses")
 	}
-	term := stateTerm(t, campaign(t, b, "nightly/report", "host-1"))
-	if v, err := term.LoadState(testContext(t, 5*time.Second)); err != nil || v != nil {
+	term := testkit.StateTerm(t, testkit.CampaignWithin(t, b, "nightly/report", "host-1", 10*time.Second))
+	if v, err := term.LoadState(testkit.Context(t, 5*time.Second)); err != nil || v != nil {
 		t.Fatalf("LoadState of a new lease = %q, %v; want nil", v, err)
 	}
 	storeState(t, term, "slot 7")
@@ -78,17 +70,17 @@ func TestStateKeyLayout(t *testing.T) {
 	if lock == nil || tokenAt(t, c, b, "nightly/report", lock.ModifyIndex) != term.Token() || lock.Flags != api.LockFlagValue {
 		t.Errorf("lock key after StoreState = %+v; want it untouched, at the index of token %d", lock, term.Token())
 	}
-	if rec, err := b.Leader(testContext(t, 5*time.Second), "nightly/report"); err != nil || rec.Holder != "host-1" || rec.Token != term.Token() {
+	if rec, err := b.Leader(testkit.Context(t, 5*time.Second), "nightly/report"); err != nil || rec.Holder != "host-1" || rec.Token != term.Token() {
 		t.Errorf("Leader = %+v, %v; want host-1 with token %d", rec, err, term.Token())
 	}
 	// An empty value is a stored state, unlike none.
 	storeState(t, term, "")
-	if v, err := term.LoadState(testContext(t, 5*time.Second)); err != nil || v == nil || len(v) != 0 {
+	if v, err := term.LoadState(testkit.Context(t, 5*time.Second)); err != nil || v == nil || len(v) != 0 {
 		t.Errorf("LoadState after storing nothing = %#v, %v; want an empty, non-nil value", v, err)
 	}
 	storeState(t, term, "slot 8")
 	// The state outlives the term and its lock key.
-	if err := term.Resign(testContext(t, 5*time.Second)); err != nil {
+	if err := term.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if v := stateValue(t, c, key); v != "slot 8" {
@@ -128,14 +120,14 @@ func TestStoreFencesLostHolder(t *testing.T) {
 				prefix := testPrefix()
 				b := newBackend(t, agent.Client(t, agent.Addr()), consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}, nil)
 				key, _ := b.StateKey("job")
-				term := stateTerm(t, campaign(t, b, "job", "a"))
+				term := testkit.StateTerm(t, testkit.CampaignWithin(t, b, "job", "a", 10*time.Second))
 				storeState(t, term, "before")
 				lose(t, prefix+"job/.lock")
 				var err error
 				if bypass {
-					err = consul.StoreFenced(testContext(t, 10*time.Second), term, []byte("after"))
+					err = consul.StoreFenced(testkit.Context(t, 10*time.Second), term, []byte("after"))
 				} else {
-					err = term.StoreState(testContext(t, 10*time.Second), []byte("after"))
+					err = term.StoreState(testkit.Context(t, 10*time.Second), []byte("after"))
 				}
 				if !errors.Is(err, baton.ErrLeaseLost) {
 					t.Fatalf("StoreState after the lock was lost: %v, want ErrLeaseLost", err)
@@ -143,11 +135,11 @@ func TestStoreFencesLostHolder(t *testing.T) {
 				if v := stateValue(t, c, key); v != "before" {
 					t.Fatalf("state = %q after the refused write, want %q", v, "before")
 				}
-				waitDone(t, term, 5*time.Second)
+				testkit.WaitDone(t, term, 5*time.Second)
 				if !errors.Is(term.Err(), baton.ErrLeaseLost) {
 					t.Errorf("term ended with %v, want ErrLeaseLost", term.Err())
 				}
-				if v, err := term.LoadState(testContext(t, 5*time.Second)); err != nil || string(v) != "before" {
+				if v, err := term.LoadState(testkit.Context(t, 5*time.Second)); err != nil || string(v) != "before" {
 					t.Errorf("the lost term's LoadState = %q, %v; want %q", v, err, "before")
 				}
 			})
@@ -164,19 +156,19 @@ func TestStoreFencesEarlierTermOfSameSession(t *testing.T) {
 	prefix := testPrefix()
 	b := newBackend(t, c, consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}, nil)
 	key, _ := b.StateKey("job")
-	first := stateTerm(t, campaign(t, b, "job", "a"))
+	first := testkit.StateTerm(t, testkit.CampaignWithin(t, b, "job", "a", 10*time.Second))
 	storeState(t, first, "first")
 	sid := sessionOf(t, c, prefix+"job/.lock")
 	if _, err := c.KV().Delete(prefix+"job/.lock", nil); err != nil {
 		t.Fatal(err)
 	}
-	waitDone(t, first, 5*time.Second)
-	second := stateTerm(t, campaign(t, b, "job", "a"))
+	testkit.WaitDone(t, first, 5*time.Second)
+	second := testkit.StateTerm(t, testkit.CampaignWithin(t, b, "job", "a", 10*time.Second))
 	if s := sessionOf(t, c, prefix+"job/.lock"); s != sid {
 		t.Fatalf("the second term rides on session %s, not %s: the test needs the same one", s, sid)
 	}
 	storeState(t, second, "second")
-	if err := consul.StoreFenced(testContext(t, 10*time.Second), first, []byte("stale")); !errors.Is(err, baton.ErrLeaseLost) {
+	if err := consul.StoreFenced(testkit.Context(t, 10*time.Second), first, []byte("stale")); !errors.Is(err, baton.ErrLeaseLost) {
 		t.Errorf("the earlier term's store: %v, want ErrLeaseLost", err)
 	}
 	if v := stateValue(t, c, key); v != "second" {
@@ -200,19 +192,19 @@ func TestConsulLockWithState(t *testing.T) {
 	key, _ := b.StateKey(lease)
 	file := filepath.Join(t.TempDir(), "marks")
 
-	ta := stateTerm(t, campaign(t, b, lease, "alpha"))
+	ta := testkit.StateTerm(t, testkit.CampaignWithin(t, b, lease, "alpha", 10*time.Second))
 	storeState(t, ta, "from baton")
 	// Still excluded while baton holds.
 	try := startLock(t, agent, "-timeout=1s", prefix+lease, "true")
 	if code := try.wait(t, 30*time.Second); code == 0 {
 		t.Fatalf("consul lock succeeded while baton held the lease:\n%s", try.out)
 	}
-	if err := ta.Resign(testContext(t, 5*time.Second)); err != nil {
+	if err := ta.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 
 	cl := startLock(t, agent, "-name=cli-holder", prefix+lease, fmt.Sprintf(markerScript, file))
-	eventually(t, 15*time.Second, func() error {
+	testkit.EventuallyErr(t, 15*time.Second, "the CLI's child to start", func() error {
 		if starts, _ := marks(t, file); len(starts) == 0 {
 			return errors.New("the CLI's child has not started")
 		}
@@ -220,7 +212,7 @@ func TestConsulLockWithState(t *testing.T) {
 	})
 	// The replaced term's write is refused by the store while the CLI
 	// holds the lock.
-	if err := consul.StoreFenced(testContext(t, 10*time.Second), ta, []byte("stale")); !errors.Is(err, baton.ErrLeaseLost) {
+	if err := consul.StoreFenced(testkit.Context(t, 10*time.Second), ta, []byte("stale")); !errors.Is(err, baton.ErrLeaseLost) {
 		t.Errorf("a replaced term's store while consul lock holds: %v, want ErrLeaseLost", err)
 	}
 	if err := cl.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -236,8 +228,8 @@ func TestConsulLockWithState(t *testing.T) {
 	if v := stateValue(t, c, key); v != "from baton" {
 		t.Errorf("after consul lock, the state key holds %q, want %q", v, "from baton")
 	}
-	tb := stateTerm(t, campaign(t, b, lease, "beta"))
-	if v, err := tb.LoadState(testContext(t, 5*time.Second)); err != nil || string(v) != "from baton" {
+	tb := testkit.StateTerm(t, testkit.CampaignWithin(t, b, lease, "beta", 10*time.Second))
+	if v, err := tb.LoadState(testkit.Context(t, 5*time.Second)); err != nil || string(v) != "from baton" {
 		t.Errorf("the next baton term's LoadState = %q, %v; want %q", v, err, "from baton")
 	}
 	storeState(t, tb, "from beta")

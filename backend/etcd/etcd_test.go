@@ -17,6 +17,7 @@ import (
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/etcd"
 	"github.com/batonhq/baton/batontest"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -73,73 +74,15 @@ func newBackend(t *testing.T, client *clientv3.Client, opts etcd.Options) *etcd.
 	if err != nil {
 		t.Fatalf("etcd.New: %v", err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		// A killed process's client is closed, so its revoke fails: the
-		// error says nothing about the backend.
-		_ = b.Close(ctx)
-	})
-	return b
-}
-
-func testContext(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func campaign(t *testing.T, b *etcd.Backend, lease, id string) baton.Term {
-	t.Helper()
-	term, err := b.Campaign(testContext(t, 10*time.Second), lease, baton.Candidate{ID: id})
-	if err != nil {
-		t.Fatalf("campaign %s for %s: %v", id, lease, err)
-	}
-	return term
-}
-
-// campaignAsync campaigns in the background and delivers the term, or nil
-// after reporting the error.
-func campaignAsync(t *testing.T, b *etcd.Backend, lease, id string) <-chan baton.Term {
-	got := make(chan baton.Term, 1)
-	ctx := testContext(t, 30*time.Second)
-	go func() {
-		term, err := b.Campaign(ctx, lease, baton.Candidate{ID: id})
-		if err != nil {
-			t.Errorf("campaign %s for %s: %v", id, lease, err)
-		}
-		got <- term
-	}()
-	return got
-}
-
-func waitTerm(t *testing.T, got <-chan baton.Term, d time.Duration) baton.Term {
-	t.Helper()
-	select {
-	case term := <-got:
-		if term == nil {
-			t.FailNow()
-		}
-		return term
-	case <-time.After(d):
-		t.Fatalf("no term within %s", d)
-		return nil
-	}
-}
-
-func waitDone(t *testing.T, term baton.Term, d time.Duration) {
-	t.Helper()
-	select {
-	case <-term.Done():
-	case <-time.After(d):
-		t.Fatalf("term %d of %s did not end within %s", term.Token(), term.Lease(), d)
-	}
+	// A killed process's client is closed, so its revoke fails: Close's
+	// error says nothing about the backend.
+	return testkit.CloseAtEnd(t, b, 5*time.Second)
 }
 
 // keys returns the election keys of lease, oldest first.
 func keys(t *testing.T, c *clientv3.Client, election string) []string {
 	t.Helper()
-	resp, err := c.Get(testContext(t, 5*time.Second), election+"/",
+	resp, err := c.Get(testkit.Context(t, 5*time.Second), election+"/",
 		clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		t.Fatalf("get %s/: %v", election, err)
@@ -154,7 +97,7 @@ func keys(t *testing.T, c *clientv3.Client, election string) []string {
 // awaitKeys waits, by watching, until election has n keys, and returns them.
 func awaitKeys(t *testing.T, c *clientv3.Client, election string, n int) []string {
 	t.Helper()
-	ctx := testContext(t, 10*time.Second)
+	ctx := testkit.Context(t, 10*time.Second)
 	for {
 		resp, err := c.Get(ctx, election+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 		if err != nil {
@@ -185,7 +128,7 @@ func etcdctl(t *testing.T) string {
 // etcdctlCmd prepares an etcdctl command against endpoint, killed when the
 // test ends if still running.
 func etcdctlCmd(t *testing.T, path, endpoint string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(testContext(t, 30*time.Second), path, append([]string{"--endpoints=" + endpoint}, args...)...)
+	cmd := exec.CommandContext(testkit.Context(t, 30*time.Second), path, append([]string{"--endpoints=" + endpoint}, args...)...)
 	cmd.Env = append(os.Environ(), "ETCDCTL_API=3")
 	return cmd
 }
@@ -199,7 +142,7 @@ func TestEtcdctlElectListenSeesHolder(t *testing.T) {
 	b := newBackend(t, srv.Client(t), etcd.Options{})
 	const lease = "interop"
 
-	ta := campaign(t, a, lease, "alpha/1")
+	ta := testkit.CampaignWithin(t, a, lease, "alpha/1", 10*time.Second)
 
 	cmd := etcdctlCmd(t, bin, srv.Endpoint(), "elect", "--listen", lease)
 	var stderr bytes.Buffer
@@ -253,11 +196,11 @@ func TestEtcdctlElectListenSeesHolder(t *testing.T) {
 	}
 	expect("alpha/1")
 
-	got := campaignAsync(t, b, lease, "beta/2")
-	if err := ta.Resign(testContext(t, 5*time.Second)); err != nil {
+	got := testkit.CampaignAsync(t, b, lease, "beta/2")
+	if err := ta.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatalf("resign: %v", err)
 	}
-	tb := waitTerm(t, got, 10*time.Second)
+	tb := testkit.WaitTerm(t, got, 10*time.Second).Term
 	if tb.Token() <= ta.Token() {
 		t.Errorf("beta's token %d is not greater than alpha's %d", tb.Token(), ta.Token())
 	}
@@ -274,8 +217,8 @@ func TestOperatorDeleteEndsTerm(t *testing.T) {
 	b := newBackend(t, srv.Client(t), etcd.Options{Prefix: "ops/"})
 	const lease = "deleted"
 
-	ta := campaign(t, a, lease, "a")
-	got := campaignAsync(t, b, lease, "b")
+	ta := testkit.CampaignWithin(t, a, lease, "a", 10*time.Second)
+	got := testkit.CampaignAsync(t, b, lease, "b")
 	ks := awaitKeys(t, c, "ops/"+lease, 2) // b is queued behind a
 	out, err := etcdctlCmd(t, bin, srv.Endpoint(), "del", ks[0]).CombinedOutput()
 	if err != nil {
@@ -284,20 +227,20 @@ func TestOperatorDeleteEndsTerm(t *testing.T) {
 	if strings.TrimSpace(string(out)) != "1" {
 		t.Fatalf("etcdctl del %s printed %q, want 1 key deleted", ks[0], out)
 	}
-	waitDone(t, ta, 5*time.Second)
+	testkit.WaitDone(t, ta, 5*time.Second)
 	if err := ta.Err(); !errors.Is(err, baton.ErrLeaseLost) {
 		t.Errorf("after etcdctl del, Err() = %v, want ErrLeaseLost", err)
 	}
-	tb := waitTerm(t, got, 5*time.Second)
+	tb := testkit.WaitTerm(t, got, 5*time.Second).Term
 	if tb.Token() <= ta.Token() {
 		t.Errorf("b's token %d is not greater than a's %d", tb.Token(), ta.Token())
 	}
 	// a's name is free again: it can queue behind b.
-	got = campaignAsync(t, a, lease, "a")
-	if err := tb.Resign(testContext(t, 5*time.Second)); err != nil {
+	got = testkit.CampaignAsync(t, a, lease, "a")
+	if err := tb.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	ta2 := waitTerm(t, got, 5*time.Second)
+	ta2 := testkit.WaitTerm(t, got, 5*time.Second).Term
 	if ta2.Token() <= tb.Token() {
 		t.Errorf("a's new token %d is not greater than b's %d", ta2.Token(), tb.Token())
 	}
@@ -310,8 +253,8 @@ func TestSessionRevokedEndsTerms(t *testing.T) {
 	c := srv.Client(t)
 	b := newBackend(t, c, etcd.Options{Config: backend.Config{TTL: 2 * time.Second}})
 
-	t1 := campaign(t, b, "one", "x")
-	t2 := campaign(t, b, "two", "x")
+	t1 := testkit.CampaignWithin(t, b, "one", "x", 10*time.Second)
+	t2 := testkit.CampaignWithin(t, b, "two", "x", 10*time.Second)
 	k1, k2 := keys(t, c, "one"), keys(t, c, "two")
 	if len(k1) != 1 || len(k2) != 1 {
 		t.Fatalf("keys: %q, %q; want one each", k1, k2)
@@ -324,16 +267,16 @@ func TestSessionRevokedEndsTerms(t *testing.T) {
 	if _, err := fmt.Sscanf(id1, "%x", &lease); err != nil {
 		t.Fatalf("key %s does not end in a hexadecimal lease ID: %v", k1[0], err)
 	}
-	if _, err := c.Revoke(testContext(t, 5*time.Second), clientv3.LeaseID(lease)); err != nil {
+	if _, err := c.Revoke(testkit.Context(t, 5*time.Second), clientv3.LeaseID(lease)); err != nil {
 		t.Fatal(err)
 	}
 	for _, term := range []baton.Term{t1, t2} {
-		waitDone(t, term, 5*time.Second)
+		testkit.WaitDone(t, term, 5*time.Second)
 		if !errors.Is(term.Err(), baton.ErrLeaseLost) {
 			t.Errorf("%s: Err() = %v, want ErrLeaseLost", term.Lease(), term.Err())
 		}
 	}
-	t3 := campaign(t, b, "one", "x")
+	t3 := testkit.CampaignWithin(t, b, "one", "x", 10*time.Second)
 	if k := keys(t, c, "one"); len(k) != 1 || k[0] == k1[0] {
 		t.Errorf("after the session was revoked, keys = %q; want one key of a new session", k)
 	}
@@ -348,20 +291,20 @@ func TestCloseHandsOverAtOnce(t *testing.T) {
 	a := newBackend(t, srv.Client(t), etcd.Options{Config: cfg})
 	b := newBackend(t, srv.Client(t), etcd.Options{Config: cfg})
 
-	ta := campaign(t, a, "closing", "a")
-	got := campaignAsync(t, b, "closing", "b")
-	if err := a.Close(testContext(t, 5*time.Second)); err != nil {
+	ta := testkit.CampaignWithin(t, a, "closing", "a", 10*time.Second)
+	got := testkit.CampaignAsync(t, b, "closing", "b")
+	if err := a.Close(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 	if !errors.Is(ta.Err(), baton.ErrClosed) {
 		t.Errorf("after Close, Err() = %v, want ErrClosed", ta.Err())
 	}
 	// Well within the 20 s TTL: the revoke, not expiry, let b in.
-	waitTerm(t, got, 5*time.Second)
-	if _, err := a.Campaign(testContext(t, time.Second), "other", baton.Candidate{ID: "a"}); !errors.Is(err, baton.ErrClosed) {
+	testkit.WaitTerm(t, got, 5*time.Second)
+	if _, err := a.Campaign(testkit.Context(t, time.Second), "other", baton.Candidate{ID: "a"}); !errors.Is(err, baton.ErrClosed) {
 		t.Errorf("Campaign after Close: err = %v, want ErrClosed", err)
 	}
-	if err := a.Close(testContext(t, time.Second)); err != nil {
+	if err := a.Close(testkit.Context(t, time.Second)); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
 }
@@ -371,13 +314,13 @@ func TestTTLRoundedUpToWholeSeconds(t *testing.T) {
 	c := srv.Client(t)
 	b := newBackend(t, c, etcd.Options{Config: backend.Config{TTL: 1500 * time.Millisecond}})
 	start := time.Now()
-	term := campaign(t, b, "rounded", "x")
+	term := testkit.CampaignWithin(t, b, "rounded", "x", 10*time.Second)
 	k := keys(t, c, "rounded")
 	var lease int64
 	if _, err := fmt.Sscanf(strings.TrimPrefix(k[0], "rounded/"), "%x", &lease); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := c.TimeToLive(testContext(t, 5*time.Second), clientv3.LeaseID(lease))
+	resp, err := c.TimeToLive(testkit.Context(t, 5*time.Second), clientv3.LeaseID(lease))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,11 +344,11 @@ func TestInvalidOptionsAndNames(t *testing.T) {
 	}
 	b := newBackend(t, c, etcd.Options{})
 	for _, name := range []string{"", "a/b"} {
-		if _, err := b.Campaign(testContext(t, time.Second), name, baton.Candidate{ID: "x"}); err == nil {
+		if _, err := b.Campaign(testkit.Context(t, time.Second), name, baton.Candidate{ID: "x"}); err == nil {
 			t.Errorf("Campaign(%q) succeeded", name)
 		}
 	}
-	if _, err := b.Leader(testContext(t, time.Second), "nobody"); !errors.Is(err, baton.ErrNoLeader) {
+	if _, err := b.Leader(testkit.Context(t, time.Second), "nobody"); !errors.Is(err, baton.ErrNoLeader) {
 		t.Errorf("Leader of an empty election: err = %v, want ErrNoLeader", err)
 	}
 }
@@ -416,7 +359,7 @@ func TestUnreachableServerIsReported(t *testing.T) {
 	proxy := testserver.StartProxy(t, testserver.StartEtcd(t).Endpoint())
 	proxy.Cut()
 	b := newBackend(t, testserver.EtcdClient(t, proxy.Addr()), etcd.Options{Config: backend.Config{TTL: time.Second}})
-	_, err := b.Campaign(testContext(t, time.Minute), "unreachable", baton.Candidate{ID: "a"})
+	_, err := b.Campaign(testkit.Context(t, time.Minute), "unreachable", baton.Candidate{ID: "a"})
 	if !errors.Is(err, baton.ErrBackendUnavailable) {
 		t.Fatalf("Campaign against an unreachable etcd: err = %v, want ErrBackendUnavailable", err)
 	}

@@ -1,13 +1,13 @@
 package etcd
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -23,50 +23,29 @@ func startBackend(t *testing.T, client *clientv3.Client, cfg backend.Config) *Ba
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = b.Close(ctx)
-	})
-	return b
-}
-
-func ctxFor(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
+	return testkit.CloseAtEnd(t, b, 5*time.Second)
 }
 
 // blindHolder campaigns for lease and stops the watcher of its key, waiting
 // until the watcher has returned.
 func blindHolder(t *testing.T, b *Backend, lease, id string) *stateTerm {
 	t.Helper()
-	term, err := b.Campaign(ctxFor(t, 10*time.Second), lease, baton.Candidate{ID: id})
-	if err != nil {
-		t.Fatal(err)
-	}
+	term := testkit.CampaignWithin(t, b, lease, id, 10*time.Second)
 	st, ok := term.(*stateTerm)
 	if !ok {
 		t.Fatalf("Campaign returned a %T, want *stateTerm", term)
 	}
 	st.h.stop()
 	// The watcher gives the lease name back as it returns.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if !b.sessions.Claimed(lease) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the watcher of the holder's key did not stop")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the watcher of the holder's key to stop", func() bool {
+		return !b.sessions.Claimed(lease)
+	})
 	return st
 }
 
 func rawState(t *testing.T, c *clientv3.Client, key string) string {
 	t.Helper()
-	resp, err := c.Get(ctxFor(t, 5*time.Second), key)
+	resp, err := c.Get(testkit.Context(t, 5*time.Second), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,42 +67,26 @@ func TestStoreStateFencedByEtcd(t *testing.T) {
 	const lease = "fenced"
 
 	ta := blindHolder(t, a, lease, "a")
-	if err := ta.StoreState(ctxFor(t, 5*time.Second), []byte("from a")); err != nil {
+	if err := ta.StoreState(testkit.Context(t, 5*time.Second), []byte("from a")); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan baton.Term, 1)
-	bctx := ctxFor(t, 30*time.Second)
-	go func() {
-		tb, err := b.Campaign(bctx, lease, baton.Candidate{ID: "b"})
-		if err != nil {
-			t.Errorf("b's campaign: %v", err)
-		}
-		got <- tb
-	}()
-	if _, err := raw.Delete(ctxFor(t, 5*time.Second), ta.h.key); err != nil {
+	got := testkit.CampaignAsync(t, b, lease, "b")
+	if _, err := raw.Delete(testkit.Context(t, 5*time.Second), ta.h.key); err != nil {
 		t.Fatal(err)
 	}
-	var tb baton.StateTerm
-	select {
-	case term := <-got:
-		if term == nil {
-			t.FailNow()
-		}
-		tb = term.(baton.StateTerm)
-	case <-time.After(20 * time.Second):
-		t.Fatal("b did not take over after a's key was deleted")
-	}
-	if v, err := tb.LoadState(ctxFor(t, 5*time.Second)); err != nil || string(v) != "from a" {
+	// b takes over once a's key is deleted.
+	tb := testkit.WaitTerm(t, got, 20*time.Second).Term.(baton.StateTerm)
+	if v, err := tb.LoadState(testkit.Context(t, 5*time.Second)); err != nil || string(v) != "from a" {
 		t.Fatalf("b's LoadState = %q, %v; want %q", v, err, "from a")
 	}
-	if err := tb.StoreState(ctxFor(t, 5*time.Second), []byte("from b")); err != nil {
+	if err := tb.StoreState(testkit.Context(t, 5*time.Second), []byte("from b")); err != nil {
 		t.Fatal(err)
 	}
 
 	if err := ta.Err(); err != nil {
 		t.Fatalf("a's term ended (%v) before its write: the test needs a holder unaware of its loss", err)
 	}
-	err := ta.StoreState(ctxFor(t, 5*time.Second), []byte("stale"))
+	err := ta.StoreState(testkit.Context(t, 5*time.Second), []byte("stale"))
 	if !errors.Is(err, baton.ErrLeaseLost) {
 		t.Fatalf("the deposed holder's StoreState: %v, want ErrLeaseLost", err)
 	}
@@ -138,7 +101,7 @@ func TestStoreStateFencedByEtcd(t *testing.T) {
 	if v := rawState(t, raw, lease+stateSuffix); v != "from b" {
 		t.Errorf("state after the deposed holder's write = %q, want %q", v, "from b")
 	}
-	if err := tb.Resign(ctxFor(t, 5*time.Second)); err != nil {
+	if err := tb.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -153,13 +116,13 @@ func TestStoreStateAfterSessionRevoked(t *testing.T) {
 	const lease = "revoked"
 
 	ta := blindHolder(t, a, lease, "a")
-	if err := ta.StoreState(ctxFor(t, 5*time.Second), []byte("before")); err != nil {
+	if err := ta.StoreState(testkit.Context(t, 5*time.Second), []byte("before")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := raw.Revoke(ctxFor(t, 5*time.Second), ta.h.s.ID); err != nil {
+	if _, err := raw.Revoke(testkit.Context(t, 5*time.Second), ta.h.s.ID); err != nil {
 		t.Fatal(err)
 	}
-	err := ta.StoreState(ctxFor(t, 5*time.Second), []byte("after"))
+	err := ta.StoreState(testkit.Context(t, 5*time.Second), []byte("after"))
 	if !errors.Is(err, baton.ErrLeaseLost) {
 		t.Fatalf("StoreState after the session was revoked: %v, want ErrLeaseLost", err)
 	}
@@ -167,7 +130,7 @@ func TestStoreStateAfterSessionRevoked(t *testing.T) {
 		t.Errorf("state = %q, want %q unchanged", v, "before")
 	}
 	// The state outlived the session it was written under.
-	resp, err := raw.Get(ctxFor(t, 5*time.Second), lease+stateSuffix)
+	resp, err := raw.Get(testkit.Context(t, 5*time.Second), lease+stateSuffix)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/etcd"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 )
 
@@ -21,18 +22,18 @@ func TestStateOutlivesHolders(t *testing.T) {
 	const lease = "nightly"
 
 	a := newBackend(t, srv.Client(t), opts)
-	ta, ok := campaign(t, a, lease, "a").(baton.StateTerm)
+	ta, ok := testkit.CampaignWithin(t, a, lease, "a", 10*time.Second).(baton.StateTerm)
 	if !ok {
 		t.Fatalf("%T is not a baton.StateTerm", ta)
 	}
-	if err := ta.StoreState(testContext(t, 5*time.Second), []byte("slot 42")); err != nil {
+	if err := ta.StoreState(testkit.Context(t, 5*time.Second), []byte("slot 42")); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Close(testContext(t, 5*time.Second)); err != nil {
+	if err := a.Close(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 
-	resp, err := raw.Get(testContext(t, 5*time.Second), "jobs/nightly!state")
+	resp, err := raw.Get(testkit.Context(t, 5*time.Second), "jobs/nightly!state")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,28 +44,28 @@ func TestStateOutlivesHolders(t *testing.T) {
 		t.Errorf("election keys after Close: %q, want none", ks)
 	}
 	b := newBackend(t, srv.Client(t), opts)
-	if _, err := b.Leader(testContext(t, 5*time.Second), lease); !errors.Is(err, baton.ErrNoLeader) {
+	if _, err := b.Leader(testkit.Context(t, 5*time.Second), lease); !errors.Is(err, baton.ErrNoLeader) {
 		t.Errorf("Leader with the state key alone: %v, want ErrNoLeader", err)
 	}
 	// The closed holder's term may still read.
-	if v, err := ta.LoadState(testContext(t, 5*time.Second)); err != nil || string(v) != "slot 42" {
+	if v, err := ta.LoadState(testkit.Context(t, 5*time.Second)); err != nil || string(v) != "slot 42" {
 		t.Errorf("the closed term's LoadState = %q, %v; want %q", v, err, "slot 42")
 	}
-	if err := ta.StoreState(testContext(t, 5*time.Second), []byte("closed")); !errors.Is(err, baton.ErrClosed) {
+	if err := ta.StoreState(testkit.Context(t, 5*time.Second), []byte("closed")); !errors.Is(err, baton.ErrClosed) {
 		t.Errorf("the closed term's StoreState: %v, want its end reason, ErrClosed", err)
 	}
 
-	tb, _ := campaign(t, b, lease, "b").(baton.StateTerm)
-	if v, err := tb.LoadState(testContext(t, 5*time.Second)); err != nil || string(v) != "slot 42" {
+	tb, _ := testkit.CampaignWithin(t, b, lease, "b", 10*time.Second).(baton.StateTerm)
+	if v, err := tb.LoadState(testkit.Context(t, 5*time.Second)); err != nil || string(v) != "slot 42" {
 		t.Fatalf("the next holder's LoadState = %q, %v; want %q", v, err, "slot 42")
 	}
-	if err := tb.StoreState(testContext(t, 5*time.Second), nil); err != nil {
+	if err := tb.StoreState(testkit.Context(t, 5*time.Second), nil); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := tb.LoadState(testContext(t, 5*time.Second)); err != nil || v == nil || len(v) != 0 {
+	if v, err := tb.LoadState(testkit.Context(t, 5*time.Second)); err != nil || v == nil || len(v) != 0 {
 		t.Errorf("LoadState after storing an empty value = %#v, %v; want empty, not nil", v, err)
 	}
-	if err := tb.Resign(testContext(t, 5*time.Second)); err != nil {
+	if err := tb.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/certs"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // These tests run the proof exchange between members (auth.go) over real
@@ -90,7 +91,7 @@ func acceptOne(t *testing.T, l *chanListener, d time.Duration) net.Conn {
 func waitWarn(t *testing.T, rec *attrRecorder, addr, reason string) recorded {
 	t.Helper()
 	var got recorded
-	eventually(t, 10*time.Second, "a warning about "+addr+" for "+reason, func() bool {
+	testkit.Eventually(t, 10*time.Second, "a warning about "+addr+" for "+reason, func() bool {
 		for _, r := range rec.find(slog.LevelWarn, "peer", []string{addr}) {
 			if r.attrs["reason"] == reason {
 				got = r

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/backend"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // post sends body to path on h, with the Authorization header auth (none
@@ -60,7 +61,7 @@ func TestClientSessionOnlyItsOwner(t *testing.T) {
 				t.Fatal(err)
 			}
 			lease := "owned-" + name
-			term := campaignWithin(t, newBackend(t, c, cfg), lease, "holder")
+			term := testkit.CampaignWithin(t, newBackend(t, c, cfg), lease, "holder", 20*time.Second)
 			v, _ := leader.fsm.lease(lease, "")
 			sid := v.Session
 			if sid == "" || v.Token != term.Token() {

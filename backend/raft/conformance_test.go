@@ -1,15 +1,13 @@
 package raft
 
 import (
-	"context"
-	"net"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/batontest"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 )
 
@@ -104,21 +102,9 @@ const testClientToken = "client-api-test-token"
 // with testClientToken, and returns its address.
 func serveClients(t testing.TB, n *Node) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	h, err := n.ClientHandler(testClientToken)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: h}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		_ = srv.Close()
-	})
-	return ln.Addr().String()
+	return testkit.ServeHTTP(t, h)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/epoch"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // TestTokensRiseAcrossGroupRestart is the attack of a whole in-memory group
@@ -21,7 +22,7 @@ func TestTokensRiseAcrossGroupRestart(t *testing.T) {
 	b := newBackend(t, old.members()[0], cfg)
 	var last uint64
 	for i := range 5 {
-		term := campaignWithin(t, b, "job", "old")
+		term := testkit.CampaignWithin(t, b, "job", "old", 20*time.Second)
 		if term.Token() <= last {
 			t.Fatalf("term %d: token %d after %d", i, term.Token(), last)
 		}
@@ -45,7 +46,7 @@ func TestTokensRiseAcrossGroupRestart(t *testing.T) {
 	// The documented assumption: the new group is created in a later
 	// second (by the wall clock) than the old one. A real restart of a
 	// whole group takes longer than that by itself; here it may not.
-	eventually(t, 2*time.Second, "the wall clock to pass the old group's second", func() bool {
+	testkit.Eventually(t, 2*time.Second, "the wall clock to pass the old group's second", func() bool {
 		return epoch.Of(time.Now()) > epoch.Of(lastAt)
 	})
 
@@ -58,7 +59,7 @@ func TestTokensRiseAcrossGroupRestart(t *testing.T) {
 	}
 	g.waitJoined(t)
 	b2 := newBackend(t, g.members()[1], cfg)
-	term := campaignWithin(t, b2, "job", "new")
+	term := testkit.CampaignWithin(t, b2, "job", "new", 20*time.Second)
 	if term.Token() <= last {
 		t.Fatalf("the new group's first token is %d, not above the old group's last, %d", term.Token(), last)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // TestRaftLeaderHolderFailover: the holder of a lease is on the raft
@@ -53,11 +54,11 @@ func TestRaftLeaderHolderFailover(t *testing.T) {
 			var standbys []*Backend
 			for i, n := range others {
 				b := newBackend(t, n, cfg)
-				campaignWithin(t, b, fmt.Sprintf("ballast-%d", i), fmt.Sprintf("ballast-%d", i))
+				testkit.CampaignWithin(t, b, fmt.Sprintf("ballast-%d", i), fmt.Sprintf("ballast-%d", i), 20*time.Second)
 				standbys = append(standbys, b)
 			}
 			holder := newBackend(t, leader, cfg)
-			th := campaignWithin(t, holder, "job", "holder")
+			th := testkit.CampaignWithin(t, holder, "job", "holder", 20*time.Second)
 			for i, n := range others {
 				b := standbys[i]
 				stop := n.WatchLeases(func(ev LeaseEvent) {
@@ -75,7 +76,7 @@ func TestRaftLeaderHolderFailover(t *testing.T) {
 			waitWaiters(t, leader, "job", 2)
 
 			first := th.SafeUntil()
-			eventually(t, 10*time.Second, "the holder renews with both standbys queued", func() bool { return th.SafeUntil().After(first) })
+			testkit.Eventually(t, 10*time.Second, "the holder renews with both standbys queued", func() bool { return th.SafeUntil().After(first) })
 			if !leader.isReady() {
 				t.Fatalf("raft leadership moved off the holder's member before the fault")
 			}

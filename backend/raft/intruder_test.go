@@ -16,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/hashicorp/go-hclog"
 	hraft "github.com/hashicorp/raft"
 )
@@ -136,7 +137,7 @@ func TestRaftStreamNeedsSecret(t *testing.T) {
 	cfg := backend.Config{TTL: 2 * time.Second}
 	holderNode := g.members()[1]
 	b := newBackend(t, holderNode, cfg)
-	term := campaignWithin(t, b, "job", "holder")
+	term := testkit.CampaignWithin(t, b, "job", "holder", 20*time.Second)
 
 	cliTLS, err := g.ca.Config("intruder", []string{"127.0.0.1"})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
+	"github.com/batonhq/baton/internal/testkit"
 	hraft "github.com/hashicorp/raft"
 )
 
@@ -70,36 +71,6 @@ func (l *eventLog) waitEvents(t testing.TB, lease string, want ...string) {
 	})
 }
 
-// campaignAsync campaigns in the background; the term (or nil) comes on
-// the channel.
-func campaignAsync(t testing.TB, b *Backend, name, id string) <-chan baton.Term {
-	ch := make(chan baton.Term, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		term, err := b.Campaign(ctx, name, baton.Candidate{ID: id})
-		if err != nil {
-			t.Errorf("campaign %s for %q: %v", id, name, err)
-		}
-		ch <- term
-	}()
-	return ch
-}
-
-func receiveTerm(t testing.TB, ch <-chan baton.Term) baton.Term {
-	t.Helper()
-	select {
-	case term := <-ch:
-		if term == nil {
-			t.FailNow()
-		}
-		return term
-	case <-time.After(25 * time.Second):
-		t.Fatal("campaign did not return")
-		return nil
-	}
-}
-
 func waitWaiters(t testing.TB, n *Node, name string, want int) {
 	t.Helper()
 	waitState(t, 10*time.Second, fmt.Sprintf("%d waiters for %q", want, name), func() (bool, string) {
@@ -122,8 +93,8 @@ func TestLeasesTable(t *testing.T) {
 	const ttl = 5 * time.Second
 	cfg := backend.Config{TTL: ttl}
 	ba := newBackend(t, follower, cfg)
-	ta := campaignWithin(t, ba, "job", "a")
-	tz := campaignWithin(t, ba, "alpha", "a")
+	ta := testkit.CampaignWithin(t, ba, "job", "a", 20*time.Second)
+	tz := testkit.CampaignWithin(t, ba, "alpha", "a", 20*time.Second)
 	// A holder through an agent: its session is made through the agent's
 	// member.
 	c, err := Dial(serveClients(t, leader), ClientOptions{Token: testClientToken})
@@ -131,7 +102,7 @@ func TestLeasesTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	bc := newBackend(t, c, cfg)
-	got := campaignAsync(t, bc, "job", "c")
+	got := testkit.CampaignAsync(t, bc, "job", "c")
 	waitWaiters(t, follower, "job", 1)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -159,7 +130,7 @@ func TestLeasesTable(t *testing.T) {
 	if err := ta.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
-	tc := receiveTerm(t, got)
+	tc := testkit.WaitTerm(t, got, 25*time.Second).Term
 	li, err := leader.Lease(ctx, "job")
 	if err != nil {
 		t.Fatal(err)
@@ -179,8 +150,8 @@ func TestWatchLeasesEvents(t *testing.T) {
 	cfg := backend.Config{TTL: 5 * time.Second}
 	ba, bb, bc := newBackend(t, nodes[1], cfg), newBackend(t, nodes[2], cfg), newBackend(t, nodes[0], cfg)
 
-	ta := campaignWithin(t, ba, "job", "a")
-	gotB := campaignAsync(t, bb, "job", "b")
+	ta := testkit.CampaignWithin(t, ba, "job", "a", 20*time.Second)
+	gotB := testkit.CampaignAsync(t, bb, "job", "b")
 	waitWaiters(t, nodes[0], "job", 1)
 	// c gives up waiting.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -199,7 +170,7 @@ func TestWatchLeasesEvents(t *testing.T) {
 	if err := ta.Resign(rctx); err != nil {
 		t.Fatal(err)
 	}
-	tb := receiveTerm(t, gotB)
+	tb := testkit.WaitTerm(t, gotB, 25*time.Second).Term
 	if err := bb.Close(rctx); err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +189,7 @@ func TestWatchLeasesEvents(t *testing.T) {
 	m := g.start(t)
 	joinedWithin(t, m, 30*time.Second)
 	bm := newBackend(t, m, backend.Config{TTL: time.Second})
-	tm := campaignWithin(t, bm, "crash", "m")
+	tm := testkit.CampaignWithin(t, bm, "crash", "m", 20*time.Second)
 	if err := m.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -238,9 +209,9 @@ func TestWatchLeasesStop(t *testing.T) {
 		<-block
 	})
 	b := newBackend(t, n, backend.Config{TTL: 5 * time.Second})
-	campaignWithin(t, b, "one", "a")
-	campaignWithin(t, b, "two", "a")
-	eventually(t, 10*time.Second, "fn called", func() bool { return calls.Load() == 1 })
+	testkit.CampaignWithin(t, b, "one", "a", 20*time.Second)
+	testkit.CampaignWithin(t, b, "two", "a", 20*time.Second)
+	testkit.Eventually(t, 10*time.Second, "fn called", func() bool { return calls.Load() == 1 })
 	stopped := make(chan struct{})
 	go func() { stop(); close(stopped) }()
 	select {
@@ -252,7 +223,7 @@ func TestWatchLeasesStop(t *testing.T) {
 	<-stopped
 	stop() // twice is fine
 	after := calls.Load()
-	campaignWithin(t, b, "three", "a")
+	testkit.CampaignWithin(t, b, "three", "a", 20*time.Second)
 	if err := b.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -284,8 +255,8 @@ func TestRequestResign(t *testing.T) {
 			}
 			ba, bb := newBackend(t, gr, cfg), newBackend(t, nodes[0], cfg)
 			lease := "resign-" + holder
-			ta := campaignWithin(t, ba, lease, "a")
-			gotB := campaignAsync(t, bb, lease, "b")
+			ta := testkit.CampaignWithin(t, ba, lease, "a", 20*time.Second)
+			gotB := testkit.CampaignAsync(t, bb, lease, "b")
 			waitWaiters(t, nodes[0], lease, 1)
 
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -314,8 +285,8 @@ func TestRequestResign(t *testing.T) {
 			select {
 			case <-ta.Done():
 				t.Fatalf("the request ended the holder's term (%v) before it resigned", ta.Err())
-			case tb := <-gotB:
-				t.Fatalf("b was elected (token %d) before the holder resigned", tb.Token())
+			case w := <-gotB:
+				t.Fatalf("b was elected (token %d) before the holder resigned", w.Term.Token())
 			default:
 			}
 			if li, err := nodes[2].Lease(ctx, lease); err != nil || li.Holder != "a" || !li.ResignRequested {
@@ -327,7 +298,7 @@ func TestRequestResign(t *testing.T) {
 			if err := ta.Err(); !errors.Is(err, baton.ErrResigned) || !strings.Contains(err.Error(), "resign requested via the group API") {
 				t.Fatalf("holder's term ended with %v, want ErrResigned, requested via the group API", err)
 			}
-			tb := receiveTerm(t, gotB)
+			tb := testkit.WaitTerm(t, gotB, 25*time.Second).Term
 			if tb.Token() <= ta.Token() {
 				t.Fatalf("b's token %d not above a's %d", tb.Token(), ta.Token())
 			}
@@ -398,13 +369,13 @@ func TestOnRenew(t *testing.T) {
 	})
 	nodes := g.members()
 	cfg := backend.Config{TTL: time.Second}
-	campaignWithin(t, newBackend(t, nodes[0], cfg), "own", "a")
+	testkit.CampaignWithin(t, newBackend(t, nodes[0], cfg), "own", "a", 20*time.Second)
 	c, err := Dial(serveClients(t, nodes[1]), ClientOptions{Token: testClientToken})
 	if err != nil {
 		t.Fatal(err)
 	}
-	campaignWithin(t, newBackend(t, c, cfg), "client", "b")
-	eventually(t, 10*time.Second, "renewals of a member's Backend and of an agent client reported", func() bool {
+	testkit.CampaignWithin(t, newBackend(t, c, cfg), "client", "b", 20*time.Second)
+	testkit.Eventually(t, 10*time.Second, "renewals of a member's Backend and of an agent client reported", func() bool {
 		return own.Load() >= 2 && clients.Load() >= 2
 	})
 }
@@ -460,7 +431,7 @@ func TestStateFencedByTheLog(t *testing.T) {
 				}
 				lease := "fenced-" + via + "-" + how
 				ba := newBackend(t, deafGroup{gr}, cfg)
-				ta := campaignWithin(t, ba, lease, "a")
+				ta := testkit.CampaignWithin(t, ba, lease, "a", 20*time.Second)
 				sta, _ := ta.(baton.StateTerm)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
@@ -477,14 +448,14 @@ func TestStateFencedByTheLog(t *testing.T) {
 					}
 				case "TakenOver":
 					bb := newBackend(t, nodes[0], cfg)
-					gotB := campaignAsync(t, bb, lease, "b")
+					gotB := testkit.CampaignAsync(t, bb, lease, "b")
 					waitWaiters(t, nodes[0], lease, 1)
 					// A release the holder did not make (a stale one, say):
 					// its session lives on.
 					if _, err := applyOnLeader(ctx, g, command{Op: opRelease, Session: sid, Lease: lease, Token: ta.Token(), Time: time.Now()}); err != nil {
 						t.Fatal(err)
 					}
-					tb := receiveTerm(t, gotB)
+					tb := testkit.WaitTerm(t, gotB, 25*time.Second).Term
 					stb, _ := tb.(baton.StateTerm)
 					if err := stb.StoreState(ctx, []byte("from b")); err != nil {
 						t.Fatal(err)
@@ -524,7 +495,7 @@ func TestStateOutlivesLease(t *testing.T) {
 	b := newBackend(t, n, backend.Config{TTL: 5 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	t1 := campaignWithin(t, b, "job", "a")
+	t1 := testkit.CampaignWithin(t, b, "job", "a", 20*time.Second)
 	s1, _ := t1.(baton.StateTerm)
 	if err := s1.StoreState(ctx, []byte{}); err != nil {
 		t.Fatal(err)
@@ -535,7 +506,7 @@ func TestStateOutlivesLease(t *testing.T) {
 	if _, err := n.Lease(ctx, "job"); !errors.Is(err, baton.ErrNoLeader) {
 		t.Fatalf("Lease after the only holder resigned: %v, want ErrNoLeader (the record is gone)", err)
 	}
-	t2 := campaignWithin(t, b, "job", "a")
+	t2 := testkit.CampaignWithin(t, b, "job", "a", 20*time.Second)
 	s2, _ := t2.(baton.StateTerm)
 	v, err := s2.LoadState(ctx)
 	if err != nil {

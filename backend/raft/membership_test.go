@@ -17,6 +17,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/certs"
+	"github.com/batonhq/baton/internal/testkit"
 	hraft "github.com/hashicorp/raft"
 )
 
@@ -42,7 +43,7 @@ func TestReplaceVotersOneByOne(t *testing.T) {
 	// The holder sits on the second-oldest member: it keeps the lease
 	// through round 0 and loses its member in round 1 (a crash).
 	h := holding{node: live[1], b: newBackend(t, live[1], cfg)}
-	h.term = campaignWithin(t, h.b, "job", h.node.ID())
+	h.term = testkit.CampaignWithin(t, h.b, "job", h.node.ID(), 20*time.Second)
 
 	const rounds = 4
 	for round := range rounds {
@@ -84,7 +85,7 @@ func TestReplaceVotersOneByOne(t *testing.T) {
 				t.Fatalf("round %d: the holder on %s lost its term though %s left gracefully: %v", round, h.node.ID(), old.ID(), err)
 			}
 			t.Logf("round %d: the holder lost its term in the crash (%v); campaigning again", round, err)
-			h.term = campaignWithin(t, h.b, "job", h.node.ID())
+			h.term = testkit.CampaignWithin(t, h.b, "job", h.node.ID(), 20*time.Second)
 		}
 		assertHolder(t, h.b, "job", h.node.ID(), h.term.Token())
 
@@ -106,7 +107,7 @@ func TestReplaceVotersOneByOne(t *testing.T) {
 func probeLease(t *testing.T, n *Node, name string, cfg backend.Config) {
 	t.Helper()
 	b := newBackend(t, n, cfg)
-	term := campaignWithin(t, b, name, n.ID())
+	term := testkit.CampaignWithin(t, b, name, n.ID(), 20*time.Second)
 	assertHolder(t, b, name, n.ID(), term.Token())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -143,7 +144,7 @@ func handOff(t *testing.T, h holding, next *Node, crash bool, cfg backend.Config
 	}
 	stopMember(t, h.node, crash)
 	nb := newBackend(t, next, cfg)
-	nt := campaignWithin(t, nb, h.name(), next.ID())
+	nt := testkit.CampaignWithin(t, nb, h.name(), next.ID(), 20*time.Second)
 	won := time.Now()
 	if crash {
 		select {
@@ -279,7 +280,7 @@ func TestWitness(t *testing.T) {
 			t.Fatalf("transfer to the witness: %v", err)
 		}
 	}
-	eventually(t, 10*time.Second, "the witness took raft leadership and handed it on", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the witness took raft leadership and handed it on", func() bool {
 		return wrec.saw("witness handing raft leadership on")
 	})
 	waitState(t, 10*time.Second, "an application member is the ready raft leader, not the witness", func() (bool, string) {
@@ -292,12 +293,12 @@ func TestWitness(t *testing.T) {
 
 	cfg := backend.Config{TTL: 2 * time.Second}
 	ba, bb := newBackend(t, a, cfg), newBackend(t, b, cfg)
-	ta := campaignWithin(t, ba, "job", "a")
+	ta := testkit.CampaignWithin(t, ba, "job", "a", 20*time.Second)
 	if err := a.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	g.forget(a)
-	tb := campaignWithin(t, bb, "job", "b")
+	tb := testkit.CampaignWithin(t, bb, "job", "b", 20*time.Second)
 	won := time.Now()
 	select {
 	case <-ta.Done():
@@ -483,9 +484,9 @@ func TestRestartWithDataDir(t *testing.T) {
 
 	other := g.members()[1]
 	bo := newBackend(t, other, backend.Config{TTL: 2 * time.Second})
-	held := campaignWithin(t, bo, "job", "other")
+	held := testkit.CampaignWithin(t, bo, "job", "other", 20*time.Second)
 	for i := range 3 {
-		tm := campaignWithin(t, bo, fmt.Sprintf("filler-%d", i), "other")
+		tm := testkit.CampaignWithin(t, bo, fmt.Sprintf("filler-%d", i), "other", 20*time.Second)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := tm.Resign(ctx); err != nil {
 			t.Fatal(err)
@@ -493,7 +494,7 @@ func TestRestartWithDataDir(t *testing.T) {
 		cancel()
 	}
 	target := other.raft.LastIndex()
-	eventually(t, 10*time.Second, "the data-dir member applied the log", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the data-dir member applied the log", func() bool {
 		return m.raft.AppliedIndex() >= target
 	})
 	kept := m.raft.LastIndex()
@@ -536,7 +537,7 @@ func TestRestartWithDataDir(t *testing.T) {
 	})
 
 	// Its copy of the log has what was written before and after.
-	after := campaignWithin(t, bo, "after-restart", "other")
+	after := testkit.CampaignWithin(t, bo, "after-restart", "other", 20*time.Second)
 	waitState(t, 10*time.Second, "the restarted member's log has the leases", func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -569,7 +570,7 @@ func TestRestartWithDataDirWinsElection(t *testing.T) {
 			t.Fatalf("transfer to %s: %v", m.ID(), err)
 		}
 	}
-	eventually(t, 10*time.Second, "the data-dir member leads", m.isReady)
+	testkit.Eventually(t, 10*time.Second, "the data-dir member leads", m.isReady)
 	oldAddr := m.Addr()
 
 	// With b cut off, a cannot win an election (m's old address is dead,
@@ -584,7 +585,7 @@ func TestRestartWithDataDirWinsElection(t *testing.T) {
 	if back.ID() != m.ID() {
 		t.Fatalf("restarted with ID %q, want %q", back.ID(), m.ID())
 	}
-	eventually(t, 15*time.Second, "the restarted member leads again", back.isReady)
+	testkit.Eventually(t, 15*time.Second, "the restarted member leads again", back.isReady)
 	gates[2].set(false)
 	t.Logf("%s restarted %s -> %s and leads; a %s, b %s", back.ID(), oldAddr, back.Addr(), a.raft.State(), b.raft.State())
 
@@ -603,7 +604,7 @@ func moveLeadershipOff(t testing.TB, g *testGroup, n *Node) {
 			t.Fatalf("transfer leadership off %s: %v", n.ID(), err)
 		}
 	}
-	eventually(t, 10*time.Second, "another member leads", func() bool {
+	testkit.Eventually(t, 10*time.Second, "another member leads", func() bool {
 		l := g.leader()
 		return l != nil && l != n
 	})
@@ -662,7 +663,7 @@ func joinedWithin(t testing.TB, n *Node, d time.Duration) {
 func readyLeaderOf(t testing.TB, g *testGroup) *Node {
 	t.Helper()
 	var l *Node
-	eventually(t, 15*time.Second, "a ready raft leader", func() bool {
+	testkit.Eventually(t, 15*time.Second, "a ready raft leader", func() bool {
 		l = g.leader()
 		return l != nil
 	})
@@ -708,17 +709,6 @@ func raftTermOf(t testing.TB, n *Node) uint64 {
 	return term
 }
 
-func campaignWithin(t testing.TB, b *Backend, name, id string) baton.Term {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	term, err := b.Campaign(ctx, name, baton.Candidate{ID: id})
-	if err != nil {
-		t.Fatalf("campaign %s for %q: %v", id, name, err)
-	}
-	return term
-}
-
 func assertHolder(t testing.TB, b *Backend, name, holder string, token uint64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -732,22 +722,16 @@ func assertHolder(t testing.TB, b *Backend, name, holder string, token uint64) {
 	}
 }
 
-// waitState is eventually with the last state in the failure message.
+// waitState is testkit.Eventually with the last state in the failure
+// message.
 func waitState(t testing.TB, d time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	var last string
-	deadline := time.Now().Add(d)
-	for {
-		ok, desc := cond()
-		if ok {
-			return
+	testkit.EventuallyErr(t, d, what, func() error {
+		if ok, desc := cond(); !ok {
+			return fmt.Errorf("last state:\n%s", desc)
 		}
-		last = desc
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s; last state:\n%s", d, what, last)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // neverWithin polls cond for d and fails as soon as it holds.

@@ -14,6 +14,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/certs"
+	"github.com/batonhq/baton/internal/testkit"
 	hraft "github.com/hashicorp/raft"
 )
 
@@ -126,18 +127,6 @@ func (g *testGroup) waitJoined(t testing.TB) {
 	}
 }
 
-// eventually polls cond until it holds or d passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func (g *testGroup) leader() *Node {
 	for _, n := range g.members() {
 		if n.isReady() {
@@ -153,17 +142,12 @@ func newBackend(t testing.TB, gr Group, cfg backend.Config) *Backend {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		_ = b.Close(ctx)
-	})
-	return b
+	return testkit.CloseAtEnd(t, b, 3*time.Second)
 }
 
 func TestGroupBootstrapsAndElects(t *testing.T) {
 	g := newTestGroup(t, 3)
-	eventually(t, 10*time.Second, "a ready raft leader", func() bool { return g.leader() != nil })
+	testkit.Eventually(t, 10*time.Second, "a ready raft leader", func() bool { return g.leader() != nil })
 	st := g.leader().Status()
 	if len(st.Voters) != 3 {
 		t.Fatalf("voters = %v, want 3", st.Voters)

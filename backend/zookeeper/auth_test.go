@@ -9,6 +9,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend/zookeeper"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/go-zookeeper/zk"
 )
@@ -23,11 +24,11 @@ func TestDigestAuthAndACL(t *testing.T) {
 	opts := zookeeper.Options{Root: root, ACL: acl}
 	a := dial(t, srv.Addr(), zookeeper.DialOptions{Options: opts, Digest: "alice:s3cret"})
 	b := dial(t, srv.Addr(), zookeeper.DialOptions{Options: opts, Digest: "alice:s3cret"})
-	ta := campaign(t, a, "guarded", "alice-1")
-	got := campaignAsync(t, b, "guarded", "alice-2")
+	ta := testkit.CampaignWithin(t, a, "guarded", "alice-1", 10*time.Second)
+	got := testkit.CampaignAsync(t, b, "guarded", "alice-2")
 	raw := rawConn(t, srv.Addr()) // not authenticated
 	latch := root + "/guarded"
-	eventually(t, 5*time.Second, "b to queue", func() bool { return len(children(t, raw, latch)) == 2 })
+	testkit.Eventually(t, 5*time.Second, "b to queue", func() bool { return len(children(t, raw, latch)) == 2 })
 
 	// ZooKeeper shows digests masked ("alice:x") to whoever lacks ADMIN.
 	sameACL := func(a, b zk.ACL) bool {
@@ -51,21 +52,21 @@ func TestDigestAuthAndACL(t *testing.T) {
 	// Reading is open: a Backend without the password sees the leader,
 	// and cannot campaign.
 	c := dial(t, srv.Addr(), zookeeper.DialOptions{Options: zookeeper.Options{Root: root}})
-	rec, err := c.Leader(testContext(t, 5*time.Second), "guarded")
+	rec, err := c.Leader(testkit.Context(t, 5*time.Second), "guarded")
 	if err != nil || rec.Holder != "alice-1" || rec.Token != ta.Token() {
 		t.Errorf("Leader without the password = %+v, %v; want alice-1", rec, err)
 	}
 	wrong := dial(t, srv.Addr(), zookeeper.DialOptions{Options: opts, Digest: "alice:wrong"})
-	if _, err := wrong.Campaign(testContext(t, 5*time.Second), "guarded", baton.Candidate{ID: "mallory"}); !errors.Is(err, zk.ErrNoAuth) {
+	if _, err := wrong.Campaign(testkit.Context(t, 5*time.Second), "guarded", baton.Candidate{ID: "mallory"}); !errors.Is(err, zk.ErrNoAuth) {
 		t.Errorf("campaign with the wrong password: err = %v, want ErrNoAuth", err)
 	}
 	if ta.Err() != nil {
 		t.Fatalf("a's term ended: %v", ta.Err())
 	}
-	if err := ta.Resign(testContext(t, 5*time.Second)); err != nil {
+	if err := ta.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	waitTerm(t, got, 5*time.Second)
+	testkit.WaitTerm(t, got, 5*time.Second)
 }
 
 // TestTLS runs an election over ZooKeeper's secureClientPort, and checks
@@ -77,26 +78,26 @@ func TestTLS(t *testing.T) {
 	opts := zookeeper.DialOptions{Options: zookeeper.Options{Root: root}, TLS: z.ClientTLS()}
 	a := dial(t, z.TLSAddr(), opts)
 	b := dial(t, z.TLSAddr(), opts)
-	ta := campaign(t, a, "secure", "a")
-	got := campaignAsync(t, b, "secure", "b")
-	rec, err := b.Leader(testContext(t, 5*time.Second), "secure")
+	ta := testkit.CampaignWithin(t, a, "secure", "a", 10*time.Second)
+	got := testkit.CampaignAsync(t, b, "secure", "b")
+	rec, err := b.Leader(testkit.Context(t, 5*time.Second), "secure")
 	if err != nil || rec.Holder != "a" {
 		t.Errorf("Leader over TLS = %+v, %v; want a", rec, err)
 	}
-	if err := ta.Resign(testContext(t, 5*time.Second)); err != nil {
+	if err := ta.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if w := waitTerm(t, got, 5*time.Second); w.term.Token() <= ta.Token() {
-		t.Errorf("b's token %d is not above a's %d", w.term.Token(), ta.Token())
+	if w := testkit.WaitTerm(t, got, 5*time.Second); w.Term.Token() <= ta.Token() {
+		t.Errorf("b's token %d is not above a's %d", w.Term.Token(), ta.Token())
 	}
 
-	_, err = zookeeper.Dial(testContext(t, 2*time.Second), []string{z.TLSAddr()}, zookeeper.DialOptions{})
+	_, err = zookeeper.Dial(testkit.Context(t, 2*time.Second), []string{z.TLSAddr()}, zookeeper.DialOptions{})
 	if !errors.Is(err, baton.ErrBackendUnavailable) {
 		t.Errorf("plain Dial to the TLS port: err = %v, want ErrBackendUnavailable", err)
 	}
 	anon := z.ClientTLS()
 	anon.Certificates = nil
-	_, err = zookeeper.Dial(testContext(t, 2*time.Second), []string{z.TLSAddr()}, zookeeper.DialOptions{TLS: anon})
+	_, err = zookeeper.Dial(testkit.Context(t, 2*time.Second), []string{z.TLSAddr()}, zookeeper.DialOptions{TLS: anon})
 	if !errors.Is(err, baton.ErrBackendUnavailable) {
 		t.Errorf("TLS Dial without a client certificate: err = %v, want ErrBackendUnavailable", err)
 	}

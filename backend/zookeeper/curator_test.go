@@ -19,6 +19,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/zookeeper"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/go-zookeeper/zk"
 )
@@ -38,7 +39,7 @@ func TestCuratorLeaderLatchInterop(t *testing.T) {
 	// Both sides time out their sessions after 2 s.
 	cfg := backend.Config{TTL: 2 * time.Second}
 	tl := &timeline{}
-	ctx := testContext(t, 2*time.Minute)
+	ctx := testkit.Context(t, 2*time.Minute)
 
 	g1 := startGo(t, srv.Addr(), root, lease, "go-1", cfg, tl)
 	t1 := g1.awaitLeading(t, 10*time.Second)
@@ -57,7 +58,7 @@ func TestCuratorLeaderLatchInterop(t *testing.T) {
 
 	g2 := startGo(t, srv.Addr(), root, lease, "go-2", cfg, tl)
 	var jvm1 baton.Record
-	eventually(t, 10*time.Second, "baton to report Curator's leader", func() bool {
+	testkit.Eventually(t, 10*time.Second, "baton to report Curator's leader", func() bool {
 		var err error
 		jvm1, err = g2.b.Leader(ctx, lease)
 		return err == nil && jvm1.Holder == "jvm-1"
@@ -82,7 +83,7 @@ func TestCuratorLeaderLatchInterop(t *testing.T) {
 
 	g3 := startGo(t, srv.Addr(), root, lease, "go-3", cfg, tl)
 	var jvm2 baton.Record
-	eventually(t, 10*time.Second, "baton to report Curator's second leader", func() bool {
+	testkit.Eventually(t, 10*time.Second, "baton to report Curator's second leader", func() bool {
 		var err error
 		jvm2, err = g3.b.Leader(ctx, lease)
 		return err == nil && jvm2.Holder == "jvm-2"
@@ -237,7 +238,7 @@ func (p *goProc) awaitLeading(t *testing.T, d time.Duration) baton.Term {
 // awaitQueued waits until the latch has n candidates, this one among them.
 func (p *goProc) awaitQueued(t *testing.T, latch string, n int) {
 	t.Helper()
-	eventually(t, 10*time.Second, p.id+" to queue", func() bool {
+	testkit.Eventually(t, 10*time.Second, p.id+" to queue", func() bool {
 		kids, _, err := p.conn.Children(latch)
 		return err == nil && len(kids) == n
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/zookeeper"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/go-zookeeper/zk"
 )
@@ -69,7 +70,7 @@ func testServerLossKeepsTerm(t *testing.T, killLeader bool) {
 	}
 	h := ensembleHolder(t, ens, target, cfg, el, "steady")
 	latch, connA, ta, b, raw := h.latch, h.connA, h.ta, h.b, h.raw
-	var got <-chan won
+	var got <-chan testkit.Won
 	var bFailed *atomic.Int32
 	if killLeader {
 		// b's server may be a follower, which stops serving while it
@@ -79,9 +80,9 @@ func testServerLossKeepsTerm(t *testing.T, killLeader bool) {
 		// an Elector would.
 		got, bFailed = campaignRetrying(t, b, "steady", "b", el)
 	} else {
-		got = campaignAsync(t, b, "steady", "b")
+		got = testkit.CampaignAsync(t, b, "steady", "b")
 	}
-	eventually(t, 10*time.Second, "b to queue", func() bool { return len(children(t, raw, latch)) == 2 })
+	testkit.Eventually(t, 10*time.Second, "b to queue", func() bool { return len(children(t, raw, latch)) == 2 })
 	session := connA.SessionID()
 	before := ta.SafeUntil()
 	killedAt := time.Now()
@@ -92,10 +93,10 @@ func testServerLossKeepsTerm(t *testing.T, killLeader bool) {
 	ended := endTime(ta)
 
 	if killLeader {
-		eventually(t, 60*time.Second, "the two servers left to elect a leader", func() bool { return ens.LeaderIndex() >= 0 })
+		testkit.Eventually(t, 60*time.Second, "the two servers left to elect a leader", func() bool { return ens.LeaderIndex() >= 0 })
 		el.logf("test: server %d leads, %s after the kill", ens.LeaderIndex(), time.Since(killedAt).Round(time.Millisecond))
 	}
-	eventually(t, cfg.TTL, "a's client to be back on another server", func() bool {
+	testkit.Eventually(t, cfg.TTL, "a's client to be back on another server", func() bool {
 		return connA.State() == zk.StateHasSession && connA.Server() != ens.Addrs()[target]
 	})
 	backAt := time.Now()
@@ -106,7 +107,7 @@ func testServerLossKeepsTerm(t *testing.T, killLeader bool) {
 	// A renewal confirmed after the client was back went through the new
 	// server; wait for one, or for the term to end.
 	since := ta.SafeUntil()
-	eventually(t, cfg.TTL, "a renewal through the new server, or the term's end", func() bool {
+	testkit.Eventually(t, cfg.TTL, "a renewal through the new server, or the term's end", func() bool {
 		return ta.SafeUntil().After(since) || ta.Err() != nil
 	})
 
@@ -130,12 +131,12 @@ func testServerLossKeepsTerm(t *testing.T, killLeader bool) {
 			t.Errorf("a's term expired although its client was back %s before its safe-until",
 				ta.SafeUntil().Sub(backAt).Round(time.Millisecond))
 		}
-		w := waitTerm(t, got, 30*time.Second)
-		if w.at.Before(ta.SafeUntil()) {
-			t.Errorf("b won at %v, before a's term was over at %v", w.at, ta.SafeUntil())
+		w := testkit.WaitTerm(t, got, 30*time.Second)
+		if w.At.Before(ta.SafeUntil()) {
+			t.Errorf("b won at %v, before a's term was over at %v", w.At, ta.SafeUntil())
 		}
-		if w.term.Token() <= ta.Token() {
-			t.Errorf("b's token %d is not above a's %d", w.term.Token(), ta.Token())
+		if w.Term.Token() <= ta.Token() {
+			t.Errorf("b's token %d is not above a's %d", w.Term.Token(), ta.Token())
 		}
 		t.Logf("a's term expired during the leader election (client back %s after the kill); b took over",
 			backAt.Sub(killedAt).Round(time.Millisecond))
@@ -151,31 +152,31 @@ func testServerLossKeepsTerm(t *testing.T, killLeader bool) {
 	if !ta.SafeUntil().After(before) {
 		t.Errorf("a's safe-until did not move past %v after the reconnection", before)
 	}
-	rec, err := b.Leader(testContext(t, 10*time.Second), "steady")
+	rec, err := b.Leader(testkit.Context(t, 10*time.Second), "steady")
 	if err != nil || rec.Holder != "a" || rec.Token != ta.Token() {
 		t.Errorf("Leader = %+v, %v; want a, with its token %d unchanged", rec, err, ta.Token())
 	}
 	select {
 	case w := <-got:
-		t.Fatalf("b won (token %v) while a's term lasted", w.term)
+		t.Fatalf("b won (token %v) while a's term lasted", w.Term)
 	default:
 	}
 	// Renewals carry on, not just one.
 	next := ta.SafeUntil()
-	eventually(t, cfg.TTL, "another renewal", func() bool { return ta.SafeUntil().After(next) })
+	testkit.Eventually(t, cfg.TTL, "another renewal", func() bool { return ta.SafeUntil().After(next) })
 	if err := ta.Err(); err != nil {
 		t.Fatalf("a's term ended after renewals resumed: %v", err)
 	}
 	resigned := time.Now()
-	if err := ta.Resign(testContext(t, 10*time.Second)); err != nil {
+	if err := ta.Resign(testkit.Context(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	w := waitTerm(t, got, 30*time.Second)
-	if w.at.Before(resigned) {
-		t.Errorf("b won at %v, before a resigned at %v", w.at, resigned)
+	w := testkit.WaitTerm(t, got, 30*time.Second)
+	if w.At.Before(resigned) {
+		t.Errorf("b won at %v, before a resigned at %v", w.At, resigned)
 	}
-	if w.term.Token() <= ta.Token() {
-		t.Errorf("b's token %d is not above a's %d", w.term.Token(), ta.Token())
+	if w.Term.Token() <= ta.Token() {
+		t.Errorf("b's token %d is not above a's %d", w.Term.Token(), ta.Token())
 	}
 	if bFailed != nil && bFailed.Load() > 0 {
 		t.Logf("b's campaign failed %d time(s) during the election and was retried", bFailed.Load())
@@ -209,14 +210,14 @@ func TestEnsembleQuorumLossEndsTermBySafeUntil(t *testing.T) {
 	// b's own generation reaches its safe-until without the quorum too,
 	// failing its campaign; it campaigns again, as an Elector would.
 	gotB, bFailed := campaignRetrying(t, b, "quorum", "b", el)
-	eventually(t, 10*time.Second, "b to queue", func() bool { return len(children(t, raw, latch)) == 2 })
+	testkit.Eventually(t, 10*time.Second, "b to queue", func() bool { return len(children(t, raw, latch)) == 2 })
 	session := connA.SessionID()
 
 	// Kill right after a renewal was confirmed, so that the next one
 	// (a second later) cannot slip in between reading safe-until and the
 	// kills, however slow the kills are.
 	last := ta.SafeUntil()
-	eventually(t, cfg.TTL, "a fresh renewal", func() bool { return ta.SafeUntil().After(last) })
+	testkit.Eventually(t, cfg.TTL, "a fresh renewal", func() bool { return ta.SafeUntil().After(last) })
 	before := ta.SafeUntil()
 	ended := endTime(ta)
 	el.logf("test: killing servers %d and %d (the leader); a's session 0x%x stays on %d, safe for %s more",
@@ -225,7 +226,7 @@ func TestEnsembleQuorumLossEndsTermBySafeUntil(t *testing.T) {
 	ens.Kill(leader)
 	lostAt := time.Now()
 
-	endedAt := waitDone(t, ta, time.Until(before)+10*time.Second)
+	endedAt := testkit.WaitDone(t, ta, time.Until(before)+10*time.Second)
 	select {
 	case endedAt = <-ended: // when Done closed, not when this goroutine saw it
 	default:
@@ -248,7 +249,7 @@ func TestEnsembleQuorumLossEndsTermBySafeUntil(t *testing.T) {
 	}
 	select {
 	case w := <-gotB:
-		t.Fatalf("b won (token %v) without a quorum", w.term)
+		t.Fatalf("b won (token %v) without a quorum", w.Term)
 	default:
 	}
 
@@ -258,14 +259,14 @@ func TestEnsembleQuorumLossEndsTermBySafeUntil(t *testing.T) {
 			t.Fatalf("restart server %d: %v", i, err)
 		}
 	}
-	eventually(t, 30*time.Second, "a leader", func() bool { return ens.LeaderIndex() >= 0 })
+	testkit.Eventually(t, 30*time.Second, "a leader", func() bool { return ens.LeaderIndex() >= 0 })
 	el.logf("test: quorum back, %s after it was lost; server %d leads", time.Since(lostAt).Round(time.Millisecond), ens.LeaderIndex())
-	gotA := campaignAsync(t, a, "quorum", "a")
+	gotA := testkit.CampaignAsync(t, a, "quorum", "a")
 
 	// Whoever wins first must come after a's old term, with a higher
 	// token; the other must wait for it.
-	var first, second won
-	var waiting <-chan won
+	var first, second testkit.Won
+	var waiting <-chan testkit.Won
 	var firstName, secondName string
 	select {
 	case first = <-gotA:
@@ -275,34 +276,34 @@ func TestEnsembleQuorumLossEndsTermBySafeUntil(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("nobody won within 60 s of the quorum's return")
 	}
-	if first.term == nil {
+	if first.Term == nil {
 		t.FailNow() // campaignAsync reported why
 	}
-	el.logf("test: %s won token %d", firstName, first.term.Token())
-	if first.term.Token() <= ta.Token() {
-		t.Errorf("%s's token %d is not above a's old %d", firstName, first.term.Token(), ta.Token())
+	el.logf("test: %s won token %d", firstName, first.Term.Token())
+	if first.Term.Token() <= ta.Token() {
+		t.Errorf("%s's token %d is not above a's old %d", firstName, first.Term.Token(), ta.Token())
 	}
-	if !first.at.After(endedAt) {
-		t.Errorf("%s won at %v, before a's old term ended at %v", firstName, first.at, endedAt)
+	if !first.At.After(endedAt) {
+		t.Errorf("%s won at %v, before a's old term ended at %v", firstName, first.At, endedAt)
 	}
 	if connA.SessionID() == session {
 		t.Logf("a's session 0x%x outlived the loss of the quorum, as expected: its old node had to be deleted by the Backend", session)
 	}
 	select {
 	case w := <-waiting:
-		t.Fatalf("%s won token %v while %s's term %d lasted", secondName, w.term, firstName, first.term.Token())
+		t.Fatalf("%s won token %v while %s's term %d lasted", secondName, w.Term, firstName, first.Term.Token())
 	default:
 	}
 	resigned := time.Now()
-	if err := first.term.Resign(testContext(t, 10*time.Second)); err != nil {
+	if err := first.Term.Resign(testkit.Context(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	second = waitTerm(t, waiting, 30*time.Second)
-	if second.at.Before(resigned) {
-		t.Errorf("%s won at %v, before %s resigned at %v", secondName, second.at, firstName, resigned)
+	second = testkit.WaitTerm(t, waiting, 30*time.Second)
+	if second.At.Before(resigned) {
+		t.Errorf("%s won at %v, before %s resigned at %v", secondName, second.At, firstName, resigned)
 	}
-	if second.term.Token() <= first.term.Token() {
-		t.Errorf("%s's token %d is not above %s's %d", secondName, second.term.Token(), firstName, first.term.Token())
+	if second.Term.Token() <= first.Term.Token() {
+		t.Errorf("%s's token %d is not above %s's %d", secondName, second.Term.Token(), firstName, first.Term.Token())
 	}
 	t.Logf("b's campaign failed %d time(s) without the quorum and was retried", bFailed.Load())
 }
@@ -325,7 +326,7 @@ func ensembleHolder(t *testing.T, ens *testserver.ZooKeeperEnsemble, target int,
 	a := newBackend(t, connA, zookeeper.Options{Config: cfg, Root: root, Probe: probe, Logger: el.logger("a")})
 	b := dialEnsemble(t, ens, zookeeper.DialOptions{Options: zookeeper.Options{Config: cfg, Root: root, Logger: el.logger("b")}})
 	raw := rawEnsembleConn(t, ens)
-	ta := campaign(t, a, lease, "a")
+	ta := testkit.CampaignWithin(t, a, lease, "a", 10*time.Second)
 	if got := ens.Index(connA.Server()); got != target {
 		t.Fatalf("a's session is on server %d (%s), want %d", got, connA.Server(), target)
 	}
@@ -360,16 +361,11 @@ func connectEnsemble(t testing.TB, ens *testserver.ZooKeeperEnsemble, first int,
 // ensemble, closed when the test ends.
 func dialEnsemble(t testing.TB, ens *testserver.ZooKeeperEnsemble, opts zookeeper.DialOptions) *zookeeper.Backend {
 	t.Helper()
-	b, err := zookeeper.Dial(testContext(t, 30*time.Second), ens.Addrs(), opts)
+	b, err := zookeeper.Dial(testkit.Context(t, 30*time.Second), ens.Addrs(), opts)
 	if err != nil {
 		t.Fatalf("zookeeper.Dial %s: %v", strings.Join(ens.Addrs(), ","), err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = b.Close(ctx)
-	})
-	return b
+	return testkit.CloseAtEnd(t, b, 5*time.Second)
 }
 
 // rawEnsembleConn returns a plain client of the whole ensemble, for
@@ -440,8 +436,8 @@ func (h *startAt) Connected() {
 // safe-until while it waited) is tried again after a pause; any other
 // error fails the test. It delivers the term with the time it was won, or
 // a nil term after reporting the error, and counts the failures.
-func campaignRetrying(t testing.TB, b *zookeeper.Backend, lease, id string, el *eventLog) (<-chan won, *atomic.Int32) {
-	got := make(chan won, 1)
+func campaignRetrying(t testing.TB, b *zookeeper.Backend, lease, id string, el *eventLog) (<-chan testkit.Won, *atomic.Int32) {
+	got := make(chan testkit.Won, 1)
 	failed := new(atomic.Int32)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	ended := make(chan struct{})
@@ -450,7 +446,7 @@ func campaignRetrying(t testing.TB, b *zookeeper.Backend, lease, id string, el *
 		for {
 			term, err := b.Campaign(ctx, lease, baton.Candidate{ID: id})
 			if err == nil {
-				got <- won{term, time.Now()}
+				got <- testkit.Won{Term: term, At: time.Now()}
 				return
 			}
 			if errors.Is(err, baton.ErrBackendUnavailable) && ctx.Err() == nil {
@@ -467,7 +463,7 @@ func campaignRetrying(t testing.TB, b *zookeeper.Backend, lease, id string, el *
 			default:
 				t.Errorf("campaign %s for %s: %v", id, lease, err)
 			}
-			got <- won{nil, time.Now()}
+			got <- testkit.Won{At: time.Now()}
 			return
 		}
 	}()

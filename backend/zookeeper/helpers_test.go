@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/zookeeper"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -79,16 +79,11 @@ func kill(conn *zk.Conn) {
 // dial returns a Backend from Dial, closed when the test ends.
 func dial(t testing.TB, addr string, opts zookeeper.DialOptions) *zookeeper.Backend {
 	t.Helper()
-	b, err := zookeeper.Dial(testContext(t, 10*time.Second), []string{addr}, opts)
+	b, err := zookeeper.Dial(testkit.Context(t, 10*time.Second), []string{addr}, opts)
 	if err != nil {
 		t.Fatalf("zookeeper.Dial %s: %v", addr, err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = b.Close(ctx)
-	})
-	return b
+	return testkit.CloseAtEnd(t, b, 5*time.Second)
 }
 
 // uniqueRoot returns a root path of the test's own on the shared server.
@@ -96,87 +91,6 @@ func uniqueRoot(t testing.TB) string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return "/t-" + hex.EncodeToString(b[:])
-}
-
-func testContext(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func campaign(t testing.TB, b *zookeeper.Backend, lease, id string) baton.Term {
-	t.Helper()
-	term, err := b.Campaign(testContext(t, 10*time.Second), lease, baton.Candidate{ID: id})
-	if err != nil {
-		t.Fatalf("campaign %s for %s: %v", id, lease, err)
-	}
-	return term
-}
-
-// campaignAsync campaigns in the background and delivers the term with the
-// time it was won, or a nil term after reporting the error. A campaign
-// still waiting when the test ends is cancelled quietly.
-func campaignAsync(t testing.TB, b *zookeeper.Backend, lease, id string) <-chan won {
-	got := make(chan won, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	ended := make(chan struct{})
-	t.Cleanup(func() { close(ended); cancel() })
-	go func() {
-		term, err := b.Campaign(ctx, lease, baton.Candidate{ID: id})
-		if err != nil {
-			select {
-			case <-ended:
-			default:
-				t.Errorf("campaign %s for %s: %v", id, lease, err)
-			}
-		}
-		got <- won{term, time.Now()}
-	}()
-	return got
-}
-
-type won struct {
-	term baton.Term
-	at   time.Time
-}
-
-func waitTerm(t testing.TB, got <-chan won, d time.Duration) won {
-	t.Helper()
-	select {
-	case w := <-got:
-		if w.term == nil {
-			t.FailNow()
-		}
-		return w
-	case <-time.After(d):
-		t.Fatalf("no term within %s", d)
-		return won{}
-	}
-}
-
-// waitDone waits for term to end and returns when it saw it end.
-func waitDone(t testing.TB, term baton.Term, d time.Duration) time.Time {
-	t.Helper()
-	select {
-	case <-term.Done():
-		return time.Now()
-	case <-time.After(d):
-		t.Fatalf("term %d of %s did not end within %s", term.Token(), term.Lease(), d)
-		return time.Time{}
-	}
-}
-
-// eventually polls cond every 10 ms until it holds, failing the test after
-// timeout.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // children returns the children of path, or nil if it does not exist.

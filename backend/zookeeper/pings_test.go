@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/backend/zookeeper"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/go-zookeeper/zk"
 )
@@ -100,7 +101,7 @@ func TestPingsOnlyWhenIdle(t *testing.T) {
 	}
 
 	// Idle: the client pings.
-	eventually(t, 10*timeout, "pings on an idle connection", func() bool {
+	testkit.Eventually(t, 10*timeout, "pings on an idle connection", func() bool {
 		_, pings, _ := seen.counts()
 		return pings >= 2
 	})
@@ -124,7 +125,7 @@ func TestPingsOnlyWhenIdle(t *testing.T) {
 
 	// Idle again: pings resume, on the same connection and session.
 	seen.reset()
-	eventually(t, 10*timeout, "pings once the syncs stopped", func() bool {
+	testkit.Eventually(t, 10*timeout, "pings once the syncs stopped", func() bool {
 		_, pings, _ := seen.counts()
 		return pings >= 2
 	})

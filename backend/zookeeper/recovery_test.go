@@ -15,6 +15,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/zookeeper"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/go-zookeeper/zk"
 )
@@ -103,13 +104,13 @@ func TestCreateRecoveredAfterLostReply(t *testing.T) {
 	// The latch exists, so that the first create is the one that counts.
 	mkdirs(t, raw, root+"/recover")
 	d.made = func() bool { kids, _, err := raw.Children(root + "/recover"); return err == nil && len(kids) > 0 }
-	if _, err := b.Leader(testContext(t, 5*time.Second), "recover"); !errors.Is(err, baton.ErrNoLeader) {
+	if _, err := b.Leader(testkit.Context(t, 5*time.Second), "recover"); !errors.Is(err, baton.ErrNoLeader) {
 		t.Fatal(err) // also: the session is up before the dropper is armed
 	}
 	session := conn.SessionID()
 
 	d.armed.Store(true)
-	term := campaign(t, b, "recover", "x")
+	term := testkit.CampaignWithin(t, b, "recover", "x", 10*time.Second)
 	if d.fired.Load() != 1 {
 		t.Fatalf("the create's reply was not dropped (fired %d times)", d.fired.Load())
 	}
@@ -128,7 +129,7 @@ func TestCreateRecoveredAfterLostReply(t *testing.T) {
 	if conn.SessionID() != session {
 		t.Errorf("the client changed session; the test wants a reconnection to the same one")
 	}
-	if err := term.Resign(testContext(t, 5*time.Second)); err != nil {
+	if err := term.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -154,7 +155,7 @@ func TestCancelledDuringLostCreateLeavesNoNode(t *testing.T) {
 	latch := root + "/abandoned"
 	mkdirs(t, raw, latch)
 	d.made = func() bool { kids, _, err := raw.Children(latch); return err == nil && len(kids) > 0 }
-	if _, err := b.Leader(testContext(t, 5*time.Second), "abandoned"); !errors.Is(err, baton.ErrNoLeader) {
+	if _, err := b.Leader(testkit.Context(t, 5*time.Second), "abandoned"); !errors.Is(err, baton.ErrNoLeader) {
 		t.Fatal(err)
 	}
 
@@ -168,20 +169,20 @@ func TestCancelledDuringLostCreateLeavesNoNode(t *testing.T) {
 	// The server makes the node in its own time, the more so on a loaded
 	// machine; the dropper keeps the connection (and the outcome unknown
 	// to the client) until it has.
-	eventually(t, 10*time.Second, "the server to make the cancelled campaign's node", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the server to make the cancelled campaign's node", func() bool {
 		return len(children(t, raw, latch)) == 1
 	})
 	// The same name again: it must wait for the clean-up rather than queue
 	// behind its own left-over node.
-	again := campaignAsync(t, b, "abandoned", "x")
-	w := waitTerm(t, again, 15*time.Second)
+	again := testkit.CampaignAsync(t, b, "abandoned", "x")
+	w := testkit.WaitTerm(t, again, 15*time.Second)
 	kids := children(t, raw, latch)
 	if len(kids) != 1 {
 		t.Fatalf("latch children %q after the new campaign won; want only its node", kids)
 	}
 	_, stat, err := raw.Get(latch + "/" + kids[0])
-	if err != nil || tokenOf(t, raw, b, stat.Czxid) != w.term.Token() {
-		t.Errorf("the remaining node (czxid %v, %v) is not the new term's (%d)", stat.Czxid, err, w.term.Token())
+	if err != nil || tokenOf(t, raw, b, stat.Czxid) != w.Term.Token() {
+		t.Errorf("the remaining node (czxid %v, %v) is not the new term's (%d)", stat.Czxid, err, w.Term.Token())
 	}
 }
 
@@ -266,12 +267,12 @@ func TestTimeoutCutOnReconnectEndsTerm(t *testing.T) {
 	t.Cleanup(conn.Close)
 	b := newBackend(t, conn, zookeeper.Options{Config: cfg, Root: root, Probe: probe})
 	raw := rawConn(t, srv.Addr())
-	term := campaign(t, b, "cut", "x")
+	term := testkit.CampaignWithin(t, b, "cut", "x", 10*time.Second)
 	session := conn.SessionID()
 
 	d.ms.Store(2000)
 	d.drop()
-	waitDone(t, term, 10*time.Second)
+	testkit.WaitDone(t, term, 10*time.Second)
 	if !errors.Is(term.Err(), baton.ErrExpired) {
 		t.Errorf("term ended with %v, want ErrExpired", term.Err())
 	}
@@ -280,7 +281,7 @@ func TestTimeoutCutOnReconnectEndsTerm(t *testing.T) {
 	}
 	// The stopped term's node goes, rather than block others until the
 	// session ends.
-	eventually(t, 10*time.Second, "the stopped term's node to go", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the stopped term's node to go", func() bool {
 		return len(children(t, raw, root+"/cut")) == 0
 	})
 }

@@ -10,18 +10,10 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/zookeeper"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/go-zookeeper/zk"
 )
-
-func stateTerm(t *testing.T, term baton.Term) baton.StateTerm {
-	t.Helper()
-	st, ok := term.(baton.StateTerm)
-	if !ok {
-		t.Fatalf("term %T does not implement baton.StateTerm", term)
-	}
-	return st
-}
 
 // rawState reads the state node with a client of its own, or nil if it
 // does not exist.
@@ -50,13 +42,13 @@ func TestStateLayout(t *testing.T) {
 	b := dial(t, srv.Addr(), zookeeper.DialOptions{Options: zookeeper.Options{Root: root, ACL: acl}})
 	raw := rawConn(t, srv.Addr())
 
-	term := stateTerm(t, campaign(t, b, "billing", "host-1"))
+	term := testkit.StateTerm(t, testkit.CampaignWithin(t, b, "billing", "host-1", 10*time.Second))
 	latch := b.LatchPath("billing")
 	before := children(t, raw, latch)
-	if err := term.StoreState(testContext(t, 10*time.Second), []byte("slot 42")); err != nil {
+	if err := term.StoreState(testkit.Context(t, 10*time.Second), []byte("slot 42")); err != nil {
 		t.Fatal(err)
 	}
-	if err := term.StoreState(testContext(t, 10*time.Second), []byte("slot 43")); err != nil {
+	if err := term.StoreState(testkit.Context(t, 10*time.Second), []byte("slot 43")); err != nil {
 		t.Fatal(err)
 	}
 	state := b.StatePath("billing")
@@ -91,23 +83,23 @@ func TestStateLayout(t *testing.T) {
 	}
 
 	// It outlives the term, and the latch container too.
-	if err := term.Resign(testContext(t, 5*time.Second)); err != nil {
+	if err := term.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*testserver.ZooKeeperContainerCheck, "the empty latch container to go", func() bool {
+	testkit.Eventually(t, 10*testserver.ZooKeeperContainerCheck, "the empty latch container to go", func() bool {
 		ok, _, err := raw.Exists(latch)
 		return err == nil && !ok
 	})
-	next := stateTerm(t, campaign(t, b, "billing", "host-2"))
-	if v, err := next.LoadState(testContext(t, 5*time.Second)); err != nil || string(v) != "slot 43" {
+	next := testkit.StateTerm(t, testkit.CampaignWithin(t, b, "billing", "host-2", 10*time.Second))
+	if v, err := next.LoadState(testkit.Context(t, 5*time.Second)); err != nil || string(v) != "slot 43" {
 		t.Errorf("the next term's LoadState = %q, %v; want %q", v, err, "slot 43")
 	}
 
 	// An empty value is a stored state, unlike none.
-	if err := next.StoreState(testContext(t, 5*time.Second), nil); err != nil {
+	if err := next.StoreState(testkit.Context(t, 5*time.Second), nil); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := next.LoadState(testContext(t, 5*time.Second)); err != nil || v == nil || len(v) != 0 {
+	if v, err := next.LoadState(testkit.Context(t, 5*time.Second)); err != nil || v == nil || len(v) != 0 {
 		t.Errorf("LoadState after storing nil = %#v, %v; want an empty, non-nil value", v, err)
 	}
 }
@@ -124,8 +116,8 @@ func TestStoreFencesDeletedHolder(t *testing.T) {
 	state := b.StatePath("job")
 
 	for _, bypass := range []bool{true, false} {
-		term := stateTerm(t, campaign(t, b, "job", "a"))
-		if err := term.StoreState(testContext(t, 5*time.Second), []byte("before")); err != nil {
+		term := testkit.StateTerm(t, testkit.CampaignWithin(t, b, "job", "a", 10*time.Second))
+		if err := term.StoreState(testkit.Context(t, 5*time.Second), []byte("before")); err != nil {
 			t.Fatal(err)
 		}
 		kids := children(t, raw, b.LatchPath("job"))
@@ -139,9 +131,9 @@ func TestStoreFencesDeletedHolder(t *testing.T) {
 		if bypass {
 			// Skip StoreState's look at the term, which the watch may
 			// have ended already: the store alone must refuse.
-			err = zookeeper.StoreFenced(testContext(t, 5*time.Second), term, []byte("after"))
+			err = zookeeper.StoreFenced(testkit.Context(t, 5*time.Second), term, []byte("after"))
 		} else {
-			err = term.StoreState(testContext(t, 5*time.Second), []byte("after"))
+			err = term.StoreState(testkit.Context(t, 5*time.Second), []byte("after"))
 		}
 		if !errors.Is(err, baton.ErrLeaseLost) {
 			t.Fatalf("StoreState (bypass %t) after the latch node was deleted: %v, want ErrLeaseLost", bypass, err)
@@ -149,11 +141,11 @@ func TestStoreFencesDeletedHolder(t *testing.T) {
 		if got := rawState(t, raw, state); string(got) != "before" {
 			t.Fatalf("state = %q after the refused write, want %q", got, "before")
 		}
-		waitDone(t, term, 5*time.Second)
+		testkit.WaitDone(t, term, 5*time.Second)
 		if !errors.Is(term.Err(), baton.ErrLeaseLost) {
 			t.Errorf("term ended with %v, want ErrLeaseLost", term.Err())
 		}
-		if v, err := term.LoadState(testContext(t, 5*time.Second)); err != nil || string(v) != "before" {
+		if v, err := term.LoadState(testkit.Context(t, 5*time.Second)); err != nil || string(v) != "before" {
 			t.Errorf("the lost term's LoadState = %q, %v; want %q", v, err, "before")
 		}
 	}
@@ -172,25 +164,25 @@ func TestStoreFencesExpiredSession(t *testing.T) {
 	c := dial(t, srv.Addr(), zookeeper.DialOptions{Options: zookeeper.Options{Config: cfg, Root: root}})
 	raw := rawConn(t, srv.Addr())
 
-	ta := stateTerm(t, campaign(t, a, "job", "a"))
-	if err := ta.StoreState(testContext(t, 5*time.Second), []byte("from a")); err != nil {
+	ta := testkit.StateTerm(t, testkit.CampaignWithin(t, a, "job", "a", 10*time.Second))
+	if err := ta.StoreState(testkit.Context(t, 5*time.Second), []byte("from a")); err != nil {
 		t.Fatal(err)
 	}
 	old := conn.SessionID()
-	got := campaignAsync(t, c, "job", "c")
+	got := testkit.CampaignAsync(t, c, "job", "c")
 	proxy.Cut()
-	tc := stateTerm(t, waitTerm(t, got, 60*time.Second).term)
-	if err := tc.StoreState(testContext(t, 5*time.Second), []byte("from c")); err != nil {
+	tc := testkit.StateTerm(t, testkit.WaitTerm(t, got, 60*time.Second).Term)
+	if err := tc.StoreState(testkit.Context(t, 5*time.Second), []byte("from c")); err != nil {
 		t.Fatal(err)
 	}
 	proxy.Heal()
 	// Once a's client is back, with a new session, its write goes out (a
 	// request the client could not send is dropped once the term ended)
 	// and must not land.
-	eventually(t, 30*time.Second, "a's client to have a new session", func() bool {
+	testkit.Eventually(t, 30*time.Second, "a's client to have a new session", func() bool {
 		return conn.State() == zk.StateHasSession && conn.SessionID() != old
 	})
-	err := zookeeper.StoreFenced(testContext(t, 30*time.Second), ta, []byte("stale"))
+	err := zookeeper.StoreFenced(testkit.Context(t, 30*time.Second), ta, []byte("stale"))
 	if !errors.Is(err, baton.ErrLeaseLost) {
 		t.Errorf("a's store after its session expired: %v, want ErrLeaseLost", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/zookeeper"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/go-zookeeper/zk"
 )
@@ -29,7 +30,7 @@ func TestCuratorLayout(t *testing.T) {
 	b := dial(t, srv.Addr(), zookeeper.DialOptions{Options: zookeeper.Options{Root: root}})
 	raw := rawConn(t, srv.Addr())
 
-	term := campaign(t, b, "billing", "host-1/4f2a")
+	term := testkit.CampaignWithin(t, b, "billing", "host-1/4f2a", 10*time.Second)
 	latch := root + "/billing"
 	if got := b.LatchPath("billing"); got != latch {
 		t.Errorf("LatchPath = %q, want %q", got, latch)
@@ -55,11 +56,11 @@ func TestCuratorLayout(t *testing.T) {
 	if err != nil || !slices.Equal(acl, zk.WorldACL(zk.PermAll)) {
 		t.Errorf("node ACL = %v, %v; want the open default", acl, err)
 	}
-	rec, err := b.Leader(testContext(t, 5*time.Second), "billing")
+	rec, err := b.Leader(testkit.Context(t, 5*time.Second), "billing")
 	if err != nil || rec.Holder != "host-1/4f2a" || rec.Token != term.Token() || !rec.Since.IsZero() {
 		t.Errorf("Leader = %+v, %v; want host-1/4f2a with token %d and no Since", rec, err, term.Token())
 	}
-	if err := term.Resign(testContext(t, 5*time.Second)); err != nil {
+	if err := term.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if kids := children(t, raw, latch); len(kids) != 0 {
@@ -68,12 +69,12 @@ func TestCuratorLayout(t *testing.T) {
 	// Missing parents were made as containers, as Curator's
 	// creatingParentContainersIfNeeded makes them (a client cannot tell
 	// from a node's stat): the server deletes them once empty.
-	eventually(t, 10*testserver.ZooKeeperContainerCheck, "the empty latch container to go", func() bool {
+	testkit.Eventually(t, 10*testserver.ZooKeeperContainerCheck, "the empty latch container to go", func() bool {
 		ok, _, err := raw.Exists(latch)
 		return err == nil && !ok
 	})
 	// And a campaign makes them again.
-	again := campaign(t, b, "billing", "host-1/4f2a")
+	again := testkit.CampaignWithin(t, b, "billing", "host-1/4f2a", 10*time.Second)
 	if again.Token() <= term.Token() {
 		t.Errorf("token %d after the latch was remade is not above %d", again.Token(), term.Token())
 	}
@@ -100,12 +101,12 @@ func TestSortsLikeCurator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := testContext(t, 10*time.Second)
+	ctx := testkit.Context(t, 10*time.Second)
 	if rec, err := b.Leader(ctx, "mixed"); err != nil || rec.Holder != "jvm-plain" {
 		t.Fatalf("Leader = %+v, %v; want jvm-plain, the lowest sequence", rec, err)
 	}
-	got := campaignAsync(t, b, "mixed", "go")
-	eventually(t, 5*time.Second, "the Backend's node", func() bool { return len(children(t, raw, latch)) == 3 })
+	got := testkit.CampaignAsync(t, b, "mixed", "go")
+	testkit.Eventually(t, 5*time.Second, "the Backend's node", func() bool { return len(children(t, raw, latch)) == 3 })
 	if err := raw.Delete(plain, -1); err != nil {
 		t.Fatal(err)
 	}
@@ -114,14 +115,14 @@ func TestSortsLikeCurator(t *testing.T) {
 	}
 	select {
 	case w := <-got:
-		t.Fatalf("the Backend won (token %v) behind jvm-protected", w.term)
+		t.Fatalf("the Backend won (token %v) behind jvm-protected", w.Term)
 	case <-time.After(200 * time.Millisecond):
 	}
 	if err := raw.Delete(prot, -1); err != nil {
 		t.Fatal(err)
 	}
-	w := waitTerm(t, got, 5*time.Second)
-	if rec, err := b.Leader(ctx, "mixed"); err != nil || rec.Holder != "go" || rec.Token != w.term.Token() {
+	w := testkit.WaitTerm(t, got, 5*time.Second)
+	if rec, err := b.Leader(ctx, "mixed"); err != nil || rec.Holder != "go" || rec.Token != w.Term.Token() {
 		t.Errorf("Leader = %+v, %v; want go", rec, err)
 	}
 }
@@ -135,12 +136,12 @@ func TestWaitersWatchOnlyTheirPredecessor(t *testing.T) {
 	raw := rawConn(t, srv.Addr())
 	latch := root + "/herd"
 	var bs []*zookeeper.Backend
-	var terms []<-chan won
+	var terms []<-chan testkit.Won
 	for i, id := range []string{"a", "b", "c", "d"} {
 		b := dial(t, srv.Addr(), zookeeper.DialOptions{Options: zookeeper.Options{Root: root}})
 		bs = append(bs, b)
-		terms = append(terms, campaignAsync(t, b, "herd", id))
-		eventually(t, 5*time.Second, id+"'s node", func() bool { return len(children(t, raw, latch)) == i+1 })
+		terms = append(terms, testkit.CampaignAsync(t, b, "herd", id))
+		testkit.Eventually(t, 5*time.Second, id+"'s node", func() bool { return len(children(t, raw, latch)) == i+1 })
 	}
 	kids := children(t, raw, latch)
 	slices.SortFunc(kids, func(x, y string) int { return strings.Compare(x[len(x)-10:], y[len(y)-10:]) })
@@ -149,7 +150,7 @@ func TestWaitersWatchOnlyTheirPredecessor(t *testing.T) {
 		kids[1]: {bs[2].Conn().SessionID()},
 		kids[2]: {bs[3].Conn().SessionID()},
 	}
-	eventually(t, 5*time.Second, "one watcher per predecessor", func() bool {
+	testkit.Eventually(t, 5*time.Second, "one watcher per predecessor", func() bool {
 		got := watchers(t, srv)
 		for i, k := range kids {
 			w := got[latch+"/"+k]
@@ -163,15 +164,15 @@ func TestWaitersWatchOnlyTheirPredecessor(t *testing.T) {
 		_, latchWatched := got[latch]
 		return !latchWatched
 	})
-	w := waitTerm(t, terms[0], 5*time.Second)
-	if err := w.term.Resign(testContext(t, 5*time.Second)); err != nil {
+	w := testkit.WaitTerm(t, terms[0], 5*time.Second)
+	if err := w.Term.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	waitTerm(t, terms[1], 5*time.Second)
+	testkit.WaitTerm(t, terms[1], 5*time.Second)
 	for _, ch := range terms[2:] {
 		select {
 		case w := <-ch:
-			t.Errorf("a waiter further back won token %d", w.term.Token())
+			t.Errorf("a waiter further back won token %d", w.Term.Token())
 		default:
 		}
 	}
@@ -223,9 +224,9 @@ func TestReconnectWithinSafeUntilKeepsTerm(t *testing.T) {
 	raw := rawConn(t, srv.Addr())
 	latch := root + "/steady"
 
-	ta := campaign(t, a, "steady", "a")
-	got := campaignAsync(t, b, "steady", "b")
-	eventually(t, 5*time.Second, "b to queue", func() bool { return len(children(t, raw, latch)) == 2 })
+	ta := testkit.CampaignWithin(t, a, "steady", "a", 10*time.Second)
+	got := testkit.CampaignAsync(t, b, "steady", "b")
+	testkit.Eventually(t, 5*time.Second, "b to queue", func() bool { return len(children(t, raw, latch)) == 2 })
 	session := conn.SessionID()
 
 	proxy.Cut()
@@ -239,30 +240,30 @@ func TestReconnectWithinSafeUntilKeepsTerm(t *testing.T) {
 	}
 	proxy.Heal()
 	t.Logf("cut for %s; %s of the term was left", time.Since(cutAt).Round(time.Millisecond), time.Until(before).Round(time.Millisecond))
-	eventually(t, cfg.TTL, "a renewal after the partition healed", func() bool { return ta.SafeUntil().After(before) })
+	testkit.Eventually(t, cfg.TTL, "a renewal after the partition healed", func() bool { return ta.SafeUntil().After(before) })
 	if err := ta.Err(); err != nil {
 		t.Fatalf("the term ended across a short partition: %v", err)
 	}
 	if got := conn.SessionID(); got != session {
 		t.Errorf("session 0x%x after reconnecting, want the same 0x%x", got, session)
 	}
-	rec, err := b.Leader(testContext(t, 5*time.Second), "steady")
+	rec, err := b.Leader(testkit.Context(t, 5*time.Second), "steady")
 	if err != nil || rec.Holder != "a" || rec.Token != ta.Token() {
 		t.Errorf("Leader = %+v, %v; want a, token %d", rec, err, ta.Token())
 	}
 	select {
 	case w := <-got:
-		t.Fatalf("b won token %d while a's term lasted", w.term.Token())
+		t.Fatalf("b won token %d while a's term lasted", w.Term.Token())
 	default:
 	}
 	// Renewals carry on, not just one.
 	next := ta.SafeUntil()
-	eventually(t, cfg.TTL, "another renewal", func() bool { return ta.SafeUntil().After(next) })
-	if err := ta.Resign(testContext(t, 5*time.Second)); err != nil {
+	testkit.Eventually(t, cfg.TTL, "another renewal", func() bool { return ta.SafeUntil().After(next) })
+	if err := ta.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if w := waitTerm(t, got, 5*time.Second); w.term.Token() <= ta.Token() {
-		t.Errorf("b's token %d is not above a's %d", w.term.Token(), ta.Token())
+	if w := testkit.WaitTerm(t, got, 5*time.Second); w.Term.Token() <= ta.Token() {
+		t.Errorf("b's token %d is not above a's %d", w.Term.Token(), ta.Token())
 	}
 }
 
@@ -284,14 +285,14 @@ func TestLongPartitionEndsTermBeforeSessionExpiry(t *testing.T) {
 	raw := rawConn(t, srv.Addr())
 	latch := root + "/cut"
 
-	ta := campaign(t, a, "cut", "a")
+	ta := testkit.CampaignWithin(t, a, "cut", "a", 10*time.Second)
 	nodeA := latch + "/" + children(t, raw, latch)[0]
-	got := campaignAsync(t, b, "cut", "b")
-	eventually(t, 5*time.Second, "b to queue", func() bool { return len(children(t, raw, latch)) == 2 })
+	got := testkit.CampaignAsync(t, b, "cut", "b")
+	testkit.Eventually(t, 5*time.Second, "b to queue", func() bool { return len(children(t, raw, latch)) == 2 })
 	session := conn.SessionID()
 
 	proxy.Cut()
-	endedAt := waitDone(t, ta, cfg.TTL+5*time.Second)
+	endedAt := testkit.WaitDone(t, ta, cfg.TTL+5*time.Second)
 	// Ask the server at once whether a's node is still there: the term
 	// must have ended while the session was still alive.
 	ok, _, err := raw.Exists(nodeA)
@@ -307,29 +308,29 @@ func TestLongPartitionEndsTermBeforeSessionExpiry(t *testing.T) {
 	if late := endedAt.Sub(ta.SafeUntil()); late > 100*time.Millisecond {
 		t.Errorf("a's term ended %s after its safe-until", late)
 	}
-	w := waitTerm(t, got, cfg.TTL+5*time.Second)
-	if !w.at.After(endedAt) {
-		t.Errorf("b won at %v, before a stopped at %v", w.at, endedAt)
+	w := testkit.WaitTerm(t, got, cfg.TTL+5*time.Second)
+	if !w.At.After(endedAt) {
+		t.Errorf("b won at %v, before a stopped at %v", w.At, endedAt)
 	}
 	if ok, _, _ := raw.Exists(nodeA); ok {
 		t.Errorf("b won while a's node was still there")
 	}
-	if w.term.Token() <= ta.Token() {
-		t.Errorf("b's token %d is not above a's %d", w.term.Token(), ta.Token())
+	if w.Term.Token() <= ta.Token() {
+		t.Errorf("b's token %d is not above a's %d", w.Term.Token(), ta.Token())
 	}
 
 	proxy.Heal()
-	eventually(t, 15*time.Second, "a's client to get a new session", func() bool {
+	testkit.Eventually(t, 15*time.Second, "a's client to get a new session", func() bool {
 		sid := conn.SessionID()
 		return sid != 0 && sid != session
 	})
-	again := campaignAsync(t, a, "cut", "a")
-	if err := w.term.Resign(testContext(t, 5*time.Second)); err != nil {
+	again := testkit.CampaignAsync(t, a, "cut", "a")
+	if err := w.Term.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	ta2 := waitTerm(t, again, 10*time.Second)
-	if ta2.term.Token() <= w.term.Token() {
-		t.Errorf("a's new token %d is not above b's %d", ta2.term.Token(), w.term.Token())
+	ta2 := testkit.WaitTerm(t, again, 10*time.Second)
+	if ta2.Term.Token() <= w.Term.Token() {
+		t.Errorf("a's new token %d is not above b's %d", ta2.Term.Token(), w.Term.Token())
 	}
 }
 
@@ -357,37 +358,37 @@ func TestExpiredTermGivesUpNodeOnReconnect(t *testing.T) {
 	raw := rawConn(t, srv.Addr())
 	latch := root + "/revived"
 
-	ta := campaign(t, a, "revived", "a")
-	got := campaignAsync(t, b, "revived", "b")
-	eventually(t, 5*time.Second, "b to queue", func() bool { return len(children(t, raw, latch)) == 2 })
+	ta := testkit.CampaignWithin(t, a, "revived", "a", 10*time.Second)
+	got := testkit.CampaignAsync(t, b, "revived", "b")
+	testkit.Eventually(t, 5*time.Second, "b to queue", func() bool { return len(children(t, raw, latch)) == 2 })
 	session := conn.SessionID()
 
 	proxy.Cut()
 	cutAt := time.Now()
-	waitDone(t, ta, cfg.TTL)
+	testkit.WaitDone(t, ta, cfg.TTL)
 	if !errors.Is(ta.Err(), baton.ErrExpired) {
 		t.Fatalf("a's term ended with %v, want ErrExpired", ta.Err())
 	}
 	proxy.Heal()
-	w := waitTerm(t, got, cfg.TTL)
+	w := testkit.WaitTerm(t, got, cfg.TTL)
 	if sid := conn.SessionID(); sid != session || conn.State() != zk.StateHasSession {
 		t.Fatalf("when b won, a's client had session 0x%x in state %v; want its old session 0x%x, alive: "+
 			"b must have won by a's deleting its node, not by the server expiring a's session", sid, conn.State(), session)
 	}
 	t.Logf("b won %s after a was cut off; the server would not expire a's session before %s",
-		w.at.Sub(cutAt).Round(time.Millisecond), cfg.TTL-cfg.RenewInterval)
-	if w.term.Token() <= ta.Token() {
-		t.Errorf("b's token %d is not above a's %d", w.term.Token(), ta.Token())
+		w.At.Sub(cutAt).Round(time.Millisecond), cfg.TTL-cfg.RenewInterval)
+	if w.Term.Token() <= ta.Token() {
+		t.Errorf("b's token %d is not above a's %d", w.Term.Token(), ta.Token())
 	}
 	// a campaigns again on the same session, in a new generation.
-	again := campaignAsync(t, a, "revived", "a")
-	eventually(t, 5*time.Second, "a to queue again", func() bool { return len(children(t, raw, latch)) == 2 })
-	if err := w.term.Resign(testContext(t, 5*time.Second)); err != nil {
+	again := testkit.CampaignAsync(t, a, "revived", "a")
+	testkit.Eventually(t, 5*time.Second, "a to queue again", func() bool { return len(children(t, raw, latch)) == 2 })
+	if err := w.Term.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	ta2 := waitTerm(t, again, 5*time.Second)
-	if ta2.term.Token() <= w.term.Token() || conn.SessionID() != session {
-		t.Errorf("a's new term: token %d (b's %d), session 0x%x (was 0x%x)", ta2.term.Token(), w.term.Token(), conn.SessionID(), session)
+	ta2 := testkit.WaitTerm(t, again, 5*time.Second)
+	if ta2.Term.Token() <= w.Term.Token() || conn.SessionID() != session {
+		t.Errorf("a's new term: token %d (b's %d), session 0x%x (was 0x%x)", ta2.Term.Token(), w.Term.Token(), conn.SessionID(), session)
 	}
 }
 
@@ -401,29 +402,29 @@ func TestOperatorDeleteEndsTerm(t *testing.T) {
 	raw := rawConn(t, srv.Addr())
 	latch := root + "/deleted"
 
-	ta := campaign(t, a, "deleted", "a")
-	got := campaignAsync(t, b, "deleted", "b")
-	eventually(t, 5*time.Second, "b to queue", func() bool { return len(children(t, raw, latch)) == 2 })
+	ta := testkit.CampaignWithin(t, a, "deleted", "a", 10*time.Second)
+	got := testkit.CampaignAsync(t, b, "deleted", "b")
+	testkit.Eventually(t, 5*time.Second, "b to queue", func() bool { return len(children(t, raw, latch)) == 2 })
 	first := children(t, raw, latch)
 	slices.SortFunc(first, func(x, y string) int { return strings.Compare(x[len(x)-10:], y[len(y)-10:]) })
 	if err := raw.Delete(latch+"/"+first[0], -1); err != nil {
 		t.Fatal(err)
 	}
-	waitDone(t, ta, 5*time.Second)
+	testkit.WaitDone(t, ta, 5*time.Second)
 	if !errors.Is(ta.Err(), baton.ErrLeaseLost) {
 		t.Errorf("after the node was deleted, Err() = %v, want ErrLeaseLost", ta.Err())
 	}
-	tb := waitTerm(t, got, 5*time.Second)
-	if tb.term.Token() <= ta.Token() {
-		t.Errorf("b's token %d is not above a's %d", tb.term.Token(), ta.Token())
+	tb := testkit.WaitTerm(t, got, 5*time.Second)
+	if tb.Term.Token() <= ta.Token() {
+		t.Errorf("b's token %d is not above a's %d", tb.Term.Token(), ta.Token())
 	}
 	// a's name is free again: it can queue behind b.
-	again := campaignAsync(t, a, "deleted", "a")
-	if err := tb.term.Resign(testContext(t, 5*time.Second)); err != nil {
+	again := testkit.CampaignAsync(t, a, "deleted", "a")
+	if err := tb.Term.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if ta2 := waitTerm(t, again, 5*time.Second); ta2.term.Token() <= tb.term.Token() {
-		t.Errorf("a's new token %d is not above b's %d", ta2.term.Token(), tb.term.Token())
+	if ta2 := testkit.WaitTerm(t, again, 5*time.Second); ta2.Term.Token() <= tb.Term.Token() {
+		t.Errorf("a's new token %d is not above b's %d", ta2.Term.Token(), tb.Term.Token())
 	}
 }
 
@@ -447,13 +448,13 @@ func TestCloseHandsOverAtOnce(t *testing.T) {
 				a = newBackend(t, conn, zookeeper.Options{Config: cfg, Root: root, Probe: probe})
 			}
 			b := dial(t, srv.Addr(), zookeeper.DialOptions{Options: zookeeper.Options{Config: cfg, Root: root}})
-			ta := campaign(t, a, "closing", "a")
-			other := campaign(t, a, "other", "a")
-			got := campaignAsync(t, b, "closing", "b")
+			ta := testkit.CampaignWithin(t, a, "closing", "a", 10*time.Second)
+			other := testkit.CampaignWithin(t, a, "other", "a", 10*time.Second)
+			got := testkit.CampaignAsync(t, b, "closing", "b")
 			raw := rawConn(t, srv.Addr())
-			eventually(t, 5*time.Second, "b to queue", func() bool { return len(children(t, raw, root+"/closing")) == 2 })
+			testkit.Eventually(t, 5*time.Second, "b to queue", func() bool { return len(children(t, raw, root+"/closing")) == 2 })
 			closed := time.Now()
-			if err := a.Close(testContext(t, 5*time.Second)); err != nil {
+			if err := a.Close(testkit.Context(t, 5*time.Second)); err != nil {
 				t.Fatalf("Close: %v", err)
 			}
 			for _, term := range []baton.Term{ta, other} {
@@ -462,18 +463,18 @@ func TestCloseHandsOverAtOnce(t *testing.T) {
 				}
 			}
 			// Well within the 10 s TTL: the Close, not expiry, let b in.
-			w := waitTerm(t, got, 3*time.Second)
-			t.Logf("hand-over after Close took %s", w.at.Sub(closed))
+			w := testkit.WaitTerm(t, got, 3*time.Second)
+			t.Logf("hand-over after Close took %s", w.At.Sub(closed))
 			if kids := children(t, raw, root+"/other"); len(kids) != 0 {
 				t.Errorf("Close left %q behind", kids)
 			}
-			if _, err := a.Campaign(testContext(t, time.Second), "third", baton.Candidate{ID: "a"}); !errors.Is(err, baton.ErrClosed) {
+			if _, err := a.Campaign(testkit.Context(t, time.Second), "third", baton.Candidate{ID: "a"}); !errors.Is(err, baton.ErrClosed) {
 				t.Errorf("Campaign after Close: err = %v, want ErrClosed", err)
 			}
-			if _, err := a.Leader(testContext(t, time.Second), "closing"); !errors.Is(err, baton.ErrClosed) {
+			if _, err := a.Leader(testkit.Context(t, time.Second), "closing"); !errors.Is(err, baton.ErrClosed) {
 				t.Errorf("Leader after Close: err = %v, want ErrClosed", err)
 			}
-			if err := a.Close(testContext(t, time.Second)); err != nil {
+			if err := a.Close(testkit.Context(t, time.Second)); err != nil {
 				t.Errorf("second Close: %v", err)
 			}
 			if !owned {
@@ -495,7 +496,7 @@ func TestNegotiatedTimeoutTimesSafeUntil(t *testing.T) {
 	b := dial(t, srv.Addr(), zookeeper.DialOptions{Options: zookeeper.Options{Config: cfg, Root: uniqueRoot(t), Logger: logs.logger()}})
 	full, _ := (backend.Config{TTL: cfg.TTL, RenewInterval: cfg.TTL / 6}).WithDefaults() // the backend's defaults
 	start := time.Now()
-	term := campaign(t, b, "clamped", "x")
+	term := testkit.CampaignWithin(t, b, "clamped", "x", 10*time.Second)
 	elapsed := time.Since(start)
 	granted := testserver.ZooKeeperMaxSessionTimeout
 	// The granted timeout less the ensemble lag (a quarter of it plus
@@ -540,7 +541,7 @@ func TestInvalidOptionsAndNames(t *testing.T) {
 	if err := (zookeeper.Options{}).Validate(); err != nil {
 		t.Errorf("Validate of the zero Options: %v", err)
 	}
-	if _, err := zookeeper.Dial(testContext(t, time.Second), nil, zookeeper.DialOptions{}); !errors.As(err, &cerr) {
+	if _, err := zookeeper.Dial(testkit.Context(t, time.Second), nil, zookeeper.DialOptions{}); !errors.As(err, &cerr) {
 		t.Errorf("Dial without servers: %v; want a ConfigError", err)
 	}
 	if _, err := zookeeper.New(conn, zookeeper.Options{Root: "/"}); err != nil {
@@ -548,17 +549,17 @@ func TestInvalidOptionsAndNames(t *testing.T) {
 	}
 	b := newBackend(t, conn, zookeeper.Options{Root: uniqueRoot(t)})
 	for _, name := range []string{"", "a/b", ".", "..", "x\x00y", "x\u0085y"} {
-		if _, err := b.Campaign(testContext(t, time.Second), name, baton.Candidate{ID: "x"}); err == nil {
+		if _, err := b.Campaign(testkit.Context(t, time.Second), name, baton.Candidate{ID: "x"}); err == nil {
 			t.Errorf("Campaign(%q) succeeded", name)
 		}
 		if err := zookeeper.CheckName(name); err == nil {
 			t.Errorf("CheckName(%q) = nil", name)
 		}
 	}
-	if _, err := b.Campaign(testContext(t, time.Second), "ok", baton.Candidate{}); err == nil {
+	if _, err := b.Campaign(testkit.Context(t, time.Second), "ok", baton.Candidate{}); err == nil {
 		t.Errorf("Campaign with an empty candidate ID succeeded")
 	}
-	if _, err := b.Leader(testContext(t, time.Second), "nobody"); !errors.Is(err, baton.ErrNoLeader) {
+	if _, err := b.Leader(testkit.Context(t, time.Second), "nobody"); !errors.Is(err, baton.ErrNoLeader) {
 		t.Errorf("Leader of a latch that does not exist: err = %v, want ErrNoLeader", err)
 	}
 }
@@ -570,7 +571,7 @@ func TestUnwiredProbeIsRefused(t *testing.T) {
 	srv := testserver.SharedZooKeeper(t)
 	conn := rawConn(t, srv.Addr()) // dialed through a probe of its own
 	b := newBackend(t, conn, zookeeper.Options{Root: uniqueRoot(t), Probe: zookeeper.NewSessionProbe(nil)})
-	_, err := b.Campaign(testContext(t, 10*time.Second), "unwired", baton.Candidate{ID: "x"})
+	_, err := b.Campaign(testkit.Context(t, 10*time.Second), "unwired", baton.Candidate{ID: "x"})
 	if !errors.Is(err, baton.ErrBackendUnavailable) || !strings.Contains(err.Error(), "Probe has not seen") {
 		t.Errorf("Campaign with a probe that saw no session: err = %v, want ErrBackendUnavailable naming the probe", err)
 	}
@@ -584,14 +585,14 @@ func TestUnreachableServerIsReported(t *testing.T) {
 	srv := testserver.SharedZooKeeper(t)
 	proxy := testserver.StartProxy(t, srv.Addr())
 	proxy.Cut()
-	_, err := zookeeper.Dial(testContext(t, 2*time.Second), []string{proxy.Addr()}, zookeeper.DialOptions{})
+	_, err := zookeeper.Dial(testkit.Context(t, 2*time.Second), []string{proxy.Addr()}, zookeeper.DialOptions{})
 	if !errors.Is(err, baton.ErrBackendUnavailable) {
 		t.Errorf("Dial to an unreachable server: err = %v, want ErrBackendUnavailable", err)
 	}
 	cfg := backend.Config{TTL: time.Second}
 	conn, probe := connect(t, proxy.Addr(), cfg)
 	b := newBackend(t, conn, zookeeper.Options{Config: cfg, Root: uniqueRoot(t), Probe: probe})
-	_, err = b.Campaign(testContext(t, time.Minute), "unreachable", baton.Candidate{ID: "a"})
+	_, err = b.Campaign(testkit.Context(t, time.Minute), "unreachable", baton.Candidate{ID: "a"})
 	if !errors.Is(err, baton.ErrBackendUnavailable) {
 		t.Errorf("Campaign against an unreachable server: err = %v, want ErrBackendUnavailable", err)
 	}

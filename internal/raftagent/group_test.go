@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -141,19 +140,7 @@ func resignWhenAsked(t testing.TB, term baton.Term, windDown time.Duration) <-ch
 // agentServer serves h as `baton agent` does. It returns the address.
 func agentServer(t testing.TB, n *raft.Node, h http.Handler) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		_ = srv.Close()
-	})
-	return ln.Addr().String()
+	return testkit.ServeHTTP(t, h)
 }
 
 // testToken is the agent token of the test agents (newHandler, when

@@ -1,6 +1,7 @@
 // Package testkit holds the helpers that baton's tests share: polling for a
-// condition, a context bounded by the test, and campaigning on any
-// baton.Backend in the foreground or in the background.
+// condition, a context bounded by the test, campaigning on any
+// baton.Backend in the foreground or in the background, and serving an
+// HTTP handler on loopback.
 //
 // It is for tests only (it imports testing); every module of the
 // repository may import it, since they all live under the
@@ -10,12 +11,15 @@
 // not assertions of speed. Measurements of how long something takes
 // belong in bench, where the figures are reported.
 //
-// Eventually, EventuallyErr, Campaign, WaitTerm and WaitDone stop the
-// test with t.Fatalf, and so must be called from the test's goroutine.
+// Eventually, EventuallyErr, Campaign, CampaignWithin, WaitTerm and
+// WaitDone stop the test with t.Fatalf, and so must be called from the
+// test's goroutine.
 package testkit
 
 import (
 	"context"
+	"net"
+	"net/http"
 	"testing"
 	"time"
 
@@ -91,13 +95,31 @@ const CampaignTimeout = 30 * time.Second
 // CampaignTimeout.
 func Campaign(t testing.TB, b baton.Backend, lease, id string) baton.Term {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), CampaignTimeout)
+	return CampaignWithin(t, b, lease, id, CampaignTimeout)
+}
+
+// CampaignWithin is Campaign with the campaign bounded by d instead of
+// CampaignTimeout.
+func CampaignWithin(t testing.TB, b baton.Backend, lease, id string, d time.Duration) baton.Term {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
 	defer cancel()
 	term, err := b.Campaign(ctx, lease, baton.Candidate{ID: id})
 	if err != nil {
 		t.Fatalf("%s campaigning for %s: %v", id, lease, err)
 	}
 	return term
+}
+
+// StateTerm returns term as a baton.StateTerm, failing the test if it
+// does not implement it.
+func StateTerm(t testing.TB, term baton.Term) baton.StateTerm {
+	t.Helper()
+	st, ok := term.(baton.StateTerm)
+	if !ok {
+		t.Fatalf("term %T does not implement baton.StateTerm", term)
+	}
+	return st
 }
 
 // Won is what a background campaign (CampaignAsync) delivers: the term
@@ -179,4 +201,25 @@ func CloseAtEnd[C Closer](t testing.TB, c C, d time.Duration) C {
 		_ = c.Close(ctx)
 	})
 	return c
+}
+
+// ServeHTTP serves h on a port of its own on 127.0.0.1 and returns the
+// address. When the test ends the server shuts down, giving requests in
+// flight up to a second, and then closes whatever connections remain (a
+// long poll, say).
+func ServeHTTP(t testing.TB, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		_ = srv.Close()
+	})
+	return ln.Addr().String()
 }

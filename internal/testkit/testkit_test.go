@@ -3,12 +3,16 @@ package testkit_test
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/internal/testkit"
@@ -146,5 +150,68 @@ func TestPoll(t *testing.T) {
 	var n atomic.Int32
 	if !testkit.Poll(5*time.Second, time.Millisecond, func() bool { return n.Add(1) == 2 }) {
 		t.Fatal("Poll of a condition that holds at the second call = false")
+	}
+}
+
+// ServeHTTP serves on loopback until the test ends, and a request still in
+// flight then (a long poll) does not hold up the test's end.
+func TestServeHTTP(t *testing.T) {
+	polling := make(chan struct{})
+	var addr string
+	t.Run("serve", func(t *testing.T) {
+		addr = testkit.ServeHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/poll" {
+				close(polling)
+				<-r.Context().Done()
+				return
+			}
+			fmt.Fprint(w, "hello")
+		}))
+		if host, _, _ := net.SplitHostPort(addr); host != "127.0.0.1" {
+			t.Fatalf("ServeHTTP bound %s, want 127.0.0.1", addr)
+		}
+		resp, err := http.Get("http://" + addr + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != "hello" {
+			t.Fatalf("body %q, want hello", body)
+		}
+		go func() {
+			if resp, err := http.Get("http://" + addr + "/poll"); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		<-polling
+	})
+	if _, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		t.Fatalf("%s still accepts connections after the test ended", addr)
+	}
+}
+
+// CampaignWithin gives up after its own bound, failing the test with the
+// campaign's error.
+func TestCampaignWithinBound(t *testing.T) {
+	s := memory.NewStore()
+	a, b := newBackend(t, s), newBackend(t, s)
+	testkit.Campaign(t, a, "job", "a")
+	msg := fatal(t, func(tb testing.TB) { testkit.CampaignWithin(tb, b, "job", "b", 50*time.Millisecond) })
+	if !strings.Contains(msg, "b campaigning for job") || !strings.Contains(msg, "deadline exceeded") {
+		t.Fatalf("Fatalf(%q), want b's campaign for job failing at its deadline", msg)
+	}
+}
+
+// StateTerm passes a term that keeps state through, and fails on one that
+// does not.
+func TestStateTerm(t *testing.T) {
+	term := testkit.Campaign(t, newBackend(t, memory.NewStore()), "job", "a")
+	if st := testkit.StateTerm(t, term); st == nil {
+		t.Fatal("StateTerm of a memory term = nil")
+	}
+	msg := fatal(t, func(tb testing.TB) { testkit.StateTerm(tb, struct{ baton.Term }{term}) })
+	if !strings.Contains(msg, "does not implement baton.StateTerm") {
+		t.Fatalf("Fatalf(%q), want a term that does not implement baton.StateTerm", msg)
 	}
 }
