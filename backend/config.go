@@ -21,11 +21,13 @@ type Config struct {
 	// takes over only after it has seen the lease unrenewed for a full TTL on its
 	// own monotonic clock (or the server reports the session dead). Larger TTLs
 	// ride out longer backend hiccups; smaller ones fail over faster.
-	// Zero means DefaultTTL (10 s). Must not be negative.
+	// Zero means DefaultTTL (10 s); a backend may set its own default (see
+	// its Options). Must not be negative.
 	TTL time.Duration
 
 	// RenewInterval is how often the holder renews. Zero means TTL/3, which
-	// leaves two more attempts before the lease is in danger. It must be
+	// leaves two more attempts before the lease is in danger; a backend may
+	// set its own default (etcd TTL/2, Consul TTL/4, ZooKeeper TTL/6). It must be
 	// positive and below TTL - DriftMargin, or no renewal could ever keep the
 	// lease safe.
 	RenewInterval time.Duration

@@ -12,7 +12,8 @@
 //
 //   - one holder per lease at a time, and a fencing token that strictly
 //     increases across the terms of a lease, also after the store lost its
-//     data (fold in an epoch, see internal/epoch);
+//     data (fold in an epoch: docs/guarantees.md, "Tokens across a lost
+//     store");
 //   - SafeUntil is the start of the last confirmed renewal plus the TTL
 //     minus Config.DriftMargin (Config.SafeUntil computes it), on the
 //     holder's monotonic clock, and the term ends by itself at that

@@ -63,7 +63,7 @@ type opener func(ctx context.Context, o Options) (*Backend, error)
 // means the documented defaults.
 type Options struct {
 	// TTL of the leases; 0 means the backend's default (backend.DefaultTTL,
-	// but 20 s on Consul).
+	// but 20 s on Consul and raft.DefaultTTL, 2 s, on raft:// and agent://).
 	TTL time.Duration
 
 	// Logger receives the backend's log lines. Nil means silent.
@@ -102,6 +102,7 @@ func (b *Backend) Close(ctx context.Context) error { return b.close(ctx) }
 // backend refuses for good. Retrying cannot help.
 type SettingsError struct{ Err error }
 
+// Error returns the underlying error's message.
 func (e *SettingsError) Error() string { return e.Err.Error() }
 
 // Unwrap returns the underlying error.

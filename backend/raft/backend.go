@@ -62,8 +62,9 @@ var _ baton.Backend = (*Backend)(nil)
 // DefaultTTL is the session TTL when Options.TTL is zero. It is shorter
 // than backend.DefaultTTL: the raft leader times sessions itself, so the TTL
 // bounds failover without standing in for a remote server's slack, and a
-// crash of any member, raft leader included, is over within about one TTL
-// (see docs/guarantees.md for what it costs under pauses and blips).
+// crash of any member is over within about one TTL, plus half a heartbeat
+// timeout when it was the raft leader (see docs/guarantees.md for what it
+// costs under pauses and blips).
 const DefaultTTL = 2 * time.Second
 
 // timing returns o's TTL, RenewInterval and DriftMargin, defaults applied.

@@ -65,8 +65,9 @@ func (n *Node) membership() {
 
 // avoidLeadingAndHolding hands raft leadership to a voter whose member
 // holds no lease when this member both leads the group and holds a lease:
-// a crash of such a member would cost an election on top of the TTL before
-// its lease moves on. Only to a member that holds nothing, so that leaders
+// a crash of such a member would cost half a heartbeat timeout (or the
+// election, when it takes longer) on top of the TTL before its lease moves
+// on. Only to a member that holds nothing, so that leaders
 // never bounce between holders.
 func (n *Node) avoidLeadingAndHolding() {
 	if !n.isReady() {

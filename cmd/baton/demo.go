@@ -25,7 +25,8 @@ where demo-job prints "node-K working with token N" every 500ms. The first
 three members seen form the group (3 voters); the others join as non-voters.
 Every --interval the demo kills the current leader, alternating kill -9 (a
 crash: the others must wait until the dead leader's session expires, about
---ttl, plus a raft election when the dead node was also the raft leader) and
+--ttl, up to half a heartbeat timeout more when the dead node was also the
+raft leader) and
 SIGTERM (a shutdown: the leader stops its job, resigns and leaves the group,
 and a standby takes over at once), and restarts the killed node, as a new
 member, so that the group stays at --nodes. It prints a timeline, and after

@@ -34,7 +34,7 @@ quickly and safely when that instance dies, hangs or is shut down.
 
 Backends (--backend URL):
   raft://                        this process is a member of an embedded raft group
-                                 (run and agent; see --join, --tls-*, BATON_SECRET)
+                                 (run, cron and agent; see --join, --tls-*, BATON_SECRET)
   agent://host:port              the raft group, through a 'baton agent' on this host
   etcd://host:port[,host:port]   an etcd cluster (port defaults to 2379)
   zk://[user:password@]host:port[,host:port][/root]

@@ -89,7 +89,10 @@ type Grant[ID comparable] struct {
 // the session's terms report) and stops renewing it.
 type EndedError struct{ Err error }
 
+// Error returns Err's message.
 func (e *EndedError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err.
 func (e *EndedError) Unwrap() error { return e.Err }
 
 // Options configures a Manager.
