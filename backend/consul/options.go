@@ -130,10 +130,10 @@ func cleanPath(p string) bool {
 	return true
 }
 
-// settle fills in o's defaults and returns the timing, the session TTL
-// (TTL/2), the lock-delay and the key prefix, with every problem found in
-// o; err is an error that is not a problem with o.
-func (o Options) settle() (cfg backend.Config, sessTTL, lockDelay time.Duration, prefix string, problems []string, err error) {
+// timing fills in o's timing defaults and returns them with the session TTL
+// (TTL/2) asked of Consul and every problem found in them; err is an error
+// that is not a problem with o.
+func (o Options) timing() (cfg backend.Config, sessTTL time.Duration, problems []string, err error) {
 	cfg = o.Config
 	if cfg.TTL == 0 {
 		cfg.TTL = DefaultTTL
@@ -146,7 +146,7 @@ func (o Options) settle() (cfg backend.Config, sessTTL, lockDelay time.Duration,
 	if errors.As(err, &ce) {
 		problems = append(problems, ce.Problems...)
 	} else if err != nil {
-		return cfg, 0, 0, "", nil, err
+		return cfg, 0, nil, err
 	}
 	sessTTL = (cfg.TTL/2 + time.Millisecond - 1).Truncate(time.Millisecond)
 	if err == nil {
@@ -157,6 +157,17 @@ func (o Options) settle() (cfg backend.Config, sessTTL, lockDelay time.Duration,
 			problems = append(problems, fmt.Sprintf("RenewInterval (%s) must be below TTL/2 - DriftMargin (%s) on Consul, the holder's safe window: renew more often or raise TTL",
 				cfg.RenewInterval, sessTTL-cfg.DriftMargin))
 		}
+	}
+	return cfg, sessTTL, problems, nil
+}
+
+// settle fills in o's defaults and returns the timing, the session TTL
+// (TTL/2), the lock-delay and the key prefix, with every problem found in
+// o; err is an error that is not a problem with o.
+func (o Options) settle() (cfg backend.Config, sessTTL, lockDelay time.Duration, prefix string, problems []string, err error) {
+	cfg, sessTTL, problems, err = o.timing()
+	if err != nil {
+		return cfg, 0, 0, "", nil, err
 	}
 	lockDelay, problems = o.lockDelay(cfg, sessTTL, problems)
 	prefix = o.Prefix

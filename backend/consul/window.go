@@ -1,7 +1,6 @@
 package consul
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/batonhq/baton"
@@ -20,24 +19,12 @@ func (b *Backend) RenewalWindow() time.Duration {
 // (TTL/2) less the renew interval and drift margin. It returns the error
 // New would give for a timing New refuses.
 func (o Options) RenewalWindow() (time.Duration, error) {
-	cfg := o.Config
-	if cfg.TTL == 0 {
-		cfg.TTL = DefaultTTL
-	}
-	if cfg.TTL > 0 && cfg.RenewInterval == 0 {
-		cfg.RenewInterval = defaultRenewInterval(cfg.TTL)
-	}
-	cfg, err := cfg.WithDefaults()
+	cfg, sessTTL, problems, err := o.timing()
 	if err != nil {
 		return 0, err
 	}
-	sessTTL := (cfg.TTL/2 + time.Millisecond - 1).Truncate(time.Millisecond)
-	switch {
-	case cfg.DriftMargin >= sessTTL:
-		return 0, &baton.ConfigError{Problems: []string{fmt.Sprintf("DriftMargin (%s) must be below TTL/2 (%s), the session TTL asked of Consul", cfg.DriftMargin, sessTTL)}}
-	case cfg.RenewInterval >= sessTTL-cfg.DriftMargin:
-		return 0, &baton.ConfigError{Problems: []string{fmt.Sprintf("RenewInterval (%s) must be below TTL/2 - DriftMargin (%s) on Consul, the holder's safe window: renew more often or raise TTL",
-			cfg.RenewInterval, sessTTL-cfg.DriftMargin)}}
+	if len(problems) > 0 {
+		return 0, &baton.ConfigError{Problems: problems}
 	}
 	return sessTTL - cfg.RenewInterval - cfg.DriftMargin, nil
 }
