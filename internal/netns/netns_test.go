@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 const (
@@ -525,6 +527,13 @@ func TestSweepRemovesLeftovers(t *testing.T) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- sleeper.Wait() }()
+	// Start returns once `ip netns exec` runs; it enters the namespace a
+	// moment later. A sweep before that finds the namespace empty, and the
+	// sleeper then lives on in a namespace that no longer has a name.
+	testkit.Eventually(t, exitTimeout, "the sleeper inside "+name, func() bool {
+		pids, err := tl.ip.pids(name)
+		return err == nil && len(pids) > 0
+	})
 
 	removed, err := sweep(tl)
 	// Another test process sweeping at the same time may remove the
