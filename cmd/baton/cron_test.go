@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/testkit"
-	"github.com/batonhq/baton/internal/testserver"
 )
 
 // slotLine is one run of the cron job, as the job itself recorded it.
@@ -56,15 +55,11 @@ func TestCronOncePerSlot(t *testing.T) {
 		backend func(t *testing.T) string
 		ttl     string
 	}{
-		{"etcd", func(t *testing.T) string { return "etcd://" + testserver.StartEtcd(t).Endpoint() }, "1s"},
-		{"zookeeper", func(t *testing.T) string {
-			return "zk://" + testserver.StartZooKeeper(t, testserver.ZooKeeperOptions{}).Addr() + "/services/cron"
-		}, "2s"},
+		{"etcd", func(t *testing.T) string { return etcdURL(t) }, "1s"},
+		{"zookeeper", func(t *testing.T) string { return zkURL(t, "/services/cron") }, "2s"},
 		// Consul renews every TTL/4 of a session TTL of TTL/2: at 3 s a
 		// renewal window (0.45 s) that --grace 300ms fits in.
-		{"consul", func(t *testing.T) string {
-			return "consul://" + testserver.StartConsul(t, testserver.ConsulOptions{}).Addr() + "/services"
-		}, "3s"},
+		{"consul", func(t *testing.T) string { return consulURL(t, "/services") }, "3s"},
 		// The embedded raft group, through a `baton agent`: a kill -9 of a
 		// cron process is a session's death, not a member's.
 		{"raft", startCronAgent, "1s"},

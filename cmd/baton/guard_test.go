@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/testkit"
-	"github.com/batonhq/baton/internal/testserver"
 	"golang.org/x/sys/unix"
 )
 
@@ -119,7 +118,7 @@ func TestRunFrozenHolder(t *testing.T) {
 		}
 		t.Run("etcd/"+name, func(t *testing.T) {
 			t.Parallel()
-			backend := "etcd://" + testserver.StartEtcd(t).Endpoint()
+			backend := etcdURL(t)
 			testRunFrozenHolder(t, func(int) []string { return []string{"--backend", backend} }, nil, group)
 		})
 		t.Run("raft/"+name, func(t *testing.T) {
@@ -224,7 +223,7 @@ func testRunFrozenHolder(t *testing.T, args func(i int) []string, extraEnv []str
 // holder; it ignores SIGTERM, so only the guard's SIGKILL stops it.
 func TestRunKilledHolderWrapperScript(t *testing.T) {
 	t.Parallel()
-	backend := "etcd://" + testserver.StartEtcd(t).Endpoint()
+	backend := etcdURL(t)
 	file := filepath.Join(t.TempDir(), "events")
 	self, err := os.Executable()
 	if err != nil {
@@ -264,7 +263,7 @@ func TestRunKilledHolderWrapperScript(t *testing.T) {
 // when baton is killed its guard stops it.
 func TestRunKillsEscapedDescendant(t *testing.T) {
 	t.Parallel()
-	backend := "etcd://" + testserver.StartEtcd(t).Endpoint()
+	backend := etcdURL(t)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

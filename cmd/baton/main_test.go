@@ -202,3 +202,18 @@ func runApp(ctx context.Context, env map[string]string, args ...string) result {
 	code := app.Main(ctx, args)
 	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
 }
+
+// etcdURL starts a test etcd and returns its etcd:// backend URL.
+func etcdURL(t *testing.T) string { return "etcd://" + testserver.StartEtcd(t).Endpoint() }
+
+// zkURL starts a standalone test ZooKeeper and returns its zk:// backend URL
+// with root.
+func zkURL(t *testing.T, root string) string {
+	return "zk://" + testserver.StartZooKeeper(t, testserver.ZooKeeperOptions{}).Addr() + root
+}
+
+// consulURL starts a test Consul agent and returns its consul:// backend URL
+// with prefix.
+func consulURL(t *testing.T, prefix string) string {
+	return "consul://" + testserver.StartConsul(t, testserver.ConsulOptions{}).Addr() + prefix
+}

@@ -169,9 +169,6 @@ func leaderProc(t *testing.T, procs []*batonProc, pid int) *batonProc {
 	return nil
 }
 
-// TestRunFailover runs three `baton run` processes on a real etcd and checks
-// that the command runs on one of them at a time, that a crashed leader's
-// command dies with it, and that a stopped leader hands over.
 // TestRunFailover runs three `baton run` against each backend with a real
 // server: a crash of the leader, then a SIGTERM, and the standbys take over
 // in turn, never two children at once.
@@ -182,16 +179,12 @@ func TestRunFailover(t *testing.T) {
 		backend func(t *testing.T) string
 		ttl     string
 	}{
-		{"etcd", func(t *testing.T) string { return "etcd://" + testserver.StartEtcd(t).Endpoint() }, "1s"},
-		{"zookeeper", func(t *testing.T) string {
-			return "zk://" + testserver.StartZooKeeper(t, testserver.ZooKeeperOptions{}).Addr() + "/services/failover"
-		}, "2s"}, // a renewal window (0.6 s) that --grace 300ms fits in
+		{"etcd", func(t *testing.T) string { return etcdURL(t) }, "1s"},
+		{"zookeeper", func(t *testing.T) string { return zkURL(t, "/services/failover") }, "2s"}, // a renewal window (0.6 s) that --grace 300ms fits in
 		// Consul's session TTL is TTL/2 (the test agent allows 1 s),
 		// renewed every TTL/4: a renewal window (0.45 s) that --grace
 		// 300ms fits in.
-		{"consul", func(t *testing.T) string {
-			return "consul://" + testserver.StartConsul(t, testserver.ConsulOptions{}).Addr() + "/services"
-		}, "3s"},
+		{"consul", func(t *testing.T) string { return consulURL(t, "/services") }, "3s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/testkit"
-	"github.com/batonhq/baton/internal/testserver"
 )
 
 // TestRunStandbyReportsLeader: a standby logs who leads ("standing by")
@@ -20,13 +19,9 @@ func TestRunStandbyReportsLeader(t *testing.T) {
 		backend func(t *testing.T) string
 		ttl     string
 	}{
-		{"etcd", func(t *testing.T) string { return "etcd://" + testserver.StartEtcd(t).Endpoint() }, "2s"},
-		{"zookeeper", func(t *testing.T) string {
-			return "zk://" + testserver.StartZooKeeper(t, testserver.ZooKeeperOptions{}).Addr() + "/services/standby"
-		}, "4s"},
-		{"consul", func(t *testing.T) string {
-			return "consul://" + testserver.StartConsul(t, testserver.ConsulOptions{}).Addr() + "/services"
-		}, "4s"},
+		{"etcd", func(t *testing.T) string { return etcdURL(t) }, "2s"},
+		{"zookeeper", func(t *testing.T) string { return zkURL(t, "/services/standby") }, "4s"},
+		{"consul", func(t *testing.T) string { return consulURL(t, "/services") }, "4s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
