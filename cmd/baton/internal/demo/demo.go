@@ -429,21 +429,27 @@ func (d *demo) startNode(i int) error {
 // waits for all of them; each node stops its job and resigns first.
 //
 // Each member leaves the group as it stops, which needs a raft leader and a
-// quorum. So the raft leader goes last: the others (and the demo's
-// observing member) leave while it still leads, after which it is the only
-// member, with nobody to hand over to and nothing to leave. Stopped all at
-// once, the members would lose their quorum mid-way and each wait out its
-// close timeout.
+// quorum. So the members stop one at a time, each after the last has left:
+// the group shrinks by one member at each step and keeps its quorum
+// throughout, whatever the load on the machine. The demo's observing member
+// goes first and the raft leader last, which spares leadership transfers;
+// the last member finds itself alone, with nothing to hand over or leave.
+// Stopped all at once, the members could lose their quorum mid-way and
+// each wait out its close timeout.
 func (d *demo) stopAll() {
 	// The nodes' last output and exit reports arrive while they stop; keep
-	// reading them so that the copying goroutines never block.
+	// reading them so that the copying goroutines never block, and show the
+	// nodes' logs with --verbose.
 	drained := make(chan struct{})
 	stopped := make(chan struct{})
 	go func() {
 		defer close(drained)
 		for {
 			select {
-			case <-d.events:
+			case e := <-d.events:
+				if e.kind == nodeLog {
+					d.printf("%s ! %s", d.nodes[e.node].name, e.line)
+				}
 			case <-stopped:
 				return
 			}
@@ -453,9 +459,12 @@ func (d *demo) stopAll() {
 	leaderAt := ""
 	if d.observer != nil {
 		leaderAt = d.observer.Status().LeaderAt
+		// Closing again later (Run's deferred close) is a no-op.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = d.observer.Close(ctx)
+		cancel()
 	}
 	var last *nodeProc
-	var wg sync.WaitGroup
 	stop := func(n *nodeProc) {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
@@ -469,17 +478,8 @@ func (d *demo) stopAll() {
 			last = n
 			continue
 		}
-		wg.Go(func() { stop(n) })
+		stop(n)
 	}
-	if d.observer != nil {
-		wg.Go(func() {
-			// Closing again later (Run's deferred close) is a no-op.
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = d.observer.Close(ctx)
-		})
-	}
-	wg.Wait()
 	if last != nil {
 		stop(last)
 	}
