@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/awsfake"
 	"log/slog"
 	"slices"
 	"strings"
@@ -47,7 +48,7 @@ var testCredentials = credentials.NewStaticCredentialsProvider("AKIDBATONTEST", 
 
 // fakeAWSOptions returns options whose built clients talk to f, for group
 // "web" in us-east-1, with retries that back off for at most a millisecond.
-func fakeAWSOptions(t *testing.T, f *fakeAWS) ASGOptions {
+func fakeAWSOptions(t *testing.T, f *awsfake.Server) ASGOptions {
 	return ASGOptions{
 		Port:                7000,
 		GroupName:           "web",
@@ -91,20 +92,20 @@ func mustPeers(t *testing.T, d discovery.Discoverer) []string {
 }
 
 func TestAWSASGOnlyInServiceHealthy(t *testing.T) {
-	f := startFakeAWS(t)
-	f.addGroup("web")
-	f.addGroup("api")
-	f.launch("i-0a", "web", "InService", "Healthy", "10.0.0.1")
-	f.launch("i-0b", "web", "InService", "Unhealthy", "10.0.0.2")
-	f.launch("i-0c", "web", "Pending", "Healthy", "10.0.0.3")
-	f.launch("i-0d", "web", "Terminating", "Healthy", "10.0.0.4")
-	f.launch("i-0e", "web", "Standby", "Healthy", "10.0.0.5")
-	f.launch("i-0f", "web", "InService", "Healthy", "") // no private address
-	f.launch("i-0g", "web", "InService", "Healthy", "10.0.0.7")
-	f.set("i-0g", func(in *fakeInstance) { in.State = "shutting-down" }) // EC2 is ahead of Auto Scaling
-	f.launch("i-09", "web", "InService", "Healthy", "10.0.0.9")
-	f.launch("i-1a", "api", "InService", "Healthy", "10.0.1.1")
-	f.launch("i-2a", "", "", "", "10.0.2.1")
+	f := awsfake.Start(t)
+	f.AddGroup("web")
+	f.AddGroup("api")
+	f.Launch("i-0a", "web", "InService", "Healthy", "10.0.0.1")
+	f.Launch("i-0b", "web", "InService", "Unhealthy", "10.0.0.2")
+	f.Launch("i-0c", "web", "Pending", "Healthy", "10.0.0.3")
+	f.Launch("i-0d", "web", "Terminating", "Healthy", "10.0.0.4")
+	f.Launch("i-0e", "web", "Standby", "Healthy", "10.0.0.5")
+	f.Launch("i-0f", "web", "InService", "Healthy", "") // no private address
+	f.Launch("i-0g", "web", "InService", "Healthy", "10.0.0.7")
+	f.Set("i-0g", func(in *awsfake.Instance) { in.State = "shutting-down" }) // EC2 is ahead of Auto Scaling
+	f.Launch("i-09", "web", "InService", "Healthy", "10.0.0.9")
+	f.Launch("i-1a", "api", "InService", "Healthy", "10.0.1.1")
+	f.Launch("i-2a", "", "", "", "10.0.2.1")
 
 	a, _ := newTestASG(t, fakeAWSOptions(t, f))
 	got := mustPeers(t, a)
@@ -137,23 +138,23 @@ func TestAWSASGOnlyInServiceHealthy(t *testing.T) {
 			t.Errorf("i-0a = %+v, want its private IP and address", in)
 		}
 	}
-	if batches := f.describeInstancesBatches(); !slices.Equal(batches, []int{4}) {
+	if batches := f.DescribeInstancesBatches(); !slices.Equal(batches, []int{4}) {
 		t.Errorf("DescribeInstances batches = %v, want one of the 4 InService, Healthy instances", batches)
 	}
-	if n := f.callCount("DescribeAutoScalingInstances"); n != 0 {
+	if n := f.CallCount("DescribeAutoScalingInstances"); n != 0 {
 		t.Errorf("DescribeAutoScalingInstances called %d times with GroupName set, want 0", n)
 	}
 }
 
 func TestAWSASGBatchesAndPagination(t *testing.T) {
-	f := startFakeAWS(t)
-	f.addGroup("web")
+	f := awsfake.Start(t)
+	f.AddGroup("web")
 	const n = 2*DescribeInstancesBatch + 50
 	var want []string
 	for i := range n {
 		id := fmt.Sprintf("i-%04d", i)
 		ip := fmt.Sprintf("10.0.%d.%d", i/256, i%256)
-		f.launch(id, "web", "InService", "Healthy", ip)
+		f.Launch(id, "web", "InService", "Healthy", ip)
 		want = append(want, ip+":7000")
 	}
 
@@ -161,7 +162,7 @@ func TestAWSASGBatchesAndPagination(t *testing.T) {
 	if got := mustPeers(t, a); !slices.Equal(got, want) {
 		t.Errorf("Peers returned %d addresses, want all %d", len(got), len(want))
 	}
-	batches := f.describeInstancesBatches()
+	batches := f.DescribeInstancesBatches()
 	total := 0
 	for _, b := range batches {
 		if b == 0 || b > DescribeInstancesBatch {
@@ -174,16 +175,16 @@ func TestAWSASGBatchesAndPagination(t *testing.T) {
 	}
 	// The fake answers at most 7 instances a page: following NextToken is
 	// the only way to see them all.
-	if calls := f.callCount("DescribeInstances"); calls <= len(batches) {
+	if calls := f.CallCount("DescribeInstances"); calls <= len(batches) {
 		t.Errorf("%d DescribeInstances calls for %d batches: pagination was not followed", calls, len(batches))
 	}
 }
 
 func TestAWSASGEmptyGroupMakesNoEC2Call(t *testing.T) {
-	f := startFakeAWS(t)
-	f.addGroup("web")
-	f.launch("i-0a", "web", "InService", "Unhealthy", "10.0.0.1")
-	f.launch("i-0b", "web", "Pending", "Healthy", "10.0.0.2")
+	f := awsfake.Start(t)
+	f.AddGroup("web")
+	f.Launch("i-0a", "web", "InService", "Unhealthy", "10.0.0.1")
+	f.Launch("i-0b", "web", "Pending", "Healthy", "10.0.0.2")
 
 	a, clock := newTestASG(t, fakeAWSOptions(t, f))
 	if got := mustPeers(t, a); got == nil || len(got) != 0 {
@@ -191,33 +192,33 @@ func TestAWSASGEmptyGroupMakesNoEC2Call(t *testing.T) {
 	}
 
 	// And a group with no instances at all.
-	f.terminate("i-0a")
-	f.terminate("i-0b")
+	f.Terminate("i-0a")
+	f.Terminate("i-0b")
 	clock.Advance(2 * DefaultCacheTTL)
 	if got := mustPeers(t, a); len(got) != 0 {
 		t.Errorf("Peers = %q, want none", got)
 	}
-	if n := f.callCount("DescribeInstances"); n != 0 {
+	if n := f.CallCount("DescribeInstances"); n != 0 {
 		t.Errorf("DescribeInstances called %d times for a group without peers, want 0", n)
 	}
 }
 
 func TestAWSASGThrottlingRetried(t *testing.T) {
 	t.Parallel() // each spends seconds in adaptive mode's rate limiter
-	f := startFakeAWS(t)
-	f.addGroup("web")
-	f.launch("i-0a", "web", "InService", "Healthy", "10.0.0.1")
+	f := awsfake.Start(t)
+	f.AddGroup("web")
+	f.Launch("i-0a", "web", "InService", "Healthy", "10.0.0.1")
 	// Each throttled attempt costs about two seconds: adaptive mode slows
 	// the client to its minimum rate, which is the behaviour under test.
-	f.throttleNext("DescribeAutoScalingGroups", 1) // Throttling, as Auto Scaling says it
-	f.throttleNext("DescribeInstances", 1)         // RequestLimitExceeded, as EC2 says it
+	f.ThrottleNext("DescribeAutoScalingGroups", 1) // Throttling, as Auto Scaling says it
+	f.ThrottleNext("DescribeInstances", 1)         // RequestLimitExceeded, as EC2 says it
 
 	a, _ := newTestASG(t, fakeAWSOptions(t, f))
 	if got := mustPeers(t, a); !slices.Equal(got, []string{"10.0.0.1:7000"}) {
 		t.Errorf("Peers = %q", got)
 	}
 	for _, action := range []string{"DescribeAutoScalingGroups", "DescribeInstances"} {
-		if n := f.callCount(action); n != 2 {
+		if n := f.CallCount(action); n != 2 {
 			t.Errorf("%s called %d times, want 2: one throttled, one answered", action, n)
 		}
 	}
@@ -225,10 +226,10 @@ func TestAWSASGThrottlingRetried(t *testing.T) {
 
 func TestAWSASGThrottlingExhausted(t *testing.T) {
 	t.Parallel() // each spends seconds in adaptive mode's rate limiter
-	f := startFakeAWS(t)
-	f.addGroup("web")
-	f.launch("i-0a", "web", "InService", "Healthy", "10.0.0.1")
-	f.throttleNext("DescribeAutoScalingGroups", 2)
+	f := awsfake.Start(t)
+	f.AddGroup("web")
+	f.Launch("i-0a", "web", "InService", "Healthy", "10.0.0.1")
+	f.ThrottleNext("DescribeAutoScalingGroups", 2)
 
 	opts := fakeAWSOptions(t, f)
 	opts.RetryMaxAttempts = 2
@@ -240,7 +241,7 @@ func TestAWSASGThrottlingExhausted(t *testing.T) {
 	if !errors.As(err, &apiErr) || apiErr.ErrorCode() != "Throttling" {
 		t.Fatalf("Peers error = %v, want the Throttling API error", err)
 	}
-	if n := f.callCount("DescribeAutoScalingGroups"); n != 2 {
+	if n := f.CallCount("DescribeAutoScalingGroups"); n != 2 {
 		t.Errorf("DescribeAutoScalingGroups called %d times, want RetryMaxAttempts = 2", n)
 	}
 	// ... which is not cached: the next call succeeds.
@@ -250,20 +251,20 @@ func TestAWSASGThrottlingExhausted(t *testing.T) {
 }
 
 func TestAWSASGCache(t *testing.T) {
-	f := startFakeAWS(t)
-	f.addGroup("web")
-	f.launch("i-0a", "web", "InService", "Healthy", "10.0.0.1")
-	f.launch("i-0b", "web", "InService", "Healthy", "10.0.0.2")
+	f := awsfake.Start(t)
+	f.AddGroup("web")
+	f.Launch("i-0a", "web", "InService", "Healthy", "10.0.0.1")
+	f.Launch("i-0b", "web", "InService", "Healthy", "10.0.0.2")
 
 	opts := fakeAWSOptions(t, f)
 	opts.CacheTTL = time.Minute
 	a, clock := newTestASG(t, opts)
 	first := mustPeers(t, a)
-	calls := f.totalCalls()
+	calls := f.TotalCalls()
 
 	// Within 80% of the TTL every answer is still alive, whatever its jitter.
-	f.terminate("i-0a")
-	f.launch("i-0c", "web", "InService", "Healthy", "10.0.0.3")
+	f.Terminate("i-0a")
+	f.Launch("i-0c", "web", "InService", "Healthy", "10.0.0.3")
 	clock.Advance(opts.CacheTTL * 79 / 100)
 	for range 5 {
 		if got := mustPeers(t, a); !slices.Equal(got, first) {
@@ -273,7 +274,7 @@ func TestAWSASGCache(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := f.totalCalls(); n != calls {
+	if n := f.TotalCalls(); n != calls {
 		t.Errorf("%d AWS calls while the cache was fresh, want none", n-calls)
 	}
 
@@ -283,7 +284,7 @@ func TestAWSASGCache(t *testing.T) {
 	if got, want := mustPeers(t, a), []string{"10.0.0.2:7000", "10.0.0.3:7000"}; !slices.Equal(got, want) {
 		t.Errorf("refreshed Peers = %q, want %q", got, want)
 	}
-	if n := f.totalCalls(); n == calls {
+	if n := f.TotalCalls(); n == calls {
 		t.Error("no AWS call after the cache expired")
 	}
 	g, err := a.Group(context.Background())
@@ -308,23 +309,23 @@ func TestAWSASGCacheJitterBounds(t *testing.T) {
 		{0.999999999, 120 * time.Second},
 	} {
 		t.Run(fmt.Sprint(tt.draw), func(t *testing.T) {
-			f := startFakeAWS(t)
-			f.addGroup("web")
+			f := awsfake.Start(t)
+			f.AddGroup("web")
 			opts := fakeAWSOptions(t, f)
 			opts.CacheTTL = 100 * time.Second
 			a, clock := newTestASG(t, opts)
 			a.rand = func() float64 { return tt.draw }
 			mustPeers(t, a)
-			calls := f.totalCalls()
+			calls := f.TotalCalls()
 
 			clock.Advance(tt.life - time.Millisecond)
 			mustPeers(t, a)
-			if f.totalCalls() != calls {
+			if f.TotalCalls() != calls {
 				t.Errorf("refreshed before the lifetime of %s", tt.life)
 			}
 			clock.Advance(time.Millisecond)
 			mustPeers(t, a)
-			if f.totalCalls() == calls {
+			if f.TotalCalls() == calls {
 				t.Errorf("not refreshed at the end of the lifetime of %s", tt.life)
 			}
 		})
@@ -332,15 +333,15 @@ func TestAWSASGCacheJitterBounds(t *testing.T) {
 }
 
 func TestAWSASGConcurrentCallersShareOneRefresh(t *testing.T) {
-	f := startFakeAWS(t)
-	f.addGroup("web")
-	f.launch("i-0a", "web", "InService", "Healthy", "10.0.0.1")
+	f := awsfake.Start(t)
+	f.AddGroup("web")
+	f.Launch("i-0a", "web", "InService", "Healthy", "10.0.0.1")
 	a, _ := newTestASG(t, fakeAWSOptions(t, f))
 	const callers = 20
 	waiting := make(chan struct{}, callers)
 	a.onWait = func() { waiting <- struct{}{} }
 
-	arrived, release := f.hold()
+	arrived, release := f.Hold()
 	var started, done sync.WaitGroup // started: no caller is left unlaunched
 	results := make([][]string, callers)
 	errs := make([]error, callers)
@@ -366,7 +367,7 @@ func TestAWSASGConcurrentCallersShareOneRefresh(t *testing.T) {
 			t.Errorf("caller %d: %q, %v", i, results[i], errs[i])
 		}
 	}
-	if n := f.callCount("DescribeAutoScalingGroups"); n != 1 {
+	if n := f.CallCount("DescribeAutoScalingGroups"); n != 1 {
 		t.Errorf("DescribeAutoScalingGroups called %d times by %d concurrent callers, want 1", n, callers)
 	}
 }
@@ -374,14 +375,14 @@ func TestAWSASGConcurrentCallersShareOneRefresh(t *testing.T) {
 func TestAWSASGWaiterOutlivesCancelledRefresher(t *testing.T) {
 	// A caller whose context ends while it refreshes for others must not
 	// pass its cancellation on to them.
-	f := startFakeAWS(t)
-	f.addGroup("web")
-	f.launch("i-0a", "web", "InService", "Healthy", "10.0.0.1")
+	f := awsfake.Start(t)
+	f.AddGroup("web")
+	f.Launch("i-0a", "web", "InService", "Healthy", "10.0.0.1")
 	a, _ := newTestASG(t, fakeAWSOptions(t, f))
 	waiting := make(chan struct{}, 2)
 	a.onWait = func() { waiting <- struct{}{} }
 
-	arrived, release := f.hold()
+	arrived, release := f.Hold()
 	ctx, cancel := context.WithCancel(context.Background())
 	firstErr := make(chan error, 1)
 	go func() {
@@ -411,9 +412,9 @@ func TestAWSASGWaiterOutlivesCancelledRefresher(t *testing.T) {
 func TestAWSASGStale(t *testing.T) {
 	for _, maxStale := range []time.Duration{0, time.Minute} {
 		t.Run(fmt.Sprint("MaxStale=", maxStale), func(t *testing.T) {
-			f := startFakeAWS(t)
-			f.addGroup("web")
-			f.launch("i-0a", "web", "InService", "Healthy", "10.0.0.1")
+			f := awsfake.Start(t)
+			f.AddGroup("web")
+			f.Launch("i-0a", "web", "InService", "Healthy", "10.0.0.1")
 			var logs bytes.Buffer
 			opts := fakeAWSOptions(t, f)
 			opts.CacheTTL = time.Minute
@@ -423,7 +424,7 @@ func TestAWSASGStale(t *testing.T) {
 			a.rand = func() float64 { return 0.5 } // a lifetime of exactly CacheTTL
 			first := mustPeers(t, a)
 
-			f.deleteGroup("web")
+			f.DeleteGroup("web")
 			clock.Advance(90 * time.Second)
 			got, err := a.Peers(context.Background())
 			if maxStale == 0 {
@@ -438,9 +439,9 @@ func TestAWSASGStale(t *testing.T) {
 			if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "not found") {
 				t.Errorf("no warning naming the failure was logged: %q", logs.String())
 			}
-			calls := f.totalCalls()
+			calls := f.TotalCalls()
 			mustPeers(t, a)
-			if f.totalCalls() == calls {
+			if f.TotalCalls() == calls {
 				t.Error("a stale answer was served without trying to refresh")
 			}
 
@@ -453,8 +454,8 @@ func TestAWSASGStale(t *testing.T) {
 }
 
 func TestAWSASGGroupNotFound(t *testing.T) {
-	f := startFakeAWS(t)
-	f.addGroup("web")
+	f := awsfake.Start(t)
+	f.AddGroup("web")
 	opts := fakeAWSOptions(t, f)
 	opts.GroupName = "nope"
 	a, _ := newTestASG(t, opts)
@@ -467,9 +468,9 @@ func TestAWSASGGroupNotFound(t *testing.T) {
 func TestAWSASGCallerClients(t *testing.T) {
 	// Clients the caller built and owns are used as given, with no IMDS
 	// lookup when the group is named.
-	f := startFakeAWS(t)
-	f.addGroup("web")
-	f.launch("i-0a", "web", "InService", "Healthy", "10.0.0.1")
+	f := awsfake.Start(t)
+	f.AddGroup("web")
+	f.Launch("i-0a", "web", "InService", "Healthy", "10.0.0.1")
 	asgClient := autoscaling.New(autoscaling.Options{
 		Region: "us-east-1", Credentials: testCredentials, BaseEndpoint: sdkaws.String(f.URL()),
 	})

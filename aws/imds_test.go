@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/awsfake"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -117,12 +118,12 @@ func metadataMockServes(url string) bool {
 
 func TestIMDSv2FindsOwnGroup(t *testing.T) {
 	mock, mockOut := startMetadataMock(t)
-	f := startFakeAWS(t)
-	f.addGroup("web")
-	f.addGroup("api")
-	f.launch(metadataMockInstance, "web", "InService", "Healthy", "10.0.0.10")
-	f.launch("i-0b", "web", "InService", "Healthy", "10.0.0.11")
-	f.launch("i-1a", "api", "InService", "Healthy", "10.0.1.1")
+	f := awsfake.Start(t)
+	f.AddGroup("web")
+	f.AddGroup("api")
+	f.Launch(metadataMockInstance, "web", "InService", "Healthy", "10.0.0.10")
+	f.Launch("i-0b", "web", "InService", "Healthy", "10.0.0.11")
+	f.Launch("i-1a", "api", "InService", "Healthy", "10.0.1.1")
 
 	opts := fakeAWSOptions(t, f)
 	opts.GroupName, opts.Region = "", "" // both from the instance's identity
@@ -146,19 +147,19 @@ func TestIMDSv2FindsOwnGroup(t *testing.T) {
 	// for the group's members.
 	clock.Advance(2 * DefaultCacheTTL)
 	mustPeers(t, a)
-	if n := f.callCount("DescribeAutoScalingInstances"); n != 1 {
+	if n := f.CallCount("DescribeAutoScalingInstances"); n != 1 {
 		t.Errorf("DescribeAutoScalingInstances called %d times over two refreshes, want 1", n)
 	}
-	if n := f.callCount("DescribeAutoScalingGroups"); n != 2 {
+	if n := f.CallCount("DescribeAutoScalingGroups"); n != 2 {
 		t.Errorf("DescribeAutoScalingGroups called %d times over two refreshes, want 2", n)
 	}
 }
 
 func TestIMDSv2NotInGroup(t *testing.T) {
 	mock, _ := startMetadataMock(t)
-	f := startFakeAWS(t)
-	f.addGroup("web")
-	f.launch(metadataMockInstance, "", "", "", "10.0.0.10") // a lone instance
+	f := awsfake.Start(t)
+	f.AddGroup("web")
+	f.Launch(metadataMockInstance, "", "", "", "10.0.0.10") // a lone instance
 
 	opts := fakeAWSOptions(t, f)
 	opts.GroupName, opts.Region = "", ""
@@ -168,7 +169,7 @@ func TestIMDSv2NotInGroup(t *testing.T) {
 	if !errors.Is(err, ErrNotInGroup) || !strings.Contains(err.Error(), metadataMockInstance) {
 		t.Errorf("Peers error = %v, want ErrNotInGroup naming the instance", err)
 	}
-	if n := f.callCount("DescribeAutoScalingGroups"); n != 0 {
+	if n := f.CallCount("DescribeAutoScalingGroups"); n != 0 {
 		t.Errorf("DescribeAutoScalingGroups called %d times without a group", n)
 	}
 }
@@ -204,9 +205,9 @@ func TestIMDSFailsClosedWithoutToken(t *testing.T) {
 			v1 := &imdsV1Only{tokenStatus: status}
 			imdsSrv := httptest.NewServer(v1)
 			t.Cleanup(imdsSrv.Close)
-			f := startFakeAWS(t)
-			f.addGroup("web")
-			f.launch("i-0v1only", "web", "InService", "Healthy", "10.0.0.1")
+			f := awsfake.Start(t)
+			f.AddGroup("web")
+			f.Launch("i-0v1only", "web", "InService", "Healthy", "10.0.0.1")
 
 			opts := fakeAWSOptions(t, f)
 			opts.GroupName, opts.Region = "", ""
@@ -232,7 +233,7 @@ func TestIMDSFailsClosedWithoutToken(t *testing.T) {
 			if len(v1.gets) != 0 {
 				t.Errorf("the metadata service saw requests without a token: %q", v1.gets)
 			}
-			if n := f.totalCalls(); n != 0 {
+			if n := f.TotalCalls(); n != 0 {
 				t.Errorf("%d AWS API calls without an identity, want 0", n)
 			}
 		})
