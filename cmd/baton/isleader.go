@@ -57,6 +57,7 @@ func (a *App) newIsLeaderCommand() *cobra.Command {
 	c.common.register(c.fs, "this instance's candidate id (default: any holder on this host)")
 	c.fs.DurationVar(&c.timeout, "timeout", defaultQueryTimeout, "give up (exit 3) when the backend has not answered within this time")
 	c.fs.BoolVarP(&c.verbose, "verbose", "v", false, "print the answer and the holder on stdout")
+	c.common.rule, c.common.ruleSelf = true, true
 	return cmd
 }
 
@@ -76,6 +77,9 @@ func (c *isLeaderCommand) Run(ctx context.Context, _ []string) error {
 	}
 	if err := problemsError(problems); err != nil {
 		return err
+	}
+	if c.common.isRule {
+		return c.ruleIsLeader(ctx)
 	}
 	match, err := c.matcher()
 	if err != nil {

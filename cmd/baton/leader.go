@@ -56,6 +56,7 @@ func (a *App) newLeaderCommand() *cobra.Command {
 	c.common.register(c.fs, "unused; accepted so that the same environment serves every command")
 	c.fs.DurationVar(&c.timeout, "timeout", defaultQueryTimeout, "give up (exit 3) when the backend has not answered within this time")
 	c.fs.BoolVar(&c.json, "json", false, "print one JSON object")
+	c.common.rule = true
 	return cmd
 }
 
@@ -76,6 +77,9 @@ func (c *leaderCommand) Run(ctx context.Context, _ []string) error {
 	}
 	if err := problemsError(problems); err != nil {
 		return err
+	}
+	if c.common.isRule {
+		return c.ruleLeader(ctx)
 	}
 	rec, err := queryLeader(ctx, spec, &c.common, c.timeout, c.app)
 	out := c.app.stdout()

@@ -217,6 +217,12 @@ type commonFlags struct {
 	logLevel string
 	// member: the command may run a raft member (raft://); set by run.
 	member bool
+	// rule: the command takes aws-asg://, the group's rule (is-leader,
+	// leader); ruleSelf: --id names the instance to ask about.
+	rule, ruleSelf bool
+	// isRule and ruleGroup: --backend is aws-asg://[ruleGroup].
+	isRule    bool
+	ruleGroup string
 
 	fs *pflag.FlagSet // for flagSource
 }
@@ -234,6 +240,9 @@ func (c *commonFlags) register(fs *pflag.FlagSet, idUsage string) {
 // validate returns the problems with the common flags, each saying how to
 // fix it, and the parsed backend URL when it is valid.
 func (c *commonFlags) validate() ([]string, *backendurl.Spec) {
+	if isRuleURL(c.backend) {
+		return c.validateRule(), nil
+	}
 	var problems []string
 	var spec *backendurl.Spec
 	if c.backend == "" {
