@@ -247,6 +247,25 @@ func ruleClients(ctx context.Context, o *RuleOptions) (ruleAPI, error) {
 	}
 	needIdentity = needIdentity || (build && region == "")
 
+	// The credentials are checked while the identity is read: off EC2,
+	// both end only after the SDK's retries of an absent metadata service.
+	credsErr := make(chan error, 1)
+	if build {
+		go func() {
+			if cfg.Credentials == nil {
+				credsErr <- ErrNoCredentials
+				return
+			}
+			if _, err := cfg.Credentials.Retrieve(ctx); err != nil && ctx.Err() == nil {
+				credsErr <- fmt.Errorf("%w: %w", ErrNoCredentials, err)
+				return
+			}
+			credsErr <- nil
+		}()
+	} else {
+		credsErr <- nil
+	}
+
 	self := ""
 	var identityErr error
 	if needIdentity {
@@ -276,12 +295,8 @@ func ruleClients(ctx context.Context, o *RuleOptions) (ruleAPI, error) {
 	if build && region == "" {
 		problems = append(problems, ErrNoRegion)
 	}
-	if build && ctx.Err() == nil {
-		if cfg.Credentials == nil {
-			problems = append(problems, ErrNoCredentials)
-		} else if _, err := cfg.Credentials.Retrieve(ctx); err != nil && ctx.Err() == nil {
-			problems = append(problems, fmt.Errorf("%w: %w", ErrNoCredentials, err))
-		}
+	if err := <-credsErr; err != nil {
+		problems = append(problems, err)
 	}
 	if len(problems) > 0 {
 		if identityErr != nil && (o.Group == "" || o.Self) {

@@ -1,0 +1,360 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/internal/awsfake"
+	"github.com/batonhq/baton/internal/testserver"
+)
+
+// The AWS tests run the real amazon-ec2-metadata-mock as each simulated
+// instance's IMDS, and the real AWS SDK (in the baton processes) against
+// internal/awsfake, a Query-protocol model of Auto Scaling and EC2.
+
+// mockInstance is the instance ID in the metadata mock's default data.
+const mockInstance = "i-1234567890abcdef0"
+
+// mockConfig is an amazon-ec2-metadata-mock configuration that makes one
+// simulated instance: its ID and private IP in the metadata and in the
+// identity document, in us-east-1.
+func mockConfig(id, ip string) map[string]any {
+	return map[string]any{
+		"metadata": map[string]any{"values": map[string]any{
+			"instance-id": id, "local-ipv4": ip,
+		}},
+		"dynamic": map[string]any{"values": map[string]any{
+			"instance-identity-document": map[string]any{
+				"accountId": "123456789012", "architecture": "x86_64", "availabilityZone": "us-east-1a",
+				"imageId": "ami-12345678", "instanceId": id, "instanceType": "t3.micro",
+				"pendingTime": "2030-01-01T00:00:00Z", "privateIp": ip, "region": "us-east-1", "version": "2017-09-30",
+			},
+		}},
+	}
+}
+
+// startMetadataMock runs the mock on a loopback port with IMDSv2 required,
+// stopped when the test ends, and returns its endpoint URL. cfg (nil for
+// the defaults) is its configuration file; args go before the global flags
+// (a mode such as "spot" or "asglifecycle", and its flags).
+func startMetadataMock(t *testing.T, cfg map[string]any, args ...string) string {
+	t.Helper()
+	bin, err := testserver.MetadataMock.Binary()
+	if err != nil {
+		testserver.Unavailable(t, "ec2-metadata-mock", fmt.Errorf("%w\n%s", err, testserver.MetadataMock.Hint()))
+	}
+	var errs []error
+	for range 3 { // the free port chosen may be taken before the mock binds it
+		url, err := tryMetadataMock(t, bin, cfg, args)
+		if err == nil {
+			return url
+		}
+		errs = append(errs, err)
+	}
+	testserver.Unavailable(t, "ec2-metadata-mock", fmt.Errorf("%w\n%s", errors.Join(errs...), testserver.MetadataMock.Hint()))
+	return ""
+}
+
+func tryMetadataMock(t *testing.T, bin string, cfg map[string]any, args []string) (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	// An empty home and working directory: the mock reads its
+	// configuration file there.
+	home := t.TempDir()
+	args = append(args, "--hostname", "127.0.0.1", "--port", strconv.Itoa(port), "--imdsv2")
+	if cfg != nil {
+		b, err := json.Marshal(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(home, "aemm-config.json")
+		if err := os.WriteFile(file, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--config-file", file)
+	}
+	out := new(testserver.SyncBuffer)
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = home
+	cmd.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop := func() {
+		cmd.Process.Kill()
+		<-exited
+	}
+	url := "http://127.0.0.1:" + strconv.Itoa(port)
+	deadline := time.Now().Add(30 * time.Second)
+	for !metadataMockServes(url) {
+		if time.Now().After(deadline) {
+			stop()
+			return "", fmt.Errorf("ec2-metadata-mock did not serve on %s within 30s; output:\n%s", url, out)
+		}
+		// Poll: the mock gives no other sign that it listens.
+		select {
+		case err := <-exited:
+			return "", fmt.Errorf("ec2-metadata-mock exited before serving (%v); output:\n%s", err, out)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			t.Logf("ec2-metadata-mock %s output:\n%s", strings.Join(args, " "), out)
+		}
+	})
+	return url, nil
+}
+
+// metadataMockServes reports whether an IMDSv2 server answers at url with
+// a session token.
+func metadataMockServes(url string) bool {
+	req, err := http.NewRequest(http.MethodPut, url+"/latest/api/token", nil)
+	if err != nil {
+		return false
+	}
+	req.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", "60")
+	client := http.Client{Timeout: time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// awsEnv is the environment of a baton process on a simulated instance:
+// the test's environment without BATON_* and AWS_* variables, a home with
+// no AWS files, fake static credentials, the fake's endpoint for every
+// service and imds as the metadata service; extra is added.
+func awsEnv(t *testing.T, f *awsfake.Server, imds string, extra ...string) []string {
+	var env []string
+	for _, kv := range testEnv() {
+		if !strings.HasPrefix(kv, "AWS_") && !strings.HasPrefix(kv, "HOME=") {
+			env = append(env, kv)
+		}
+	}
+	home := t.TempDir()
+	env = append(env, "HOME="+home,
+		"AWS_CONFIG_FILE="+filepath.Join(home, "none"), "AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(home, "none"),
+		"AWS_EC2_METADATA_SERVICE_ENDPOINT="+imds)
+	if f != nil {
+		env = append(env, "AWS_ACCESS_KEY_ID=AKIDBATONTEST", "AWS_SECRET_ACCESS_KEY=secret", "AWS_ENDPOINT_URL="+f.URL())
+	}
+	return append(env, extra...)
+}
+
+// runBatonEnv runs the baton binary to completion with env.
+func runBatonEnv(t *testing.T, timeout time.Duration, env []string, args ...string) result {
+	t.Helper()
+	var stdout, stderr testserver.SyncBuffer
+	cmd := exec.CommandContext(t.Context(), batonBin, args...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = time.Second
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("baton %s: %v", strings.Join(args, " "), err)
+		}
+	case <-time.After(timeout):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("baton %s did not finish within %s; stderr:\n%s", strings.Join(args, " "), timeout, stderr.String())
+	}
+	return result{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// TestAWSRuleIsLeader: by the group's rule, the InService, Healthy instance
+// with the lowest id leads; instances that are Pending, Standby,
+// Terminating or Unhealthy never do, however low their ids.
+func TestAWSRuleIsLeader(t *testing.T) {
+	t.Parallel()
+	imds := startMetadataMock(t, nil)
+	f := awsfake.Start(t)
+	f.AddGroup("web")
+	f.AddGroup("other")
+	f.Launch("i-00000000000000001", "web", "Pending", "Healthy", "10.0.0.1")
+	f.Launch("i-00000000000000002", "web", "Standby", "Healthy", "10.0.0.2")
+	f.Launch("i-00000000000000003", "web", "Terminating", "Healthy", "10.0.0.3")
+	f.Launch("i-00000000000000004", "web", "Terminating:Wait", "Healthy", "10.0.0.4")
+	f.Launch("i-00000000000000005", "web", "InService", "Unhealthy", "10.0.0.5")
+	f.Launch("i-00000000000000006", "other", "InService", "Healthy", "10.0.9.6")
+	f.Launch(mockInstance, "web", "InService", "Healthy", "10.0.7.10")
+	f.Launch("i-fffffffffffffffff", "web", "InService", "Healthy", "10.0.0.255")
+	env := awsEnv(t, f, imds) // no AWS_REGION: the identity document's
+
+	r := runBatonEnv(t, 30*time.Second, env, "is-leader", "--backend", "aws-asg://", "--verbose")
+	if r.code != exitOK {
+		t.Fatalf("is-leader: exit %d, want 0; stdout %q stderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	if want := "leader: instance=" + mockInstance + " private_ip=10.0.7.10 (lowest InService+Healthy instance id of 2 (group web has 7 instances))\n"; r.stdout != want {
+		t.Errorf("is-leader --verbose printed %q, want %q", r.stdout, want)
+	}
+	r = runBatonEnv(t, 30*time.Second, env, "leader", "--backend", "aws-asg://web", "--json")
+	var doc ruleJSON
+	if err := json.Unmarshal([]byte(r.stdout), &doc); r.code != exitOK || err != nil || doc.InstanceID == nil {
+		t.Fatalf("leader --json: exit %d, %q (%v); stderr:\n%s", r.code, r.stdout, err, r.stderr)
+	}
+	if *doc.InstanceID != mockInstance || doc.PrivateIP != "10.0.7.10" || doc.Group != "web" || !strings.Contains(doc.Decided, "lowest InService+Healthy") {
+		t.Errorf("leader --json: %s", r.stdout)
+	}
+
+	// Each of the low ones comes InService and Healthy in turn, and wins.
+	f.Set("i-00000000000000005", func(in *awsfake.Instance) { in.Health = "Healthy" })
+	r = runBatonEnv(t, 30*time.Second, env, "is-leader", "--backend", "aws-asg://web", "--verbose")
+	if r.code != exitFailure || !strings.Contains(r.stdout, "not leader: instance=i-00000000000000005 private_ip=10.0.0.5 leads") {
+		t.Errorf("is-leader with a lower InService+Healthy instance: exit %d, stdout %q, stderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	r = runBatonEnv(t, 30*time.Second, env, "leader", "--backend", "aws-asg://web")
+	if want := `instance=i-00000000000000005 private_ip=10.0.0.5 group=web decided="lowest InService+Healthy instance id of 3 (group web has 7 instances)"` + "\n"; r.code != exitOK || r.stdout != want {
+		t.Errorf("leader: exit %d, stdout %q, want %q; stderr:\n%s", r.code, r.stdout, want, r.stderr)
+	}
+	// --id asks about another instance, without the metadata service.
+	r = runBatonEnv(t, 30*time.Second, append(env, "AWS_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true"),
+		"is-leader", "--backend", "aws-asg://web", "--id", "i-00000000000000005")
+	if r.code != exitOK {
+		t.Errorf("is-leader --id of the leader: exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+
+	// Nobody qualifies: "no", never "yes".
+	for _, id := range []string{"i-00000000000000005", mockInstance, "i-fffffffffffffffff"} {
+		f.Set(id, func(in *awsfake.Instance) { in.Lifecycle = "Standby" })
+	}
+	r = runBatonEnv(t, 30*time.Second, env, "is-leader", "--backend", "aws-asg://")
+	if r.code != exitFailure {
+		t.Errorf("is-leader with nobody InService: exit %d, want 1; stderr:\n%s", r.code, r.stderr)
+	}
+	r = runBatonEnv(t, 30*time.Second, env, "leader", "--backend", "aws-asg://web", "--json")
+	if want := `{"backend":"aws-asg","group":"web","instance_id":null,"decided":"no InService+Healthy instance in group web (7 instances)"}` + "\n"; r.code != exitFailure || r.stdout != want {
+		t.Errorf("leader --json with nobody: exit %d, stdout %q, want %q", r.code, r.stdout, want)
+	}
+	if n := f.CallCount("DescribeTags"); n != 0 {
+		t.Errorf("the rule read the account's tags %d times", n)
+	}
+}
+
+// TestAWSRuleErrorsAreUndetermined: throttling and server errors are exit
+// 3, within --timeout, and never 1 (which a script would read as "another
+// instance leads").
+func TestAWSRuleErrorsAreUndetermined(t *testing.T) {
+	t.Parallel()
+	imds := startMetadataMock(t, nil)
+	f := awsfake.Start(t)
+	f.AddGroup("web")
+	f.Launch(mockInstance, "web", "InService", "Healthy", "10.0.7.10")
+	env := awsEnv(t, f, imds)
+
+	for _, tc := range []struct {
+		name   string
+		inject func()
+	}{
+		{"throttled", func() { f.ThrottleNext("DescribeAutoScalingGroups", 1000) }},
+		{"EC2 throttled", func() { f.ThrottleNext("DescribeInstances", 1000) }},
+		{"5xx", func() { f.FailNext("DescribeAutoScalingGroups", 1000, 500, "InternalFailure") }},
+		{"EC2 503", func() { f.FailNext("DescribeInstances", 1000, 503, "Unavailable") }},
+		{"own group throttled", func() { f.ThrottleNext("DescribeAutoScalingInstances", 1000) }},
+	} {
+		tc.inject()
+		for _, cmd := range []string{"is-leader", "leader"} {
+			backend := "aws-asg://web"
+			if tc.name == "own group throttled" {
+				backend = "aws-asg://"
+			}
+			start := time.Now()
+			r := runBatonEnv(t, 30*time.Second, env, cmd, "--backend", backend, "--timeout", "3s")
+			took := time.Since(start)
+			if r.code != exitUndetermined {
+				t.Errorf("%s: %s exit %d, want 3; stderr:\n%s", tc.name, cmd, r.code, r.stderr)
+			}
+			if !strings.Contains(r.stderr, "AWS") {
+				t.Errorf("%s: %s stderr does not say AWS failed:\n%s", tc.name, cmd, r.stderr)
+			}
+			// --timeout bounds the command; the slack is the process's
+			// start and exit on a loaded machine.
+			if took > 3*time.Second+5*time.Second {
+				t.Errorf("%s: %s took %s with --timeout 3s", tc.name, cmd, took)
+			}
+			t.Logf("%s: %s exit %d after %s: %s", tc.name, cmd, r.code, took.Round(time.Millisecond), strings.TrimSpace(r.stderr))
+		}
+		f.ThrottleNext("DescribeAutoScalingGroups", 0)
+		f.ThrottleNext("DescribeInstances", 0)
+		f.ThrottleNext("DescribeAutoScalingInstances", 0)
+		f.FailNext("DescribeAutoScalingGroups", 0, 0, "")
+		f.FailNext("DescribeInstances", 0, 0, "")
+	}
+	if r := runBatonEnv(t, 30*time.Second, env, "is-leader", "--backend", "aws-asg://"); r.code != exitOK {
+		t.Errorf("after the failures: exit %d, want 0; stderr:\n%s", r.code, r.stderr)
+	}
+}
+
+// TestAWSRuleConfigErrors: on a machine with no region and no credentials
+// (and no metadata service), or asking about a group that does not exist,
+// the answer is exit 2 with a message that names the fix.
+func TestAWSRuleConfigErrors(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + l.Addr().String() // nothing answers there
+	l.Close()
+	env := awsEnv(t, nil, closed)
+	for _, cmd := range []string{"is-leader", "leader"} {
+		for _, backend := range []string{"aws-asg://", "aws-asg://web"} {
+			r := runBatonEnv(t, 30*time.Second, env, cmd, "--backend", backend)
+			if r.code != exitUsage {
+				t.Errorf("%s --backend %s without region or credentials: exit %d, want 2; stderr:\n%s", cmd, backend, r.code, r.stderr)
+			}
+			for _, w := range []string{"AWS_REGION", "AWS_ACCESS_KEY_ID", "instance profile"} {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("%s --backend %s: stderr does not name %s:\n%s", cmd, backend, w, r.stderr)
+				}
+			}
+		}
+	}
+
+	imds := startMetadataMock(t, nil)
+	f := awsfake.Start(t)
+	f.AddGroup("web")
+	f.Launch("i-0000000000000000a", "", "", "", "10.0.0.1")
+	f.Launch(mockInstance, "", "", "", "10.0.7.10") // in no group
+	env = awsEnv(t, f, imds)
+	r := runBatonEnv(t, 30*time.Second, env, "leader", "--backend", "aws-asg://nope")
+	if r.code != exitUsage || !strings.Contains(r.stderr, `"nope"`) || !strings.Contains(r.stderr, "AWS_REGION") {
+		t.Errorf("unknown group: exit %d, want 2 naming the group and the region; stderr:\n%s", r.code, r.stderr)
+	}
+	r = runBatonEnv(t, 30*time.Second, env, "is-leader", "--backend", "aws-asg://")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "aws-asg://GROUP") {
+		t.Errorf("instance in no group: exit %d, want 2 naming aws-asg://GROUP; stderr:\n%s", r.code, r.stderr)
+	}
+	f.FailNext("DescribeAutoScalingGroups", 1, 403, "AccessDenied")
+	r = runBatonEnv(t, 30*time.Second, env, "leader", "--backend", "aws-asg://web")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "autoscaling:DescribeAutoScalingGroups") {
+		t.Errorf("access denied: exit %d, want 2 naming the permission; stderr:\n%s", r.code, r.stderr)
+	}
+}
