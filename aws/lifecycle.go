@@ -269,7 +269,8 @@ type Instance struct {
 	rand      func() float64
 	retryBase time.Duration
 
-	running atomic.Bool
+	running    atomic.Bool
+	completeMu sync.Mutex // serialises Complete
 
 	mu        sync.Mutex
 	own       string // own lifecycle state per Auto Scaling; "" once the group no longer lists it

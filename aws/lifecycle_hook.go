@@ -175,7 +175,14 @@ func (i *Instance) heartbeats(ctx context.Context) {
 // the instance; ctx's error when it ends first; or the AWS error, wrapped
 // with the IAM action it needs when access was denied.
 func (i *Instance) Complete(ctx context.Context) error {
-	if i.opts.Hook == "" || !i.isLeaving() || i.isCompleted() {
+	if i.opts.Hook == "" || !i.isLeaving() {
+		return nil
+	}
+	// One call at a time: a second caller finds the action completed
+	// instead of drawing Auto Scaling's ValidationError.
+	i.completeMu.Lock()
+	defer i.completeMu.Unlock()
+	if i.isCompleted() {
 		return nil
 	}
 	for !i.terminating(ctx) {
