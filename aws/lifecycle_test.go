@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 
 	"github.com/batonhq/baton/internal/awsfake"
@@ -666,5 +668,64 @@ func TestInstanceCompleteAfterSpotWaitsForTermination(t *testing.T) {
 	}
 	if c := lifecycleCalls(f, "CompleteLifecycleAction"); len(c) != 1 || c[0].Error != "" || c[0].Result != "CONTINUE" {
 		t.Errorf("CompleteLifecycleAction calls %+v, want one CONTINUE", c)
+	}
+}
+
+// targetOverride is the real metadata client with the target lifecycle
+// state replaced while override is set: the mock serves only InService and
+// Terminated, and Auto Scaling also sets Standby, Detached and the warm
+// pool's states.
+type targetOverride struct {
+	InstanceIMDSAPI
+	mu       sync.Mutex
+	override string
+}
+
+func (c *targetOverride) set(s string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.override = s
+}
+
+func (c *targetOverride) GetMetadata(ctx context.Context, in *imds.GetMetadataInput, optFns ...func(*imds.Options)) (*imds.GetMetadataOutput, error) {
+	c.mu.Lock()
+	s := c.override
+	c.mu.Unlock()
+	if in.Path == pathTargetState && s != "" {
+		return &imds.GetMetadataOutput{Content: io.NopCloser(strings.NewReader(s))}, nil
+	}
+	return c.InstanceIMDSAPI.GetMetadata(ctx, in, optFns...)
+}
+
+func TestInstanceTargetStateLeavesServiceAtOnce(t *testing.T) {
+	f := awsfake.Start(t)
+	f.AddGroup("web")
+	f.Launch("i-0aaa", "web", "InService", "Healthy", "10.0.0.1")
+	mock := startInstanceMock(t, "i-0aaa", "asglifecycle", "--asg-termination-delay-sec", "3600")
+	client := &targetOverride{InstanceIMDSAPI: imds.New(imds.Options{Endpoint: mock, EnableFallback: sdkaws.FalseTernary})}
+	opts := instanceOptions(t, f, "")
+	opts.IMDS = client
+	// Auto Scaling is asked only once an hour: the changes below come
+	// from IMDS alone.
+	opts.StateInterval = time.Hour
+	i := newTestInstance(t, opts)
+	if !i.InService() {
+		t.Fatal("InService false with both states InService")
+	}
+	runInstance(t, i)
+
+	for _, target := range []string{"Standby", "InService", "Detached", "InService", "Warmed:Stopped", "InService"} {
+		changed := i.InServiceChanged()
+		client.set(target)
+		waitClosed(t, changed, 30*time.Second, "InServiceChanged on the target state "+target)
+		if got, want := i.InService(), target == "InService"; got != want {
+			t.Fatalf("target %s: InService = %v, want %v", target, got, want)
+		}
+	}
+	if isClosed(i.Leaving()) {
+		t.Errorf("Leaving closed (%q) on a target state other than Terminated", i.LeaveReason())
+	}
+	if n := f.CallCount("DescribeAutoScalingInstances"); n != 1 {
+		t.Errorf("%d DescribeAutoScalingInstances calls, want NewInstance's only", n)
 	}
 }
