@@ -254,6 +254,16 @@ func (o *InstanceOptions) validate() error {
 //     metadata service that refuses session tokens fails NewInstance with
 //     ErrIdentity.
 //
+// A program hands over so:
+//
+//	inst, err := aws.NewInstance(ctx, aws.InstanceOptions{Hook: "drain"})
+//	go inst.Run(ctx)
+//	<-inst.Leaving()                  // or a signal, or the work's end
+//	stop := inst.Heartbeat(ctx)
+//	// ... stop the work, resign the leases ...
+//	stop()
+//	err = inst.Complete(ctx)          // the group terminates the instance
+//
 // An Instance is safe for concurrent use. It never closes the clients it
 // was given, and the ones it builds need no closing.
 type Instance struct {
