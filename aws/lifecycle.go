@@ -460,8 +460,10 @@ func (i *Instance) Run(ctx context.Context) error {
 			i.pollIMDS(ctx)
 			// A target that turned InService while Auto Scaling's state
 			// is not yet: ask sooner than the InService pace.
-			if failures == 0 {
-				if d := i.stateDelay(0); time.Until(stateDue) > d {
+			if failures == 0 && i.entering() {
+				fast := time.Duration(float64(i.opts.StateInterval/enteringDivisor) * (1 + cacheJitter))
+				if time.Until(stateDue) > fast {
+					d := i.stateDelay(0)
 					stateDue = time.Now().Add(d)
 					stateTimer.Reset(d)
 				}
@@ -501,6 +503,12 @@ func (i *Instance) stateDelay(failures int) time.Duration {
 		}
 	}
 	return time.Duration(float64(d) * (1 - cacheJitter + 2*cacheJitter*i.rand()))
+}
+
+func (i *Instance) entering() bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.enteringLocked()
 }
 
 // enteringLocked reports whether the instance is on its way into service.

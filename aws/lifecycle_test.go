@@ -729,3 +729,41 @@ func TestInstanceTargetStateLeavesServiceAtOnce(t *testing.T) {
 		t.Errorf("%d DescribeAutoScalingInstances calls, want NewInstance's only", n)
 	}
 }
+
+// TestInstanceStateDelay checks the pace of DescribeAutoScalingInstances:
+// one call a StateInterval while InService, six while entering service,
+// doubling after failures up to five minutes, each within ±20%.
+func TestInstanceStateDelay(t *testing.T) {
+	i := &Instance{opts: InstanceOptions{StateInterval: DefaultStateInterval}, own: "InService", target: "InService"}
+	for _, tc := range []struct {
+		own, target, reason string
+		failures            int
+		want                time.Duration
+	}{
+		{"InService", "InService", "", 0, time.Minute},
+		{"InService", "", "", 0, time.Minute},
+		{"Pending", "InService", "", 0, 10 * time.Second},
+		{"Pending", "", "", 0, 10 * time.Second},
+		{"Standby", "InService", "", 0, 10 * time.Second}, // leaving standby
+		{"Standby", "Standby", "", 0, time.Minute},
+		{"InService", "InService", ReasonSpot, 0, time.Minute},
+		{"InService", "InService", "", 1, 2 * time.Minute},
+		{"InService", "InService", "", 2, 4 * time.Minute},
+		{"InService", "InService", "", 3, 5 * time.Minute},
+		{"InService", "InService", "", 40, 5 * time.Minute},
+		{"Pending", "InService", "", 2, 40 * time.Second},
+	} {
+		i.own, i.target, i.reason = tc.own, tc.target, tc.reason
+		for _, draw := range []struct {
+			r      float64
+			factor float64
+		}{{0, 0.8}, {0.5, 1}, {0.999999, 1.2}} {
+			i.rand = func() float64 { return draw.r }
+			got := i.stateDelay(tc.failures)
+			want := time.Duration(float64(tc.want) * draw.factor)
+			if d := got - want; d < -time.Millisecond || d > time.Millisecond {
+				t.Errorf("own %s, target %q, leaving %q, %d failures, draw %v: %s, want %s", tc.own, tc.target, tc.reason, tc.failures, draw.r, got, want)
+			}
+		}
+	}
+}
