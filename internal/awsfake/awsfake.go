@@ -40,6 +40,7 @@ type Server struct {
 	problems  []string       // protocol violations seen
 	held      chan struct{}  // while non-nil, requests wait for it to close
 	arrived   chan struct{}  // receives one value per request that waits
+	life      lifecycleModel // lifecycle hooks and actions: lifecycle.go
 }
 
 // Instance is one EC2 instance and, when Group is set, its membership
