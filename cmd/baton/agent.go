@@ -86,6 +86,7 @@ type agentCommand struct {
 	tokenFile string
 	logLevel  string
 	raft      raftFlags
+	aws       awsFlags
 	fs        *pflag.FlagSet
 }
 
@@ -105,12 +106,13 @@ func (a *App) newAgentCommand() *cobra.Command {
 	c.fs.StringVar(&c.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
 	withEnv(c.fs, "http", "http-token", "http-token-file", "log-level")
 	c.raft.register(c.fs)
+	c.aws.register(c.fs)
 	return cmd
 }
 
 // Run runs the member until ctx ends, then leaves the group.
 func (c *agentCommand) Run(ctx context.Context) error {
-	problems := c.raft.validate()
+	problems := append(c.raft.validate(), c.aws.validate()...)
 	if _, _, err := net.SplitHostPort(c.http); err != nil {
 		problems = append(problems, fmt.Sprintf("%s %q: want HOST:PORT, e.g. 127.0.0.1:8790", flagSource(c.fs, "http"), c.http))
 	} else if host, _, _ := net.SplitHostPort(c.http); !isLoopback(host) && c.httpToken == "" {
@@ -124,6 +126,13 @@ func (c *agentCommand) Run(ctx context.Context) error {
 	}
 	lvl, _ := parseLevel(c.logLevel)
 	log := newLogger(c.app.stderr(), lvl)
+	// --aws: leave the group as on SIGTERM when the instance is leaving,
+	// then complete the lifecycle action.
+	ctx, inst, err := c.aws.startAWS(ctx, c.raft.join, log)
+	if err != nil {
+		return err
+	}
+	defer inst.finish(ctx)
 	opts, err := c.raft.nodeOptions(log)
 	if err != nil {
 		return err

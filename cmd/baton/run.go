@@ -110,6 +110,7 @@ type leaderFlags struct {
 	grace  time.Duration
 	fs     *pflag.FlagSet
 	raft   raftFlags
+	aws    awsFlags
 }
 
 type runCommand struct {
@@ -140,6 +141,7 @@ func (a *App) newRunCommand() *cobra.Command {
 	c.fs.DurationVar(&c.timeout, "timeout", 0, "give up (exit 3) if not elected within this time (0: wait forever)")
 	withEnv(c.fs, "grace")
 	c.raft.register(c.fs)
+	c.aws.register(c.fs)
 	c.common.member = true
 	return cmd
 }
@@ -152,6 +154,7 @@ func (c *leaderFlags) validate() (problems []string, spec *backendurl.Spec, ttl 
 	if spec != nil && spec.Scheme == "raft" {
 		problems = append(problems, c.raft.validate()...)
 	}
+	problems = append(problems, c.aws.validate()...)
 	// The renewal window: how far ahead safe-until stays while renewals are
 	// healthy. A grace as long as that would stop every term at once.
 	window := time.Duration(0)
@@ -209,6 +212,14 @@ func checkCommand(args []string, example string) []string {
 func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.Duration, args []string, once bool, timeout time.Duration, work func(*runner, context.Context, baton.Term) error) error {
 
 	log := c.common.logger(c.app.stderr())
+	// Watching the instance (--aws) ends ctx as SIGTERM would when the
+	// instance is leaving; the hand-over ends, after the deferred close of
+	// the backend, by completing the lifecycle action.
+	ctx, inst, err := c.aws.startAWS(ctx, c.raft.join, log)
+	if err != nil {
+		return err
+	}
+	defer inst.finish(ctx)
 	id := c.common.id
 	if id == "" {
 		id = baton.NewCandidateID()
@@ -240,7 +251,7 @@ func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.
 	// interface hides them), so that the Elector sees the optional
 	// interfaces it implements: baton.LeaderWatcher and
 	// baton.RenewalWindower.
-	e, err := baton.NewElector(b.Backend, baton.ElectorConfig{
+	e, err := baton.NewElector(inst.backend(b.Backend), baton.ElectorConfig{
 		Lease:     c.common.lease,
 		Candidate: baton.Candidate{ID: id},
 		Logger:    log,

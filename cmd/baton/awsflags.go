@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/aws"
+	"github.com/spf13/pflag"
+)
+
+// awsFlags are the flags of the commands that hand over before the Auto
+// Scaling group takes the instance away: run, cron and agent.
+type awsFlags struct {
+	enabled   bool   // --aws
+	hook      string // --aws-lifecycle-hook
+	rebalance bool   // --aws-rebalance
+
+	fs *pflag.FlagSet
+}
+
+func (f *awsFlags) register(fs *pflag.FlagSet) {
+	f.fs = fs
+	fs.BoolVar(&f.enabled, "aws", false, "on an EC2 instance of an Auto Scaling group: hand over as on SIGTERM when the group terminates the instance or EC2 sends a spot interruption notice, and campaign only while the instance is InService (implied by the other --aws-* flags and by --join aws-asg)")
+	fs.StringVar(&f.hook, "aws-lifecycle-hook", "", "the group's termination lifecycle hook: once the hand-over is done, complete its action (CONTINUE) so that the group terminates the instance at once; heartbeat it meanwhile")
+	fs.BoolVar(&f.rebalance, "aws-rebalance", false, "hand over on a spot rebalance recommendation too, not only on an interruption notice")
+	withEnv(fs, "aws", "aws-lifecycle-hook", "aws-rebalance")
+}
+
+// hookNamePattern is Auto Scaling's pattern for a lifecycle hook name.
+var hookNamePattern = regexp.MustCompile(`^[A-Za-z0-9\-_/]{1,255}$`)
+
+// active reports whether the instance is watched: --aws, another --aws-*
+// flag, or --join aws-asg (a member found through the group is on one of
+// its instances).
+func (f *awsFlags) active(join string) bool {
+	return f.enabled || f.hook != "" || f.rebalance || joinsASG(join)
+}
+
+// joinsASG reports whether a --join spec is aws-asg[:GROUP].
+func joinsASG(join string) bool {
+	s := strings.ToLower(strings.TrimSpace(join))
+	return s == "aws-asg" || strings.HasPrefix(s, "aws-asg:")
+}
+
+// validate returns the problems with the --aws-* flags.
+func (f *awsFlags) validate() []string {
+	var problems []string
+	if f.hook != "" && !hookNamePattern.MatchString(f.hook) {
+		problems = append(problems, fmt.Sprintf("%s %q: a lifecycle hook name is 1-255 letters, digits, '-', '_' or '/'; give the name of the group's autoscaling:EC2_INSTANCE_TERMINATING hook", flagSource(f.fs, "aws-lifecycle-hook"), f.hook))
+	}
+	return problems
+}
+
+// leavingError is the cause of the command's context when the instance is
+// leaving its group: the command then does what SIGTERM does.
+type leavingError struct{ reason string }
+
+func (e *leavingError) Error() string { return e.reason }
+
+// awsSession watches this instance for one command: it stops the command
+// as SIGTERM would when the instance is leaving, keeps it from campaigning
+// while the instance is not InService, and completes the lifecycle action
+// once the command has handed over.
+type awsSession struct {
+	inst *aws.Instance
+	log  *slog.Logger
+
+	cancel  context.CancelCauseFunc // ends the command's context
+	stopRun context.CancelFunc      // ends inst.Run
+	wg      sync.WaitGroup
+
+	mu      sync.Mutex
+	leaving bool
+	stopHB  func()
+}
+
+// startAWS starts watching this instance when the flags ask for it, and
+// returns the context the command runs under: it ends, with a
+// *leavingError cause, when the instance is leaving. finish must be called
+// once the command has stopped its work, resigned and closed its backend.
+// With the watch off it returns ctx and a nil session, whose methods do
+// nothing.
+func (f *awsFlags) startAWS(ctx context.Context, join string, log *slog.Logger) (context.Context, *awsSession, error) {
+	if !f.active(join) {
+		return ctx, nil, nil
+	}
+	inst, err := aws.NewInstance(ctx, aws.InstanceOptions{Hook: f.hook, Rebalance: f.rebalance, Logger: log})
+	if err != nil {
+		var oe *aws.OptionsError
+		switch {
+		case errors.As(err, &oe), errors.Is(err, aws.ErrIdentity), errors.Is(err, aws.ErrNotInGroup), errors.Is(err, aws.ErrLifecycleHook):
+			return nil, nil, &exitError{code: exitUsage, err: fmt.Errorf("--aws: %w (the --aws-* flags and --join aws-asg need an instance of an Auto Scaling group)", err)}
+		}
+		return nil, nil, fmt.Errorf("--aws: watching this instance: %w", err)
+	}
+	s := &awsSession{inst: inst, log: log.WithGroup("aws").With("instance", inst.ID(), "group", inst.Group())}
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopRun = stopRun
+	s.wg.Go(func() { _ = inst.Run(runCtx) })
+	cctx, cancel := context.WithCancelCause(ctx)
+	s.cancel = cancel
+	s.wg.Go(func() {
+		select {
+		case <-inst.Leaving():
+		case <-cctx.Done():
+			return
+		}
+		reason := inst.LeaveReason()
+		s.log.Warn("instance leaving its group: handing over as on SIGTERM", "reason", reason, "lifecycle_hook", f.hook)
+		s.mu.Lock()
+		s.leaving = true
+		// Heartbeats keep the hook from timing out while the command
+		// stops its work and resigns; they end in finish.
+		s.stopHB = inst.Heartbeat(runCtx)
+		s.mu.Unlock()
+		cancel(&leavingError{reason: reason})
+	})
+	s.log.Info("watching the instance", "in_service", inst.InService(), "lifecycle_hook", f.hook, "rebalance", f.rebalance)
+	return cctx, s, nil
+}
+
+// completeTimeout bounds completing the lifecycle action at exit.
+const completeTimeout = 30 * time.Second
+
+// finish ends the watch. If the instance is leaving, the hand-over is
+// over by now (the work stopped, the leases were resigned, the backend
+// closed): it stops the heartbeats and completes the lifecycle action so
+// that the group terminates the instance without waiting out the hook.
+func (s *awsSession) finish(ctx context.Context) {
+	if s == nil {
+		return
+	}
+	s.cancel(nil)
+	s.mu.Lock()
+	leaving, stopHB := s.leaving, s.stopHB
+	s.mu.Unlock()
+	if leaving {
+		if stopHB != nil {
+			stopHB()
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completeTimeout)
+		if err := s.inst.Complete(cctx); err != nil {
+			s.log.Warn("completing the lifecycle action failed; the group terminates the instance when the hook times out", "err", err)
+		} else {
+			s.log.Info("handed over; lifecycle action completed", "reason", s.inst.LeaveReason())
+		}
+		cancel()
+	}
+	s.stopRun()
+	s.wg.Wait()
+}
+
+// backend returns b gated by the instance's lifecycle state: a campaign
+// waits while the instance is not InService, and a term is asked to
+// resign (the work stops, then the lease is released) when it leaves
+// InService. Without a session, b itself.
+func (s *awsSession) backend(b baton.Backend) baton.Backend {
+	if s == nil {
+		return b
+	}
+	g := &gatedBackend{Backend: b, s: s}
+	if w, ok := b.(baton.LeaderWatcher); ok {
+		return &gatedWatchBackend{gatedBackend: g, w: w}
+	}
+	return g
+}
