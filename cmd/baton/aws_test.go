@@ -10,11 +10,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton/internal/awsfake"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 )
 
@@ -49,33 +53,48 @@ func mockConfig(id, ip string) map[string]any {
 // (a mode such as "spot" or "asglifecycle", and its flags).
 func startMetadataMock(t *testing.T, cfg map[string]any, args ...string) string {
 	t.Helper()
+	return startMock(t, 0, cfg, args...).url
+}
+
+// mockProc is one running metadata mock.
+type mockProc struct {
+	url  string
+	port int
+	stop func() // kills it and waits; safe to call twice
+}
+
+// startMock starts a metadata mock on port, or on a free one if port is 0.
+func startMock(t *testing.T, port int, cfg map[string]any, args ...string) *mockProc {
+	t.Helper()
 	bin, err := testserver.MetadataMock.Binary()
 	if err != nil {
 		testserver.Unavailable(t, "ec2-metadata-mock", fmt.Errorf("%w\n%s", err, testserver.MetadataMock.Hint()))
 	}
 	var errs []error
-	for range 3 { // the free port chosen may be taken before the mock binds it
-		url, err := tryMetadataMock(t, bin, cfg, args)
+	for range 3 { // a free port chosen may be taken before the mock binds it
+		m, err := tryMetadataMock(t, bin, port, cfg, args)
 		if err == nil {
-			return url
+			return m
 		}
 		errs = append(errs, err)
 	}
 	testserver.Unavailable(t, "ec2-metadata-mock", fmt.Errorf("%w\n%s", errors.Join(errs...), testserver.MetadataMock.Hint()))
-	return ""
+	return nil
 }
 
-func tryMetadataMock(t *testing.T, bin string, cfg map[string]any, args []string) (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+func tryMetadataMock(t *testing.T, bin string, port int, cfg map[string]any, args []string) (*mockProc, error) {
+	if port == 0 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		port = l.Addr().(*net.TCPAddr).Port
+		l.Close()
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	// An empty home and working directory: the mock reads its
 	// configuration file there.
 	home := t.TempDir()
-	args = append(args, "--hostname", "127.0.0.1", "--port", strconv.Itoa(port), "--imdsv2")
+	args = append(slices.Clone(args), "--hostname", "127.0.0.1", "--port", strconv.Itoa(port), "--imdsv2")
 	if cfg != nil {
 		b, err := json.Marshal(cfg)
 		if err != nil {
@@ -92,36 +111,44 @@ func tryMetadataMock(t *testing.T, bin string, cfg map[string]any, args []string
 	cmd.Dir = home
 	cmd.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}
 	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return "", err
+		return nil, err
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	var once sync.Once
 	stop := func() {
-		cmd.Process.Kill()
-		<-exited
+		once.Do(func() {
+			cmd.Process.Kill()
+			<-exited
+		})
 	}
 	url := "http://127.0.0.1:" + strconv.Itoa(port)
 	deadline := time.Now().Add(30 * time.Second)
 	for !metadataMockServes(url) {
 		if time.Now().After(deadline) {
 			stop()
-			return "", fmt.Errorf("ec2-metadata-mock did not serve on %s within 30s; output:\n%s", url, out)
+			return nil, fmt.Errorf("ec2-metadata-mock did not serve on %s within 30s; output:\n%s", url, out)
 		}
 		// Poll: the mock gives no other sign that it listens.
 		select {
 		case err := <-exited:
-			return "", fmt.Errorf("ec2-metadata-mock exited before serving (%v); output:\n%s", err, out)
+			return nil, fmt.Errorf("ec2-metadata-mock exited before serving (%v); output:\n%s", err, out)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	t.Cleanup(func() {
 		stop()
 		if t.Failed() {
-			t.Logf("ec2-metadata-mock %s output:\n%s", strings.Join(args, " "), out)
+			o := out.String()
+			if len(o) > 3000 {
+				o = "..." + o[len(o)-3000:]
+			}
+			t.Logf("ec2-metadata-mock %s output:\n%s", strings.Join(args, " "), o)
 		}
 	})
-	return url, nil
+	return &mockProc{url: url, port: port, stop: stop}, nil
 }
 
 // metadataMockServes reports whether an IMDSv2 server answers at url with
@@ -356,5 +383,177 @@ func TestAWSRuleConfigErrors(t *testing.T) {
 	r = runBatonEnv(t, 30*time.Second, env, "leader", "--backend", "aws-asg://web")
 	if r.code != exitUsage || !strings.Contains(r.stderr, "autoscaling:DescribeAutoScalingGroups") {
 		t.Errorf("access denied: exit %d, want 2 naming the permission; stderr:\n%s", r.code, r.stderr)
+	}
+}
+
+// awsInstance is one simulated instance of the hand-over tests: its
+// metadata mock and its baton.
+type awsInstance struct {
+	id, ip string
+	mock   *mockProc
+	cfg    map[string]any
+	baton  *batonProc
+}
+
+// awsGroup starts three simulated instances of group "web" in the fake,
+// with the termination hook "drain", each with its own metadata mock (no
+// notice pending) and a `baton run --backend raft:// --join aws-asg
+// --aws-lifecycle-hook drain` running the test's child, with members on
+// 127.0.NET3.1-3 (loopback; each test its own NET3) at the raft port
+// that --join aws-asg implies.
+// extra is added to each baton's flags.
+func awsGroup(t *testing.T, f *awsfake.Server, file, net3 string, extra ...string) []*awsInstance {
+	t.Helper()
+	f.AddGroup("web")
+	f.AddLifecycleHook("web", awsfake.LifecycleHook{Name: "drain", HeartbeatTimeout: 30 * time.Second})
+	dir := t.TempDir()
+	if r := runBaton(t, 30*time.Second, "tls", "ca", "--dir", filepath.Join(dir, "ca")); r.code != 0 {
+		t.Fatalf("tls ca: %d %s", r.code, r.stderr)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var insts []*awsInstance
+	for i := range 3 {
+		in := &awsInstance{id: fmt.Sprintf("i-0000000000000aa0%d", i+1), ip: fmt.Sprintf("127.0.%s.%d", net3, i+1)}
+		in.cfg = mockConfig(in.id, in.ip)
+		// No notice for an hour: the target lifecycle state is InService.
+		in.mock = startMock(t, 0, in.cfg, "asglifecycle", "--asg-termination-delay-sec", "3600")
+		f.Launch(in.id, "web", "InService", "Healthy", in.ip)
+		name := fmt.Sprintf("m%d", i+1)
+		if r := runBaton(t, 30*time.Second, "tls", "cert", "--ca-dir", filepath.Join(dir, "ca"), "--dir", dir, "--name", name, "--host", in.ip); r.code != 0 {
+			t.Fatalf("tls cert: %d %s", r.code, r.stderr)
+		}
+		args := append([]string{"run", "--backend", "raft://", "--bind", net.JoinHostPort(in.ip, strconv.Itoa(defaultRaftPort)),
+			"--join", "aws-asg", "--bootstrap-expect", "3",
+			"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, name+".pem"), "--tls-key", filepath.Join(dir, name+"-key.pem"),
+			"--lease", "work", "--id", in.id, "--ttl", "10s", "--grace", "2s", "--aws-lifecycle-hook", "drain", "--log-level", "debug"},
+			extra...)
+		args = append(args, "--", self)
+		env := awsEnv(t, f, in.mock.url, childEnv+"=1", childFileEnv+"="+file, "BATON_SECRET=aws-hand-over-test-secret-0123456789")
+		in.baton = startBaton(t, "baton-"+in.id, env, args...)
+		insts = append(insts, in)
+	}
+	return insts
+}
+
+// TestAWSHandOverOnTermination: the group puts the lease holder's instance
+// into Terminating:Wait (and its metadata shows the target lifecycle state
+// Terminated): its child stops, a standby's child starts on the graceful
+// hand-over (a resign, not the TTL's expiry), and CompleteLifecycleAction
+// comes after the old child stopped.
+func TestAWSHandOverOnTermination(t *testing.T) {
+	testAWSHandOver(t, "14", "instance terminating", func(t *testing.T, f *awsfake.Server, in *awsInstance) {
+		in.mock.stop()
+		in.mock = startMock(t, in.mock.port, in.cfg, "asglifecycle", "--asg-termination-delay-sec", "0")
+		f.BeginTermination(in.id)
+	})
+}
+
+// TestAWSHandOverOnSpotNotice: the same on a spot interruption notice; the
+// group then terminates the instance, and the lifecycle action is
+// completed once it waits for it.
+func TestAWSHandOverOnSpotNotice(t *testing.T) {
+	testAWSHandOver(t, "15", "spot interruption", func(t *testing.T, f *awsfake.Server, in *awsInstance) {
+		in.mock.stop()
+		// The notice now, the termination (target lifecycle state
+		// Terminated) a few seconds later, as the group's reaction to it.
+		in.mock = startMock(t, in.mock.port, in.cfg, "--mock-delay-sec", "0", "--rebalance-delay-sec", "3600", "--asg-termination-delay-sec", "4")
+		time.AfterFunc(4*time.Second, func() { f.BeginTermination(in.id) })
+	})
+}
+
+func testAWSHandOver(t *testing.T, net3, reason string, leave func(*testing.T, *awsfake.Server, *awsInstance)) {
+	t.Parallel()
+	f := awsfake.Start(t)
+	file := filepath.Join(t.TempDir(), "events")
+	killLeftoverChildren(t, file)
+	insts := awsGroup(t, f, file, net3)
+
+	testkit.Eventually(t, 60*time.Second, "a child to start", func() bool { return len(starts(readEvents(file))) >= 1 })
+	first := starts(readEvents(file))[0]
+	var old *awsInstance
+	for _, in := range insts {
+		if in.id == first.holder {
+			old = in
+		}
+	}
+	if old == nil {
+		t.Fatalf("the first child's holder %q is none of the instances", first.holder)
+	}
+	t.Logf("%s leads with token %d; it is leaving (%s)", old.id, first.token, reason)
+	leave(t, f, old)
+
+	testkit.Eventually(t, 60*time.Second, "a standby's child to start", func() bool { return len(starts(readEvents(file))) >= 2 })
+	evs := readEvents(file)
+	second := starts(evs)[1]
+	var stopped *event
+	for _, e := range evs {
+		if e.kind == "stop" && e.pid == first.pid {
+			stopped = &e
+		}
+	}
+	if stopped == nil {
+		t.Fatalf("the leaving instance's child %d never logged its stop (SIGTERM)", first.pid)
+	}
+	if second.holder == old.id {
+		t.Errorf("the leaving instance %s was elected again", old.id)
+	}
+	if second.others != 0 {
+		t.Errorf("the standby's child started while %d other children ran", second.others)
+	}
+	if second.token <= first.token {
+		t.Errorf("new token %d is not above the old %d", second.token, first.token)
+	}
+	// A graceful hand-over: the standby takes the lease once the old
+	// holder resigns. An expiry would take the TTL (10s) after renewals
+	// stopped, and the old holder renews until it resigns.
+	if gap := time.Duration(second.at - stopped.at); gap >= 5*time.Second {
+		t.Errorf("the standby's child started %s after the old child stopped: not a hand-over on resign (TTL 10s)", gap)
+	} else {
+		t.Logf("hand-over: the standby's child started %s after the old child stopped", gap.Round(time.Millisecond))
+	}
+
+	if code := old.baton.wait(t, 60*time.Second); code != 0 {
+		t.Errorf("the leaving instance's baton exited %d, want 0 (as on SIGTERM)", code)
+	}
+	out := old.baton.out.String()
+	if !strings.Contains(out, reason) {
+		t.Errorf("the leaving instance's log does not give the reason %q", reason)
+	}
+	var completes []awsfake.LifecycleCall
+	for _, c := range f.LifecycleCalls() {
+		if c.Action == "CompleteLifecycleAction" {
+			completes = append(completes, c)
+		}
+	}
+	if len(completes) != 1 {
+		t.Fatalf("CompleteLifecycleAction calls: %+v, want one", completes)
+	}
+	c := completes[0]
+	if c.Error != "" || c.InstanceID != old.id || c.Hook != "drain" || c.Result != "CONTINUE" {
+		t.Errorf("CompleteLifecycleAction %+v, want CONTINUE for %s and hook drain", c, old.id)
+	}
+	if c.At.UnixNano() <= stopped.at {
+		t.Errorf("CompleteLifecycleAction at %s, before the old child stopped at %s", c.At, time.Unix(0, stopped.at))
+	}
+	for _, c := range f.LifecycleCalls() {
+		if c.Action == "Timeout" {
+			t.Errorf("the hook timed out: %+v", c)
+		}
+	}
+	// The standby leads on, alone.
+	for _, in := range insts {
+		if in != old && in.id == second.holder {
+			select {
+			case <-in.baton.done:
+				t.Errorf("the new leader's baton exited")
+			default:
+			}
+		}
+	}
+	if !alive(second.pid) {
+		t.Errorf("the new leader's child %d is gone", second.pid)
 	}
 }
