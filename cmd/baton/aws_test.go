@@ -483,6 +483,7 @@ func testAWSHandOver(t *testing.T, net3, reason string, leave func(*testing.T, *
 		t.Fatalf("the first child's holder %q is none of the instances", first.holder)
 	}
 	t.Logf("%s leads with token %d; it is leaving (%s)", old.id, first.token, reason)
+	leaveAt := time.Now()
 	leave(t, f, old)
 
 	testkit.Eventually(t, 60*time.Second, "a standby's child to start", func() bool { return len(starts(readEvents(file))) >= 2 })
@@ -518,6 +519,7 @@ func testAWSHandOver(t *testing.T, net3, reason string, leave func(*testing.T, *
 	if code := old.baton.wait(t, 60*time.Second); code != 0 {
 		t.Errorf("the leaving instance's baton exited %d, want 0 (as on SIGTERM)", code)
 	}
+	t.Logf("the leaving instance's baton exited %s after the notice", time.Since(leaveAt).Round(time.Millisecond))
 	out := old.baton.out.String()
 	if !strings.Contains(out, reason) {
 		t.Errorf("the leaving instance's log does not give the reason %q", reason)
