@@ -29,8 +29,8 @@ func init() {
 
 // EC2's limits on tags.
 const (
-	maxTagKey         = 128 // characters
-	maxTagValue       = 256 // characters
+	maxTagKey          = 128 // characters
+	maxTagValue        = 256 // characters
 	maxTagsPerInstance = 50
 )
 
