@@ -32,8 +32,9 @@ const TokenTagSuffix = "-token"
 // EC2's limits on a tag, and on tag keys served in the instance metadata.
 const (
 	// MaxTagKey is the most characters of a leader tag's key: EC2 allows
-	// 128 in a key, and KEY-token must fit too.
-	MaxTagKey = 128 - len(TokenTagSuffix)
+	// 127 in a key (its API reference; other services allow 128), and
+	// KEY-token must fit too.
+	MaxTagKey = 127 - len(TokenTagSuffix)
 
 	// MaxTagValue is the most characters of a tag's value.
 	MaxTagValue = 256
@@ -54,8 +55,8 @@ var ErrInvalidTag = errors.New("aws: invalid tag")
 // "=", the value after it, DefaultTagValue ("true") when there is no "=".
 // An empty value ("KEY=") is kept as given.
 //
-// The key must be 1-122 characters (MaxTagKey, so that KEY-token fits in
-// EC2's 128), must not start with "aws:" (reserved by AWS), and may hold
+// The key must be 1-121 characters (MaxTagKey, so that KEY-token fits in
+// EC2's 127), must not start with "aws:" (reserved by AWS), and may hold
 // only letters, digits and + - = . , _ : @ (no spaces or "/"), and must not
 // be ".", ".." or "_index": those are the keys that the instance metadata
 // can serve, and EC2 refuses other keys on an instance whose tags are in
@@ -86,7 +87,7 @@ func checkLeaderTagKey(key string) error {
 		return fmt.Errorf("%w: the key %q is not valid UTF-8", ErrInvalidTag, key)
 	}
 	if n := utf8.RuneCountInString(key); n > MaxTagKey {
-		return fmt.Errorf("%w: the key is %d characters long; at most %d, so that the key with %q (the fencing token's tag) fits EC2's 128",
+		return fmt.Errorf("%w: the key is %d characters long; at most %d, so that the key with %q (the fencing token's tag) fits EC2's 127",
 			ErrInvalidTag, n, MaxTagKey, TokenTagSuffix)
 	}
 	if strings.HasPrefix(strings.ToLower(key), "aws:") {

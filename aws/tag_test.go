@@ -46,7 +46,7 @@ func TestParseTag(t *testing.T) {
 		{in: "k=" + strings.Repeat("é", MaxTagValue), key: "k", value: strings.Repeat("é", MaxTagValue)},
 		{in: "", bad: "key is empty"},
 		{in: "=true", bad: "key is empty"},
-		{in: strings.Repeat("k", MaxTagKey+1), bad: "123 characters long"},
+		{in: strings.Repeat("k", MaxTagKey+1), bad: "122 characters long"},
 		{in: "aws:isLeader", bad: `starts with "aws:"`},
 		{in: "AWS:isLeader", bad: `starts with "aws:"`},
 		{in: "app/isLeader", bad: `holds '/'`},
@@ -81,7 +81,7 @@ func FuzzParseTag(f *testing.F) {
 			}
 			return
 		}
-		if key == "" || utf8.RuneCountInString(key+TokenTagSuffix) > 128 || strings.HasPrefix(strings.ToLower(key), "aws:") || strings.ContainsAny(key, "/ =") {
+		if key == "" || utf8.RuneCountInString(key+TokenTagSuffix) > 127 || strings.HasPrefix(strings.ToLower(key), "aws:") || strings.ContainsAny(key, "/ =") {
 			t.Fatalf("ParseTag(%q) accepted key %q", s, key)
 		}
 		if !utf8.ValidString(value) || utf8.RuneCountInString(value) > MaxTagValue {
@@ -589,7 +589,7 @@ func TestFakeTags(t *testing.T) {
 		code string
 	}{
 		{&ec2.CreateTagsInput{Resources: []string{"i-a"}, Tags: []ec2types.Tag{{Key: sdkaws.String("aws:x"), Value: sdkaws.String("v")}}}, "InvalidParameterValue"},
-		{&ec2.CreateTagsInput{Resources: []string{"i-a"}, Tags: []ec2types.Tag{{Key: sdkaws.String(strings.Repeat("k", 129)), Value: sdkaws.String("v")}}}, "InvalidParameterValue"},
+		{&ec2.CreateTagsInput{Resources: []string{"i-a"}, Tags: []ec2types.Tag{{Key: sdkaws.String(strings.Repeat("k", 128)), Value: sdkaws.String("v")}}}, "InvalidParameterValue"},
 		{&ec2.CreateTagsInput{Resources: []string{"i-a"}, Tags: []ec2types.Tag{{Key: sdkaws.String("k"), Value: sdkaws.String(strings.Repeat("v", 257))}}}, "InvalidParameterValue"},
 		{&ec2.CreateTagsInput{Resources: []string{"i-a", "i-nope"}, Tags: []ec2types.Tag{{Key: sdkaws.String("k"), Value: sdkaws.String("v")}}}, "InvalidInstanceID.NotFound"},
 	} {
@@ -679,4 +679,38 @@ func TestTagIMDSFront(t *testing.T) {
 		_, status := read("tags/instance/" + leaderKey)
 		return status == http.StatusNotFound
 	}, "the tag to go from the instance metadata")
+}
+
+// TestTagDemotedWaitsForElected ends a term while its Elected is still
+// listing the group: Demoted runs only once that Elected has returned, so
+// no write of the ended term lands after Demoted's delete.
+func TestTagDemotedWaitsForElected(t *testing.T) {
+	f := webGroup(t, "i-a", "i-b")
+	a := newTestTagger(t, f.URL(), "i-a")
+
+	arrived, release := f.Hold()
+	ctx, cancel := context.WithCancel(context.Background())
+	elected := make(chan error, 1)
+	go func() { elected <- a.Elected(ctx, 1) }()
+	<-arrived // Elected's listing of the group is held
+	demoted := make(chan error, 1)
+	go func() { demoted <- a.Demoted(context.Background()) }()
+	cancel()
+	release()
+	if err := <-elected; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Elected = %v, want an error wrapping context.Canceled", err)
+	}
+	if err := <-demoted; err != nil {
+		t.Fatal(err)
+	}
+	writes := f.TagWrites()
+	if len(writes) != 0 {
+		t.Errorf("tag writes %+v, want none: the term ended before Elected tagged", writes)
+	}
+	if n := f.CallCount("CreateTags"); n != 0 {
+		t.Errorf("CreateTags called %d times", n)
+	}
+	if n := f.CallCount("DeleteTags"); n != 1 {
+		t.Errorf("DeleteTags called %d times, want Demoted's 1", n)
+	}
 }

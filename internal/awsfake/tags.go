@@ -29,7 +29,7 @@ func init() {
 
 // EC2's limits on tags.
 const (
-	maxTagKey          = 128 // characters
+	maxTagKey          = 127 // characters, as EC2's API reference gives
 	maxTagValue        = 256 // characters
 	maxTagsPerInstance = 50
 )
@@ -227,7 +227,7 @@ func checkTagKey(key string) string {
 	case key == "":
 		return "Tag key cannot be empty"
 	case utf8.RuneCountInString(key) > maxTagKey:
-		return "Tag key exceeds the maximum length of 128 characters"
+		return "Tag key exceeds the maximum length of 127 characters"
 	case strings.HasPrefix(strings.ToLower(key), "aws:"):
 		return "Tag keys starting with 'aws:' are reserved for internal use"
 	}
