@@ -436,7 +436,6 @@ var retryable = retry.IsErrorRetryables(retry.DefaultRetryables)
 // retryable, or ctx ends, waiting with exponential backoff and jitter
 // between tries.
 func (t *Tagger) retry(ctx context.Context, action string, call func(context.Context) error) error {
-	wait := tagFirstBackoff
 	for attempt := 1; ; attempt++ {
 		err := call(ctx)
 		if err != nil && ctx.Err() != nil {
@@ -445,8 +444,7 @@ func (t *Tagger) retry(ctx context.Context, action string, call func(context.Con
 		if err == nil || retryable.IsErrorRetryable(err) != sdkaws.TrueTernary {
 			return err
 		}
-		d := min(wait, t.opts.RetryMaxBackoff)
-		d = d/2 + time.Duration(t.rand()*float64(d/2))
+		d := tagBackoff(attempt, t.opts.RetryMaxBackoff, t.rand())
 		t.log.Debug("retrying", "action", action, "attempt", attempt, "wait", d, "err", err)
 		timer := time.NewTimer(d)
 		select {
@@ -455,6 +453,18 @@ func (t *Tagger) retry(ctx context.Context, action string, call func(context.Con
 			timer.Stop()
 			return fmt.Errorf("%w (after %d tries, the last: %w)", ctx.Err(), attempt, err)
 		}
-		wait *= 2
 	}
+}
+
+// tagBackoff is the wait after the given failed attempt (1 for the first):
+// tagFirstBackoff doubled per attempt, capped at max, then drawn within
+// its upper half by r in [0,1), so that instances throttled together do
+// not retry in step.
+func tagBackoff(attempt int, max time.Duration, r float64) time.Duration {
+	d := tagFirstBackoff
+	for i := 1; i < attempt && d < max; i++ {
+		d *= 2
+	}
+	d = min(d, max)
+	return d/2 + time.Duration(r*float64(d/2))
 }

@@ -714,3 +714,25 @@ func TestTagDemotedWaitsForElected(t *testing.T) {
 		t.Errorf("DeleteTags called %d times, want Demoted's 1", n)
 	}
 }
+
+func TestTagBackoff(t *testing.T) {
+	for _, max := range []time.Duration{time.Millisecond, DefaultTagMaxBackoff, time.Hour} {
+		prev := time.Duration(0)
+		for attempt := 1; attempt <= 200; attempt++ {
+			lo, hi := tagBackoff(attempt, max, 0), tagBackoff(attempt, max, 0.999)
+			if lo <= 0 || hi > max || lo > hi {
+				t.Fatalf("max %s attempt %d: wait in [%s, %s], want within (0, %s]", max, attempt, lo, hi, max)
+			}
+			if hi < prev {
+				t.Fatalf("max %s attempt %d: the wait shrank from %s to %s", max, attempt, prev, hi)
+			}
+			prev = hi
+		}
+		if got := tagBackoff(200, max, 0.999); got < max/2 {
+			t.Errorf("max %s: the wait after 200 attempts is %s, want near the cap", max, got)
+		}
+	}
+	if got := tagBackoff(1, DefaultTagMaxBackoff, 0); got != tagFirstBackoff/2 {
+		t.Errorf("first wait at least %s, want %s", got, tagFirstBackoff/2)
+	}
+}
