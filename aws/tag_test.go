@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -734,5 +735,61 @@ func TestTagBackoff(t *testing.T) {
 	}
 	if got := tagBackoff(1, DefaultTagMaxBackoff, 0); got != tagFirstBackoff/2 {
 		t.Errorf("first wait at least %s, want %s", got, tagFirstBackoff/2)
+	}
+}
+
+// TestTagTermsInTurn runs many terms in turn, as a lease hands them out,
+// on three instances, under throttling and propagation delay, some cut
+// short at a random moment (then Demoted, as the caller must). In the
+// order EC2 accepted the writes, no two instances ever carry the tag, and
+// at the end the last leader alone does, or none if it was demoted.
+func TestTagTermsInTurn(t *testing.T) {
+	ids := []string{"i-a", "i-b", "i-c"}
+	f := webGroup(t, ids...)
+	f.SetTagDelay(20 * time.Millisecond)
+	taggers := map[string]*Tagger{}
+	for _, id := range ids {
+		taggers[id] = newTestTagger(t, f.URL(), id)
+	}
+	rnd := rand.New(rand.NewPCG(14, 14))
+	last, cutShort := "", 0
+	for token := uint64(1); token <= 30; token++ {
+		id := ids[rnd.IntN(len(ids))]
+		if rnd.IntN(3) == 0 {
+			f.ThrottleNext([]string{"DescribeAutoScalingGroups", "DeleteTags", "CreateTags"}[rnd.IntN(3)], 1+rnd.IntN(3))
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cut := rnd.IntN(4) == 0
+		if cut {
+			time.AfterFunc(time.Duration(rnd.IntN(3000))*time.Microsecond, cancel)
+		}
+		err := taggers[id].Elected(ctx, token)
+		cancel()
+		if err != nil && !cut {
+			t.Fatalf("term %d on %s: %v", token, id, err)
+		}
+		if err != nil {
+			cutShort++
+		}
+		if err != nil || rnd.IntN(4) == 0 {
+			if err := taggers[id].Demoted(context.Background()); err != nil {
+				t.Fatalf("term %d on %s: Demoted: %v", token, id, err)
+			}
+			last = ""
+			continue
+		}
+		last = id
+		if n, w := mostTagged(nil, f.TagWrites(), leaderKey); n > 1 {
+			t.Fatalf("after term %d: %d instances carried %s at once, after write %+v", token, n, leaderKey, w)
+		}
+	}
+	if n, w := mostTagged(nil, f.TagWrites(), leaderKey); n > 1 {
+		t.Fatalf("%d instances carried %s at once, after write %+v", n, leaderKey, w)
+	}
+	t.Logf("%d terms cut short, %d tag writes", cutShort, len(f.TagWrites()))
+	f.PropagateTags()
+	got := tagReader(t, f, leaderKey)
+	if last == "" && len(got) != 0 || last != "" && (len(got) != 1 || got[last] != "true") {
+		t.Errorf("a reader sees %v, want %q alone (none after a demotion)", got, last)
 	}
 }

@@ -9,7 +9,9 @@ package awsfake
 
 import (
 	"encoding/xml"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -220,6 +222,9 @@ func (f *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if formErr != nil {
+		if errors.Is(formErr, io.ErrUnexpectedEOF) {
+			return // the client gave up while sending; no protocol fault
+		}
 		f.problem("bad form: %v", formErr)
 		http.Error(w, formErr.Error(), http.StatusBadRequest)
 		return
