@@ -185,8 +185,7 @@ type TagOptions struct {
 // whatever Elected returned: a tag write in flight when the term ended may
 // have landed.
 //
-// A Tagger is safe for concurrent use; its calls run one at a time, in the
-// order they start.
+// A Tagger is safe for concurrent use; its calls run one at a time.
 type Tagger struct {
 	opts TagOptions
 	ec2  TagAPI
@@ -198,7 +197,7 @@ type Tagger struct {
 }
 
 // NewTagger returns a Tagger. It validates opts, reporting every problem
-// at once in an *OptionsError, and does no I/O.
+// at once in an error that wraps an *OptionsError, and does no I/O.
 func NewTagger(opts TagOptions) (*Tagger, error) {
 	var e OptionsError
 	if err := checkLeaderTagKey(opts.Key); err != nil {
@@ -227,8 +226,8 @@ func NewTagger(opts TagOptions) (*Tagger, error) {
 	if len(opts.Group) > 255 {
 		e.add(fmt.Sprintf("Group is %d characters long: Auto Scaling group names have at most 255", len(opts.Group)))
 	}
-	if err := e.errOrNil(); err != nil {
-		return nil, err
+	if len(e.Problems) > 0 {
+		return nil, tagOptionsError{&e}
 	}
 	if opts.RetryMaxBackoff == 0 {
 		opts.RetryMaxBackoff = DefaultTagMaxBackoff
@@ -246,6 +245,16 @@ func NewTagger(opts TagOptions) (*Tagger, error) {
 		group: opts.Group,
 	}, nil
 }
+
+// tagOptionsError is an *OptionsError (errors.As finds it) that names the
+// leader tag rather than discovery as what was misconfigured.
+type tagOptionsError struct{ *OptionsError }
+
+func (e tagOptionsError) Error() string {
+	return "aws: leader tag: invalid options: " + strings.Join(e.Problems, "; ")
+}
+
+func (e tagOptionsError) Unwrap() error { return e.OptionsError }
 
 // TokenKey is the key of the tag that holds the fencing token: Key with
 // TokenTagSuffix.

@@ -484,7 +484,7 @@ func TestNewTaggerOptions(t *testing.T) {
 	if !errors.As(err, &oe) {
 		t.Fatalf("NewTagger = %v, want *OptionsError", err)
 	}
-	for _, want := range []string{"Key:", "InstanceID is empty", "has no CreateTags", "ASG is nil", "RetryMaxBackoff"} {
+	for _, want := range []string{"aws: leader tag: invalid options: Key:", "InstanceID is empty", "has no CreateTags", "ASG is nil", "RetryMaxBackoff"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
