@@ -57,8 +57,10 @@ const (
 	healthHealthy      = "Healthy"
 )
 
-// Instance is one instance of an Auto Scaling group, as one refresh saw it.
-type Instance struct {
+// GroupInstance is one instance of an Auto Scaling group, as one refresh
+// saw it. (Instance is the process's own instance, watched for its
+// lifecycle; see NewInstance.)
+type GroupInstance struct {
 	// ID is the EC2 instance ID.
 	ID string
 
@@ -94,7 +96,7 @@ type Group struct {
 	// Instances lists every instance the group reported, in any lifecycle
 	// state, sorted by ID. An instance that has left the group, by
 	// termination or detachment, is absent.
-	Instances []Instance
+	Instances []GroupInstance
 
 	// FetchedAt is when the refresh that produced this Group ended, by the
 	// local clock.
@@ -118,7 +120,7 @@ func (g Group) Peers() []string {
 // been terminated or detached, unlike one that is merely Unhealthy or in
 // Standby, which may come back.
 func (g Group) Contains(id string) bool {
-	_, found := slices.BinarySearchFunc(g.Instances, id, func(in Instance, id string) int {
+	_, found := slices.BinarySearchFunc(g.Instances, id, func(in GroupInstance, id string) int {
 		return strings.Compare(in.ID, id)
 	})
 	return found

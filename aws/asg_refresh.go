@@ -111,7 +111,7 @@ func (a *ASG) refresh(ctx context.Context) (Group, error) {
 				if id == "" {
 					continue
 				}
-				inst := Instance{ID: id, LifecycleState: string(in.LifecycleState), HealthStatus: sdkaws.ToString(in.HealthStatus)}
+				inst := GroupInstance{ID: id, LifecycleState: string(in.LifecycleState), HealthStatus: sdkaws.ToString(in.HealthStatus)}
 				g.Instances = append(g.Instances, inst)
 				if inst.LifecycleState == lifecycleInService && inst.HealthStatus == healthHealthy {
 					members = append(members, id)
@@ -122,8 +122,8 @@ func (a *ASG) refresh(ctx context.Context) (Group, error) {
 	if !found {
 		return Group{}, fmt.Errorf("%w: %q", ErrGroupNotFound, a.group)
 	}
-	slices.SortFunc(g.Instances, func(x, y Instance) int { return strings.Compare(x.ID, y.ID) })
-	g.Instances = slices.CompactFunc(g.Instances, func(x, y Instance) bool { return x.ID == y.ID })
+	slices.SortFunc(g.Instances, func(x, y GroupInstance) int { return strings.Compare(x.ID, y.ID) })
+	g.Instances = slices.CompactFunc(g.Instances, func(x, y GroupInstance) bool { return x.ID == y.ID })
 
 	ips, err := a.privateIPs(ctx, members)
 	if err != nil {

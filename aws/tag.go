@@ -13,7 +13,6 @@ import (
 	"unicode/utf8"
 
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
@@ -437,10 +436,6 @@ func isNotFound(err error) bool {
 	return errors.As(err, &ae) && ae.ErrorCode() == "InvalidInstanceID.NotFound"
 }
 
-// retryable says which errors are worth trying again: the SDK's own
-// choice (throttling, 5xx, broken connections), never a cancelled context.
-var retryable = retry.IsErrorRetryables(retry.DefaultRetryables)
-
 // retry calls call until it succeeds, fails with an error that is not
 // retryable, or ctx ends, waiting with exponential backoff and jitter
 // between tries.
@@ -450,7 +445,7 @@ func (t *Tagger) retry(ctx context.Context, action string, call func(context.Con
 		if err != nil && ctx.Err() != nil {
 			return fmt.Errorf("%w (the last try: %w)", ctx.Err(), err)
 		}
-		if err == nil || retryable.IsErrorRetryable(err) != sdkaws.TrueTernary {
+		if err == nil || !retryable(err) {
 			return err
 		}
 		d := tagBackoff(attempt, t.opts.RetryMaxBackoff, t.rand())

@@ -41,7 +41,8 @@ type Server struct {
 	problems  []string       // protocol violations seen
 	held      chan struct{}  // while non-nil, requests wait for it to close
 	arrived   chan struct{}  // receives one value per request that waits
-	tags      tagState       // tag writes and their propagation (tags.go)
+	tags      tagState       // tag writes and their propagation: tags.go
+	life      lifecycleModel // lifecycle hooks and actions: lifecycle.go
 }
 
 // Instance is one EC2 instance and, when Group is set, its membership
