@@ -9,7 +9,9 @@ package awsfake
 
 import (
 	"encoding/xml"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -40,6 +42,7 @@ type Server struct {
 	problems  []string       // protocol violations seen
 	held      chan struct{}  // while non-nil, requests wait for it to close
 	arrived   chan struct{}  // receives one value per request that waits
+	tags      tagState       // tag writes and their propagation: tags.go
 	life      lifecycleModel // lifecycle hooks and actions: lifecycle.go
 }
 
@@ -52,6 +55,7 @@ type Instance struct {
 	Health    string // "Healthy" or "Unhealthy"
 	State     string // EC2 state: "running", "terminated", ...
 	PrivateIP string
+	Tags      map[string]string // EC2 tags as reads see them; see tags.go
 }
 
 // A handler answers one Action. It runs with f.mu held.
@@ -237,6 +241,9 @@ func (f *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if formErr != nil {
+		if errors.Is(formErr, io.ErrUnexpectedEOF) {
+			return // the client gave up while sending; no protocol fault
+		}
 		f.problem("bad form: %v", formErr)
 		http.Error(w, formErr.Error(), http.StatusBadRequest)
 		return
