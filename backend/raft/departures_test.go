@@ -52,6 +52,7 @@ func departureOptions(word *groupWord, logs *logRecorder) func(*NodeOptions) {
 	return func(o *NodeOptions) {
 		o.Departures = word
 		o.DeadServerAfter = 10 * time.Minute
+		o.DeparturesEvery = 500 * time.Millisecond
 		o.Logger = slog.New(logs)
 	}
 }

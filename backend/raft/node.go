@@ -75,7 +75,8 @@ type NodeOptions struct {
 	// BootstrapExpect is how many members must be seen, none of them in a
 	// group yet, before a new group forms; the seen member with the lowest
 	// ID then bootstraps it, as in Consul. 0 (the default) means never
-	// bootstrap: only join a group that exists.
+	// bootstrap: only join a group that exists, unless ExpectCounter is
+	// set.
 	BootstrapExpect int
 
 	// ExpectCounter, if set, decides BootstrapExpect when no live group
