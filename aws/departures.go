@@ -121,7 +121,7 @@ func (a *ASG) Departed(ctx context.Context, addrs []string) (map[string]string, 
 
 	out := map[string]string{}
 	for addr, id := range placed {
-		i, found := slices.BinarySearchFunc(g.Instances, id, func(in Instance, id string) int { return strings.Compare(in.ID, id) })
+		i, found := slices.BinarySearchFunc(g.Instances, id, func(in GroupInstance, id string) int { return strings.Compare(in.ID, id) })
 		switch {
 		case !found:
 			out[addr] = fmt.Sprintf("instance %s is no longer in Auto Scaling group %s", id, g.Name)
