@@ -398,7 +398,8 @@ type awsInstance struct {
 // awsGroup starts three simulated instances of group "web" in the fake,
 // with the termination hook "drain", each with its own metadata mock (no
 // notice pending) and a `baton run --backend raft:// --join aws-asg
-// --aws-lifecycle-hook drain` running the test's child, with members on
+// --aws-lifecycle-hook drain --aws-tag app:isLeader` running the test's
+// child, with members on
 // 127.0.NET3.1-3 (loopback; each test its own NET3) at the raft port
 // that --join aws-asg implies.
 // extra is added to each baton's flags.
@@ -428,7 +429,8 @@ func awsGroup(t *testing.T, f *awsfake.Server, file, net3 string, extra ...strin
 		args := append([]string{"run", "--backend", "raft://", "--bind", net.JoinHostPort(in.ip, strconv.Itoa(defaultRaftPort)),
 			"--join", "aws-asg", "--bootstrap-expect", "3",
 			"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, name+".pem"), "--tls-key", filepath.Join(dir, name+"-key.pem"),
-			"--lease", "work", "--id", in.id, "--ttl", "10s", "--grace", "2s", "--aws-lifecycle-hook", "drain", "--log-level", "debug"},
+			"--lease", "work", "--id", in.id, "--ttl", "10s", "--grace", "2s", "--aws-lifecycle-hook", "drain", "--aws-tag", "app:isLeader",
+			"--log-level", "debug"},
 			extra...)
 		args = append(args, "--", self)
 		env := awsEnv(t, f, in.mock.url, childEnv+"=1", childFileEnv+"="+file, "BATON_SECRET=aws-hand-over-test-secret-0123456789")
@@ -460,7 +462,10 @@ func TestAWSHandOverOnSpotNotice(t *testing.T) {
 		// The notice now, the termination (target lifecycle state
 		// Terminated) a few seconds later, as the group's reaction to it.
 		in.mock = startMock(t, in.mock.port, in.cfg, "--mock-delay-sec", "0", "--rebalance-delay-sec", "3600", "--asg-termination-delay-sec", "4")
-		time.AfterFunc(4*time.Second, func() { f.BeginTermination(in.id) })
+		// Auto Scaling's side starts first: on AWS both show at once, and
+		// a metadata mock's delay counts from its start, which the test
+		// does not see to the millisecond.
+		time.AfterFunc(2*time.Second, func() { f.BeginTermination(in.id) })
 	})
 }
 
@@ -482,6 +487,9 @@ func testAWSHandOver(t *testing.T, net3, reason string, leave func(*testing.T, *
 	if old == nil {
 		t.Fatalf("the first child's holder %q is none of the instances", first.holder)
 	}
+	testkit.Eventually(t, 30*time.Second, "the leader's tag", func() bool {
+		return slices.Equal(taggedLeaders(f, insts), []string{fmt.Sprintf("%s %d", old.id, first.token)})
+	})
 	t.Logf("%s leads with token %d; it is leaving (%s)", old.id, first.token, reason)
 	leaveAt := time.Now()
 	leave(t, f, old)
@@ -558,4 +566,29 @@ func testAWSHandOver(t *testing.T, net3, reason string, leave func(*testing.T, *
 	if !alive(second.pid) {
 		t.Errorf("the new leader's child %d is gone", second.pid)
 	}
+	// Exactly one instance carries the tag: the new leader's, with its
+	// token.
+	want := []string{fmt.Sprintf("%s %d", second.holder, second.token)}
+	testkit.Eventually(t, 30*time.Second, fmt.Sprintf("the tag on %s alone", want), func() bool {
+		return slices.Equal(taggedLeaders(f, insts), want)
+	})
+	for _, w := range f.TagWrites() {
+		t.Logf("tag write: %+v", w)
+	}
+}
+
+// taggedLeaders lists "ID TOKEN" of each instance that carries the tag
+// app:isLeader=true, with its token tag.
+func taggedLeaders(f *awsfake.Server, insts []*awsInstance) []string {
+	var tagged []string
+	for _, in := range insts {
+		tags := f.Tags(in.id)
+		if v, ok := tags["app:isLeader"]; ok {
+			tagged = append(tagged, fmt.Sprintf("%s %s", in.id, tags["app:isLeader-token"]))
+			if v != "true" {
+				tagged = append(tagged, "value "+v)
+			}
+		}
+	}
+	return tagged
 }

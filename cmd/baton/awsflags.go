@@ -21,8 +21,10 @@ type awsFlags struct {
 	enabled   bool   // --aws
 	hook      string // --aws-lifecycle-hook
 	rebalance bool   // --aws-rebalance
+	tag       string // --aws-tag KEY[=VALUE]
 
-	fs *pflag.FlagSet
+	tagKey, tagValue string // parsed --aws-tag
+	fs               *pflag.FlagSet
 }
 
 func (f *awsFlags) register(fs *pflag.FlagSet) {
@@ -30,7 +32,8 @@ func (f *awsFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.enabled, "aws", false, "on an EC2 instance of an Auto Scaling group: hand over as on SIGTERM when the group terminates the instance or EC2 sends a spot interruption notice, and campaign only while the instance is InService (implied by the other --aws-* flags and by --join aws-asg)")
 	fs.StringVar(&f.hook, "aws-lifecycle-hook", "", "the group's termination lifecycle hook: once the hand-over is done, complete its action (CONTINUE) so that the group terminates the instance at once; heartbeat it meanwhile")
 	fs.BoolVar(&f.rebalance, "aws-rebalance", false, "hand over on a spot rebalance recommendation too, not only on an interruption notice")
-	withEnv(fs, "aws", "aws-lifecycle-hook", "aws-rebalance")
+	fs.StringVar(&f.tag, "aws-tag", "", "tag this instance KEY=VALUE (VALUE defaults to true) and KEY-token=TOKEN while it holds the lease, after removing KEY from the group's other instances; removed when the term ends (for readers of the tag: baton is-leader gives the exact answer)")
+	withEnv(fs, "aws", "aws-lifecycle-hook", "aws-rebalance", "aws-tag")
 }
 
 // hookNamePattern is Auto Scaling's pattern for a lifecycle hook name.
@@ -40,7 +43,7 @@ var hookNamePattern = regexp.MustCompile(`^[A-Za-z0-9\-_/]{1,255}$`)
 // flag, or --join aws-asg (a member found through the group is on one of
 // its instances).
 func (f *awsFlags) active(join string) bool {
-	return f.enabled || f.hook != "" || f.rebalance || joinsASG(join)
+	return f.enabled || f.hook != "" || f.rebalance || f.tag != "" || joinsASG(join)
 }
 
 // joinsASG reports whether a --join spec is aws-asg[:GROUP].
@@ -54,6 +57,13 @@ func (f *awsFlags) validate() []string {
 	var problems []string
 	if f.hook != "" && !hookNamePattern.MatchString(f.hook) {
 		problems = append(problems, fmt.Sprintf("%s %q: a lifecycle hook name is 1-255 letters, digits, '-', '_' or '/'; give the name of the group's autoscaling:EC2_INSTANCE_TERMINATING hook", flagSource(f.fs, "aws-lifecycle-hook"), f.hook))
+	}
+	if f.tag != "" {
+		k, v, err := aws.ParseTag(f.tag)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s %q: %v; e.g. --aws-tag app:isLeader", flagSource(f.fs, "aws-tag"), f.tag, err))
+		}
+		f.tagKey, f.tagValue = k, v
 	}
 	return problems
 }
@@ -69,8 +79,10 @@ func (e *leavingError) Error() string { return e.reason }
 // while the instance is not InService, and completes the lifecycle action
 // once the command has handed over.
 type awsSession struct {
-	inst *aws.Instance
-	log  *slog.Logger
+	inst   *aws.Instance
+	tagger *aws.Tagger // nil without --aws-tag
+	log    *slog.Logger
+	tags   sync.WaitGroup // the tag's goroutines, one per term
 
 	cancel  context.CancelCauseFunc // ends the command's context
 	stopRun context.CancelFunc      // ends inst.Run
@@ -91,7 +103,11 @@ func (f *awsFlags) startAWS(ctx context.Context, join string, log *slog.Logger) 
 	if !f.active(join) {
 		return ctx, nil, nil
 	}
-	inst, err := aws.NewInstance(ctx, aws.InstanceOptions{Hook: f.hook, Rebalance: f.rebalance, Logger: log})
+	asgAPI, ec2API, err := awsAPIClients(ctx)
+	if err != nil {
+		return nil, nil, &exitError{code: exitUsage, err: fmt.Errorf("--aws: %w", err)}
+	}
+	inst, err := aws.NewInstance(ctx, aws.InstanceOptions{ASG: asgAPI, Hook: f.hook, Rebalance: f.rebalance, Logger: log})
 	if err != nil {
 		var oe *aws.OptionsError
 		switch {
@@ -101,6 +117,13 @@ func (f *awsFlags) startAWS(ctx context.Context, join string, log *slog.Logger) 
 		return nil, nil, fmt.Errorf("--aws: watching this instance: %w", err)
 	}
 	s := &awsSession{inst: inst, log: log.WithGroup("aws").With("instance", inst.ID(), "group", inst.Group())}
+	if f.tag != "" {
+		s.tagger, err = aws.NewTagger(aws.TagOptions{Key: f.tagKey, Value: f.tagValue, Group: inst.Group(), InstanceID: inst.ID(),
+			EC2: ec2API, ASG: asgAPI, Logger: log})
+		if err != nil {
+			return nil, nil, &exitError{code: exitUsage, err: fmt.Errorf("--aws-tag: %w", err)}
+		}
+	}
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopRun = stopRun
 	s.wg.Go(func() { _ = inst.Run(runCtx) })
@@ -138,6 +161,8 @@ func (s *awsSession) finish(ctx context.Context) {
 		return
 	}
 	s.cancel(nil)
+	// Every term has ended by now; their tags are being removed.
+	s.tags.Wait()
 	s.mu.Lock()
 	leaving, stopHB := s.leaving, s.stopHB
 	s.mu.Unlock()

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/aws"
 )
 
 // gatedBackend campaigns only while the instance is InService (an instance
@@ -84,6 +86,9 @@ func (g *gatedBackend) Campaign(ctx context.Context, name string, c baton.Candid
 func (g *gatedBackend) gate(t baton.Term) baton.Term {
 	gt := &gatedTerm{Term: t, req: make(chan struct{})}
 	inst := g.s.inst
+	if tg := g.s.tagger; tg != nil {
+		g.s.tags.Go(func() { g.s.tag(tg, t) })
+	}
 	go func() {
 		inner := baton.ResignRequestedOf(t)
 		for {
@@ -113,6 +118,38 @@ func (g *gatedBackend) gate(t baton.Term) baton.Term {
 		return &gatedStateTerm{gatedTerm: gt, st: st}
 	}
 	return gt
+}
+
+// tagTimeout bounds removing the leader tag after a term.
+const tagTimeout = 30 * time.Second
+
+// tag keeps the leader tag on this instance for term t: Elected (which
+// first removes the tag from every other instance of the group) under a
+// context that ends with the term, so that it never tags after the term,
+// then Demoted once the term has ended.
+func (s *awsSession) tag(tg *aws.Tagger, t baton.Term) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-t.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := tg.Elected(ctx, t.Token()); err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("leader tag not set; the lease holds all the same", "lease", t.Lease(), "token", t.Token(), "err", err)
+		}
+	} else {
+		s.log.Info("leader tag set", "lease", t.Lease(), "token", t.Token())
+	}
+	<-t.Done()
+	cancel()
+	dctx, dcancel := context.WithTimeout(context.Background(), tagTimeout)
+	defer dcancel()
+	if err := tg.Demoted(dctx); err != nil {
+		s.log.Warn("leader tag not removed; the next leader removes it", "lease", t.Lease(), "token", t.Token(), "err", err)
+	}
 }
 
 // gatedTerm is a term that also asks to resign when its instance leaves
