@@ -427,7 +427,7 @@ func awsGroup(t *testing.T, f *awsfake.Server, file, net3 string, extra ...strin
 			t.Fatalf("tls cert: %d %s", r.code, r.stderr)
 		}
 		args := append([]string{"run", "--backend", "raft://", "--bind", net.JoinHostPort(in.ip, strconv.Itoa(defaultRaftPort)),
-			"--join", "aws-asg", "--bootstrap-expect", "3",
+			"--join", "aws-asg", "--bootstrap-expect", "auto",
 			"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, name+".pem"), "--tls-key", filepath.Join(dir, name+"-key.pem"),
 			"--lease", "work", "--id", in.id, "--ttl", "10s", "--grace", "2s", "--aws-lifecycle-hook", "drain", "--aws-tag", "app:isLeader",
 			"--log-level", "debug"},
