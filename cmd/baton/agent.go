@@ -139,6 +139,9 @@ func (c *agentCommand) Run(ctx context.Context) error {
 	}
 	// Made before the member, which reports its renewals to them.
 	metrics := raftagent.NewMetrics()
+	if err := inst.register(metrics.Registry()); err != nil {
+		return err
+	}
 	opts.OnRenew = metrics.OnRenew
 	ln, err := net.Listen("tcp", c.http)
 	if err != nil {

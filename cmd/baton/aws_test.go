@@ -592,3 +592,92 @@ func taggedLeaders(f *awsfake.Server, insts []*awsInstance) []string {
 	}
 	return tagged
 }
+
+// TestAWSNotInServiceDoesNotCampaign: an instance in Standby runs baton
+// but does not campaign; once Auto Scaling reports it InService it does.
+func TestAWSNotInServiceDoesNotCampaign(t *testing.T) {
+	t.Parallel()
+	f := awsfake.Start(t)
+	f.AddGroup("web")
+	id := "i-0000000000000bb01"
+	f.Launch(id, "web", "Standby", "Healthy", "127.0.17.1")
+	mock := startMock(t, 0, mockConfig(id, "127.0.17.1"), "asglifecycle", "--asg-termination-delay-sec", "3600")
+	file := filepath.Join(t.TempDir(), "events")
+	killLeftoverChildren(t, file)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := awsEnv(t, f, mock.url, childEnv+"=1", childFileEnv+"="+file)
+	p := startBaton(t, "baton", env, "run", "--backend", "memory://", "--lease", "work", "--id", id, "--aws", "--log-level", "debug", "--", self)
+	testkit.Eventually(t, 30*time.Second, "baton to say it does not campaign", func() bool {
+		return strings.Contains(p.out.String(), "instance not InService: not campaigning")
+	})
+	if n := len(starts(readEvents(file))); n != 0 {
+		t.Fatalf("%d children started on an instance in Standby", n)
+	}
+	f.Set(id, func(in *awsfake.Instance) { in.Lifecycle = "InService" })
+	testkit.Eventually(t, 60*time.Second, "the child once InService", func() bool { return len(starts(readEvents(file))) == 1 })
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(t, 30*time.Second); code != 0 {
+		t.Errorf("baton exited %d after SIGTERM", code)
+	}
+	if n := len(f.LifecycleCalls()); n != 0 {
+		t.Errorf("%d lifecycle calls on a SIGTERM without a notice", n)
+	}
+}
+
+// TestAWSAgentLeaves: `baton agent --aws-lifecycle-hook` leaves the raft
+// group as on SIGTERM when its instance is terminated, says why, and
+// completes the lifecycle action; its metrics show the instance InService
+// until then.
+func TestAWSAgentLeaves(t *testing.T) {
+	t.Parallel()
+	f := awsfake.Start(t)
+	f.AddGroup("web")
+	f.AddLifecycleHook("web", awsfake.LifecycleHook{Name: "drain", HeartbeatTimeout: 30 * time.Second})
+	id, ip := "i-0000000000000cc01", "127.0.18.1"
+	f.Launch(id, "web", "InService", "Healthy", ip)
+	cfg := mockConfig(id, ip)
+	mock := startMock(t, 0, cfg, "asglifecycle", "--asg-termination-delay-sec", "3600")
+	dir := t.TempDir()
+	if r := runBaton(t, 30*time.Second, "tls", "ca", "--dir", filepath.Join(dir, "ca")); r.code != 0 {
+		t.Fatalf("tls ca: %d %s", r.code, r.stderr)
+	}
+	if r := runBaton(t, 30*time.Second, "tls", "cert", "--ca-dir", filepath.Join(dir, "ca"), "--dir", dir, "--name", "a1", "--host", ip); r.code != 0 {
+		t.Fatalf("tls cert: %d %s", r.code, r.stderr)
+	}
+	httpAddr := freePort(t)
+	env := awsEnv(t, f, mock.url, "BATON_SECRET=agent-aws-test-secret-0123456789")
+	agent := startBaton(t, "agent", env, "agent",
+		"--bind", net.JoinHostPort(ip, strconv.Itoa(defaultRaftPort)), "--join", "aws-asg", "--bootstrap-expect", "1", "--voters", "1",
+		"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, "a1.pem"), "--tls-key", filepath.Join(dir, "a1-key.pem"),
+		"--http", httpAddr, "--http-token-file", filepath.Join(dir, "token"), "--aws-lifecycle-hook", "drain", "--log-level", "debug")
+	testkit.Eventually(t, 30*time.Second, "the agent serving", func() bool { return agentServing(httpAddr) })
+	_, metrics := agentCall(t, http.MethodGet, "http://"+httpAddr+"/metrics", "")
+	if !strings.Contains(metrics, "baton_aws_in_service 1") {
+		t.Errorf("metrics lack baton_aws_in_service 1:\n%s", metrics)
+	}
+
+	mock.stop()
+	startMock(t, mock.port, cfg, "asglifecycle", "--asg-termination-delay-sec", "0")
+	f.BeginTermination(id)
+	if code := agent.wait(t, 60*time.Second); code != 0 {
+		t.Errorf("agent exited %d on the termination, want 0", code)
+	}
+	out := agent.out.String()
+	for _, w := range []string{"instance terminating", "agent stopped"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("agent's log lacks %q", w)
+		}
+	}
+	var completed bool
+	for _, c := range f.LifecycleCalls() {
+		if c.Action == "CompleteLifecycleAction" && c.Error == "" && c.InstanceID == id && c.Result == "CONTINUE" {
+			completed = true
+		}
+	}
+	if !completed {
+		t.Errorf("no CompleteLifecycleAction for %s: %+v", id, f.LifecycleCalls())
+	}
+}

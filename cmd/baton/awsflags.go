@@ -12,6 +12,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/aws"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 )
 
@@ -84,6 +85,10 @@ type awsSession struct {
 	log    *slog.Logger
 	tags   sync.WaitGroup // the tag's goroutines, one per term
 
+	// Metrics, for a command that serves them (register).
+	leaves    *prometheus.CounterVec
+	inService prometheus.GaugeFunc
+
 	cancel  context.CancelCauseFunc // ends the command's context
 	stopRun context.CancelFunc      // ends inst.Run
 	wg      sync.WaitGroup
@@ -124,6 +129,19 @@ func (f *awsFlags) startAWS(ctx context.Context, join string, log *slog.Logger) 
 			return nil, nil, &exitError{code: exitUsage, err: fmt.Errorf("--aws-tag: %w", err)}
 		}
 	}
+	s.leaves = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "baton_aws_leaving_total",
+		Help: "Notices that this instance is leaving its Auto Scaling group, on which baton handed over as on SIGTERM, by reason (instance terminating, spot interruption, rebalance recommendation).",
+	}, []string{"reason"})
+	s.inService = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "baton_aws_in_service",
+		Help: "1 while this instance is InService in its Auto Scaling group (baton campaigns only then), else 0.",
+	}, func() float64 {
+		if inst.InService() {
+			return 1
+		}
+		return 0
+	})
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopRun = stopRun
 	s.wg.Go(func() { _ = inst.Run(runCtx) })
@@ -136,6 +154,7 @@ func (f *awsFlags) startAWS(ctx context.Context, join string, log *slog.Logger) 
 			return
 		}
 		reason := inst.LeaveReason()
+		s.leaves.WithLabelValues(reason).Inc()
 		s.log.Warn("instance leaving its group: handing over as on SIGTERM", "reason", reason, "lifecycle_hook", f.hook)
 		s.mu.Lock()
 		s.leaving = true
@@ -147,6 +166,18 @@ func (f *awsFlags) startAWS(ctx context.Context, join string, log *slog.Logger) 
 	})
 	s.log.Info("watching the instance", "in_service", inst.InService(), "lifecycle_hook", f.hook, "rebalance", f.rebalance)
 	return cctx, s, nil
+}
+
+// register adds the session's metrics to reg: baton_aws_leaving_total
+// {reason} and baton_aws_in_service.
+func (s *awsSession) register(reg prometheus.Registerer) error {
+	if s == nil {
+		return nil
+	}
+	if err := reg.Register(s.leaves); err != nil {
+		return err
+	}
+	return reg.Register(s.inService)
 }
 
 // completeTimeout bounds completing the lifecycle action at exit.
