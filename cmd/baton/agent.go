@@ -77,7 +77,8 @@ so that probes and Prometheus work; they show no credentials:
   GET  /v1/raft/lease, /v1/raft/state
                                 the reads of agent:// clients
 
-Exit statuses: 0 stopped by SIGTERM/SIGINT; 1 runtime error; 2 bad flags.`
+` + awsHelp + `Exit statuses: 0 stopped by SIGTERM/SIGINT (or the instance leaving, with
+--aws); 1 runtime error; 2 bad flags.`
 
 type agentCommand struct {
 	app       *App
@@ -113,6 +114,14 @@ func (a *App) newAgentCommand() *cobra.Command {
 // Run runs the member until ctx ends, then leaves the group.
 func (c *agentCommand) Run(ctx context.Context) error {
 	problems := append(c.raft.validate(), c.aws.validate()...)
+	switch {
+	case c.aws.tag == "":
+	case flagSource(c.fs, "aws-tag") == "--aws-tag":
+		problems = append(problems, "--aws-tag: an agent campaigns for nothing itself, so it would never tag its instance; give --aws-tag to the baton run or cron that holds the lease")
+	default:
+		// BATON_AWS_TAG, set for the run and cron of this host: not ours.
+		c.aws.tag = ""
+	}
 	if _, _, err := net.SplitHostPort(c.http); err != nil {
 		problems = append(problems, fmt.Sprintf("%s %q: want HOST:PORT, e.g. 127.0.0.1:8790", flagSource(c.fs, "http"), c.http))
 	} else if host, _, _ := net.SplitHostPort(c.http); !isLoopback(host) && c.httpToken == "" {

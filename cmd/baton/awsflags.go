@@ -16,6 +16,26 @@ import (
 	"github.com/spf13/pflag"
 )
 
+// awsHelp is the part of the help of run, cron and agent about --aws.
+const awsHelp = `On an EC2 instance of an Auto Scaling group (--aws; implied by the other --aws-*
+flags and by --join aws-asg), baton watches the instance's metadata (IMDSv2)
+every second. When the group terminates the instance (target lifecycle state
+Terminated) or EC2 sends a spot interruption notice (with --aws-rebalance, a
+rebalance recommendation too), baton does what SIGTERM does, logging the
+reason ("instance terminating", "spot interruption", "rebalance
+recommendation"): the work stops, the lease is released so that a standby
+takes over at once, a raft member leaves the group, and baton exits 0. With
+--aws-lifecycle-hook NAME it heartbeats the hook meanwhile and then completes
+its action (CONTINUE), so that the group terminates the instance without
+waiting out the hook's timeout. With run and cron, an instance that is not
+InService (Pending, Standby, Terminating...) does not campaign, one that
+leaves InService stops its work and resigns, and --aws-tag KEY[=VALUE] tags
+the instance KEY=VALUE and KEY-token=TOKEN while it holds the lease
+(docs/aws.md says what a reader of the tag can rely on). Region and credentials come from the AWS_* variables,
+the shared config and the instance profile.
+
+`
+
 // awsFlags are the flags of the commands that hand over before the Auto
 // Scaling group takes the instance away: run, cron and agent.
 type awsFlags struct {

@@ -25,6 +25,12 @@ When nobody holds the lease, baton says so on stderr and exits 1; with --json it
 also prints {"lease":"L","holder":null} on stdout, so that a pipeline into jq
 still gets a document.
 
+With --backend aws-asg://[GROUP] (the group's rule; see is-leader --help):
+Text output:  instance=ID private_ip=IP group=G decided="HOW"
+JSON output:  {"backend":"aws-asg","group":"G","instance_id":"ID",
+               "private_ip":"IP","decided":"HOW"}   (instance_id null: nobody)
+Exit statuses as is-leader's with aws-asg://, 1 meaning nobody qualifies.
+
 Exit statuses:
   0  printed the holder
   1  nobody holds the lease

@@ -46,6 +46,11 @@ Backends (--backend URL):
                                  baton); token and TLS from CONSUL_HTTP_TOKEN,
                                  CONSUL_CACERT, ... or ?token-file=F&ca-file=F&...
   memory://                      in-process only; lets you try 'baton run' alone
+  aws-asg://[GROUP]              is-leader and leader only: the Auto Scaling group's
+                                 own rule, the InService, Healthy instance with the
+                                 lowest id (GROUP defaults to this instance's); no
+                                 lease, no token. Region and credentials: AWS_*
+                                 variables, the shared config, the instance profile
 
 Exit statuses:
   0  success (is-leader: this instance leads)
@@ -229,7 +234,7 @@ type commonFlags struct {
 
 func (c *commonFlags) register(fs *pflag.FlagSet, idUsage string) {
 	c.fs = fs
-	fs.StringVar(&c.backend, "backend", "", "backend URL: raft:// (this process is a member), agent://host:port, etcd://host:port[,host:port], zk://host:port[,host:port][/root], consul://host:port[/prefix] or memory:// (required)")
+	fs.StringVar(&c.backend, "backend", "", "backend URL: raft:// (this process is a member), agent://host:port, etcd://host:port[,host:port], zk://host:port[,host:port][/root], consul://host:port[/prefix], memory://, or aws-asg://[GROUP] (is-leader and leader only) (required)")
 	fs.StringVar(&c.lease, "lease", "", "name of the lease (required)")
 	fs.StringVar(&c.id, "id", "", idUsage)
 	fs.DurationVar(&c.ttl, "ttl", backend.DefaultTTL, "lease time-to-live: how long a dead leader keeps the lease before a standby takes over (default 20s with consul://, 2s with raft:// and agent://)")
