@@ -31,8 +31,9 @@ waiting out the hook's timeout. With run and cron, an instance that is not
 InService (Pending, Standby, Terminating...) does not campaign, one that
 leaves InService stops its work and resigns, and --aws-tag KEY[=VALUE] tags
 the instance KEY=VALUE and KEY-token=TOKEN while it holds the lease
-(docs/aws.md says what a reader of the tag can rely on). Region and credentials come from the AWS_* variables,
-the shared config and the instance profile.
+(docs/aws.md says what a reader of the tag can rely on). Region and
+credentials come from the AWS_* variables, the shared config and the
+instance profile.
 
 `
 
