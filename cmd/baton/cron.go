@@ -91,6 +91,7 @@ func (a *App) newCronCommand() *cobra.Command {
 	c.fs.StringVar(&c.job, "job", "", "job name recorded with each slot (default: the lease name)")
 	withEnv(c.fs, "grace", "schedule", "catch-up", "jitter", "job")
 	c.raft.register(c.fs)
+	c.http.register(c.fs, "cron")
 	c.common.member = true
 	return cmd
 }
