@@ -237,6 +237,35 @@ func TestRunHTTP(t *testing.T) {
 			t.Errorf("exit %d after SIGTERM, want 0", code)
 		}
 	})
+	t.Run("cron", func(t *testing.T) {
+		t.Parallel()
+		addr := freePort(t)
+		startBaton(t, "baton", testEnv(), "cron", "--backend", "memory://", "--lease", "nightly", "--id", "cron-1",
+			"--schedule", "@every 1h", "--http", addr, "--", "true")
+		waitHealth(t, "baton", addr, http.StatusOK, "cron-1", 0)
+		if r := getHTTP("GET", addr, "/"); r.status != http.StatusOK || !strings.Contains(r.body, "<title>baton cron") {
+			t.Errorf("cron's status page: %d", r.status)
+		}
+	})
+	t.Run("usage", func(t *testing.T) {
+		t.Parallel()
+		for _, bad := range []string{"localhost:http", "127.0.0.1:70000", "a:b:c"} {
+			r := runBaton(t, 30*time.Second, "run", "--backend", "memory://", "--lease", "x", "--http", bad, "--", "true")
+			if r.code != exitUsage || !strings.Contains(r.stderr, "--http") {
+				t.Errorf("--http %q: exit %d, stderr %q; want 2 naming --http", bad, r.code, r.stderr)
+			}
+		}
+		// A port in use is a runtime error, reported before connecting.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		r := runBaton(t, 30*time.Second, "run", "--backend", "memory://", "--lease", "x", "--http", ln.Addr().String(), "--", "true")
+		if r.code != exitFailure || !strings.Contains(r.stderr, "address already in use") {
+			t.Errorf("--http on a port in use: exit %d, stderr %q; want 1", r.code, r.stderr)
+		}
+	})
 	for _, tc := range []struct {
 		name string
 		args func(t *testing.T) (args func(i int) []string, env []string)
