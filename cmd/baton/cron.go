@@ -53,7 +53,7 @@ Exit statuses:
   1  runtime error (e.g. the lease's record belongs to another job)
   2  usage or configuration error
 
-` + envHelp
+` + httpHelp + envHelp
 
 type cronCommand struct {
 	leaderFlags

@@ -18,6 +18,37 @@ import (
 	"github.com/spf13/pflag"
 )
 
+// httpHelp is the part of run's and cron's help about --http.
+const httpHelp = `HTTP (--http ADDR; no server without it): a read-only API for readiness
+probes, Prometheus and people, on every backend:
+  GET /v1/health/leader   200 this process leads (its term has not ended and
+                          is before its safe-until), 429 another process
+                          holds the lease (standby), 503 undetermined: not
+                          connected to the backend yet, the backend did not
+                          answer within 2s, nobody holds the lease, this
+                          process's term just ended or is just beginning, it
+                          is stopping, or (raft://) the member hears from no
+                          raft leader; HEAD too. JSON: status (leader,
+                          standby, undetermined), holder, token, reason
+  GET /v1/leases/NAME     the lease (JSON): holder, token (a decimal string),
+                          since, safe_until (when held here), held_here; 404
+                          for another lease than --lease
+  GET /metrics            Prometheus metrics with the names baton agent
+                          serves: baton_is_leader, baton_transitions_total,
+                          term duration, campaign wait, safe-until margin
+  GET /                   status page: the lease, its holder and token, and a
+                          timeline of the terms seen in the last hour
+  GET /v1/group           raft:// only: the group as this member sees it
+                          (member IDs, voters, raft leader)
+ADDR is PORT or HOST:PORT. A port alone (8080 or :8080) listens on loopback,
+127.0.0.1; to be reached from elsewhere, name the host: 0.0.0.0:8080 for a
+Kubernetes readiness probe. No route needs a token, none changes anything,
+and none shows a credential. A 200 is true when it is sent: a load balancer
+may route to a former leader for up to one probe interval, so fence writes
+with BATON_TOKEN. A port already in use is a runtime error (exit 1).
+
+`
+
 // httpFlag is --http of run and cron: the read-only status API of package
 // statusapi (health, lease, metrics, status page), for any backend.
 //

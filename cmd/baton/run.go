@@ -75,7 +75,7 @@ A standby logs who leads whenever that changes ("standing by"). While the
 backend cannot be reached it keeps trying and logs a warning ("backend
 unreachable" or "campaign failed; retrying") every few seconds.
 
-` + envHelp
+` + httpHelp + envHelp
 
 const (
 	// quickExit is how long a command must run for baton to campaign again
