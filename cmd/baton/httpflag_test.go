@@ -214,6 +214,26 @@ func checkReadOnly(t *testing.T, addr, lease, holder string) {
 	}
 }
 
+// getURLEnv is the URL getMain fetches.
+const getURLEnv = "BATON_TEST_URL"
+
+// getMain is this test binary run as a small HTTP client (BATON_TEST_CHILD
+// =get): it GETs $BATON_TEST_URL and prints the status code on a line of
+// its own, then the body. The network namespace tests run it inside a host
+// to ask a baton there (the test process itself never sends to a host).
+func getMain() int {
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(os.Getenv(getURLEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer resp.Body.Close()
+	fmt.Println(resp.StatusCode)
+	_, _ = io.Copy(os.Stdout, resp.Body)
+	return 0
+}
+
 // TestRunHTTP runs `baton run --http` on each backend: the leader's health
 // check answers 200, the standbys' 429 naming it, through a crash of the
 // leader (kill -9) and a SIGTERM; /metrics has the agent's names; the
