@@ -35,7 +35,8 @@ probes, Prometheus and people, on every backend:
                           for another lease than --lease
   GET /metrics            Prometheus metrics with the names baton agent
                           serves: baton_is_leader, baton_transitions_total,
-                          term duration, campaign wait, safe-until margin
+                          term duration, campaign wait, safe-until margin,
+                          and (raft:// only) renewal latency and errors
   GET /                   status page: the lease, its holder and token, and a
                           timeline of the terms seen in the last hour
   GET /v1/group           raft:// only: the group as this member sees it
@@ -112,10 +113,11 @@ type httpServer struct {
 }
 
 // start listens on --http and serves the campaign of candidate id for
-// lease, undetermined until attach; nil without --http. A listen that
+// lease, undetermined until attach; nil without --http. A raft member made
+// from member reports its renewals to the server's metrics. A listen that
 // fails is a runtime error (exit 1): the port is taken, or the host is
 // not this machine's.
-func (h *httpFlag) start(lease, id, backend string, log *slog.Logger) (*httpServer, error) {
+func (h *httpFlag) start(lease, id, backend string, member *raftFlags, log *slog.Logger) (*httpServer, error) {
 	if h.addr == "" {
 		return nil, nil
 	}
@@ -128,7 +130,8 @@ func (h *httpFlag) start(lease, id, backend string, log *slog.Logger) (*httpServ
 		return nil, fmt.Errorf("--http %s: %w", h.addr, err)
 	}
 	src := statusapi.NewElectorSource(lease, id)
-	api, err := statusapi.New(src, statusapi.Options{Kind: h.kind, Here: "this process", Backend: redactURL(backend), Logger: log})
+	metrics := statusapi.NewMetrics()
+	api, err := statusapi.New(src, statusapi.Options{Kind: h.kind, Here: "this process", Backend: redactURL(backend), Metrics: metrics, Logger: log})
 	if err != nil {
 		ln.Close()
 		src.Close()
@@ -142,6 +145,7 @@ func (h *httpFlag) start(lease, id, backend string, log *slog.Logger) (*httpServ
 			s.log.Error("HTTP server stopped", "err", err)
 		}
 	}()
+	member.onRenew = metrics.OnRenew
 	s.log.Info("serving HTTP", "addr", ln.Addr().String(), "health", "http://"+ln.Addr().String()+"/v1/health/leader")
 	return s, nil
 }

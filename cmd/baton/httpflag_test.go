@@ -395,6 +395,11 @@ func testRunHTTP(t *testing.T, backendArgs func(i int) []string, extraEnv []stri
 		if r.status != http.StatusOK || json.Unmarshal([]byte(r.body), &g) != nil || len(g.Voters) != n {
 			t.Errorf("GET /v1/group on a raft member: %d %s, want %d voters", r.status, r.body, n)
 		}
+		// A member reports its own session's renewals.
+		testkit.Eventually(t, 10*time.Second, "the leader's renewal latency to be observed", func() bool {
+			v, _ := metricValue(metricsOf(t, addrs[leader]), "baton_renew_latency_seconds", nil)
+			return v > 0
+		})
 	}
 
 	// kill -9: the standbys keep answering 429 naming the dead holder until

@@ -217,7 +217,7 @@ func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.
 		id = baton.NewCandidateID()
 	}
 	// Serving before connecting: health says 503 until the backend is open.
-	hs, err := c.http.start(c.common.lease, id, c.common.backend, log)
+	hs, err := c.http.start(c.common.lease, id, c.common.backend, &c.raft, log)
 	if err != nil {
 		return err
 	}
