@@ -151,13 +151,9 @@ func (s *ElectorSource) Group() (Group, bool) {
 	return g()
 }
 
-// Leases returns the one lease this process campaigns for; free (no
-// Holder) when nobody holds it.
+// Leases returns the one lease this process campaigns for.
 func (s *ElectorSource) Leases(ctx context.Context) ([]LeaseInfo, error) {
 	in, err := s.Lease(ctx, s.lease)
-	if errors.Is(err, baton.ErrNoLeader) {
-		in, err = LeaseInfo{Name: s.lease}, nil
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +161,7 @@ func (s *ElectorSource) Leases(ctx context.Context) ([]LeaseInfo, error) {
 }
 
 // Lease returns who holds lease, which must be the one this process
-// campaigns for.
+// campaigns for; free (no Holder) when nobody does.
 func (s *ElectorSource) Lease(ctx context.Context, name string) (LeaseInfo, error) {
 	if name != s.lease {
 		return LeaseInfo{}, fmt.Errorf("this process campaigns for lease %q only: %w", s.lease, baton.ErrNoLeader)
@@ -180,6 +176,9 @@ func (s *ElectorSource) Lease(ctx context.Context, name string) (LeaseInfo, erro
 		return LeaseInfo{Name: name, Holder: s.id, Token: t.Token(), Since: since, SafeUntil: wall(t.SafeUntil()), Member: s.id}, nil
 	}
 	rec, err := b.Leader(ctx, name)
+	if errors.Is(err, baton.ErrNoLeader) {
+		return LeaseInfo{Name: name}, nil
+	}
 	if err != nil {
 		return LeaseInfo{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -105,6 +106,17 @@ func TestElectorSourceHealth(t *testing.T) {
 		t.Errorf("before the backend is open: %+v, want 503", a)
 	}
 	p1.attach(b1)
+	if a := getHealth(t, p1.url); a.code != http.StatusServiceUnavailable || !strings.Contains(a.Reason, "nobody holds") {
+		t.Errorf("nobody holds the lease: %+v, want 503", a)
+	}
+	resp, err := http.Get(p1.url + "/v1/leases/job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /v1/leases/job with nobody holding it: %s, want 200 (free)", resp.Status)
+	}
 	p1.run()
 	testkit.Eventually(t, 10*time.Second, "p1 to answer 200", func() bool { return getHealth(t, p1.url).code == http.StatusOK })
 	first := getHealth(t, p1.url)
