@@ -71,6 +71,8 @@ so that probes and Prometheus work; they show no credentials:
   GET  /metrics                 Prometheus metrics: baton_is_leader,
                                 baton_transitions_total, term duration, renew
                                 latency, safe-until margin, campaign wait
+  GET  /v1/group                this member's view of the group: member IDs,
+                                voters, raft leader (JSON; no addresses)
   GET  /v1/status               this member's view of the group (JSON; token)
   POST /v1/raft/client/...      the calls of agent:// clients about their
                                 own sessions (token and the session's secret)

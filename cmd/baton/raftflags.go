@@ -39,6 +39,10 @@ type raftFlags struct {
 	secret          string
 	secretFile      string
 
+	// onRenew, if set, gets the member's session renewals (--http's
+	// metrics).
+	onRenew func(took time.Duration, err error)
+
 	fs *pflag.FlagSet
 }
 

@@ -75,7 +75,7 @@ A standby logs who leads whenever that changes ("standing by"). While the
 backend cannot be reached it keeps trying and logs a warning ("backend
 unreachable" or "campaign failed; retrying") every few seconds.
 
-` + awsHelp + envHelp
+` + awsHelp + httpHelp + envHelp
 
 const (
 	// quickExit is how long a command must run for baton to campaign again
@@ -111,6 +111,7 @@ type leaderFlags struct {
 	fs     *pflag.FlagSet
 	raft   raftFlags
 	aws    awsFlags
+	http   httpFlag
 }
 
 type runCommand struct {
@@ -142,6 +143,7 @@ func (a *App) newRunCommand() *cobra.Command {
 	withEnv(c.fs, "grace")
 	c.raft.register(c.fs)
 	c.aws.register(c.fs)
+	c.http.register(c.fs, "run")
 	c.common.member = true
 	return cmd
 }
@@ -151,6 +153,7 @@ func (a *App) newRunCommand() *cobra.Command {
 // the TTL to open it with (see ttlOrDefault). It sets a default --grace.
 func (c *leaderFlags) validate() (problems []string, spec *backendurl.Spec, ttl time.Duration) {
 	problems, spec = c.common.validate()
+	problems = append(problems, c.http.validate()...)
 	if spec != nil && spec.Scheme == "raft" {
 		problems = append(problems, c.raft.validate()...)
 	}
@@ -224,6 +227,17 @@ func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.
 	if id == "" {
 		id = baton.NewCandidateID()
 	}
+	// Serving before connecting: health says 503 until the backend is open.
+	hs, err := c.http.start(c.common.lease, id, c.common.backend, &c.raft, log)
+	if err != nil {
+		return err
+	}
+	defer hs.close()
+	if hs != nil {
+		if err := inst.register(hs.reg); err != nil {
+			return err
+		}
+	}
 	// --timeout counts from here: connecting (a ZooKeeper session) is part
 	// of getting elected.
 	start := time.Now()
@@ -251,16 +265,19 @@ func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.
 	// interface hides them), so that the Elector sees the optional
 	// interfaces it implements: baton.LeaderWatcher and
 	// baton.RenewalWindower.
-	e, err := baton.NewElector(inst.backend(b.Backend), baton.ElectorConfig{
+	cfg := baton.ElectorConfig{
 		Lease:     c.common.lease,
 		Candidate: baton.Candidate{ID: id},
 		Logger:    log,
 		// SIGKILL must land by safe-until: start stopping CMD a grace early.
 		StopEarly: c.grace,
-	})
+	}
+	hs.hooks(&cfg)
+	e, err := baton.NewElector(inst.backend(b.Backend), cfg)
 	if err != nil {
 		return err
 	}
+	hs.attach(b, e)
 	r := &runner{
 		l:       c,
 		once:    once,
