@@ -609,15 +609,23 @@ func TestAWSNotInServiceDoesNotCampaign(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := awsEnv(t, f, mock.url, childEnv+"=1", childFileEnv+"="+file)
-	p := startBaton(t, "baton", env, "run", "--backend", "memory://", "--lease", "work", "--id", id, "--aws", "--log-level", "debug", "--", self)
+	httpAddr := freePort(t)
+	p := startBaton(t, "baton", env, "run", "--backend", "memory://", "--lease", "work", "--id", id, "--aws", "--http", httpAddr,
+		"--log-level", "debug", "--", self)
 	testkit.Eventually(t, 30*time.Second, "baton to say it does not campaign", func() bool {
 		return strings.Contains(p.out.String(), "instance not InService: not campaigning")
 	})
 	if n := len(starts(readEvents(file))); n != 0 {
 		t.Fatalf("%d children started on an instance in Standby", n)
 	}
+	if _, m := agentCall(t, http.MethodGet, "http://"+httpAddr+"/metrics", ""); !strings.Contains(m, "baton_aws_in_service 0") {
+		t.Errorf("metrics lack baton_aws_in_service 0 in Standby:\n%s", m)
+	}
 	f.Set(id, func(in *awsfake.Instance) { in.Lifecycle = "InService" })
 	testkit.Eventually(t, 60*time.Second, "the child once InService", func() bool { return len(starts(readEvents(file))) == 1 })
+	if _, m := agentCall(t, http.MethodGet, "http://"+httpAddr+"/metrics", ""); !strings.Contains(m, "baton_aws_in_service 1") {
+		t.Errorf("metrics lack baton_aws_in_service 1 once InService:\n%s", m)
+	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	if code := p.wait(t, 30*time.Second); code != 0 {
 		t.Errorf("baton exited %d after SIGTERM", code)
