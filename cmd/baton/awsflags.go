@@ -242,7 +242,10 @@ func (s *awsSession) backend(b baton.Backend) baton.Backend {
 	if s == nil {
 		return b
 	}
-	g := &gatedBackend{Backend: b, s: s}
+	g := &gatedBackend{Backend: b, st: s.inst, log: s.log}
+	if tg := s.tagger; tg != nil {
+		g.tag = func(t baton.Term) { s.tags.Go(func() { s.tag(tg, t) }) }
+	}
 	if w, ok := b.(baton.LeaderWatcher); ok {
 		return &gatedWatchBackend{gatedBackend: g, w: w}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -16,7 +17,18 @@ import (
 // releases the lease, as for any requested resign.
 type gatedBackend struct {
 	baton.Backend
-	s *awsSession
+	st  instanceState
+	log *slog.Logger
+	// tag, if set, runs for each term (the leader tag), on its own
+	// goroutine.
+	tag func(baton.Term)
+}
+
+// instanceState is what the gate reads of the instance: *aws.Instance.
+type instanceState interface {
+	InService() bool
+	InServiceChanged() <-chan struct{}
+	Leaving() <-chan struct{}
 }
 
 // gatedWatchBackend is a gatedBackend over a baton.LeaderWatcher, which it
@@ -34,11 +46,11 @@ func (g *gatedWatchBackend) WatchLeader(ctx context.Context, name string, fn fun
 // campaign under way is withdrawn when the instance leaves InService, and
 // the wait starts again.
 func (g *gatedBackend) Campaign(ctx context.Context, name string, c baton.Candidate) (baton.Term, error) {
-	inst := g.s.inst
+	inst := g.st
 	for {
 		changed := inst.InServiceChanged()
 		if !inst.InService() {
-			g.s.log.Info("instance not InService: not campaigning until it is", "lease", name)
+			g.log.Info("instance not InService: not campaigning until it is", "lease", name)
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()
@@ -70,7 +82,7 @@ func (g *gatedBackend) Campaign(ctx context.Context, name string, c baton.Candid
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			g.s.log.Info("instance left InService while campaigning: campaign withdrawn", "lease", name)
+			g.log.Info("instance left InService while campaigning: campaign withdrawn", "lease", name)
 			continue
 		default:
 		}
@@ -85,9 +97,9 @@ func (g *gatedBackend) Campaign(ctx context.Context, name string, c baton.Candid
 // InService, keeping t's optional interfaces (the state of cron's slots).
 func (g *gatedBackend) gate(t baton.Term) baton.Term {
 	gt := &gatedTerm{Term: t, req: make(chan struct{})}
-	inst := g.s.inst
-	if tg := g.s.tagger; tg != nil {
-		g.s.tags.Go(func() { g.s.tag(tg, t) })
+	inst := g.st
+	if g.tag != nil {
+		g.tag(t)
 	}
 	go func() {
 		inner := baton.ResignRequestedOf(t)
@@ -99,7 +111,7 @@ func (g *gatedBackend) gate(t baton.Term) baton.Term {
 					// The command is stopping as on SIGTERM, and says
 					// why; it resigns on its way out.
 				default:
-					g.s.log.Warn("instance left InService: stopping the work and resigning", "lease", t.Lease(), "token", t.Token())
+					g.log.Warn("instance left InService: stopping the work and resigning", "lease", t.Lease(), "token", t.Token())
 				}
 				gt.request()
 				return
