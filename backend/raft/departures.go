@@ -246,7 +246,10 @@ func (w *departureWatch) remove(ctx context.Context, s hraft.Server, reason stri
 			switch {
 			case string(v.ID) == n.id:
 				live++
-			case v.ID != s.ID && n.probe1(ctx, v):
+			case v.ID == s.ID:
+			case !w.quiet(v.ID, time.Now()) || n.probe1(ctx, v):
+				// It answered autopilot's probes or this watch's within
+				// the window, or answers now.
 				live++
 			}
 		}
@@ -278,9 +281,10 @@ func (w *departureWatch) remove(ctx context.Context, s hraft.Server, reason stri
 }
 
 // probe1 reports whether member s answers an info request as itself
-// within a heartbeat timeout.
+// within a heartbeat timeout (at least a second: a loaded member that
+// answers late still answers).
 func (n *Node) probe1(ctx context.Context, s hraft.Server) bool {
-	cctx, cancel := context.WithTimeout(ctx, n.opts.HeartbeatTimeout)
+	cctx, cancel := context.WithTimeout(ctx, max(n.opts.HeartbeatTimeout, time.Second))
 	defer cancel()
 	var in nodeInfo
 	err := n.client.call(cctx, string(s.Address), "/v1/raft/info", nil, &in, false)

@@ -211,7 +211,8 @@ func TestDeparturesReplaceAllThree(t *testing.T) {
 		word.depart(old.Addr(), fmt.Sprintf("instance of %s has left group web", old.ID()))
 
 		waitState(t, 20*time.Second, fmt.Sprintf("round %d: the configuration is the 3 live members, all voters", round), func() (bool, string) {
-			return settledOn(g, live)
+			ok, desc := settledOn(g, live)
+			return ok, desc + "\nlogs: " + strings.Join(logs.messages(), "\n")
 		})
 		// The group commits: a campaign through the newest member.
 		probeLease(t, fresh, fmt.Sprintf("round-%d", round), cfg)
