@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	hraft "github.com/hashicorp/raft"
@@ -57,9 +58,41 @@ type departureWatch struct {
 
 	reported map[string]string            // address -> reason, from the last answer
 	answered map[hraft.ServerID]time.Time // last answer to a probe of this watch
-	warned   map[hraft.ServerID]string    // reason last logged as a disagreement
-	refused  map[hraft.ServerID]string    // reason last logged as a removal that would cost the quorum
 	failing  bool                         // the last Departed call failed
+}
+
+// onceLog remembers, per member, the reason last logged, so that a state
+// is logged once and not at every tick, nor again when this member is
+// elected raft leader anew. Safe for concurrent use: the watches of two
+// terms may overlap for a moment.
+type onceLog struct {
+	mu   sync.Mutex
+	last map[hraft.ServerID]string
+}
+
+// first reports whether reason is new for id, and remembers it.
+func (o *onceLog) first(id hraft.ServerID, reason string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.last == nil {
+		o.last = map[hraft.ServerID]string{}
+	}
+	if o.last[id] == reason {
+		return false
+	}
+	o.last[id] = reason
+	return true
+}
+
+// keep forgets every member but those keep accepts.
+func (o *onceLog) keep(keep func(hraft.ServerID) bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for id := range o.last {
+		if !keep(id) {
+			delete(o.last, id)
+		}
+	}
 }
 
 // followDepartures runs while this member is the ready raft leader (ctx is
@@ -71,7 +104,6 @@ func (n *Node) followDepartures(ctx context.Context) {
 	w := &departureWatch{
 		n: n, start: time.Now(), window: max(2*n.opts.HeartbeatTimeout, time.Second),
 		reported: map[string]string{}, answered: map[hraft.ServerID]time.Time{},
-		warned: map[hraft.ServerID]string{}, refused: map[hraft.ServerID]string{},
 	}
 	tick := time.NewTicker(n.opts.HeartbeatTimeout)
 	defer tick.Stop()
@@ -173,14 +205,18 @@ func (w *departureWatch) ask(ctx context.Context, servers []hraft.Server) {
 // logs, once per member and reason, each reported member that still does.
 func (w *departureWatch) act(ctx context.Context, servers []hraft.Server) {
 	present := map[hraft.ServerID]bool{}
+	reported := map[hraft.ServerID]bool{}
+	defer func() {
+		w.n.departWarned.keep(func(id hraft.ServerID) bool { return reported[id] })
+		w.n.departRefused.keep(func(id hraft.ServerID) bool { return reported[id] })
+	}()
 	for _, s := range servers {
 		present[s.ID] = true
 		reason, ok := w.reported[string(s.Address)]
 		if !ok || string(s.ID) == w.n.id {
-			delete(w.warned, s.ID)
-			delete(w.refused, s.ID)
 			continue
 		}
+		reported[s.ID] = true
 		if w.n.probe1(ctx, s) {
 			w.answered[s.ID] = time.Now()
 		}
@@ -188,10 +224,9 @@ func (w *departureWatch) act(ctx context.Context, servers []hraft.Server) {
 			return
 		}
 		if !w.quiet(s.ID, time.Now()) {
-			if w.warned[s.ID] != reason {
+			if w.n.departWarned.first(s.ID, reason) {
 				w.n.log.Warn("the platform reports this member's instance departed, but the member still answers: keeping it",
 					"id", s.ID, "addr", s.Address, "reason", reason)
-				w.warned[s.ID] = reason
 			}
 			continue
 		}
@@ -202,16 +237,6 @@ func (w *departureWatch) act(ctx context.Context, servers []hraft.Server) {
 	for id := range w.answered {
 		if !present[id] {
 			delete(w.answered, id)
-		}
-	}
-	for id := range w.warned {
-		if !present[id] {
-			delete(w.warned, id)
-		}
-	}
-	for id := range w.refused {
-		if !present[id] {
-			delete(w.refused, id)
 		}
 	}
 }
@@ -246,7 +271,10 @@ func (w *departureWatch) remove(ctx context.Context, s hraft.Server, reason stri
 			switch {
 			case string(v.ID) == n.id:
 				live++
-			case v.ID != s.ID && n.probe1(ctx, v):
+			case v.ID == s.ID:
+			case !w.quiet(v.ID, time.Now()) || n.probe1(ctx, v):
+				// It answered autopilot's probes or this watch's within
+				// the window, or answers now.
 				live++
 			}
 		}
@@ -254,10 +282,9 @@ func (w *departureWatch) remove(ctx context.Context, s hraft.Server, reason stri
 			return false
 		}
 		if remaining := voters - 1; live < remaining/2+1 {
-			if w.refused[s.ID] != reason {
+			if n.departRefused.first(s.ID, reason) {
 				n.log.Warn("not removing a departed voter: the voters that answer would not be a majority of those left",
 					"id", s.ID, "addr", s.Address, "reason", reason, "voters", voters, "answering", live)
-				w.refused[s.ID] = reason
 			}
 			return false
 		}
@@ -272,15 +299,14 @@ func (w *departureWatch) remove(ctx context.Context, s hraft.Server, reason stri
 	delete(n.lastSeen, s.ID)
 	n.mu.Unlock()
 	delete(w.answered, s.ID)
-	delete(w.warned, s.ID)
-	delete(w.refused, s.ID)
 	return true
 }
 
 // probe1 reports whether member s answers an info request as itself
-// within a heartbeat timeout.
+// within a heartbeat timeout (at least a second: a loaded member that
+// answers late still answers).
 func (n *Node) probe1(ctx context.Context, s hraft.Server) bool {
-	cctx, cancel := context.WithTimeout(ctx, n.opts.HeartbeatTimeout)
+	cctx, cancel := context.WithTimeout(ctx, max(n.opts.HeartbeatTimeout, time.Second))
 	defer cancel()
 	var in nodeInfo
 	err := n.client.call(cctx, string(s.Address), "/v1/raft/info", nil, &in, false)

@@ -178,6 +178,9 @@ type Node struct {
 	failed   chan struct{}
 	failErr  error
 	refusals *refusalLog
+	// departWarned and departRefused are what the departure watch logged
+	// (departures.go).
+	departWarned, departRefused onceLog
 	// expect is the count ExpectCounter returned, 0 before (membership
 	// goroutine).
 	expect int
