@@ -1,8 +1,11 @@
 package main
 
 import (
+	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -54,4 +57,47 @@ func FuzzBackendFlag(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestAWSJoinWiresTheGroup: --join aws-asg gives the raft member the
+// group's departures, and --bootstrap-expect auto its count; other joins
+// give neither.
+func TestAWSJoinWiresTheGroup(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if r := runBaton(t, 30*time.Second, "tls", "ca", "--dir", filepath.Join(dir, "ca")); r.code != 0 {
+		t.Fatalf("tls ca: %d %s", r.code, r.stderr)
+	}
+	if r := runBaton(t, 30*time.Second, "tls", "cert", "--ca-dir", filepath.Join(dir, "ca"), "--dir", dir, "--name", "m1", "--host", "127.0.0.1"); r.code != 0 {
+		t.Fatalf("tls cert: %d %s", r.code, r.stderr)
+	}
+	for _, tc := range []struct {
+		join, expect       string
+		departures, counts bool
+		n                  int
+	}{
+		{"aws-asg", "auto", true, true, 0},
+		{"aws-asg:web", "3", true, false, 3},
+		{"static:127.0.0.1:7390", "1", false, false, 1},
+	} {
+		r := &raftFlags{}
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		r.register(fs)
+		args := []string{"--bind", "127.0.0.1:7390", "--join", tc.join, "--bootstrap-expect", tc.expect, "--secret", "0123456789abcdef0123",
+			"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, "m1.pem"), "--tls-key", filepath.Join(dir, "m1-key.pem")}
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if p := r.validate(); len(p) > 0 {
+			t.Fatalf("%s: %q", tc.join, p)
+		}
+		opts, err := r.nodeOptions(slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.join, err)
+		}
+		if (opts.Departures != nil) != tc.departures || (opts.ExpectCounter != nil) != tc.counts || opts.BootstrapExpect != tc.n {
+			t.Errorf("--join %s --bootstrap-expect %s: departures %v, expect counter %v, bootstrap-expect %d; want %v, %v, %d",
+				tc.join, tc.expect, opts.Departures != nil, opts.ExpectCounter != nil, opts.BootstrapExpect, tc.departures, tc.counts, tc.n)
+		}
+	}
 }
