@@ -689,3 +689,118 @@ func TestAWSAgentLeaves(t *testing.T) {
 		t.Errorf("no CompleteLifecycleAction for %s: %+v", id, f.LifecycleCalls())
 	}
 }
+
+// awsGroupView is a raft member's GET /v1/group.
+type awsGroupView struct {
+	ID      string   `json:"id"`
+	Leader  string   `json:"leader"`
+	Voters  []string `json:"voters"`
+	Members []string `json:"members"`
+}
+
+func groupView(httpAddr string) (awsGroupView, bool) {
+	var g awsGroupView
+	r := getHTTP("GET", httpAddr, "/v1/group")
+	if r.err != nil || r.status != http.StatusOK || json.Unmarshal([]byte(r.body), &g) != nil {
+		return g, false
+	}
+	return g, g.Leader != ""
+}
+
+// TestAWSReplaceAllThree: the group's three instances are replaced one by
+// one, each old one killed (kill -9: no graceful leave) and terminated by
+// the group soon after its replacement joined, faster than autopilot's
+// dead-server timeout (10s); the raft leader follows the group
+// (--join aws-asg gives it the group's departures), so the voters are
+// always the live members, the group keeps its quorum, and the lease ends
+// with a new instance.
+func TestAWSReplaceAllThree(t *testing.T) {
+	t.Parallel()
+	f := awsfake.Start(t)
+	f.AddGroup("web")
+	file := filepath.Join(t.TempDir(), "events")
+	killLeftoverChildren(t, file)
+	dir := t.TempDir()
+	if r := runBaton(t, 30*time.Second, "tls", "ca", "--dir", filepath.Join(dir, "ca")); r.code != 0 {
+		t.Fatalf("tls ca: %d %s", r.code, r.stderr)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type member struct {
+		in   *awsInstance
+		http string
+		id   string // raft member ID
+	}
+	start := func(i int) *member {
+		in := &awsInstance{id: fmt.Sprintf("i-0000000000000dd0%d", i), ip: fmt.Sprintf("127.0.19.%d", i)}
+		in.cfg = mockConfig(in.id, in.ip)
+		in.mock = startMock(t, 0, in.cfg, "asglifecycle", "--asg-termination-delay-sec", "3600")
+		f.Launch(in.id, "web", "InService", "Healthy", in.ip)
+		name := fmt.Sprintf("m%d", i)
+		if r := runBaton(t, 30*time.Second, "tls", "cert", "--ca-dir", filepath.Join(dir, "ca"), "--dir", dir, "--name", name, "--host", in.ip); r.code != 0 {
+			t.Fatalf("tls cert: %d %s", r.code, r.stderr)
+		}
+		m := &member{in: in, http: freePort(t)}
+		env := awsEnv(t, f, in.mock.url, childEnv+"=1", childFileEnv+"="+file, "BATON_SECRET=aws-replace-test-secret-0123456789")
+		in.baton = startBaton(t, "baton-"+in.id, env, "run", "--backend", "raft://", "--bind", net.JoinHostPort(in.ip, strconv.Itoa(defaultRaftPort)),
+			"--join", "aws-asg", "--bootstrap-expect", "auto",
+			"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, name+".pem"), "--tls-key", filepath.Join(dir, name+"-key.pem"),
+			"--lease", "work", "--id", in.id, "--http", m.http, "--log-level", "debug", "--", self)
+		return m
+	}
+	var old []*member
+	for i := 1; i <= 3; i++ {
+		old = append(old, start(i))
+	}
+	testkit.Eventually(t, 60*time.Second, "a child to start", func() bool { return len(starts(readEvents(file))) >= 1 })
+	for _, m := range old {
+		testkit.Eventually(t, 30*time.Second, m.in.id+" in the group", func() bool {
+			g, ok := groupView(m.http)
+			m.id = g.ID
+			return ok && slices.Contains(g.Voters, g.ID)
+		})
+	}
+
+	var live []*member
+	live = append(live, old...)
+	for i, o := range old {
+		n := start(4 + i)
+		testkit.Eventually(t, 60*time.Second, n.in.id+" in the group", func() bool {
+			g, ok := groupView(n.http)
+			n.id = g.ID
+			return ok && slices.Contains(g.Members, g.ID)
+		})
+		live = append(slices.DeleteFunc(live, func(m *member) bool { return m == o }), n)
+		// The instance dies without leaving, and the group terminates it.
+		_ = o.in.baton.cmd.Process.Kill()
+		<-o.in.baton.done
+		f.Terminate(o.in.id)
+		killed := time.Now()
+		var liveIDs []string
+		for _, m := range live {
+			liveIDs = append(liveIDs, m.id)
+		}
+		slices.Sort(liveIDs)
+		testkit.Eventually(t, 60*time.Second, fmt.Sprintf("the voters to be the live members %q", liveIDs), func() bool {
+			for _, m := range live {
+				if g, ok := groupView(m.http); ok {
+					v := slices.Sorted(slices.Values(g.Voters))
+					return slices.Equal(v, liveIDs)
+				}
+			}
+			return false
+		})
+		t.Logf("%s killed; the voters were the live members %s later", o.in.id, time.Since(killed).Round(time.Millisecond))
+	}
+	// The lease lives on, with a new instance.
+	testkit.Eventually(t, 60*time.Second, "a child of a new instance", func() bool {
+		for _, e := range starts(readEvents(file)) {
+			if strings.HasPrefix(e.holder, "i-0000000000000dd0") && e.holder >= "i-0000000000000dd04" && alive(e.pid) {
+				return true
+			}
+		}
+		return false
+	})
+}
