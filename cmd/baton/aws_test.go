@@ -792,7 +792,14 @@ func TestAWSReplaceAllThree(t *testing.T) {
 			}
 			return false
 		})
-		t.Logf("%s killed; the voters were the live members %s later", o.in.id, time.Since(killed).Round(time.Millisecond))
+		took := time.Since(killed)
+		t.Logf("%s killed; the voters were the live members %s later", o.in.id, took.Round(time.Millisecond))
+		// Autopilot alone removes a dead voter only after DeadServerAfter
+		// (10s by default), and only then promotes its replacement: a
+		// group replaced that fast would lose its quorum.
+		if took >= 10*time.Second {
+			t.Errorf("%s was replaced among the voters %s after it died: not before autopilot's dead-server timeout (10s), so not on the group's word", o.in.id, took.Round(time.Millisecond))
+		}
 	}
 	// The lease lives on, with a new instance.
 	testkit.Eventually(t, 60*time.Second, "a child of a new instance", func() bool {
