@@ -811,3 +811,26 @@ func TestAWSReplaceAllThree(t *testing.T) {
 		return false
 	})
 }
+
+// TestAWSWatchOutsideGroup: with --aws, an instance outside any Auto
+// Scaling group is a usage error naming the cause; implied by --join
+// aws-asg alone (a witness outside the group, say), the watch is skipped
+// with a warning and the command runs.
+func TestAWSWatchOutsideGroup(t *testing.T) {
+	t.Parallel()
+	f := awsfake.Start(t)
+	f.AddGroup("web")
+	id := "i-0000000000000ee01"
+	f.Launch(id, "", "", "", "127.0.20.1") // in no group
+	mock := startMock(t, 0, mockConfig(id, "127.0.20.1"), "asglifecycle", "--asg-termination-delay-sec", "3600")
+	env := awsEnv(t, f, mock.url)
+
+	r := runBatonEnv(t, 60*time.Second, env, "run", "--backend", "memory://", "--lease", "x", "--aws", "--", "true")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "not in an Auto Scaling group") || !strings.Contains(r.stderr, "--aws") {
+		t.Errorf("--aws outside a group: exit %d, want 2 naming the cause; stderr:\n%s", r.code, r.stderr)
+	}
+	r = runBatonEnv(t, 60*time.Second, env, "run", "--backend", "memory://", "--lease", "x", "--join", "aws-asg", "--once", "--", "true")
+	if r.code != exitOK || !strings.Contains(r.stderr, "not watching this instance") {
+		t.Errorf("--join aws-asg outside a group: exit %d, want 0 with a warning; stderr:\n%s", r.code, r.stderr)
+	}
+}

@@ -10,6 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/aws"
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,22 +21,22 @@ import (
 
 // awsHelp is the part of the help of run, cron and agent about --aws.
 const awsHelp = `On an EC2 instance of an Auto Scaling group (--aws; implied by the other --aws-*
-flags and by --join aws-asg), baton watches the instance's metadata (IMDSv2)
-every second. When the group terminates the instance (target lifecycle state
-Terminated) or EC2 sends a spot interruption notice (with --aws-rebalance, a
-rebalance recommendation too), baton does what SIGTERM does, logging the
-reason ("instance terminating", "spot interruption", "rebalance
-recommendation"): the work stops, the lease is released so that a standby
-takes over at once, a raft member leaves the group, and baton exits 0. With
---aws-lifecycle-hook NAME it heartbeats the hook meanwhile and then completes
-its action (CONTINUE), so that the group terminates the instance without
-waiting out the hook's timeout. With run and cron, an instance that is not
-InService (Pending, Standby, Terminating...) does not campaign, one that
-leaves InService stops its work and resigns, and --aws-tag KEY[=VALUE] tags
-the instance KEY=VALUE and KEY-token=TOKEN while it holds the lease
-(docs/aws.md says what a reader of the tag can rely on). Region and
-credentials come from the AWS_* variables, the shared config and the
-instance profile.
+flags and by --join aws-asg, which only warns on an instance outside any group),
+baton watches the instance's metadata (IMDSv2) every second. When the group
+terminates the instance (target lifecycle state Terminated) or EC2 sends a spot
+interruption notice (with --aws-rebalance, a rebalance recommendation too),
+baton does what SIGTERM does, logging the reason ("instance terminating", "spot
+interruption", "rebalance recommendation"): the work stops, the lease is
+released so that a standby takes over at once, a raft member leaves the group,
+and baton exits 0. With --aws-lifecycle-hook NAME it heartbeats the hook
+meanwhile and then completes its action (CONTINUE), so that the group terminates
+the instance without waiting out the hook's timeout. With run and cron, an
+instance that is not InService (Pending, Standby, Terminating...) does not
+campaign, one that leaves InService stops its work and resigns, and --aws-tag
+KEY[=VALUE] tags the instance KEY=VALUE and KEY-token=TOKEN while it holds the
+lease (docs/aws.md says what a reader of the tag can rely on). Region and
+credentials come from the AWS_* variables, the shared config and the instance
+profile.
 
 `
 
@@ -51,7 +54,7 @@ type awsFlags struct {
 
 func (f *awsFlags) register(fs *pflag.FlagSet) {
 	f.fs = fs
-	fs.BoolVar(&f.enabled, "aws", false, "on an EC2 instance of an Auto Scaling group: hand over as on SIGTERM when the group terminates the instance or EC2 sends a spot interruption notice, and campaign only while the instance is InService (implied by the other --aws-* flags and by --join aws-asg)")
+	fs.BoolVar(&f.enabled, "aws", false, "on an EC2 instance of an Auto Scaling group: hand over as on SIGTERM when the group terminates the instance or EC2 sends a spot interruption notice, and campaign only while the instance is InService (implied by the other --aws-* flags; also by --join aws-asg, where an instance outside any group only gets a warning)")
 	fs.StringVar(&f.hook, "aws-lifecycle-hook", "", "the group's termination lifecycle hook: once the hand-over is done, complete its action (CONTINUE) so that the group terminates the instance at once; heartbeat it meanwhile")
 	fs.BoolVar(&f.rebalance, "aws-rebalance", false, "hand over on a spot rebalance recommendation too, not only on an interruption notice")
 	fs.StringVar(&f.tag, "aws-tag", "", "tag this instance KEY=VALUE (VALUE defaults to true) and KEY-token=TOKEN while it holds the lease, after removing KEY from the group's other instances; removed when the term ends (for readers of the tag: baton is-leader gives the exact answer)")
@@ -129,19 +132,34 @@ func (f *awsFlags) startAWS(ctx context.Context, join string, log *slog.Logger) 
 	if !f.active(join) {
 		return ctx, nil, nil
 	}
+	// Implied by --join aws-asg alone, the watch is best effort: a member
+	// outside the group (a witness joining with aws-asg:GROUP) runs
+	// without it.
+	explicit := f.enabled || f.hook != "" || f.rebalance || f.tag != ""
 	asgAPI, ec2API, err := awsAPIClients(ctx)
-	if err != nil {
-		return nil, nil, &exitError{code: exitUsage, err: fmt.Errorf("--aws: %w", err)}
-	}
-	inst, err := aws.NewInstance(ctx, aws.InstanceOptions{ASG: asgAPI, Hook: f.hook, Rebalance: f.rebalance, Logger: log})
-	if err != nil {
-		var oe *aws.OptionsError
-		switch {
-		case errors.As(err, &oe), errors.Is(err, aws.ErrIdentity), errors.Is(err, aws.ErrNotInGroup), errors.Is(err, aws.ErrLifecycleHook):
-			return nil, nil, &exitError{code: exitUsage, err: fmt.Errorf("--aws: %w (the --aws-* flags and --join aws-asg need an instance of an Auto Scaling group)", err)}
+	if err == nil {
+		var inst *aws.Instance
+		inst, err = aws.NewInstance(ctx, aws.InstanceOptions{ASG: asgAPI, Hook: f.hook, Rebalance: f.rebalance, Logger: log})
+		if err == nil {
+			return f.watch(ctx, inst, asgAPI, ec2API, log)
 		}
-		return nil, nil, fmt.Errorf("--aws: watching this instance: %w", err)
 	}
+	var oe *aws.OptionsError
+	config := errors.As(err, &oe) || errors.Is(err, aws.ErrNoRegion) || errors.Is(err, aws.ErrIdentity) ||
+		errors.Is(err, aws.ErrNotInGroup) || errors.Is(err, aws.ErrLifecycleHook)
+	switch {
+	case !explicit && config:
+		log.Warn("--join aws-asg: not watching this instance for its group's notices (pass --aws to require it)", "err", err)
+		return ctx, nil, nil
+	case config:
+		return nil, nil, &exitError{code: exitUsage, err: fmt.Errorf("--aws: %w (the --aws-* flags need an instance of an Auto Scaling group)", err)}
+	}
+	return nil, nil, fmt.Errorf("--aws: watching this instance: %w", err)
+}
+
+// watch starts the session on inst.
+func (f *awsFlags) watch(ctx context.Context, inst *aws.Instance, asgAPI *autoscaling.Client, ec2API *ec2.Client, log *slog.Logger) (context.Context, *awsSession, error) {
+	var err error
 	s := &awsSession{inst: inst, log: log.WithGroup("aws").With("instance", inst.ID(), "group", inst.Group())}
 	if f.tag != "" {
 		s.tagger, err = aws.NewTagger(aws.TagOptions{Key: f.tagKey, Value: f.tagValue, Group: inst.Group(), InstanceID: inst.ID(),
