@@ -61,13 +61,19 @@ func (g *gatedBackend) Campaign(ctx context.Context, name string, c baton.Candid
 		cctx, cancel := context.WithCancel(ctx)
 		left := make(chan struct{})
 		go func() {
-			select {
-			case <-changed:
-				if !inst.InService() {
-					close(left)
-					cancel()
+			ch := changed
+			for {
+				select {
+				case <-ch:
+					ch = inst.InServiceChanged() // before InService: no change missed
+					if !inst.InService() {
+						close(left)
+						cancel()
+						return
+					}
+				case <-cctx.Done():
+					return
 				}
-			case <-cctx.Done():
 			}
 		}()
 		t, err := g.Backend.Campaign(cctx, name, c)
