@@ -98,6 +98,9 @@ type Group struct {
 	// termination or detachment, is absent.
 	Instances []GroupInstance
 
+	// DesiredCapacity is the group's desired capacity.
+	DesiredCapacity int
+
 	// FetchedAt is when the refresh that produced this Group ended, by the
 	// local clock.
 	FetchedAt time.Time
@@ -162,6 +165,13 @@ type ASG struct {
 	cur     *Group    // the last answer, nil before the first success
 	expires time.Time // end of cur's lifetime
 	flight  *flight   // the refresh under way, if any
+	// placed maps the private IPs that refreshes saw to their instances,
+	// kept a while after an instance leaves the group so that Departed
+	// can still name it (departures.go).
+	placed map[string]placedIP
+	// unplacedSince is when Departed was first asked about each address
+	// it could not place.
+	unplacedSince map[string]time.Time
 
 	// Set by the refresh in flight, read only by refreshes: one at a time.
 	ready  bool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"log/slog"
 	"net"
 	"net/http"
@@ -110,6 +111,7 @@ type httpServer struct {
 	srv    *http.Server
 	served chan struct{}
 	log    *slog.Logger
+	reg    prometheus.Registerer // the metrics' registry, for more collectors
 }
 
 // start listens on --http and serves the campaign of candidate id for
@@ -137,7 +139,7 @@ func (h *httpFlag) start(lease, id, backend string, member *raftFlags, log *slog
 		src.Close()
 		return nil, err
 	}
-	s := &httpServer{src: src, api: api, served: make(chan struct{}), log: log.WithGroup("http"),
+	s := &httpServer{src: src, api: api, served: make(chan struct{}), log: log.WithGroup("http"), reg: metrics.Registry(),
 		srv: &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second}}
 	go func() {
 		defer close(s.served)

@@ -36,6 +36,7 @@ type Server struct {
 	order     []string // instance IDs in launch order
 	pageSize  int      // most items in one page of any list
 	throttle  map[string]int
+	fail      map[string]failure
 	calls     map[string]int // by Action, throttled ones included
 	batches   []int          // instance IDs in each DescribeInstances request
 	problems  []string       // protocol violations seen
@@ -85,6 +86,7 @@ func Start(t testing.TB) *Server {
 		instances: map[string]*Instance{},
 		pageSize:  7,
 		throttle:  map[string]int{},
+		fail:      map[string]failure{},
 		calls:     map[string]int{},
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -153,6 +155,22 @@ func (f *Server) ThrottleNext(action string, n int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.throttle[action] = n
+}
+
+// failure is an error that the next n requests of an action get.
+type failure struct {
+	n      int
+	status int
+	code   string
+}
+
+// FailNext makes the next n requests of action fail with the HTTP status
+// and the service's error code, such as 500 and "InternalFailure" (Auto
+// Scaling) or "InternalError" (EC2).
+func (f *Server) FailNext(action string, n, status int, code string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail[action] = failure{n: n, status: status, code: code}
 }
 
 // CallCount is how many requests of action arrived, throttled ones included.
@@ -248,6 +266,16 @@ func (f *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			writeEC2Error(w, http.StatusServiceUnavailable, "RequestLimitExceeded", "Request limit exceeded.")
 		} else {
 			writeASGError(w, http.StatusBadRequest, "Throttling", "Rate exceeded")
+		}
+		return
+	}
+	if fl := f.fail[action]; fl.n > 0 {
+		fl.n--
+		f.fail[action] = fl
+		if ec2Actions[action] {
+			writeEC2Error(w, fl.status, fl.code, "injected failure")
+		} else {
+			writeASGError(w, fl.status, fl.code, "injected failure")
 		}
 		return
 	}
