@@ -2,6 +2,7 @@ package kubernetes_test
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8s "k8s.io/client-go/kubernetes"
 
+	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/cas"
 	"github.com/batonhq/baton/backend/kubernetes"
@@ -84,4 +86,36 @@ func TestConformance(t *testing.T) {
 		})
 		return &batontest.Process{Backend: b, Kill: proxy.Cut, Cut: proxy.Cut, Heal: proxy.Heal}
 	}})
+}
+
+// TestTokensRiseAcrossDeletedLeases runs batontest.TokensRiseAcrossDataLoss
+// with the store's loss being every Lease of the namespace deleted (what
+// `kubectl delete lease --all` does): the new Lease's leaseTransitions
+// start again from 1, and its epoch annotation must put its tokens above
+// the old ones.
+func TestTokensRiseAcrossDeletedLeases(t *testing.T) {
+	srv := testserver.StartKubeAPIServer(t)
+	const ns = "baton-dataloss"
+	grantLeases(t, srv, ns)
+	admin, err := k8s.NewForConfig(restConfig(srv, srv.Host(), testserver.KubeAdminUser))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batontest.TokensRiseAcrossDataLoss(t, batontest.DataLoss{
+		New: func(t *testing.T, logger *slog.Logger) baton.Backend {
+			b, err := kubernetes.NewForConfig(restConfig(srv, srv.Host(), testserver.KubeUser),
+				kubernetes.Options{Options: cas.Options{Config: backend.Config{TTL: time.Second}, Logger: logger}, Namespace: ns})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		},
+		Lose: func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := admin.CoordinationV1().Leases(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+				t.Fatalf("delete the leases: %v", err)
+			}
+		},
+	})
 }
