@@ -56,6 +56,7 @@
 package kubernetes
 
 import (
+	"context"
 	"fmt"
 
 	k8s "k8s.io/client-go/kubernetes"
@@ -123,6 +124,16 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Backend, error) {
 		return nil, fmt.Errorf("kubernetes: client for %s: %w", cfg.Host, err)
 	}
 	return New(client, opts)
+}
+
+// Campaign implements baton.Backend. A lease name that cannot name a Lease
+// fails at once with a *baton.ConfigError (CheckLeaseName), rather than
+// with the API server's refusal retried as an outage.
+func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) (baton.Term, error) {
+	if err := CheckLeaseName(name); err != nil {
+		return nil, err
+	}
+	return b.Backend.Campaign(ctx, name, c)
 }
 
 // Namespace returns the namespace of the Backend's Leases.
