@@ -86,20 +86,16 @@ type KubeAPIServer struct {
 // it. log, if not nil, receives both servers' output. The binary comes
 // from KubeAPIServerTool, built on first use; an error wrapping *ToolError
 // means it (or etcd's) could not be had.
-func NewKubeAPIServer(dir string, log io.Writer) (*KubeAPIServer, error) {
+func NewKubeAPIServer(dir string, log *SyncBuffer) (*KubeAPIServer, error) {
 	bin, err := KubeAPIServerTool.Binary()
 	if err != nil {
 		return nil, &ToolError{Tool: KubeAPIServerTool, Err: err}
-	}
-	var etcdLog *SyncBuffer
-	if sb, ok := log.(*SyncBuffer); ok {
-		etcdLog = sb
 	}
 	etcdDir := filepath.Join(dir, "etcd")
 	if err := os.MkdirAll(etcdDir, 0o700); err != nil {
 		return nil, err
 	}
-	e, err := newEtcd(etcdDir, "", etcdLog)
+	e, err := newEtcd(etcdDir, "", log)
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +176,7 @@ func (k *KubeAPIServer) files(dir string) error {
 	return nil
 }
 
-func (k *KubeAPIServer) start(bin, dir string, log io.Writer) error {
+func (k *KubeAPIServer) start(bin, dir string, log *SyncBuffer) error {
 	ports, err := freeTCPPorts(1)
 	if err != nil {
 		return err
