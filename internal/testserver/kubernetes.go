@@ -361,3 +361,29 @@ func (k *KubeAPIServer) Close() {
 		k.etcd.Close()
 	})
 }
+
+var sharedKube sharedServer[*KubeAPIServer]
+
+// SharedKubeAPIServer returns a kube-apiserver shared by every test of the
+// test binary, starting it on first use, so that a package pays for one
+// server start (seconds on a loaded machine); tests that keep to
+// namespaces or Lease names of their own do not disturb each other. A test
+// package that uses it must call StopSharedKubeAPIServer from TestMain
+// after m.Run. A missing binary goes through Unavailable, as for
+// StartKubeAPIServer.
+func SharedKubeAPIServer(t testing.TB) *KubeAPIServer {
+	t.Helper()
+	return sharedKube.get(t, "kube-apiserver",
+		func(dir string) (*KubeAPIServer, error) { return NewKubeAPIServer(dir, nil) },
+		func(err error) error {
+			var te *ToolError
+			if errors.As(err, &te) {
+				return fmt.Errorf("%w\n%s", te.Err, te.Tool.Hint())
+			}
+			return nil
+		})
+}
+
+// StopSharedKubeAPIServer stops the server SharedKubeAPIServer started, if
+// any, and removes its directory.
+func StopSharedKubeAPIServer() { sharedKube.stop() }
