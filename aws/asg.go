@@ -57,8 +57,10 @@ const (
 	healthHealthy      = "Healthy"
 )
 
-// Instance is one instance of an Auto Scaling group, as one refresh saw it.
-type Instance struct {
+// GroupInstance is one instance of an Auto Scaling group, as one refresh
+// saw it. (Instance is the process's own instance, watched for its
+// lifecycle; see NewInstance.)
+type GroupInstance struct {
 	// ID is the EC2 instance ID.
 	ID string
 
@@ -94,7 +96,10 @@ type Group struct {
 	// Instances lists every instance the group reported, in any lifecycle
 	// state, sorted by ID. An instance that has left the group, by
 	// termination or detachment, is absent.
-	Instances []Instance
+	Instances []GroupInstance
+
+	// DesiredCapacity is the group's desired capacity.
+	DesiredCapacity int
 
 	// FetchedAt is when the refresh that produced this Group ended, by the
 	// local clock.
@@ -118,7 +123,7 @@ func (g Group) Peers() []string {
 // been terminated or detached, unlike one that is merely Unhealthy or in
 // Standby, which may come back.
 func (g Group) Contains(id string) bool {
-	_, found := slices.BinarySearchFunc(g.Instances, id, func(in Instance, id string) int {
+	_, found := slices.BinarySearchFunc(g.Instances, id, func(in GroupInstance, id string) int {
 		return strings.Compare(in.ID, id)
 	})
 	return found
@@ -160,6 +165,13 @@ type ASG struct {
 	cur     *Group    // the last answer, nil before the first success
 	expires time.Time // end of cur's lifetime
 	flight  *flight   // the refresh under way, if any
+	// placed maps the private IPs that refreshes saw to their instances,
+	// kept a while after an instance leaves the group so that Departed
+	// can still name it (departures.go).
+	placed map[string]placedIP
+	// unplacedSince is when Departed was first asked about each address
+	// it could not place.
+	unplacedSince map[string]time.Time
 
 	// Set by the refresh in flight, read only by refreshes: one at a time.
 	ready  bool

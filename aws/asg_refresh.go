@@ -21,10 +21,14 @@ import (
 
 // get returns the cached answer while it lives, or joins or starts a
 // refresh. The returned Group is shared: callers must not modify it.
-func (a *ASG) get(ctx context.Context) (Group, error) {
+func (a *ASG) get(ctx context.Context) (Group, error) { return a.getFresh(ctx, 0) }
+
+// getFresh is get, but also refreshes a cached answer that is maxAge old
+// or older; 0 means no bound beyond the answer's lifetime.
+func (a *ASG) getFresh(ctx context.Context, maxAge time.Duration) (Group, error) {
 	for {
 		a.mu.Lock()
-		if a.cur != nil && a.now().Before(a.expires) {
+		if now := a.now(); a.cur != nil && now.Before(a.expires) && (maxAge <= 0 || now.Sub(a.cur.FetchedAt) < maxAge) {
 			g := *a.cur
 			a.mu.Unlock()
 			return g, nil
@@ -70,6 +74,7 @@ func (a *ASG) lead(ctx context.Context, f *flight) (g Group, err error) {
 			a.cur = &g
 			life := time.Duration(float64(a.opts.CacheTTL) * (1 - cacheJitter + 2*cacheJitter*a.rand()))
 			a.expires = now.Add(life)
+			a.place(g, now)
 		case a.cur != nil && a.opts.MaxStale > 0 && now.Before(a.expires.Add(a.opts.MaxStale)) && ctx.Err() == nil:
 			// Serve the old answer without extending its life, so that the
 			// next call tries to refresh again.
@@ -106,12 +111,13 @@ func (a *ASG) refresh(ctx context.Context) (Group, error) {
 				continue
 			}
 			found = true
+			g.DesiredCapacity = int(sdkaws.ToInt32(grp.DesiredCapacity))
 			for _, in := range grp.Instances {
 				id := sdkaws.ToString(in.InstanceId)
 				if id == "" {
 					continue
 				}
-				inst := Instance{ID: id, LifecycleState: string(in.LifecycleState), HealthStatus: sdkaws.ToString(in.HealthStatus)}
+				inst := GroupInstance{ID: id, LifecycleState: string(in.LifecycleState), HealthStatus: sdkaws.ToString(in.HealthStatus)}
 				g.Instances = append(g.Instances, inst)
 				if inst.LifecycleState == lifecycleInService && inst.HealthStatus == healthHealthy {
 					members = append(members, id)
@@ -122,8 +128,8 @@ func (a *ASG) refresh(ctx context.Context) (Group, error) {
 	if !found {
 		return Group{}, fmt.Errorf("%w: %q", ErrGroupNotFound, a.group)
 	}
-	slices.SortFunc(g.Instances, func(x, y Instance) int { return strings.Compare(x.ID, y.ID) })
-	g.Instances = slices.CompactFunc(g.Instances, func(x, y Instance) bool { return x.ID == y.ID })
+	slices.SortFunc(g.Instances, func(x, y GroupInstance) int { return strings.Compare(x.ID, y.ID) })
+	g.Instances = slices.CompactFunc(g.Instances, func(x, y GroupInstance) bool { return x.ID == y.ID })
 
 	ips, err := a.privateIPs(ctx, members)
 	if err != nil {

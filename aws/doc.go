@@ -1,8 +1,15 @@
 // Package aws holds baton's AWS integrations, in a module of their own
 // (github.com/batonhq/baton/aws) so that a program that does not use them
-// does not have the AWS SDK in its module graph. Today it holds one: the
-// members of an EC2 Auto Scaling group as discovery peers (NewASG, and
-// ASGScheme for discovery.Parse's "aws-asg[:GROUP]" specs).
+// does not have the AWS SDK in its module graph. It holds:
+//
+//   - the members of an EC2 Auto Scaling group as discovery peers (NewASG,
+//     and ASGScheme for discovery.Parse's "aws-asg[:GROUP]" specs);
+//   - the lifecycle of the instance a process runs on (NewInstance): the
+//     notices that it is about to leave its group (Instance.Leaving: the
+//     target lifecycle state Terminated, a spot interruption, optionally a
+//     rebalance recommendation), whether it is in service
+//     (Instance.InService), and its termination lifecycle hook
+//     (Instance.Heartbeat, Instance.Complete).
 //
 // # What is guaranteed, and what is not
 //
@@ -17,7 +24,17 @@
 //     falls back to the unauthenticated IMDSv1.
 //   - A failed refresh is returned as an error, never hidden behind an old
 //     answer, unless ASGOptions.MaxStale explicitly allows a bounded one.
+//   - An Instance reports only the notices EC2 publishes in IMDS, within
+//     its poll interval; an instance lost without notice gives none, so a
+//     hand-over on a notice shortens a failover but never replaces the
+//     lease's own safety. InService turns false within the IMDS poll
+//     interval when the target lifecycle state leaves InService (within
+//     InstanceOptions.StateInterval where only Auto Scaling's own state
+//     shows it), and true only once Auto Scaling reports the instance
+//     InService. NewInstance, too, reads IMDS with IMDSv2 only.
 //
-// The AWS clients are reached through the small ASGAPI, EC2API and IMDSAPI
-// interfaces; ASGOptions can supply them. An ASG is safe for concurrent use.
+// The AWS clients are reached through the small ASGAPI, EC2API, IMDSAPI,
+// LifecycleAPI and InstanceIMDSAPI interfaces; ASGOptions and
+// InstanceOptions can supply them. ASG and Instance are safe for
+// concurrent use.
 package aws

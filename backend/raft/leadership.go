@@ -78,6 +78,10 @@ func (n *Node) stepUp() {
 			return
 		}
 		n.log.Info("raft leader ready", "id", n.id, "sessions", n.timers.count())
+		if n.opts.Departures != nil {
+			n.wg.Add(1)
+			go n.followDepartures(ctx)
+		}
 		if n.opts.Witness {
 			n.log.Info("witness handing raft leadership on")
 			if err := n.await(n.raft.LeadershipTransfer()); err != nil {

@@ -220,7 +220,7 @@ func (n *Node) tryJoin() error {
 		}
 		n.log.Debug("join failed", "via", in.Addr, "err", err)
 	}
-	if n.opts.BootstrapExpect == 0 {
+	if n.opts.BootstrapExpect == 0 && n.opts.ExpectCounter == nil {
 		return joinError("no live group found, and BootstrapExpect is 0 (join only)")
 	}
 	if n.raft.LastIndex() > 0 {
@@ -235,8 +235,12 @@ func (n *Node) tryJoin() error {
 		}
 		cands = append(cands, in)
 	}
-	if len(cands) < n.opts.BootstrapExpect {
-		return joinError("waiting for bootstrap-expect members")
+	expect, err := n.bootstrapExpect()
+	if err != nil {
+		return err
+	}
+	if len(cands) < expect {
+		return joinError(fmt.Sprintf("waiting for bootstrap-expect members (%d of %d seen)", len(cands), expect))
 	}
 	slices.SortFunc(cands, func(a, b nodeInfo) int {
 		switch {
@@ -247,7 +251,7 @@ func (n *Node) tryJoin() error {
 		}
 		return 0
 	})
-	cands = cands[:n.opts.BootstrapExpect]
+	cands = cands[:expect]
 	if cands[0].ID != n.id {
 		return joinError("waiting for " + cands[0].ID + " (lowest ID) to bootstrap")
 	}
@@ -266,6 +270,33 @@ func (n *Node) tryJoin() error {
 	}
 	n.log.Info("bootstrapped a new group", "members", len(conf.Servers), "voters", voters)
 	return nil
+}
+
+// expectWait bounds one wait for ExpectCounter, so that the member keeps
+// looking for a live group to join meanwhile.
+const expectWait = 10 * time.Second
+
+// bootstrapExpect returns BootstrapExpect, or the count ExpectCounter
+// returns (asked until it answers, then kept).
+func (n *Node) bootstrapExpect() (int, error) {
+	if n.opts.ExpectCounter == nil {
+		return n.opts.BootstrapExpect, nil
+	}
+	if n.expect > 0 {
+		return n.expect, nil
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, expectWait)
+	defer cancel()
+	count, err := n.opts.ExpectCounter.BootstrapExpect(ctx)
+	switch {
+	case err != nil:
+		return 0, joinError("waiting for the count of members to bootstrap with (bootstrap-expect auto): " + err.Error())
+	case count < 1:
+		return 0, joinError(fmt.Sprintf("bootstrap-expect auto counted %d members: waiting for at least 1", count))
+	}
+	n.log.Info("bootstrap-expect decided", "expect", count)
+	n.expect = count
+	return count, nil
 }
 
 // discover returns the peers' addresses, without our own.

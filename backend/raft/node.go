@@ -75,8 +75,17 @@ type NodeOptions struct {
 	// BootstrapExpect is how many members must be seen, none of them in a
 	// group yet, before a new group forms; the seen member with the lowest
 	// ID then bootstraps it, as in Consul. 0 (the default) means never
-	// bootstrap: only join a group that exists.
+	// bootstrap: only join a group that exists, unless ExpectCounter is
+	// set.
 	BootstrapExpect int
+
+	// ExpectCounter, if set, decides BootstrapExpect when no live group
+	// is found: the member waits for the count it returns (the aws
+	// package's ASG: min(desired capacity, 3) once that many instances
+	// are InService), then bootstraps as with that BootstrapExpect. The
+	// first count it returns holds for the member's life. BootstrapExpect
+	// must then be 0. Nil (the default) means BootstrapExpect as given.
+	ExpectCounter ExpectCounter
 
 	// Voters caps the number of voting members; the others are non-voters
 	// that replicate the log. Default 3. Use 3 or 5: an even number adds no
@@ -97,6 +106,27 @@ type NodeOptions struct {
 	// raft leader before autopilot may remove it from the configuration
 	// (never below a quorum of Voters). Default 10 s.
 	DeadServerAfter time.Duration
+
+	// Departures, if set, is asked by the raft leader which members'
+	// instances have departed (an Auto Scaling group reports them
+	// Terminating or Terminated, or no longer has them), every
+	// DeparturesEvery and at once when the configuration changes or a
+	// member stops answering. A reported member is removed as soon as it
+	// has not answered the leader for autopilot's contact threshold (twice
+	// HeartbeatTimeout, at least 1 s), well before DeadServerAfter; a voter
+	// only after a healthy non-voter has been promoted in its place when
+	// there is one, and only while the voters that answer stay a majority
+	// of those that remain. A reported member that still answers is never
+	// removed on that word: the leader logs the disagreement (Warn, once
+	// per member and reason) and keeps it. Nil (the default) means
+	// autopilot's dead-server cleanup only.
+	Departures Departures
+
+	// DeparturesEvery is how often the raft leader asks Departures when
+	// nothing changed. Default 5 s. Departures implementations cache their
+	// answers (the ASG's for its CacheTTL), so this bounds how stale an
+	// answer the leader acts on, not how often the platform is called.
+	DeparturesEvery time.Duration
 
 	// StabilizationTime is how long a new member must be healthy before
 	// autopilot promotes it to voter. Default 2 s.
@@ -148,6 +178,12 @@ type Node struct {
 	failed   chan struct{}
 	failErr  error
 	refusals *refusalLog
+	// departWarned and departRefused are what the departure watch logged
+	// (departures.go).
+	departWarned, departRefused onceLog
+	// expect is the count ExpectCounter returned, 0 before (membership
+	// goroutine).
+	expect int
 	// lastConf is the configuration last logged (membership goroutine).
 	lastConf string
 	notify   chan bool
@@ -257,6 +293,15 @@ func (o *NodeOptions) fill() error {
 	}
 	if o.BootstrapExpect < 0 {
 		problems = append(problems, fmt.Sprintf("raft: BootstrapExpect is %d: use 0 (join only) or the number of members to wait for", o.BootstrapExpect))
+	}
+	if o.ExpectCounter != nil && o.BootstrapExpect != 0 {
+		problems = append(problems, fmt.Sprintf("raft: BootstrapExpect is %d and ExpectCounter is set: give one of them (ExpectCounter decides the count)", o.BootstrapExpect))
+	}
+	if o.DeparturesEvery == 0 {
+		o.DeparturesEvery = defaultDeparturesEvery
+	}
+	if o.DeparturesEvery < 0 {
+		problems = append(problems, fmt.Sprintf("raft: DeparturesEvery %s is negative: use 0 for the default (%s) or a positive duration", o.DeparturesEvery, defaultDeparturesEvery))
 	}
 	if o.HeartbeatTimeout == 0 {
 		o.HeartbeatTimeout = time.Second

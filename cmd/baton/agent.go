@@ -71,13 +71,16 @@ so that probes and Prometheus work; they show no credentials:
   GET  /metrics                 Prometheus metrics: baton_is_leader,
                                 baton_transitions_total, term duration, renew
                                 latency, safe-until margin, campaign wait
+  GET  /v1/group                this member's view of the group: member IDs,
+                                voters, raft leader (JSON; no addresses)
   GET  /v1/status               this member's view of the group (JSON; token)
   POST /v1/raft/client/...      the calls of agent:// clients about their
                                 own sessions (token and the session's secret)
   GET  /v1/raft/lease, /v1/raft/state
                                 the reads of agent:// clients
 
-Exit statuses: 0 stopped by SIGTERM/SIGINT; 1 runtime error; 2 bad flags.`
+` + awsHelp + `Exit statuses: 0 stopped by SIGTERM/SIGINT (or the instance leaving, with
+--aws); 1 runtime error; 2 bad flags.`
 
 type agentCommand struct {
 	app       *App
@@ -86,6 +89,7 @@ type agentCommand struct {
 	tokenFile string
 	logLevel  string
 	raft      raftFlags
+	aws       awsFlags
 	fs        *pflag.FlagSet
 }
 
@@ -105,12 +109,21 @@ func (a *App) newAgentCommand() *cobra.Command {
 	c.fs.StringVar(&c.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
 	withEnv(c.fs, "http", "http-token", "http-token-file", "log-level")
 	c.raft.register(c.fs)
+	c.aws.register(c.fs)
 	return cmd
 }
 
 // Run runs the member until ctx ends, then leaves the group.
 func (c *agentCommand) Run(ctx context.Context) error {
-	problems := c.raft.validate()
+	problems := append(c.raft.validate(), c.aws.validate()...)
+	switch {
+	case c.aws.tag == "":
+	case flagSource(c.fs, "aws-tag") == "--aws-tag":
+		problems = append(problems, "--aws-tag: an agent campaigns for nothing itself, so it would never tag its instance; give --aws-tag to the baton run or cron that holds the lease")
+	default:
+		// BATON_AWS_TAG, set for the run and cron of this host: not ours.
+		c.aws.tag = ""
+	}
 	if _, _, err := net.SplitHostPort(c.http); err != nil {
 		problems = append(problems, fmt.Sprintf("%s %q: want HOST:PORT, e.g. 127.0.0.1:8790", flagSource(c.fs, "http"), c.http))
 	} else if host, _, _ := net.SplitHostPort(c.http); !isLoopback(host) && c.httpToken == "" {
@@ -124,12 +137,22 @@ func (c *agentCommand) Run(ctx context.Context) error {
 	}
 	lvl, _ := parseLevel(c.logLevel)
 	log := newLogger(c.app.stderr(), lvl)
+	// --aws: leave the group as on SIGTERM when the instance is leaving,
+	// then complete the lifecycle action.
+	ctx, inst, err := c.aws.startAWS(ctx, c.raft.join, log)
+	if err != nil {
+		return err
+	}
+	defer inst.finish(ctx)
 	opts, err := c.raft.nodeOptions(log)
 	if err != nil {
 		return err
 	}
 	// Made before the member, which reports its renewals to them.
 	metrics := raftagent.NewMetrics()
+	if err := inst.register(metrics.Registry()); err != nil {
+		return err
+	}
 	opts.OnRenew = metrics.OnRenew
 	ln, err := net.Listen("tcp", c.http)
 	if err != nil {

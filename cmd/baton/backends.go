@@ -22,6 +22,7 @@ func (a *App) openBackend(ctx context.Context, spec *backendurl.Spec, ttl time.D
 			if err != nil {
 				return nil, err
 			}
+			opts.OnRenew = member.onRenew
 			return startMember(ctx, opts, log)
 		}
 	}

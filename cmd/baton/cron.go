@@ -53,7 +53,7 @@ Exit statuses:
   1  runtime error (e.g. the lease's record belongs to another job)
   2  usage or configuration error
 
-` + envHelp
+` + awsHelp + httpHelp + envHelp
 
 type cronCommand struct {
 	leaderFlags
@@ -91,6 +91,8 @@ func (a *App) newCronCommand() *cobra.Command {
 	c.fs.StringVar(&c.job, "job", "", "job name recorded with each slot (default: the lease name)")
 	withEnv(c.fs, "grace", "schedule", "catch-up", "jitter", "job")
 	c.raft.register(c.fs)
+	c.aws.register(c.fs)
+	c.http.register(c.fs, "cron")
 	c.common.member = true
 	return cmd
 }

@@ -23,11 +23,24 @@ on the same host as 'baton run' works without knowing the random suffix. (A
 'baton run' child also has BATON_LEASE set, so inside it only --backend is
 needed.)
 
+With --backend aws-asg://[GROUP] the answer is the Auto Scaling group's own
+rule, with no lease: the leader is the InService, Healthy instance with the
+lowest instance id (EC2 reporting it pending or running); Pending, Standby,
+Terminating and Unhealthy instances never are. "This instance" is the one
+IMDSv2 names (or --id i-...); GROUP defaults to its group; --lease is not
+needed. It reads only the group (DescribeAutoScalingGroups, and
+DescribeAutoScalingInstances without GROUP) and DescribeInstances for the
+winner. Two instances asking at different moments may each see itself first
+while the group changes: for work that must never run twice at once, use a
+lease (run --backend raft:// --join aws-asg).
+
 Exit statuses:
   0  this instance leads
   1  another instance leads, or nobody does
-  2  usage or configuration error
-  3  undetermined: the backend did not answer within --timeout
+  2  usage or configuration error; with aws-asg://: no region or no
+     credentials, AWS refused them, no such group, this instance in no group
+  3  undetermined: the backend did not answer within --timeout; with
+     aws-asg://: any other AWS error (throttling, 5xx), never 1
 
 ` + envHelp
 
@@ -57,6 +70,7 @@ func (a *App) newIsLeaderCommand() *cobra.Command {
 	c.common.register(c.fs, "this instance's candidate id (default: any holder on this host)")
 	c.fs.DurationVar(&c.timeout, "timeout", defaultQueryTimeout, "give up (exit 3) when the backend has not answered within this time")
 	c.fs.BoolVarP(&c.verbose, "verbose", "v", false, "print the answer and the holder on stdout")
+	c.common.rule, c.common.ruleSelf = true, true
 	return cmd
 }
 
@@ -76,6 +90,9 @@ func (c *isLeaderCommand) Run(ctx context.Context, _ []string) error {
 	}
 	if err := problemsError(problems); err != nil {
 		return err
+	}
+	if c.common.isRule {
+		return c.ruleIsLeader(ctx)
 	}
 	match, err := c.matcher()
 	if err != nil {

@@ -25,6 +25,12 @@ When nobody holds the lease, baton says so on stderr and exits 1; with --json it
 also prints {"lease":"L","holder":null} on stdout, so that a pipeline into jq
 still gets a document.
 
+With --backend aws-asg://[GROUP] (the group's rule; see is-leader --help):
+Text output:  instance=ID private_ip=IP group=G decided="HOW"
+JSON output:  {"backend":"aws-asg","group":"G","instance_id":"ID",
+               "private_ip":"IP","decided":"HOW"}   (instance_id null: nobody)
+Exit statuses as is-leader's with aws-asg://, 1 meaning nobody qualifies.
+
 Exit statuses:
   0  printed the holder
   1  nobody holds the lease
@@ -56,6 +62,7 @@ func (a *App) newLeaderCommand() *cobra.Command {
 	c.common.register(c.fs, "unused; accepted so that the same environment serves every command")
 	c.fs.DurationVar(&c.timeout, "timeout", defaultQueryTimeout, "give up (exit 3) when the backend has not answered within this time")
 	c.fs.BoolVar(&c.json, "json", false, "print one JSON object")
+	c.common.rule = true
 	return cmd
 }
 
@@ -76,6 +83,9 @@ func (c *leaderCommand) Run(ctx context.Context, _ []string) error {
 	}
 	if err := problemsError(problems); err != nil {
 		return err
+	}
+	if c.common.isRule {
+		return c.ruleLeader(ctx)
 	}
 	rec, err := queryLeader(ctx, spec, &c.common, c.timeout, c.app)
 	out := c.app.stdout()

@@ -92,11 +92,13 @@ type signalError struct{ sig os.Signal }
 
 func (e *signalError) Error() string { return "received " + e.sig.String() }
 
-// stoppedBySignal reports whether ctx ended because baton was asked to stop,
-// as opposed to a timeout or a lost term.
+// stoppedBySignal reports whether ctx ended because baton was asked to stop
+// (a signal, or the instance leaving its Auto Scaling group), as opposed to
+// a timeout or a lost term.
 func stoppedBySignal(ctx context.Context) bool {
 	var se *signalError
-	return errors.As(context.Cause(ctx), &se)
+	var le *leavingError // the instance is leaving its group (--aws)
+	return errors.As(context.Cause(ctx), &se) || errors.As(context.Cause(ctx), &le)
 }
 
 // App is the baton command line with its environment injected, so that tests

@@ -20,7 +20,7 @@ import (
 // Environment of the test binary in child-helper mode, which the
 // multi-process tests run under `baton run`.
 const (
-	childEnv     = "BATON_TEST_CHILD" // "1": act as the supervised child; "hb": heartbeatMain
+	childEnv     = "BATON_TEST_CHILD" // "1": act as the supervised child; "hb": heartbeatMain; "get": getMain
 	childFileEnv = "BATON_TEST_FILE"  // the shared event file
 )
 
@@ -36,6 +36,8 @@ func TestMain(m *testing.M) {
 		os.Exit(childMain())
 	case "hb":
 		os.Exit(heartbeatMain())
+	case "get":
+		os.Exit(getMain())
 	}
 	// A race-enabled guard (the in-process tests' commands run under this
 	// binary) would otherwise sleep a second at exit, ThreadSanitizer's

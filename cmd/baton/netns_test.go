@@ -69,6 +69,9 @@ func TestNetnsPartitionAndReplace(t *testing.T) {
 	}
 	first := w.waitHolder(t, 60*time.Second, "", 0)
 	t.Logf("first holder %s, token %d", first.holder, first.token)
+	for _, h := range nt.Hosts() {
+		c.waitInGroup(h, 60*time.Second) // learns each member's node ID
+	}
 
 	// Partition the holder away from the majority.
 	minority := c.hostOf(first.holder)
@@ -121,7 +124,7 @@ func TestNetnsPartitionAndReplace(t *testing.T) {
 		}
 		next := w.waitHolder(t, 60*time.Second, m.id, above)
 		t.Logf("round %d: %s stopped; holder %s, token %d; waiting for 3 live voters", i+1, m.id, next.holder, next.token)
-		stopped = append(stopped, net.JoinHostPort(old.IP.String(), "7390"))
+		stopped = append(stopped, m.nodeID)
 		c.waitVoters(c.procs[h.Name], stopped, 60*time.Second)
 		t.Logf("round %d: replaced %s", i+1, old)
 		last = next
@@ -144,11 +147,12 @@ type nsCluster struct {
 }
 
 type nsMember struct {
-	id   string
-	host *netns.Host
-	cmd  *exec.Cmd
-	done chan struct{}
-	log  *lockedWriter
+	id     string
+	nodeID string // its raft node ID, once waitInGroup saw it in the group
+	host   *netns.Host
+	cmd    *exec.Cmd
+	done   chan struct{}
+	log    *lockedWriter
 }
 
 const nsSecret = "netns-test-secret-0123456789"
@@ -188,7 +192,7 @@ func (c *nsCluster) start(h *netns.Host) {
 		"--backend", "raft://", "--bind", net.JoinHostPort(h.IP.String(), "7390"),
 		"--join", join, "--bootstrap-expect", "3",
 		"--tls-ca", filepath.Join(c.dir, "ca.pem"), "--tls-cert", certFile, "--tls-key", keyFile,
-		"--lease", "netns", "--id", id, "--ttl", "2s", "--log-level", "debug",
+		"--lease", "netns", "--id", id, "--ttl", "2s", "--log-level", "debug", "--http", "127.0.0.1:"+nsHTTPPort,
 		"--", batonBin, "demo-job")
 	cmd.Env = append(os.Environ(), "BATON_SECRET="+nsSecret)
 	lw := newLockedWriter()
@@ -231,46 +235,52 @@ func signalAndWait(cmd *exec.Cmd, done <-chan struct{}, sig os.Signal, d time.Du
 	}
 }
 
-// A member here is a `baton run --backend raft://` process: it serves no
-// status API (that is `baton agent`'s), its member API speaks only to
-// peers that prove the group's secret over TLS, and no baton command
-// queries a member without joining the group, which would change what the
-// test watches. What the member says of its group is therefore read from
-// its log: the structured records backend/raft writes when the member
-// joins ("in the group") and at each configuration change ("group
-// configuration", with its voters). The job watcher, not a log, tells who
-// leads.
+// What a member says of its group comes from its --http server (GET
+// /v1/group: its node ID, the voters and members of the configuration it
+// has, the raft leader), asked from inside its host. The job watcher, not
+// a member, tells who leads.
 
-// waitInGroup waits until h's member logs that it is in the group.
+// waitInGroup waits until h's member says it is in a group with a raft
+// leader, and notes its node ID.
 func (c *nsCluster) waitInGroup(h *netns.Host, d time.Duration) {
 	c.t.Helper()
 	c.mu.Lock()
 	m := c.procs[h.Name]
 	c.mu.Unlock()
-	if !testkit.Poll(d, 50*time.Millisecond, func() bool { return strings.Contains(m.log.String(), `msg="in the group"`) }) {
-		c.fatalf("%s did not join the group within %s", h, d)
+	var last error
+	var g nsGroup
+	in := testkit.Poll(d, 100*time.Millisecond, func() bool {
+		var ok bool
+		g, ok, last = nsGroupOf(h)
+		return ok && slices.Contains(g.Members, g.ID)
+	})
+	if !in {
+		c.fatalf("%s did not join the group within %s (last answer %+v, %v)", h, d, g, last)
 	}
+	c.mu.Lock()
+	m.nodeID = g.ID
+	c.mu.Unlock()
 }
 
-// waitVoters waits until m logs a configuration of 3 voters, none of them
-// at a stopped address: the group has replaced what it lost (autopilot's
+// waitVoters waits until m says its group has 3 voters, none of them a
+// stopped member: the group has replaced what it lost (autopilot's
 // promotions and dead-member clean-up) and can lose another member.
 func (c *nsCluster) waitVoters(m *nsMember, stopped []string, d time.Duration) {
 	c.t.Helper()
-	var last string
-	settled := testkit.Poll(d, 100*time.Millisecond, func() bool {
-		for l := range strings.Lines(m.log.String()) {
-			if strings.Contains(l, `msg="group configuration"`) {
-				last = strings.TrimSpace(l)
-			}
+	var last nsGroup
+	var lastErr error
+	settled := testkit.Poll(d, 200*time.Millisecond, func() bool {
+		g, ok, err := nsGroupOf(m.host)
+		if err != nil || !ok {
+			lastErr = err
+			return false
 		}
-		_, v, _ := strings.Cut(last, "raft.voters=")
-		v, _, _ = strings.Cut(v, " ")
-		voters := strings.Split(v, ",")
-		return len(voters) == 3 && !slices.ContainsFunc(voters, func(a string) bool { return slices.Contains(stopped, a) })
+		last = g
+		return len(g.Voters) == 3 && !slices.ContainsFunc(g.Voters, func(v string) bool { return slices.Contains(stopped, v) })
 	})
 	if !settled {
-		c.fatalf("the group did not settle on 3 live voters within %s; last configuration: %s", d, last)
+		c.fatalf("the group did not settle on 3 live voters within %s; %s last said voters %v, members %v (stopped: %v; %v)",
+			d, m.id, last.Voters, last.Members, stopped, lastErr)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/internal/netns"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 )
 
@@ -100,11 +102,8 @@ func TestNetnsZooKeeperFollowerCutOff(t *testing.T) {
 		fatalf("the first holder is %q, want a (the only candidate)", first.holder)
 	}
 	b := startZKRun(t, hosts[g], "b", ttl, zkAddr(leader), zkAddr(g))
-	// b reports who leads once its campaign is queued behind a.
-	standby := fmt.Sprintf(`leader="a (token %d)"`, first.token)
-	waitLog(t, &why, b, 0, 60*time.Second, "b standing by behind a", func(l string) bool {
-		return strings.Contains(l, `msg="standing by"`) && strings.Contains(l, standby)
-	})
+	// b's health check names a as the holder: b stands by.
+	waitStandby(t, &why, b, "a", first.token, 60*time.Second)
 	if jobs := w.now(); len(jobs) != 1 || jobs[0] != first {
 		fatalf("with b standing by, the live jobs are %v, want a's alone (%v)", jobs, first)
 	}
@@ -178,15 +177,11 @@ func TestNetnsZooKeeperFollowerCutOff(t *testing.T) {
 
 	// Heal: a gets its server back, learns that its session expired, and
 	// queues behind b.
-	aHeal := len(a.log.String())
 	healAt := time.Now()
 	if err := nt.Heal(); err != nil {
 		t.Fatal(err)
 	}
-	behind := fmt.Sprintf(`leader="b (token %d)"`, second.token)
-	waitLog(t, &why, a, aHeal, 60*time.Second, "a standing by behind b after the heal", func(l string) bool {
-		return strings.Contains(l, `msg="standing by"`) && strings.Contains(l, behind)
-	})
+	waitStandby(t, &why, a, "b", second.token, 60*time.Second)
 	t.Logf("after the heal, a stands by behind b within %s", time.Since(healAt).Round(time.Millisecond))
 	if jobs := w.now(); len(jobs) != 1 || jobs[0] != second {
 		fatalf("after the heal the live jobs are %v, want b's alone (%v)", jobs, second)
@@ -213,7 +208,7 @@ func startZKRun(t *testing.T, h *netns.Host, id, ttl string, servers ...string) 
 	t.Helper()
 	cmd := h.Command(context.Background(), batonBin, "run",
 		"--backend", "zk://"+strings.Join(servers, ",")+"/netns",
-		"--lease", "cutoff", "--id", id, "--ttl", ttl,
+		"--lease", "cutoff", "--id", id, "--ttl", ttl, "--http", "127.0.0.1:"+nsHTTPPort,
 		"--", batonBin, "demo-job")
 	r := &zkRun{id: id, host: h, cmd: cmd, done: make(chan struct{}), log: newLockedWriter()}
 	// demo-job's lines go to stdout, baton's log to stderr; both here.
@@ -229,6 +224,31 @@ func startZKRun(t *testing.T, h *netns.Host, id, ttl string, servers ...string) 
 		}
 	})
 	return r
+}
+
+// waitStandby waits until r's health check answers 429 (standby) naming
+// holder with token.
+func waitStandby(t *testing.T, why *failReason, r *zkRun, holder string, token uint64, d time.Duration) {
+	t.Helper()
+	var last health
+	var lastErr error
+	ok := testkit.Poll(d, 100*time.Millisecond, func() bool {
+		select {
+		case <-r.done:
+			return true
+		default:
+		}
+		last, lastErr = nsHealthOf(r.host)
+		return lastErr == nil && last.code == http.StatusTooManyRequests && last.Holder == holder && last.Token == token
+	})
+	select {
+	case <-r.done:
+		why.fatalf(t, "baton run %s exited while waiting for it to stand by behind %s", r.id, holder)
+	default:
+	}
+	if !ok {
+		why.fatalf(t, "%s did not stand by behind %s (token %d) within %s; its health check last said %s (%v)", r.id, holder, token, d, last, lastErr)
+	}
 }
 
 // waitLog waits until a line of r's log written after offset from satisfies

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/batonhq/baton/aws"
@@ -29,6 +30,7 @@ type raftFlags struct {
 	dataDir         string
 	join            string
 	bootstrapExpect int
+	bootstrapAuto   bool // --bootstrap-expect auto
 	voters          int
 	witness         bool
 	tlsCA           string
@@ -36,6 +38,10 @@ type raftFlags struct {
 	tlsKey          string
 	secret          string
 	secretFile      string
+
+	// onRenew, if set, gets the member's session renewals (--http's
+	// metrics).
+	onRenew func(took time.Duration, err error)
 
 	fs *pflag.FlagSet
 }
@@ -46,7 +52,8 @@ func (r *raftFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&r.advertise, "advertise", "", "raft: address peers reach this member at (default: the bind address, or this host's first private IPv4 when bound to 0.0.0.0)")
 	fs.StringVar(&r.dataDir, "data-dir", "", "raft: directory for the log and snapshots, kept across restarts (default: in memory; a new member at every start)")
 	fs.StringVar(&r.join, "join", "", "raft: where to find peers: static:HOST[:PORT],... | dns:NAME[:PORT] | dns:_SERVICE._tcp.NAME | aws-asg[:GROUP]")
-	fs.IntVar(&r.bootstrapExpect, "bootstrap-expect", 3, "raft: form a new group once this many members are seen, none in a group yet (0: only join an existing group)")
+	r.bootstrapExpect = 3
+	fs.Var(&expectFlag{n: &r.bootstrapExpect, auto: &r.bootstrapAuto}, "bootstrap-expect", "raft: form a new group once this many members are seen, none in a group yet (0: only join an existing group; auto, with --join aws-asg: min(the group's desired capacity, 3), once that many instances are InService)")
 	fs.IntVar(&r.voters, "voters", 3, "raft: number of voting members (3 or 5); the others replicate without voting")
 	fs.BoolVar(&r.witness, "witness", false, "raft: vote, never campaign (the third member beside two application instances)")
 	fs.StringVar(&r.tlsCA, "tls-ca", "", "raft: PEM file of the group's CA (made by baton tls ca)")
@@ -73,6 +80,9 @@ func (r *raftFlags) validate() []string {
 		if _, err := discovery.Parse(r.join, defaultRaftPort, discoveryOptions(aws.ASGOptions{})); err != nil {
 			problems = append(problems, fmt.Sprintf("%s %q: %v", flagSource(r.fs, "join"), r.join, err))
 		}
+	}
+	if r.bootstrapAuto && !joinsASG(r.join) {
+		problems = append(problems, fmt.Sprintf("%s auto counts the instances of an Auto Scaling group: use it with --join aws-asg[:GROUP], or give a number", flagSource(r.fs, "bootstrap-expect")))
 	}
 	if r.bootstrapExpect < 0 {
 		problems = append(problems, fmt.Sprintf("%s %d: use 0 (join only) or the number of members to wait for", flagSource(r.fs, "bootstrap-expect"), r.bootstrapExpect))
@@ -156,6 +166,15 @@ func (r *raftFlags) nodeOptions(log *slog.Logger) (raft.NodeOptions, error) {
 			return raft.NodeOptions{}, &exitError{code: exitUsage, err: err}
 		}
 		opts.Discovery = d
+		if a, ok := d.(*aws.ASG); ok {
+			// The group's membership drives the raft group's: the leader
+			// removes members whose instances the group is terminating
+			// or no longer has, and auto waits for the group to fill.
+			opts.Departures = a
+			if r.bootstrapAuto {
+				opts.ExpectCounter, opts.BootstrapExpect = a, 0
+			}
+		}
 	}
 	return opts, nil
 }
@@ -209,3 +228,34 @@ func agentClientToken(lookupEnv func(string) (string, bool), port string, log *s
 func discoveryOptions(asg aws.ASGOptions) discovery.Options {
 	return discovery.Options{Schemes: []discovery.Scheme{aws.ASGScheme(asg)}}
 }
+
+// expectFlag is --bootstrap-expect: a count, or "auto".
+type expectFlag struct {
+	n    *int
+	auto *bool
+}
+
+func (f *expectFlag) String() string {
+	if f.n == nil {
+		return "3"
+	}
+	if *f.auto {
+		return "auto"
+	}
+	return strconv.Itoa(*f.n)
+}
+
+func (f *expectFlag) Set(s string) error {
+	if strings.EqualFold(strings.TrimSpace(s), "auto") {
+		*f.auto, *f.n = true, 0
+		return nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		return fmt.Errorf("want a number of members or auto")
+	}
+	*f.auto, *f.n = false, n
+	return nil
+}
+
+func (f *expectFlag) Type() string { return "N|auto" }

@@ -46,6 +46,11 @@ Backends (--backend URL):
                                  baton); token and TLS from CONSUL_HTTP_TOKEN,
                                  CONSUL_CACERT, ... or ?token-file=F&ca-file=F&...
   memory://                      in-process only; lets you try 'baton run' alone
+  aws-asg://[GROUP]              is-leader and leader only: the Auto Scaling group's
+                                 own rule, the InService, Healthy instance with the
+                                 lowest id (GROUP defaults to this instance's); no
+                                 lease, no token. Region and credentials: AWS_*
+                                 variables, the shared config, the instance profile
 
 Exit statuses:
   0  success (is-leader: this instance leads)
@@ -217,13 +222,19 @@ type commonFlags struct {
 	logLevel string
 	// member: the command may run a raft member (raft://); set by run.
 	member bool
+	// rule: the command takes aws-asg://, the group's rule (is-leader,
+	// leader); ruleSelf: --id names the instance to ask about.
+	rule, ruleSelf bool
+	// isRule and ruleGroup: --backend is aws-asg://[ruleGroup].
+	isRule    bool
+	ruleGroup string
 
 	fs *pflag.FlagSet // for flagSource
 }
 
 func (c *commonFlags) register(fs *pflag.FlagSet, idUsage string) {
 	c.fs = fs
-	fs.StringVar(&c.backend, "backend", "", "backend URL: raft:// (this process is a member), agent://host:port, etcd://host:port[,host:port], zk://host:port[,host:port][/root], consul://host:port[/prefix] or memory:// (required)")
+	fs.StringVar(&c.backend, "backend", "", "backend URL: raft:// (this process is a member), agent://host:port, etcd://host:port[,host:port], zk://host:port[,host:port][/root], consul://host:port[/prefix], memory://, or aws-asg://[GROUP] (is-leader and leader only) (required)")
 	fs.StringVar(&c.lease, "lease", "", "name of the lease (required)")
 	fs.StringVar(&c.id, "id", "", idUsage)
 	fs.DurationVar(&c.ttl, "ttl", backend.DefaultTTL, "lease time-to-live: how long a dead leader keeps the lease before a standby takes over (default 20s with consul://, 2s with raft:// and agent://)")
@@ -234,6 +245,9 @@ func (c *commonFlags) register(fs *pflag.FlagSet, idUsage string) {
 // validate returns the problems with the common flags, each saying how to
 // fix it, and the parsed backend URL when it is valid.
 func (c *commonFlags) validate() ([]string, *backendurl.Spec) {
+	if isRuleURL(c.backend) {
+		return c.validateRule(), nil
+	}
 	var problems []string
 	var spec *backendurl.Spec
 	if c.backend == "" {

@@ -75,7 +75,7 @@ A standby logs who leads whenever that changes ("standing by"). While the
 backend cannot be reached it keeps trying and logs a warning ("backend
 unreachable" or "campaign failed; retrying") every few seconds.
 
-` + envHelp
+` + awsHelp + httpHelp + envHelp
 
 const (
 	// quickExit is how long a command must run for baton to campaign again
@@ -110,6 +110,8 @@ type leaderFlags struct {
 	grace  time.Duration
 	fs     *pflag.FlagSet
 	raft   raftFlags
+	aws    awsFlags
+	http   httpFlag
 }
 
 type runCommand struct {
@@ -140,6 +142,8 @@ func (a *App) newRunCommand() *cobra.Command {
 	c.fs.DurationVar(&c.timeout, "timeout", 0, "give up (exit 3) if not elected within this time (0: wait forever)")
 	withEnv(c.fs, "grace")
 	c.raft.register(c.fs)
+	c.aws.register(c.fs)
+	c.http.register(c.fs, "run")
 	c.common.member = true
 	return cmd
 }
@@ -149,9 +153,11 @@ func (a *App) newRunCommand() *cobra.Command {
 // the TTL to open it with (see ttlOrDefault). It sets a default --grace.
 func (c *leaderFlags) validate() (problems []string, spec *backendurl.Spec, ttl time.Duration) {
 	problems, spec = c.common.validate()
+	problems = append(problems, c.http.validate()...)
 	if spec != nil && spec.Scheme == "raft" {
 		problems = append(problems, c.raft.validate()...)
 	}
+	problems = append(problems, c.aws.validate()...)
 	// The renewal window: how far ahead safe-until stays while renewals are
 	// healthy. A grace as long as that would stop every term at once.
 	window := time.Duration(0)
@@ -209,9 +215,28 @@ func checkCommand(args []string, example string) []string {
 func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.Duration, args []string, once bool, timeout time.Duration, work func(*runner, context.Context, baton.Term) error) error {
 
 	log := c.common.logger(c.app.stderr())
+	// Watching the instance (--aws) ends ctx as SIGTERM would when the
+	// instance is leaving; the hand-over ends, after the deferred close of
+	// the backend, by completing the lifecycle action.
+	ctx, inst, err := c.aws.startAWS(ctx, c.raft.join, log)
+	if err != nil {
+		return err
+	}
+	defer inst.finish(ctx)
 	id := c.common.id
 	if id == "" {
 		id = baton.NewCandidateID()
+	}
+	// Serving before connecting: health says 503 until the backend is open.
+	hs, err := c.http.start(c.common.lease, id, c.common.backend, &c.raft, log)
+	if err != nil {
+		return err
+	}
+	defer hs.close()
+	if hs != nil {
+		if err := inst.register(hs.reg); err != nil {
+			return err
+		}
 	}
 	// --timeout counts from here: connecting (a ZooKeeper session) is part
 	// of getting elected.
@@ -240,16 +265,19 @@ func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.
 	// interface hides them), so that the Elector sees the optional
 	// interfaces it implements: baton.LeaderWatcher and
 	// baton.RenewalWindower.
-	e, err := baton.NewElector(b.Backend, baton.ElectorConfig{
+	cfg := baton.ElectorConfig{
 		Lease:     c.common.lease,
 		Candidate: baton.Candidate{ID: id},
 		Logger:    log,
 		// SIGKILL must land by safe-until: start stopping CMD a grace early.
 		StopEarly: c.grace,
-	})
+	}
+	hs.hooks(&cfg)
+	e, err := baton.NewElector(inst.backend(b.Backend), cfg)
 	if err != nil {
 		return err
 	}
+	hs.attach(b, e)
 	r := &runner{
 		l:       c,
 		once:    once,

@@ -9,7 +9,9 @@ package awsfake
 
 import (
 	"encoding/xml"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -34,11 +36,14 @@ type Server struct {
 	order     []string // instance IDs in launch order
 	pageSize  int      // most items in one page of any list
 	throttle  map[string]int
+	fail      map[string]failure
 	calls     map[string]int // by Action, throttled ones included
 	batches   []int          // instance IDs in each DescribeInstances request
 	problems  []string       // protocol violations seen
 	held      chan struct{}  // while non-nil, requests wait for it to close
 	arrived   chan struct{}  // receives one value per request that waits
+	tags      tagState       // tag writes and their propagation: tags.go
+	life      lifecycleModel // lifecycle hooks and actions: lifecycle.go
 }
 
 // Instance is one EC2 instance and, when Group is set, its membership
@@ -50,6 +55,7 @@ type Instance struct {
 	Health    string // "Healthy" or "Unhealthy"
 	State     string // EC2 state: "running", "terminated", ...
 	PrivateIP string
+	Tags      map[string]string // EC2 tags as reads see them; see tags.go
 }
 
 // A handler answers one Action. It runs with f.mu held.
@@ -80,6 +86,7 @@ func Start(t testing.TB) *Server {
 		instances: map[string]*Instance{},
 		pageSize:  7,
 		throttle:  map[string]int{},
+		fail:      map[string]failure{},
 		calls:     map[string]int{},
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -150,6 +157,22 @@ func (f *Server) ThrottleNext(action string, n int) {
 	f.throttle[action] = n
 }
 
+// failure is an error that the next n requests of an action get.
+type failure struct {
+	n      int
+	status int
+	code   string
+}
+
+// FailNext makes the next n requests of action fail with the HTTP status
+// and the service's error code, such as 500 and "InternalFailure" (Auto
+// Scaling) or "InternalError" (EC2).
+func (f *Server) FailNext(action string, n, status int, code string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail[action] = failure{n: n, status: status, code: code}
+}
+
 // CallCount is how many requests of action arrived, throttled ones included.
 func (f *Server) CallCount(action string) int {
 	f.mu.Lock()
@@ -218,6 +241,9 @@ func (f *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if formErr != nil {
+		if errors.Is(formErr, io.ErrUnexpectedEOF) {
+			return // the client gave up while sending; no protocol fault
+		}
 		f.problem("bad form: %v", formErr)
 		http.Error(w, formErr.Error(), http.StatusBadRequest)
 		return
@@ -240,6 +266,16 @@ func (f *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			writeEC2Error(w, http.StatusServiceUnavailable, "RequestLimitExceeded", "Request limit exceeded.")
 		} else {
 			writeASGError(w, http.StatusBadRequest, "Throttling", "Rate exceeded")
+		}
+		return
+	}
+	if fl := f.fail[action]; fl.n > 0 {
+		fl.n--
+		f.fail[action] = fl
+		if ec2Actions[action] {
+			writeEC2Error(w, fl.status, fl.code, "injected failure")
+		} else {
+			writeASGError(w, fl.status, fl.code, "injected failure")
 		}
 		return
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/internal/testkit"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // rfc3339ms is how the API writes times.
@@ -153,13 +152,13 @@ func TestAgentAPI(t *testing.T) {
 		// Each member counts the election once it applied it, which may
 		// be after the raft leader answered the reads above.
 		testkit.Eventually(t, 10*time.Second, "member 0 counting worker-a as leader", func() bool {
-			return testutil.ToFloat64(h0.opts.Metrics.isLeader.WithLabelValues(name)) == 1
+			return metric(t, h0, "baton_is_leader", map[string]string{"lease": name}) == 1
 		})
 		testkit.Eventually(t, 10*time.Second, "member 1 applied the election", func() bool {
-			return testutil.CollectAndCount(h1.opts.Metrics.isLeader, "baton_is_leader") > 0 &&
-				testutil.ToFloat64(h1.opts.Metrics.transitions.WithLabelValues(name, "elected", "")) == 1
+			_, counted := sample(t, h1.opts.Metrics.Registry(), "baton_is_leader", map[string]string{"lease": name})
+			return counted && metric(t, h1, "baton_transitions_total", map[string]string{"lease": name, "kind": "elected", "reason": ""}) == 1
 		})
-		if v := testutil.ToFloat64(h1.opts.Metrics.isLeader.WithLabelValues(name)); v != 0 {
+		if v := metric(t, h1, "baton_is_leader", map[string]string{"lease": name}); v != 0 {
 			t.Errorf("member 1: baton_is_leader{lease=%q} = %v, want 0", name, v)
 		}
 	})

@@ -39,10 +39,27 @@ func sample(t testing.TB, reg prometheus.Gatherer, name string, labels map[strin
 			if m.GetHistogram() != nil {
 				return float64(m.GetHistogram().GetSampleCount()), true
 			}
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue(), true
+			}
 			return m.GetGauge().GetValue(), true
 		}
 	}
 	return 0, false
+}
+
+// mval returns the value of m's metric name with labels (0 when absent).
+func mval(t testing.TB, m *Metrics, name string, labels map[string]string) float64 {
+	t.Helper()
+	v, _ := sample(t, m.Registry(), name, labels)
+	return v
+}
+
+// metric returns the value of h's metric name with labels (0 when absent).
+func metric(t testing.TB, h *Handler, name string, labels map[string]string) float64 {
+	t.Helper()
+	v, _ := sample(t, h.opts.Metrics.Registry(), name, labels)
+	return v
 }
 
 // histCount is the number of observations of a histogram (0 when absent).
@@ -69,9 +86,9 @@ func TestAgentMetrics(t *testing.T) {
 	ta := testkit.Campaign(t, ba, job, "a")
 	waiting := testkit.CampaignAsync(t, bb, job, "b")
 	testkit.Eventually(t, 10*time.Second, "b queued", func() bool {
-		return testutil.ToFloat64(m.transitions.WithLabelValues(job, "queued", "")) == 1
+		return mval(t, m, "baton_transitions_total", map[string]string{"lease": job, "kind": "queued", "reason": ""}) == 1
 	})
-	if v := testutil.ToFloat64(m.isLeader.WithLabelValues(job)); v != 1 {
+	if v := mval(t, m, "baton_is_leader", map[string]string{"lease": job}); v != 1 {
 		t.Errorf("baton_is_leader{lease=%q} = %v while a holds, want 1", job, v)
 	}
 	if err := ta.Resign(t.Context()); err != nil {
@@ -80,12 +97,12 @@ func TestAgentMetrics(t *testing.T) {
 	testkit.WaitTerm(t, waiting, testkit.CampaignTimeout)
 	lj := map[string]string{"lease": job}
 	testkit.Eventually(t, 10*time.Second, "the hand-over counted", func() bool {
-		return testutil.ToFloat64(m.transitions.WithLabelValues(job, "elected", "")) == 2
+		return mval(t, m, "baton_transitions_total", map[string]string{"lease": job, "kind": "elected", "reason": ""}) == 2
 	})
-	if v := testutil.ToFloat64(m.transitions.WithLabelValues(job, "released", "resigned")); v != 1 {
+	if v := mval(t, m, "baton_transitions_total", map[string]string{"lease": job, "kind": "released", "reason": "resigned"}); v != 1 {
 		t.Errorf(`baton_transitions_total{kind="released",reason="resigned"} = %v, want 1`, v)
 	}
-	if v := testutil.ToFloat64(m.isLeader.WithLabelValues(job)); v != 1 {
+	if v := mval(t, m, "baton_is_leader", map[string]string{"lease": job}); v != 1 {
 		t.Errorf("baton_is_leader = %v with b (a client of this member) holding, want 1", v)
 	}
 	if c := histCount(t, reg, "baton_term_duration_seconds", lj); c != 1 {
@@ -122,7 +139,7 @@ func TestAgentMetrics(t *testing.T) {
 	if resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("renewing an unknown session: %s, want 404", resp.Status)
 	}
-	if v := testutil.ToFloat64(m.renewErrors); v < 1 {
+	if v := mval(t, m, "baton_renew_errors_total", nil); v < 1 {
 		t.Errorf("baton_renew_errors_total = %v after a failed renewal, want >= 1", v)
 	}
 
@@ -138,13 +155,13 @@ func TestAgentMetrics(t *testing.T) {
 	// The gauge follows the group's lease events, which reach the agent a
 	// moment after the grant reached c.
 	testkit.Eventually(t, 10*time.Second, "baton_is_leader{lease=\""+lost+"\"} = 1 while c holds", func() bool {
-		return testutil.ToFloat64(m.isLeader.WithLabelValues(lost)) == 1
+		return mval(t, m, "baton_is_leader", map[string]string{"lease": lost}) == 1
 	})
 	proxy.Cut()
 	testkit.Eventually(t, 30*time.Second, "c's session expired in the group", func() bool {
-		return testutil.ToFloat64(m.transitions.WithLabelValues(lost, "lost", "session-expired")) == 1
+		return mval(t, m, "baton_transitions_total", map[string]string{"lease": lost, "kind": "lost", "reason": "session-expired"}) == 1
 	})
-	if v := testutil.ToFloat64(m.isLeader.WithLabelValues(lost)); v != 0 {
+	if v := mval(t, m, "baton_is_leader", map[string]string{"lease": lost}); v != 0 {
 		t.Errorf("baton_is_leader{lease=%q} = %v after the term was lost, want 0", lost, v)
 	}
 	if c := histCount(t, reg, "baton_term_duration_seconds", map[string]string{"lease": lost}); c != 1 {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/batonhq/baton/internal/testhook"
 	"github.com/batonhq/baton/internal/testkit"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // Lease names and candidate IDs come from whoever campaigns: the page
@@ -99,7 +98,7 @@ func TestAgentUndetermined(t *testing.T) {
 	// The term must be in this member's log before the quorum goes: the
 	// timeline is drawn from the events it applied.
 	testkit.Eventually(t, 10*time.Second, "member 0 applying the election", func() bool {
-		return testutil.ToFloat64(h.opts.Metrics.transitions.WithLabelValues("only-lease", "elected", "")) == 1
+		return metric(t, h, "baton_transitions_total", map[string]string{"lease": "only-lease", "kind": "elected", "reason": ""}) == 1
 	})
 	for _, n := range g.nodes[1:] {
 		_ = testhook.KillRaftNode(n)

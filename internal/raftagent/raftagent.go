@@ -5,7 +5,10 @@
 // probes, the member's view of its group, Prometheus metrics, and a status
 // page with a timeline of the last hour. A Handler serves every route of
 // the agent's server, and checks its one bearer token (package httpauth)
-// in constant time.
+// in constant time. The read-only routes (leases, health, group, metrics,
+// page) are package statusapi's, which `baton run --http` serves too; this
+// package adds what only an agent serves: resign, /v1/status and the
+// agent:// client calls.
 //
 // What it guarantees, and what not:
 //
@@ -51,7 +54,7 @@ import (
 
 	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/internal/httpauth"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/batonhq/baton/internal/statusapi"
 )
 
 // Source is what the handler reads and acts on: a raft group member
@@ -80,6 +83,14 @@ type Source interface {
 	// needing token for those that change something.
 	ClientHandler(token string) (http.Handler, error)
 }
+
+// Metrics are the agent's Prometheus metrics: statusapi's, the same names
+// `baton run --http` serves.
+type Metrics = statusapi.Metrics
+
+// NewMetrics returns the metrics, registered in a new registry. Make them
+// before the member, and give their OnRenew to raft.NodeOptions.OnRenew.
+func NewMetrics() *Metrics { return statusapi.NewMetrics() }
 
 // Options configures a Handler. The zero value means the documented
 // defaults.
@@ -131,47 +142,23 @@ const DefaultResignWait = 10 * time.Second
 
 func (o *Options) fill() error {
 	var problems []string
-	if o.History == 0 {
-		o.History = time.Hour
-	}
-	if o.MaxTerms == 0 {
-		o.MaxTerms = 500
-	}
-	if o.MaxLeases == 0 {
-		o.MaxLeases = 1000
-	}
 	if o.ReadTimeout == 0 {
 		o.ReadTimeout = 2 * time.Second
 	}
 	if o.MaxResignWait == 0 {
 		o.MaxResignWait = time.Minute
 	}
-	if o.Refresh == 0 {
-		o.Refresh = 2 * time.Second
-	}
-	if o.History < time.Minute {
-		problems = append(problems, fmt.Sprintf("History %s is below a minute", o.History))
-	}
-	if o.MaxTerms < 1 || o.MaxLeases < 1 {
-		problems = append(problems, fmt.Sprintf("MaxTerms (%d) and MaxLeases (%d) must be positive", o.MaxTerms, o.MaxLeases))
-	}
-	if o.ReadTimeout < 0 || o.MaxResignWait < 0 {
-		problems = append(problems, "ReadTimeout and MaxResignWait must not be negative")
+	if o.MaxResignWait < 0 {
+		problems = append(problems, "MaxResignWait must not be negative")
 	}
 	if o.Token == "" {
 		problems = append(problems, "Token is empty: calls that change something must need a credential")
 	}
-	if o.Refresh < 500*time.Millisecond {
-		problems = append(problems, fmt.Sprintf("Refresh %s is below 500ms", o.Refresh))
-	}
-	if o.Metrics == nil {
-		o.Metrics = NewMetrics()
-	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.now == nil {
-		o.now = time.Now
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics()
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("raftagent: %s", strings.Join(problems, "; "))
@@ -187,13 +174,11 @@ type Handler struct {
 	opts Options
 	auth *httpauth.Bearer
 	log  *slog.Logger
-	hist *history
+	st   *statusapi.Handler
 	mux  *http.ServeMux
 
-	stopWatch func()
 	ctx       context.Context
 	cancel    context.CancelFunc
-	wg        sync.WaitGroup
 	closeOnce sync.Once
 }
 
@@ -217,28 +202,19 @@ func New(src Source, opts Options) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	log := opts.Logger.WithGroup("http")
-	hist := newHistory(src.ID(), opts.History, opts.MaxTerms, opts.MaxLeases, opts.Metrics, opts.now)
-	if err := opts.Metrics.bind(src, hist.prune, opts.ReadTimeout, log); err != nil {
-		return nil, err
+	st, err := statusapi.New(NodeSource{src}, statusapi.Options{
+		Kind: "agent", Here: "a client of this agent", Resign: true, Metrics: opts.Metrics,
+		History: opts.History, MaxTerms: opts.MaxTerms, MaxLeases: opts.MaxLeases, ReadTimeout: opts.ReadTimeout,
+		Refresh: opts.Refresh, Logger: opts.Logger, Now: opts.now,
+	})
+	if err != nil {
+		return nil, errors.New(strings.Replace(err.Error(), "statusapi: ", "raftagent: ", 1))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &Handler{src: src, opts: opts, auth: auth, log: log, ctx: ctx, cancel: cancel, hist: hist}
-	// Subscribe before reading the table, so that no term falls between.
-	h.stopWatch = src.WatchLeases(h.hist.apply)
-	h.wg.Add(1)
-	go h.seed()
-
+	h := &Handler{src: src, opts: opts, auth: auth, log: opts.Logger.WithGroup("http"), st: st, ctx: ctx, cancel: cancel}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", h.servePage)
-	mux.HandleFunc("GET /ui/live", h.serveLive)
-	mux.HandleFunc("GET /v1/leases", h.serveLeases)
-	mux.HandleFunc("GET /v1/leases/{name}", h.serveLease)
+	st.Register(mux)
 	mux.Handle("POST /v1/leases/{name}/resign", h.mutating(http.HandlerFunc(h.serveResign)))
-	mux.HandleFunc("GET /v1/health/leader", h.serveHealth)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Metrics.gatherer(), promhttp.HandlerOpts{
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), Timeout: opts.ReadTimeout + 5*time.Second,
-	}))
 	mux.Handle("GET /v1/status", h.auth.Require(http.HandlerFunc(h.serveStatus), h.denyToken))
 	mux.Handle("/v1/raft/", clients)
 	h.mux = mux
@@ -253,32 +229,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 func (h *Handler) Close() {
 	h.closeOnce.Do(func() {
 		h.cancel()
-		h.stopWatch()
-		h.wg.Wait()
+		h.st.Close()
 	})
-}
-
-// seed reads the lease table for terms that began before the handler, until
-// a read succeeds or the handler closes.
-func (h *Handler) seed() {
-	defer h.wg.Done()
-	backoff := 100 * time.Millisecond
-	for {
-		ctx, cancel := context.WithTimeout(h.ctx, h.opts.ReadTimeout)
-		infos, err := h.src.Leases(ctx)
-		cancel()
-		if err == nil {
-			h.hist.seed(infos)
-			return
-		}
-		h.log.Debug("reading the lease table for the timeline; retrying", "err", err)
-		select {
-		case <-h.ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
 }
 
 // mutating guards calls that change something: the bearer token, and no
@@ -303,25 +255,9 @@ func (h *Handler) serveStatus(w http.ResponseWriter, _ *http.Request) {
 	_ = json.NewEncoder(w).Encode(h.src.Status())
 }
 
-// readCtx bounds a read of the lease table made for r.
-func (h *Handler) readCtx(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.Context(), h.opts.ReadTimeout)
-}
+var (
+	writeJSON  = statusapi.WriteJSON
+	writeError = statusapi.WriteError
+)
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
-
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, errorBody{Error: msg})
-}
-
-type errorBody struct {
-	Error string `json:"error"`
-	Lease string `json:"lease,omitempty"`
-}
+type errorBody = statusapi.ErrorBody

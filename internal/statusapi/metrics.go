@@ -1,4 +1,4 @@
-package raftagent
+package statusapi
 
 import (
 	"context"
@@ -7,34 +7,35 @@ import (
 	"sync"
 	"time"
 
-	"github.com/batonhq/baton/backend/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
 )
 
-// Metrics are the agent's Prometheus metrics, in a registry of their own
-// (with the Go runtime and process collectors), served at GET /metrics:
+// Metrics are the Prometheus metrics of a Handler, in a registry of their
+// own (with the Go runtime and process collectors), served at GET /metrics.
+// `baton agent` and `baton run --http` serve the same names; "held here"
+// means by a client of the agent, or by the process itself:
 //
-//	baton_is_leader{lease}                        gauge: 1 while a client of this agent holds the lease
-//	baton_transitions_total{lease,kind,reason}    counter: lease events this member applied
+//	baton_is_leader{lease}                        gauge: 1 while the lease is held here
+//	baton_transitions_total{lease,kind,reason}    counter: lease events the source reported
 //	baton_term_duration_seconds{lease}            histogram: length of ended terms
 //	baton_campaign_wait_seconds{lease}            histogram: queued to elected, per candidate
-//	baton_renew_latency_seconds                   histogram: session renewals' round trip to the raft leader
-//	baton_renew_errors_total                      counter: failed session renewals
+//	baton_renew_latency_seconds                   histogram: raft session renewals' round trip to the raft leader (raft members only)
+//	baton_renew_errors_total                      counter: failed raft session renewals (raft members only)
 //	baton_safe_until_margin_seconds{lease}        gauge, at scrape: safe-until minus now of leases held here
-//	baton_lease_table_up                          gauge, at scrape: 1 if the scrape could read the lease table
+//	baton_lease_table_up                          gauge, at scrape: 1 if the scrape could read the leases from the source
 //
-// The series of a lease go when the agent forgets the lease: at the first
+// The series of a lease go when the handler forgets the lease: at the first
 // scrape, page view or new lease name after its last term ended more than
 // the history window ago (an hour by default), or to make room among the
-// leases remembered (Options.MaxLeases). So an agent that serves ever new
+// leases remembered (Options.MaxLeases). So a handler that sees ever new
 // lease names does not grow its metrics without bound; a lease that comes
 // back starts its counters afresh, which rate() and increase() read as a
 // reset. (A lease not remembered at all, because MaxLeases leases all have
 // running terms, keeps its series.)
 //
-// Make one with NewMetrics before the member starts, pass OnRenew to
+// Make one with NewMetrics before a raft member starts, pass OnRenew to
 // raft.NodeOptions.OnRenew, and the Metrics to New through Options. One
 // Metrics serves one Handler. Safe for concurrent use.
 type Metrics struct {
@@ -57,15 +58,15 @@ func NewMetrics() *Metrics {
 		reg: prometheus.NewRegistry(),
 		isLeader: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "baton_is_leader",
-			Help: "1 while a client of this agent (a Backend or agent:// process campaigning through this member) holds the lease, else 0.",
+			Help: "1 while the lease is held here (by a client of this agent: a Backend or agent:// process campaigning through this member; or by this baton run itself), else 0.",
 		}, []string{"lease"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "baton_transitions_total",
-			Help: "Lease events this member applied, by kind (queued, dequeued, elected, released, lost) and, for released and lost, reason.",
+			Help: "Lease events this process saw, by kind (queued, dequeued, elected, released, lost) and, for released and lost, reason.",
 		}, []string{"lease", "kind", "reason"}),
 		termDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "baton_term_duration_seconds",
-			Help: "How long terms lasted, observed when a term ends (released or lost), on this agent's clock.",
+			Help: "How long terms lasted, observed when a term ends (released or lost), on this process's clock.",
 			// 1 s to about 3 days.
 			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
 		}, []string{"lease"}),
@@ -109,7 +110,7 @@ func (m *Metrics) OnRenew(took time.Duration, err error) {
 	m.renewLatency.Observe(took.Seconds())
 }
 
-func (m *Metrics) transition(ev raft.LeaseEvent) {
+func (m *Metrics) transition(ev Event) {
 	m.transitions.WithLabelValues(ev.Lease, string(ev.Kind), ev.Reason).Inc()
 }
 
@@ -158,16 +159,16 @@ func (m *Metrics) bind(src Source, prune func(), timeout time.Duration, log *slo
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.bound {
-		return errors.New("raftagent: these Metrics serve another Handler already: make one Metrics per Handler")
+		return errors.New("statusapi: these Metrics serve another Handler already: make one Metrics per Handler")
 	}
 	m.bound = true
 	m.prune = prune
 	return m.reg.Register(&tableCollector{src: src, timeout: timeout, log: log,
 		margin: prometheus.NewDesc("baton_safe_until_margin_seconds",
-			"Safe-until minus now, at scrape, of each lease a client of this agent holds: how long the group will keep it from others without another renewal.",
+			"Safe-until minus now, at scrape, of each lease held here: how long it stays the holder's without another renewal.",
 			[]string{"lease"}, nil),
 		up: prometheus.NewDesc("baton_lease_table_up",
-			"1 if this scrape could read the lease table through the raft leader (within the read timeout), else 0.",
+			"1 if this scrape could read the lease table from the backend (through the raft leader, for a raft member) within the read timeout, else 0.",
 			nil, nil),
 	})
 }

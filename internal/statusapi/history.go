@@ -1,28 +1,26 @@
-package raftagent
+package statusapi
 
 import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/batonhq/baton/backend/raft"
 )
 
-// term is one term of a lease as this agent saw it.
+// term is one term of a lease as this process saw it.
 type term struct {
 	Holder  string
 	Member  string
 	Session string
 	Token   uint64
-	// Start is when this agent applied the election, or, for a term that
-	// was running when the agent started, the term's Since from the lease
-	// table. StartKnown is false for a term whose end the agent saw but
-	// whose start it did not (it began before the agent watched, and
-	// ended before the table was read): Start is then the agent's start.
+	// Start is when this process applied the election, or, for a term that
+	// was running when the handler started, the term's Since from the lease
+	// table. StartKnown is false for a term whose end the handler saw but
+	// whose start it did not (it began before the handler watched, and
+	// ended before the table was read): Start is then the handler's start.
 	Start      time.Time
 	StartKnown bool
-	End        time.Time      // zero while the term runs
-	Kind       raft.EventKind // EventReleased or EventLost once ended
+	End        time.Time // zero while the term runs
+	Kind       EventKind // EventReleased or EventLost once ended
 	Reason     string
 }
 
@@ -35,11 +33,11 @@ type leaseHist struct {
 	touched time.Time // last event or seed
 }
 
-// ended is what a resign waiter learns: the term that ended.
-type ended struct {
+// Ended is a term that ended, as Handler.AwaitEnd reports it.
+type Ended struct {
 	Holder string
 	Token  uint64
-	Kind   raft.EventKind
+	Kind   EventKind
 	Reason string
 }
 
@@ -47,7 +45,7 @@ type ended struct {
 // token (or a later one) of its lease.
 type resignWait struct {
 	token uint64
-	done  chan ended // buffered; sent to once
+	done  chan Ended // buffered; sent to once
 }
 
 // waitKey is a candidate's place in a lease's queue.
@@ -85,20 +83,20 @@ func newHistory(self string, window time.Duration, maxTerms, maxLeases int, m *M
 	}
 }
 
-// apply records one event. The time is this agent's clock when it applied
+// apply records one event. The time is this process's clock when it applied
 // the event, not the event's At (the proposer's clock): one clock for the
 // whole timeline, and the same as the page's "now".
-func (h *history) apply(ev raft.LeaseEvent) {
+func (h *history) apply(ev Event) {
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.metrics.transition(ev)
 	switch ev.Kind {
-	case raft.EventQueued:
+	case EventQueued:
 		h.queue(waitKey{ev.Lease, ev.Session}, now)
-	case raft.EventDequeued:
+	case EventDequeued:
 		delete(h.queued, waitKey{ev.Lease, ev.Session})
-	case raft.EventElected:
+	case EventElected:
 		k := waitKey{ev.Lease, ev.Session}
 		if at, ok := h.queued[k]; ok {
 			h.metrics.campaignWait(ev.Lease, now.Sub(at))
@@ -118,19 +116,19 @@ func (h *history) apply(ev raft.LeaseEvent) {
 			h.end(ev.Lease, &l.terms[n-1], now, "", "superseded")
 		}
 		l.add(term{Holder: ev.Holder, Member: ev.Member, Session: ev.Session, Token: ev.Token, Start: now, StartKnown: true}, h.maxTerms)
-	case raft.EventReleased, raft.EventLost:
+	case EventReleased, EventLost:
 		if cur, ok := h.current(ev.Lease); !ok || cur.Token <= ev.Token {
 			h.metrics.setLeader(ev.Lease, false)
 		}
 		l := h.lease(ev.Lease, now)
 		if l == nil {
-			h.notify(ev.Lease, ended{Holder: ev.Holder, Token: ev.Token, Kind: ev.Kind, Reason: ev.Reason})
+			h.notify(ev.Lease, Ended{Holder: ev.Holder, Token: ev.Token, Kind: ev.Kind, Reason: ev.Reason})
 			return
 		}
 		i := l.find(ev.Token)
 		if i < 0 {
-			// It began before this agent watched; its start shows once
-			// the lease table is read (seed), else from the agent's start.
+			// It began before this process watched; its start shows once
+			// the lease table is read (seed), else from the handler's start.
 			l.add(term{Holder: ev.Holder, Member: ev.Member, Session: ev.Session, Token: ev.Token, Start: h.started}, h.maxTerms)
 			i = l.find(ev.Token)
 		}
@@ -139,7 +137,7 @@ func (h *history) apply(ev raft.LeaseEvent) {
 }
 
 // end ends t at at, observes its duration, and wakes resign waiters.
-func (h *history) end(lease string, t *term, at time.Time, kind raft.EventKind, reason string) {
+func (h *history) end(lease string, t *term, at time.Time, kind EventKind, reason string) {
 	if !t.ongoing() {
 		return
 	}
@@ -147,10 +145,10 @@ func (h *history) end(lease string, t *term, at time.Time, kind raft.EventKind, 
 	if t.StartKnown {
 		h.metrics.termEnded(lease, max(at.Sub(t.Start), 0))
 	}
-	h.notify(lease, ended{Holder: t.Holder, Token: t.Token, Kind: kind, Reason: reason})
+	h.notify(lease, Ended{Holder: t.Holder, Token: t.Token, Kind: kind, Reason: reason})
 }
 
-func (h *history) notify(lease string, e ended) {
+func (h *history) notify(lease string, e Ended) {
 	ws := h.waiters[lease]
 	kept := ws[:0]
 	for _, w := range ws {
@@ -181,7 +179,7 @@ func (h *history) queue(k waitKey, now time.Time) {
 	h.queued[k] = now
 }
 
-// current returns lease's running term, if this agent knows of one.
+// current returns lease's running term, if this process knows of one.
 func (h *history) current(lease string) (term, bool) {
 	l := h.leases[lease]
 	if l == nil || len(l.terms) == 0 || !l.terms[len(l.terms)-1].ongoing() {
@@ -245,9 +243,9 @@ func (l *leaseHist) add(t term, max int) {
 	}
 }
 
-// seed merges the lease table read when the agent started: running terms
-// this agent has no event for begin at their Since.
-func (h *history) seed(infos []raft.LeaseInfo) {
+// seed merges the lease table read when the handler started: running terms
+// this process has no event for begin at their Since.
+func (h *history) seed(infos []LeaseInfo) {
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -282,14 +280,14 @@ func (h *history) seed(infos []raft.LeaseInfo) {
 // awaitEnd registers a wait for the end of lease's term with token, or of
 // a later one. It returns at once (closed over) when that end is known
 // already.
-func (h *history) awaitEnd(lease string, token uint64) (<-chan ended, func()) {
-	w := &resignWait{token: token, done: make(chan ended, 1)}
+func (h *history) awaitEnd(lease string, token uint64) (<-chan Ended, func()) {
+	w := &resignWait{token: token, done: make(chan Ended, 1)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if l := h.leases[lease]; l != nil {
 		for _, t := range l.terms {
 			if t.Token >= token && !t.ongoing() {
-				w.done <- ended{Holder: t.Holder, Token: t.Token, Kind: t.Kind, Reason: t.Reason}
+				w.done <- Ended{Holder: t.Holder, Token: t.Token, Kind: t.Kind, Reason: t.Reason}
 				return w.done, func() {}
 			}
 		}

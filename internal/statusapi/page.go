@@ -1,4 +1,4 @@
-package raftagent
+package statusapi
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ import (
 // step. The script refreshes the page's live part every Options.Refresh by
 // fetching ui/live (the same template, server-rendered) and swapping it in:
 // unlike a meta refresh it keeps the scroll position and an open tooltip,
-// pauses while the tab is hidden, and says so when the agent stops
+// pauses while the tab is hidden, and says so when the process stops
 // answering. Without JavaScript a <noscript> meta refresh reloads the page.
 // A Content-Security-Policy allows that one script and style block by hash
 // and nothing else, so even a name that escaped escaping could not run.
@@ -57,8 +57,12 @@ type pageData struct {
 	RefreshMS int64
 	// RefreshSeconds is the no-script meta refresh, rounded up.
 	RefreshSeconds int64
-	TokenSet       bool
+	Resign         bool   // the server serves POST .../resign, behind a token
+	Kind           string // agent, run or cron
+	Here           string // whose leases are held here
+	Backend        string // the backend, when the page names it
 	Member         string
+	IsGroup        bool // the source is a raft member: State, Leader, Members, Voters
 	State          string
 	Leader         string
 	Members        int
@@ -143,13 +147,17 @@ type leaseRow struct {
 
 func (h *Handler) pageData(r *http.Request) pageData {
 	ctx := r.Context()
-	now := h.opts.now()
-	st := h.src.Status()
+	now := h.opts.Now()
 	d := pageData{
 		Style: template.CSS(styleCSS), Script: template.JS(refreshJS), RefreshMS: h.opts.Refresh.Milliseconds(),
-		RefreshSeconds: int64((h.opts.Refresh + time.Second - 1) / time.Second), TokenSet: h.opts.Token != "",
-		Member: h.src.ID(), State: st.State, Leader: st.Leader, Members: len(st.Members), Voters: len(st.Voters),
-		Now: now.UTC().Format("2006-01-02 15:04:05 UTC"),
+		RefreshSeconds: int64((h.opts.Refresh + time.Second - 1) / time.Second), Resign: h.opts.Resign,
+		Kind: h.opts.Kind, Here: h.opts.Here, Backend: h.opts.Backend,
+		Member: h.src.ID(), Now: now.UTC().Format("2006-01-02 15:04:05 UTC"),
+	}
+	if gs, ok := h.src.(GroupSource); ok {
+		if g, ok := gs.Group(); ok {
+			d.IsGroup, d.State, d.Leader, d.Members, d.Voters = true, g.State, g.Leader, len(g.Members), len(g.Voters)
+		}
 	}
 	if err := h.src.Determined(); err != nil {
 		d.Why = err.Error()

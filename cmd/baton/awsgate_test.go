@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
+	"github.com/batonhq/baton/backend/memory"
+	"github.com/batonhq/baton/internal/testkit"
+)
+
+// fakeState is an instance whose InService the test sets.
+type fakeState struct {
+	mu      sync.Mutex
+	in      bool
+	changed chan struct{}
+	leaving chan struct{}
+}
+
+func newFakeState(in bool) *fakeState {
+	return &fakeState{in: in, changed: make(chan struct{}), leaving: make(chan struct{})}
+}
+
+func (f *fakeState) InService() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.in
+}
+
+func (f *fakeState) InServiceChanged() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.changed
+}
+
+func (f *fakeState) Leaving() <-chan struct{} { return f.leaving }
+
+func (f *fakeState) set(in bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.in != in {
+		f.in = in
+		close(f.changed)
+		f.changed = make(chan struct{})
+	}
+}
+
+// TestAWSGateCampaignsOnlyInService: through the gate, an Elector does not
+// campaign while its instance is out of service; once it is, it leads; when
+// the instance leaves service the work is stopped first and only then is
+// the lease released, to the other candidate; the term keeps its lease
+// state (cron's slots).
+func TestAWSGateCampaignsOnlyInService(t *testing.T) {
+	t.Parallel()
+	store := memory.NewStore()
+	newBackend := func() baton.Backend {
+		b, err := memory.New(store, memory.Options{Config: backend.Config{TTL: 2 * time.Second}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	st := newFakeState(false)
+	var tagged []uint64
+	var mu sync.Mutex
+	gated := &gatedBackend{Backend: newBackend(), st: st, log: slog.New(slog.DiscardHandler),
+		tag: func(t baton.Term) { mu.Lock(); tagged = append(tagged, t.Token()); mu.Unlock() }}
+	e, err := baton.NewElector(gated, baton.ElectorConfig{Lease: "work", Candidate: baton.Candidate{ID: "gated"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	type termInfo struct {
+		state   bool
+		stopped time.Time
+	}
+	terms := make(chan termInfo, 4)
+	done := make(chan error, 1)
+	go func() {
+		done <- e.Run(ctx, func(ctx context.Context, term baton.Term) error {
+			_, isState := term.(baton.StateTerm)
+			<-ctx.Done()
+			time.Sleep(100 * time.Millisecond) // work that takes a moment to stop
+			terms <- termInfo{state: isState, stopped: time.Now()}
+			return nil
+		})
+	}()
+
+	// Out of service, alone: nobody leads, however long.
+	other := newBackend()
+	time.Sleep(500 * time.Millisecond)
+	if _, err := other.Leader(t.Context(), "work"); !errors.Is(err, baton.ErrNoLeader) {
+		t.Fatalf("out of service, yet the lease is held (%v)", err)
+	}
+
+	st.set(true)
+	testkit.Eventually(t, 10*time.Second, "the gated candidate to lead", func() bool { return e.IsLeader() })
+	mu.Lock()
+	if len(tagged) != 1 {
+		t.Errorf("tag ran %d times for one term", len(tagged))
+	}
+	mu.Unlock()
+
+	// Another candidate waits; the instance leaves service.
+	won := make(chan time.Time, 1)
+	go func() {
+		term, err := other.Campaign(ctx, "work", baton.Candidate{ID: "other"})
+		if err == nil {
+			won <- time.Now()
+			_ = term.Resign(context.Background())
+		}
+	}()
+	st.set(false)
+	var ti termInfo
+	select {
+	case ti = <-terms:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the work did not stop when the instance left service")
+	}
+	if !ti.state {
+		t.Error("the gated term hides baton.StateTerm")
+	}
+	select {
+	case at := <-won:
+		if at.Before(ti.stopped) {
+			t.Errorf("the other candidate won at %s, before the work stopped at %s", at, ti.stopped)
+		}
+		if d := at.Sub(ti.stopped); d > time.Second {
+			t.Errorf("the other candidate won %s after the work stopped: not on the release (TTL 2s)", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the other candidate did not get the lease")
+	}
+	time.Sleep(300 * time.Millisecond)
+	if e.IsLeader() {
+		t.Error("out of service, and leading again")
+	}
+	cancel()
+	<-done
+}
