@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/batonhq/baton"
@@ -47,6 +48,19 @@ func kubernetesLease(name string) error {
 // kubeconfig that cannot be read or names no server is found when the
 // backend opens, as a usage error.
 func parseKubernetesURL(raw string) (backendurl.Opener, error) {
+	// kubernetes.ParseURL quotes the URL in its errors; one with user
+	// information may hold a password, which must not reach the terminal
+	// or a log.
+	authority := raw
+	if _, rest, ok := strings.Cut(raw, "://"); ok {
+		authority = rest
+	}
+	if i := strings.IndexAny(authority, "/?#"); i >= 0 {
+		authority = authority[:i]
+	}
+	if strings.Contains(authority, "@") {
+		return nil, fmt.Errorf("kubernetes: bad URL: credentials do not go in the URL: put them in a kubeconfig (?kubeconfig=PATH or KUBECONFIG); the form is %s", kubernetes.URLForm)
+	}
 	u, err := kubernetes.ParseURL(raw)
 	if err != nil {
 		return nil, err
