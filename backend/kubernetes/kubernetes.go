@@ -16,9 +16,12 @@
 //   - Every write is an update conditional on the resourceVersion last read
 //     (or a create, when the Lease does not exist), so two writers never
 //     both win.
-//   - Waiters watch their Lease: a release (holderIdentity "") wakes them
-//     at once, with no retry period. Takeovers from a dead holder are timed
-//     by polling.
+//   - Waiters watch their Lease and read it when the watch reports a
+//     change: a release (holderIdentity "") wakes them at once, with no
+//     retry period. A waiter also reads it when the holder's lease duration
+//     has passed with no change (a dead holder, taken over then), and at
+//     least once per PollInterval (default: the TTL), in case the watch
+//     died unnoticed; it does not poll otherwise.
 //   - A contender takes over only after it has itself seen the Lease's
 //     resourceVersion unchanged for a full lease duration (the longer of
 //     leaseDurationSeconds and its own TTL) on its own monotonic clock. It
@@ -73,8 +76,9 @@ const DefaultNamespace = "default"
 // Options configures a Backend.
 type Options struct {
 	// Options holds the timing (TTL, RenewInterval, DriftMargin; defaults
-	// 10 s, TTL/3, TTL/10), PollInterval (how often a waiter re-reads the
-	// Lease to time a dead holder; default RenewInterval) and the Logger.
+	// 10 s, TTL/3, TTL/10), PollInterval (the longest a waiter goes
+	// without reading the Lease; default here the TTL, since the watch
+	// wakes waiters on every change) and the Logger.
 	cas.Options
 
 	// Namespace is the namespace of the Leases; empty means
@@ -102,6 +106,16 @@ func New(client k8s.Interface, opts Options) (*Backend, error) {
 		ns = DefaultNamespace
 	}
 	store := NewStore(client, ns)
+	if opts.PollInterval == 0 {
+		// The watch reports every change, so a waiter need not poll: it
+		// reads the Lease when the watch fires, and when the holder's
+		// lease duration has passed with no change (cas waits no longer
+		// than that, whatever the poll interval). A read every TTL is left
+		// only as a backstop for a watch that died unnoticed.
+		if cfg, err := opts.Config.WithDefaults(); err == nil {
+			opts.PollInterval = cfg.TTL
+		}
+	}
 	b, err := cas.New(store, opts.Options)
 	if err != nil {
 		return nil, err
