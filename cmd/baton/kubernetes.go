@@ -5,6 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8s "k8s.io/client-go/kubernetes"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
@@ -23,11 +30,14 @@ import (
 // ~/.kube/config, else the pod's service account. client-go reads
 // KUBECONFIG, HOME and KUBERNETES_SERVICE_HOST/PORT from the process's
 // environment.
-func kubernetesScheme() backendurl.Scheme {
+//
+// lease is the Lease the command uses: opening checks that the
+// kubeconfig's user may use it (checkLeaseAccess).
+func kubernetesScheme(lease string) backendurl.Scheme {
 	return backendurl.Scheme{
 		Name:       "k8s",
 		Form:       kubernetes.URLForm,
-		Parse:      parseKubernetesURL,
+		Parse:      func(raw string) (backendurl.Opener, error) { return parseKubernetesURL(raw, lease) },
 		CheckLease: kubernetesLease,
 	}
 }
@@ -47,7 +57,7 @@ func kubernetesLease(name string) error {
 // parseKubernetesURL checks a k8s:// URL without reading any file: a
 // kubeconfig that cannot be read or names no server is found when the
 // backend opens, as a usage error.
-func parseKubernetesURL(raw string) (backendurl.Opener, error) {
+func parseKubernetesURL(raw, lease string) (backendurl.Opener, error) {
 	// kubernetes.ParseURL quotes the URL in its errors; one with user
 	// information may hold a password, which must not reach the terminal
 	// or a log.
@@ -65,12 +75,19 @@ func parseKubernetesURL(raw string) (backendurl.Opener, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(_ context.Context, o backendurl.Options) (baton.Backend, func(context.Context) error, error) {
+	return func(ctx context.Context, o backendurl.Options) (baton.Backend, func(context.Context) error, error) {
 		cfg, ns, err := u.Config()
 		if err != nil {
 			return nil, nil, &backendurl.SettingsError{Err: err}
 		}
-		b, err := kubernetes.NewForConfig(cfg, kubernetes.Options{
+		cs, err := k8s.NewForConfig(cfg)
+		if err != nil {
+			return nil, nil, &backendurl.SettingsError{Err: fmt.Errorf("kubernetes: client for %s: %w", cfg.Host, err)}
+		}
+		if err := checkLeaseAccess(ctx, cs, cfg.Host, ns, lease); err != nil {
+			return nil, nil, err
+		}
+		b, err := kubernetes.New(cs, kubernetes.Options{
 			Options:   cas.Options{Config: backend.Config{TTL: o.TTL}, Logger: o.Logger},
 			Namespace: ns,
 		})
@@ -79,4 +96,59 @@ func parseKubernetesURL(raw string) (backendurl.Opener, error) {
 		}
 		return b, b.Close, nil
 	}, nil
+}
+
+// leaseVerbs are what the backend does with Leases: what its user's Role
+// must grant (create only while the Lease does not exist).
+var leaseVerbs = []string{"get", "watch", "create", "update"}
+
+// accessCheckTimeout bounds the start-up access check; a server that does
+// not answer in time is left to the backend, which retries it as an
+// outage.
+const accessCheckTimeout = 10 * time.Second
+
+// checkLeaseAccess asks the API server (SelfSubjectAccessReview, which
+// every authenticated user may create) whether the kubeconfig's user may do
+// what the backend does with Lease lease in ns, so that a missing RBAC
+// grant or rejected credentials are a usage error at start, naming the fix,
+// rather than a campaign that retries the refusal forever as an outage.
+// get, watch and update are asked of the Lease by name (a Role may name
+// its Leases); create, which RBAC cannot restrict by name, is needed only
+// while the Lease does not exist. Any other failure (the server
+// unreachable, the review itself not allowed) is left to the backend.
+func checkLeaseAccess(ctx context.Context, cs k8s.Interface, host, ns, lease string) error {
+	ctx, cancel := context.WithTimeout(ctx, accessCheckTimeout)
+	defer cancel()
+	var denied []string
+	for _, verb := range leaseVerbs {
+		name := lease
+		if verb == "create" {
+			name = ""
+		}
+		r, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: ns, Verb: verb, Group: coordinationv1.GroupName, Resource: "leases", Name: name,
+			}},
+		}, metav1.CreateOptions{})
+		switch {
+		case apierrors.IsUnauthorized(err):
+			return &backendurl.SettingsError{Err: fmt.Errorf("kubernetes: the API server %s refused the credentials of the kubeconfig's user: %v; check the user's token or client certificate in the kubeconfig", host, err)}
+		case err != nil:
+			return nil
+		case !r.Status.Allowed:
+			denied = append(denied, verb)
+		}
+	}
+	if len(denied) == 1 && denied[0] == "create" {
+		// Enough if the Lease is there already (made by an administrator).
+		_, err := cs.CoordinationV1().Leases(ns).Get(ctx, lease, metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			return nil
+		}
+	}
+	if len(denied) > 0 {
+		return &backendurl.SettingsError{Err: fmt.Errorf("kubernetes: the kubeconfig's user may not %s lease %q (coordination.k8s.io) in namespace %q: bind it a Role that grants %s on leases in that namespace, or name the namespace it may use (k8s://NAMESPACE)",
+			strings.Join(denied, ", "), lease, ns, strings.Join(leaseVerbs, ", "))}
+	}
+	return nil
 }

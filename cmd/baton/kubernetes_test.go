@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,20 @@ import (
 // the kubeconfig's path.
 func kubeconfigFor(t *testing.T, ns string) string {
 	t.Helper()
+	file, admin := startKube(t)
+	grantLeases(t, admin, ns, []rbacv1.PolicyRule{{
+		APIGroups: []string{coordinationv1.GroupName},
+		Resources: []string{"leases"},
+		Verbs:     []string{"get", "watch", "create", "update"},
+	}})
+	return file
+}
+
+// startKube starts a test kube-apiserver and returns the path of a
+// kubeconfig for testserver.KubeUser, whose context names no namespace,
+// and a client of the administrator.
+func startKube(t *testing.T) (string, k8s.Interface) {
+	t.Helper()
 	srv := testserver.StartKubeAPIServer(t)
 	admin, err := k8s.NewForConfig(&rest.Config{
 		Host:            srv.Host(),
@@ -37,16 +52,23 @@ func kubeconfigFor(t *testing.T, ns string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	file := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(file, srv.Kubeconfig(srv.Host(), testserver.KubeUser, ""), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file, admin
+}
+
+// grantLeases makes namespace ns and a Role in it with rules, bound to
+// testserver.KubeUser.
+func grantLeases(t *testing.T, admin k8s.Interface, ns string, rules []rbacv1.PolicyRule) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create namespace %s: %v", ns, err)
 	}
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "baton", Namespace: ns}, Rules: []rbacv1.PolicyRule{{
-		APIGroups: []string{coordinationv1.GroupName},
-		Resources: []string{"leases"},
-		Verbs:     []string{"get", "watch", "create", "update"},
-	}}}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "baton", Namespace: ns}, Rules: rules}
 	if _, err := admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create role: %v", err)
 	}
@@ -58,11 +80,6 @@ func kubeconfigFor(t *testing.T, ns string) string {
 	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create role binding: %v", err)
 	}
-	file := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(file, srv.Kubeconfig(srv.Host(), testserver.KubeUser, ""), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return file
 }
 
 // k8sURL starts a test kube-apiserver (kubeconfigFor) and returns the
@@ -169,7 +186,7 @@ func FuzzParseBackend(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		spec, err := backendurl.Parse(raw, kubernetesScheme())
+		spec, err := backendurl.Parse(raw, kubernetesScheme("x"))
 		if err == nil && spec == nil {
 			t.Fatalf("Parse(%q): no spec and no error", raw)
 		}
@@ -212,4 +229,71 @@ func urlPassword(raw string) string {
 	}
 	_, pw, _ := strings.Cut(rest[:at], ":")
 	return pw
+}
+
+// TestKubernetesAccessRefused: a user the API server's RBAC does not let
+// use the Lease, and credentials it rejects, are usage errors (exit 2) that
+// say what to grant or fix, found before campaigning, rather than a
+// campaign retried forever; the Role of deploy/kubernetes (get, watch,
+// create, update) is enough, and so is one that names the Lease.
+func TestKubernetesAccessRefused(t *testing.T) {
+	t.Parallel()
+	kubeconfig, admin := startKube(t)
+	grantLeases(t, admin, "granted", []rbacv1.PolicyRule{{
+		APIGroups: []string{coordinationv1.GroupName},
+		Resources: []string{"leases"},
+		Verbs:     []string{"get", "watch", "create", "update"},
+	}})
+	// A Role that names its Lease: get, watch and update on "nightly"
+	// only, and create (which RBAC cannot restrict by name).
+	grantLeases(t, admin, "named", []rbacv1.PolicyRule{{
+		APIGroups:     []string{coordinationv1.GroupName},
+		Resources:     []string{"leases"},
+		ResourceNames: []string{"nightly"},
+		Verbs:         []string{"get", "watch", "update"},
+	}, {
+		APIGroups: []string{coordinationv1.GroupName},
+		Resources: []string{"leases"},
+		Verbs:     []string{"create"},
+	}})
+	data, err := os.ReadFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	badToken := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(badToken, regexp.MustCompile(`token: \S+`).ReplaceAll(data, []byte("token: 0123456789abcdef")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	q := func(file string) string { return url.Values{"kubeconfig": {file}}.Encode() }
+	for _, tt := range []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		{"granted", []string{"is-leader", "--backend", "k8s://granted?" + q(kubeconfig), "--lease", "x", "--timeout", "30s"},
+			exitFailure, nil},
+		{"no grant in the namespace", []string{"is-leader", "--backend", "k8s://elsewhere?" + q(kubeconfig), "--lease", "x", "--timeout", "30s"},
+			exitUsage, []string{`namespace "elsewhere"`, "get, watch, create, update", "Role"}},
+		{"no grant, run", []string{"run", "--backend", "k8s://elsewhere?" + q(kubeconfig), "--lease", "x", "--timeout", "30s", "--", "true"},
+			exitUsage, []string{`namespace "elsewhere"`, "Role"}},
+		{"a Role naming the lease", []string{"is-leader", "--backend", "k8s://named?" + q(kubeconfig), "--lease", "nightly", "--timeout", "30s"},
+			exitFailure, nil},
+		{"a Role naming another lease", []string{"is-leader", "--backend", "k8s://named?" + q(kubeconfig), "--lease", "weekly", "--timeout", "30s"},
+			exitUsage, []string{`may not get, watch, update lease "weekly"`, `namespace "named"`}},
+		{"credentials refused", []string{"leader", "--backend", "k8s://granted?" + q(badToken), "--lease", "x", "--timeout", "30s"},
+			exitUsage, []string{"refused the credentials", "kubeconfig"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runApp(t.Context(), nil, tt.args...)
+			if r.code != tt.code {
+				t.Errorf("exit status %d, want %d; stderr:\n%s", r.code, tt.code, r.stderr)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("stderr does not mention %q:\n%s", w, r.stderr)
+				}
+			}
+		})
+	}
 }

@@ -244,7 +244,7 @@ func (c *commonFlags) validate() ([]string, *backendurl.Spec) {
 	var spec *backendurl.Spec
 	if c.backend == "" {
 		problems = append(problems, "--backend is required: pass e.g. --backend etcd://127.0.0.1:2379, or set BATON_BACKEND")
-	} else if s, err := backendurl.Parse(c.backend, kubernetesScheme()); err != nil {
+	} else if s, err := backendurl.Parse(c.backend, kubernetesScheme(c.lease)); err != nil {
 		hint := ""
 		if scheme, _, _ := strings.Cut(c.backend, "://"); strings.EqualFold(scheme, "raft") {
 			hint = " (with baton: --bind, --join, --bootstrap-expect, --tls-* and BATON_SECRET)"
