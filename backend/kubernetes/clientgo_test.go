@@ -20,9 +20,12 @@ import (
 
 // clientGoElector is client-go's LeaderElector on Lease name in ns, as
 // identity id, with the given lease duration. Its leading spans are
-// reported on started (the time OnStartedLeading ran) and its Run ends
-// when ctx does, releasing the Lease (ReleaseOnCancel).
-func clientGoElector(t *testing.T, cs k8s.Interface, ns, name, id string, lease time.Duration, started chan<- time.Time) *leaderelection.LeaderElector {
+// reported on started (when OnStartedLeading ran) and, if stopped is not
+// nil, on stopped (when the context client-go gave OnStartedLeading
+// ended: when client-go tells its program to stop). Its Run ends when its
+// context does, releasing the Lease if release (ReleaseOnCancel), or when
+// it lost the Lease.
+func clientGoElector(t *testing.T, cs k8s.Interface, ns, name, id string, lease time.Duration, release bool, started, stopped chan<- time.Time) *leaderelection.LeaderElector {
 	t.Helper()
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{
@@ -33,10 +36,16 @@ func clientGoElector(t *testing.T, cs k8s.Interface, ns, name, id string, lease 
 		LeaseDuration:   lease,
 		RenewDeadline:   lease * 2 / 3,
 		RetryPeriod:     lease / 6,
-		ReleaseOnCancel: true,
+		ReleaseOnCancel: release,
 		Name:            name,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(context.Context) { started <- time.Now() },
+			OnStartedLeading: func(ctx context.Context) {
+				started <- time.Now()
+				if stopped != nil {
+					<-ctx.Done()
+					stopped <- time.Now()
+				}
+			},
 			OnStoppedLeading: func() {},
 		},
 	})
@@ -52,9 +61,9 @@ func clientGoElector(t *testing.T, cs k8s.Interface, ns, name, id string, lease 
 // and the fencing tokens rise across all three terms, the client-go term's
 // token being the one baton reads from the Lease.
 func TestClientGoElectorSharesLease(t *testing.T) {
-	srv := testserver.StartKubeAPIServer(t)
-	const ns, lease = "baton-clientgo", "shared"
-	grantLeases(t, srv, ns)
+	srv := testserver.SharedKubeAPIServer(t)
+	const lease = "shared"
+	ns := grantLeases(t, srv, "baton-clientgo")
 	rc := restConfig(srv, srv.Host(), testserver.KubeUser)
 	cs, err := k8s.NewForConfig(rc)
 	if err != nil {
@@ -75,7 +84,7 @@ func TestClientGoElectorSharesLease(t *testing.T) {
 	started := make(chan time.Time, 1)
 	cgCtx, cgCancel := context.WithCancel(context.Background())
 	defer cgCancel()
-	le := clientGoElector(t, cs, ns, lease, "client-go", 2*time.Second, started)
+	le := clientGoElector(t, cs, ns, lease, "client-go", 2*time.Second, true, started, nil)
 	var wg sync.WaitGroup
 	wg.Go(func() { le.Run(cgCtx) })
 	defer wg.Wait()
@@ -137,6 +146,83 @@ func TestClientGoElectorSharesLease(t *testing.T) {
 	wg.Wait()
 	if got := le.GetLeader(); got != "" && got != "client-go" {
 		t.Logf("client-go's last view of the leader: %q", got)
+	}
+	resignTerm(t, w.Term)
+}
+
+// TestClientGoElectorCutOff cuts a leading client-go elector off from the
+// API server, as a crash or a partition would, with a baton candidate
+// waiting: baton takes the Lease only after client-go told its program to
+// stop (RenewDeadline after its last renewal, which is shorter than the
+// lease duration baton waits from the last change it saw), with a token
+// above the client-go term's.
+func TestClientGoElectorCutOff(t *testing.T) {
+	srv := testserver.SharedKubeAPIServer(t)
+	const lease = "shared"
+	ns := grantLeases(t, srv, "baton-clientgo-cut")
+	proxy := testserver.StartProxy(t, srv.Addr())
+	cgConfig := restConfig(srv, "https://"+proxy.Addr(), testserver.KubeUser)
+	cgConfig.Timeout = 5 * time.Second // client-go's requests through the cut fail rather than hang
+	cgClient, err := k8s.NewForConfig(cgConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := k8s.NewForConfig(restConfig(srv, srv.Host(), testserver.KubeUser))
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, stopped := make(chan time.Time, 1), make(chan time.Time, 1)
+	le := clientGoElector(t, cgClient, ns, lease, "client-go", 3*time.Second, false, started, stopped)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { le.Run(ctx) })
+	defer wg.Wait()
+	defer cancel()
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("client-go did not take the free Lease")
+	}
+
+	b, err := kubernetes.New(cs, kubernetes.Options{Options: cas.Options{Config: backend.Config{TTL: 2 * time.Second}}, Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.CloseAtEnd(t, b, 5*time.Second)
+	won := testkit.CampaignAsync(t, b, lease, "baton")
+	// client-go renews (and baton sees the Lease change) a few times first.
+	leases := cs.CoordinationV1().Leases(ns)
+	seen := map[string]bool{}
+	var cgToken uint64
+	testkit.Eventually(t, 30*time.Second, "client-go to renew three times", func() bool {
+		l, err := leases.Get(context.Background(), lease, metav1.GetOptions{})
+		if err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == "client-go" {
+			seen[l.ResourceVersion] = true
+			if l.Spec.LeaseTransitions != nil {
+				cgToken = uint64(*l.Spec.LeaseTransitions)
+			}
+		}
+		return len(seen) >= 3
+	})
+	select {
+	case w := <-won:
+		t.Fatalf("baton won token %d while client-go renewed", w.Term.Token())
+	default:
+	}
+	proxy.Cut()
+	w := testkit.WaitTerm(t, won, time.Minute)
+	var stoppedAt time.Time
+	select {
+	case stoppedAt = <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("client-go never told its program to stop after it was cut off")
+	}
+	if !stoppedAt.Before(w.At) {
+		t.Errorf("baton acquired at %v, before the cut-off client-go elector stopped leading at %v", w.At, stoppedAt)
+	}
+	t.Logf("client-go stopped leading %s before baton acquired", w.At.Sub(stoppedAt))
+	if w.Term.Token() <= cgToken {
+		t.Errorf("baton's token %d is not above client-go's %d", w.Term.Token(), cgToken)
 	}
 	resignTerm(t, w.Term)
 }
