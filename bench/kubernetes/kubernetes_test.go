@@ -46,43 +46,17 @@ const (
 	warmUp = 5 * time.Second
 )
 
-// server is the one kube-apiserver every benchmark of the run uses, so
-// that both electors meet the same server.
-var server struct {
-	once sync.Once
-	dir  string
-	srv  *testserver.KubeAPIServer
-	err  error
-}
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if server.srv != nil {
-		server.srv.Close()
-	}
-	if server.dir != "" {
-		os.RemoveAll(server.dir)
-	}
+	testserver.StopSharedKubeAPIServer()
 	os.Exit(code)
 }
 
-// apiServer starts the run's kube-apiserver on first use.
+// apiServer is the one kube-apiserver every benchmark of the run uses, so
+// that both electors meet the same server.
 func apiServer(b *testing.B) *testserver.KubeAPIServer {
 	b.Helper()
-	server.once.Do(func() {
-		server.dir, server.err = os.MkdirTemp("", "baton-bench-kube-")
-		if server.err == nil {
-			server.srv, server.err = testserver.NewKubeAPIServer(server.dir, nil)
-		}
-	})
-	var te *testserver.ToolError
-	if errors.As(server.err, &te) {
-		testserver.Unavailable(b, "kube-apiserver", fmt.Errorf("%w\n%s", te.Err, te.Tool.Hint()))
-	}
-	if server.err != nil {
-		b.Fatalf("start kube-apiserver: %v", server.err)
-	}
-	return server.srv
+	return testserver.SharedKubeAPIServer(b)
 }
 
 // counter counts the HTTP requests of one process by type (get, update,

@@ -22,7 +22,7 @@ import (
 	"github.com/batonhq/baton/internal/testserver"
 )
 
-// kubeconfigFor starts a test kube-apiserver, makes namespace ns in it,
+// kubeconfigFor makes namespace ns in the shared test kube-apiserver,
 // in which testserver.KubeUser may get, watch, create and update Leases
 // and do nothing else (the Role of deploy/kubernetes), and writes a
 // kubeconfig for that user whose context names no namespace. It returns
@@ -38,12 +38,13 @@ func kubeconfigFor(t *testing.T, ns string) string {
 	return file
 }
 
-// startKube starts a test kube-apiserver and returns the path of a
-// kubeconfig for testserver.KubeUser, whose context names no namespace,
-// and a client of the administrator.
+// startKube returns the path of a kubeconfig for testserver.KubeUser on
+// the test binary's shared kube-apiserver (started on first use), whose
+// context names no namespace, and a client of the administrator. Each test
+// keeps to namespaces of its own.
 func startKube(t *testing.T) (string, k8s.Interface) {
 	t.Helper()
-	srv := testserver.StartKubeAPIServer(t)
+	srv := testserver.SharedKubeAPIServer(t)
 	admin, err := k8s.NewForConfig(&rest.Config{
 		Host:            srv.Host(),
 		BearerToken:     srv.Token(testserver.KubeAdminUser),
@@ -82,7 +83,7 @@ func grantLeases(t *testing.T, admin k8s.Interface, ns string, rules []rbacv1.Po
 	}
 }
 
-// k8sURL starts a test kube-apiserver (kubeconfigFor) and returns the
+// k8sURL makes namespace ns (kubeconfigFor) and returns the
 // k8s:// backend URL of namespace ns on it, with the kubeconfig in the URL.
 func k8sURL(t *testing.T, ns string) string {
 	return "k8s://" + ns + "?" + url.Values{"kubeconfig": {kubeconfigFor(t, ns)}}.Encode()
