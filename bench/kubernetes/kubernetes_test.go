@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"slices"
@@ -35,6 +36,15 @@ const (
 	leaseDuration = 15 * time.Second
 	renewDeadline = 10 * time.Second
 	retryPeriod   = 2 * time.Second
+)
+
+// A client-go holder ends phaseMin plus up to phaseSpread (uniformly
+// drawn) after its follower first read the Lease: several of the
+// follower's retry cycles (2 to 4.4 s each), so that the end falls at a
+// random point of one.
+const (
+	phaseMin    = 5 * time.Second
+	phaseSpread = 10 * time.Second
 )
 
 const (
@@ -254,6 +264,10 @@ func batonHandOver(b *testing.B, crash bool) {
 		// holder has renewed once, as a running holder has.
 		first := th.SafeUntil()
 		waitFor(b, 2*leaseDuration, "the holder to renew", func() bool { return th.SafeUntil().After(first) })
+		// The holder ends at a random point of its renew interval
+		// (TTL/3), as a real crash does (the delay itself, not
+		// synchronisation).
+		time.Sleep(rand.N(leaseDuration / 3))
 		start := time.Now()
 		if crash {
 			holder.crash()
@@ -286,7 +300,13 @@ func clientGoHandOver(b *testing.B, crash bool) {
 		// The follower has read the holder's record; the holder has
 		// renewed since it was elected.
 		waitFor(b, 2*leaseDuration, "the follower to see the holder", func() bool { return follower.le.GetLeader() == "holder" })
-		time.Sleep(retryPeriod) // past one renewal of the holder; not synchronisation
+		// The holder ends at a random moment of the follower's retry
+		// cycle, as a real crash or release does: the follower's first
+		// read came just before, so a fixed delay would end the holder at
+		// the same point of every cycle (right before the earliest next
+		// read, for a delay of one RetryPeriod). This is the delay itself,
+		// not synchronisation.
+		time.Sleep(phaseMin + rand.N(phaseSpread))
 		start := time.Now()
 		if crash {
 			// The process's client can no longer reach the server; its

@@ -31,8 +31,8 @@ import (
 // KUBECONFIG, HOME and KUBERNETES_SERVICE_HOST/PORT from the process's
 // environment.
 //
-// lease is the Lease the command uses: opening checks that the
-// kubeconfig's user may use it (checkLeaseAccess).
+// lease is the Lease the command uses: opening checks that this process's
+// user may use it (checkLeaseAccess).
 func kubernetesScheme(lease string) backendurl.Scheme {
 	return backendurl.Scheme{
 		Name:       "k8s",
@@ -108,7 +108,8 @@ var leaseVerbs = []string{"get", "watch", "create", "update"}
 const accessCheckTimeout = 10 * time.Second
 
 // checkLeaseAccess asks the API server (SelfSubjectAccessReview, which
-// every authenticated user may create) whether the kubeconfig's user may do
+// every authenticated user may create) whether this process's user (the
+// kubeconfig's, or the pod's service account) may do
 // what the backend does with Lease lease in ns, so that a missing RBAC
 // grant or rejected credentials are a usage error at start, naming the fix,
 // rather than a campaign that retries the refusal forever as an outage.
@@ -132,7 +133,7 @@ func checkLeaseAccess(ctx context.Context, cs k8s.Interface, host, ns, lease str
 		}, metav1.CreateOptions{})
 		switch {
 		case apierrors.IsUnauthorized(err):
-			return &backendurl.SettingsError{Err: fmt.Errorf("kubernetes: the API server %s refused the credentials of the kubeconfig's user: %v; check the user's token or client certificate in the kubeconfig", host, err)}
+			return &backendurl.SettingsError{Err: fmt.Errorf("kubernetes: the API server %s refused this process's credentials (the kubeconfig user's, or the pod's service account token): %v; check the token or client certificate", host, err)}
 		case err != nil:
 			return nil
 		case !r.Status.Allowed:
@@ -147,7 +148,7 @@ func checkLeaseAccess(ctx context.Context, cs k8s.Interface, host, ns, lease str
 		}
 	}
 	if len(denied) > 0 {
-		return &backendurl.SettingsError{Err: fmt.Errorf("kubernetes: the kubeconfig's user may not %s lease %q (coordination.k8s.io) in namespace %q: bind it a Role that grants %s on leases in that namespace, or name the namespace it may use (k8s://NAMESPACE)",
+		return &backendurl.SettingsError{Err: fmt.Errorf("kubernetes: this process's user (the kubeconfig's, or the pod's service account) may not %s lease %q (coordination.k8s.io) in namespace %q: bind it a Role that grants %s on leases in that namespace, or name the namespace it may use (k8s://NAMESPACE)",
 			strings.Join(denied, ", "), lease, ns, strings.Join(leaseVerbs, ", "))}
 	}
 	return nil

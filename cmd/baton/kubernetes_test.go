@@ -283,7 +283,7 @@ func TestKubernetesAccessRefused(t *testing.T) {
 		{"a Role naming another lease", []string{"is-leader", "--backend", "k8s://named?" + q(kubeconfig), "--lease", "weekly", "--timeout", "30s"},
 			exitUsage, []string{`may not get, watch, update lease "weekly"`, `namespace "named"`}},
 		{"credentials refused", []string{"leader", "--backend", "k8s://granted?" + q(badToken), "--lease", "x", "--timeout", "30s"},
-			exitUsage, []string{"refused the credentials", "kubeconfig"}},
+			exitUsage, []string{"refused this process's credentials", "token"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := runApp(t.Context(), nil, tt.args...)
