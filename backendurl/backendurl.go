@@ -14,8 +14,13 @@
 // own rules (each backend package's, not a copy), answers the renewal
 // window at a TTL, and opens the backend.
 //
+// Backends whose client the root module does not require come as Schemes
+// from outside (the baton command's k8s://, on client-go), which Parse
+// accepts beside its own.
+//
 // A program that names its backend in code needs none of this: it calls
-// the backend package's New. This package imports every backend's client.
+// the backend package's New. This package imports the client of every
+// backend in the root module.
 package backendurl
 
 import (
@@ -116,7 +121,7 @@ func settingsErrorf(format string, args ...any) error {
 // the same Spec.
 type Spec struct {
 	// Scheme is the URL's scheme in lower case: etcd, zk, consul, agent,
-	// raft or memory.
+	// raft, memory, or the Name of a Scheme given to Parse.
 	Scheme string
 	// Hosts are the servers' hosts named in the URL (none for raft:// and
 	// memory://).
@@ -158,28 +163,74 @@ func (s *Spec) Open(ctx context.Context, o Options) (*Backend, error) {
 	return s.open(ctx, o)
 }
 
-// Forms lists the URL form of every scheme, for messages.
-func Forms() string {
-	forms := make([]string, 0, len(schemes))
-	for _, s := range schemes {
-		forms = append(forms, s.form)
-	}
-	slices.Sort(forms)
-	return strings.Join(forms, ", ")
+// Scheme is a backend URL scheme built outside this package, for a
+// backend whose client the root module does not require: the baton command
+// adds k8s:// (package backend/kubernetes, on client-go) this way. Parse
+// accepts the Schemes it is given beside its own.
+type Scheme struct {
+	// Name is the URL scheme, matched without regard to case. A built-in
+	// scheme's name is never handed to a Scheme.
+	Name string
+
+	// Form shows how the scheme's URLs are written, e.g. "k8s://[NAMESPACE]";
+	// Parse's errors about any URL list it among the supported forms.
+	Form string
+
+	// Parse checks the whole URL, without connecting, and returns how to
+	// open it; its error says what is wrong and shows Form. It must not
+	// panic on any input, and its error must not hold a password.
+	Parse func(raw string) (Opener, error)
+
+	// CheckLease rejects lease names the backend cannot take (a usage
+	// error rather than a campaign retried forever). Nil accepts any
+	// non-empty name.
+	CheckLease func(name string) error
+
+	// Window returns the renewal window at a TTL (0: the backend's
+	// default), or why the TTL does not work with the backend. Nil means
+	// the backend.Config defaults: TTL - RenewInterval - DriftMargin.
+	Window func(ttl time.Duration) (time.Duration, error)
 }
 
-// Parse checks a backend URL and returns how to open it. The error says
-// what is wrong and what a valid URL looks like; it never holds the URL's
-// password.
-func Parse(raw string) (*Spec, error) {
+// Opener opens the backend of a URL that a Scheme parsed, within ctx, and
+// returns it with the function that releases it and whatever was made for
+// it (its client). An error in what the user gave, which retrying cannot
+// fix (a kubeconfig that cannot be read, say), is a *SettingsError.
+type Opener func(ctx context.Context, o Options) (b baton.Backend, close func(context.Context) error, err error)
+
+// Forms lists the URL form of every built-in scheme, for messages.
+func Forms() string { return forms(nil) }
+
+// forms lists the URL form of every built-in scheme and of extra.
+func forms(extra []Scheme) string {
+	out := make([]string, 0, len(schemes)+len(extra))
+	for _, s := range schemes {
+		out = append(out, s.form)
+	}
+	for _, x := range extra {
+		out = append(out, x.Form)
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
+
+// Parse checks a backend URL of a built-in scheme or of one of extra, and
+// returns how to open it. The error says what is wrong and what a valid
+// URL looks like; it never holds the URL's password.
+func Parse(raw string, extra ...Scheme) (*Spec, error) {
 	name, _, ok := strings.Cut(raw, "://")
 	if !ok {
 		return nil, fmt.Errorf("not a backend URL: write SCHEME://..., e.g. etcd://%s; supported: %s",
-			strings.TrimPrefix(raw, "//"), Forms())
+			strings.TrimPrefix(raw, "//"), forms(extra))
 	}
 	s, known := schemes[strings.ToLower(name)]
 	if !known {
-		return nil, fmt.Errorf("unknown backend scheme %q: supported are %s", name, Forms())
+		for _, x := range extra {
+			if strings.EqualFold(name, x.Name) {
+				return parseExtra(raw, x)
+			}
+		}
+		return nil, fmt.Errorf("unknown backend scheme %q: supported are %s", name, forms(extra))
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -200,6 +251,25 @@ func Parse(raw string) (*Spec, error) {
 		return nil, err
 	}
 	return &Spec{Scheme: strings.ToLower(name), Hosts: hosts, s: s, open: open}, nil
+}
+
+// parseExtra parses raw with x, a Scheme from outside this package.
+func parseExtra(raw string, x Scheme) (*Spec, error) {
+	open, err := x.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	return &Spec{
+		Scheme: strings.ToLower(x.Name),
+		s:      scheme{form: x.Form, checkLease: x.CheckLease, window: x.Window},
+		open: func(ctx context.Context, o Options) (*Backend, error) {
+			b, closeFn, err := open(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			return &Backend{Backend: b, close: closeFn}, nil
+		},
+	}, nil
 }
 
 // Redact hides the password of a URL's user information

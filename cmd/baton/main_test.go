@@ -57,6 +57,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	testserver.StopSharedKubeAPIServer()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -45,6 +45,12 @@ Backends (--backend URL):
                                  'consul lock PREFIX/NAME' key (PREFIX defaults to
                                  baton); token and TLS from CONSUL_HTTP_TOKEN,
                                  CONSUL_CACERT, ... or ?token-file=F&ca-file=F&...
+  k8s://[namespace][?kubeconfig=F&context=NAME]
+                                 Kubernetes (coordination.k8s.io Leases, shared with
+                                 client-go's leaderelection); lease NAME is the Lease
+                                 NAME; server and credentials from the kubeconfig
+                                 (?kubeconfig=F, else KUBECONFIG, else ~/.kube/config),
+                                 else the pod's service account
   memory://                      in-process only; lets you try 'baton run' alone
   aws-asg://[GROUP]              is-leader and leader only: the Auto Scaling group's
                                  own rule, the InService, Healthy instance with the
@@ -234,7 +240,7 @@ type commonFlags struct {
 
 func (c *commonFlags) register(fs *pflag.FlagSet, idUsage string) {
 	c.fs = fs
-	fs.StringVar(&c.backend, "backend", "", "backend URL: raft:// (this process is a member), agent://host:port, etcd://host:port[,host:port], zk://host:port[,host:port][/root], consul://host:port[/prefix], memory://, or aws-asg://[GROUP] (is-leader and leader only) (required)")
+	fs.StringVar(&c.backend, "backend", "", "backend URL: raft:// (this process is a member), agent://host:port, etcd://host:port[,host:port], zk://host:port[,host:port][/root], consul://host:port[/prefix], k8s://[namespace], memory://, or aws-asg://[GROUP] (is-leader and leader only) (required)")
 	fs.StringVar(&c.lease, "lease", "", "name of the lease (required)")
 	fs.StringVar(&c.id, "id", "", idUsage)
 	fs.DurationVar(&c.ttl, "ttl", backend.DefaultTTL, "lease time-to-live: how long a dead leader keeps the lease before a standby takes over (default 20s with consul://, 2s with raft:// and agent://)")
@@ -252,7 +258,7 @@ func (c *commonFlags) validate() ([]string, *backendurl.Spec) {
 	var spec *backendurl.Spec
 	if c.backend == "" {
 		problems = append(problems, "--backend is required: pass e.g. --backend etcd://127.0.0.1:2379, or set BATON_BACKEND")
-	} else if s, err := backendurl.Parse(c.backend); err != nil {
+	} else if s, err := backendurl.Parse(c.backend, kubernetesScheme(c.lease)); err != nil {
 		hint := ""
 		if scheme, _, _ := strings.Cut(c.backend, "://"); strings.EqualFold(scheme, "raft") {
 			hint = " (with baton: --bind, --join, --bootstrap-expect, --tls-* and BATON_SECRET)"
