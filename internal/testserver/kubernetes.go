@@ -137,7 +137,11 @@ func (k *KubeAPIServer) files(dir string) error {
 	if err != nil {
 		return err
 	}
-	saDER, err := x509.MarshalPKCS8PrivateKey(saKey)
+	saDER, err := x509.MarshalECPrivateKey(saKey)
+	if err != nil {
+		return err
+	}
+	saPub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
 	if err != nil {
 		return err
 	}
@@ -165,7 +169,8 @@ func (k *KubeAPIServer) files(dir string) error {
 		{"ca.pem", k.caPEM, 0o644},
 		{"server.pem", srvCert, 0o644},
 		{"server-key.pem", srvKey, 0o600},
-		{"sa-key.pem", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: saDER}), 0o600},
+		{"sa-key.pem", pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: saDER}), 0o600},
+		{"sa-pub.pem", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: saPub}), 0o644},
 		{"tokens.csv", []byte(tokens.String()), 0o600},
 	} {
 		if err := os.WriteFile(filepath.Join(dir, f.name), f.data, f.mode); err != nil {
@@ -199,7 +204,7 @@ func (k *KubeAPIServer) start(bin, dir string, log io.Writer) error {
 		"--anonymous-auth=false",
 		"--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+f("sa-key.pem"),
+		"--service-account-key-file="+f("sa-pub.pem"),
 		"--service-account-signing-key-file="+f("sa-key.pem"),
 		// The range is only allocated from, never routed: no Service
 		// of a test gets traffic.

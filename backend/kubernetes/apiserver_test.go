@@ -1,0 +1,59 @@
+package kubernetes_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/batonhq/baton/internal/testserver"
+)
+
+// restConfig returns a rest.Config for the test server as user.
+func restConfig(srv *testserver.KubeAPIServer, host, user string) *rest.Config {
+	return &rest.Config{
+		Host:            host,
+		BearerToken:     srv.Token(user),
+		TLSClientConfig: rest.TLSClientConfig{CAData: srv.CAData()},
+	}
+}
+
+// TestAPIServerServesLeases checks the test's kube-apiserver: client-go,
+// as the admin, creates a coordination.k8s.io/v1 Lease and reads it back,
+// and the unprivileged user is refused it by RBAC.
+func TestAPIServerServesLeases(t *testing.T) {
+	srv := testserver.StartKubeAPIServer(t)
+	cs, err := k8s.NewForConfig(restConfig(srv, srv.Host(), testserver.KubeAdminUser))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	holder, secs := "smoke", int32(15)
+	_, err = cs.CoordinationV1().Leases("default").Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "smoke"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create lease: %v", err)
+	}
+	got, err := cs.CoordinationV1().Leases("default").Get(ctx, "smoke", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get lease: %v", err)
+	}
+	if got.Spec.HolderIdentity == nil || *got.Spec.HolderIdentity != holder || got.Spec.LeaseDurationSeconds == nil || *got.Spec.LeaseDurationSeconds != secs {
+		t.Fatalf("lease read back as %+v, want holder %q for %d s", got.Spec, holder, secs)
+	}
+
+	user, err := k8s.NewForConfig(restConfig(srv, srv.Host(), testserver.KubeUser))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := user.CoordinationV1().Leases("default").Get(ctx, "smoke", metav1.GetOptions{}); err == nil {
+		t.Fatalf("user %q read a lease without any RBAC grant", testserver.KubeUser)
+	}
+}
