@@ -92,13 +92,15 @@ metadata:
 	})
 
 	t.Run("rbac", func(t *testing.T) {
-		// Deployed for real this time: the ServiceAccount must exist for a
+		// Applied for real this time: the ServiceAccount must exist for a
 		// token to be issued to it, and the Role and RoleBinding for RBAC
-		// to grant anything.
-		if _, stderr, err := admin.Run(ctx, nil, "apply", "--server-side", "-k", "run"); err != nil {
+		// to grant anything. With -f, not -k: kustomize would fill in the
+		// namespace of the RoleBinding's subject, and the file relies on
+		// its absence meaning the RoleBinding's own.
+		if _, stderr, err := admin.Run(ctx, nil, "apply", "--server-side", "-f", filepath.Join("base", "rbac.yaml")); err != nil {
 			t.Fatal(err)
 		} else if strings.Contains(stderr, "Warning:") {
-			t.Errorf("apply -k run: %s", stderr)
+			t.Errorf("apply base/rbac.yaml: %s", stderr)
 		}
 		// The ServiceAccount's own token (TokenRequest), as a pod would
 		// have it mounted: authenticated by the server as

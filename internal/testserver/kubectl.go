@@ -84,7 +84,14 @@ type KubectlError struct {
 	Stderr string
 }
 
-// Error implements error.
+// Error implements error. A --token argument shows as --token=REDACTED.
 func (e *KubectlError) Error() string {
-	return fmt.Sprintf("kubectl %s: exit status %d: %s", strings.Join(e.Args, " "), e.Status, strings.TrimSpace(e.Stderr))
+	args := make([]string, len(e.Args))
+	for i, a := range e.Args {
+		if strings.HasPrefix(a, "--token=") {
+			a = "--token=REDACTED"
+		}
+		args[i] = a
+	}
+	return fmt.Sprintf("kubectl %s: exit status %d: %s", strings.Join(args, " "), e.Status, strings.TrimSpace(e.Stderr))
 }
