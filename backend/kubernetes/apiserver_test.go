@@ -57,3 +57,15 @@ func TestAPIServerServesLeases(t *testing.T) {
 		t.Fatalf("user %q read a lease without any RBAC grant", testserver.KubeUser)
 	}
 }
+
+// resignTerm resigns term within 5 s.
+func resignTerm(t *testing.T, term interface {
+	Resign(context.Context) error
+}) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := term.Resign(ctx); err != nil {
+		t.Fatalf("resign: %v", err)
+	}
+}

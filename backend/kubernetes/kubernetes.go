@@ -1,0 +1,154 @@
+// Package kubernetes runs baton leases on Kubernetes, as
+// coordination.k8s.io/v1 Lease objects in client-go's LeaseLock layout, so
+// that baton candidates and client-go's leaderelection.LeaderElector (and
+// controller-runtime's, built on it) share one election on one Lease, and
+// `kubectl get lease` shows the holder.
+//
+// It is a record store on package backend/cas: the record of baton lease
+// NAME is the Lease NAME in the Backend's namespace, and its version is the
+// Lease's resourceVersion.
+//
+//   - holderIdentity is the holder's candidate ID ("" when free),
+//     leaseDurationSeconds its TTL rounded up to whole seconds, acquireTime
+//     the start of its term, renewTime the time of the last write (every
+//     write moves it, so client-go electors see each renewal), and
+//     leaseTransitions the low 32 bits of the fencing token.
+//   - Every write is an update conditional on the resourceVersion last read
+//     (or a create, when the Lease does not exist), so two writers never
+//     both win.
+//   - Waiters watch their Lease and read it when the watch reports a
+//     change: a release (holderIdentity "") wakes them at once, with no
+//     retry period. A waiter also reads it when the holder's lease duration
+//     has passed with no change (a dead holder, taken over then), and at
+//     least once per PollInterval (default: the TTL), in case the watch
+//     died unnoticed; it does not poll otherwise.
+//   - A contender takes over only after it has itself seen the Lease's
+//     resourceVersion unchanged for a full lease duration (the longer of
+//     leaseDurationSeconds and its own TTL) on its own monotonic clock. It
+//     never compares renewTime with its wall clock. The holder's term ends
+//     at the send time of its last confirmed write + TTL − DriftMargin.
+//   - Fencing tokens are epoch<<32 + leaseTransitions. baton adds one to
+//     leaseTransitions at every acquisition, and client-go adds one at every
+//     change of holder, so tokens strictly increase across the terms of
+//     both. The epoch is the annotation AnnotationEpoch, set by baton when
+//     it creates the Lease (the creating candidate's wall-clock second, as
+//     in backend/cas), and 0 on a Lease client-go created.
+//   - The lease's state (baton.StateTerm) is the annotation
+//     AnnotationState, written in the same conditional update as the rest
+//     of the record.
+//
+// Not guaranteed: a Lease deleted while in use is created again with a new
+// epoch, whose tokens outrank the old ones only if the creator's clock
+// reads a later second than the old epoch, and only if baton creates it (a
+// Lease client-go creates has epoch 0); a client-go elector keeps its own
+// timing rules (it times a holder from the last change it saw, on its own
+// clock, as baton does, but acts without a fencing token and keeps acting
+// after it lost the Lease until its renew deadline). Leader may name a
+// holder that died, as in backend/cas.
+//
+// Permissions: the Backend's user needs get, watch, create and update on
+// leases (coordination.k8s.io) in its namespace.
+//
+//	cfg, err := rest.InClusterConfig() // or clientcmd, from a kubeconfig
+//	b, err := kubernetes.NewForConfig(cfg, kubernetes.Options{Namespace: "prod"})
+//	defer b.Close(context.Background()) // standbys take over at once
+//	e, err := baton.NewElector(b, baton.ElectorConfig{Lease: "nightly-report"})
+//
+// Lease names must be valid Kubernetes object names (DNS subdomains: lower
+// case letters, digits, '-' and '.').
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+
+	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend/cas"
+)
+
+// DefaultNamespace is the namespace of the Leases when Options.Namespace is
+// empty.
+const DefaultNamespace = "default"
+
+// Options configures a Backend.
+type Options struct {
+	// Options holds the timing (TTL, RenewInterval, DriftMargin; defaults
+	// 10 s, TTL/3, TTL/10), PollInterval (the longest a waiter goes
+	// without reading the Lease; default here the TTL, since the watch
+	// wakes waiters on every change) and the Logger.
+	cas.Options
+
+	// Namespace is the namespace of the Leases; empty means
+	// DefaultNamespace.
+	Namespace string
+}
+
+// Backend runs baton leases on Lease objects in one namespace. It embeds
+// the cas lease loop; it is safe for concurrent use. One Backend stands for
+// one process; it may hold any number of leases.
+type Backend struct {
+	*cas.Backend
+	store *Store
+}
+
+var _ baton.Backend = (*Backend)(nil)
+
+// New returns a Backend using client, which stays the caller's.
+func New(client k8s.Interface, opts Options) (*Backend, error) {
+	if client == nil {
+		return nil, &baton.ConfigError{Problems: []string{"kubernetes: client is nil: make one with kubernetes.NewForConfig (k8s.io/client-go)"}}
+	}
+	ns := opts.Namespace
+	if ns == "" {
+		ns = DefaultNamespace
+	}
+	store := NewStore(client, ns)
+	if opts.PollInterval == 0 {
+		// The watch reports every change, so a waiter need not poll: it
+		// reads the Lease when the watch fires, and when the holder's
+		// lease duration has passed with no change (cas waits no longer
+		// than that, whatever the poll interval). A read every TTL is left
+		// only as a backstop for a watch that died unnoticed.
+		if cfg, err := opts.Config.WithDefaults(); err == nil {
+			opts.PollInterval = cfg.TTL
+		}
+	}
+	b, err := cas.New(store, opts.Options)
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{Backend: b, store: store}, nil
+}
+
+// NewForConfig returns a Backend with a client made from cfg: the user's
+// rest.Config, or rest.InClusterConfig() in a pod. cfg's QPS and Burst
+// (client-go's client-side rate limit, 5 and 10 when zero) bound the
+// Backend's requests: each held lease is written once per RenewInterval,
+// and each campaign reads its Lease once per PollInterval, so a process
+// holding many leases needs them raised.
+func NewForConfig(cfg *rest.Config, opts Options) (*Backend, error) {
+	if cfg == nil {
+		return nil, &baton.ConfigError{Problems: []string{"kubernetes: rest.Config is nil: use rest.InClusterConfig() in a pod, or load a kubeconfig with k8s.io/client-go/tools/clientcmd"}}
+	}
+	client, err := k8s.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: client for %s: %w", cfg.Host, err)
+	}
+	return New(client, opts)
+}
+
+// Campaign implements baton.Backend. A lease name that cannot name a Lease
+// fails at once with a *baton.ConfigError (CheckLeaseName), rather than
+// with the API server's refusal retried as an outage.
+func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) (baton.Term, error) {
+	if err := CheckLeaseName(name); err != nil {
+		return nil, err
+	}
+	return b.Backend.Campaign(ctx, name, c)
+}
+
+// Namespace returns the namespace of the Backend's Leases.
+func (b *Backend) Namespace() string { return b.store.Namespace() }
