@@ -19,47 +19,71 @@ import (
 	"github.com/batonhq/baton/internal/testserver"
 )
 
-// TestDeploymentRunsBaton runs the command line of run/deployment.yaml's
+// TestDeploymentRunsBaton runs the command line of each variant's baton
 // container, as the kubelet would start it in two pods, with a real baton
 // against a real kube-apiserver, as the manifests' ServiceAccount (its own
 // token, granted by base/rbac.yaml and nothing else). What differs from a
 // pod: the credentials come from a kubeconfig holding that token instead
-// of the mounted service account, --http listens on loopback (tests bind
-// nothing else), and the program after -- is a stand-in that ignores
-// SIGTERM. It checks what
-// docs/kubernetes.md says of a Deployment: the first pod leads (200 on the
-// readiness probe's path, its pod name the Lease's holder), the second
-// stands by (429), and a SIGTERM, as the kubelet sends at a rollout or a
-// scale-down, hands over without waiting out the lease duration and ends
-// baton within the pod's terminationGracePeriodSeconds, although the
-// program has to be killed after --grace.
+// of the mounted service account, and --http listens on loopback (tests
+// bind nothing else). In run/, the program after -- is a stand-in that
+// ignores SIGTERM, so that stopping it takes the whole --grace; the
+// sidecar's placeholder is its own. It checks what docs/kubernetes.md says
+// of the Deployments: the first pod leads (200 on the readiness probe's
+// path, its pod name the Lease's holder), the second stands by (429), and a
+// SIGTERM, as the kubelet sends at a rollout or a scale-down, hands over
+// without waiting out the lease duration and ends baton, with status 0,
+// within the pod's terminationGracePeriodSeconds.
 func TestDeploymentRunsBaton(t *testing.T) {
-	var d deployment
-	var m manifest
-	for _, mm := range loadManifests(t) {
-		if mm.kind() == "Deployment" && mm.file == filepath.Join("run", "deployment.yaml") {
-			m = mm
-			mm.decode(t, &d)
-		}
-	}
-	if m.file == "" {
-		t.Fatal("no Deployment in run/deployment.yaml")
-	}
-	c := d.Spec.Template.Spec.Containers[0]
-	flags := batonFlags(t, m, c)
-	ttl, err := time.ParseDuration(flags["ttl"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	tgp := time.Duration(*d.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
-	probe := c.ReadinessProbe.HTTPGet.Path
-
 	k := testserver.StartKubeAPIServer(t)
-	admin := testserver.NewKubectl(t, k, testserver.KubeAdminUser, namespace)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "baton")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/batonhq/baton/cmd/baton").CombinedOutput(); err != nil {
+		t.Fatalf("build baton: %v\n%s", err, out)
+	}
+	deployments := map[string]manifest{}
+	for _, m := range loadManifests(t) {
+		if m.kind() == "Deployment" {
+			deployments[filepath.Dir(m.file)] = m
+		}
+	}
+	for _, v := range variants {
+		t.Run(v, func(t *testing.T) {
+			m, ok := deployments[v]
+			if !ok {
+				t.Fatalf("no Deployment in %s/", v)
+			}
+			var d deployment
+			m.decode(t, &d)
+			var c container
+			for _, cc := range append(append([]container(nil), d.Spec.Template.Spec.InitContainers...), d.Spec.Template.Spec.Containers...) {
+				if slices.Equal(cc.Command, []string{"baton"}) {
+					c = cc
+				}
+			}
+			flags := batonFlags(t, m, c)
+			ttl, err := time.ParseDuration(flags["ttl"])
+			if err != nil {
+				t.Fatal(err)
+			}
+			tgp := time.Duration(*d.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
+			program := c.Args[slices.Index(c.Args, "--")+1:]
+			if v == "run" {
+				program = []string{"sh", "-c", `trap "" TERM; sleep 1000`}
+			}
+			runPods(ctx, t, k, bin, "deploy-"+v, c, flags["lease"], program, ttl, tgp)
+		})
+	}
+}
+
+// runPods runs c's baton command line in two pods' stead in namespace ns,
+// with program after --, and checks the leader, the standby and the
+// hand-over on SIGTERM (TestDeploymentRunsBaton).
+func runPods(ctx context.Context, t *testing.T, k *testserver.KubeAPIServer, bin, ns string, c container, lease string, program []string, ttl, tgp time.Duration) {
+	admin := testserver.NewKubectl(t, k, testserver.KubeAdminUser, ns)
 	for _, args := range [][]string{
-		{"create", "namespace", namespace},
+		{"create", "namespace", ns},
 		{"apply", "--server-side", "-f", filepath.Join("base", "rbac.yaml")},
 	} {
 		if _, _, err := admin.Run(ctx, nil, args...); err != nil {
@@ -92,11 +116,7 @@ current-context: test
 `, k.Host(), base64.StdEncoding.EncodeToString(k.CAData()), strings.TrimSpace(token)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-
-	bin := filepath.Join(dir, "baton")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/batonhq/baton/cmd/baton").CombinedOutput(); err != nil {
-		t.Fatalf("build baton: %v\n%s", err, out)
-	}
+	probe := c.ReadinessProbe.HTTPGet.Path
 
 	type pod struct {
 		name   string
@@ -114,18 +134,16 @@ current-context: test
 		addr := ln.Addr().String()
 		ln.Close()
 		// The container's args as the kubelet expands them, --http on
-		// loopback, and after -- a stand-in for the program that ignores
-		// SIGTERM, so that stopping it takes the whole --grace: the
-		// longest a term's end can take.
+		// loopback, and program after --.
 		var args []string
 		for _, a := range c.Args[:slices.Index(c.Args, "--")] {
-			a = strings.NewReplacer("$(POD_NAME)", name, "$(POD_NAMESPACE)", namespace).Replace(a)
+			a = strings.NewReplacer("$(POD_NAME)", name, "$(POD_NAMESPACE)", ns).Replace(a)
 			if strings.HasPrefix(a, "--http=") {
 				a = "--http=" + addr
 			}
 			args = append(args, a)
 		}
-		args = append(args, "--", "sh", "-c", `trap "" TERM; sleep 1000`)
+		args = append(append(args, "--"), program...)
 		p := &pod{name: name, health: "http://" + addr + probe, out: new(testserver.SyncBuffer), exited: make(chan struct{})}
 		p.cmd = exec.Command(bin, args...)
 		p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "KUBECONFIG=" + kubeconfig}
@@ -159,7 +177,7 @@ current-context: test
 		return resp.StatusCode
 	}
 	holder := func() string {
-		out, _, err := admin.Run(ctx, nil, "get", "lease", flags["lease"], "-o", "jsonpath={.spec.holderIdentity}")
+		out, _, err := admin.Run(ctx, nil, "get", "lease", lease, "-o", "jsonpath={.spec.holderIdentity}")
 		if err != nil {
 			return ""
 		}
