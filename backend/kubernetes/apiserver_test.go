@@ -2,6 +2,9 @@ package kubernetes_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
 	"testing"
 	"time"
 
@@ -12,6 +15,22 @@ import (
 
 	"github.com/batonhq/baton/internal/testserver"
 )
+
+// The tests share one kube-apiserver (testserver.SharedKubeAPIServer), each
+// in namespaces and Leases of its own.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testserver.StopSharedKubeAPIServer()
+	os.Exit(code)
+}
+
+// unique returns prefix with a random suffix: a name no other test, or
+// other run of this one on the shared server, uses.
+func unique(prefix string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "-" + hex.EncodeToString(b[:])
+}
 
 // restConfig returns a rest.Config for the test server as user.
 func restConfig(srv *testserver.KubeAPIServer, host, user string) *rest.Config {
@@ -26,22 +45,22 @@ func restConfig(srv *testserver.KubeAPIServer, host, user string) *rest.Config {
 // as the admin, creates a coordination.k8s.io/v1 Lease and reads it back,
 // and the unprivileged user is refused it by RBAC.
 func TestAPIServerServesLeases(t *testing.T) {
-	srv := testserver.StartKubeAPIServer(t)
+	srv := testserver.SharedKubeAPIServer(t)
 	cs, err := k8s.NewForConfig(restConfig(srv, srv.Host(), testserver.KubeAdminUser))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	holder, secs := "smoke", int32(15)
+	name, holder, secs := unique("smoke"), "smoke", int32(15)
 	_, err = cs.CoordinationV1().Leases("default").Create(ctx, &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: "smoke"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create lease: %v", err)
 	}
-	got, err := cs.CoordinationV1().Leases("default").Get(ctx, "smoke", metav1.GetOptions{})
+	got, err := cs.CoordinationV1().Leases("default").Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("get lease: %v", err)
 	}
@@ -53,7 +72,7 @@ func TestAPIServerServesLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := user.CoordinationV1().Leases("default").Get(ctx, "smoke", metav1.GetOptions{}); err == nil {
+	if _, err := user.CoordinationV1().Leases("default").Get(ctx, name, metav1.GetOptions{}); err == nil {
 		t.Fatalf("user %q read a lease without any RBAC grant", testserver.KubeUser)
 	}
 }

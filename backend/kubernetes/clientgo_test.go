@@ -61,9 +61,9 @@ func clientGoElector(t *testing.T, cs k8s.Interface, ns, name, id string, lease 
 // and the fencing tokens rise across all three terms, the client-go term's
 // token being the one baton reads from the Lease.
 func TestClientGoElectorSharesLease(t *testing.T) {
-	srv := testserver.StartKubeAPIServer(t)
-	const ns, lease = "baton-clientgo", "shared"
-	grantLeases(t, srv, ns)
+	srv := testserver.SharedKubeAPIServer(t)
+	const lease = "shared"
+	ns := grantLeases(t, srv, "baton-clientgo")
 	rc := restConfig(srv, srv.Host(), testserver.KubeUser)
 	cs, err := k8s.NewForConfig(rc)
 	if err != nil {
@@ -157,9 +157,9 @@ func TestClientGoElectorSharesLease(t *testing.T) {
 // lease duration baton waits from the last change it saw), with a token
 // above the client-go term's.
 func TestClientGoElectorCutOff(t *testing.T) {
-	srv := testserver.StartKubeAPIServer(t)
-	const ns, lease = "baton-clientgo-cut", "shared"
-	grantLeases(t, srv, ns)
+	srv := testserver.SharedKubeAPIServer(t)
+	const lease = "shared"
+	ns := grantLeases(t, srv, "baton-clientgo-cut")
 	proxy := testserver.StartProxy(t, srv.Addr())
 	cgConfig := restConfig(srv, "https://"+proxy.Addr(), testserver.KubeUser)
 	cgConfig.Timeout = 5 * time.Second // client-go's requests through the cut fail rather than hang

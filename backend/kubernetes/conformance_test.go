@@ -28,9 +28,10 @@ var leaseRules = []rbacv1.PolicyRule{{
 	Verbs:     []string{"get", "watch", "create", "update"},
 }}
 
-// grantLeases makes namespace ns and lets testserver.KubeUser use the
-// leases in it, and nothing else.
-func grantLeases(t *testing.T, srv *testserver.KubeAPIServer, ns string) {
+// grantLeases makes a namespace named after prefix, lets
+// testserver.KubeUser use the leases in it, and nothing else, and returns
+// its name.
+func grantLeases(t *testing.T, srv *testserver.KubeAPIServer, prefix string) string {
 	t.Helper()
 	admin, err := k8s.NewForConfig(restConfig(srv, srv.Host(), testserver.KubeAdminUser))
 	if err != nil {
@@ -38,6 +39,7 @@ func grantLeases(t *testing.T, srv *testserver.KubeAPIServer, ns string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	ns := unique(prefix)
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create namespace %s: %v", ns, err)
 	}
@@ -53,6 +55,7 @@ func grantLeases(t *testing.T, srv *testserver.KubeAPIServer, ns string) {
 	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create role binding: %v", err)
 	}
+	return ns
 }
 
 // conformanceTTL is the suite's TTL here, backend.DefaultTTL. Every held
@@ -70,9 +73,8 @@ const conformanceTTL = 10 * time.Second
 // namespace. Each process reaches the server through a proxy of its own,
 // which Kill and Cut close.
 func TestConformance(t *testing.T) {
-	srv := testserver.StartKubeAPIServer(t)
-	const ns = "baton-conformance"
-	grantLeases(t, srv, ns)
+	srv := testserver.SharedKubeAPIServer(t)
+	ns := grantLeases(t, srv, "baton-conformance")
 	batontest.Run(t, batontest.Target{MinTTL: conformanceTTL, New: func(t *testing.T, cfg backend.Config) *batontest.Process {
 		proxy := testserver.StartProxy(t, srv.Addr())
 		rc := restConfig(srv, "https://"+proxy.Addr(), testserver.KubeUser)
@@ -96,9 +98,8 @@ func TestConformance(t *testing.T) {
 // start again from 1, and its epoch annotation must put its tokens above
 // the old ones.
 func TestTokensRiseAcrossDeletedLeases(t *testing.T) {
-	srv := testserver.StartKubeAPIServer(t)
-	const ns = "baton-dataloss"
-	grantLeases(t, srv, ns)
+	srv := testserver.SharedKubeAPIServer(t)
+	ns := grantLeases(t, srv, "baton-dataloss")
 	admin, err := k8s.NewForConfig(restConfig(srv, srv.Host(), testserver.KubeAdminUser))
 	if err != nil {
 		t.Fatal(err)

@@ -64,9 +64,8 @@ func (h *skewedHolder) state() (int, time.Time) {
 // write (such a contender would wait an hour). Either way baton times the
 // holder by the resourceVersion it sees change, on its own monotonic clock.
 func TestTakeoverIgnoresRenewTime(t *testing.T) {
-	srv := testserver.StartKubeAPIServer(t)
-	const ns = "baton-takeover"
-	grantLeases(t, srv, ns)
+	srv := testserver.SharedKubeAPIServer(t)
+	ns := grantLeases(t, srv, "baton-takeover")
 	cs, err := k8s.NewForConfig(restConfig(srv, srv.Host(), testserver.KubeUser))
 	if err != nil {
 		t.Fatal(err)

@@ -69,7 +69,7 @@ func FuzzParseURL(f *testing.F) {
 }
 
 func TestCampaignRefusesBadLeaseName(t *testing.T) {
-	srv := testserver.StartKubeAPIServer(t)
+	srv := testserver.SharedKubeAPIServer(t)
 	b, err := kubernetes.NewForConfig(restConfig(srv, srv.Host(), testserver.KubeAdminUser), kubernetes.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -86,9 +86,8 @@ func TestCampaignRefusesBadLeaseName(t *testing.T) {
 // through a kubeconfig named in the URL, and through KUBECONFIG, whose
 // context's namespace applies when the URL names none.
 func TestOpenFromKubeconfig(t *testing.T) {
-	srv := testserver.StartKubeAPIServer(t)
-	const ns = "baton-url"
-	grantLeases(t, srv, ns)
+	srv := testserver.SharedKubeAPIServer(t)
+	ns := grantLeases(t, srv, "baton-url")
 	path := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(path, srv.Kubeconfig(srv.Host(), testserver.KubeUser, ns), 0o600); err != nil {
 		t.Fatal(err)

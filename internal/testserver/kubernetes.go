@@ -86,20 +86,16 @@ type KubeAPIServer struct {
 // it. log, if not nil, receives both servers' output. The binary comes
 // from KubeAPIServerTool, built on first use; an error wrapping *ToolError
 // means it (or etcd's) could not be had.
-func NewKubeAPIServer(dir string, log io.Writer) (*KubeAPIServer, error) {
+func NewKubeAPIServer(dir string, log *SyncBuffer) (*KubeAPIServer, error) {
 	bin, err := KubeAPIServerTool.Binary()
 	if err != nil {
 		return nil, &ToolError{Tool: KubeAPIServerTool, Err: err}
-	}
-	var etcdLog *SyncBuffer
-	if sb, ok := log.(*SyncBuffer); ok {
-		etcdLog = sb
 	}
 	etcdDir := filepath.Join(dir, "etcd")
 	if err := os.MkdirAll(etcdDir, 0o700); err != nil {
 		return nil, err
 	}
-	e, err := newEtcd(etcdDir, "", etcdLog)
+	e, err := newEtcd(etcdDir, "", log)
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +176,7 @@ func (k *KubeAPIServer) files(dir string) error {
 	return nil
 }
 
-func (k *KubeAPIServer) start(bin, dir string, log io.Writer) error {
+func (k *KubeAPIServer) start(bin, dir string, log *SyncBuffer) error {
 	ports, err := freeTCPPorts(1)
 	if err != nil {
 		return err
@@ -365,3 +361,29 @@ func (k *KubeAPIServer) Close() {
 		k.etcd.Close()
 	})
 }
+
+var sharedKube sharedServer[*KubeAPIServer]
+
+// SharedKubeAPIServer returns a kube-apiserver shared by every test of the
+// test binary, starting it on first use, so that a package pays for one
+// server start (seconds on a loaded machine); tests that keep to
+// namespaces or Lease names of their own do not disturb each other. A test
+// package that uses it must call StopSharedKubeAPIServer from TestMain
+// after m.Run. A missing binary goes through Unavailable, as for
+// StartKubeAPIServer.
+func SharedKubeAPIServer(t testing.TB) *KubeAPIServer {
+	t.Helper()
+	return sharedKube.get(t, "kube-apiserver",
+		func(dir string) (*KubeAPIServer, error) { return NewKubeAPIServer(dir, nil) },
+		func(err error) error {
+			var te *ToolError
+			if errors.As(err, &te) {
+				return fmt.Errorf("%w\n%s", te.Err, te.Tool.Hint())
+			}
+			return nil
+		})
+}
+
+// StopSharedKubeAPIServer stops the server SharedKubeAPIServer started, if
+// any, and removes its directory.
+func StopSharedKubeAPIServer() { sharedKube.stop() }
