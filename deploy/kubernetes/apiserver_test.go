@@ -24,7 +24,7 @@ const namespace = "my-service"
 // the server accepts them and that the RBAC they grant is what baton
 // needs and no more.
 func TestManifestsOnAPIServer(t *testing.T) {
-	k := testserver.StartKubeAPIServer(t)
+	k := testserver.SharedKubeAPIServer(t)
 	admin := testserver.NewKubectl(t, k, testserver.KubeAdminUser, namespace)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -97,6 +97,13 @@ metadata:
 		// to grant anything. With -f, not -k: kustomize would fill in the
 		// namespace of the RoleBinding's subject, and the file relies on
 		// its absence meaning the RoleBinding's own.
+		// In a namespace of its own: the dry runs above must find none of
+		// it in theirs when the test runs again on the shared server.
+		ns := unique("rbac")
+		admin := testserver.NewKubectl(t, k, testserver.KubeAdminUser, ns)
+		if _, _, err := admin.Run(ctx, nil, "create", "namespace", ns); err != nil {
+			t.Fatal(err)
+		}
 		if _, stderr, err := admin.Run(ctx, nil, "apply", "--server-side", "-f", filepath.Join("base", "rbac.yaml")); err != nil {
 			t.Fatal(err)
 		} else if strings.Contains(stderr, "Warning:") {
@@ -104,7 +111,7 @@ metadata:
 		}
 		// The ServiceAccount's own token (TokenRequest), as a pod would
 		// have it mounted: authenticated by the server as
-		// system:serviceaccount:my-service:my-service.
+		// system:serviceaccount:NAMESPACE:my-service.
 		token, _, err := admin.Run(ctx, nil, "create", "token", "my-service", "--duration=10m")
 		if err != nil {
 			t.Fatal(err)
@@ -114,7 +121,7 @@ metadata:
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := "system:serviceaccount:" + namespace + ":my-service"; whoami != want {
+		if want := "system:serviceaccount:" + ns + ":my-service"; whoami != want {
 			t.Fatalf("the token authenticates as %q, want %q", whoami, want)
 		}
 
@@ -156,10 +163,11 @@ metadata:
 		// And the verbs work on a real Lease: create, get, a watch of
 		// that one Lease (a field selector on its name, as a waiter
 		// watches), update; delete is refused.
+		name := unique("rbac-check")
 		lease := `apiVersion: coordination.k8s.io/v1
 kind: Lease
 metadata:
-  name: rbac-check
+  name: ` + name + `
 spec:
   holderIdentity: %s
   leaseDurationSeconds: 15
@@ -167,27 +175,27 @@ spec:
 		if _, _, err := sa.run(ctx, "create", "-f", "-", "--stdin="+fmt.Sprintf(lease, "a")); err != nil {
 			t.Fatal(err)
 		}
-		rv, _, err := sa.run(ctx, "get", "lease", "rbac-check", "-o", "jsonpath={.metadata.resourceVersion}")
+		rv, _, err := sa.run(ctx, "get", "lease", name, "-o", "jsonpath={.metadata.resourceVersion}")
 		if err != nil {
 			t.Fatal(err)
 		}
-		watch, _, err := sa.run(ctx, "get", "--raw", "/apis/coordination.k8s.io/v1/namespaces/"+namespace+
-			"/leases?watch=1&fieldSelector=metadata.name%3Drbac-check&resourceVersion=0&timeoutSeconds=1")
+		watch, _, err := sa.run(ctx, "get", "--raw", "/apis/coordination.k8s.io/v1/namespaces/"+ns+
+			"/leases?watch=1&fieldSelector=metadata.name%3D"+name+"&resourceVersion=0&timeoutSeconds=1")
 		if err != nil {
 			t.Fatalf("watch: %v", err)
 		}
 		if !strings.Contains(watch, `"holderIdentity":"a"`) {
 			t.Errorf("the watch did not show the Lease: %s", watch)
 		}
-		updated := strings.Replace(fmt.Sprintf(lease, "b"), "  name: rbac-check\n", "  name: rbac-check\n  resourceVersion: \""+rv+"\"\n", 1)
+		updated := strings.Replace(fmt.Sprintf(lease, "b"), "  name: "+name+"\n", "  name: "+name+"\n  resourceVersion: \""+rv+"\"\n", 1)
 		if _, _, err := sa.run(ctx, "replace", "-f", "-", "--stdin="+updated); err != nil {
 			t.Fatal(err)
 		}
-		holder, _, err := sa.run(ctx, "get", "lease", "rbac-check", "-o", "jsonpath={.spec.holderIdentity}")
+		holder, _, err := sa.run(ctx, "get", "lease", name, "-o", "jsonpath={.spec.holderIdentity}")
 		if err != nil || holder != "b" {
 			t.Fatalf("after the update the holder is %q (%v), want b", holder, err)
 		}
-		_, stderr, err := sa.run(ctx, "delete", "lease", "rbac-check")
+		_, stderr, err := sa.run(ctx, "delete", "lease", name)
 		if err == nil || !strings.Contains(stderr, "Forbidden") {
 			t.Errorf("the ServiceAccount deleted a Lease (err %v): %s", err, stderr)
 		}

@@ -42,7 +42,7 @@ type deploymentStatus struct {
 // old leader holds the lease: the rollout never finishes, which the
 // controller itself reports once the progress deadline has passed.
 func TestRolloutReplacesTheLeader(t *testing.T) {
-	k := testserver.StartKubeAPIServer(t)
+	k := testserver.SharedKubeAPIServer(t)
 	testserver.StartKubeControllers(t, k, "deployment-controller", "replicaset-controller")
 	admin := testserver.NewKubectl(t, k, testserver.KubeAdminUser, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -64,8 +64,8 @@ func TestRolloutReplacesTheLeader(t *testing.T) {
 		name, ns, manifest string
 		replaced           bool
 	}{
-		{"manifest", "rollout-manifest", manifest, true},
-		{"default strategy", "rollout-default", defaults, false},
+		{"manifest", unique("rollout-manifest"), manifest, true},
+		{"default strategy", unique("rollout-default"), defaults, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			kc := func(args ...string) string {

@@ -34,7 +34,7 @@ import (
 // without waiting out the lease duration and ends baton, with status 0,
 // within the pod's terminationGracePeriodSeconds.
 func TestDeploymentRunsBaton(t *testing.T) {
-	k := testserver.StartKubeAPIServer(t)
+	k := testserver.SharedKubeAPIServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -72,7 +72,7 @@ func TestDeploymentRunsBaton(t *testing.T) {
 			if v == "run" {
 				program = []string{"sh", "-c", `trap "" TERM; sleep 1000`}
 			}
-			runPods(ctx, t, k, bin, "deploy-"+v, c, flags["lease"], program, ttl, tgp)
+			runPods(ctx, t, k, bin, unique("deploy-"+v), c, flags["lease"], program, ttl, tgp)
 		})
 	}
 }
