@@ -99,7 +99,7 @@ var MetadataMock = Tool{
 }
 
 // Tools lists every tool the tests run, for buildtools to build up front.
-var Tools = []Tool{MetadataMock, EtcdTool, ChromedpTool, ConsulTool, KubeAPIServerTool}
+var Tools = []Tool{MetadataMock, EtcdTool, ChromedpTool, ConsulTool, KubeAPIServerTool, KubectlTool, KubeControllerManagerTool}
 
 var (
 	toolsMu    sync.Mutex
