@@ -70,12 +70,27 @@ const conformanceTTL = 10 * time.Second
 
 // TestConformance runs the whole suite against a real kube-apiserver, as a
 // user that may only get, watch, create and update leases in its
-// namespace. Each process reaches the server through a proxy of its own,
-// which Kill and Cut close.
+// namespace.
 func TestConformance(t *testing.T) {
 	srv := testserver.SharedKubeAPIServer(t)
-	ns := grantLeases(t, srv, "baton-conformance")
-	batontest.Run(t, batontest.Target{MinTTL: conformanceTTL, New: func(t *testing.T, cfg backend.Config) *batontest.Process {
+	batontest.Run(t, target(srv, grantLeases(t, srv, "baton-conformance"), conformanceTTL))
+}
+
+// TestLeaderWatch: a standby hears who holds a Lease from the Backend's
+// watch (baton.LeaderWatcher), without asking; a killed holder stays named
+// until its successor took the Lease over, and the successor is heard next.
+func TestLeaderWatch(t *testing.T) {
+	srv := testserver.SharedKubeAPIServer(t)
+	tg := target(srv, grantLeases(t, srv, "baton-leaderwatch"), 2*time.Second)
+	tg.KeepsKilledHolder = true
+	batontest.LeaderWatch(t, tg)
+}
+
+// target is the conformance target of Backends on the Leases of ns, each
+// process reaching the server through a proxy of its own, which Kill and
+// Cut close.
+func target(srv *testserver.KubeAPIServer, ns string, minTTL time.Duration) batontest.Target {
+	return batontest.Target{MinTTL: minTTL, New: func(t *testing.T, cfg backend.Config) *batontest.Process {
 		proxy := testserver.StartProxy(t, srv.Addr())
 		rc := restConfig(srv, "https://"+proxy.Addr(), testserver.KubeUser)
 		rc.QPS = -1 // no client-side rate limit: ThousandLeasesOneSession writes hundreds a second
@@ -89,7 +104,7 @@ func TestConformance(t *testing.T) {
 			_ = b.Close(ctx)
 		})
 		return &batontest.Process{Backend: b, Kill: proxy.Cut, Cut: proxy.Cut, Heal: proxy.Heal}
-	}})
+	}}
 }
 
 // TestTokensRiseAcrossDeletedLeases runs batontest.TokensRiseAcrossDataLoss

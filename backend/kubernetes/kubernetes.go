@@ -92,6 +92,10 @@ type Options struct {
 type Backend struct {
 	*cas.Backend
 	store *Store
+
+	// closed ends when Close is called: WatchLeader calls return.
+	closed     context.Context
+	closeWatch context.CancelFunc
 }
 
 var _ baton.Backend = (*Backend)(nil)
@@ -120,7 +124,8 @@ func New(client k8s.Interface, opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{Backend: b, store: store}, nil
+	closed, closeWatch := context.WithCancel(context.Background())
+	return &Backend{Backend: b, store: store, closed: closed, closeWatch: closeWatch}, nil
 }
 
 // NewForConfig returns a Backend with a client made from cfg: the user's
@@ -152,3 +157,12 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 
 // Namespace returns the namespace of the Backend's Leases.
 func (b *Backend) Namespace() string { return b.store.Namespace() }
+
+// Close ends every term this Backend holds and releases their Leases, so
+// that standbys take over at once (see cas.Backend.Close), and ends its
+// WatchLeader calls, which return an error wrapping baton.ErrClosed. The
+// client stays the caller's.
+func (b *Backend) Close(ctx context.Context) error {
+	b.closeWatch()
+	return b.Backend.Close(ctx)
+}
