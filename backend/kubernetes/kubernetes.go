@@ -36,6 +36,12 @@
 //   - The lease's state (baton.StateTerm) is the annotation
 //     AnnotationState, written in the same conditional update as the rest
 //     of the record.
+//   - WatchLeader (baton.LeaderWatcher) follows the Lease with a watch,
+//     whose events carry the holder: a standby hears a new holder from
+//     one event, with no read or poll. It reports what Leader would: a
+//     crashed holder stays named until its successor's takeover is
+//     written, and nobody only when holderIdentity is empty or the Lease
+//     does not exist.
 //
 // Not guaranteed: a Lease deleted while in use is created again with a new
 // epoch, whose tokens outrank the old ones only if the creator's clock
