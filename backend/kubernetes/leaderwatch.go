@@ -106,14 +106,30 @@ func (b *Backend) WatchLeader(ctx context.Context, name string, fn func(baton.Re
 			retry = min(2*retry, b.Config().TTL)
 			continue
 		}
-		retry = retryMin
+		began := time.Now()
 		b.follow(ctx, name, w, report)
 		w.Stop()
 		if ended() != nil {
 			return ended()
 		}
+		// A watch the server ends at once, again and again (an error
+		// event each time, say), is retried with back-off, not in a loop.
+		if time.Since(began) >= watchHealthy {
+			retry = retryMin
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return ended()
+		case <-time.After(retry):
+		}
+		retry = min(2*retry, b.Config().TTL)
 	}
 }
+
+// watchHealthy is how long a watch must have lasted for WatchLeader to
+// start it again at once when it ends.
+const watchHealthy = 5 * time.Second
 
 // follow passes the holder named by each of w's events to report, until w
 // ends (the server closed it, or an error event such as 410 Gone: the
