@@ -426,7 +426,11 @@ func TestClientGoProcessesShareLease(t *testing.T) {
 		t.Errorf("baton-3's token %d is not above client-go-2's %d", t3, tc2)
 	}
 	b3.stop(t, wait)
-	observer.await(t, wait, "leader", "-", "-")
+	testkit.Eventually(t, wait, "the test's watch to see baton-3 release the Lease", func() bool {
+		v, ok := hist.last("baton-3")
+		vs := hist.snapshot()
+		return ok && vs[len(vs)-1].holder == "" && vs[len(vs)-1].transitions == v.transitions
+	})
 
 	// The leading spans, in order, never overlap. A killed holder's span
 	// ends when a cut-off one's could have: its last write + its lease
@@ -481,17 +485,28 @@ func TestClientGoProcessesShareLease(t *testing.T) {
 		t.Errorf("the Lease's holders in turn: %v, want %v", holders, want)
 	}
 
-	// The observer, which never campaigned, heard every holder in turn.
-	observer.mu.Lock()
-	var heard []string
-	for _, ev := range observer.events {
-		if ev.kind == "leader" && ev.args[0] != "-" && (len(heard) == 0 || heard[len(heard)-1] != ev.args[0]) {
-			heard = append(heard, ev.args[0])
+	// The observer, which never campaigned, heard every holder in turn,
+	// and then nobody.
+	heard := func() (holders []string, last string) {
+		observer.mu.Lock()
+		defer observer.mu.Unlock()
+		for _, ev := range observer.events {
+			if ev.kind != "leader" {
+				continue
+			}
+			last = ev.args[0]
+			if last != "-" && (len(holders) == 0 || holders[len(holders)-1] != last) {
+				holders = append(holders, last)
+			}
 		}
+		return holders, last
 	}
-	observer.mu.Unlock()
-	if !slices.Equal(heard, want) {
-		t.Errorf("the observer heard the holders %v, want %v", heard, want)
+	testkit.Eventually(t, wait, "the observer to hear baton-3 release the Lease", func() bool {
+		h, last := heard()
+		return len(h) >= len(want) && last == "-"
+	})
+	if h, _ := heard(); !slices.Equal(h, want) {
+		t.Errorf("the observer heard the holders %v, want %v", h, want)
 	}
 	observer.stop(t, wait)
 }
