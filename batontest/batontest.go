@@ -65,6 +65,14 @@ type Target struct {
 	// name by another candidate must fail with ErrAlreadyCampaigning too.
 	// Without it, only a second campaign by the same candidate must.
 	OneCampaignPerName bool
+	// KeepsKilledHolder says a killed holder stays named until another
+	// candidate takes the lease over (the record stores on backend/cas,
+	// which have no session to expire): LeaderWatch then expects the watch
+	// to name the killed holder until a candidate that campaigned has
+	// taken over, a full TTL later, and that candidate next, never nobody
+	// in between. Without it, the watch must say nobody once the killed
+	// holder's session expires.
+	KeepsKilledHolder bool
 }
 
 // Run runs the whole suite as subtests of t.

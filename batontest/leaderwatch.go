@@ -17,7 +17,8 @@ import (
 // process that only watches lease NAME hears who holds it each time that
 // changes (nobody, a first holder, the next one after a resign, nobody
 // once that one resigns, a new holder, nobody once that one is killed and
-// its session expires, without a read of its own in between), and
+// its session expires, without a read of its own in between; or, with
+// Target.KeepsKilledHolder, the killed one until its successor), and
 // WatchLeader returns ctx's error when ctx ends and ErrClosed once the
 // watching Backend is closed.
 func LeaderWatch(t *testing.T, target Target) {
@@ -98,7 +99,12 @@ func LeaderWatch(t *testing.T, target Target) {
 	testkit.CampaignWithin(t, c.Backend, lease, "c", 10*time.Second)
 	next("c")
 	c.Kill()
-	next("nobody")
+	if target.KeepsKilledHolder {
+		testkit.CampaignWithin(t, a.Backend, lease, "d", 3*cfg.TTL+20*time.Second)
+		next("d")
+	} else {
+		next("nobody")
+	}
 
 	cancel()
 	select {

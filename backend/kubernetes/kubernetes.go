@@ -36,6 +36,12 @@
 //   - The lease's state (baton.StateTerm) is the annotation
 //     AnnotationState, written in the same conditional update as the rest
 //     of the record.
+//   - WatchLeader (baton.LeaderWatcher) follows the Lease with a watch,
+//     whose events carry the holder: a standby hears a new holder from
+//     one event, with no read or poll. It reports what Leader would: a
+//     crashed holder stays named until its successor's takeover is
+//     written, and nobody only when holderIdentity is empty or the Lease
+//     does not exist.
 //
 // Not guaranteed: a Lease deleted while in use is created again with a new
 // epoch, whose tokens outrank the old ones only if the creator's clock
@@ -92,6 +98,10 @@ type Options struct {
 type Backend struct {
 	*cas.Backend
 	store *Store
+
+	// closed ends when Close is called: WatchLeader calls return.
+	closed     context.Context
+	closeWatch context.CancelFunc
 }
 
 var _ baton.Backend = (*Backend)(nil)
@@ -120,7 +130,8 @@ func New(client k8s.Interface, opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{Backend: b, store: store}, nil
+	closed, closeWatch := context.WithCancel(context.Background())
+	return &Backend{Backend: b, store: store, closed: closed, closeWatch: closeWatch}, nil
 }
 
 // NewForConfig returns a Backend with a client made from cfg: the user's
@@ -152,3 +163,12 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 
 // Namespace returns the namespace of the Backend's Leases.
 func (b *Backend) Namespace() string { return b.store.Namespace() }
+
+// Close ends every term this Backend holds and releases their Leases, so
+// that standbys take over at once (see cas.Backend.Close), and ends its
+// WatchLeader calls, which return an error wrapping baton.ErrClosed. The
+// client stays the caller's.
+func (b *Backend) Close(ctx context.Context) error {
+	b.closeWatch()
+	return b.Backend.Close(ctx)
+}
