@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -34,11 +35,25 @@ type URL struct {
 // ParseURL parses k8s://[NAMESPACE][?kubeconfig=PATH&context=NAME]
 // without connecting. Its errors say what is wrong and show the form.
 func ParseURL(s string) (URL, error) {
+	// A URL with user info may hold a password: errors show it redacted,
+	// or not at all when it does not parse.
+	shown := s
+	if strings.Contains(s, "@") {
+		shown = "k8s://(not shown: it holds user info)"
+		if u, err := url.Parse(s); err == nil {
+			shown = u.Redacted()
+		}
+	}
 	bad := func(why string, args ...any) (URL, error) {
-		return URL{}, fmt.Errorf("kubernetes: bad URL %q: %s; the form is %s", s, fmt.Sprintf(why, args...), URLForm)
+		return URL{}, fmt.Errorf("kubernetes: bad URL %q: %s; the form is %s", shown, fmt.Sprintf(why, args...), URLForm)
 	}
 	u, err := url.Parse(s)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			// url.Error repeats the whole URL; keep only its reason.
+			err = ue.Err
+		}
 		return bad("%v", err)
 	}
 	if u.Scheme != "k8s" {

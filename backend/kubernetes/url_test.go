@@ -114,3 +114,23 @@ func TestOpenFromKubeconfig(t *testing.T) {
 		resignTerm(t, term)
 	}
 }
+
+// TestParseURLHidesPasswords: a password put in the URL by mistake never
+// appears in the error that refuses it, whether the URL parses or not.
+func TestParseURLHidesPasswords(t *testing.T) {
+	for _, in := range []string{
+		"k8s://user:hunter2secret@prod",
+		"k8s://user:hunter2secret@prod/path",
+		"k8s://user:hunter2secret@pr od%zz",
+		"k8s://user:hunter2secret@[::1",
+	} {
+		_, err := kubernetes.ParseURL(in)
+		if err == nil {
+			t.Errorf("ParseURL(%q) = nil error, want one", in)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2secret") {
+			t.Errorf("ParseURL(%q) error shows the password: %v", in, err)
+		}
+	}
+}
