@@ -64,7 +64,7 @@ type mockProc struct {
 }
 
 // startMock starts a metadata mock on port, or on a free one if port is 0.
-func startMock(t *testing.T, port int, cfg map[string]any, args ...string) *mockProc {
+func startMock(t testing.TB, port int, cfg map[string]any, args ...string) *mockProc {
 	t.Helper()
 	bin, err := testserver.MetadataMock.Binary()
 	if err != nil {
@@ -82,7 +82,7 @@ func startMock(t *testing.T, port int, cfg map[string]any, args ...string) *mock
 	return nil
 }
 
-func tryMetadataMock(t *testing.T, bin string, port int, cfg map[string]any, args []string) (*mockProc, error) {
+func tryMetadataMock(t testing.TB, bin string, port int, cfg map[string]any, args []string) (*mockProc, error) {
 	if port == 0 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -172,7 +172,7 @@ func metadataMockServes(url string) bool {
 // the test's environment without BATON_* and AWS_* variables, a home with
 // no AWS files, fake static credentials, the fake's endpoint for every
 // service and imds as the metadata service; extra is added.
-func awsEnv(t *testing.T, f *awsfake.Server, imds string, extra ...string) []string {
+func awsEnv(t testing.TB, f *awsfake.Server, imds string, extra ...string) []string {
 	var env []string
 	for _, kv := range testEnv() {
 		if !strings.HasPrefix(kv, "AWS_") && !strings.HasPrefix(kv, "HOME=") {
@@ -403,7 +403,7 @@ type awsInstance struct {
 // 127.0.NET3.1-3 (loopback; each test its own NET3) at the raft port
 // that --join aws-asg implies.
 // extra is added to each baton's flags.
-func awsGroup(t *testing.T, f *awsfake.Server, file, net3 string, extra ...string) []*awsInstance {
+func awsGroup(t testing.TB, f *awsfake.Server, file, net3 string, extra ...string) []*awsInstance {
 	t.Helper()
 	f.AddGroup("web")
 	f.AddLifecycleHook("web", awsfake.LifecycleHook{Name: "drain", HeartbeatTimeout: 30 * time.Second})

@@ -42,14 +42,14 @@ func testEnv(extra ...string) []string {
 // startBaton starts the baton binary; it is killed with SIGKILL at the end
 // of the test if it is still running, and its output is logged if the test
 // failed.
-func startBaton(t *testing.T, name string, env []string, args ...string) *batonProc {
+func startBaton(t testing.TB, name string, env []string, args ...string) *batonProc {
 	t.Helper()
 	return startBatonAttr(t, name, env, false, args...)
 }
 
 // startBatonAttr is startBaton, with baton in a process group of its own
 // if setpgid.
-func startBatonAttr(t *testing.T, name string, env []string, setpgid bool, args ...string) *batonProc {
+func startBatonAttr(t testing.TB, name string, env []string, setpgid bool, args ...string) *batonProc {
 	t.Helper()
 	p := &batonProc{name: name, out: new(testserver.SyncBuffer), done: make(chan struct{})}
 	p.cmd = exec.Command(batonBin, args...)
@@ -80,7 +80,7 @@ func startBatonAttr(t *testing.T, name string, env []string, setpgid bool, args 
 }
 
 // wait waits for p to exit and returns its exit status.
-func (p *batonProc) wait(t *testing.T, timeout time.Duration) int {
+func (p *batonProc) wait(t testing.TB, timeout time.Duration) int {
 	t.Helper()
 	select {
 	case <-p.done:
@@ -92,7 +92,7 @@ func (p *batonProc) wait(t *testing.T, timeout time.Duration) int {
 }
 
 // runBaton runs the baton binary to completion.
-func runBaton(t *testing.T, timeout time.Duration, args ...string) result {
+func runBaton(t testing.TB, timeout time.Duration, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	defer cancel()
@@ -132,7 +132,7 @@ func stopOf(evs []event, pid int) (event, bool) {
 
 // killLeftoverChildren kills, at the end of a test, any child in file that
 // still runs: a failing test must not leave them behind.
-func killLeftoverChildren(t *testing.T, file string) {
+func killLeftoverChildren(t testing.TB, file string) {
 	t.Cleanup(func() {
 		// The batons are gone by now (their cleanups ran first); their
 		// guards stop the children within --grace.

@@ -106,6 +106,23 @@ func (r *raftFlags) validate() []string {
 	return problems
 }
 
+// validateUnused returns a problem for each raft flag given on the command
+// line to run or cron with a backend other than raft (scheme), which would
+// ignore it: the user meant a raft member, or has a stale flag to drop.
+// --join aws-asg is not one: it also watches the instance on any backend.
+// Values from BATON_* variables are not checked, since one environment may
+// serve several commands.
+func (r *raftFlags) validateUnused(scheme string) []string {
+	var problems []string
+	r.fs.VisitAll(func(f *pflag.Flag) {
+		if !f.Changed || !strings.HasPrefix(f.Usage, "raft: ") || (f.Name == "join" && joinsASG(r.join)) {
+			return
+		}
+		problems = append(problems, fmt.Sprintf("--%s is a raft flag, and the backend is %s://, which ignores it: use --backend raft:// for a raft member, or drop --%s", f.Name, scheme, f.Name))
+	})
+	return problems
+}
+
 // checkHostPort checks a HOST:PORT flag without resolving it: a port from
 // minPort to 65535 (0 lets the kernel choose, for --bind) and a host that is
 // an IP address or a host name (empty: every address, for --bind).

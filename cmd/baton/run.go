@@ -156,6 +156,8 @@ func (c *leaderFlags) validate() (problems []string, spec *backendurl.Spec, ttl 
 	problems = append(problems, c.http.validate()...)
 	if spec != nil && spec.Scheme == "raft" {
 		problems = append(problems, c.raft.validate()...)
+	} else if spec != nil {
+		problems = append(problems, c.raft.validateUnused(spec.Scheme)...)
 	}
 	problems = append(problems, c.aws.validate()...)
 	// The renewal window: how far ahead safe-until stays while renewals are
