@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -226,10 +227,13 @@ func (b *Backend) campaign(ctx context.Context, h *holding) (baton.Term, error) 
 // the race, so the caller reads again.
 func (b *Backend) acquire(ctx context.Context, h *holding, v uint64, old Record) (baton.Term, error) {
 	rec := Record{Holder: h.id, Token: old.Token + 1, TTL: b.cfg.TTL, Since: time.Now(), State: old.State}
-	if v == 0 && !b.keeps {
-		// A new record: the store may have lost an older one, whose tokens
-		// this one must outrank.
-		rec.Token = max(rec.Token, epoch.Token(b.epochs.Next(h.name, rec.Since), 1))
+	if !b.keeps && (v == 0 || old.Token>>32 == 0) {
+		// A new record, or one that another kind of client created without
+		// an epoch (client-go's elector creates Leases): the store may
+		// have lost an older record, whose tokens this one must outrank.
+		// The counter goes on from the record's, so that it keeps rising
+		// for the other clients too.
+		rec.Token = max(rec.Token, epoch.Token(b.epochs.Next(h.name, rec.Since), old.Token&math.MaxUint32+1))
 	}
 	start := time.Now()
 	nv, err := b.store.CompareAndSwap(ctx, h.name, v, rec)

@@ -226,3 +226,68 @@ func TestClientGoElectorCutOff(t *testing.T) {
 	}
 	resignTerm(t, w.Term)
 }
+
+// TestTokensRiseWhenClientGoRecreatesLease: the Lease is deleted after a
+// baton term and client-go's elector creates it anew, with no token epoch
+// and its transitions counting from zero. The next baton term still gets a
+// token above the first one's: a Lease without an epoch gets one when baton
+// acquires it, and leaseTransitions goes on rising from client-go's count.
+func TestTokensRiseWhenClientGoRecreatesLease(t *testing.T) {
+	srv := testserver.SharedKubeAPIServer(t)
+	const lease = "recreated"
+	ns := grantLeases(t, srv, "baton-recreated")
+	cs, err := k8s.NewForConfig(restConfig(srv, srv.Host(), testserver.KubeUser))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := k8s.NewForConfig(restConfig(srv, srv.Host(), testserver.KubeAdminUser))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := kubernetes.New(cs, kubernetes.Options{Options: cas.Options{Config: backend.Config{TTL: 2 * time.Second}}, Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.CloseAtEnd(t, b, 5*time.Second)
+
+	first := testkit.CampaignWithin(t, b, lease, "baton-1", 10*time.Second)
+	resignTerm(t, first)
+	if err := admin.CoordinationV1().Leases(ns).Delete(context.Background(), lease, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// client-go creates the Lease anew, leads, and releases it.
+	started := make(chan time.Time, 1)
+	cgCtx, cgCancel := context.WithCancel(context.Background())
+	defer cgCancel()
+	le := clientGoElector(t, cs, ns, lease, "client-go", 2*time.Second, true, started, nil)
+	var wg sync.WaitGroup
+	wg.Go(func() { le.Run(cgCtx) })
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("client-go did not take the deleted Lease")
+	}
+	l, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), lease, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := l.Annotations[kubernetes.AnnotationEpoch]; ok {
+		t.Fatalf("client-go's new Lease has an epoch annotation: the test no longer shows what it means to: %v", l.Annotations)
+	}
+	cgCancel()
+	wg.Wait()
+
+	second := testkit.CampaignWithin(t, b, lease, "baton-2", 10*time.Second)
+	if second.Token() <= first.Token() {
+		t.Errorf("baton's token after client-go re-created the Lease is %d, not above the first term's %d", second.Token(), first.Token())
+	}
+	l, err = cs.CoordinationV1().Leases(ns).Get(context.Background(), lease, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Spec.LeaseTransitions == nil || uint64(*l.Spec.LeaseTransitions) != second.Token()&0xffffffff {
+		t.Errorf("leaseTransitions %v, want the token's counter %d", l.Spec.LeaseTransitions, second.Token()&0xffffffff)
+	}
+	resignTerm(t, second)
+}
