@@ -4,24 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/batonhq/baton/internal/awsfake"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/batonhq/baton/internal/awsfake"
 
 	"github.com/batonhq/baton/internal/testserver"
 )
 
 // The IMDS tests run the real amazon-ec2-metadata-mock.
-var metadataMock = testserver.MetadataMock
 
 // metadataMockInstance is the instance ID in the mock's default data.
 const metadataMockInstance = "i-1234567890abcdef0"
@@ -31,89 +27,8 @@ const metadataMockInstance = "i-1234567890abcdef0"
 // and returns its endpoint URL and its output.
 func startMetadataMock(t *testing.T) (string, *testserver.SyncBuffer) {
 	t.Helper()
-	bin, err := metadataMock.Binary()
-	if err != nil {
-		testserver.Unavailable(t, "ec2-metadata-mock", fmt.Errorf("%w\n%s", err, metadataMock.Hint()))
-	}
-	// The port is free when chosen but may be taken before the mock binds
-	// it; then the mock exits and another port is tried.
-	var errs []error
-	for range 3 {
-		url, out, err := tryStartMetadataMock(t, bin)
-		if err == nil {
-			return url, out
-		}
-		errs = append(errs, err)
-	}
-	testserver.Unavailable(t, "ec2-metadata-mock", fmt.Errorf("%w\n%s", errors.Join(errs...), metadataMock.Hint()))
-	return "", nil
-}
-
-func tryStartMetadataMock(t *testing.T, bin string) (string, *testserver.SyncBuffer, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-
-	// An empty home and working directory: the mock reads and may write
-	// its configuration file there.
-	home := t.TempDir()
-	out := new(testserver.SyncBuffer)
-	cmd := exec.Command(bin, "--hostname", "127.0.0.1", "--port", strconv.Itoa(port), "--imdsv2")
-	cmd.Dir = home
-	cmd.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		return "", nil, err
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stop := func() {
-		cmd.Process.Kill()
-		<-exited
-	}
-
-	url := "http://127.0.0.1:" + strconv.Itoa(port)
-	deadline := time.Now().Add(30 * time.Second)
-	for !metadataMockServes(url) {
-		if time.Now().After(deadline) {
-			stop()
-			return "", nil, fmt.Errorf("ec2-metadata-mock did not serve on %s within 30s; output:\n%s", url, out)
-		}
-		// Poll: the mock gives no other sign that it listens.
-		select {
-		case err := <-exited:
-			return "", nil, fmt.Errorf("ec2-metadata-mock exited before serving (%v); output:\n%s", err, out)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	t.Cleanup(func() {
-		stop()
-		if t.Failed() {
-			t.Logf("ec2-metadata-mock output:\n%s", out)
-		}
-	})
-	return url, out, nil
-}
-
-// metadataMockServes reports whether an IMDSv2 server answers at url with
-// a session token, which tells the mock from anything else that might have
-// taken the port.
-func metadataMockServes(url string) bool {
-	req, err := http.NewRequest(http.MethodPut, url+"/latest/api/token", nil)
-	if err != nil {
-		return false
-	}
-	req.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", "60")
-	client := http.Client{Timeout: time.Second}
-	resp, err := client.Do(req)
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	m := testserver.StartMetadataMock(t, 0, "")
+	return m.URL, m.Out
 }
 
 func TestIMDSv2FindsOwnGroup(t *testing.T) {

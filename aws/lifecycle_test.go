@@ -6,12 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,20 +29,7 @@ import (
 // returns its endpoint. The mock's delays count from its start.
 func startInstanceMock(t *testing.T, id string, args ...string) string {
 	t.Helper()
-	bin, err := metadataMock.Binary()
-	if err != nil {
-		testserver.Unavailable(t, "ec2-metadata-mock", fmt.Errorf("%w\n%s", err, metadataMock.Hint()))
-	}
-	var errs []error
-	for range 3 { // the port chosen may be taken before the mock binds it
-		url, err := tryStartInstanceMock(t, bin, id, args)
-		if err == nil {
-			return url
-		}
-		errs = append(errs, err)
-	}
-	testserver.Unavailable(t, "ec2-metadata-mock", fmt.Errorf("%w\n%s", errors.Join(errs...), metadataMock.Hint()))
-	return ""
+	return testserver.StartMetadataMock(t, 0, fmt.Sprintf(instanceMockConfig, id), args...).URL
 }
 
 // instanceMockConfig replaces the mock's instance ID, in the metadata and
@@ -59,64 +42,6 @@ const instanceMockConfig = `{
     "pendingTime": "2026-01-01T00:00:00Z", "architecture": "x86_64",
     "instanceType": "t3.micro", "region": "us-east-1"}}}
 }`
-
-func tryStartInstanceMock(t *testing.T, bin, id string, args []string) (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-
-	home := t.TempDir()
-	cfg := filepath.Join(home, "instance.json")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, instanceMockConfig, id), 0o600); err != nil {
-		return "", err
-	}
-	out := new(testserver.SyncBuffer)
-	args = append(args, "--hostname", "127.0.0.1", "--port", strconv.Itoa(port), "--imdsv2", "--config-file", cfg)
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = home
-	cmd.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		return "", err
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stop := func() {
-		cmd.Process.Kill()
-		<-exited
-	}
-	url := "http://127.0.0.1:" + strconv.Itoa(port)
-	deadline := time.Now().Add(30 * time.Second)
-	for !metadataMockServes(url) {
-		if time.Now().After(deadline) {
-			stop()
-			return "", fmt.Errorf("ec2-metadata-mock did not serve on %s within 30s; output:\n%s", url, out)
-		}
-		// Poll: the mock gives no other sign that it listens.
-		select {
-		case err := <-exited:
-			return "", fmt.Errorf("ec2-metadata-mock exited before serving (%v); output:\n%s", err, out)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	t.Cleanup(func() {
-		stop()
-		if t.Failed() {
-			t.Logf("ec2-metadata-mock %s %q output (last 4000 bytes):\n%s", id, args, tail(out.String(), 4000))
-		}
-	})
-	return url, nil
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "..." + s[len(s)-n:]
-	}
-	return s
-}
 
 // instanceOptions returns options whose built clients talk to the mock and
 // to f, polling fast.

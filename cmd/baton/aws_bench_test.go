@@ -26,15 +26,15 @@ import (
 func BenchmarkAWSHandOver(b *testing.B) {
 	b.Run("LifecycleHook", func(b *testing.B) {
 		benchAWSHandOver(b, "22", func(f *awsfake.Server, in *awsInstance) {
-			in.mock.stop()
-			in.mock = startMock(b, in.mock.port, in.cfg, "asglifecycle", "--asg-termination-delay-sec", "0")
+			in.mock.Stop()
+			in.mock = startMock(b, in.mock.Port, in.cfg, "asglifecycle", "--asg-termination-delay-sec", "0")
 			f.BeginTermination(in.id)
 		})
 	})
 	b.Run("SpotNotice", func(b *testing.B) {
 		benchAWSHandOver(b, "23", func(f *awsfake.Server, in *awsInstance) {
-			in.mock.stop()
-			in.mock = startMock(b, in.mock.port, in.cfg, "--mock-delay-sec", "0", "--rebalance-delay-sec", "3600", "--asg-termination-delay-sec", "4")
+			in.mock.Stop()
+			in.mock = startMock(b, in.mock.Port, in.cfg, "--mock-delay-sec", "0", "--rebalance-delay-sec", "3600", "--asg-termination-delay-sec", "4")
 			time.AfterFunc(2*time.Second, func() { f.BeginTermination(in.id) })
 		})
 	})

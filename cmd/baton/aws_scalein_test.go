@@ -69,8 +69,8 @@ func TestAWSScaleInRaftLeader(t *testing.T) {
 
 	// Scale-in: the group puts the instance into Terminating:Wait, and its
 	// metadata shows the target lifecycle state Terminated.
-	old.mock.stop()
-	old.mock = startMock(t, old.mock.port, old.cfg, "asglifecycle", "--asg-termination-delay-sec", "0")
+	old.mock.Stop()
+	old.mock = startMock(t, old.mock.Port, old.cfg, "asglifecycle", "--asg-termination-delay-sec", "0")
 	f.BeginTermination(old.id)
 	if code := old.baton.wait(t, 60*time.Second); code != 0 {
 		t.Errorf("the leaving instance's baton exited %d, want 0 (as on SIGTERM)", code)

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -53,119 +52,25 @@ func mockConfig(id, ip string) map[string]any {
 // (a mode such as "spot" or "asglifecycle", and its flags).
 func startMetadataMock(t *testing.T, cfg map[string]any, args ...string) string {
 	t.Helper()
-	return startMock(t, 0, cfg, args...).url
+	return startMock(t, 0, cfg, args...).URL
 }
 
 // mockProc is one running metadata mock.
-type mockProc struct {
-	url  string
-	port int
-	stop func() // kills it and waits; safe to call twice
-}
+type mockProc = testserver.MetadataMockProc
 
-// startMock starts a metadata mock on port, or on a free one if port is 0.
+// startMock starts a metadata mock on port, or on a free one if port is 0;
+// cfg (nil for the defaults) is its configuration file.
 func startMock(t testing.TB, port int, cfg map[string]any, args ...string) *mockProc {
 	t.Helper()
-	bin, err := testserver.MetadataMock.Binary()
-	if err != nil {
-		testserver.Unavailable(t, "ec2-metadata-mock", fmt.Errorf("%w\n%s", err, testserver.MetadataMock.Hint()))
-	}
-	var errs []error
-	for range 3 { // a free port chosen may be taken before the mock binds it
-		m, err := tryMetadataMock(t, bin, port, cfg, args)
-		if err == nil {
-			return m
-		}
-		errs = append(errs, err)
-	}
-	testserver.Unavailable(t, "ec2-metadata-mock", fmt.Errorf("%w\n%s", errors.Join(errs...), testserver.MetadataMock.Hint()))
-	return nil
-}
-
-func tryMetadataMock(t testing.TB, bin string, port int, cfg map[string]any, args []string) (*mockProc, error) {
-	if port == 0 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		port = l.Addr().(*net.TCPAddr).Port
-		l.Close()
-	}
-	// An empty home and working directory: the mock reads its
-	// configuration file there.
-	home := t.TempDir()
-	args = append(slices.Clone(args), "--hostname", "127.0.0.1", "--port", strconv.Itoa(port), "--imdsv2")
+	var config string
 	if cfg != nil {
 		b, err := json.Marshal(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		file := filepath.Join(home, "aemm-config.json")
-		if err := os.WriteFile(file, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		args = append(args, "--config-file", file)
+		config = string(b)
 	}
-	out := new(testserver.SyncBuffer)
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = home
-	cmd.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cmd.Process.Kill()
-			<-exited
-		})
-	}
-	url := "http://127.0.0.1:" + strconv.Itoa(port)
-	deadline := time.Now().Add(30 * time.Second)
-	for !metadataMockServes(url) {
-		if time.Now().After(deadline) {
-			stop()
-			return nil, fmt.Errorf("ec2-metadata-mock did not serve on %s within 30s; output:\n%s", url, out)
-		}
-		// Poll: the mock gives no other sign that it listens.
-		select {
-		case err := <-exited:
-			return nil, fmt.Errorf("ec2-metadata-mock exited before serving (%v); output:\n%s", err, out)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	t.Cleanup(func() {
-		stop()
-		if t.Failed() {
-			o := out.String()
-			if len(o) > 3000 {
-				o = "..." + o[len(o)-3000:]
-			}
-			t.Logf("ec2-metadata-mock %s output:\n%s", strings.Join(args, " "), o)
-		}
-	})
-	return &mockProc{url: url, port: port, stop: stop}, nil
-}
-
-// metadataMockServes reports whether an IMDSv2 server answers at url with
-// a session token.
-func metadataMockServes(url string) bool {
-	req, err := http.NewRequest(http.MethodPut, url+"/latest/api/token", nil)
-	if err != nil {
-		return false
-	}
-	req.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", "60")
-	client := http.Client{Timeout: time.Second}
-	resp, err := client.Do(req)
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	return testserver.StartMetadataMock(t, port, config, args...)
 }
 
 // awsEnv is the environment of a baton process on a simulated instance:
@@ -433,7 +338,7 @@ func awsGroup(t testing.TB, f *awsfake.Server, file, net3 string, extra ...strin
 			"--log-level", "debug"},
 			extra...)
 		args = append(args, "--", self)
-		env := awsEnv(t, f, in.mock.url, childEnv+"=1", childFileEnv+"="+file, "BATON_SECRET=aws-hand-over-test-secret-0123456789")
+		env := awsEnv(t, f, in.mock.URL, childEnv+"=1", childFileEnv+"="+file, "BATON_SECRET=aws-hand-over-test-secret-0123456789")
 		in.baton = startBaton(t, "baton-"+in.id, env, args...)
 		insts = append(insts, in)
 	}
@@ -447,8 +352,8 @@ func awsGroup(t testing.TB, f *awsfake.Server, file, net3 string, extra ...strin
 // comes after the old child stopped.
 func TestAWSHandOverOnTermination(t *testing.T) {
 	testAWSHandOver(t, "14", "instance terminating", func(t *testing.T, f *awsfake.Server, in *awsInstance) {
-		in.mock.stop()
-		in.mock = startMock(t, in.mock.port, in.cfg, "asglifecycle", "--asg-termination-delay-sec", "0")
+		in.mock.Stop()
+		in.mock = startMock(t, in.mock.Port, in.cfg, "asglifecycle", "--asg-termination-delay-sec", "0")
 		f.BeginTermination(in.id)
 	})
 }
@@ -458,10 +363,10 @@ func TestAWSHandOverOnTermination(t *testing.T) {
 // completed once it waits for it.
 func TestAWSHandOverOnSpotNotice(t *testing.T) {
 	testAWSHandOver(t, "15", "spot interruption", func(t *testing.T, f *awsfake.Server, in *awsInstance) {
-		in.mock.stop()
+		in.mock.Stop()
 		// The notice now, the termination (target lifecycle state
 		// Terminated) a few seconds later, as the group's reaction to it.
-		in.mock = startMock(t, in.mock.port, in.cfg, "--mock-delay-sec", "0", "--rebalance-delay-sec", "3600", "--asg-termination-delay-sec", "4")
+		in.mock = startMock(t, in.mock.Port, in.cfg, "--mock-delay-sec", "0", "--rebalance-delay-sec", "3600", "--asg-termination-delay-sec", "4")
 		// Auto Scaling's side starts first: on AWS both show at once, and
 		// a metadata mock's delay counts from its start, which the test
 		// does not see to the millisecond.
@@ -608,7 +513,7 @@ func TestAWSNotInServiceDoesNotCampaign(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := awsEnv(t, f, mock.url, childEnv+"=1", childFileEnv+"="+file)
+	env := awsEnv(t, f, mock.URL, childEnv+"=1", childFileEnv+"="+file)
 	httpAddr := freePort(t)
 	p := startBaton(t, "baton", env, "run", "--backend", "memory://", "--lease", "work", "--id", id, "--aws", "--http", httpAddr,
 		"--log-level", "debug", "--", self)
@@ -656,7 +561,7 @@ func TestAWSAgentLeaves(t *testing.T) {
 		t.Fatalf("tls cert: %d %s", r.code, r.stderr)
 	}
 	httpAddr := freePort(t)
-	env := awsEnv(t, f, mock.url, "BATON_SECRET=agent-aws-test-secret-0123456789")
+	env := awsEnv(t, f, mock.URL, "BATON_SECRET=agent-aws-test-secret-0123456789")
 	agent := startBaton(t, "agent", env, "agent",
 		"--bind", net.JoinHostPort(ip, strconv.Itoa(defaultRaftPort)), "--join", "aws-asg", "--bootstrap-expect", "1", "--voters", "1",
 		"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, "a1.pem"), "--tls-key", filepath.Join(dir, "a1-key.pem"),
@@ -667,8 +572,8 @@ func TestAWSAgentLeaves(t *testing.T) {
 		t.Errorf("metrics lack baton_aws_in_service 1:\n%s", metrics)
 	}
 
-	mock.stop()
-	startMock(t, mock.port, cfg, "asglifecycle", "--asg-termination-delay-sec", "0")
+	mock.Stop()
+	startMock(t, mock.Port, cfg, "asglifecycle", "--asg-termination-delay-sec", "0")
 	f.BeginTermination(id)
 	if code := agent.wait(t, 60*time.Second); code != 0 {
 		t.Errorf("agent exited %d on the termination, want 0", code)
@@ -743,7 +648,7 @@ func TestAWSReplaceAllThree(t *testing.T) {
 			t.Fatalf("tls cert: %d %s", r.code, r.stderr)
 		}
 		m := &member{in: in, http: freePort(t)}
-		env := awsEnv(t, f, in.mock.url, childEnv+"=1", childFileEnv+"="+file, "BATON_SECRET=aws-replace-test-secret-0123456789")
+		env := awsEnv(t, f, in.mock.URL, childEnv+"=1", childFileEnv+"="+file, "BATON_SECRET=aws-replace-test-secret-0123456789")
 		in.baton = startBaton(t, "baton-"+in.id, env, "run", "--backend", "raft://", "--bind", net.JoinHostPort(in.ip, strconv.Itoa(defaultRaftPort)),
 			"--join", "aws-asg", "--bootstrap-expect", "auto",
 			"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, name+".pem"), "--tls-key", filepath.Join(dir, name+"-key.pem"),
@@ -823,7 +728,7 @@ func TestAWSWatchOutsideGroup(t *testing.T) {
 	id := "i-0000000000000ee01"
 	f.Launch(id, "", "", "", "127.0.20.1") // in no group
 	mock := startMock(t, 0, mockConfig(id, "127.0.20.1"), "asglifecycle", "--asg-termination-delay-sec", "3600")
-	env := awsEnv(t, f, mock.url)
+	env := awsEnv(t, f, mock.URL)
 
 	r := runBatonEnv(t, 60*time.Second, env, "run", "--backend", "memory://", "--lease", "x", "--aws", "--", "true")
 	if r.code != exitUsage || !strings.Contains(r.stderr, "not in an Auto Scaling group") || !strings.Contains(r.stderr, "--aws") {
