@@ -9,7 +9,15 @@
 //     target lifecycle state Terminated, a spot interruption, optionally a
 //     rebalance recommendation), whether it is in service
 //     (Instance.InService), and its termination lifecycle hook
-//     (Instance.Heartbeat, Instance.Complete).
+//     (Instance.Heartbeat, Instance.Complete);
+//   - the group's membership for a raft group among its instances: the
+//     members whose instance is leaving or gone (ASG.Departed) and how many
+//     to wait for before forming one (ASG.BootstrapExpect);
+//   - the leader tag (NewTagger, ParseTag): Tagger.Elected removes KEY from
+//     the group's other instances, then tags this one with KEY and
+//     KEY-token; Tagger.Demoted removes them;
+//   - the group's own rule, with no lease (LeaderByRule): the InService,
+//     Healthy instance with the lowest id.
 //
 // # What is guaranteed, and what is not
 //
@@ -34,7 +42,7 @@
 //     InService. NewInstance, too, reads IMDS with IMDSv2 only.
 //
 // The AWS clients are reached through the small ASGAPI, EC2API, IMDSAPI,
-// LifecycleAPI and InstanceIMDSAPI interfaces; ASGOptions and
+// LifecycleAPI, InstanceIMDSAPI and TagAPI interfaces; ASGOptions and
 // InstanceOptions can supply them. ASG and Instance are safe for
 // concurrent use.
 package aws

@@ -31,8 +31,9 @@
 //     leaseTransitions at every acquisition, and client-go adds one at every
 //     change of holder, so tokens strictly increase across the terms of
 //     both. The epoch is the annotation AnnotationEpoch, set by baton when
-//     it creates the Lease (the creating candidate's wall-clock second, as
-//     in backend/cas), and 0 on a Lease client-go created.
+//     it creates the Lease or first acquires one without it (the
+//     candidate's wall-clock second, as in backend/cas); a Lease
+//     client-go created has epoch 0 until then.
 //   - The lease's state (baton.StateTerm) is the annotation
 //     AnnotationState, written in the same conditional update as the rest
 //     of the record.
@@ -45,8 +46,9 @@
 //
 // Not guaranteed: a Lease deleted while in use is created again with a new
 // epoch, whose tokens outrank the old ones only if the creator's clock
-// reads a later second than the old epoch, and only if baton creates it (a
-// Lease client-go creates has epoch 0); a client-go elector keeps its own
+// reads a later second than the old epoch (client-go's terms on a Lease it
+// created anew read as their bare counter until baton first acquires it);
+// a client-go elector keeps its own
 // timing rules (it times a holder from the last change it saw, on its own
 // clock, as baton does, but acts without a fencing token and keeps acting
 // after it lost the Lease until its renew deadline). Leader may name a

@@ -25,9 +25,10 @@ import (
 // read, so it carries both over when it takes the Lease.
 const (
 	// AnnotationEpoch holds the epoch of the Lease's fencing tokens, in
-	// decimal: baton sets it when it creates the Lease, so that a Lease
-	// deleted and created again by baton starts its tokens above the old
-	// one's (see the package doc). A Lease without it has epoch 0.
+	// decimal: baton sets it when it creates the Lease, or when it first
+	// acquires a Lease without it, so that a Lease deleted and created
+	// again starts its tokens above the old one's (see the package doc).
+	// A Lease without it has epoch 0.
 	AnnotationEpoch = "batonhq.github.io/token-epoch"
 	// AnnotationState holds the lease's state (baton.StateTerm), in
 	// standard base64. Absent means no state was ever stored.

@@ -57,7 +57,7 @@ func (f *awsFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.enabled, "aws", false, "on an EC2 instance of an Auto Scaling group: hand over as on SIGTERM when the group terminates the instance or EC2 sends a spot interruption notice, and campaign only while the instance is InService (implied by the other --aws-* flags; also by --join aws-asg, where an instance outside any group only gets a warning)")
 	fs.StringVar(&f.hook, "aws-lifecycle-hook", "", "the group's termination lifecycle hook: once the hand-over is done, complete its action (CONTINUE) so that the group terminates the instance at once; heartbeat it meanwhile")
 	fs.BoolVar(&f.rebalance, "aws-rebalance", false, "hand over on a spot rebalance recommendation too, not only on an interruption notice")
-	fs.StringVar(&f.tag, "aws-tag", "", "tag this instance KEY=VALUE (VALUE defaults to true) and KEY-token=TOKEN while it holds the lease, after removing KEY from the group's other instances; removed when the term ends (for readers of the tag: baton is-leader gives the exact answer)")
+	fs.StringVar(&f.tag, "aws-tag", "", "tag this instance KEY=VALUE (VALUE defaults to true) and KEY-token=TOKEN while it holds the lease, after removing KEY from the group's other instances; removed when the term ends (run and cron only; for readers of the tag: baton is-leader gives the exact answer)")
 	withEnv(fs, "aws", "aws-lifecycle-hook", "aws-rebalance", "aws-tag")
 }
 

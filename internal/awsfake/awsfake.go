@@ -79,6 +79,8 @@ const (
 	asgVersion = "2011-01-01"
 )
 
+// Start serves a new, empty model on a loopback port until t ends, and
+// fails t at the end with any protocol violation it saw.
 func Start(t testing.TB) *Server {
 	t.Helper()
 	f := &Server{
