@@ -590,16 +590,18 @@ func (n *Node) leave(ctx context.Context) {
 		return
 	}
 	if n.raft.State() == hraft.Leader {
-		if err := n.await(n.raft.LeadershipTransfer()); err != nil {
-			n.log.Warn("leadership transfer failed; the group elects a new leader after a timeout", "err", err)
-		} else {
-			n.log.Info("handed raft leadership on")
-		}
+		n.handLeadershipOn()
 	}
 	if !n.inConfiguration() {
 		return
 	}
 	for {
+		if n.raft.State() == hraft.Leader {
+			// Leadership came back: the transfer's target did not take
+			// over in time and this member won the next election. A
+			// leader cannot leave through itself, so hand it on again.
+			n.handLeadershipOn()
+		}
 		err := n.forwardJSON(ctx, "/v1/raft/leave", joinRequest{ID: n.id, Addr: n.addr}, nil)
 		if err == nil {
 			n.log.Info("left the group")
@@ -613,6 +615,16 @@ func (n *Node) leave(ctx context.Context) {
 		case <-ctx.Done():
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// handLeadershipOn transfers raft leadership to another voter, so that
+// this member can leave through the new leader.
+func (n *Node) handLeadershipOn() {
+	if err := n.await(n.raft.LeadershipTransfer()); err != nil {
+		n.log.Warn("leadership transfer failed; the group elects a new leader after a timeout", "err", err)
+	} else {
+		n.log.Info("handed raft leadership on")
 	}
 }
 
