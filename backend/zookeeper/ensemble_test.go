@@ -330,6 +330,12 @@ func ensembleHolder(t *testing.T, ens *testserver.ZooKeeperEnsemble, target int,
 	if got := ens.Index(connA.Server()); got != target {
 		t.Fatalf("a's session is on server %d (%s), want %d", got, connA.Server(), target)
 	}
+	// An ensemble's member is never taken for a standalone server, whose
+	// renewals would be timed without the ensemble lag.
+	if standalone, interval, ok := zookeeper.RenewalMode(a); !ok || standalone || interval != a.Config().RenewInterval {
+		t.Fatalf("a renews as standalone %v, every %s (live generation: %v); want syncs every RenewInterval (%s), as on an ensemble",
+			standalone, interval, ok, a.Config().RenewInterval)
+	}
 	return holderSetup{latch: root + "/" + lease, connA: connA, a: a, b: b, ta: ta, raw: raw}
 }
 

@@ -22,9 +22,13 @@ type Options struct {
 	backend.
 		// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s,
 		// TTL/6, TTL/10; RenewInterval is shorter than elsewhere because a
-		// renewal confirms less on ZooKeeper: see ensembleLag). TTL is the ZooKeeper session timeout that Dial asks for; the
-		// server grants it clamped into [minSessionTimeout, maxSessionTimeout]
-		// (by default 2 to 20 of its ticks), and the Backend then times
+		// renewal confirms less on an ensemble: see ensembleLag). Left at
+		// zero, RenewInterval is a third of the session timeout on a
+		// standalone server instead, where renewals ride on the client's
+		// own pings and send nothing more (see SessionProbe). TTL is the
+		// ZooKeeper session timeout that Dial asks for; the server grants
+		// it clamped into [minSessionTimeout, maxSessionTimeout] (by
+		// default 2 to 20 of its ticks), and the Backend then times
 		// safe-until by what it granted (see Probe).
 		Config
 
@@ -91,31 +95,34 @@ func (o Options) Validate() error {
 
 // ensembleLag is how long before a confirmed renewal was sent the
 // ZooKeeper leader, which expires sessions, may last have heard from the
-// client, for a session timeout of timeout. A client connected to a
-// follower is heard by the leader only through the follower's replies to
-// the leader's pings, every half tick; should the follower lose the leader
-// just after it answered a renewal, the leader's last word of the client
-// may be the request before it: up to RenewInterval earlier (our renewals
-// are never further apart), plus half a tick. The tick is the server's and
-// unknown here, but a negotiated timeout is at least minSessionTimeout,
-// 2 ticks by default, so half a tick is at most timeout/4. Safe-until is
-// measured from the renewal's send time minus this lag. A standalone
-// server has no lag; the bound is kept anyway, as a client cannot tell.
-func ensembleLag(cfg backend.Config, timeout time.Duration) time.Duration {
-	return timeout/4 + cfg.RenewInterval
+// client, for a session timeout of timeout and renewals every interval. A
+// client connected to a follower is heard by the leader only through the
+// follower's replies to the leader's pings, every half tick; should the
+// follower lose the leader just after it answered a renewal, the leader's
+// last word of the client may be the request before it: up to interval
+// earlier (renewals are never further apart), plus half a tick. The tick
+// is the server's and unknown here, but a negotiated timeout is at least
+// minSessionTimeout, 2 ticks by default, so half a tick is at most
+// timeout/4. Safe-until is measured from the renewal's send time minus
+// this lag. A standalone server, which expires sessions itself, has no lag
+// (see SessionProbe).
+func ensembleLag(interval, timeout time.Duration) time.Duration {
+	return timeout/4 + interval
 }
 
 // safeWindow is how far ahead of a renewal's next due time safe-until
-// stays while renewals are confirmed at once, for a session timeout of
-// timeout: the renewal window that `baton run --grace` must fit in.
+// stays on an ensemble while renewals are confirmed at once, for a session
+// timeout of timeout: the renewal window that `baton run --grace` must fit
+// in. A standalone server leaves more (see RenewalWindow).
 func safeWindow(cfg backend.Config, timeout time.Duration) time.Duration {
-	return timeout - ensembleLag(cfg, timeout) - cfg.DriftMargin - cfg.RenewInterval
+	return timeout - ensembleLag(cfg.RenewInterval, timeout) - cfg.DriftMargin - cfg.RenewInterval
 }
 
 // RenewalWindow returns how far ahead safe-until stays, at worst, while
 // renewals are healthy, if the server grants the TTL asked for: the TTL
 // less the ensemble lag (TTL/4 + RenewInterval, see the package doc), the
-// drift margin and one renew interval. A holder's work must be able to stop
+// drift margin and one renew interval; a standalone server leaves more.
+// A holder's work must be able to stop
 // within it once renewals start failing. It returns an error for options
 // that New would refuse.
 func (o Options) RenewalWindow() (time.Duration, error) {

@@ -27,6 +27,15 @@ type gen struct {
 	// timeout is the negotiated session timeout the last renewal was timed
 	// by, in nanoseconds.
 	timeout atomic.Int64
+	// standalone says the generation began on a standalone server;
+	// ridePings, that its renewals ride on the client's pings there, every
+	// interval (a third of the timeout, go-zookeeper's ping interval).
+	// interval is the time between renewals, which bounds the ensemble lag.
+	standalone, ridePings bool
+	interval              time.Duration
+	// answered is the send time of the latest answered request a renewal
+	// returned. Renewals run one at a time.
+	answered time.Time
 }
 
 // driver is the Backend's session.Driver: generations of the connection's
@@ -77,6 +86,7 @@ func (d driver) Grant(ctx context.Context) (session.Grant[*gen], error) {
 	for tries := 0; ; tries++ {
 		start := time.Now()
 		sid := b.conn.SessionID()
+		before, _ := b.link(sid)
 		if err := b.confirm(ctx); err != nil {
 			if errors.Is(err, baton.ErrClosed) || ctx.Err() != nil {
 				return session.Grant[*gen]{}, err
@@ -107,18 +117,28 @@ func (d driver) Grant(ctx context.Context) (session.Grant[*gen], error) {
 		if err := b.checkTimeout(timeout); err != nil {
 			return session.Grant[*gen]{}, err
 		}
-		lag := ensembleLag(b.cfg, timeout)
+		id := &gen{id: sid, interval: b.cfg.RenewInterval}
+		lag := ensembleLag(id.interval, timeout)
+		if after, _ := b.link(sid); before.standalone && after.seq == before.seq {
+			id.standalone, lag = true, 0
+			if b.ridePings {
+				id.ridePings, id.interval = true, timeout/3
+			}
+		}
 		g := session.Grant[*gen]{
-			ID:        &gen{id: sid},
+			ID:        id,
 			SafeUntil: b.cfg.SafeUntil(start.Add(-lag), timeout),
 			TTL:       timeout,
 			Span:      timeout - lag - b.cfg.DriftMargin,
+			Interval:  id.interval,
 		}
-		g.ID.timeout.Store(int64(timeout))
+		id.answered = start
+		id.timeout.Store(int64(timeout))
 		// A reply that took long leaves little of the term: nothing rides
 		// on the generation yet, so measure again.
 		if time.Until(g.SafeUntil) >= g.Span/2 {
-			b.log.Debug("session generation started", "session", fmt.Sprintf("0x%x", sid), "timeout", timeout)
+			b.log.Debug("session generation started", "session", fmt.Sprintf("0x%x", sid), "timeout", timeout,
+				"standalone", id.standalone, "renew_interval", id.interval)
 			if timeout != b.cfg.TTL {
 				b.log.Info("ZooKeeper negotiated a session timeout other than the TTL; safe-until is timed by it",
 					"session", fmt.Sprintf("0x%x", sid), "ttl", b.cfg.TTL, "negotiated", timeout)
@@ -171,7 +191,11 @@ func (b *Backend) confirm(ctx context.Context) error {
 	return err
 }
 
-// Renew implements session.Driver: it confirms generation g with a sync.
+// Renew implements session.Driver. On a standalone server, with
+// RenewInterval left at its default, it confirms generation g with the
+// latest request the server answered since the last renewal, which is the
+// client's own ping unless other requests flowed; if none comes within
+// half an interval, and on an ensemble always, it sends a sync.
 func (d driver) Renew(ctx context.Context, g *gen) (time.Time, error) {
 	b := d.b
 	// The client resets its session ID only when the server says the
@@ -182,13 +206,70 @@ func (d driver) Renew(ctx context.Context, g *gen) (time.Time, error) {
 	if b.conn.State() != zk.StateHasSession {
 		return time.Time{}, errDisconnected
 	}
+	if g.ridePings {
+		if sent, ok := b.answeredSince(ctx, g); ok {
+			return b.renewed(g, sent, 0)
+		}
+		if ctx.Err() != nil {
+			return time.Time{}, ctx.Err()
+		}
+	}
 	start := time.Now()
+	before, _ := b.link(g.id)
 	err := b.confirm(ctx)
 	if b.conn.SessionID() != g.id {
 		return time.Time{}, errSessionGone
 	}
 	if err != nil {
 		return time.Time{}, err
+	}
+	lag := ensembleLag(g.interval, time.Duration(g.timeout.Load()))
+	if after, _ := b.link(g.id); g.standalone && before.standalone && after.seq == before.seq {
+		lag = 0
+	}
+	return b.renewed(g, start, lag)
+}
+
+// answeredSince waits, within ctx and for at most half of g's interval,
+// for the server to answer a request (a ping, most often) that the client
+// sent after the last one a renewal of g returned, on a standalone server,
+// and returns its send time; false if none came.
+func (b *Backend) answeredSince(ctx context.Context, g *gen) (time.Time, bool) {
+	timer := time.NewTimer(g.interval / 2)
+	defer timer.Stop()
+	for {
+		l, ok := b.link(g.id)
+		if !ok {
+			return time.Time{}, false
+		}
+		if l.standalone && l.answered.After(g.answered) {
+			return l.answered, true
+		}
+		select {
+		case <-l.moved:
+		case <-timer.C:
+			return time.Time{}, false
+		case <-ctx.Done():
+			return time.Time{}, false
+		}
+	}
+}
+
+// link returns what the probe knows of the connection carrying session
+// sid; false without a probe, or when the probe has not seen sid granted.
+func (b *Backend) link(sid int64) (link, bool) {
+	if b.probe == nil {
+		return link{}, false
+	}
+	return b.probe.link(sid)
+}
+
+// renewed ends a renewal of g whose request the client sent at sent and
+// the server answered: it checks the session timeout, and returns the
+// safe-until, measured from sent less lag.
+func (b *Backend) renewed(g *gen, sent time.Time, lag time.Duration) (time.Time, error) {
+	if b.conn.SessionID() != g.id {
+		return time.Time{}, errSessionGone
 	}
 	timeout, known := b.sessionTimeout(g.id)
 	if !known {
@@ -211,8 +292,11 @@ func (d driver) Renew(ctx context.Context, g *gen) (time.Time, error) {
 				baton.ErrExpired, g.id, old, timeout)}
 		}
 	}
+	if sent.After(g.answered) {
+		g.answered = sent
+	}
 	// Measured from before the send time: see ensembleLag.
-	return b.cfg.SafeUntil(start.Add(-ensembleLag(b.cfg, timeout)), timeout), nil
+	return b.cfg.SafeUntil(sent.Add(-lag), timeout), nil
 }
 
 // Revoke implements session.Driver. A generation has nothing to revoke on

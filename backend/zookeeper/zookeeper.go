@@ -26,6 +26,9 @@ type Backend struct {
 	acl   []zk.ACL
 	probe *SessionProbe
 	log   *slog.Logger
+	// ridePings says RenewInterval was left at its default, so that on a
+	// standalone server renewals ride on the client's pings (see Renew).
+	ridePings bool
 
 	// ctx bounds the Backend's background work (sessions.Context()); Close
 	// cancels it.
@@ -79,6 +82,8 @@ func New(conn *zk.Conn, opts Options) (*Backend, error) {
 		acl:   acl,
 		probe: opts.Probe,
 		log:   log.WithGroup("zookeeper"),
+		// A probe is what sees the pings answered.
+		ridePings: opts.Probe != nil && opts.Config.RenewInterval == 0,
 		nodes: map[*node]struct{}{},
 		now:   time.Now,
 	}

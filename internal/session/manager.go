@@ -8,8 +8,8 @@
 // A Manager holds what those backends share: the mutex, the closed flag and
 // the wait group of the Backend's goroutines; the one live Session, granted
 // on first use by one caller at a time; the loop that renews it every
-// RenewInterval (sooner when that would leave less than half an interval
-// before safe-until); its end
+// RenewInterval, or every Grant.Interval (sooner when that would leave less
+// than half an interval before safe-until); its end
 // at safe-until (baton.ErrExpired) or when the server dropped it
 // (baton.ErrLeaseLost); the slots that allow one campaign per lease name;
 // the clean-ups of what a cancelled campaign or a failed release left
@@ -83,6 +83,11 @@ type Grant[ID comparable] struct {
 	// safe-until. While less than half of it is left, the Manager renews
 	// the new session before anything rides on it, three times at most.
 	Span time.Duration
+	// Interval is the time between the session's renewals; zero means
+	// Options.Config.RenewInterval. A Driver sets it when the server it
+	// reached allows a longer interval than the configured one (ZooKeeper's
+	// standalone server, whose renewals ride on the client's own pings).
+	Interval time.Duration
 }
 
 // EndedError, returned by Driver.Renew, ends the session with Err (which
@@ -126,6 +131,8 @@ type Options[ID comparable] struct {
 // Session is one server session and the terms riding on it.
 type Session[ID comparable] struct {
 	ID ID
+	// interval is the time between renewals.
+	interval time.Duration
 	// ctx is cancelled when the session ends, stopping everything that
 	// works on its behalf.
 	ctx    context.Context
@@ -247,7 +254,11 @@ func (m *Manager[ID]) Session(ctx context.Context) (*Session[ID], error) {
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(m.ctx)
-	s = &Session[ID]{ID: g.ID, ctx: sctx, cancel: cancel, Terms: NewTerms(g.SafeUntil)}
+	interval := g.Interval
+	if interval <= 0 {
+		interval = m.o.Config.RenewInterval
+	}
+	s = &Session[ID]{ID: g.ID, interval: interval, ctx: sctx, cancel: cancel, Terms: NewTerms(g.SafeUntil)}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -294,10 +305,10 @@ func (m *Manager[ID]) grant(ctx context.Context) (Grant[ID], error) {
 	return g, nil
 }
 
-// keepAlive renews s every RenewInterval until it ends.
+// keepAlive renews s every interval until it ends.
 func (m *Manager[ID]) keepAlive(s *Session[ID]) {
 	s.keepAlive(s.ctx, renewal{
-		Interval: m.o.Config.RenewInterval,
+		Interval: s.interval,
 		Renew:    func(ctx context.Context) (time.Time, error) { return m.d.Renew(ctx, s.ID) },
 		Gone: func(err error) bool {
 			var e *EndedError
