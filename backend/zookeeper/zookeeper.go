@@ -84,8 +84,8 @@ func New(conn *zk.Conn, opts Options) (*Backend, error) {
 		log:   log.WithGroup("zookeeper"),
 		// A probe is what sees the pings answered.
 		ridePings: opts.Probe != nil && opts.Config.RenewInterval == 0,
-		nodes: map[*node]struct{}{},
-		now:   time.Now,
+		nodes:     map[*node]struct{}{},
+		now:       time.Now,
 	}
 	b.sessions = newSessions(b)
 	b.ctx = b.sessions.Context()
