@@ -61,6 +61,11 @@ func TestZKTapCountsPackets(t *testing.T) {
 	c := newReqCounter()
 	feed(t, zkTap(c), b.Bytes())
 	checkCounts(t, c, map[string]int64{"connect": 1, "sync": 2, "ping": 1, "getChildren2": 1, "op 999": 1})
+
+	// A connection that asks a four-letter word counts once.
+	c = newReqCounter()
+	feed(t, zkTap(c), []byte("srvr"))
+	checkCounts(t, c, map[string]int64{"4lw srvr": 1})
 }
 
 func TestGRPCTapCountsMessages(t *testing.T) {

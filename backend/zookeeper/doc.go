@@ -3,8 +3,10 @@
 // services on baton and JVM services on Curator can share one election.
 //
 // Each Backend rides on one ZooKeeper session, renewed once per
-// RenewInterval however many leases it holds (with no pings besides while
-// renewals flow, on a connection dialed through a SessionProbe). Lease NAME has the latch path
+// RenewInterval however many leases it holds: on an ensemble a sync every
+// TTL/6 (with no pings besides while syncs flow), on a standalone server
+// the client's own pings, every third of the session timeout, and nothing
+// more (on a connection dialed through a SessionProbe). Lease NAME has the latch path
 // Root + "/" + NAME (Root defaults to "/baton"); a candidate's claim is an
 // ephemeral sequential child _c_<UUID>-latch-<sequence> holding its
 // candidate ID. The node that sorts first, as Curator sorts, holds the
@@ -17,9 +19,10 @@
 //   - A candidate takes over only when the nodes before its own are gone:
 //     deleted by Resign, Close or an operator, or by ZooKeeper when it expires
 //     the holder's session.
-//   - A term ends with baton.ErrExpired at the send time of its last sync
-//     that confirmed the session − the ensemble lag + the negotiated session
-//     timeout − DriftMargin, whether or not ZooKeeper can be reached. Across
+//   - A term ends with baton.ErrExpired at the send time of its last
+//     renewal that confirmed the session − the ensemble lag (none on a
+//     standalone server) + the negotiated session timeout − DriftMargin,
+//     whether or not ZooKeeper can be reached. Across
 //     a lost connection (Curator's SUSPENDED) a term carries on until then;
 //     an expired session (LOST) or a deleted node ends it with
 //     baton.ErrLeaseLost.

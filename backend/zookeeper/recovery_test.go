@@ -204,9 +204,9 @@ func mkdirs(t testing.TB, conn *zk.Conn, path string) {
 // reconnection. (The real server keeps the old timeout: only what the
 // client and its probe read is changed.)
 type timeoutCutter struct {
-	mu   sync.Mutex
-	last net.Conn
-	ms   atomic.Int32 // the timeout to report, in milliseconds; 0 leaves it alone
+	mu    sync.Mutex
+	conns []net.Conn
+	ms    atomic.Int32 // the timeout to report, in milliseconds; 0 leaves it alone
 }
 
 func (d *timeoutCutter) dial(network, address string, timeout time.Duration) (net.Conn, error) {
@@ -215,16 +215,20 @@ func (d *timeoutCutter) dial(network, address string, timeout time.Duration) (ne
 		return nil, err
 	}
 	d.mu.Lock()
-	d.last = c
+	d.conns = append(d.conns, c)
 	d.mu.Unlock()
 	return &cuttingConn{Conn: c, ms: d.ms.Load()}, nil
 }
 
-// drop breaks the client's current connection, so that it reconnects.
+// drop breaks the client's connections, so that it reconnects. (The
+// probe's srvr connections are closed already.)
 func (d *timeoutCutter) drop() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.last.Close()
+	for _, c := range d.conns {
+		c.Close()
+	}
+	d.conns = nil
 }
 
 type cuttingConn struct {
