@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -145,7 +146,7 @@ func (p *SessionProbe) answer(c *probeConn, sent time.Time) {
 // and the server's reply to it, which names the session and its timeout;
 // every later frame the client writes is a request, and the server
 // answers requests in the order it received them, between watch events.
-// The probe pairs each answer with its request's send time. It drops the
+// The probe pairs each answer with its request's send time, by xid. It drops the
 // client's pings while other requests flow (see Write).
 type probeConn struct {
 	net.Conn
@@ -162,7 +163,7 @@ type probeConn struct {
 	// goroutine at a time, but another than it reads from.
 	mu   sync.Mutex
 	out  frames
-	sent []time.Time
+	sent []request
 
 	// timeout is the session timeout the server granted on this
 	// connection, in nanoseconds, 0 before its reply; lastWrite is when
@@ -206,9 +207,9 @@ func (c *probeConn) Write(b []byte) (int, error) {
 	// writes from one goroutine at a time, so the queue keeps the order in
 	// which the requests go out. A write that fails ends the connection.
 	c.mu.Lock()
-	c.out.feed(b, func(first bool, _ []byte) {
-		if !first {
-			c.sent = append(c.sent, sent)
+	c.out.feed(b, func(first bool, head []byte) {
+		if !first && len(head) >= 4 {
+			c.sent = append(c.sent, request{xid: int32(binary.BigEndian.Uint32(head)), at: sent})
 		}
 	})
 	c.mu.Unlock()
@@ -243,17 +244,26 @@ func (c *probeConn) frameIn(first bool, head []byte) {
 	if len(head) < 16 || int32(binary.BigEndian.Uint32(head[0:4])) == -1 {
 		return
 	}
+	xid := int32(binary.BigEndian.Uint32(head[0:4]))
 	c.mu.Lock()
-	if len(c.sent) == 0 {
+	i := slices.IndexFunc(c.sent, func(r request) bool { return r.xid == xid })
+	if i < 0 {
 		c.mu.Unlock()
 		return // a reply to nothing sent: nothing to learn from it
 	}
-	sent := c.sent[0]
-	c.sent = c.sent[1:]
+	// Requests queued before it were answered first, or never will be.
+	sent := c.sent[i].at
+	c.sent = c.sent[i+1:]
 	c.mu.Unlock()
 	if int32(binary.BigEndian.Uint32(head[12:16])) == 0 {
 		c.probe.answer(c, sent)
 	}
+}
+
+// request is a request the client sent: its xid (-2 for pings) and when.
+type request struct {
+	xid int32
+	at  time.Time
 }
 
 // frameHead is how much of each frame's body the probe keeps: the
