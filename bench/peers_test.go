@@ -463,19 +463,15 @@ func BenchmarkRequestsVsEtcdctl(b *testing.B) {
 // BenchmarkRequestsVsCurator: requests per process per second of `baton
 // run` and of Apache Curator's LeaderLatch (Debian's Curator 5.4, the
 // interop test's LatchMain in quiet mode), 1 holder + 2 standbys each, on
-// one latch path per trio of one ZooKeeper 3.8, at session timeout 2 s
-// and at the defaults (baton 10 s; Curator asks 60 s, which this server,
-// like any with maxSessionTimeout below it, lowers to its maximum, 30 s).
-// Counted: request packets, pings included.
+// one latch path per trio. standalone: one ZooKeeper 3.8 server, at session
+// timeout 2 s and at the defaults (baton 10 s; Curator asks 60 s, which
+// this server, like any with maxSessionTimeout below it, lowers to its
+// maximum, 30 s). ensemble: every process connected to the same follower
+// of a 3-server ensemble, at session timeout 2 s. Counted: request
+// packets, pings included, and the four-letter words baton's probe asks.
 func BenchmarkRequestsVsCurator(b *testing.B) {
 	java, classPath := testserver.CompileCurator(b, filepath.Join("..", "backend", "zookeeper", "testdata", "LatchMain.java"))
-	srv := testserver.StartZooKeeper(b, testserver.ZooKeeperOptions{})
 	bin, child := buildBaton(b), writeChild(b)
-	conn, _, err := zk.Connect([]string{srv.Addr()}, 10*time.Second, zk.WithLogger(quietZK{}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
 	const root = "/reqs"
 	url := func(addr string) string { return "zk://" + addr + root }
 	latch := func(session time.Duration) func(b *testing.B, addr, lease, id string) *exec.Cmd {
@@ -495,23 +491,47 @@ func BenchmarkRequestsVsCurator(b *testing.B) {
 			return cmd
 		}
 	}
-	granted := min(60*time.Second, testserver.ZooKeeperMaxSessionTimeout)
-	comparePeers(b, &peerBackend{
-		target: srv.Addr(),
-		tap:    zkTap,
-		contenders: func(_ trioSpec, lease string) (int, error) {
+	contenders := func(b *testing.B, servers []string) func(trioSpec, string) (int, error) {
+		conn, _, err := zk.Connect(servers, 10*time.Second, zk.WithLogger(quietZK{}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(conn.Close)
+		return func(_ trioSpec, lease string) (int, error) {
 			kids, _, err := conn.Children(root + "/" + lease)
 			if err == zk.ErrNoNode {
 				return 0, nil
 			}
 			return len(kids), err
-		},
-		trios: []trioSpec{
-			batonTrio(bin, child, "2s", "2s", url),
-			{tool: "Curator LeaderLatch", ttl: "2s", start: latch(2 * time.Second)},
-			batonTrio(bin, child, "", "10s (default)", url),
-			{tool: "Curator LeaderLatch", ttl: fmt.Sprintf("%s (default 60s, granted %s)", granted, granted), start: latch(60 * time.Second)},
-		},
+		}
+	}
+	b.Run("standalone", func(b *testing.B) {
+		srv := testserver.StartZooKeeper(b, testserver.ZooKeeperOptions{})
+		granted := min(60*time.Second, testserver.ZooKeeperMaxSessionTimeout)
+		comparePeers(b, &peerBackend{
+			target:     srv.Addr(),
+			tap:        zkTap,
+			contenders: contenders(b, []string{srv.Addr()}),
+			trios: []trioSpec{
+				batonTrio(bin, child, "2s", "2s", url),
+				{tool: "Curator LeaderLatch", ttl: "2s", start: latch(2 * time.Second)},
+				batonTrio(bin, child, "", "10s (default)", url),
+				{tool: "Curator LeaderLatch", ttl: fmt.Sprintf("%s (default 60s, granted %s)", granted, granted), start: latch(60 * time.Second)},
+			},
+		})
+	})
+	b.Run("ensemble", func(b *testing.B) {
+		ens := testserver.StartZooKeeperEnsemble(b, 3)
+		follower := ens.Addrs()[(ens.LeaderIndex()+1)%ens.Len()]
+		comparePeers(b, &peerBackend{
+			target:     follower,
+			tap:        zkTap,
+			contenders: contenders(b, ens.Addrs()),
+			trios: []trioSpec{
+				batonTrio(bin, child, "2s", "2s", url),
+				{tool: "Curator LeaderLatch", ttl: "2s", start: latch(2 * time.Second)},
+			},
+		})
 	})
 }
 
