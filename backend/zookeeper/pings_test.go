@@ -25,6 +25,7 @@ type packets struct {
 	mu            sync.Mutex
 	conns         int
 	pings, others int
+	lastPing      time.Time // when the last ping passed
 }
 
 func (p *packets) newTap() io.Writer { return &packetTap{p: p} }
@@ -33,6 +34,12 @@ func (p *packets) counts() (conns, pings, others int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.conns, p.pings, p.others
+}
+
+func (p *packets) lastPingAt() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastPing
 }
 
 func (p *packets) reset() {
@@ -49,6 +56,7 @@ type packetTap struct {
 }
 
 func (t *packetTap) Write(b []byte) (int, error) {
+	now := time.Now()
 	t.buf = append(t.buf, b...)
 	for len(t.buf) >= 4 {
 		n := int(binary.BigEndian.Uint32(t.buf))
@@ -68,12 +76,24 @@ func (t *packetTap) Write(b []byte) (int, error) {
 		t.p.mu.Lock()
 		if ping {
 			t.p.pings++
+			t.p.lastPing = now
 		} else {
 			t.p.others++
 		}
 		t.p.mu.Unlock()
 	}
 	return len(b), nil
+}
+
+// tappedServer returns the address of a proxy to the shared ZooKeeper
+// server, and the count of what clients send through it.
+func tappedServer(t *testing.T) (string, *packets) {
+	t.Helper()
+	srv := testserver.SharedZooKeeper(t)
+	proxy := testserver.StartProxy(t, srv.Addr())
+	seen := new(packets)
+	proxy.TapClient(seen.newTap)
+	return proxy.Addr(), seen
 }
 
 // TestPingsOnlyWhenIdle: a connection dialed through a SessionProbe sends
@@ -83,13 +103,10 @@ func (t *packetTap) Write(b []byte) (int, error) {
 // timeouts with syncs alone, it neither expires nor has its connection
 // dropped for want of a reply.
 func TestPingsOnlyWhenIdle(t *testing.T) {
-	srv := testserver.SharedZooKeeper(t)
-	proxy := testserver.StartProxy(t, srv.Addr())
-	var seen packets
-	proxy.TapClient(seen.newTap)
+	addr, seen := tappedServer(t)
 	const timeout = 2 * time.Second
 	probe := zookeeper.NewSessionProbe(nil)
-	conn, _, err := zk.Connect([]string{proxy.Addr()}, timeout, zk.WithDialer(probe.Dial), zk.WithLogger(quiet{}))
+	conn, _, err := zk.Connect([]string{addr}, timeout, zk.WithDialer(probe.Dial), zk.WithLogger(quiet{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,61 +156,6 @@ func TestPingsOnlyWhenIdle(t *testing.T) {
 	}
 }
 
-// pingTimes records when the client's pings passed a testserver.Proxy, on
-// their way to the server, and counts the other requests.
-type pingTimes struct {
-	mu     sync.Mutex
-	last   time.Time
-	pings  int
-	others int
-}
-
-func (p *pingTimes) newTap() io.Writer { return &pingTap{p: p} }
-
-func (p *pingTimes) counts() (last time.Time, pings, others int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.last, p.pings, p.others
-}
-
-func (p *pingTimes) reset() {
-	p.mu.Lock()
-	p.pings, p.others = 0, 0
-	p.mu.Unlock()
-}
-
-type pingTap struct {
-	p         *pingTimes
-	buf       []byte
-	connected bool
-}
-
-func (t *pingTap) Write(b []byte) (int, error) {
-	now := time.Now()
-	t.buf = append(t.buf, b...)
-	for len(t.buf) >= 4 {
-		n := int(binary.BigEndian.Uint32(t.buf))
-		if len(t.buf) < 4+n {
-			break
-		}
-		frame := t.buf[4 : 4+n]
-		t.buf = t.buf[4+n:]
-		if !t.connected {
-			t.connected = true
-			continue
-		}
-		t.p.mu.Lock()
-		if len(frame) >= 8 && int32(binary.BigEndian.Uint32(frame)) == -2 && binary.BigEndian.Uint32(frame[4:]) == 11 {
-			t.p.pings++
-			t.p.last = now
-		} else {
-			t.p.others++
-		}
-		t.p.mu.Unlock()
-	}
-	return len(b), nil
-}
-
 // TestStandaloneRenewalsRideOnPings: on a standalone server, where every
 // request restarts the session's timeout where it expires, a holder's
 // renewals ride on the client's own pings, a third of the session timeout
@@ -201,12 +163,9 @@ func (t *pingTap) Write(b []byte) (int, error) {
 // lies beyond the last ping that reached the server plus the timeout less
 // the drift margin.
 func TestStandaloneRenewalsRideOnPings(t *testing.T) {
-	srv := testserver.SharedZooKeeper(t)
-	proxy := testserver.StartProxy(t, srv.Addr())
-	var seen pingTimes
-	proxy.TapClient(seen.newTap)
+	addr, seen := tappedServer(t)
 	cfg := backend.Config{TTL: 2 * time.Second}
-	b, err := zookeeper.Dial(testkit.Context(t, 30*time.Second), []string{proxy.Addr()}, zookeeper.DialOptions{Options: zookeeper.Options{Config: cfg, Root: uniqueRoot(t)}})
+	b, err := zookeeper.Dial(testkit.Context(t, 30*time.Second), []string{addr}, zookeeper.DialOptions{Options: zookeeper.Options{Config: cfg, Root: uniqueRoot(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +183,8 @@ func TestStandaloneRenewalsRideOnPings(t *testing.T) {
 	seen.reset()
 	start := term.SafeUntil()
 	time.Sleep(3 * cfg.TTL) // the span measured, not synchronisation
-	last, pings, others := seen.counts()
+	_, pings, others := seen.counts()
+	last := seen.lastPingAt()
 	until := term.SafeUntil()
 	select {
 	case <-term.Done():
@@ -250,10 +210,7 @@ func TestStandaloneRenewalsRideOnPings(t *testing.T) {
 // Backend renews as on one: a sync every RenewInterval, timed with the
 // ensemble lag.
 func TestUnknownModeRenewsAsOnEnsemble(t *testing.T) {
-	srv := testserver.SharedZooKeeper(t)
-	proxy := testserver.StartProxy(t, srv.Addr())
-	var seen pingTimes
-	proxy.TapClient(seen.newTap)
+	addr, seen := tappedServer(t)
 	cfg := backend.Config{TTL: 2 * time.Second}
 	// Each connection is dialed first, then the one that asks srvr.
 	var dials atomic.Int32
@@ -263,7 +220,7 @@ func TestUnknownModeRenewsAsOnEnsemble(t *testing.T) {
 		}
 		return net.DialTimeout(network, address, timeout)
 	})
-	conn, _, err := zk.Connect([]string{proxy.Addr()}, cfg.TTL, zk.WithDialer(probe.Dial), zk.WithLogger(quiet{}))
+	conn, _, err := zk.Connect([]string{addr}, cfg.TTL, zk.WithDialer(probe.Dial), zk.WithLogger(quiet{}))
 	if err != nil {
 		t.Fatal(err)
 	}
