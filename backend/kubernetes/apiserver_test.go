@@ -2,8 +2,6 @@ package kubernetes_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"testing"
 	"time"
@@ -13,6 +11,7 @@ import (
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 )
 
@@ -22,14 +21,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	testserver.StopSharedKubeAPIServer()
 	os.Exit(code)
-}
-
-// unique returns prefix with a random suffix: a name no other test, or
-// other run of this one on the shared server, uses.
-func unique(prefix string) string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return prefix + "-" + hex.EncodeToString(b[:])
 }
 
 // restConfig returns a rest.Config for the test server as user.
@@ -52,7 +43,7 @@ func TestAPIServerServesLeases(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	name, holder, secs := unique("smoke"), "smoke", int32(15)
+	name, holder, secs := testkit.Unique("smoke"), "smoke", int32(15)
 	_, err = cs.CoordinationV1().Leases("default").Create(ctx, &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs},

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -47,21 +46,7 @@ func benchAWSHandOver(b *testing.B, net3 string, notice func(*awsfake.Server, *a
 	var handover, complete time.Duration
 	for range b.N {
 		b.StopTimer()
-		f := awsfake.Start(b)
-		file := filepath.Join(b.TempDir(), "events")
-		killLeftoverChildren(b, file)
-		insts := awsGroup(b, f, file, net3)
-		testkit.Eventually(b, 60*time.Second, "a child to start", func() bool { return len(starts(readEvents(file))) >= 1 })
-		first := starts(readEvents(file))[0]
-		var old *awsInstance
-		for _, in := range insts {
-			if in.id == first.holder {
-				old = in
-			}
-		}
-		if old == nil {
-			b.Fatalf("the first child's holder %q is none of the instances", first.holder)
-		}
+		f, file, insts, old, first := ledAWSGroup(b, net3)
 
 		b.StartTimer()
 		notice(f, old)

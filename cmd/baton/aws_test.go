@@ -374,24 +374,29 @@ func TestAWSHandOverOnSpotNotice(t *testing.T) {
 	})
 }
 
-func testAWSHandOver(t *testing.T, net3, reason string, leave func(*testing.T, *awsfake.Server, *awsInstance)) {
-	t.Parallel()
+// ledAWSGroup starts a group (awsGroup) on a fresh fake and waits until
+// one of its instances runs the child. It returns the fake, the events
+// file, the instances, the holder's instance and the child's start.
+func ledAWSGroup(t testing.TB, net3 string) (*awsfake.Server, string, []*awsInstance, *awsInstance, event) {
+	t.Helper()
 	f := awsfake.Start(t)
 	file := filepath.Join(t.TempDir(), "events")
 	killLeftoverChildren(t, file)
 	insts := awsGroup(t, f, file, net3)
-
 	testkit.Eventually(t, 60*time.Second, "a child to start", func() bool { return len(starts(readEvents(file))) >= 1 })
 	first := starts(readEvents(file))[0]
-	var old *awsInstance
 	for _, in := range insts {
 		if in.id == first.holder {
-			old = in
+			return f, file, insts, in, first
 		}
 	}
-	if old == nil {
-		t.Fatalf("the first child's holder %q is none of the instances", first.holder)
-	}
+	t.Fatalf("the first child's holder %q is none of the instances", first.holder)
+	return nil, "", nil, nil, event{}
+}
+
+func testAWSHandOver(t *testing.T, net3, reason string, leave func(*testing.T, *awsfake.Server, *awsInstance)) {
+	t.Parallel()
+	f, file, insts, old, first := ledAWSGroup(t, net3)
 	testkit.Eventually(t, 30*time.Second, "the leader's tag", func() bool {
 		return slices.Equal(taggedLeaders(f, insts), []string{fmt.Sprintf("%s %d", old.id, first.token)})
 	})

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -11,14 +10,11 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8s "k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/batonhq/baton/backend/kubernetes"
 	"github.com/batonhq/baton/backendurl"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 )
 
@@ -29,8 +25,8 @@ import (
 // the kubeconfig's path.
 func kubeconfigFor(t *testing.T, ns string) string {
 	t.Helper()
-	file, admin := startKube(t)
-	grantLeases(t, admin, ns, []rbacv1.PolicyRule{{
+	file := startKube(t)
+	grantLeases(t, ns, []rbacv1.PolicyRule{{
 		APIGroups: []string{coordinationv1.GroupName},
 		Resources: []string{"leases"},
 		Verbs:     []string{"get", "watch", "create", "update"},
@@ -40,46 +36,23 @@ func kubeconfigFor(t *testing.T, ns string) string {
 
 // startKube returns the path of a kubeconfig for testserver.KubeUser on
 // the test binary's shared kube-apiserver (started on first use), whose
-// context names no namespace, and a client of the administrator. Each test
-// keeps to namespaces of its own.
-func startKube(t *testing.T) (string, k8s.Interface) {
+// context names no namespace. Each test keeps to namespaces of its own.
+func startKube(t *testing.T) string {
 	t.Helper()
 	srv := testserver.SharedKubeAPIServer(t)
-	admin, err := k8s.NewForConfig(&rest.Config{
-		Host:            srv.Host(),
-		BearerToken:     srv.Token(testserver.KubeAdminUser),
-		TLSClientConfig: rest.TLSClientConfig{CAData: srv.CAData()},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	file := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(file, srv.Kubeconfig(srv.Host(), testserver.KubeUser, ""), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return file, admin
+	return file
 }
 
 // grantLeases makes namespace ns and a Role in it with rules, bound to
 // testserver.KubeUser.
-func grantLeases(t *testing.T, admin k8s.Interface, ns string, rules []rbacv1.PolicyRule) {
+func grantLeases(t *testing.T, ns string, rules []rbacv1.PolicyRule) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create namespace %s: %v", ns, err)
-	}
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "baton", Namespace: ns}, Rules: rules}
-	if _, err := admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create role: %v", err)
-	}
-	binding := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "baton", Namespace: ns},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "baton"},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: testserver.KubeUser}},
-	}
-	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create role binding: %v", err)
+	if err := testserver.SharedKubeAPIServer(t).Grant(testkit.Context(t, 60*time.Second), ns, testserver.KubeUser, rules); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -239,15 +212,15 @@ func urlPassword(raw string) string {
 // create, update) is enough, and so is one that names the Lease.
 func TestKubernetesAccessRefused(t *testing.T) {
 	t.Parallel()
-	kubeconfig, admin := startKube(t)
-	grantLeases(t, admin, "granted", []rbacv1.PolicyRule{{
+	kubeconfig := startKube(t)
+	grantLeases(t, "granted", []rbacv1.PolicyRule{{
 		APIGroups: []string{coordinationv1.GroupName},
 		Resources: []string{"leases"},
 		Verbs:     []string{"get", "watch", "create", "update"},
 	}})
 	// A Role that names its Lease: get, watch and update on "nightly"
 	// only, and create (which RBAC cannot restrict by name).
-	grantLeases(t, admin, "named", []rbacv1.PolicyRule{{
+	grantLeases(t, "named", []rbacv1.PolicyRule{{
 		APIGroups:     []string{coordinationv1.GroupName},
 		Resources:     []string{"leases"},
 		ResourceNames: []string{"nightly"},

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 )
 
@@ -99,7 +100,7 @@ metadata:
 		// its absence meaning the RoleBinding's own.
 		// In a namespace of its own: the dry runs above must find none of
 		// it in theirs when the test runs again on the shared server.
-		ns := unique("rbac")
+		ns := testkit.Unique("rbac")
 		admin := testserver.NewKubectl(t, k, testserver.KubeAdminUser, ns)
 		if _, _, err := admin.Run(ctx, nil, "create", "namespace", ns); err != nil {
 			t.Fatal(err)
@@ -163,7 +164,7 @@ metadata:
 		// And the verbs work on a real Lease: create, get, a watch of
 		// that one Lease (a field selector on its name, as a waiter
 		// watches), update; delete is refused.
-		name := unique("rbac-check")
+		name := testkit.Unique("rbac-check")
 		lease := `apiVersion: coordination.k8s.io/v1
 kind: Lease
 metadata:

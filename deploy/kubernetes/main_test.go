@@ -1,8 +1,6 @@
 package kubernetes
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"testing"
 
@@ -15,12 +13,4 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	testserver.StopSharedKubeAPIServer()
 	os.Exit(code)
-}
-
-// unique returns prefix with a random suffix: a name that no other test,
-// nor another run of the same one (-count) on the shared server, uses.
-func unique(prefix string) string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return prefix + "-" + hex.EncodeToString(b[:])
 }

@@ -64,8 +64,8 @@ func TestRolloutReplacesTheLeader(t *testing.T) {
 		name, ns, manifest string
 		replaced           bool
 	}{
-		{"manifest", unique("rollout-manifest"), manifest, true},
-		{"default strategy", unique("rollout-default"), defaults, false},
+		{"manifest", testkit.Unique("rollout-manifest"), manifest, true},
+		{"default strategy", testkit.Unique("rollout-default"), defaults, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			kc := func(args ...string) string {

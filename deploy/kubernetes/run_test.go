@@ -72,7 +72,7 @@ func TestDeploymentRunsBaton(t *testing.T) {
 			if v == "run" {
 				program = []string{"sh", "-c", `trap "" TERM; sleep 1000`}
 			}
-			runPods(ctx, t, k, bin, unique("deploy-"+v), c, flags["lease"], program, ttl, tgp)
+			runPods(ctx, t, k, bin, testkit.Unique("deploy-"+v), c, flags["lease"], program, ttl, tgp)
 		})
 	}
 }

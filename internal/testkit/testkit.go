@@ -18,6 +18,8 @@ package testkit
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"net"
 	"net/http"
 	"testing"
@@ -85,6 +87,14 @@ func Context(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// Unique returns prefix with a random suffix: a name that no other test,
+// nor another run of the same one (-count) on a shared server, uses.
+func Unique(prefix string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "-" + hex.EncodeToString(b[:])
 }
 
 // CampaignTimeout bounds the campaign of Campaign.

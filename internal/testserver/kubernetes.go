@@ -4,7 +4,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
@@ -239,11 +238,7 @@ func (k *KubeAPIServer) start(bin, dir string, log *SyncBuffer) error {
 
 // awaitReady polls /readyz as the admin until the server says it is ready.
 func (k *KubeAPIServer) awaitReady(out *SyncBuffer) error {
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(k.caPEM)
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
-	}}
+	hc := k.adminClient()
 	defer hc.CloseIdleConnections()
 	deadline := time.Now().Add(kubeReadyTimeout)
 	var last string
