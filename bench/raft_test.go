@@ -261,8 +261,12 @@ func (c *raftCounter) EmitKey([]string, float32)                             {}
 // sessions from the last moment a quorum of voters heard from the old one
 // plus half a HeartbeatTimeout, so the election overlaps the TTL instead
 // of preceding it. raft-election is the time until a survivor reports
-// itself raft leader. With -v, each iteration logs its figures, and the
-// members' log when it took longer than TTL + one renew interval.
+// itself raft leader. others-lost-frac is the share of the survivors' own
+// terms (each holds a lease of its own) that had ended by the failover: no
+// renewal is confirmed during a raft election, so one that outlasts a
+// holder's renewal window ends its term at safe-until. With -v, each
+// iteration logs its figures, and the members' log when it took longer
+// than TTL + one renew interval.
 //
 // ttl=2s sets the TTL; default leaves every setting at its default (TTL
 // raft.DefaultTTL, 2 s).
@@ -275,9 +279,11 @@ func BenchmarkCrashFailoverRaftMember(b *testing.B) {
 			role := map[bool]string{false: "follower", true: "leader"}[leader]
 			b.Run(role+"/"+ttl.name, func(b *testing.B) {
 				var failovers, elections []time.Duration
+				lost := 0
 				for i := 0; b.Loop(); i++ {
-					f, e := raftMemberCrash(b, fmt.Sprintf("member-crash-%s-%d-%d", role, time.Now().UnixNano(), i), ttl.cfg, leader)
+					f, e, l := raftMemberCrash(b, fmt.Sprintf("member-crash-%s-%d-%d", role, time.Now().UnixNano(), i), ttl.cfg, leader)
 					failovers = append(failovers, f)
+					lost += l
 					if leader {
 						elections = append(elections, e)
 					}
@@ -286,6 +292,7 @@ func BenchmarkCrashFailoverRaftMember(b *testing.B) {
 				if leader {
 					report(b, elections, "raft-election")
 				}
+				b.ReportMetric(float64(lost)/float64(2*len(failovers)), "others-lost-frac")
 			})
 		}
 	}
@@ -295,7 +302,7 @@ func BenchmarkCrashFailoverRaftMember(b *testing.B) {
 // a new group, measured as handOver measures: from the kill, right after
 // the holder renewed, until a standby leads. election is the time until a
 // survivor is raft leader (when the raft leader was killed).
-func raftMemberCrash(b *testing.B, lease string, cfg backend.Config, crashLeader bool) (failover, election time.Duration) {
+func raftMemberCrash(b *testing.B, lease string, cfg backend.Config, crashLeader bool) (failover, election time.Duration, othersLost int) {
 	b.Helper()
 	g := newRaftGroup(b)
 	// The members' log, shown for an iteration slower than the bound.
@@ -322,6 +329,7 @@ func raftMemberCrash(b *testing.B, lease string, cfg backend.Config, crashLeader
 		holder   *raft.Backend
 		th       baton.Term
 		standbys []*raft.Backend
+		ballast  []baton.Term // the survivors' own leases
 	)
 	order := append(slices.DeleteFunc(slices.Clone(nodes), func(n *raft.Node) bool { return n == leader }), leader)
 	for i, n := range order {
@@ -331,7 +339,7 @@ func raftMemberCrash(b *testing.B, lease string, cfg backend.Config, crashLeader
 			continue
 		}
 		standbys = append(standbys, be)
-		mustCampaign(b, &process{backend: be}, fmt.Sprintf("%s-ballast-%d", lease, i), fmt.Sprintf("ballast-%d", i))
+		ballast = append(ballast, mustCampaign(b, &process{backend: be}, fmt.Sprintf("%s-ballast-%d", lease, i), fmt.Sprintf("ballast-%d", i)))
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -367,9 +375,9 @@ func raftMemberCrash(b *testing.B, lease string, cfg backend.Config, crashLeader
 	_ = testhook.KillRaftNode(victim)
 	defer func() {
 		if crashLeader {
-			b.Logf("failover %v, raft election %v", failover.Round(time.Millisecond), election.Round(time.Millisecond))
+			b.Logf("failover %v, raft election %v, survivors' terms lost %d of %d", failover.Round(time.Millisecond), election.Round(time.Millisecond), othersLost, len(ballast))
 		} else {
-			b.Logf("failover %v", failover.Round(time.Millisecond))
+			b.Logf("failover %v, survivors' terms lost %d of %d", failover.Round(time.Millisecond), othersLost, len(ballast))
 		}
 		c := cfg
 		if c.TTL == 0 {
@@ -408,6 +416,13 @@ func raftMemberCrash(b *testing.B, lease string, cfg backend.Config, crashLeader
 			b.Fatal("no raft leader a minute after the crash")
 		}
 	}
+	// By the failover, every survivor's safe-until of before the crash has
+	// passed: a term still alive was renewed through the new raft leader.
+	for _, t := range ballast {
+		if t.Err() != nil {
+			othersLost++
+		}
+	}
 
 	// The group goes with the iteration: kill it rather than leave it, since
 	// a member leaving a group of two voters, one of them dead, waits for a
@@ -422,7 +437,7 @@ func raftMemberCrash(b *testing.B, lease string, cfg backend.Config, crashLeader
 	for _, n := range survivors {
 		_ = testhook.KillRaftNode(n)
 	}
-	return failover, election
+	return failover, election, othersLost
 }
 
 // waitRaftLeader returns the member of nodes that is raft leader.
