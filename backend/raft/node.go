@@ -209,8 +209,8 @@ var ErrNotLeader = errors.New("raft: no raft leader available")
 // new raft leader adds to the old one's sessions run: a crash of any
 // member fails over in about TTL + 0.25 s. The raft leader sends a
 // heartbeat every tenth of it (50 ms); a pause of the raft leader, or a
-// network blip, of up to about half of it costs no election, one of more
-// than it does (see docs/guarantees.md).
+// network blip, of up to about half of it costs no election; one of more
+// than it may (see docs/guarantees.md).
 const DefaultHeartbeatTimeout = 500 * time.Millisecond
 
 // StartNode opens the stores, starts the raft member and its API, and begins
