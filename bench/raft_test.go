@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -22,7 +24,7 @@ func init() { targets = append(targets, raftTarget) }
 
 // raftTarget runs against an embedded raft group deployed as in production:
 // three voters on loopback with the default raft timings (HeartbeatTimeout
-// 1 s), mutual TLS and a group secret. The voters stand for the group's
+// 500 ms), mutual TLS and a group secret. The voters stand for the group's
 // first three processes. Every simulated process is a member of its own that
 // joins as a non-voter, as the fourth and later processes of a group do, and
 // campaigns through it; killing a process kills its member (testhook.KillRaftNode: no
@@ -61,6 +63,34 @@ type raftGroup struct {
 
 	mu     sync.Mutex
 	voters []string
+	logger *slog.Logger // the members' Logger; nil for the default
+}
+
+// logBuf collects the log lines of a group's members.
+type logBuf struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	at  int // where mark was called
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// mark notes the end of what was logged so far, for since.
+func (l *logBuf) mark() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.at = l.buf.Len()
+}
+
+// since returns what was logged after mark.
+func (l *logBuf) since() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()[l.at:]
 }
 
 func newRaftGroup(b *testing.B) *raftGroup {
@@ -104,6 +134,7 @@ func (g *raftGroup) start(b *testing.B, opts raft.NodeOptions) *raft.Node {
 		b.Fatal(err)
 	}
 	opts.BindAddr, opts.TLS, opts.Secret, opts.Discovery = "127.0.0.1:0", tlsCfg, g.secret, g
+	opts.Logger = g.logger
 	n, err := raft.StartNode(opts)
 	if err != nil {
 		b.Fatalf("StartNode: %v", err)
@@ -225,11 +256,17 @@ func (c *raftCounter) EmitKey([]string, float32)                             {}
 //
 // follower: the holder's member is a raft follower: the raft leader expires
 // the holder's session a TTL after its last renewal. leader: it is also the
-// raft leader: the survivors notice the silence after one to two
-// HeartbeatTimeouts (1 s), elect a leader, and that leader times the
-// sessions from the last moment a quorum of voters heard from the old one,
-// so the election overlaps the TTL instead of preceding it. raft-election
-// is the time until a survivor reports itself raft leader.
+// raft leader: the survivors notice the silence after one to three
+// HeartbeatTimeouts (500 ms), elect a leader, and that leader times the
+// sessions from the last moment a quorum of voters heard from the old one
+// plus half a HeartbeatTimeout, so the election overlaps the TTL instead
+// of preceding it. raft-election is the time until a survivor reports
+// itself raft leader. others-lost-frac is the share of the survivors' own
+// terms (each holds a lease of its own) that had ended by the failover: no
+// renewal is confirmed during a raft election, so one that outlasts a
+// holder's renewal window ends its term at safe-until. With -v, each
+// iteration logs its figures, and the members' log when it took longer
+// than TTL + one renew interval.
 //
 // ttl=2s sets the TTL; default leaves every setting at its default (TTL
 // raft.DefaultTTL, 2 s).
@@ -242,9 +279,11 @@ func BenchmarkCrashFailoverRaftMember(b *testing.B) {
 			role := map[bool]string{false: "follower", true: "leader"}[leader]
 			b.Run(role+"/"+ttl.name, func(b *testing.B) {
 				var failovers, elections []time.Duration
+				lost := 0
 				for i := 0; b.Loop(); i++ {
-					f, e := raftMemberCrash(b, fmt.Sprintf("member-crash-%s-%d-%d", role, time.Now().UnixNano(), i), ttl.cfg, leader)
+					f, e, l := raftMemberCrash(b, fmt.Sprintf("member-crash-%s-%d-%d", role, time.Now().UnixNano(), i), ttl.cfg, leader)
 					failovers = append(failovers, f)
+					lost += l
 					if leader {
 						elections = append(elections, e)
 					}
@@ -253,6 +292,7 @@ func BenchmarkCrashFailoverRaftMember(b *testing.B) {
 				if leader {
 					report(b, elections, "raft-election")
 				}
+				b.ReportMetric(float64(lost)/float64(2*len(failovers)), "others-lost-frac")
 			})
 		}
 	}
@@ -262,9 +302,12 @@ func BenchmarkCrashFailoverRaftMember(b *testing.B) {
 // a new group, measured as handOver measures: from the kill, right after
 // the holder renewed, until a standby leads. election is the time until a
 // survivor is raft leader (when the raft leader was killed).
-func raftMemberCrash(b *testing.B, lease string, cfg backend.Config, crashLeader bool) (failover, election time.Duration) {
+func raftMemberCrash(b *testing.B, lease string, cfg backend.Config, crashLeader bool) (failover, election time.Duration, othersLost int) {
 	b.Helper()
 	g := newRaftGroup(b)
+	// The members' log, shown for an iteration slower than the bound.
+	diag := &logBuf{}
+	g.logger = slog.New(slog.NewTextHandler(diag, nil))
 	nodes := g.startVoters(b, 3)
 	leader := waitRaftLeader(b, nodes)
 	victim := leader
@@ -286,6 +329,7 @@ func raftMemberCrash(b *testing.B, lease string, cfg backend.Config, crashLeader
 		holder   *raft.Backend
 		th       baton.Term
 		standbys []*raft.Backend
+		ballast  []baton.Term // the survivors' own leases
 	)
 	order := append(slices.DeleteFunc(slices.Clone(nodes), func(n *raft.Node) bool { return n == leader }), leader)
 	for i, n := range order {
@@ -295,7 +339,7 @@ func raftMemberCrash(b *testing.B, lease string, cfg backend.Config, crashLeader
 			continue
 		}
 		standbys = append(standbys, be)
-		mustCampaign(b, &process{backend: be}, fmt.Sprintf("%s-ballast-%d", lease, i), fmt.Sprintf("ballast-%d", i))
+		ballast = append(ballast, mustCampaign(b, &process{backend: be}, fmt.Sprintf("%s-ballast-%d", lease, i), fmt.Sprintf("ballast-%d", i)))
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -327,7 +371,22 @@ func raftMemberCrash(b *testing.B, lease string, cfg backend.Config, crashLeader
 		b.Fatalf("raft leadership moved before the crash: the holder's member is %s", victim.Status().State)
 	}
 	start := time.Now()
+	diag.mark()
 	_ = testhook.KillRaftNode(victim)
+	defer func() {
+		if crashLeader {
+			b.Logf("failover %v, raft election %v, survivors' terms lost %d of %d", failover.Round(time.Millisecond), election.Round(time.Millisecond), othersLost, len(ballast))
+		} else {
+			b.Logf("failover %v, survivors' terms lost %d of %d", failover.Round(time.Millisecond), othersLost, len(ballast))
+		}
+		c := cfg
+		if c.TTL == 0 {
+			c.TTL = raft.DefaultTTL
+		}
+		if c, err := c.WithDefaults(); err == nil && failover > c.TTL+c.RenewInterval {
+			b.Logf("slower than TTL + one renew interval (%s); the members' log since the kill:\n%s", c.TTL+c.RenewInterval, diag.since())
+		}
+	}()
 
 	elected := make(chan time.Time, 1)
 	if crashLeader {
@@ -357,6 +416,13 @@ func raftMemberCrash(b *testing.B, lease string, cfg backend.Config, crashLeader
 			b.Fatal("no raft leader a minute after the crash")
 		}
 	}
+	// By the failover, every survivor's safe-until of before the crash has
+	// passed: a term still alive was renewed through the new raft leader.
+	for _, t := range ballast {
+		if t.Err() != nil {
+			othersLost++
+		}
+	}
 
 	// The group goes with the iteration: kill it rather than leave it, since
 	// a member leaving a group of two voters, one of them dead, waits for a
@@ -371,7 +437,7 @@ func raftMemberCrash(b *testing.B, lease string, cfg backend.Config, crashLeader
 	for _, n := range survivors {
 		_ = testhook.KillRaftNode(n)
 	}
-	return failover, election
+	return failover, election, othersLost
 }
 
 // waitRaftLeader returns the member of nodes that is raft leader.
@@ -398,7 +464,7 @@ func waitRaftLeader(b *testing.B, nodes []*raft.Node) *raft.Node {
 // every CommitTimeout (50 ms) to 2x that), and the log entries applied per
 // second (renewals are not log entries). Not counted either: the raft
 // leader's autopilot asks every member for its state over the group API
-// once per HeartbeatTimeout (1 s).
+// once per HeartbeatTimeout (500 ms).
 func BenchmarkSteadyStateRaftTraffic(b *testing.B) {
 	tg, voters := newRaftTarget(b)
 	counts := installRaftCounter(b)

@@ -3,9 +3,13 @@ package raft
 import (
 	"context"
 	"fmt"
+	"io"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	hraft "github.com/hashicorp/raft"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
@@ -145,4 +149,43 @@ func TestStallWatch(t *testing.T) {
 	if !s.recent() {
 		t.Fatal("a stall that just ended is not reported")
 	}
+}
+
+// TestLateAppendReplyCountsForNothing: a raft leader counts no reply to an
+// AppendEntries (a heartbeat here) that came back later than half a
+// heartbeat timeout after it sent it, since a new raft leader's margin
+// covers only that much (heard.go). The voter is hashicorp/raft's own TCP
+// transport on loopback, answering after a delay; a prompt answer counts.
+func TestLateAppendReplyCountsForNothing(t *testing.T) {
+	voter, err := hraft.NewTCPTransport("127.0.0.1:0", nil, 2, 5*time.Second, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { voter.Close() })
+	var delay atomic.Int64
+	voter.SetHeartbeatHandler(func(rpc hraft.RPC) {
+		time.Sleep(time.Duration(delay.Load())) // the voter or the network is slow
+		rpc.Respond(&hraft.AppendEntriesResponse{Term: 1, Success: true}, nil)
+	})
+	leader, err := hraft.NewTCPTransport("127.0.0.1:0", nil, 2, 5*time.Second, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { leader.Close() })
+	heartbeat := func(within time.Duration) error {
+		ht := &heardTransport{NetworkTransport: leader, heard: newHeardLog(), within: within}
+		req := &hraft.AppendEntriesRequest{RPCHeader: hraft.RPCHeader{ID: []byte("leader"), Addr: []byte(leader.LocalAddr())}, Term: 1}
+		var resp hraft.AppendEntriesResponse
+		return ht.AppendEntries("voter", voter.LocalAddr(), req, &resp)
+	}
+
+	if err := heartbeat(5 * time.Second); err != nil {
+		t.Fatalf("a prompt reply was refused: %v", err)
+	}
+	delay.Store(int64(300 * time.Millisecond))
+	err = heartbeat(100 * time.Millisecond)
+	if err == nil {
+		t.Fatal("a reply 300 ms after the heartbeat counted, with half a heartbeat timeout of 100 ms")
+	}
+	t.Logf("refused: %v", err)
 }

@@ -3,6 +3,7 @@ package raft
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"
@@ -34,22 +35,25 @@ import (
 // expires before a safe-until that an earlier leader confirmed.
 //
 // One more step is needed because hashicorp/raft's VerifyLeader counts the
-// reply to a heartbeat that was already on its way when the renewal
-// arrived: the voter may have acknowledged it a little before the renewal
-// was sent. Two things bound that "little". The base carries a margin of
-// half a heartbeat timeout (raft's own leader lease), for a reply that
-// the network delayed; and a raft leader that stood still (a GC pause, a
-// stopped or starved process, during which such replies pile up unread)
-// confirms no renewal until it has run for a while again (stallWatch).
+// reply to an RPC that was already on its way when the renewal arrived:
+// the voter may have received it a little before the renewal was sent.
+// Two things bound that "little". The raft leader counts no reply to an
+// AppendEntries (heartbeats included) that came back more than half a
+// heartbeat timeout after it began the call (heardTransport.AppendEntries),
+// and the base carries that half heartbeat timeout as a margin; and a raft
+// leader that stood still (a GC pause, a stopped or starved process)
+// between reading a reply and counting it confirms no renewal until it has
+// run for a while again (stallWatch).
 //
 // Assumptions, beside raft's: two quorums of the configuration share a
 // voter (raft changes the configuration one server at a time); a member
 // that restarted may have acknowledged anything before it started, so its
-// start counts as a receipt; and a heartbeat's reply reaches the raft
-// leader within half a heartbeat timeout plus the drift margin of being
-// sent, or not at all. Without a quorum's answers within a heartbeat
-// timeout, the base is the new leader's own start: every session gets a
-// full TTL from there.
+// start counts as a receipt; and the reply to an InstallSnapshot (sent to
+// a voter that fell too far behind for AppendEntries), which may take long
+// to send, reaches the raft leader within half a heartbeat timeout plus
+// the drift margin of the voter's last receipt, or not at all. Without a
+// quorum's answers within a heartbeat timeout (at least a second), the base
+// is the new leader's own start: every session gets a full TTL from there.
 
 // heardLog records when this member last received a raft RPC of each term,
 // or last led in one.
@@ -130,15 +134,17 @@ func (h *heardLog) note(rpc hraft.RPC) {
 }
 
 // heardTransport is the member's raft transport, recording in heard the
-// term of every RPC raft receives before raft sees it.
+// term of every RPC raft receives before raft sees it, and refusing replies
+// to AppendEntries that came back later than within.
 type heardTransport struct {
 	*hraft.NetworkTransport
-	heard *heardLog
-	rpcs  chan hraft.RPC
+	heard  *heardLog
+	rpcs   chan hraft.RPC
+	within time.Duration
 }
 
 func (n *Node) newHeardTransport(t *hraft.NetworkTransport) *heardTransport {
-	ht := &heardTransport{NetworkTransport: t, heard: n.heard, rpcs: make(chan hraft.RPC)}
+	ht := &heardTransport{NetworkTransport: t, heard: n.heard, rpcs: make(chan hraft.RPC), within: n.opts.HeartbeatTimeout / 2}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -175,6 +181,25 @@ func (t *heardTransport) SetHeartbeatHandler(fn func(hraft.RPC)) {
 	})
 }
 
+// AppendEntries implements hraft.Transport. A reply that came back more
+// than within after the call began counts as no reply (raft retries the
+// call): raft would count it towards the leadership check of a renewal
+// that arrived after the voter had received the RPC, and a new raft
+// leader's margin covers only within of that (see the top of this file).
+// Between members that reach each other in milliseconds, a reply that late
+// comes only across a network blip or a stalled member.
+func (t *heardTransport) AppendEntries(id hraft.ServerID, target hraft.ServerAddress, args *hraft.AppendEntriesRequest, resp *hraft.AppendEntriesResponse) error {
+	start := time.Now()
+	if err := t.NetworkTransport.AppendEntries(id, target, args, resp); err != nil {
+		return err
+	}
+	if took := time.Since(start); took > t.within {
+		return fmt.Errorf("raft: %s answered an AppendEntries %s after it was sent, later than %s (half a heartbeat timeout): counted as no answer",
+			id, took.Round(time.Millisecond), t.within)
+	}
+	return nil
+}
+
 // heardReply is a member's answer to a new raft leader.
 type heardReply struct {
 	ID   string        `json:"id"`
@@ -193,8 +218,9 @@ func (n *Node) serveHeard(w http.ResponseWriter, r *http.Request) {
 
 // sessionBase returns the moment from which this new raft leader of term
 // may time every session (see the comment at the top of this file): the
-// latest receipt that a quorum of voters in term or later report, or now
-// when no quorum answers within a heartbeat timeout.
+// latest receipt that a quorum of voters in term or later report, plus half
+// a heartbeat timeout, or now when no quorum answers within a heartbeat
+// timeout (at least a second).
 func (n *Node) sessionBase(ctx context.Context, term uint64) time.Time {
 	now := time.Now()
 	f := n.raft.GetConfiguration()
@@ -208,7 +234,10 @@ func (n *Node) sessionBase(ctx context.Context, term uint64) time.Time {
 		}
 	}
 	quorum := len(voters)/2 + 1
-	cctx, cancel := context.WithTimeout(ctx, n.opts.HeartbeatTimeout)
+	// At least a second: an answer that comes late still gives a base
+	// earlier than now, and a short heartbeat timeout on a loaded host
+	// should not cost every session a full TTL.
+	cctx, cancel := context.WithTimeout(ctx, max(n.opts.HeartbeatTimeout, time.Second))
 	defer cancel()
 	// Each voter's answer: the receipt it reports on this member's clock,
 	// or ok false.

@@ -99,7 +99,10 @@ type NodeOptions struct {
 	Witness bool
 
 	// HeartbeatTimeout is raft's heartbeat and election timeout; a dead
-	// raft leader is replaced after about one to two of these. Default 1 s.
+	// raft leader is replaced after about one to three of these. It also
+	// sets the margin a new raft leader adds to the sessions of an earlier
+	// one (half of it) and how late a raft reply may come back and still
+	// count (half of it). Default DefaultHeartbeatTimeout.
 	HeartbeatTimeout time.Duration
 
 	// DeadServerAfter is how long a member may go unreachable from the
@@ -198,6 +201,17 @@ type Node struct {
 // ErrNotLeader is returned by a group call that only the raft leader can
 // serve when no leader is known or ready; callers retry.
 var ErrNotLeader = errors.New("raft: no raft leader available")
+
+// DefaultHeartbeatTimeout is NodeOptions.HeartbeatTimeout when it is zero.
+// A follower campaigns after one to three of these without hearing from
+// the raft leader, so a crashed raft leader is usually replaced within
+// 1.5 s, while DefaultTTL and the half heartbeat timeout (0.25 s) that a
+// new raft leader adds to the old one's sessions run: a crash of any
+// member fails over in about TTL + 0.25 s. The raft leader sends a
+// heartbeat every tenth of it (50 ms); a pause of the raft leader, or a
+// network blip, of up to about half of it costs no election; one of more
+// than it may (see docs/guarantees.md).
+const DefaultHeartbeatTimeout = 500 * time.Millisecond
 
 // StartNode opens the stores, starts the raft member and its API, and begins
 // to bootstrap or join a group in the background; Joined reports when it is
@@ -304,7 +318,7 @@ func (o *NodeOptions) fill() error {
 		problems = append(problems, fmt.Sprintf("raft: DeparturesEvery %s is negative: use 0 for the default (%s) or a positive duration", o.DeparturesEvery, defaultDeparturesEvery))
 	}
 	if o.HeartbeatTimeout == 0 {
-		o.HeartbeatTimeout = time.Second
+		o.HeartbeatTimeout = DefaultHeartbeatTimeout
 	}
 	if o.HeartbeatTimeout < 50*time.Millisecond {
 		problems = append(problems, fmt.Sprintf("raft: HeartbeatTimeout %s is below 50ms", o.HeartbeatTimeout))
@@ -415,7 +429,12 @@ func (n *Node) startRaft() error {
 	conf.LocalID = hraft.ServerID(n.id)
 	conf.HeartbeatTimeout = n.opts.HeartbeatTimeout
 	conf.ElectionTimeout = n.opts.HeartbeatTimeout
-	conf.LeaderLeaseTimeout = n.opts.HeartbeatTimeout / 2
+	// A raft leader that has heard from no quorum for a heartbeat timeout
+	// steps down: no sooner than the followers start to campaign, so a
+	// network blip that they ride out does not cost an election either.
+	// Safety does not rest on it: every renewal and read is confirmed with
+	// a quorum (verifyLeader).
+	conf.LeaderLeaseTimeout = n.opts.HeartbeatTimeout
 	conf.CommitTimeout = min(50*time.Millisecond, n.opts.HeartbeatTimeout/4)
 	conf.Logger = hlog
 	conf.SnapshotThreshold = 8192
