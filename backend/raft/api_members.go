@@ -26,7 +26,7 @@ func (n *Node) serveLeave(w http.ResponseWriter, r *http.Request) {
 	}
 	n.leaderOnly(w, r, &req, func() (any, error) {
 		n.promoteReplacement(req.ID)
-		if err := n.await(n.raft.RemoveServer(hraft.ServerID(req.ID), 0, 5*time.Second)); err != nil {
+		if err := n.removeServer(hraft.ServerID(req.ID)); err != nil {
 			return nil, fmt.Errorf("%w: remove %s: %w", ErrNotLeader, req.ID, err)
 		}
 		n.log.Info("member left", "id", req.ID, "addr", req.Addr)
@@ -117,7 +117,7 @@ func (n *Node) addMember(req joinRequest) error {
 		case string(s.Address) == req.Addr:
 			// A new member at a dead one's address (an instance replaced
 			// in place): the old entry goes first.
-			if err := n.await(n.raft.RemoveServer(s.ID, 0, 5*time.Second)); err != nil {
+			if err := n.removeServer(s.ID); err != nil {
 				return fmt.Errorf("%w: replace %s: %w", ErrNotLeader, s.ID, err)
 			}
 		}

@@ -291,7 +291,7 @@ func (w *departureWatch) remove(ctx context.Context, s hraft.Server, reason stri
 	}
 	n.log.Info("removing a member whose instance departed and that no longer answers",
 		"id", s.ID, "addr", s.Address, "reason", reason, "voter", s.Suffrage == hraft.Voter)
-	if err := n.await(n.raft.RemoveServer(s.ID, 0, 5*time.Second)); err != nil {
+	if err := n.removeServer(s.ID); err != nil {
 		n.log.Warn("could not remove a departed member", "id", s.ID, "err", err)
 		return false
 	}

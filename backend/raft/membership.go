@@ -434,7 +434,7 @@ func (d *pilotDelegate) KnownServers() map[hraft.ServerID]*autopilot.Server {
 func (d *pilotDelegate) RemoveFailedServer(s *autopilot.Server) {
 	n := d.n
 	n.log.Info("removing a dead member", "id", s.ID, "addr", s.Address)
-	if err := n.await(n.raft.RemoveServer(s.ID, 0, 5*time.Second)); err != nil {
+	if err := n.removeServer(s.ID); err != nil {
 		n.log.Warn("could not remove a dead member", "id", s.ID, "err", err)
 		return
 	}

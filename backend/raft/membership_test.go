@@ -776,3 +776,88 @@ func (r *logRecorder) messages() []string {
 	defer r.mu.Unlock()
 	return slices.Clone(r.msgs)
 }
+
+// TestRemovalWaitsForLaggingVoter: a voter that lags behind the group's
+// configuration (cut off while a replacement was promoted) must hold the
+// configuration that makes the replacement a voter before the leaving
+// voter is removed. hashicorp/raft refuses a vote from a server missing
+// from the voter's latest configuration: were the raft leader to crash
+// right after the removal, the lagging voter and the replacement would be
+// the quorum left, and would elect nobody.
+func TestRemovalWaitsForLaggingVoter(t *testing.T) {
+	gates := make([]*gate, 3)
+	g := newMembershipGroup(t, 3, func(i int, o *NodeOptions) {
+		gates[i] = &gate{}
+		o.gate = gates[i]
+	})
+	leader := readyLeaderOf(t, g)
+	var lagging, leaving *Node
+	var lagGate *gate
+	for i, n := range g.members() {
+		switch {
+		case n == leader:
+		case lagging == nil:
+			lagging, lagGate = n, gates[i]
+		default:
+			leaving = n
+		}
+	}
+	replacement := g.start(t, func(o *NodeOptions) { o.Voters = 3 })
+	<-replacement.Joined()
+	waitState(t, 10*time.Second, "the new member is a caught-up non-voter", func() (bool, string) {
+		f := leader.raft.GetConfiguration()
+		if f.Error() != nil {
+			return false, f.Error().Error()
+		}
+		for _, s := range f.Configuration().Servers {
+			if string(s.ID) == replacement.ID() {
+				return s.Suffrage == hraft.Nonvoter && replacement.raft.LastIndex() >= leader.raft.LastIndex(), fmt.Sprint(s.Suffrage)
+			}
+		}
+		return false, "not in the configuration"
+	})
+
+	lagGate.set(true)
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = leaving.Close(ctx) // leaves: promotes the replacement, then is removed
+	}()
+	// The removal has to wait for the lagging voter, which comes back
+	// after a moment.
+	time.AfterFunc(500*time.Millisecond, func() { lagGate.set(false) })
+
+	inConfig := func(n *Node, id string) (hraft.ServerSuffrage, bool) {
+		f := n.raft.GetConfiguration()
+		if f.Error() != nil {
+			return 0, false
+		}
+		for _, s := range f.Configuration().Servers {
+			if string(s.ID) == id {
+				return s.Suffrage, true
+			}
+		}
+		return 0, false
+	}
+	// Poll the leader's configuration until the leaving voter is gone; at
+	// that moment the lagging voter must already list the replacement as a
+	// voter.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, in := inConfig(leader, leaving.ID()); !in {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was not removed within 20s", leaving.ID())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if suffrage, in := inConfig(lagging, replacement.ID()); !in || suffrage != hraft.Voter {
+		t.Fatalf("%s was removed while %s did not yet hold the configuration with %s as a voter (it has it: %v, as %v)",
+			leaving.ID(), lagging.ID(), replacement.ID(), in, suffrage)
+	}
+	<-closed
+	g.forget(leaving)
+}
