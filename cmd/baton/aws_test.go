@@ -321,12 +321,18 @@ func awsGroup(t testing.TB, f *awsfake.Server, file, net3 string, extra ...strin
 		t.Fatal(err)
 	}
 	var insts []*awsInstance
+	// The group has its three instances before any baton starts, as an
+	// Auto Scaling group launching three does: --bootstrap-expect auto
+	// reads the group's size.
 	for i := range 3 {
 		in := &awsInstance{id: fmt.Sprintf("i-0000000000000aa0%d", i+1), ip: fmt.Sprintf("127.0.%s.%d", net3, i+1)}
+		f.Launch(in.id, "web", "InService", "Healthy", in.ip)
+		insts = append(insts, in)
+	}
+	for i, in := range insts {
 		in.cfg = mockConfig(in.id, in.ip)
 		// No notice for an hour: the target lifecycle state is InService.
 		in.mock = startMock(t, 0, in.cfg, "asglifecycle", "--asg-termination-delay-sec", "3600")
-		f.Launch(in.id, "web", "InService", "Healthy", in.ip)
 		name := fmt.Sprintf("m%d", i+1)
 		if r := runBaton(t, 30*time.Second, "tls", "cert", "--ca-dir", filepath.Join(dir, "ca"), "--dir", dir, "--name", name, "--host", in.ip); r.code != 0 {
 			t.Fatalf("tls cert: %d %s", r.code, r.stderr)
@@ -340,7 +346,6 @@ func awsGroup(t testing.TB, f *awsfake.Server, file, net3 string, extra ...strin
 		args = append(args, "--", self)
 		env := awsEnv(t, f, in.mock.URL, childEnv+"=1", childFileEnv+"="+file, "BATON_SECRET=aws-hand-over-test-secret-0123456789")
 		in.baton = startBaton(t, "baton-"+in.id, env, args...)
-		insts = append(insts, in)
 	}
 	return insts
 }
