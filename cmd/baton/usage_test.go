@@ -296,21 +296,29 @@ func TestUsageErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			r := runApp(t.Context(), tt.env, tt.args...)
-			if r.code != exitUsage {
-				t.Errorf("exit status %d, want %d; stderr:\n%s", r.code, exitUsage, r.stderr)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(r.stderr, w) {
-					t.Errorf("stderr does not mention %q:\n%s", w, r.stderr)
-				}
-			}
-			if r.stdout != "" {
-				t.Errorf("stdout should be empty on a usage error, got:\n%s", r.stdout)
-			}
-			if strings.Contains(r.stderr, "pa%zz") || strings.Contains(r.stderr, "pa%25zz") {
-				t.Errorf("stderr shows the password of the URL:\n%s", r.stderr)
-			}
+			checkUsageError(t, r, tt.want)
 		})
+	}
+}
+
+// checkUsageError checks that r is a usage error (exit 2, nothing on
+// stdout) whose message mentions every string of want and does not show
+// the password "pa%zz" that the tests put in URLs.
+func checkUsageError(t *testing.T, r result, want []string) {
+	t.Helper()
+	if r.code != exitUsage {
+		t.Errorf("exit status %d, want %d; stderr:\n%s", r.code, exitUsage, r.stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("stderr does not mention %q:\n%s", w, r.stderr)
+		}
+	}
+	if r.stdout != "" {
+		t.Errorf("stdout should be empty on a usage error, got:\n%s", r.stdout)
+	}
+	if strings.Contains(r.stderr, "pa%zz") || strings.Contains(r.stderr, "pa%25zz") {
+		t.Errorf("stderr shows the password of the URL:\n%s", r.stderr)
 	}
 }
 
