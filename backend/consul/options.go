@@ -130,6 +130,12 @@ func cleanPath(p string) bool {
 	return true
 }
 
+// MaxSessionTTL is the longest session TTL Consul servers accept (their
+// limit is fixed; the shortest, session_ttl_min, is configured, 10 s by
+// default). A Backend asks for TTL/2, so New refuses a TTL above twice
+// this.
+const MaxSessionTTL = 24 * time.Hour
+
 // timing fills in o's timing defaults and returns them with the session TTL
 // (TTL/2) asked of Consul and every problem found in them; err is an error
 // that is not a problem with o.
@@ -151,6 +157,9 @@ func (o Options) timing() (cfg backend.Config, sessTTL time.Duration, problems [
 	sessTTL = (cfg.TTL/2 + time.Millisecond - 1).Truncate(time.Millisecond)
 	if err == nil {
 		switch {
+		case sessTTL > MaxSessionTTL:
+			problems = append(problems, fmt.Sprintf("TTL (%s) asks Consul for a session TTL (TTL/2) of %s, above %s, the longest Consul servers accept: use a TTL of at most %s",
+				cfg.TTL, sessTTL, MaxSessionTTL, 2*MaxSessionTTL))
 		case cfg.DriftMargin >= sessTTL:
 			problems = append(problems, fmt.Sprintf("DriftMargin (%s) must be below TTL/2 (%s), the session TTL asked of Consul", cfg.DriftMargin, sessTTL))
 		case cfg.RenewInterval >= sessTTL-cfg.DriftMargin:

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
+	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 )
 
@@ -31,10 +33,22 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// MaxTTL is the longest lease TTL etcd grants: its servers refuse a longer
+// one ("etcdserver: too large lease TTL"; lease.MaxLeaseTTL in etcd's
+// server, 9,000,000,000 s, about 285 years). New refuses a longer TTL.
+const MaxTTL = 9_000_000_000 * time.Second
+
 // config returns o's timing with the defaults filled in: backend.Config's,
 // except RenewInterval, TTL/2 by default (see Options.Config).
 func (o Options) config() (backend.Config, error) {
 	c := o.Config
+	if c.TTL > MaxTTL {
+		// Checked first: the defaults below and the rounding up to
+		// whole seconds would overflow near the largest Duration.
+		return c, &baton.ConfigError{Problems: []string{fmt.Sprintf(
+			"etcd: TTL (%s) is above etcd's maximum lease TTL, %s (%d s): etcd servers refuse longer leases; use a TTL of at most that",
+			c.TTL, MaxTTL, int64(MaxTTL/time.Second))}}
+	}
 	if c.TTL == 0 {
 		c.TTL = backend.DefaultTTL
 	}

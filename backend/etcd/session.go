@@ -48,6 +48,9 @@ func (d driver) Grant(ctx context.Context) (session.Grant[clientv3.LeaseID], err
 	start := time.Now()
 	resp, err := b.client.Grant(ctx, b.ttlSec)
 	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseTTLTooLarge) {
+			return session.Grant[clientv3.LeaseID]{}, &TTLError{TTL: time.Duration(b.ttlSec) * time.Second, Err: err}
+		}
 		return session.Grant[clientv3.LeaseID]{}, err
 	}
 	ttl := time.Duration(resp.TTL) * time.Second

@@ -69,6 +69,8 @@ package kubernetes
 import (
 	"context"
 	"fmt"
+	"math"
+	"time"
 
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -94,6 +96,22 @@ type Options struct {
 	Namespace string
 }
 
+// MaxTTL is the longest TTL a Lease can carry: its leaseDurationSeconds is
+// an int32 of seconds (about 68 years).
+const MaxTTL = math.MaxInt32 * time.Second
+
+// CheckTTL returns why a Backend cannot take leases of ttl, as a
+// *baton.ConfigError, or nil: a TTL above MaxTTL does not fit a Lease's
+// leaseDurationSeconds, which client-go electors and kubectl read.
+func CheckTTL(ttl time.Duration) error {
+	if ttl > MaxTTL {
+		return &baton.ConfigError{Problems: []string{fmt.Sprintf(
+			"kubernetes: TTL (%s) does not fit a Lease: its leaseDurationSeconds is an int32 of seconds, at most %d (%s); use a TTL of at most that",
+			ttl, math.MaxInt32, MaxTTL)}}
+	}
+	return nil
+}
+
 // Backend runs baton leases on Lease objects in one namespace. It embeds
 // the cas lease loop; it is safe for concurrent use. One Backend stands for
 // one process; it may hold any number of leases.
@@ -112,6 +130,9 @@ var _ baton.Backend = (*Backend)(nil)
 func New(client k8s.Interface, opts Options) (*Backend, error) {
 	if client == nil {
 		return nil, &baton.ConfigError{Problems: []string{"kubernetes: client is nil: make one with kubernetes.NewForConfig (k8s.io/client-go)"}}
+	}
+	if err := CheckTTL(opts.Config.TTL); err != nil {
+		return nil, err
 	}
 	ns := opts.Namespace
 	if ns == "" {

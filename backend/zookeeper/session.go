@@ -152,17 +152,44 @@ func (d driver) Grant(ctx context.Context) (session.Grant[*gen], error) {
 }
 
 // checkTimeout reports whether a negotiated session timeout leaves room
-// to hold a lease safely.
+// to hold a lease safely: if not, a *SessionTimeoutError.
 func (b *Backend) checkTimeout(timeout time.Duration) error {
-	if timeout <= b.cfg.DriftMargin {
-		return fmt.Errorf("%w: ZooKeeper granted a session timeout of %s, no more than DriftMargin (%s): no lease could be held safely; lower DriftMargin or raise the server's minSessionTimeout",
-			baton.ErrBackendUnavailable, timeout, b.cfg.DriftMargin)
-	}
-	if safeWindow(b.cfg, timeout) <= 0 {
-		return fmt.Errorf("%w: ZooKeeper granted a session timeout of %s, too short for RenewInterval %s and DriftMargin %s: a renewal would confirm nothing beyond the next one (see the package doc); ask for a TTL within the servers' [minSessionTimeout, maxSessionTimeout], or shorten RenewInterval",
-			baton.ErrBackendUnavailable, timeout, b.cfg.RenewInterval, b.cfg.DriftMargin)
+	if timeout <= b.cfg.DriftMargin || safeWindow(b.cfg, timeout) <= 0 {
+		return &SessionTimeoutError{TTL: b.cfg.TTL, Negotiated: timeout, RenewInterval: b.cfg.RenewInterval, DriftMargin: b.cfg.DriftMargin}
 	}
 	return nil
+}
+
+// SessionTimeoutError is returned (wrapped) by Campaign when the session
+// timeout ZooKeeper negotiated leaves no room to hold a lease safely: the
+// server clamped the TTL asked for into its [minSessionTimeout,
+// maxSessionTimeout] (by default 2 to 20 of its ticks), and the result is
+// too short for RenewInterval and DriftMargin (see the package doc). A TTL
+// above maxSessionTimeout, with the default RenewInterval of TTL/6, is the
+// common case. Retrying cannot fix it, so it also matches
+// *baton.ConfigError with errors.As, and the Elector returns it instead of
+// campaigning again.
+type SessionTimeoutError struct {
+	// TTL is the session timeout asked for; Negotiated is what the server
+	// granted.
+	TTL, Negotiated time.Duration
+	// RenewInterval and DriftMargin are the Backend's.
+	RenewInterval, DriftMargin time.Duration
+}
+
+// Error implements error.
+func (e *SessionTimeoutError) Error() string {
+	fix := "ask for a TTL within the servers' [minSessionTimeout, maxSessionTimeout], or shorten RenewInterval and DriftMargin"
+	if e.Negotiated < e.TTL {
+		fix = fmt.Sprintf("lower TTL to at most %s (the servers' maxSessionTimeout), or raise maxSessionTimeout in the servers' zoo.cfg", e.Negotiated)
+	}
+	return fmt.Sprintf("zookeeper: the server granted a session timeout of %s for TTL %s, too short to hold a lease with RenewInterval %s and DriftMargin %s (a renewal would confirm nothing beyond the next one; see the package doc): %s",
+		e.Negotiated, e.TTL, e.RenewInterval, e.DriftMargin, fix)
+}
+
+// Unwrap returns the *baton.ConfigError this is.
+func (e *SessionTimeoutError) Unwrap() error {
+	return &baton.ConfigError{Problems: []string{e.Error()}}
 }
 
 // sessionTimeout returns the timeout safe-until is timed by for session

@@ -39,7 +39,21 @@ func kubernetesScheme(lease string) backendurl.Scheme {
 		Form:       kubernetes.URLForm,
 		Parse:      func(raw string) (backendurl.Opener, error) { return parseKubernetesURL(raw, lease) },
 		CheckLease: kubernetesLease,
+		Window:     kubernetesWindow,
 	}
+}
+
+// kubernetesWindow is the renewal window of a Kubernetes holder at ttl (0:
+// the default), or why ttl does not fit a Lease.
+func kubernetesWindow(ttl time.Duration) (time.Duration, error) {
+	if err := kubernetes.CheckTTL(ttl); err != nil {
+		return 0, err
+	}
+	timing, err := (backend.Config{TTL: ttl}).WithDefaults()
+	if err != nil {
+		return 0, err
+	}
+	return timing.TTL - timing.RenewInterval - timing.DriftMargin, nil
 }
 
 // kubernetesLease is the Kubernetes backend's lease-name rule, in the

@@ -146,8 +146,11 @@ func wrapRunE(f func(cmd *cobra.Command, args []string) error) func(*cobra.Comma
 		}
 		var ee *exitError
 		var ce *baton.ConfigError
-		if errors.As(err, &ee) || errors.As(err, &ce) {
+		if errors.As(err, &ee) {
 			return err
+		}
+		if errors.As(err, &ce) {
+			return namingTTL(cmd.Flags(), err)
 		}
 		return &exitError{code: exitFailure, err: err}
 	}

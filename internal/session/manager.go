@@ -41,8 +41,9 @@ import (
 // calls it with its mutex held.
 type Driver[ID comparable] interface {
 	// Grant creates a session, within ctx (bounded by Options.GrantTimeout).
-	// An error that wraps baton.ErrBackendUnavailable or baton.ErrClosed
-	// reaches the campaign as it is; any other through
+	// An error that wraps baton.ErrBackendUnavailable or baton.ErrClosed,
+	// or matches *baton.ConfigError (a setting the server refuses for
+	// good), reaches the campaign as it is; any other through
 	// Options.Unavailable.
 	Grant(ctx context.Context) (Grant[ID], error)
 
@@ -284,7 +285,10 @@ func (m *Manager[ID]) grant(ctx context.Context) (Grant[ID], error) {
 	case err == nil:
 	case ctx.Err() != nil:
 		return g, ctx.Err()
-	case errors.Is(err, baton.ErrBackendUnavailable), errors.Is(err, baton.ErrClosed):
+	case errors.Is(err, baton.ErrBackendUnavailable), errors.Is(err, baton.ErrClosed), errors.As(err, new(*baton.ConfigError)):
+		// A *baton.ConfigError is a setting the server refuses for good
+		// (a TTL beyond its limits): the Elector stops on it rather than
+		// retrying it as an outage.
 		return g, err
 	default:
 		return g, m.o.Unavailable(ctx, "create session", err)
