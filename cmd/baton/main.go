@@ -115,6 +115,10 @@ type App struct {
 	Hostname func() (string, error)
 	// Executable is this binary, which `demo` starts copies of (os.Executable).
 	Executable func() (string, error)
+
+	// standby times the reports of `run` and `cron` while standing by
+	// (zero: the defaults); tests shorten it.
+	standby standbyPeriods
 }
 
 // Main runs the command line args (without the program name), prints any

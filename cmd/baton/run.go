@@ -436,24 +436,43 @@ func (r *runner) loop(ctx context.Context, e *baton.Elector) error {
 	}
 }
 
-// standbyWarnEvery is the least time between two warnings that the backend
-// cannot be reached while standing by; standbyFirstAnswer is how long a
-// standby waits for the first word of who leads before it warns that the
-// backend does not answer. A campaign that cannot reach the backend is
-// reported by the Elector too ("campaign failed; retrying").
-const (
-	standbyWarnEvery   = 5 * time.Second
-	standbyFirstAnswer = 2 * time.Second
-)
+// standbyPeriods time reportStandby. Zero fields mean the defaults.
+type standbyPeriods struct {
+	// settle is how long a new run waits before it reports anything, so
+	// that an uncontested campaign wins first (default 1 s).
+	settle time.Duration
+	// firstAnswer is how long a standby waits for the first word of who
+	// leads before it warns that the backend does not answer (default 2 s).
+	firstAnswer time.Duration
+	// warnEvery is the least time between two warnings that the backend
+	// cannot be reached (default 5 s).
+	warnEvery time.Duration
+}
+
+// orDefaults returns p with its zero fields set to the defaults.
+func (p standbyPeriods) orDefaults() standbyPeriods {
+	if p.settle <= 0 {
+		p.settle = time.Second
+	}
+	if p.firstAnswer <= 0 {
+		p.firstAnswer = 2 * time.Second
+	}
+	if p.warnEvery <= 0 {
+		p.warnEvery = 5 * time.Second
+	}
+	return p
+}
 
 // reportStandby logs, while this instance does not lead, who does, each time
-// that changes, and warns (at most every standbyWarnEvery) while the backend
+// that changes, and warns (at most every warnEvery) while the backend
 // cannot be reached. Who leads comes from Elector.WatchLeader: pushed by
 // the backend as it changes where the backend can (etcd, ZooKeeper, Consul),
-// asked for every few seconds otherwise.
+// asked for every few seconds otherwise, and then only while this instance
+// does not lead. A campaign that cannot reach the backend is reported by the
+// Elector too ("campaign failed; retrying").
 func (r *runner) reportStandby(ctx context.Context, e *baton.Elector) {
-	// Let an uncontested campaign win first.
-	t := time.NewTimer(time.Second)
+	p := r.l.app.standby.orDefaults()
+	t := time.NewTimer(p.settle)
 	select {
 	case <-ctx.Done():
 		t.Stop()
@@ -486,13 +505,13 @@ func (r *runner) reportStandby(ctx context.Context, e *baton.Elector) {
 	}()
 	defer func() { cancel(); <-done }()
 
-	t.Reset(standbyFirstAnswer)
+	t.Reset(p.firstAnswer)
 	defer t.Stop()
 	last := ""
 	var warned time.Time
 	warn := func(msg string, args ...any) {
 		last = ""
-		if time.Since(warned) < standbyWarnEvery {
+		if time.Since(warned) < p.warnEvery {
 			return
 		}
 		warned = time.Now()
@@ -507,9 +526,17 @@ func (r *runner) reportStandby(ctx context.Context, e *baton.Elector) {
 		case <-done:
 			return // the backend was closed
 		case <-t.C:
+			if e.IsLeader() {
+				// The backend confirms this instance's term, so it
+				// answers; the watch asks nobody who leads while this
+				// instance leads itself (memory://, agent://), so its
+				// silence says nothing. Once the term ends, the watch
+				// asks again and reports any failure to answer.
+				answered = true
+			}
 			if !answered {
-				warn("backend unreachable: no answer; still campaigning", "waited", standbyFirstAnswer)
-				t.Reset(standbyWarnEvery)
+				warn("backend unreachable: no answer; still campaigning", "waited", p.firstAnswer)
+				t.Reset(p.warnEvery)
 			}
 			continue
 		case a = <-answers:
@@ -524,7 +551,7 @@ func (r *runner) reportStandby(ctx context.Context, e *baton.Elector) {
 		case errors.Is(a.err, baton.ErrNoLeader):
 			state = "nobody"
 		case errors.Is(a.err, context.DeadlineExceeded):
-			warn("backend unreachable: no answer; still campaigning", "waited", standbyFirstAnswer)
+			warn("backend unreachable: no answer; still campaigning", "waited", p.firstAnswer)
 			continue
 		case a.err != nil:
 			warn("backend unreachable; still campaigning", "err", a.err)

@@ -1,12 +1,18 @@
 package main
 
 import (
+	"context"
+	"io"
+	"net"
+	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton/internal/testkit"
+	"github.com/batonhq/baton/internal/testserver"
 )
 
 // TestRunStandbyReportsLeader: a standby logs who leads ("standing by")
@@ -70,5 +76,68 @@ func TestRunStandbyReportsLeader(t *testing.T) {
 			}
 			standingBy(other, from, next.name)
 		})
+	}
+}
+
+// startApp runs args in-process, like runApp, with the standby reports
+// timed by periods, until ctx ends; it returns stderr as it grows and a
+// function that waits for the run to return.
+func startApp(t *testing.T, ctx context.Context, periods standbyPeriods, args ...string) (stderr *testserver.SyncBuffer, wait func() int) {
+	t.Helper()
+	stderr = &testserver.SyncBuffer{}
+	app := &App{
+		Stdout:    io.Discard,
+		Stderr:    stderr,
+		LookupEnv: func(string) (string, bool) { return "", false },
+		Environ:   func() []string { return []string{"PATH=" + os.Getenv("PATH")} },
+		Hostname:  func() (string, error) { return "testhost", nil },
+		standby:   periods,
+	}
+	done := make(chan int, 1)
+	go func() { done <- app.Main(ctx, args) }()
+	var code int
+	var once sync.Once
+	wait = func() int {
+		once.Do(func() { code = <-done })
+		return code
+	}
+	t.Cleanup(func() { wait() })
+	return stderr, wait
+}
+
+// TestRunLeaderDoesNotReportBackendUnreachable: a leader on a backend whose
+// standbys ask who leads (memory://, agent://), which asks nobody while it
+// leads, must not warn that the backend does not answer; a standby whose
+// backend accepts connections but never answers must still warn, again
+// and again. Both run with the same short report periods; the healthy
+// leader runs first, so by the time the other has warned three times, the
+// leader has led through at least three report periods.
+func TestRunLeaderDoesNotReportBackendUnreachable(t *testing.T) {
+	t.Parallel()
+	periods := standbyPeriods{settle: 10 * time.Millisecond, firstAnswer: 100 * time.Millisecond, warnEvery: 200 * time.Millisecond}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	const noAnswer = "backend unreachable: no answer"
+
+	leader, waitLeader := startApp(t, ctx, periods, "run", "--backend", "memory://", "--lease", "x", "--id", "healthy", "--", "sleep", "600")
+	testkit.Eventually(t, 30*time.Second, "the memory:// run to start its command", func() bool {
+		return strings.Contains(leader.String(), `msg="child started"`)
+	})
+
+	// A server that accepts connections and never answers.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	standby, waitStandby := startApp(t, ctx, periods, "run", "--backend", "agent://"+ln.Addr().String(), "--lease", "x", "--id", "stuck", "--", "sleep", "600")
+	testkit.Eventually(t, 60*time.Second, "the run on a silent backend to warn three times", func() bool {
+		return strings.Count(standby.String(), noAnswer) >= 3
+	})
+	cancel()
+	waitLeader()
+	waitStandby()
+	if strings.Contains(leader.String(), "backend unreachable") {
+		t.Errorf("the healthy memory:// leader warned that its backend is unreachable:\n%s", leader.String())
 	}
 }
