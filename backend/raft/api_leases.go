@@ -69,6 +69,7 @@ func (n *Node) clientApplyLocal(req clientRequest) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.Time = n.now()
 	if req.Op != opSessionCreate {
 		switch err := n.checkClientSession(req.Session, req.Secret); {
 		case errors.Is(err, errSessionGone):
@@ -79,7 +80,11 @@ func (n *Node) clientApplyLocal(req clientRequest) (*result, error) {
 			return nil, err
 		}
 	}
-	return n.applyLocal(c)
+	res, err := n.applyLocal(c)
+	if err == nil && req.Op == opAcquire {
+		n.checkTokenAboveHeld(req.Lease, req.Session, res, req.Token)
+	}
+	return res, err
 }
 
 // checkClientSession checks, on the raft leader, that secret is the secret

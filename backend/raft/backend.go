@@ -55,6 +55,11 @@ type Backend struct {
 	// epochs follows the group's epoch (the high half of the tokens), to
 	// report a group re-created under an agent client.
 	epochs epoch.Tracker
+
+	// heldMu guards held: the highest token this Backend held for each
+	// lease, which a campaign tells the group (see sawHeld).
+	heldMu sync.Mutex
+	held   map[string]uint64
 }
 
 var _ baton.Backend = (*Backend)(nil)
@@ -131,7 +136,7 @@ func (b *Backend) campaign(ctx context.Context, sl *session.Slot, name, id strin
 			return nil, err
 		}
 		actx, cancel := s.Bound(ctx)
-		res, err = b.g.apply(actx, command{Op: opAcquire, Session: s.ID, Lease: name, Candidate: id, Time: time.Now()})
+		res, err = b.g.apply(actx, command{Op: opAcquire, Session: s.ID, Lease: name, Candidate: id, Time: wallNow(b.g), Token: b.heldToken(name)})
 		cancel()
 		if err != nil {
 			// The acquire may have landed though its reply was lost.
@@ -299,6 +304,7 @@ func (b *Backend) hold(s *sess, sl *session.Slot, name string, token, at uint64)
 		// The group's epoch, as the high half of a token of this lease.
 		b.epochs.Report(b.log, epoch.Where{Store: "the raft group", Counter: "log indexes", Kind: "lease", Key: name}, e)
 	}
+	b.sawHeld(name, token)
 	return &term{BasicTerm: t, b: b, h: h}, nil
 }
 

@@ -42,9 +42,13 @@ type command struct {
 	TTL       time.Duration `json:"ttl,omitempty"`
 	Lease     string        `json:"lease,omitempty"`
 	Candidate string        `json:"candidate,omitempty"`
-	Token     uint64        `json:"token,omitempty"`
-	// Time is the proposer's wall clock, recorded as a term's Since. It is
-	// informational only.
+	// Token is the term's token (release, state-store); on an acquire, the
+	// highest token the campaigner held for the lease before, which the
+	// log does not use: members compare it with the token granted (see
+	// checkTokenAboveHeld).
+	Token uint64 `json:"token,omitempty"`
+	// Time is the proposer's wall clock, recorded as a term's Since; the
+	// group's first acquire sets the group's epoch from it.
 	Time time.Time `json:"time,omitzero"`
 	// Reason qualifies a session-destroy: reasonExpired when the Backend
 	// gave the session up because its own safe-until passed (a loss, not a
@@ -150,6 +154,10 @@ type fsm struct {
 	// end.
 	events   []LeaseEvent
 	watchers map[*leaseWatcher]struct{}
+	// onEpoch, if set, is called with the group's epoch when this copy of
+	// the log learns it: from the acquire that sets it, or from a
+	// snapshot. It is called with mu held.
+	onEpoch func(e uint64)
 }
 
 func newFSM() *fsm {
@@ -312,6 +320,9 @@ func (f *fsm) acquire(index uint64, c *command) *result {
 			return &result{Err: errNoEpoch}
 		}
 		f.st.Epoch = epoch.Of(c.Time)
+		if f.onEpoch != nil {
+			f.onEpoch(f.st.Epoch)
+		}
 	}
 	l := f.st.Leases[c.Lease]
 	if l == nil {

@@ -179,6 +179,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reset(st)
+	if st.Epoch != 0 && f.onEpoch != nil {
+		f.onEpoch(st.Epoch)
+	}
 	for name, ch := range f.watch {
 		close(ch)
 		delete(f.watch, name)

@@ -148,6 +148,8 @@ type NodeOptions struct {
 	OnRenew func(took time.Duration, err error)
 
 	gate *gate // in-package tests: cut the member off
+
+	wallClock func() time.Time // in-package tests: this member's wall clock (nil: time.Now)
 }
 
 // Node is one member of a baton raft group: it replicates the lease state,
@@ -250,6 +252,7 @@ func StartNode(opts NodeOptions) (*Node, error) {
 		lastSeen: map[hraft.ServerID]time.Time{}, heard: newHeardLog(),
 		stalls: &stallWatch{gap: opts.HeartbeatTimeout / 4, after: opts.HeartbeatTimeout / 4, last: time.Now()},
 	}
+	n.fsm.onEpoch = n.checkEpochClock
 	n.client = newAPIClient(opts.TLS, opts.gate, opts.Secret)
 	n.mux = newMux(ln, opts.TLS, opts.gate, newConnKey(opts.Secret), n.hasJoined, n.refusals)
 	if err := n.startRaft(); err != nil {
