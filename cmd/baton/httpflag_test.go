@@ -362,31 +362,69 @@ func testRunHTTP(t *testing.T, backendArgs func(i int) []string, extraEnv []stri
 		start(i)
 	}
 
-	testkit.Eventually(t, 60*time.Second, "a child to start", func() bool { return len(starts(readEvents(file))) >= 1 })
-	first := starts(readEvents(file))[0]
-	leader := leaderProc(t, procs, first.pid)
-	if first.holder != ids[leader] {
-		t.Fatalf("the first child's holder is %q, its baton's --id %q", first.holder, ids[leader])
-	}
-	// expect checks every live baton's health: 200 from leader with token,
-	// 429 naming it from the others.
-	expect := func(when string, leader *batonProc, token uint64, live []*batonProc) {
+	// inForce waits until the health of every baton in live agrees on the
+	// term in force, the last child started and still running: its baton
+	// answers 200 with the child's token, the others 429 naming that baton
+	// and token. It returns that child and its baton. On a busy machine a
+	// term can end and another begin at any time (a raft group that lost
+	// its leader for longer than the TTL expires every session): the check
+	// follows the term in force rather than waiting for answers about one
+	// that is over.
+	inForce := func(when string, live []*batonProc) (event, *batonProc) {
 		t.Helper()
-		for _, p := range live {
-			if p == leader {
-				h := waitHealth(t, p.name, addrs[p], http.StatusOK, ids[p], token)
-				if h.Status != "leader" || h.Lease != lease {
-					t.Errorf("%s: the leader %s answers %s", when, p.name, h)
+		var (
+			ev     event
+			leader *batonProc
+			why    string
+		)
+		agree := func() bool {
+			evs := readEvents(file)
+			s := starts(evs)
+			if len(s) == 0 {
+				why = "no child has started"
+				return false
+			}
+			ev = s[len(s)-1]
+			if _, stopped := stopOf(evs, ev.pid); stopped || !alive(ev.pid) {
+				why = fmt.Sprintf("the last child (token %d) is gone, and no other has started", ev.token)
+				return false
+			}
+			if leader = procOf(procs, ev.pid); leader == nil || !slices.Contains(live, leader) {
+				why = fmt.Sprintf("the last child (token %d) descends from none of the live batons", ev.token)
+				return false
+			}
+			for _, p := range live {
+				h := healthOf(addrs[p])
+				if p == leader {
+					if h.code != http.StatusOK || h.Status != "leader" || h.Lease != lease || h.Holder != ids[p] || h.Token != ev.token {
+						why = fmt.Sprintf("the leader %s answers %s, want 200 leader holder=%q token=%d", p.name, h, ids[p], ev.token)
+						return false
+					}
+					continue
 				}
-				continue
+				if h.code != http.StatusTooManyRequests || h.Status != "standby" || h.Holder != ids[leader] || h.Token != ev.token {
+					why = fmt.Sprintf("the standby %s answers %s, want 429 standby holder=%q token=%d", p.name, h, ids[leader], ev.token)
+					return false
+				}
 			}
-			h := waitHealth(t, p.name, addrs[p], http.StatusTooManyRequests, ids[leader], token)
-			if h.Status != "standby" {
-				t.Errorf("%s: the standby %s answers %s", when, p.name, h)
-			}
+			return true
 		}
+		if !testkit.Poll(30*time.Second, 50*time.Millisecond, agree) {
+			t.Fatalf("%s: the batons' health checks do not agree on the term in force within 30s: %s", when, why)
+		}
+		if ev.holder != ids[leader] {
+			t.Errorf("%s: the child's BATON_HOLDER is %q, its baton's --id %q", when, ev.holder, ids[leader])
+		}
+		return ev, leader
 	}
-	expect("first term", leader, first.token, procs)
+	// startedSince waits for a child to start after the first n.
+	startedSince := func(what string, n int) {
+		t.Helper()
+		testkit.Eventually(t, 60*time.Second, what, func() bool { return len(starts(readEvents(file))) > n })
+	}
+
+	startedSince("a child to start", 0)
+	first, leader := inForce("first term", procs)
 	for _, p := range procs {
 		checkMetrics(t, p.name, addrs[p], lease, p == leader)
 	}
@@ -408,6 +446,7 @@ func testRunHTTP(t *testing.T, backendArgs func(i int) []string, extraEnv []stri
 
 	// kill -9: the standbys keep answering 429 naming the dead holder until
 	// its lease expires, then one leads with a higher token.
+	before := len(starts(readEvents(file)))
 	if err := leader.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -416,17 +455,16 @@ func testRunHTTP(t *testing.T, backendArgs func(i int) []string, extraEnv []stri
 		t.Errorf("the killed leader's server still answers: %s", h)
 	}
 	live := slices.DeleteFunc(slices.Clone(procs), func(p *batonProc) bool { return p == leader })
-	testkit.Eventually(t, 60*time.Second, "a standby's child to start after the crash", func() bool { return len(starts(readEvents(file))) >= 2 })
-	second := starts(readEvents(file))[1]
-	leader = leaderProc(t, procs, second.pid)
+	startedSince("a standby's child to start after the crash", before)
+	second, leader := inForce("after kill -9", live)
 	if second.token <= first.token {
 		t.Errorf("token after the crash %d, want more than %d", second.token, first.token)
 	}
-	expect("after kill -9", leader, second.token, live)
 	checkMetrics(t, leader.name, addrs[leader], lease, true)
 
 	// SIGTERM: the leader stops its command, resigns and exits 0; the last
 	// baton leads.
+	before = len(starts(readEvents(file)))
 	if err := leader.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -434,13 +472,11 @@ func testRunHTTP(t *testing.T, backendArgs func(i int) []string, extraEnv []stri
 		t.Errorf("baton exited %d after SIGTERM, want 0", code)
 	}
 	live = slices.DeleteFunc(live, func(p *batonProc) bool { return p == leader })
-	testkit.Eventually(t, 60*time.Second, "the last baton's child to start after the hand-over", func() bool { return len(starts(readEvents(file))) >= 3 })
-	third := starts(readEvents(file))[2]
-	last := leaderProc(t, procs, third.pid)
+	startedSince("the last baton's child to start after the hand-over", before)
+	third, last := inForce("after SIGTERM", live)
 	if third.token <= second.token {
 		t.Errorf("token after the hand-over %d, want more than %d", third.token, second.token)
 	}
-	expect("after SIGTERM", last, third.token, live)
 	// The last baton saw the terms: the others' as a standby, its own last.
 	testkit.Eventually(t, 10*time.Second, "the last baton to count at least 2 elections (another's and its own)", func() bool {
 		v, _ := metricValue(metricsOf(t, addrs[last]), "baton_transitions_total", map[string]string{"lease": lease, "kind": "elected"})

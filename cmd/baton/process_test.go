@@ -153,10 +153,21 @@ func killLeftoverChildren(t testing.TB, file string) {
 // command's guard, the command, and possibly a wrapper script between).
 func leaderProc(t *testing.T, procs []*batonProc, pid int) *batonProc {
 	t.Helper()
+	p := procOf(procs, pid)
+	if p == nil {
+		t.Fatalf("child %d is gone, or descends from none of the batons", pid)
+	}
+	return p
+}
+
+// procOf returns the baton process that pid descends from, as leaderProc
+// does, or nil when pid or an ancestor on the way is gone, or it descends
+// from none of procs.
+func procOf(procs []*batonProc, pid int) *batonProc {
 	for anc, n := pid, 0; n < 5; n++ {
 		_, ppid, ok := procStat(anc)
 		if !ok {
-			t.Fatalf("process %d, an ancestor of child %d, is gone", anc, pid)
+			return nil
 		}
 		for _, p := range procs {
 			if p.cmd.Process.Pid == ppid {
@@ -165,7 +176,6 @@ func leaderProc(t *testing.T, procs []*batonProc, pid int) *batonProc {
 		}
 		anc = ppid
 	}
-	t.Fatalf("child %d descends from none of the batons", pid)
 	return nil
 }
 
