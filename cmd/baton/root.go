@@ -63,7 +63,8 @@ Exit statuses:
   1  is-leader: not the leader; leader: nobody leads; otherwise a runtime error
   2  usage or configuration error: a bad flag, environment variable, URL or
      file, or a setting the backend refuses for good (credentials, a TTL
-     below Consul's session_ttl_min)
+     beyond the backend's limits: Consul's session_ttl_min to 48h, etcd's
+     maximum lease TTL, ZooKeeper's maxSessionTimeout)
   3  undetermined: the backend did not answer within --timeout
      (run: --timeout passed before this instance was elected)
   4  run --once: the lease was lost while the command ran
