@@ -22,7 +22,8 @@
 //     (baton.ErrExpired), whether or not Consul can be reached. Consul's
 //     default session_ttl_min is 10 s, so TTL must be at least 20 s (the
 //     default); below twice the servers' minimum a campaign fails with a
-//     *SessionTTLError, a *baton.ConfigError.
+//     *SessionTTLError, a *baton.ConfigError. Consul accepts session TTLs
+//     of at most 24 h (MaxSessionTTL), so New refuses a TTL above 48 h.
 //   - A session found gone, or a key that stops being this term's lock, ends the
 //     term with baton.ErrLeaseLost. StoreState is a transaction checking the
 //     lock's session and ModifyIndex, so only the holder writes the state.

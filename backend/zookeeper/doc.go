@@ -22,7 +22,10 @@
 //   - A term ends with baton.ErrExpired at the send time of its last
 //     renewal that confirmed the session − the ensemble lag (none on a
 //     standalone server) + the negotiated session timeout − DriftMargin,
-//     whether or not ZooKeeper can be reached. Across
+//     whether or not ZooKeeper can be reached. A negotiated timeout too
+//     short for RenewInterval and DriftMargin (a TTL above the servers'
+//     maxSessionTimeout, say) fails the campaign with a
+//     *SessionTimeoutError, a *baton.ConfigError. Across
 //     a lost connection (Curator's SUSPENDED) a term carries on until then;
 //     an expired session (LOST) or a deleted node ends it with
 //     baton.ErrLeaseLost.
