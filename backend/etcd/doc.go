@@ -25,7 +25,9 @@
 //
 // Not guaranteed: an `etcdctl del` or `lease revoke` reaches the holder a
 // round trip later, and a paused process may write late (send Term.Token
-// downstream); etcd grants TTLs in whole seconds, at least its minimum, so a
+// downstream); etcd grants TTLs in whole seconds, at least its minimum (and
+// at most MaxTTL: New refuses a longer TTL, and a server's refusal fails a
+// campaign with a *TTLError, a *baton.ConfigError), so a
 // lease may be held longer than Config.TTL, never shorter; Leader reports
 // etcd's view, with a zero Record.Since; `etcdctl elect` and
 // concurrency.Election candidates keep their own timing rules.
