@@ -72,10 +72,13 @@ func zkArgs(t *testing.T) ([]string, map[string]string) {
 	return []string{"--backend", "zk://" + testserver.SharedZooKeeper(t).Addr() + "/ttl-limits-" + strings.ReplaceAll(t.Name(), "/", "-")}, nil
 }
 
-// k8sArgs names a namespace of the subtest's own, which kubeconfigFor makes.
+// k8sArgs names a namespace of the subtest's own, which kubeconfigFor makes,
+// and a kubeconfig for it.
 func k8sArgs(t *testing.T) ([]string, map[string]string) {
 	ns := strings.ToLower(strings.ReplaceAll(t.Name()[strings.LastIndexByte(t.Name(), '/')+1:], "_", "-"))
-	return []string{"--backend", "k8s://" + ns}, map[string]string{"KUBECONFIG": kubeconfigFor(t, ns)}
+	// In the URL: client-go reads KUBECONFIG from the process's
+	// environment, which an in-process run does not replace.
+	return []string{"--backend", "k8s://" + ns + "?kubeconfig=" + kubeconfigFor(t, ns)}, nil
 }
 
 func raftArgs(t *testing.T) ([]string, map[string]string) {
