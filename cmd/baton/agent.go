@@ -8,8 +8,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
+	"github.com/batonhq/baton/backendurl"
+	"github.com/batonhq/baton/internal/agentsock"
 	"github.com/batonhq/baton/internal/raftagent"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -87,6 +90,7 @@ type agentCommand struct {
 	http      string
 	httpToken string
 	tokenFile string
+	socket    string
 	logLevel  string
 	raft      raftFlags
 	aws       awsFlags
@@ -103,11 +107,12 @@ func (a *App) newAgentCommand() *cobra.Command {
 		RunE:  wrapRunE(func(cmd *cobra.Command, args []string) error { return c.Run(cmd.Context()) }),
 	}
 	c.fs = cmd.Flags()
-	c.fs.StringVar(&c.http, "http", "127.0.0.1:8790", "address of the HTTP API (keep it on loopback unless --http-token is set)")
-	c.fs.StringVar(&c.httpToken, "http-token", "", "bearer token that agent:// clients, /v1/status and POST calls must send; read-only GETs and /metrics need none (default: a random one, written to --http-token-file; prefer BATON_HTTP_TOKEN to the flag)")
-	c.fs.StringVar(&c.tokenFile, "http-token-file", "", "file the agent writes its token to (mode 0600) for local clients, removed at exit (default: $XDG_RUNTIME_DIR/baton/agent-PORT.token; /run/baton/... for root; else ~/.cache/baton/...)")
+	c.fs.StringVar(&c.http, "http", "127.0.0.1:8790", "address of the read-only HTTP API: status page, leases, health, metrics (calls that need the token go to --socket)")
+	c.fs.StringVar(&c.socket, "socket", "", "Unix socket of the full API, where agent:// clients and calls that need the token go (default: $XDG_RUNTIME_DIR/baton/agent-HOST-PORT.sock; /run/baton/... for root; else ~/.cache/baton/..., HOST:PORT being --http's)")
+	c.fs.StringVar(&c.httpToken, "http-token", "", "bearer token that agent:// clients, /v1/status and POST calls must send on --socket (default: a random one, written to --http-token-file; prefer BATON_HTTP_TOKEN to the flag)")
+	c.fs.StringVar(&c.tokenFile, "http-token-file", "", "file the agent writes its token to (mode 0600) for local clients, removed at exit (default: the socket's path with .token for .sock)")
 	c.fs.StringVar(&c.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
-	withEnv(c.fs, "http", "http-token", "http-token-file", "log-level")
+	withEnv(c.fs, "http", "socket", "http-token", "http-token-file", "log-level")
 	c.raft.register(c.fs)
 	c.aws.register(c.fs)
 	return cmd
@@ -126,8 +131,14 @@ func (c *agentCommand) Run(ctx context.Context) error {
 	}
 	if _, _, err := net.SplitHostPort(c.http); err != nil {
 		problems = append(problems, fmt.Sprintf("%s %q: want HOST:PORT, e.g. 127.0.0.1:8790", flagSource(c.fs, "http"), c.http))
-	} else if host, _, _ := net.SplitHostPort(c.http); !isLoopback(host) && c.httpToken == "" {
-		problems = append(problems, fmt.Sprintf("%s %s is not a loopback address: set --http-token (BATON_HTTP_TOKEN), the token to give the clients on other hosts (a generated one is only written to a local file)", flagSource(c.fs, "http"), c.http))
+	} else if host, _, _ := net.SplitHostPort(c.http); !backendurl.IsLoopback(host) && c.httpToken != "" {
+		// The token would be for clients on other hosts, and it would reach
+		// the agent in cleartext; the agent takes it only on its socket.
+		problems = append(problems, fmt.Sprintf("%s with %s %s (not a loopback address): an agent takes its token only on its Unix socket (--socket), never over TCP, where it would cross the network in cleartext; %s serves the read-only API (status page, leases, health, metrics) to other hosts without a token. Drop %s (local clients read the generated token file beside the socket), and run a member (--backend raft://) on hosts that campaign",
+			flagSource(c.fs, "http-token"), flagSource(c.fs, "http"), c.http, flagSource(c.fs, "http"), flagSource(c.fs, "http-token")))
+	}
+	if c.socket != "" && !filepath.IsAbs(c.socket) {
+		problems = append(problems, fmt.Sprintf("%s %q: want an absolute path, e.g. /run/baton/agent.sock", flagSource(c.fs, "socket"), c.socket))
 	}
 	if _, err := parseLevel(c.logLevel); err != nil {
 		problems = append(problems, fmt.Sprintf("%s %q: %v", flagSource(c.fs, "log-level"), c.logLevel, err))
@@ -158,15 +169,30 @@ func (c *agentCommand) Run(ctx context.Context) error {
 	if err != nil {
 		return &exitError{code: exitFailure, err: fmt.Errorf("--http %s: %w", c.http, err)}
 	}
-	token, removeToken, err := c.token(ln.Addr(), log)
+	socketPath := c.socket
+	if socketPath == "" {
+		host, port, _ := net.SplitHostPort(ln.Addr().String())
+		if socketPath, err = defaultAgentSocket(c.app.lookupEnv, host, port); err != nil {
+			ln.Close()
+			return &exitError{code: exitUsage, err: err}
+		}
+	}
+	sock, err := agentsock.Listen(socketPath)
 	if err != nil {
 		ln.Close()
+		return &exitError{code: exitFailure, err: fmt.Errorf("--socket %s (choose another with --socket): %w", socketPath, err)}
+	}
+	token, removeToken, err := c.token(sock.Path(), log)
+	if err != nil {
+		ln.Close()
+		sock.Close()
 		return err
 	}
 	defer removeToken()
 	n, err := startMember(ctx, opts, log)
 	if err != nil {
 		ln.Close()
+		sock.Close()
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -175,12 +201,17 @@ func (c *agentCommand) Run(ctx context.Context) error {
 	api, err := raftagent.New(n, raftagent.Options{Token: token, Metrics: metrics, Logger: log})
 	if err != nil {
 		ln.Close()
+		sock.Close()
 		return errors.Join(err, closeWithin(ctx, 10*time.Second, "the raft member", log, n.Close))
 	}
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second}
-	served := make(chan error, 1)
+	// TCP serves what needs no credential; the socket, whose server its
+	// clients can prove (package agentsock), serves everything.
+	srv := &http.Server{Handler: api.ReadOnly(sock.Path()), ReadHeaderTimeout: 5 * time.Second}
+	ssrv := &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 2)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("agent serving", "http", ln.Addr().String(), "member", n.ID(), "addr", n.Addr())
+	go func() { served <- ssrv.Serve(sock) }()
+	log.Info("agent serving", "http", ln.Addr().String(), "socket", sock.Path(), "member", n.ID(), "addr", n.Addr())
 	var runErr error
 	select {
 	case <-ctx.Done():
@@ -192,6 +223,8 @@ func (c *agentCommand) Run(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
+	_ = ssrv.Shutdown(sctx)
+	sock.Close()
 	api.Close()
 	if err := closeWithin(ctx, 10*time.Second, "the raft member", log, n.Close); err != nil {
 		log.Warn("leaving the group", "err", err)
@@ -200,20 +233,14 @@ func (c *agentCommand) Run(ctx context.Context) error {
 	return runErr
 }
 
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 // token returns the agent's token — --http-token, or a new random one — and
-// writes it to the token file for local clients (for an agent serving at
-// addr). remove deletes the file again. Without --http-token a token file
-// that cannot be written is an error, since no client could learn the
-// token; with it, a warning.
-func (c *agentCommand) token(addr net.Addr, log *slog.Logger) (token string, remove func(), err error) {
+// writes it to the token file for local clients (for an agent serving its
+// socket at socket: beside it, by default). remove deletes the file again
+// if it is still the one written here (another agent may have written its
+// own there since). Without --http-token a token file that cannot be
+// written is an error, since no client could learn the token; with it, a
+// warning.
+func (c *agentCommand) token(socket string, log *slog.Logger) (token string, remove func(), err error) {
 	token = c.httpToken
 	generated := token == ""
 	if generated {
@@ -221,12 +248,9 @@ func (c *agentCommand) token(addr net.Addr, log *slog.Logger) (token string, rem
 	}
 	path := c.tokenFile
 	if path == "" {
-		_, port, _ := net.SplitHostPort(addr.String())
-		path, err = defaultAgentTokenFile(c.app.lookupEnv, port)
+		path = agentTokenFileOf(socket)
 	}
-	if err == nil {
-		err = writeAgentToken(path, token)
-	}
+	written, err := writeAgentToken(path, token)
 	if err != nil {
 		err = fmt.Errorf("writing the agent's token file (set its place with --http-token-file, or give a token with --http-token): %w", err)
 		if generated {
@@ -237,7 +261,7 @@ func (c *agentCommand) token(addr net.Addr, log *slog.Logger) (token string, rem
 	}
 	log.Info("agent token written for local clients", "file", path, "generated", generated)
 	return token, func() {
-		if got, rerr := readAgentToken(path); rerr == nil && got == token {
+		if st, err := os.Lstat(path); err == nil && os.SameFile(st, written) {
 			_ = os.Remove(path)
 		}
 	}, nil
