@@ -31,19 +31,35 @@ baton run --backend raft:// (no sidecar to deploy; the instance is the
 member). Hosts that run several jobs, or short-lived checks, run one baton
 agent and point them at agent://.
 
-Credentials. Every call that changes something needs the agent's token, as
+Credentials. Calls that carry credentials go only to the agent's Unix
+socket, --socket (default: $XDG_RUNTIME_DIR/baton/agent-HOST-PORT.sock;
+/run/baton/agent-HOST-PORT.sock for root; else ~/.cache/baton/..., HOST:PORT
+being --http's, so that agents on one port of two addresses keep apart). Its
+directory must be writable by the agent's user alone; a client checks that,
+and that the process serving the socket runs as that user or root
+(SO_PEERCRED), before it sends anything: a process of another user that
+takes the port of an agent that crashed gets no credential. --http (TCP)
+serves only the read-only calls, and answers 403 to any other, naming the
+socket. An agent takes no token over TCP: --http-token with a --http that is
+not loopback is refused (exit 2), as the token would cross the network in
+cleartext; hosts that campaign run a member (--backend raft://).
+
+Every call that changes something needs the agent's token, as
 "Authorization: Bearer TOKEN": --http-token (BATON_HTTP_TOKEN) if given, else
 a random one the agent makes at start. Either way the agent writes it to
---http-token-file, mode 0600 (default: $XDG_RUNTIME_DIR/baton/agent-PORT.token;
-/run/baton/agent-PORT.token for root; else ~/.cache/baton/agent-PORT.token,
-PORT being --http's port), and removes the file when it stops. Local clients
-running as the same user find it there: --backend agent://127.0.0.1:PORT
-(which reads it again when a restarted agent wrote a new one, and never sends
-it to an agent on another host), and curl -H "Authorization: Bearer $(cat
-FILE)". Others need BATON_HTTP_TOKEN or BATON_HTTP_TOKEN_FILE. Each agent:// session also has a secret of its own,
+--http-token-file, mode 0600 (default: the socket's path with .token for
+.sock), and removes its socket and token file when it stops, if they are
+still its own. Local clients find both there: --backend agent://HOST:PORT
+(the agent's socket, and the token beside it, read again when a restarted
+agent wrote a new one) or agent:///PATH/TO/SOCKET, and curl --unix-socket
+SOCKET -H "Authorization: Bearer $(cat TOKEN-FILE)" http://agent/PATH.
+Other users need BATON_HTTP_TOKEN or BATON_HTTP_TOKEN_FILE. agent:// at
+another host's address reads only, over TCP. Each agent:// session also has a secret of its own,
 known only to the client that created it: with the token but without that
 secret, a process cannot renew, release or destroy another client's session.
-Sessions expire only by the raft leader's timers.
+Sessions expire only by the raft leader's timers, and a client never lets
+the agent's replies stretch its terms past its own TTL from its own send
+time.
 
 Resign. POST /v1/leases/NAME/resign asks the holder to resign; it does not
 take the lease away. The holder learns of it at its next renewal, stops its
@@ -51,8 +67,9 @@ work (baton run: CMD gets SIGTERM, and SIGKILL after --grace), and then
 releases, so the lease goes to a waiter only after the work has stopped. A
 holder that cannot be reached keeps the lease until its session expires.
 
-HTTP API (on --http, loopback by default). Read-only calls need no token,
-so that probes and Prometheus work; they show no credentials:
+HTTP API (all of it on --socket; the calls without "(token)" also on
+--http, loopback by default). Read-only calls need no token, so that probes
+and Prometheus work; they show no credentials:
   GET  /                        status page: the group, the leases, their
                                 holders and tokens, and a timeline of the
                                 last hour (?window=5m zooms in)
@@ -83,7 +100,9 @@ so that probes and Prometheus work; they show no credentials:
                                 the reads of agent:// clients
 
 ` + awsHelp + `Exit statuses: 0 stopped by SIGTERM/SIGINT (or the instance leaving, with
---aws); 1 runtime error; 2 bad flags.`
+--aws); 1 runtime error (--http in use; the socket cannot be made: its
+directory is writable by others, or another agent serves it); 2 bad flags
+(also --http-token with a --http that is not loopback).`
 
 type agentCommand struct {
 	app       *App
