@@ -21,7 +21,8 @@
 //     the holder's session.
 //   - A term ends with baton.ErrExpired at the send time of its last
 //     renewal that confirmed the session − the ensemble lag (none on a
-//     standalone server) + the negotiated session timeout − DriftMargin,
+//     standalone server) + the negotiated session timeout (or the TTL,
+//     if the server granted more) − DriftMargin,
 //     whether or not ZooKeeper can be reached. Across
 //     a lost connection (Curator's SUSPENDED) a term carries on until then;
 //     an expired session (LOST) or a deleted node ends it with
