@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/internal/agentsock"
 )
 
@@ -46,8 +47,17 @@ type ClientOptions struct {
 
 // ErrUnprovenAgent is the error of a Client call that needs a credential
 // (the agent's token, a session's secret) when the agent is reached over
-// TCP without ClientOptions.PlainTCP: nothing was sent.
-var ErrUnprovenAgent = errors.New("raft: the agent is reached over TCP, where nothing proves that whatever answers is the agent, so no credential is sent: reach it on its Unix socket (agent:///PATH, e.g. agent:///run/baton/agent-127.0.0.1-8790.sock)")
+// TCP without ClientOptions.PlainTCP: nothing was sent. Such an error also
+// matches *baton.ConfigError, since no retry fixes it: an Elector returns
+// it rather than campaigning again.
+var ErrUnprovenAgent = errors.New("raft: no credential is sent to an agent reached over TCP")
+
+// unproven returns the error of a call that needs a credential on c, which
+// has no proved server.
+func (c *Client) unproven() error {
+	return fmt.Errorf("%w: %w", ErrUnprovenAgent, &baton.ConfigError{Problems: []string{fmt.Sprintf(
+		"the agent at %s is reached over TCP, where nothing proves that whatever answers is the agent: reach it on its Unix socket, from the agent's host (agent:///PATH, e.g. agent:///run/baton/agent-127.0.0.1-8790.sock, or agent://127.0.0.1:PORT), or make this host a member of the group (raft://)", c.addr)}})
+}
 
 // Client is a Group that campaigns through a local agent (`baton agent`)
 // instead of being a member itself: the agent's member forwards its calls
@@ -131,7 +141,7 @@ func (c *Client) secret(session string) string {
 
 func (c *Client) apply(ctx context.Context, cmd command) (*result, error) {
 	if !c.proven {
-		return nil, fmt.Errorf("%w (agent at %s)", ErrUnprovenAgent, c.addr)
+		return nil, c.unproven()
 	}
 	req := clientRequest{Op: cmd.Op, Session: cmd.Session, Secret: c.secret(cmd.Session), TTL: cmd.TTL,
 		Lease: cmd.Lease, Candidate: cmd.Candidate, Token: cmd.Token, Reason: cmd.Reason, Value: cmd.Value}
@@ -144,7 +154,7 @@ func (c *Client) apply(ctx context.Context, cmd command) (*result, error) {
 
 func (c *Client) renew(ctx context.Context, session string) (*renewResponse, error) {
 	if !c.proven {
-		return nil, fmt.Errorf("%w (agent at %s)", ErrUnprovenAgent, c.addr)
+		return nil, c.unproven()
 	}
 	req := renewRequest{Session: session, Secret: c.secret(session)}
 	r, err := retryNotLeader(ctx, func(ctx context.Context) (*renewResponse, error) {
