@@ -78,8 +78,32 @@ func (c Config) WithDefaults() (Config, error) {
 // last confirmed renewal (or acquisition) was *sent* at start and the lease
 // lasts ttl from when the server applied it. start must carry a monotonic
 // reading (come from time.Now), so the deadline survives wall-clock jumps.
+//
+// A ttl above c.TTL counts as c.TTL: the ttl usually comes from the
+// server's reply, and a client believes no server about time, so no reply
+// (a server granting more than asked, or an impostor answering ten hours)
+// moves the deadline past the client's own TTL from its own send time.
+// A shorter ttl shortens it.
 func (c Config) SafeUntil(start time.Time, ttl time.Duration) time.Time {
+	if c.TTL > 0 {
+		ttl = min(ttl, c.TTL)
+	}
 	return start.Add(ttl - c.DriftMargin)
+}
+
+// CapSafeUntil returns until, or the latest deadline a renewal sent at
+// sent may give (sent + TTL - DriftMargin) if until is later: the bound
+// that package session applies to every safe-until a backend's driver
+// reports, whatever the driver computed from the server's reply. A zero
+// TTL leaves until as it is.
+func (c Config) CapSafeUntil(sent, until time.Time) time.Time {
+	if c.TTL <= 0 {
+		return until
+	}
+	if limit := sent.Add(c.TTL - c.DriftMargin); until.After(limit) {
+		return limit
+	}
+	return until
 }
 
 // problems collects the findings of a validation; errOrNil returns them as one

@@ -29,3 +29,26 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		t.Errorf("err = %v; want all three problems at once", err)
 	}
 }
+
+// A TTL from a server's reply above the client's own counts as the
+// client's: no reply stretches safe-until past the send time + TTL −
+// DriftMargin; a shorter one shortens it.
+func TestSafeUntilBelievesNoLongerTTL(t *testing.T) {
+	c, err := backend.Config{TTL: 2 * time.Second}.WithDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	if got, want := c.SafeUntil(sent, 10*time.Hour), sent.Add(c.TTL-c.DriftMargin); !got.Equal(want) {
+		t.Errorf("SafeUntil with a ten-hour TTL = send + %s, want send + %s", got.Sub(sent), want.Sub(sent))
+	}
+	if got, want := c.SafeUntil(sent, time.Second), sent.Add(time.Second-c.DriftMargin); !got.Equal(want) {
+		t.Errorf("SafeUntil with a shorter TTL = send + %s, want send + %s", got.Sub(sent), want.Sub(sent))
+	}
+	if got, want := c.CapSafeUntil(sent, sent.Add(time.Hour)), sent.Add(c.TTL-c.DriftMargin); !got.Equal(want) {
+		t.Errorf("CapSafeUntil of an hour = send + %s, want send + %s", got.Sub(sent), want.Sub(sent))
+	}
+	if early := sent.Add(time.Second); !c.CapSafeUntil(sent, early).Equal(early) {
+		t.Error("CapSafeUntil moved an earlier deadline")
+	}
+}

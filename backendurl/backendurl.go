@@ -4,7 +4,8 @@
 //	etcd://[user:password@]host[:port][,host[:port]...]      port 2379
 //	zk://[user:password@]host[:port][,...][/root][?tls params] port 2181
 //	consul://host[:port][/prefix][?params]                   port 8500
-//	agent://[token@]host:port                                 a raft agent
+//	agent://[token@]/path/to/agent.sock                       a raft agent's Unix socket
+//	agent://[token@]host:port                                 a raft agent (its socket on this host)
 //	raft://                                                   a raft member
 //	memory://                                                 this process only
 //
@@ -43,7 +44,7 @@ var schemes = map[string]scheme{
 	"etcd":   {form: "etcd://host:port[,host:port]", parse: parseEtcdURL, checkLease: etcdLease, window: etcdWindow},
 	"memory": {form: "memory://", parse: parseMemoryURL},
 	"raft":   {form: "raft:// (this process is a member of the group)", parse: parseRaftURL, window: raftWindow},
-	"agent":  {form: "agent://host:port", parse: parseAgentURL, window: raftWindow},
+	"agent":  {form: "agent:///path/to/agent.sock or agent://host:port", parse: parseAgentURL, window: raftWindow},
 	"zk":     {form: "zk://host:port[,host:port][/root]", parse: parseZooKeeperURL, checkLease: zooKeeperLease, window: zooKeeperWindow},
 	"consul": {form: "consul://host:port[/prefix]", parse: parseConsulURL, checkLease: consulLease, window: consulWindow},
 }
@@ -80,10 +81,15 @@ type Options struct {
 	// are more than a URL holds.
 	Member func(ctx context.Context) (*raft.Node, error)
 
-	// AgentClient returns the client options for agent://HOST:PORT when
-	// the URL names no token (agent://TOKEN@HOST:PORT). Nil means no
-	// token: reads work, and calls that change something are refused.
-	AgentClient func(host, port string) raft.ClientOptions
+	// AgentClient returns where and how an agent:// client reaches its
+	// agent (the address or socket path raft.Dial takes, and the client
+	// options), given the URL's HOST:PORT (addr, "" for agent:///PATH), its
+	// socket path (socket, "" for agent://HOST:PORT) and its token (""
+	// when it names none). Its error is a usage error. Nil means the URL
+	// as it is: raft.Dial of the socket, or of HOST:PORT, where no
+	// credential is sent (reads work; calls that change something fail
+	// with raft.ErrUnprovenAgent).
+	AgentClient func(addr, socket, token string) (dial string, opts raft.ClientOptions, err error)
 
 	// CloseTimeout bounds closing a raft member that Open started and then
 	// could not use. Default 5 s.
@@ -123,9 +129,11 @@ type Spec struct {
 	// Scheme is the URL's scheme in lower case: etcd, zk, consul, agent,
 	// raft, memory, or the Name of a Scheme given to Parse.
 	Scheme string
-	// Hosts are the servers' hosts named in the URL (none for raft:// and
-	// memory://).
+	// Hosts are the servers' hosts named in the URL (none for raft://,
+	// memory:// and agent:///PATH).
 	Hosts []string
+	// Socket is the Unix socket of agent:///PATH; empty for any other URL.
+	Socket string
 
 	s    scheme
 	open opener
@@ -250,7 +258,11 @@ func Parse(raw string, extra ...Scheme) (*Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Spec{Scheme: strings.ToLower(name), Hosts: hosts, s: s, open: open}, nil
+	spec := &Spec{Scheme: strings.ToLower(name), Hosts: hosts, s: s, open: open}
+	if spec.Scheme == "agent" && u.Host == "" {
+		spec.Socket = u.Path
+	}
+	return spec, nil
 }
 
 // parseExtra parses raw with x, a Scheme from outside this package.

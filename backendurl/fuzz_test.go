@@ -3,6 +3,7 @@ package backendurl
 import (
 	"net"
 	"net/url"
+	"path"
 	"strings"
 	"testing"
 )
@@ -23,6 +24,7 @@ func FuzzParseBackend(f *testing.F) {
 		"etcd://%zz", "etcd://[fe80::1%lo]:2379", "etcd://[fe80::1%25lo]:2379", "etcd://u:p%zz@h:2379",
 		"etcd://user:pass@h1:2379,h2", "zk://h/x?ca-file=%zz", "consul://h/%zz", "agent://h%41:1",
 		"etcd://[::1", "etcd://[::1]x", "etcd://hé:2379", "etcd://::1", "agent://[::1]:8790",
+		"agent:///run/baton/agent.sock", "agent://tok@/run/x.sock", "agent:///", "agent:///a/../b", "agent://tok@10.0.0.1:8790",
 	} {
 		f.Add(seed)
 	}
@@ -37,9 +39,18 @@ func FuzzParseBackend(f *testing.F) {
 			}
 			return
 		}
+		if spec.Scheme == "agent" && spec.Socket != "" {
+			if len(spec.Hosts) != 0 || !path.IsAbs(spec.Socket) || path.Clean(spec.Socket) != spec.Socket {
+				t.Fatalf("Parse(%q) accepted agent socket %q (hosts %q): want one absolute, clean path", raw, spec.Socket, spec.Hosts)
+			}
+		} else if u, perr := url.Parse(raw); spec.Scheme == "agent" && perr == nil && u.User != nil && u.User.Username() != "" {
+			if len(spec.Hosts) != 1 || !IsLoopback(spec.Hosts[0]) {
+				t.Fatalf("Parse(%q) accepted a token for agent hosts %q: it would cross the network in cleartext", raw, spec.Hosts)
+			}
+		}
 		switch spec.Scheme {
 		case "etcd", "zk", "consul", "agent":
-			if len(spec.Hosts) == 0 {
+			if len(spec.Hosts) == 0 && spec.Socket == "" {
 				t.Fatalf("Parse(%q) accepted a %s URL without a host", raw, spec.Scheme)
 			}
 		}

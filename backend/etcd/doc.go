@@ -17,7 +17,8 @@
 //     Resign, Close or an operator, or by etcd when the holder's session
 //     expires, a full TTL after it last applied a renewal.
 //   - A term ends with baton.ErrExpired at the send time of its last
-//     confirmed renewal + the granted TTL − DriftMargin, whether or not etcd
+//     confirmed renewal + the granted TTL (or Config.TTL, if etcd granted
+//     more) − DriftMargin, whether or not etcd
 //     can be reached; a session etcd reports gone, or a deleted key, ends it
 //     with baton.ErrLeaseLost.
 //   - StoreState writes only while the holder's key still exists with the

@@ -327,9 +327,21 @@ func TestTTLRoundedUpToWholeSeconds(t *testing.T) {
 	if resp.GrantedTTL != 2 {
 		t.Errorf("granted TTL %d s, want 1.5 s rounded up to 2", resp.GrantedTTL)
 	}
-	// Safe-until is timed by the granted TTL: 2 s minus the 150 ms margin.
-	if got := term.SafeUntil().Sub(start); got < 1850*time.Millisecond || got > 2*time.Second {
-		t.Errorf("SafeUntil is %s after the campaign began; want a little over 2 s - 150 ms", got)
+	// Safe-until is timed by the client's own TTL, not by the longer one
+	// etcd granted (a client believes no server about time): 1.5 s minus
+	// the 150 ms margin from a renewal's send time, checked after every
+	// renewal for a second.
+	if got := term.SafeUntil().Sub(start); got < 1350*time.Millisecond {
+		t.Errorf("SafeUntil is %s after the campaign began; want at least 1.5 s - 150 ms", got)
+	}
+	first := term.SafeUntil()
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if ahead := time.Until(term.SafeUntil()); ahead > 1350*time.Millisecond {
+			t.Fatalf("SafeUntil is %s ahead with etcd's 2 s granted; want at most the TTL's 1.5 s - 150 ms", ahead)
+		}
+	}
+	if term.Err() != nil || !term.SafeUntil().After(first) {
+		t.Fatalf("the term was not renewed (err %v): the check above saw no renewal", term.Err())
 	}
 }
 

@@ -57,8 +57,11 @@ func (d driver) Grant(ctx context.Context) (session.Grant[clientv3.LeaseID], err
 	if ttl > b.cfg.TTL+time.Second {
 		b.log.Info("etcd granted a longer TTL than asked: failover will take longer", "asked", b.cfg.TTL, "granted", ttl)
 	}
+	// safe-until is timed by the shorter of the granted TTL and our own
+	// (backend.Config.SafeUntil): no reply stretches a term past the
+	// client's own TTL from its send time.
 	return session.Grant[clientv3.LeaseID]{
-		ID: resp.ID, SafeUntil: b.cfg.SafeUntil(start, ttl), TTL: ttl, Span: ttl - b.cfg.DriftMargin,
+		ID: resp.ID, SafeUntil: b.cfg.SafeUntil(start, ttl), TTL: ttl, Span: min(ttl, b.cfg.TTL) - b.cfg.DriftMargin,
 	}, nil
 }
 

@@ -11,14 +11,19 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/agentsock"
 )
 
 // ClientOptions configures a Client. The zero value means the defaults.
 type ClientOptions struct {
 	// Token is the agent's bearer token (`baton agent` --http-token, or
-	// the token file it writes at start). Every call that changes
-	// something needs it; without it, only reads work.
+	// the token file it writes at start). Every call that changes something
+	// needs it; without it, only reads work. It is sent only to an agent
+	// reached on its Unix socket and proved (see Dial).
 	Token string
 	// TokenSource, when set, gives the token instead of Token: at Dial, and
 	// again each time the agent refuses the one sent, so that a client
@@ -26,9 +31,32 @@ type ClientOptions struct {
 	// writes a new random one to its token file at every start). Nil (the
 	// default) means Token, always.
 	TokenSource func() (string, error)
-	// HTTPClient makes the calls. Nil (the default) means a client of its
-	// own.
+	// HTTPClient makes the calls over TCP (PlainTCP). Nil (the default)
+	// means a client of its own; a Client on a Unix socket always uses its
+	// own, which checks the server.
 	HTTPClient *http.Client
+	// PlainTCP lets a Client of an agent at HOST:PORT send the token and
+	// its sessions' secrets over TCP, where nothing proves that whatever
+	// answers is the agent: a process of any user that binds the port of
+	// a crashed agent would get them. For tests, and for a connection the
+	// caller secures itself. False (the default): over TCP the Client
+	// sends no credential, so only reads work, and calls that need one
+	// fail with ErrUnprovenAgent.
+	PlainTCP bool
+}
+
+// ErrUnprovenAgent is the error of a Client call that needs a credential
+// (the agent's token, a session's secret) when the agent is reached over
+// TCP without ClientOptions.PlainTCP: nothing was sent. Such an error also
+// matches *baton.ConfigError, since no retry fixes it: an Elector returns
+// it rather than campaigning again.
+var ErrUnprovenAgent = errors.New("raft: no credential is sent to an agent reached over TCP")
+
+// unproven returns the error of a call that needs a credential on c, which
+// has no proved server.
+func (c *Client) unproven() error {
+	return fmt.Errorf("%w: %w", ErrUnprovenAgent, &baton.ConfigError{Problems: []string{fmt.Sprintf(
+		"the agent at %s is reached over TCP, where nothing proves that whatever answers is the agent: reach it on its Unix socket, from the agent's host (agent:///PATH, e.g. agent:///run/baton/agent-127.0.0.1-8790.sock, or agent://127.0.0.1:PORT), or make this host a member of the group (raft://)", c.addr)}})
 }
 
 // Client is a Group that campaigns through a local agent (`baton agent`)
@@ -37,10 +65,19 @@ type ClientOptions struct {
 // which the agent checks on every call about the session, so another
 // process that learns the session's ID (the lease table shows it) cannot
 // act on it. Safe for concurrent use.
+//
+// A Client believes no server about time: a renewal's reply can shorten
+// its sessions' safe-until, never put it past the renewal's send time +
+// the Client's own TTL − DriftMargin (see backend.Config.SafeUntil).
 type Client struct {
-	addr   string
+	addr   string // the agent's socket path or HOST:PORT, for messages
+	host   string // the URL host of the calls
 	api    *apiClient
 	source func() (string, error) // ClientOptions.TokenSource
+	// proven is true on a Unix socket (each connection checked by
+	// agentsock.Dial) or with ClientOptions.PlainTCP: only then are
+	// credentials sent.
+	proven bool
 	// key derives each session's secret from its ID (secret), so that a
 	// create retried after a lost reply presents the same secret.
 	key [32]byte
@@ -48,15 +85,37 @@ type Client struct {
 
 var _ Group = (*Client)(nil)
 
-// Dial returns a Client of the agent at addr (host:port of its HTTP
-// address, usually on loopback). It does not connect yet.
+// Dial returns a Client of the agent at addr: the absolute path of its
+// Unix socket (`baton agent` --socket), or HOST:PORT of its HTTP address
+// (reads only, unless ClientOptions.PlainTCP). It does not connect yet. On
+// the socket, every connection first proves the server (package
+// internal/agentsock: the socket's directory is writable only by its owner,
+// and the process serving it runs as that owner or as root); a server
+// that cannot prove it gets no credential.
 func Dial(addr string, opts ClientOptions) (*Client, error) {
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return nil, fmt.Errorf("raft: agent address %q: want host:port, as in agent://127.0.0.1:8787", addr)
-	}
-	hc := opts.HTTPClient
-	if hc == nil {
-		hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8, IdleConnTimeout: time.Minute}}
+	c := &Client{addr: addr, source: opts.TokenSource}
+	var hc *http.Client
+	if filepath.IsAbs(addr) {
+		hc = &http.Client{Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				conn, err := agentsock.Dial(ctx, addr)
+				if err != nil {
+					return nil, fmt.Errorf("raft: the agent's socket %s: %w", addr, err)
+				}
+				return conn, nil
+			},
+			MaxIdleConnsPerHost: 8, IdleConnTimeout: time.Minute,
+		}}
+		c.host, c.proven = "agent", true
+	} else {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("raft: agent address %q: want the agent's socket path (/run/baton/agent-127.0.0.1-8790.sock) or HOST:PORT", addr)
+		}
+		hc = opts.HTTPClient
+		if hc == nil {
+			hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8, IdleConnTimeout: time.Minute}}
+		}
+		c.host, c.proven = addr, opts.PlainTCP
 	}
 	tok := opts.Token
 	if opts.TokenSource != nil {
@@ -65,7 +124,10 @@ func Dial(addr string, opts ClientOptions) (*Client, error) {
 			return nil, fmt.Errorf("raft: the agent's token: %w", err)
 		}
 	}
-	c := &Client{addr: addr, api: &apiClient{secret: tok, hc: hc, scheme: "http"}, source: opts.TokenSource}
+	if !c.proven {
+		tok = ""
+	}
+	c.api = &apiClient{secret: tok, hc: hc, scheme: "http"}
 	_, _ = rand.Read(c.key[:]) // crypto/rand.Read never fails on Linux since Go 1.24
 	return c, nil
 }
@@ -78,20 +140,26 @@ func (c *Client) secret(session string) string {
 }
 
 func (c *Client) apply(ctx context.Context, cmd command) (*result, error) {
+	if !c.proven {
+		return nil, c.unproven()
+	}
 	req := clientRequest{Op: cmd.Op, Session: cmd.Session, Secret: c.secret(cmd.Session), TTL: cmd.TTL,
 		Lease: cmd.Lease, Candidate: cmd.Candidate, Token: cmd.Token, Reason: cmd.Reason, Value: cmd.Value}
 	return retryNotLeader(ctx, func(ctx context.Context) (*result, error) {
 		var r result
-		err := c.api.call(ctx, c.addr, "/v1/raft/client/apply", &req, &r, false)
+		err := c.api.call(ctx, c.host, "/v1/raft/client/apply", &req, &r, false)
 		return &r, c.authErr(err)
 	})
 }
 
 func (c *Client) renew(ctx context.Context, session string) (*renewResponse, error) {
+	if !c.proven {
+		return nil, c.unproven()
+	}
 	req := renewRequest{Session: session, Secret: c.secret(session)}
 	r, err := retryNotLeader(ctx, func(ctx context.Context) (*renewResponse, error) {
 		var r renewResponse
-		err := c.api.call(ctx, c.addr, "/v1/raft/client/renew", &req, &r, false)
+		err := c.api.call(ctx, c.host, "/v1/raft/client/renew", &req, &r, false)
 		return &r, c.authErr(err)
 	})
 	if err != nil {
@@ -109,7 +177,7 @@ func (c *Client) authErr(err error) error {
 	var ae *apiError
 	if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
 		sent := c.api.bearer()
-		if c.source != nil {
+		if c.source != nil && c.proven {
 			// An agent that restarted has a new token: the next call
 			// sends it.
 			if tok, serr := c.source(); serr == nil && tok != sent {
@@ -129,7 +197,7 @@ func (c *Client) loadState(ctx context.Context, name string) (stateView, error) 
 	q := url.Values{"name": {name}}
 	return retryNotLeader(ctx, func(ctx context.Context) (stateView, error) {
 		var v stateView
-		err := c.api.call(ctx, c.addr, "/v1/raft/state?"+q.Encode(), nil, &v, false)
+		err := c.api.call(ctx, c.host, "/v1/raft/state?"+q.Encode(), nil, &v, false)
 		return v, err
 	})
 }
@@ -141,7 +209,7 @@ func (c *Client) read(ctx context.Context, name, session string, stale bool) (le
 	}
 	return retryNotLeader(ctx, func(ctx context.Context) (leaseView, error) {
 		var v leaseView
-		err := c.api.call(ctx, c.addr, "/v1/raft/lease?"+q.Encode(), nil, &v, false)
+		err := c.api.call(ctx, c.host, "/v1/raft/lease?"+q.Encode(), nil, &v, false)
 		return v, err
 	})
 }
@@ -152,7 +220,7 @@ func (c *Client) wait(ctx context.Context, name, session string, minIndex, after
 		q := url.Values{"name": {name}, "session": {session}, "stale": {"1"},
 			"min": {fmt.Sprint(minIndex)}, "after": {fmt.Sprint(after)}, "wait": {"30s"}}
 		var v leaseView
-		err := c.api.call(ctx, c.addr, "/v1/raft/lease?"+q.Encode(), nil, &v, false)
+		err := c.api.call(ctx, c.host, "/v1/raft/lease?"+q.Encode(), nil, &v, false)
 		switch {
 		case ctx.Err() != nil:
 			return leaseView{}, ctx.Err()

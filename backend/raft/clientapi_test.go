@@ -56,7 +56,7 @@ func TestClientSessionOnlyItsOwner(t *testing.T) {
 			name = "follower"
 		}
 		t.Run("agent on the "+name, func(t *testing.T) {
-			c, err := Dial(serveClients(t, via), ClientOptions{Token: testClientToken})
+			c, err := Dial(serveClients(t, via), ClientOptions{Token: testClientToken, PlainTCP: true})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -72,7 +72,7 @@ func TestConformanceAgentClients(t *testing.T) {
 	batontest.Run(t, batontest.Target{MinTTL: conformanceMinTTL, OneCampaignPerName: true, New: func(t *testing.T, cfg backend.Config) *batontest.Process {
 		proxy := testserver.StartProxy(t, agents[next%len(agents)])
 		next++
-		c, err := Dial(proxy.Addr(), ClientOptions{Token: testClientToken})
+		c, err := Dial(proxy.Addr(), ClientOptions{Token: testClientToken, PlainTCP: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -97,7 +97,7 @@ func TestLeasesTable(t *testing.T) {
 	tz := testkit.CampaignWithin(t, ba, "alpha", "a", 20*time.Second)
 	// A holder through an agent: its session is made through the agent's
 	// member.
-	c, err := Dial(serveClients(t, leader), ClientOptions{Token: testClientToken})
+	c, err := Dial(serveClients(t, leader), ClientOptions{Token: testClientToken, PlainTCP: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestRequestResign(t *testing.T) {
 			evs := watchEvents(t, nodes[0])
 			var gr Group = nodes[1]
 			if holder == "agent" {
-				c, err := Dial(agent, ClientOptions{Token: testClientToken})
+				c, err := Dial(agent, ClientOptions{Token: testClientToken, PlainTCP: true})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -370,7 +370,7 @@ func TestOnRenew(t *testing.T) {
 	nodes := g.members()
 	cfg := backend.Config{TTL: time.Second}
 	testkit.CampaignWithin(t, newBackend(t, nodes[0], cfg), "own", "a", 20*time.Second)
-	c, err := Dial(serveClients(t, nodes[1]), ClientOptions{Token: testClientToken})
+	c, err := Dial(serveClients(t, nodes[1]), ClientOptions{Token: testClientToken, PlainTCP: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +423,7 @@ func TestStateFencedByTheLog(t *testing.T) {
 			t.Run(via+"/"+how, func(t *testing.T) {
 				var gr Group = nodes[2]
 				if via == "agent" {
-					c, err := Dial(agent, ClientOptions{Token: testClientToken})
+					c, err := Dial(agent, ClientOptions{Token: testClientToken, PlainTCP: true})
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -21,11 +21,11 @@
 //     the holder's session.
 //   - A term ends with baton.ErrExpired at the send time of its last
 //     renewal that confirmed the session − the ensemble lag (none on a
-//     standalone server) + the negotiated session timeout − DriftMargin,
-//     whether or not ZooKeeper can be reached. A negotiated timeout too
-//     short for RenewInterval and DriftMargin (a TTL above the servers'
-//     maxSessionTimeout, say) fails the campaign with a
-//     *SessionTimeoutError, a *baton.ConfigError. Across
+//     standalone server) + the negotiated session timeout (or the TTL,
+//     if the server granted more) − DriftMargin, whether or not ZooKeeper
+//     can be reached. A negotiated timeout too short for RenewInterval and
+//     DriftMargin (a TTL above the servers' maxSessionTimeout, say) fails
+//     the campaign with a *SessionTimeoutError, a *baton.ConfigError. Across
 //     a lost connection (Curator's SUSPENDED) a term carries on until then;
 //     an expired session (LOST) or a deleted node ends it with
 //     baton.ErrLeaseLost.

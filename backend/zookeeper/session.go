@@ -114,14 +114,21 @@ func (d driver) Grant(ctx context.Context) (session.Grant[*gen], error) {
 			return session.Grant[*gen]{}, fmt.Errorf("%w: Options.Probe has not seen ZooKeeper session 0x%x being granted, so the negotiated session timeout is unknown: dial the connection with the probe's Dial (zk.WithDialer(probe.Dial)), or leave Probe nil",
 				baton.ErrBackendUnavailable, sid)
 		}
-		if err := b.checkTimeout(timeout); err != nil {
+		// A server that granted more than asked (its minSessionTimeout is
+		// above the TTL) keeps the session longer, but safe-until never
+		// reaches past the client's own TTL (backend.Config.SafeUntil): the
+		// terms are timed by the shorter of the two.
+		timed := min(timeout, b.cfg.TTL)
+		if err := b.checkTimeout(timed); err != nil {
 			return session.Grant[*gen]{}, err
 		}
 		id := &gen{id: sid, interval: b.cfg.RenewInterval}
 		lag := ensembleLag(id.interval, timeout)
 		if after, _ := b.link(sid); before.standalone && after.seq == before.seq {
 			id.standalone, lag = true, 0
-			if b.ridePings {
+			// The client pings every third of the negotiated timeout: too
+			// seldom for a term timed by a shorter TTL.
+			if b.ridePings && timeout <= b.cfg.TTL {
 				id.ridePings, id.interval = true, timeout/3
 			}
 		}
@@ -129,7 +136,7 @@ func (d driver) Grant(ctx context.Context) (session.Grant[*gen], error) {
 			ID:        id,
 			SafeUntil: b.cfg.SafeUntil(start.Add(-lag), timeout),
 			TTL:       timeout,
-			Span:      timeout - lag - b.cfg.DriftMargin,
+			Span:      timed - lag - b.cfg.DriftMargin,
 			Interval:  id.interval,
 		}
 		id.answered = start

@@ -509,6 +509,28 @@ func TestNegotiatedTimeoutTimesSafeUntil(t *testing.T) {
 	logs.await(t, "ZooKeeper negotiated a session timeout other than the TTL; safe-until is timed by it", time.Second)
 }
 
+// TestLongerNegotiatedTimeoutStretchesNothing: asked for less than its
+// minSessionTimeout, the server grants more; safe-until stays timed by the
+// client's own TTL from each renewal's send time (a client believes no
+// server about time), checked after every renewal for a second.
+func TestLongerNegotiatedTimeoutStretchesNothing(t *testing.T) {
+	srv := testserver.SharedZooKeeper(t)
+	cfg := backend.Config{TTL: testserver.ZooKeeperMinSessionTimeout * 4 / 5}
+	b := dial(t, srv.Addr(), zookeeper.DialOptions{Options: zookeeper.Options{Config: cfg, Root: uniqueRoot(t)}})
+	full, _ := (backend.Config{TTL: cfg.TTL, RenewInterval: cfg.TTL / 6}).WithDefaults() // the backend's defaults
+	limit := full.TTL - full.DriftMargin
+	term := testkit.CampaignWithin(t, b, "unstretched", "x", 10*time.Second)
+	first := term.SafeUntil()
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if ahead := time.Until(term.SafeUntil()); ahead > limit {
+			t.Fatalf("SafeUntil is %s ahead with the server's %s granted; want at most the TTL's %s", ahead, testserver.ZooKeeperMinSessionTimeout, limit)
+		}
+	}
+	if term.Err() != nil || !term.SafeUntil().After(first) {
+		t.Fatalf("the term was not renewed (err %v): the check above saw no renewal", term.Err())
+	}
+}
+
 func TestInvalidOptionsAndNames(t *testing.T) {
 	if _, err := zookeeper.New(nil, zookeeper.Options{}); err == nil {
 		t.Error("New(nil conn) succeeded")

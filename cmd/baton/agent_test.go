@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -57,12 +58,38 @@ func startAgentBind(t *testing.T, dir string, env ...string) (*batonProc, string
 		"--bind", bind, "--join", "static:"+bind, "--bootstrap-expect", "1", "--voters", "1",
 		"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, "a1.pem"), "--tls-key", filepath.Join(dir, "a1-key.pem"),
 		"--http", httpAddr)
-	_, port, _ := net.SplitHostPort(httpAddr)
-	if f, err := defaultAgentTokenFile(os.LookupEnv, port); err == nil {
-		t.Cleanup(func() { _ = os.Remove(f) })
-	}
+	sock := agentSocketOf(t, httpAddr)
+	t.Cleanup(func() { _ = os.Remove(sock); _ = os.Remove(agentTokenFileOf(sock)) })
 	testkit.Eventually(t, 30*time.Second, "the agent serving", func() bool { return agentServing(httpAddr) })
 	return agent, httpAddr, bind
+}
+
+// agentSocketOf returns the default socket of the agent whose HTTP
+// address is httpAddr.
+func agentSocketOf(t testing.TB, httpAddr string) string {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(httpAddr)
+	sock, err := defaultAgentSocket(os.LookupEnv, host, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sock
+}
+
+// viaSocket is the URL that agentCall and agentPost send to path on the
+// agent's Unix socket sock, as curl --unix-socket SOCK http://agent/PATH.
+func viaSocket(sock, path string) string { return "unix:" + sock + "|http://agent" + path }
+
+// httpFor returns the client and URL of url, which viaSocket may have made.
+func httpFor(url string) (*http.Client, string) {
+	sock, u, ok := strings.Cut(strings.TrimPrefix(url, "unix:"), "|")
+	if !strings.HasPrefix(url, "unix:") || !ok {
+		return http.DefaultClient, url
+	}
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}, u
 }
 
 func TestAgentServesClients(t *testing.T) {
@@ -111,6 +138,7 @@ func agentServing(httpAddr string) bool {
 
 func agentCall(t *testing.T, method, url, token string) (int, string) {
 	t.Helper()
+	hc, url := httpFor(url)
 	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +146,7 @@ func agentCall(t *testing.T, method, url, token string) (int, string) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
@@ -174,18 +202,30 @@ func TestAgentHTTPAPI(t *testing.T) {
 	if code, body := agentCall(t, "GET", base+"/", ""); code != http.StatusOK || !strings.Contains(body, `data-lease="web"`) {
 		t.Errorf("GET /: %d, want the status page with web's term", code)
 	}
-	// What needed the token before still does.
-	if code, _ := agentCall(t, "GET", base+"/v1/status", ""); code != http.StatusUnauthorized {
+	// Over TCP, nothing that takes the token: the refusal names the socket.
+	sock := agentSocketOf(t, httpAddr)
+	for _, c := range []struct{ method, path, token string }{
+		{"GET", "/v1/status", ""}, {"GET", "/v1/status", token}, {"POST", "/v1/leases/web/resign", token},
+		{"GET", "/v1/leases", token}, {"POST", "/v1/raft/client/renew", ""},
+	} {
+		if code, body := agentCall(t, c.method, base+c.path, c.token); code != http.StatusForbidden || !strings.Contains(body, "--unix-socket "+sock) {
+			t.Errorf("%s %s over TCP (token %t): %d %s, want 403 naming the socket", c.method, c.path, c.token != "", code, body)
+		}
+	}
+	// On the socket, what needs the token still does.
+	if code, _ := agentCall(t, "GET", viaSocket(sock, "/v1/status"), ""); code != http.StatusUnauthorized {
 		t.Errorf("GET /v1/status without the token: %d, want 401", code)
 	}
-
-	if code, body := agentCall(t, "POST", base+"/v1/leases/web/resign", ""); code != http.StatusUnauthorized {
+	if code, body := agentCall(t, "GET", viaSocket(sock, "/v1/status"), token); code != http.StatusOK {
+		t.Errorf("GET /v1/status with the token on the socket: %d %s, want 200", code, body)
+	}
+	if code, body := agentCall(t, "POST", viaSocket(sock, "/v1/leases/web/resign"), ""); code != http.StatusUnauthorized {
 		t.Errorf("resign without the token: %d %s, want 401", code, body)
 	}
-	if code, body := agentCall(t, "POST", base+"/v1/leases/web/resign", "not-"+token); code != http.StatusUnauthorized {
+	if code, body := agentCall(t, "POST", viaSocket(sock, "/v1/leases/web/resign"), "not-"+token); code != http.StatusUnauthorized {
 		t.Errorf("resign with a wrong token: %d %s, want 401", code, body)
 	}
-	code, body = agentCall(t, "POST", base+"/v1/leases/web/resign?wait=30s", token)
+	code, body = agentCall(t, "POST", viaSocket(sock, "/v1/leases/web/resign?wait=30s"), token)
 	if code != http.StatusOK || !strings.Contains(body, `"reason": "resign-requested"`) {
 		t.Errorf("resign with the token: %d %s, want 200 released", code, body)
 	}
@@ -228,9 +268,19 @@ func TestRaftFlagErrors(t *testing.T) {
 			[]string{"--join", "static:"}},
 		{"is-leader cannot be a member", nil, []string{"is-leader", "--backend", "raft://", "--lease", "x"},
 			[]string{"agent://"}},
-		{"agent on a public address without a token", []string{"BATON_SECRET=0123456789abcdef"}, []string{"agent", "--http", "0.0.0.0:8790",
+		{"agent on a public address with a token", []string{"BATON_SECRET=0123456789abcdef"}, []string{"agent", "--http", "0.0.0.0:8790", "--http-token", "tok",
 			"--tls-ca", missing, "--tls-cert", missing, "--tls-key", missing},
-			[]string{"--http-token"}},
+			[]string{"--http-token with --http 0.0.0.0:8790", "only on its Unix socket", "cleartext"}},
+		{"agent with a token in BATON_HTTP_TOKEN on a public address", []string{"BATON_SECRET=0123456789abcdef", "BATON_HTTP_TOKEN=tok"}, []string{"agent", "--http", "[::]:8790",
+			"--tls-ca", missing, "--tls-cert", missing, "--tls-key", missing},
+			[]string{"BATON_HTTP_TOKEN with --http [::]:8790"}},
+		{"run through an agent of another host", nil, []string{"run", "--backend", "agent://192.0.2.1:8790", "--lease", "x", "--", "true"},
+			[]string{"192.0.2.1:8790 is reached over TCP", "Unix socket"}},
+		{"a token for an agent of another host", nil, []string{"is-leader", "--backend", "agent://tok@192.0.2.1:8790", "--lease", "x"},
+			[]string{"cleartext"}},
+		{"agent with a relative socket", []string{"BATON_SECRET=0123456789abcdef"}, []string{"agent", "--socket", "agent.sock",
+			"--tls-ca", missing, "--tls-cert", missing, "--tls-key", missing},
+			[]string{"--socket \"agent.sock\": want an absolute path"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -370,7 +420,7 @@ func testAgentResignWaitsForTheWork(t *testing.T, raftHolder, ignoreTerm bool) {
 		return code == http.StatusOK && strings.Contains(body, `"waiters": 1`)
 	})
 
-	if code, body := agentCall(t, "POST", base+"/v1/leases/"+lease+"/resign?wait=0", token); code != http.StatusAccepted && code != http.StatusOK {
+	if code, body := agentCall(t, "POST", viaSocket(agentSocketOf(t, httpAddr), "/v1/leases/"+lease+"/resign?wait=0"), token); code != http.StatusAccepted && code != http.StatusOK {
 		t.Fatalf("resign: %d %s", code, body)
 	}
 	testkit.Eventually(t, 60*time.Second, "the standby's command to start", func() bool { return len(starts(readEvents(file))) >= 2 })
@@ -395,6 +445,7 @@ func testAgentResignWaitsForTheWork(t *testing.T, raftHolder, ignoreTerm bool) {
 // agentPost posts body to the agent, with the bearer token when not empty.
 func agentPost(t *testing.T, url, token, body string) (int, string) {
 	t.Helper()
+	hc, url := httpFor(url)
 	req, err := http.NewRequest("POST", url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -403,7 +454,7 @@ func agentPost(t *testing.T, url, token, body string) (int, string) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatalf("POST %s: %v", url, err)
 	}
@@ -426,11 +477,8 @@ func TestAgentClientsActOnlyOnTheirOwnSessions(t *testing.T) {
 	t.Parallel()
 	agent, httpAddr := startAgent(t, t.TempDir())
 	base := "http://" + httpAddr
-	_, port, _ := net.SplitHostPort(httpAddr)
-	tokenFile, err := defaultAgentTokenFile(os.LookupEnv, port)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sock := agentSocketOf(t, httpAddr)
+	tokenFile := agentTokenFileOf(sock)
 	st, err := os.Stat(tokenFile)
 	if err != nil {
 		t.Fatalf("the agent wrote no token file: %v", err)
@@ -483,11 +531,11 @@ func TestAgentClientsActOnlyOnTheirOwnSessions(t *testing.T) {
 		{"renew with a guessed secret", "/v1/raft/client/renew", token, `{"session":"` + sid + `","secret":"` + guess + `"}`, http.StatusForbidden},
 		{"resign without the token", "/v1/leases/" + lease + "/resign?wait=0", "", ``, http.StatusUnauthorized},
 	} {
-		if code, body := agentPost(t, base+a.path, a.token, a.body); code != a.want {
+		if code, body := agentPost(t, viaSocket(sock, a.path), a.token, a.body); code != a.want {
 			t.Errorf("%s: %d %s, want %d", a.what, code, body, a.want)
 		}
 	}
-	if code, _ := agentCall(t, "GET", base+"/v1/status", ""); code != http.StatusUnauthorized {
+	if code, _ := agentCall(t, "GET", viaSocket(sock, "/v1/status"), ""); code != http.StatusUnauthorized {
 		t.Errorf("GET /v1/status without the token: %d, want 401", code)
 	}
 
@@ -514,6 +562,9 @@ func TestAgentClientsActOnlyOnTheirOwnSessions(t *testing.T) {
 	if _, err := os.Stat(tokenFile); !os.IsNotExist(err) {
 		t.Errorf("the token file outlived the agent: %v", err)
 	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("the socket outlived the agent: %v", err)
+	}
 }
 
 // An agent that restarts writes a new token to its token file; its
@@ -529,11 +580,7 @@ func TestAgentClientFollowsNewToken(t *testing.T) {
 	}
 	startBaton(t, "run", testEnv(), "run", "--backend", backend, "--lease", "tok", "--id", "worker-1", "--ttl", "2s", "--", "sleep", "600")
 	testkit.Eventually(t, 30*time.Second, "worker-1 leading", leads)
-	_, port, _ := net.SplitHostPort(httpAddr)
-	file, err := defaultAgentTokenFile(os.LookupEnv, port)
-	if err != nil {
-		t.Fatal(err)
-	}
+	file := agentTokenFileOf(agentSocketOf(t, httpAddr))
 	old, err := readAgentToken(file)
 	if err != nil {
 		t.Fatal(err)

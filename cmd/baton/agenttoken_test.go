@@ -12,7 +12,7 @@ import (
 func TestWriteAgentToken(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "own", "agent-1.token")
-	if err := writeAgentToken(good, "tok"); err != nil {
+	if _, err := writeAgentToken(good, "tok"); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := os.Stat(good); err != nil || st.Mode().Perm() != 0o600 {
@@ -29,7 +29,7 @@ func TestWriteAgentToken(t *testing.T) {
 	if err := os.Chmod(open, 0o777); err != nil { // past the umask
 		t.Fatal(err)
 	}
-	if err := writeAgentToken(filepath.Join(open, "agent-1.token"), "tok"); err == nil || !strings.Contains(err.Error(), "writable by other users") {
+	if _, err := writeAgentToken(filepath.Join(open, "agent-1.token"), "tok"); err == nil || !strings.Contains(err.Error(), "writable by other users") {
 		t.Errorf("a directory anyone may write to: %v, want a refusal", err)
 	}
 
@@ -43,7 +43,7 @@ func TestWriteAgentToken(t *testing.T) {
 	if err := os.Chown(other, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeAgentToken(filepath.Join(other, "agent-1.token"), "tok"); err == nil || !strings.Contains(err.Error(), "belongs to user 65534") {
+	if _, err := writeAgentToken(filepath.Join(other, "agent-1.token"), "tok"); err == nil || !strings.Contains(err.Error(), "belongs to user 65534") {
 		t.Errorf("another user's directory: %v, want a refusal", err)
 	}
 }

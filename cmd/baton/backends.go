@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/batonhq/baton/backend/raft"
@@ -34,18 +36,37 @@ func (a *App) openBackend(ctx context.Context, spec *backendurl.Spec, ttl time.D
 	return b, err
 }
 
-// agentClient returns the client options of an agent:// URL that names no
-// token: BATON_HTTP_TOKEN, or else the agent's token file, read again
-// whenever the agent refuses the token (an agent writes a new one at every
-// start). The default token file belongs to the agent on this host: it is
-// never sent to another one (BATON_HTTP_TOKEN_FILE is, if given).
-func (a *App) agentClient(log *slog.Logger) func(host, port string) raft.ClientOptions {
-	return func(host, port string) raft.ClientOptions {
-		token, _ := a.lookupEnv("BATON_HTTP_TOKEN")
-		copts := raft.ClientOptions{Token: token}
-		if file, _ := a.lookupEnv("BATON_HTTP_TOKEN_FILE"); token == "" && (isLoopback(host) || file != "") {
-			copts.TokenSource = func() (string, error) { return agentClientToken(a.lookupEnv, port, log) }
+// agentClient returns how an agent:// URL reaches its agent: always on
+// the agent's Unix socket when this host has it (agent:///PATH, or the
+// socket of the agent at HOST:PORT, see agentSocketFor), where the client
+// proves the server before it sends a credential. The token is the URL's,
+// else BATON_HTTP_TOKEN, else the agent's token file beside the socket
+// (or BATON_HTTP_TOKEN_FILE), read again whenever the agent refuses the
+// token (an agent writes a new one at every start). An agent at another
+// host's address is reached over TCP, for reads only: no credential
+// crosses the network in cleartext.
+func (a *App) agentClient(log *slog.Logger) func(addr, socket, token string) (string, raft.ClientOptions, error) {
+	return func(addr, socket, token string) (string, raft.ClientOptions, error) {
+		if token == "" {
+			token, _ = a.lookupEnv("BATON_HTTP_TOKEN")
 		}
-		return copts
+		if socket == "" {
+			host, port, _ := net.SplitHostPort(addr)
+			p, found, err := agentSocketFor(a.lookupEnv, host, port)
+			switch {
+			case found || (err == nil && backendurl.IsLoopback(host)):
+				socket = p
+			case err != nil && backendurl.IsLoopback(host):
+				return "", raft.ClientOptions{}, fmt.Errorf("agent://%s: %w; or name the agent's socket: agent:///PATH", addr, err)
+			default:
+				log.Debug("agent on another host: reads only, over TCP", "agent", addr)
+				return addr, raft.ClientOptions{}, nil
+			}
+		}
+		copts := raft.ClientOptions{Token: token}
+		if token == "" {
+			copts.TokenSource = func() (string, error) { return agentClientToken(a.lookupEnv, socket, log) }
+		}
+		return socket, copts, nil
 	}
 }

@@ -215,11 +215,12 @@ func startMember(ctx context.Context, opts raft.NodeOptions, log *slog.Logger) (
 	return nil, err
 }
 
-// agentClientToken reads the token of the agent at port from
-// BATON_HTTP_TOKEN_FILE, or from the file the agent writes by default. A
-// missing default file gives no token: reads work without one, and a call
-// that needs it is refused with a message saying so.
-func agentClientToken(lookupEnv func(string) (string, bool), port string, log *slog.Logger) (string, error) {
+// agentClientToken reads the token of the agent whose socket is socket
+// from BATON_HTTP_TOKEN_FILE, or from the file beside the socket, where the
+// agent writes it by default. A missing default file gives no token: reads
+// work without one, and a call that needs it is refused with a message
+// saying so.
+func agentClientToken(lookupEnv func(string) (string, bool), socket string, log *slog.Logger) (string, error) {
 	if path, _ := lookupEnv("BATON_HTTP_TOKEN_FILE"); path != "" {
 		tok, err := readAgentToken(path)
 		if err != nil {
@@ -227,11 +228,7 @@ func agentClientToken(lookupEnv func(string) (string, bool), port string, log *s
 		}
 		return tok, nil
 	}
-	path, err := defaultAgentTokenFile(lookupEnv, port)
-	if err != nil {
-		log.Debug("no token for the agent", "err", err)
-		return "", nil
-	}
+	path := agentTokenFileOf(socket)
 	tok, err := readAgentToken(path)
 	if err != nil {
 		log.Debug("no token for the agent: only reads will work", "file", path, "err", err)

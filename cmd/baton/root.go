@@ -35,7 +35,9 @@ quickly and safely when that instance dies, hangs or is shut down.
 Backends (--backend URL):
   raft://                        this process is a member of an embedded raft group
                                  (run, cron and agent; see --join, --tls-*, BATON_SECRET)
-  agent://host:port              the raft group, through a 'baton agent' on this host
+  agent://host:port              the raft group, through the 'baton agent' of this host
+                                 whose --http is host:port (reached on its Unix socket)
+  agent:///path/to/agent.sock    the same, naming the agent's --socket
   etcd://host:port[,host:port]   an etcd cluster (port defaults to 2379)
   zk://[user:password@]host:port[,host:port][/root]
                                  ZooKeeper (port 2181); lease NAME is the Curator
@@ -244,7 +246,7 @@ type commonFlags struct {
 
 func (c *commonFlags) register(fs *pflag.FlagSet, idUsage string) {
 	c.fs = fs
-	fs.StringVar(&c.backend, "backend", "", "backend URL: raft:// (this process is a member), agent://host:port, etcd://host:port[,host:port], zk://host:port[,host:port][/root], consul://host:port[/prefix], k8s://[namespace], memory://, or aws-asg://[GROUP] (is-leader and leader only) (required)")
+	fs.StringVar(&c.backend, "backend", "", "backend URL: raft:// (this process is a member), agent://host:port or agent:///SOCKET, etcd://host:port[,host:port], zk://host:port[,host:port][/root], consul://host:port[/prefix], k8s://[namespace], memory://, or aws-asg://[GROUP] (is-leader and leader only) (required)")
 	fs.StringVar(&c.lease, "lease", "", "name of the lease (required, except with aws-asg://)")
 	fs.StringVar(&c.id, "id", "", idUsage)
 	fs.DurationVar(&c.ttl, "ttl", backend.DefaultTTL, "lease time-to-live: how long a dead leader keeps the lease before a standby takes over (default 20s with consul://, 2s with raft:// and agent://)")

@@ -167,7 +167,7 @@ func TestAgentAPI(t *testing.T) {
 		const name = "resign-me"
 		// The holder is an agent:// client of the agent under test, as
 		// `baton run --backend agent://` would be.
-		client, err := raft.Dial(agent0, raft.ClientOptions{Token: testToken})
+		client, err := raft.Dial(agent0, raft.ClientOptions{Token: testToken, PlainTCP: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -46,7 +46,7 @@ func TestBrowserStatusPageTimeline(t *testing.T) {
 	// worker-a campaigns through the agent under test, as `baton run
 	// --backend agent://` does; worker-b and worker-c are members of their
 	// own elsewhere.
-	client, err := raft.Dial(agent, raft.ClientOptions{Token: token})
+	client, err := raft.Dial(agent, raft.ClientOptions{Token: token, PlainTCP: true})
 	if err != nil {
 		t.Fatal(err)
 	}

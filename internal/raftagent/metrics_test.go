@@ -147,7 +147,7 @@ func TestAgentMetrics(t *testing.T) {
 	// session, and the term is lost.
 	const lost = "metrics-lost"
 	proxy := testserver.StartProxy(t, agent)
-	client, err := raft.Dial(proxy.Addr(), raft.ClientOptions{Token: testToken})
+	client, err := raft.Dial(proxy.Addr(), raft.ClientOptions{Token: testToken, PlainTCP: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,9 @@
 //
 // Read-only calls are served without a token, so that probes and
 // Prometheus need no secret; they show lease names, holders, tokens and
-// member IDs, never a credential. POST calls, the agent:// client calls
+// member IDs, never a credential. `baton agent` serves the Handler on its
+// Unix socket, and only ReadOnly on TCP: a credential never travels where
+// the client cannot prove the server (package agentsock). POST calls, the agent:// client calls
 // that change something, and GET /v1/status need "Authorization: Bearer
 // TOKEN" with Options.Token (required); POST calls are also refused from
 // other origins (a web page on another site posting to a loopback agent).
@@ -223,6 +225,30 @@ func New(src Source, opts Options) (*Handler, error) {
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// ReadOnly returns the handler of the agent's TCP address: the read-only
+// routes (the status page, the lease table, the health check, the group,
+// the metrics, and the open reads of agent:// clients), with no route that
+// takes a credential. Every other request, and any request that carries an
+// Authorization header, gets 403 with a message naming socket, the Unix
+// socket where the agent takes those calls. Over TCP nothing proves to a
+// client that the agent answers (a process of any user can bind the port
+// of an agent that crashed), so the agent takes no credential there: a
+// client sending one would learn to send it to whoever holds the port.
+func (h *Handler) ReadOnly(socket string) http.Handler {
+	deny := func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusForbidden, fmt.Sprintf("%s %s: the agent takes calls that carry its token only on its Unix socket, where clients can prove that they reach the agent, never over TCP: curl --unix-socket %s -H \"Authorization: Bearer $TOKEN\" http://agent%s (or agent://%s for baton)",
+			r.Method, r.URL.Path, socket, r.URL.RequestURI(), socket))
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if (r.Method != http.MethodGet && r.Method != http.MethodHead) || r.Header.Get("Authorization") != "" ||
+			r.URL.Path == "/v1/status" || strings.HasPrefix(r.URL.Path, "/v1/raft/client/") {
+			deny(w, r)
+			return
+		}
+		h.mux.ServeHTTP(w, r)
+	})
+}
 
 // Close stops following the lease events and waits for the handler's
 // goroutines. Requests in flight may still complete; serve no more.

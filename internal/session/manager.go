@@ -3,7 +3,11 @@
 //
 // A session's safe-until is measured from the send time of its last
 // confirmed renewal; every term riding on it is safe until then, and ends by
-// itself (backend.BasicTerm) if no renewal moves it.
+// itself (backend.BasicTerm) if no renewal moves it. Whatever a Driver
+// reports, the Manager never lets a grant or renewal put safe-until past
+// the moment it asked the Driver + Config.TTL − Config.DriftMargin
+// (backend.Config.CapSafeUntil): a server's reply may shorten a term,
+// never stretch it past the client's own TTL.
 //
 // A Manager holds what those backends share: the mutex, the closed flag and
 // the wait group of the Backend's goroutines; the one live Session, granted
@@ -280,7 +284,12 @@ func (m *Manager[ID]) Session(ctx context.Context) (*Session[ID], error) {
 func (m *Manager[ID]) grant(ctx context.Context) (Grant[ID], error) {
 	gctx, cancel := context.WithTimeout(ctx, m.o.GrantTimeout)
 	defer cancel()
+	sent := time.Now()
 	g, err := m.d.Grant(gctx)
+	g.SafeUntil = m.o.Config.CapSafeUntil(sent, g.SafeUntil)
+	if m.o.Config.TTL > 0 {
+		g.Span = min(g.Span, m.o.Config.TTL-m.o.Config.DriftMargin)
+	}
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
@@ -301,7 +310,7 @@ func (m *Manager[ID]) grant(ctx context.Context) (Grant[ID], error) {
 			m.abandon(g.ID)
 			return g, fmt.Errorf("%w: %s confirms session renewals too slowly for a TTL of %s", baton.ErrBackendUnavailable, m.o.Backend, g.TTL)
 		}
-		if g.SafeUntil, err = m.d.Renew(gctx, g.ID); err != nil {
+		if g.SafeUntil, err = m.renew(gctx, g.ID); err != nil {
 			m.abandon(g.ID)
 			return g, m.o.Unavailable(ctx, "renew new session", err)
 		}
@@ -309,11 +318,25 @@ func (m *Manager[ID]) grant(ctx context.Context) (Grant[ID], error) {
 	return g, nil
 }
 
+// renew renews session id once through the Driver, and returns the new
+// safe-until, never later than this call's start + TTL - DriftMargin: a
+// driver that believed a server's reply about time (a TTL longer than
+// asked, from a misconfigured server or an impostor) cannot stretch a term
+// past what the client's own clock and TTL allow.
+func (m *Manager[ID]) renew(ctx context.Context, id ID) (time.Time, error) {
+	sent := time.Now()
+	until, err := m.d.Renew(ctx, id)
+	if err != nil {
+		return until, err
+	}
+	return m.o.Config.CapSafeUntil(sent, until), nil
+}
+
 // keepAlive renews s every interval until it ends.
 func (m *Manager[ID]) keepAlive(s *Session[ID]) {
 	s.keepAlive(s.ctx, renewal{
 		Interval: s.interval,
-		Renew:    func(ctx context.Context) (time.Time, error) { return m.d.Renew(ctx, s.ID) },
+		Renew:    func(ctx context.Context) (time.Time, error) { return m.renew(ctx, s.ID) },
 		Gone: func(err error) bool {
 			var e *EndedError
 			return errors.As(err, &e) || m.d.Gone(err)

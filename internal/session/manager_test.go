@@ -206,3 +206,37 @@ func TestManagerCloseOrder(t *testing.T) {
 		}
 	})
 }
+
+// A server that grants and renews for ten hours (one that lies, or grants
+// more than asked) moves no safe-until past the send time + the client's
+// own TTL − DriftMargin, whatever its Driver computed.
+func TestManagerBelievesNoServerAboutTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, m := newMem(t)
+		srv.ttl = 10 * time.Hour
+		s, err := m.Session(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		limit := m.o.Config.TTL - m.o.Config.DriftMargin
+		term, ok := s.Start("a", 1, nil)
+		if !ok {
+			t.Fatal("Start refused on a new session")
+		}
+		if left := time.Until(term.SafeUntil()); left > limit {
+			t.Fatalf("after the grant, safe for %s; want at most %s", left, limit)
+		}
+		time.Sleep(5 * time.Second) // renewals
+		if left := time.Until(term.SafeUntil()); term.Err() != nil || left > limit {
+			t.Fatalf("after renewals, term %v safe for %s; want at most %s", term.Err(), left, limit)
+		}
+		srv.mu.Lock()
+		srv.down = true
+		srv.mu.Unlock()
+		<-s.Context().Done()
+		if !errors.Is(term.Err(), baton.ErrExpired) {
+			t.Fatalf("term %v; want ErrExpired by the client's own TTL", term.Err())
+		}
+		_ = m.Close(t.Context(), nil)
+	})
+}
