@@ -3,6 +3,7 @@
 package supervise
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -113,10 +114,14 @@ func guardMain() int {
 }
 
 type guard struct {
-	conn     *net.UnixConn
-	grace    int64 // nanoseconds
-	deadline int64 // CLOCK_MONOTONIC nanoseconds; 0: none
-	cgroupOK bool  // may try cgroup v2
+	conn  *net.UnixConn
+	rc    syscall.RawConn // conn's descriptor, read by drain
+	inbuf []byte          // bytes read from conn, not yet a whole message
+
+	parentGone bool  // the parent's end of the socket closed
+	grace      int64 // nanoseconds
+	deadline   int64 // CLOCK_MONOTONIC nanoseconds; 0: none
+	cgroupOK   bool  // may try cgroup v2
 
 	pid int     // the command, also its process group
 	cg  *cgroup // the command's cgroup, or nil
@@ -217,38 +222,90 @@ func reap(ch chan<- reaped) {
 	}
 }
 
-// messages relays the parent's messages; the channel closes when the
-// parent's end does (it died), or the stream is corrupt.
-func messages(conn *net.UnixConn, ch chan<- message) {
-	defer close(ch)
+// waitReadable tells the guard's loop, on ready, each time the parent's end
+// of the socket has something to read (or closed), and waits for again
+// before it looks once more: the loop reads the bytes itself, with drain.
+func waitReadable(rc syscall.RawConn, ready chan<- struct{}, again <-chan struct{}) {
 	for {
-		m, err := readMessage(conn)
+		err := rc.Read(func(fd uintptr) bool {
+			var b [1]byte
+			_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			return !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR)
+		})
 		if err != nil {
 			return
 		}
-		ch <- m
+		ready <- struct{}{}
+		<-again
+	}
+}
+
+// drain handles every message the parent has written so far, without
+// waiting for more, and notes a parent whose end of the socket closed.
+// Extensions of the deadline queue in the socket while the guard is
+// stopped (SIGSTOP) and the parent goes on renewing: read before the
+// deadline is judged, they keep a resumed guard from killing a command
+// whose term goes on.
+func (g *guard) drain() {
+	var b [4096]byte
+	for !g.parentGone {
+		var n int
+		var err error
+		// Control, not Read: waitReadable holds the descriptor's read lock
+		// while it waits, and this read must not wait.
+		if rerr := g.rc.Control(func(fd uintptr) {
+			n, err = unix.Read(int(fd), b[:])
+		}); rerr != nil {
+			err = rerr
+		}
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if errors.Is(err, unix.EAGAIN) {
+			break
+		}
+		if err != nil || n == 0 {
+			g.parentGone = true
+			break
+		}
+		g.inbuf = append(g.inbuf, b[:n]...)
+	}
+	// The parent sends only fixed-size messages once the command runs.
+	for len(g.inbuf) >= 9 {
+		m, _ := readMessage(bytes.NewReader(g.inbuf[:9]))
+		g.inbuf = g.inbuf[9:]
+		g.handle(m)
+	}
+	if g.parentGone && !g.stopping {
+		g.say("the parent is gone (its end of the socket closed); stopping the command")
+		g.stop(reasonParentGone)
 	}
 }
 
 func (g *guard) run(sigs <-chan os.Signal) int {
 	reaps := make(chan reaped, 16)
 	go reap(reaps)
-	msgs := make(chan message, 16)
-	go messages(g.conn, msgs)
+	rc, err := g.conn.SyscallConn()
+	if err != nil {
+		// A *net.UnixConn always has one.
+		panic("supervise: the guard's socket: " + err.Error())
+	}
+	g.rc = rc
+	ready, again := make(chan struct{}), make(chan struct{})
+	go waitReadable(rc, ready, again)
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		g.arm(timer)
 		select {
-		case m, ok := <-msgs:
-			if !ok {
-				msgs = nil
-				g.say("the parent is gone (its end of the socket closed); stopping the command")
-				g.stop(reasonParentGone)
-				break
+		case <-ready:
+			g.drain()
+			if g.parentGone {
+				ready = nil
+			} else {
+				again <- struct{}{}
 			}
-			g.handle(m)
 		case r := <-reaps:
 			if r.none {
 				if g.cg != nil {
@@ -287,6 +344,11 @@ func (g *guard) handle(m message) {
 // tick acts on the deadline and the pending SIGKILL.
 func (g *guard) tick() {
 	now := monotonicNow()
+	if g.deadline != 0 && !g.stopping && now >= g.deadline-g.grace {
+		// A guard resumed after a stop may have extensions waiting.
+		g.drain()
+		now = monotonicNow()
+	}
 	if g.deadline != 0 && !g.stopping && now >= g.deadline-g.grace {
 		g.say("the deadline is %s away without an extension; stopping the command",
 			time.Duration(g.deadline-now).Round(time.Millisecond))

@@ -454,3 +454,48 @@ func TestGuardSurvivesForwardedSignals(t *testing.T) {
 	case <-time.After(time.Second): // long enough for a signal's default action
 	}
 }
+
+// The attack of a guard stopped alone (SIGSTOP of its pid) for longer than
+// the deadline while its caller goes on extending it, as baton does while
+// it renews: resumed, the guard must read the extensions queued in its
+// socket before it judges the deadline, and leave the command running.
+func TestGuardResumedAfterStopReadsExtensions(t *testing.T) {
+	const ttl = time.Second
+	p := start(t, Config{
+		Command:  []string{"sleep", "1000"},
+		Grace:    300 * time.Millisecond,
+		Deadline: time.Now().Add(ttl),
+	})
+	quit := make(chan struct{})
+	extending := make(chan struct{})
+	go func() {
+		defer close(extending)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+				_ = p.Extend(time.Now().Add(ttl))
+			}
+		}
+	}()
+	defer func() { close(quit); <-extending }()
+	guard := p.guard.Process.Pid
+	if err := syscall.Kill(guard, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// The stop is the attack: it must outlast the deadline.
+	time.Sleep(ttl + ttl/2)
+	if err := syscall.Kill(guard, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	// A guard that acts on the oldest deadline it was sent kills the
+	// command at once on resuming; proving it does not needs a window.
+	select {
+	case <-p.Done():
+		t.Fatalf("the resumed guard stopped a command whose deadline was extended all along: %v", p.Err())
+	case <-time.After(time.Second):
+	}
+}
