@@ -3,6 +3,7 @@
 package supervise
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/proctree"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // Modes of the test binary besides running tests.
@@ -96,12 +98,26 @@ func helperParent(dir string) int {
 		cfg.Deadline = time.Now().Add(d)
 		writeFileAtomic(filepath.Join(dir, "deadline"), strconv.FormatInt(cfg.Deadline.UnixNano(), 10)+"\n")
 	}
+	if os.Getenv("SUBREAPER") == "1" {
+		if err := BecomeSubreaper(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
 	p, err := Start(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	writeFileAtomic(filepath.Join(dir, "command"), strconv.Itoa(p.Pid())+"\n")
+	writeFileAtomic(filepath.Join(dir, "guard"), strconv.Itoa(p.guard.Process.Pid)+"\n")
+	// Once the command has exited, Stop removes what it left, and
+	// DIR/stopped says how that went.
+	<-p.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = p.Stop(ctx)
+	writeFileAtomic(filepath.Join(dir, "stopped"), fmt.Sprintf("%v\n", err))
 	select {}
 }
 
@@ -272,11 +288,11 @@ func TestStopWaitsForAllDescendants(t *testing.T) {
 
 // startHelperParent starts helperParent and returns it with its directory
 // once its command's escapee runs.
-func startHelperParent(t *testing.T, noCgroup bool, deadlineIn time.Duration, setpgid bool) (*exec.Cmd, string, int) {
+func startHelperParent(t *testing.T, noCgroup bool, deadlineIn time.Duration, setpgid bool, env ...string) (*exec.Cmd, string, int) {
 	t.Helper()
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), parentEnv+"="+dir)
+	cmd.Env = append(append(os.Environ(), parentEnv+"="+dir), env...)
 	if noCgroup {
 		cmd.Env = append(cmd.Env, "NO_CGROUP=1")
 	}
@@ -422,7 +438,15 @@ func TestGuardKilled(t *testing.T) {
 		}
 		waitDead(t, p.Pid())
 		if noCgroup {
-			return // the escapee is not covered: see the package doc
+			// The escapee went to init, where nothing finds it: the
+			// caller, not a subreaper, must say so.
+			if !errors.Is(p.Err(), ErrDescendantsLost) {
+				t.Errorf("Err = %v, want ErrDescendantsLost", p.Err())
+			}
+			if _, err := stop(t, p); !errors.Is(err, ErrDescendantsLost) {
+				t.Errorf("Stop = %v, want ErrDescendantsLost", err)
+			}
+			return
 		}
 		waitDead(t, esc)
 		if _, err := os.Stat(p.cgroup); !errors.Is(err, os.ErrNotExist) {
@@ -498,4 +522,63 @@ func TestGuardResumedAfterStopReadsExtensions(t *testing.T) {
 		t.Fatalf("the resumed guard stopped a command whose deadline was extended all along: %v", p.Err())
 	case <-time.After(time.Second):
 	}
+}
+
+// The attack of a guard stopped alone (SIGSTOP of its pid) when its caller
+// stops the command: the guard does not answer, and once Stop's context
+// ends the caller gets rid of the command's tree itself. The escapee, in a
+// session of its own and ignoring SIGTERM, must be gone when Stop returns:
+// killing the guard, its subreaper, before it would hand the escapee to
+// init, where nothing finds it.
+func TestStopStoppedGuard(t *testing.T) {
+	modes(t, func(t *testing.T, noCgroup bool) {
+		dir := t.TempDir()
+		cfg := escapingCommand(t, dir)
+		cfg.Grace = 200 * time.Millisecond
+		p := startMode(t, cfg, noCgroup)
+		esc := readPid(t, filepath.Join(dir, "escapee"))
+		killAtEnd(t, esc)
+		if err := syscall.Kill(p.guard.Process.Pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		if err := p.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrDescendantsLost) {
+			t.Errorf("Stop = %v, want context.DeadlineExceeded alone", err)
+		}
+		if !dead(esc) {
+			t.Fatalf("Stop returned while the escapee %d still ran", esc)
+		}
+	})
+}
+
+// The attack of a guard killed with SIGKILL by another process, with no
+// cgroup, below a caller that called BecomeSubreaper: the escapee is
+// re-parented to the caller, which kills and reaps it before Stop returns.
+func TestGuardKilledBelowSubreaper(t *testing.T) {
+	_, dir, esc := startHelperParent(t, true, 0, false, "SUBREAPER=1")
+	guard := readPid(t, filepath.Join(dir, "guard"))
+	if err := syscall.Kill(guard, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	b := readFile(t, filepath.Join(dir, "stopped"))
+	if !dead(esc) {
+		t.Fatalf("Stop returned (%s) while the escapee %d of the killed guard still ran", strings.TrimSpace(b), esc)
+	}
+	if strings.TrimSpace(b) != "<nil>" {
+		t.Errorf("Stop = %s, want nil: the subreaper found every descendant", strings.TrimSpace(b))
+	}
+}
+
+// readFile waits for path to be written (atomically, by writeFileAtomic)
+// and returns its content.
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	var b []byte
+	testkit.Eventually(t, testTimeout, path+" to be written", func() bool {
+		var err error
+		b, err = os.ReadFile(path)
+		return err == nil
+	})
+	return string(b)
 }

@@ -105,11 +105,15 @@ type Process struct {
 
 	stopOnce sync.Once
 
-	mu       sync.Mutex
-	cgroup   string // the command's cgroup directory, or ""
-	reason   int64  // why the guard stopped the command on its own, or 0
-	exitCode int    // valid once done is closed
-	err      error  // valid once done is closed
+	mu     sync.Mutex
+	cgroup string // the command's cgroup directory, or ""
+	reason int64  // why the guard stopped the command on its own, or 0
+	lost   error  // ErrDescendantsLost, once known
+	// treeKilled: the caller killed everything below the guard before it
+	// killed the guard (Stop), so the guard's death lost nothing.
+	treeKilled bool
+	exitCode   int   // valid once done is closed
+	err        error // valid once done is closed
 
 	done chan struct{} // the command exited (or the guard did)
 	gone chan struct{} // the guard exited: the command's tree is gone
@@ -180,7 +184,7 @@ func Start(cfg Config) (*Process, error) {
 		done:     make(chan struct{}),
 		gone:     make(chan struct{}),
 	}
-	if err := guard.Start(); err != nil {
+	if err := startGuard(guard); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("supervise: starting the guard (%s): %w", guardExe, err)
 	}
@@ -263,24 +267,36 @@ func (p *Process) watch() {
 	}
 	p.conn.Close()
 	err := p.guard.Wait()
-	p.exited(-1)
+	guardWaited(p.guard.Process.Pid)
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		// The guard exits 0 once its tree is gone; anything else means
 		// it was killed (or crashed) and may have left descendants: the
 		// command died with it (parent-death signal), but not what it
-		// started. Kill what its process group and cgroup still hold.
-		p.log.Error("the guard died; killing what is left of the child's process group and cgroup", "pid", p.pid, "err", err)
-		p.killDirectly()
+		// started. Kill what its process group and cgroup still hold,
+		// and, as a subreaper, what was re-parented to this process.
+		p.log.Error("the guard died; killing what is left of the child's tree", "pid", p.pid, "err", err)
 		p.mu.Lock()
-		cg := p.cgroup
+		cg, killed := p.cgroup, p.treeKilled
 		p.mu.Unlock()
+		p.killDirectly()
 		if cg != "" {
-			(&cgroup{dir: cg, fd: -1}).remove()
+			(&cgroup{dir: cg, fd: -1}).killAll(p.log)
+		}
+		switch {
+		case subreaper():
+			reapOrphans(p.log)
+			p.log.Info("what the guard left behind is gone", "pid", p.pid)
+		case cg == "" && !killed:
+			p.mu.Lock()
+			p.lost = ErrDescendantsLost
+			p.mu.Unlock()
+			p.log.Error("descendants of the child that left its process group may still run, and cannot be found: the guard was killed, the child has no cgroup, and this process is not a subreaper", "pid", p.pid)
 		}
 	} else {
 		p.log.Info("guard exited; the child and its descendants are gone", "pid", p.pid, "err", err)
 	}
+	p.exited(-1)
 	close(p.gone)
 }
 
@@ -297,6 +313,8 @@ func (p *Process) exited(code int) {
 	switch {
 	case p.reason == reasonDeadline:
 		p.err = fmt.Errorf("%w (exit status %d)", ErrDeadline, code)
+	case code == -1 && p.lost != nil:
+		p.err = p.lost
 	case code == -1:
 		p.err = errors.New("supervise: the guard exited without reporting the command's status")
 	case code > 128:

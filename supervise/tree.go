@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -135,4 +136,25 @@ func (c *cgroup) remove() {
 		}
 		time.Sleep(killRetry)
 	}
+}
+
+// killAll kills every process in the cgroup and removes it once the kernel
+// counts none: what the cgroup holds is provably gone then. A process that
+// SIGKILL does not end (uninterruptible sleep) keeps it waiting, and
+// saying so.
+func (c *cgroup) killAll(log *slog.Logger) {
+	warn := time.Now().Add(time.Second)
+	for {
+		c.kill()
+		b, err := os.ReadFile(filepath.Join(c.dir, "cgroup.procs"))
+		if err != nil || len(strings.TrimSpace(string(b))) == 0 {
+			break
+		}
+		if time.Now().After(warn) {
+			log.Error("processes in the child's cgroup survive SIGKILL (uninterruptible sleep?); still trying", "cgroup", c.dir)
+			warn = time.Now().Add(orphanWarnEvery)
+		}
+		time.Sleep(killRetry)
+	}
+	c.remove()
 }

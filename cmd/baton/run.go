@@ -217,6 +217,12 @@ func checkCommand(args []string, example string) []string {
 func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.Duration, args []string, once bool, timeout time.Duration, work func(*runner, context.Context, baton.Term) error) error {
 
 	log := c.common.logger(c.app.stderr())
+	if c.app.Subreaper {
+		// baton starts no children but its commands' guards.
+		if err := supervise.BecomeSubreaper(); err != nil {
+			return err
+		}
+	}
 	// Watching the instance (--aws) ends ctx as SIGTERM would when the
 	// instance is leaving; the hand-over ends, after the deferred close of
 	// the backend, by completing the lifecycle action.
@@ -580,8 +586,8 @@ func (r *runner) leadChild(ctx context.Context, t baton.Term) error {
 	defer p.Close()
 	if p.Wait(ctx) {
 		ran := p.Ran()
-		// Stop also removes what the command left behind.
-		_ = p.Stop(context.Background())
+		// End also removes what the command left behind.
+		endChild(log, p)
 		return &childExitedError{code: p.ExitCode(), ran: ran}
 	}
 	if stoppedBySignal(ctx) {
@@ -589,12 +595,22 @@ func (r *runner) leadChild(ctx context.Context, t baton.Term) error {
 	} else {
 		log.Warn("term ended; stopping the command", "reason", p.Reason(ctx))
 	}
-	p.End()
+	endChild(log, p)
 	log.Info("command stopped", "exit_code", p.ExitCode())
 	if r.once && !stoppedBySignal(ctx) && !errors.Is(context.Cause(ctx), errElectionTimeout) {
 		return errLostOnce
 	}
 	return nil
+}
+
+// endChild stops p's command and what it left behind, and waits for that.
+// baton is a subreaper (supervise.BecomeSubreaper), so even a guard killed
+// by another process loses no descendant; should one be lost all the same
+// (an in-process App without Subreaper), it says so.
+func endChild(log *slog.Logger, p *supervise.TermProcess) {
+	if err := p.End(); errors.Is(err, supervise.ErrDescendantsLost) {
+		log.Error("the command's guard was killed; descendants of the command may still run", "err", err)
+	}
 }
 
 // startChild starts the command for term t under a guard that stops it by
