@@ -22,6 +22,9 @@ import (
 // it from the command's environment.
 const guardEnv = "BATON_SUPERVISE_GUARD"
 
+// guardName is the guard's process name (comm), which ps shows.
+const guardName = "baton-guard"
+
 // guardFD is the guard's end of the socket to its parent.
 const guardFD = 3
 
@@ -49,7 +52,7 @@ func guardMain() int {
 	// it exits; this thread never does before the process.
 	runtime.LockOSThread()
 	// ps shows "exe" for /proc/self/exe otherwise.
-	if name, err := unix.BytePtrFromString("baton-guard"); err == nil {
+	if name, err := unix.BytePtrFromString(guardName); err == nil {
 		_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(name)), 0, 0, 0)
 	}
 	fail := func(format string, args ...any) int {

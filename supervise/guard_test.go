@@ -582,3 +582,63 @@ func readFile(t *testing.T, path string) string {
 	})
 	return string(b)
 }
+
+// A caller and its guard both killed leave the command's cgroup behind,
+// with an escapee in it that the parent-death signal did not reach; the
+// next guard started below the same cgroup kills what it holds and removes
+// it. (Root, or a delegated cgroup, only: without a writable cgroup v2
+// there is no cgroup to leave.)
+func TestStaleCgroupRemoved(t *testing.T) {
+	if cg := newCgroup(); cg == nil {
+		if os.Getenv("BATON_REQUIRE_SERVERS") == "1" {
+			t.Fatal("cgroup v2 is not writable here, and BATON_REQUIRE_SERVERS=1 says it should be (CI runs as root)")
+		}
+		t.Skip("cgroup v2 is not writable here")
+	} else {
+		cg.remove()
+	}
+	parent, dir, esc := startHelperParent(t, false, 0, false)
+	guard := readPid(t, filepath.Join(dir, "guard"))
+	command := readPid(t, filepath.Join(dir, "command"))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", esc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rel string
+	for _, line := range strings.Split(string(b), "\n") {
+		if r, ok := strings.CutPrefix(line, "0::"); ok {
+			rel = r
+		}
+	}
+	if !strings.Contains(rel, "/baton-guard-") {
+		t.Fatalf("the escapee is in cgroup %q, not a command's", b)
+	}
+	mount, root := cgroup2Mount()
+	stale := filepath.Join(mount, strings.TrimPrefix(rel, root))
+	// Stopped first, so that the guard cannot act on its caller's death.
+	if err := syscall.Kill(guard, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := parent.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = parent.Wait()
+	if err := syscall.Kill(guard, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitDead(t, guard)
+	waitDead(t, command)
+	if dead(esc) {
+		t.Fatal("the escapee died with its guard; the test proves nothing")
+	}
+	if _, err := os.Stat(stale); err != nil {
+		t.Fatalf("the dead guard's cgroup %s: %v; the test proves nothing", stale, err)
+	}
+
+	start(t, Config{Command: []string{"sleep", "1000"}})
+	waitDead(t, esc)
+	testkit.Eventually(t, testTimeout, "the stale cgroup "+stale+" to be removed", func() bool {
+		_, err := os.Stat(stale)
+		return errors.Is(err, os.ErrNotExist)
+	})
+}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/batonhq/baton/internal/proctree"
 )
 
 // cgroup is a cgroup v2 directory of the command's own.
@@ -39,7 +41,9 @@ func newCgroup() *cgroup {
 	if !ok {
 		return nil // our cgroup is outside what is mounted here
 	}
-	dir := filepath.Join(mount, rel, fmt.Sprintf("baton-guard-%d", os.Getpid()))
+	parent := filepath.Join(mount, rel)
+	sweepStale(parent)
+	dir := filepath.Join(parent, guardCgroupPrefix+strconv.Itoa(os.Getpid()))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil
 	}
@@ -157,4 +161,44 @@ func (c *cgroup) killAll(log *slog.Logger) {
 		time.Sleep(killRetry)
 	}
 	c.remove()
+}
+
+// guardCgroupPrefix begins the name of a command's cgroup; the guard's pid
+// follows.
+const guardCgroupPrefix = "baton-guard-"
+
+// sweepStale removes the cgroups in parent of guards that are gone. A guard
+// removes its command's cgroup before it exits, and its caller does when
+// the guard was killed; when both were killed, the cgroup stays, and with
+// it whatever the command left that the parent-death signal did not reach.
+// That is killed here, as the guard would have, and the cgroup removed.
+func sweepStale(parent string) {
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), guardCgroupPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pid, err := strconv.Atoi(rest)
+		if err != nil || guardAlive(pid) {
+			continue
+		}
+		c := &cgroup{dir: filepath.Join(parent, e.Name()), fd: -1}
+		c.kill()
+		c.remove()
+	}
+}
+
+// guardAlive reports whether pid is a live guard. A zombie has exited (and
+// PID 1 in a container may never reap it); a recycled pid is another
+// program's.
+func guardAlive(pid int) bool {
+	if _, ok := proctree.Read(pid); !ok {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return err == nil && strings.TrimSpace(string(b)) == guardName
 }
