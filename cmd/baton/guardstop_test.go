@@ -91,26 +91,35 @@ func guardOf(t *testing.T, pid int) int {
 	return ppid
 }
 
-// checkNoLateEscapee fails t if a process of the term with token acted at or
-// after at, or still runs.
-func checkNoLateEscapee(t *testing.T, file string, token uint64, at int64, what string) {
+// checkNoLateEscapee fails t if one of pids acted at or after at, or still
+// runs.
+func checkNoLateEscapee(t *testing.T, file string, pids map[int]bool, at int64, what string) {
 	t.Helper()
 	var late []event
 	for _, e := range readEvents(file) {
-		if e.token == token && e.at >= at {
+		if pids[e.pid] && e.at >= at {
 			late = append(late, e)
 		}
 	}
 	if len(late) > 0 {
 		last := late[len(late)-1]
-		t.Errorf("processes of the term with token %d acted %d times after %s, the last (process %d) %s after",
-			token, len(late), what, last.pid, time.Duration(last.at-at).Round(time.Millisecond))
+		t.Errorf("the attacked term's grandchildren acted %d times after %s, the last (process %d) %s after",
+			len(late), what, last.pid, time.Duration(last.at-at).Round(time.Millisecond))
 	}
-	for _, e := range starts(readEvents(file)) {
-		if e.token == token && alive(e.pid) {
-			t.Errorf("process %d of the term with token %d still runs after %s", e.pid, token, what)
+	for pid := range pids {
+		if alive(pid) {
+			t.Errorf("the attacked term's grandchild %d still runs after %s", pid, what)
 		}
 	}
+}
+
+// guardAttack is one attack on the holder's guard.
+type guardAttack struct {
+	name      string
+	cron      bool // baton cron, a run every second, instead of baton run
+	memory    bool // memory://, one baton; else etcd, two
+	cut       bool // cut the holder's link to etcd instead of SIGTERM to it
+	killGuard bool // SIGKILL the guard, and nothing else
 }
 
 // TestRunStoppedGuard is the attack of a guard stopped alone (SIGSTOP of its
@@ -122,99 +131,173 @@ func checkNoLateEscapee(t *testing.T, file string, token uint64, at int64, what 
 // exited (memory://, with nobody else to take over).
 func TestRunStoppedGuard(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name    string
-		cron    bool
-		memory  bool
-		cut     bool
-		standby bool
-	}{
-		{name: "etcd/SIGTERM", standby: true},
-		{name: "etcd/cut", cut: true, standby: true},
+	for _, tc := range []guardAttack{
+		{name: "etcd/SIGTERM"},
+		{name: "etcd/cut", cut: true},
 		{name: "memory/SIGTERM", memory: true},
-		{name: "cron/etcd/SIGTERM", cron: true, standby: true},
+		{name: "cron/etcd/SIGTERM", cron: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			file, self := sharedEventFile(t)
-			killLeftoverChildren(t, file)
-			env := testEnv(childEnv+"=hb", childFileEnv+"="+file, ignoreTermEnv+"=1")
-			var srv *testserver.Etcd
-			if !tc.memory {
-				srv = testserver.StartEtcd(t)
-			}
-			n := 1
-			if tc.standby {
-				n = 2
-			}
-			var procs []*batonProc
-			var proxies []*testserver.Proxy
-			for i := range n {
-				backend := "memory://"
-				if srv != nil {
-					px := testserver.StartProxy(t, srv.Endpoint())
-					proxies = append(proxies, px)
-					backend = "etcd://" + px.Addr()
-				}
-				args := []string{"run"}
-				if tc.cron {
-					args = []string{"cron", "--schedule", "* * * * * *"}
-				}
-				args = append(args, "--backend", backend, "--lease", "stopped-guard", "--ttl", "4s", "--grace", "500ms",
-					"--log-level", "debug", "--", "sh", "-c", escapingJob, self)
-				procs = append(procs, startUnprivilegedBaton(t, fmt.Sprintf("baton-%d", i+1), env, args...))
-			}
-			testkit.Eventually(t, 30*time.Second, "both grandchildren to start", func() bool { return len(starts(readEvents(file))) >= 2 })
-			first := starts(readEvents(file))[0]
-			testkit.Eventually(t, 10*time.Second, "the grandchildren's heartbeats", func() bool { return heartbeatsOf(file, first.pid) >= 3 })
-			guard := guardOf(t, first.pid)
-			var holder *batonProc
-			for i, p := range procs {
-				if _, ppid, _ := procStat(guard); ppid == p.cmd.Process.Pid {
-					holder = p
-					if tc.cut {
-						proxies[i].Cut()
-					}
-				}
-			}
-			if holder == nil {
-				t.Fatalf("the guard %d is no baton's", guard)
-			}
-			if err := syscall.Kill(guard, syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = syscall.Kill(guard, syscall.SIGCONT) })
-			if !tc.cut {
-				if err := holder.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if !tc.standby {
-				holder.wait(t, 30*time.Second)
-				checkNoLateEscapee(t, file, first.token, time.Now().UnixNano(), "baton exited")
-				return
-			}
-			testkit.Eventually(t, 30*time.Second, "the standby's command to start", func() bool {
-				for _, s := range starts(readEvents(file)) {
-					if s.token > first.token {
-						return true
-					}
-				}
-				return false
-			})
-			var next event
-			for _, s := range starts(readEvents(file)) {
-				if s.token > first.token {
-					next = s
-					break
-				}
-			}
-			// A second of the new term, for a survivor to show itself.
-			testkit.Eventually(t, 10*time.Second, "the new term's heartbeats", func() bool { return heartbeatsOf(file, next.pid) >= 20 })
-			if next.others != 0 {
-				t.Errorf("the new term's command started while %d processes of earlier terms were alive", next.others)
-			}
-			checkNoLateEscapee(t, file, first.token, next.at, "the next holder's command started")
+			testGuardAttack(t, tc)
 		})
+	}
+}
+
+// TestRunKilledGuard is the attack of a guard killed with SIGKILL by another
+// process of the same user, with no cgroup: the command dies with it
+// (parent-death signal), and its escaped grandchildren are orphaned. baton
+// is a subreaper, so they come to it, and it kills them before it lets the
+// lease go (run) or starts the next run (cron): none may act once the next
+// command has started.
+func TestRunKilledGuard(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []guardAttack{
+		{name: "etcd", killGuard: true},
+		{name: "cron/etcd", cron: true, killGuard: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testGuardAttack(t, tc)
+		})
+	}
+}
+
+func testGuardAttack(t *testing.T, tc guardAttack) {
+	standby := !tc.memory
+	file, self := sharedEventFile(t)
+	killLeftoverChildren(t, file)
+	env := testEnv(childEnv+"=hb", childFileEnv+"="+file, ignoreTermEnv+"=1")
+	var srv *testserver.Etcd
+	if !tc.memory {
+		srv = testserver.StartEtcd(t)
+	}
+	n := 1
+	if standby {
+		n = 2
+	}
+	var procs []*batonProc
+	var proxies []*testserver.Proxy
+	for i := range n {
+		backend := "memory://"
+		if srv != nil {
+			px := testserver.StartProxy(t, srv.Endpoint())
+			proxies = append(proxies, px)
+			backend = "etcd://" + px.Addr()
+		}
+		args := []string{"run"}
+		if tc.cron {
+			args = []string{"cron", "--schedule", "* * * * * *"}
+		}
+		args = append(args, "--backend", backend, "--lease", "attacked-guard", "--ttl", "4s", "--grace", "500ms",
+			"--log-level", "debug", "--", "sh", "-c", escapingJob, self)
+		procs = append(procs, startUnprivilegedBaton(t, fmt.Sprintf("baton-%d", i+1), env, args...))
+	}
+	testkit.Eventually(t, 30*time.Second, "both grandchildren to start", func() bool { return len(starts(readEvents(file))) >= 2 })
+	first := starts(readEvents(file))[0]
+	attacked := map[int]bool{}
+	for _, s := range starts(readEvents(file))[:2] {
+		attacked[s.pid] = true
+	}
+	testkit.Eventually(t, 10*time.Second, "the grandchildren's heartbeats", func() bool { return heartbeatsOf(file, first.pid) >= 3 })
+	guard := guardOf(t, first.pid)
+	var holder *batonProc
+	for i, p := range procs {
+		if _, ppid, _ := procStat(guard); ppid == p.cmd.Process.Pid {
+			holder = p
+			if tc.cut {
+				proxies[i].Cut()
+			}
+		}
+	}
+	if holder == nil {
+		t.Fatalf("the guard %d is no baton's", guard)
+	}
+	if tc.killGuard {
+		if err := syscall.Kill(guard, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		if err := syscall.Kill(guard, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = syscall.Kill(guard, syscall.SIGCONT) })
+	}
+	if !tc.cut && !tc.killGuard {
+		if err := holder.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !standby {
+		holder.wait(t, 30*time.Second)
+		checkNoLateEscapee(t, file, attacked, time.Now().UnixNano(), "baton exited")
+		return
+	}
+	// The next command: the standby's, or with cron and a killed guard,
+	// the same holder's next run.
+	var next event
+	testkit.Eventually(t, 30*time.Second, "the next command to start", func() bool {
+		for _, s := range starts(readEvents(file)) {
+			if !attacked[s.pid] {
+				next = s
+				return true
+			}
+		}
+		return false
+	})
+	// A second of the new command, for a survivor to show itself.
+	testkit.Eventually(t, 10*time.Second, "the new command's heartbeats", func() bool { return heartbeatsOf(file, next.pid) >= 20 })
+	if next.others != 0 {
+		t.Errorf("the next command started while %d processes of earlier ones were alive", next.others)
+	}
+	checkNoLateEscapee(t, file, attacked, next.at, "the next command started")
+}
+
+// TestRunGuardResumed is the attack of a guard stopped alone (SIGSTOP of its
+// pid) for longer than the TTL while baton goes on renewing: resumed, the
+// guard must read the extensions baton queued in its socket before it
+// judges the deadline, and leave the command running; the term goes on.
+func TestRunGuardResumed(t *testing.T) {
+	t.Parallel()
+	file, self := sharedEventFile(t)
+	killLeftoverChildren(t, file)
+	const ttl = 2 * time.Second
+	holder := startUnprivilegedBaton(t, "baton", testEnv(childEnv+"=hb", childFileEnv+"="+file),
+		"run", "--backend", "memory://", "--lease", "resumed-guard", "--ttl", ttl.String(), "--log-level", "debug", "--", self)
+	testkit.Eventually(t, 30*time.Second, "the command to start", func() bool { return len(starts(readEvents(file))) >= 1 })
+	child := starts(readEvents(file))[0]
+	guard := guardOf(t, child.pid)
+	if err := syscall.Kill(guard, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(guard, syscall.SIGCONT) })
+	// The stop is the attack: it must outlast the TTL.
+	time.Sleep(ttl + ttl/2)
+	if err := syscall.Kill(guard, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed := time.Now().UnixNano()
+	testkit.Eventually(t, 10*time.Second, "a second of heartbeats after the resume", func() bool {
+		n := 0
+		for _, e := range readEvents(file) {
+			if e.pid == child.pid && e.kind == "hb" && e.at > resumed {
+				n++
+			}
+		}
+		return n >= 20 || !alive(child.pid)
+	})
+	if !alive(child.pid) {
+		t.Fatalf("the resumed guard killed the command of a term that went on")
+	}
+	if _, ok := stopOf(readEvents(file), child.pid); ok {
+		t.Errorf("the resumed guard stopped the command of a term that went on")
+	}
+	if n := len(starts(readEvents(file))); n != 1 {
+		t.Errorf("%d commands started, want 1: the term was lost", n)
+	}
+	select {
+	case <-holder.done:
+		t.Errorf("baton exited: %v", holder.cmd.ProcessState)
+	default:
 	}
 }
