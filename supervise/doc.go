@@ -54,6 +54,8 @@
 // descendants. A process in uninterruptible sleep dies only when its I/O
 // returns, and one that SIGKILL does not end keeps Stop waiting.
 //
-// Start re-executes /proc/self/exe as the guard, so a program that uses this
-// package must call GuardMain first thing in main (and in TestMain).
+// Start re-executes /proc/self/exe as the guard, which this package's
+// initialiser runs (see GuardMain), before the initialisers of most of the
+// program's other packages. A program that uses this package should still
+// call GuardMain first thing in main (and in TestMain).
 package supervise

@@ -33,10 +33,21 @@ const guardFD = 3
 // process table and the kill.
 const killRetry = 10 * time.Millisecond
 
+// init runs the guard in a process that Start started as one, before most
+// of the program's package initialisers: Go initialises packages in the
+// order of their import paths, each once its imports are, so this package
+// comes early, after its few imports. The initialisers of a program's other
+// packages (a Kubernetes client's scheme, protobuf registries) can take
+// tens of milliseconds; a guard must not wait for them, since a new term's
+// command starts only once its guard runs.
+func init() { GuardMain() }
+
 // GuardMain runs the guard and exits if this process was started by Start
-// as one; otherwise it returns at once. Call it first thing in main, and in
-// TestMain of tests that use Start, before anything else the program does:
-// Start re-executes the program's own file as the guard.
+// as one; otherwise it returns at once. The package's initialiser calls it,
+// so a program that imports this package runs as a guard before its own
+// main when Start started it as one; calling it first thing in main, and in
+// TestMain of tests that use Start, does no harm, and keeps a program right
+// that starts its guards some other way.
 func GuardMain() {
 	if os.Getenv(guardEnv) != "1" {
 		return
@@ -471,8 +482,13 @@ func (g *guard) groupAlive(ds []proctree.Proc) bool {
 // signalTree sends sig to the command's process group and to every other
 // live descendant of the guard.
 func (g *guard) signalTree(sig syscall.Signal) {
+	if !g.reaped {
+		// The group first, before the scan of the process table: the
+		// command starts to stop while the scan runs.
+		_ = syscall.Kill(-g.pid, sig)
+	}
 	ds := proctree.Descendants(os.Getpid())
-	if !g.reaped || g.groupAlive(ds) {
+	if g.reaped && g.groupAlive(ds) {
 		_ = syscall.Kill(-g.pid, sig)
 	}
 	for _, d := range ds {

@@ -130,17 +130,23 @@ func (c *cgroup) kill() {
 }
 
 // remove deletes the cgroup. The kernel refuses while it still counts a
-// dying process in it, for a moment after the last one was reaped.
+// dying process in it, for a moment (usually well under a millisecond)
+// after the last one was reaped; the guard exits, and a hand-over goes on,
+// only once it is removed, so it retries often, for up to a second.
 func (c *cgroup) remove() {
 	c.closeFD()
-	for range 100 {
+	deadline := time.Now().Add(time.Second)
+	for {
 		err := syscall.Rmdir(c.dir)
-		if err == nil || errors.Is(err, syscall.ENOENT) || !errors.Is(err, syscall.EBUSY) {
+		if err == nil || !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
 			return
 		}
-		time.Sleep(killRetry)
+		time.Sleep(rmdirRetry)
 	}
 }
+
+// rmdirRetry is how often remove tries again.
+const rmdirRetry = 500 * time.Microsecond
 
 // killAll kills every process in the cgroup and removes it once the kernel
 // counts none: what the cgroup holds is provably gone then. A process that
