@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -74,13 +73,15 @@ func guardMain() int {
 		return fail("started without a command; the guard is started by supervise.Start, not by hand")
 	}
 	syscall.CloseOnExec(guardFD)
-	f := os.NewFile(guardFD, "supervise-guard")
-	fc, err := net.FileConn(f)
-	f.Close()
-	if err != nil {
+	if typ, err := unix.GetsockoptInt(guardFD, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || typ != unix.SOCK_STREAM {
 		return fail("fd %d is not the socket to the parent (%v); the guard is started by supervise.Start, not by hand", guardFD, err)
 	}
-	conn := fc.(*net.UnixConn)
+	// Non-blocking, so that the File is pollable: deadlines on writes, and
+	// drain's reads that never wait.
+	if err := syscall.SetNonblock(guardFD, true); err != nil {
+		return fail("fd %d: %v", guardFD, err)
+	}
+	conn := os.NewFile(guardFD, "supervise-guard")
 
 	g := &guard{conn: conn, cgroupOK: true, notes: make(chan string, 16)}
 	for started := false; !started; {
@@ -128,7 +129,7 @@ func guardMain() int {
 }
 
 type guard struct {
-	conn  *net.UnixConn
+	conn  *os.File        // the socket to the parent
 	rc    syscall.RawConn // conn's descriptor, read by drain
 	inbuf []byte          // bytes read from conn, not yet a whole message
 
@@ -301,7 +302,7 @@ func (g *guard) run(sigs <-chan os.Signal) int {
 	go reap(reaps)
 	rc, err := g.conn.SyscallConn()
 	if err != nil {
-		// A *net.UnixConn always has one.
+		// A File on a socket always has one.
 		panic("supervise: the guard's socket: " + err.Error())
 	}
 	g.rc = rc

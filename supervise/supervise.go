@@ -8,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -98,7 +97,7 @@ type Config struct {
 // are safe for concurrent use.
 type Process struct {
 	guard *exec.Cmd
-	conn  *net.UnixConn
+	conn  *os.File   // the socket to the guard
 	wmu   sync.Mutex // one message at a time on conn
 	pid   int
 	log   *slog.Logger
@@ -147,15 +146,15 @@ func Start(cfg Config) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("supervise: socket for the guard: %w", err)
 	}
-	ours := os.NewFile(uintptr(fds[0]), "supervise-guard")
-	theirs := os.NewFile(uintptr(fds[1]), "supervise-guard")
-	defer theirs.Close()
-	fc, err := net.FileConn(ours)
-	ours.Close()
-	if err != nil {
+	// Non-blocking, so that the File is pollable and its deadlines work.
+	if err := syscall.SetNonblock(fds[0], true); err != nil {
+		syscall.Close(fds[0])
+		syscall.Close(fds[1])
 		return nil, fmt.Errorf("supervise: socket for the guard: %w", err)
 	}
-	conn := fc.(*net.UnixConn)
+	conn := os.NewFile(uintptr(fds[0]), "supervise-guard")
+	theirs := os.NewFile(uintptr(fds[1]), "supervise-guard")
+	defer theirs.Close()
 
 	env := cfg.Env
 	if env == nil {
