@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime"
@@ -69,9 +70,6 @@ func guardMain() int {
 		fmt.Fprintf(os.Stderr, "baton guard: "+format+"\n", args...)
 		return 2
 	}
-	if len(os.Args) < 3 {
-		return fail("started without a command; the guard is started by supervise.Start, not by hand")
-	}
 	syscall.CloseOnExec(guardFD)
 	if typ, err := unix.GetsockoptInt(guardFD, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || typ != unix.SOCK_STREAM {
 		return fail("fd %d is not the socket to the parent (%v); the guard is started by supervise.Start, not by hand", guardFD, err)
@@ -84,12 +82,25 @@ func guardMain() int {
 	conn := os.NewFile(guardFD, "supervise-guard")
 
 	g := &guard{conn: conn, cgroupOK: true, notes: make(chan string, 16)}
-	for started := false; !started; {
+	// A guard started ahead of its command (Prepare) waits here until it
+	// is given one; its parent's end closing first is no failure then.
+	var path string
+	var argv, env []string
+	for started, heard := false, false; !started; heard = true {
 		m, err := readMessage(conn)
+		if errors.Is(err, io.EOF) && !heard {
+			return 0
+		}
 		if err != nil {
 			return fail("parent gone before the command started: %v", err)
 		}
 		switch m.typ {
+		case msgPath:
+			path = m.str
+		case msgArg:
+			argv = append(argv, m.str)
+		case msgEnv:
+			env = append(env, m.str)
 		case msgGrace:
 			g.grace = m.val
 		case msgNoCgroup:
@@ -119,7 +130,10 @@ func guardMain() int {
 	signal.Notify(make(chan os.Signal, 8), DefaultForwardSignals()...)
 	go g.printer()
 
-	if err := g.start(os.Args[1], os.Args[2:]); err != nil {
+	if path == "" || len(argv) == 0 {
+		return fail("given no command; the guard is started by supervise.Start, not by hand")
+	}
+	if err := g.start(path, argv, env); err != nil {
 		var errno syscall.Errno
 		errors.As(err, &errno)
 		g.send(encodeStartErr(int64(errno), err.Error()))
@@ -158,8 +172,7 @@ func (g *guard) send(b []byte) {
 
 // start starts the command in a process group of its own and, where
 // cgroup v2 allows, in a new cgroup.
-func (g *guard) start(path string, argv []string) error {
-	env := stripEnv(os.Environ(), guardEnv)
+func (g *guard) start(path string, argv, env []string) error {
 	sys := &syscall.SysProcAttr{
 		// A group of its own lets signals reach the command's whole tree
 		// with one kill(-pgid) while sparing the guard.

@@ -104,6 +104,10 @@ type Process struct {
 
 	stopOnce sync.Once
 
+	// prepared are the streams of a guard started by Prepare, not yet
+	// given a command.
+	prepared [3]any
+
 	mu     sync.Mutex
 	cgroup string // the command's cgroup directory, or ""
 	reason int64  // why the guard stopped the command on its own, or 0
@@ -142,6 +146,59 @@ func Start(cfg Config) (*Process, error) {
 		return nil, commandError(name, path.Err)
 	}
 
+	spare := takeSpare(cfg)
+	for {
+		p := spare
+		if p == nil {
+			var err error
+			if p, err = startGuardProcess(cfg); err != nil {
+				return nil, err
+			}
+		}
+		p.log = log
+		env := cfg.Env
+		if env == nil {
+			env = os.Environ()
+		}
+		hello := encode(msgGrace, int64(grace))
+		if cfg.DisableCgroup {
+			hello = append(hello, encode(msgNoCgroup, 0)...)
+		}
+		if !cfg.Deadline.IsZero() {
+			hello = append(hello, encode(msgDeadline, toMonotonic(cfg.Deadline))...)
+		}
+		hello = append(hello, encodeString(msgPath, path.Path)...)
+		for _, a := range cfg.Command {
+			hello = append(hello, encodeString(msgArg, a)...)
+		}
+		for _, kv := range env {
+			hello = append(hello, encodeString(msgEnv, kv)...)
+		}
+		hello = append(hello, encode(msgRun, 0)...)
+		err := p.write(hello)
+		if err == nil {
+			err = p.awaitStart(name)
+		}
+		var ce *commandStartError
+		switch {
+		case err != nil && spare != nil && !errors.As(err, &ce):
+			// The spare died while it waited (killed, say): a new one.
+			log.Warn("the guard started ahead of the command is gone; starting another", "err", err)
+			spare = nil
+			continue
+		case errors.As(err, &ce):
+			return nil, ce.err
+		case err != nil:
+			return nil, err
+		}
+		go p.watch()
+		log.Info("child started", "pid", p.pid, "guard", p.guard.Process.Pid, "cgroup", p.cgroup, "command", cfg.Command, "grace", grace, "prepared", p == spare)
+		return p, nil
+	}
+}
+
+// startGuardProcess starts a guard, which waits for its command.
+func startGuardProcess(cfg Config) (*Process, error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("supervise: socket for the guard: %w", err)
@@ -155,15 +212,11 @@ func Start(cfg Config) (*Process, error) {
 	conn := os.NewFile(uintptr(fds[0]), "supervise-guard")
 	theirs := os.NewFile(uintptr(fds[1]), "supervise-guard")
 	defer theirs.Close()
-
-	env := cfg.Env
-	if env == nil {
-		env = os.Environ()
-	}
 	guard := &exec.Cmd{
-		Path:       guardExe,
-		Args:       append([]string{"baton-guard", path.Path}, cfg.Command...),
-		Env:        append(append([]string(nil), env...), guardEnv+"=1"),
+		Path: guardExe,
+		Args: []string{guardName},
+		// The guard's own environment; the command's comes over the socket.
+		Env:        append(os.Environ(), guardEnv+"=1"),
 		Stdin:      cfg.Stdin,
 		Stdout:     cfg.Stdout,
 		Stderr:     cfg.Stderr,
@@ -178,7 +231,7 @@ func Start(cfg Config) (*Process, error) {
 	p := &Process{
 		guard:    guard,
 		conn:     conn,
-		log:      log,
+		log:      slog.New(slog.DiscardHandler),
 		exitCode: -1,
 		done:     make(chan struct{}),
 		gone:     make(chan struct{}),
@@ -187,27 +240,15 @@ func Start(cfg Config) (*Process, error) {
 		conn.Close()
 		return nil, fmt.Errorf("supervise: starting the guard (%s): %w", guardExe, err)
 	}
-	theirs.Close()
-
-	hello := encode(msgGrace, int64(grace))
-	if cfg.DisableCgroup {
-		hello = append(hello, encode(msgNoCgroup, 0)...)
-	}
-	if !cfg.Deadline.IsZero() {
-		hello = append(hello, encode(msgDeadline, toMonotonic(cfg.Deadline))...)
-	}
-	hello = append(hello, encode(msgRun, 0)...)
-	if err := p.write(hello); err != nil {
-		p.abandon()
-		return nil, fmt.Errorf("supervise: talking to the guard: %w", err)
-	}
-	if err := p.awaitStart(name); err != nil {
-		return nil, err
-	}
-	go p.watch()
-	log.Info("child started", "pid", p.pid, "guard", guard.Process.Pid, "cgroup", p.cgroup, "command", cfg.Command, "grace", grace)
 	return p, nil
 }
+
+// commandStartError is the guard's report that the command could not be
+// started.
+type commandStartError struct{ err error }
+
+func (e *commandStartError) Error() string { return e.err.Error() }
+func (e *commandStartError) Unwrap() error { return e.err }
 
 // awaitStart reads the guard's answer to msgRun.
 func (p *Process) awaitStart(name string) error {
@@ -230,7 +271,7 @@ func (p *Process) awaitStart(name string) error {
 			return nil
 		case msgStartErr:
 			p.abandon()
-			return commandError(name, &os.PathError{Op: "exec", Path: name, Err: syscall.Errno(m.val)})
+			return &commandStartError{commandError(name, &os.PathError{Op: "exec", Path: name, Err: syscall.Errno(m.val)})}
 		}
 	}
 }
@@ -240,6 +281,7 @@ func (p *Process) abandon() {
 	p.conn.Close()
 	_ = p.guard.Process.Kill()
 	_ = p.guard.Wait()
+	guardWaited(p.guard.Process.Pid)
 }
 
 // watch reads the guard's reports until it exits.

@@ -223,6 +223,13 @@ func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.
 			return err
 		}
 	}
+	// A guard started ahead of each term's command, so that a new term's
+	// command does not wait for one; where the streams are not files (an
+	// in-process App), each guard starts with its command.
+	prepare := supervise.Prepare(nil, c.app.stdout(), c.app.stderr()) == nil
+	if prepare {
+		defer supervise.Discard()
+	}
 	// Watching the instance (--aws) ends ctx as SIGTERM would when the
 	// instance is leaving; the hand-over ends, after the deferred close of
 	// the backend, by completing the lifecycle action.
@@ -294,6 +301,7 @@ func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.
 		start:   start,
 		args:    args,
 		id:      id,
+		prepare: prepare,
 		log:     log.WithGroup("run").With("lease", c.common.lease, "id", id),
 		supLog:  log.WithGroup("supervise").With("lease", c.common.lease),
 	}
@@ -354,11 +362,14 @@ type runner struct {
 	once    bool          // --once
 	timeout time.Duration // --timeout
 	// work runs for each term: the command, or cron's schedule.
-	work   func(*runner, context.Context, baton.Term) error
-	args   []string
-	id     string
-	log    *slog.Logger
-	supLog *slog.Logger // for package supervise
+	work func(*runner, context.Context, baton.Term) error
+	args []string
+	id   string
+	// prepare: start the guard of the next command once this one started
+	// (supervise.Prepare).
+	prepare bool
+	log     *slog.Logger
+	supLog  *slog.Logger // for package supervise
 
 	// start is when --timeout began to count.
 	start time.Time
@@ -625,7 +636,7 @@ func (r *runner) startChild(t baton.Term, log *slog.Logger, env ...string) (*sup
 	if brokenIgnoreDeadline {
 		st = lateTerm{t}
 	}
-	return supervise.StartTerm(st, supervise.Config{
+	p, err := supervise.StartTerm(st, supervise.Config{
 		Command: r.args,
 		Env: append(append(r.l.app.environ(),
 			"BATON_LEASE="+r.l.common.lease,
@@ -638,6 +649,12 @@ func (r *runner) startChild(t baton.Term, log *slog.Logger, env ...string) (*sup
 		Grace:  max(r.l.grace, time.Nanosecond),
 		Logger: log,
 	})
+	if err == nil && r.prepare {
+		if perr := supervise.Prepare(nil, r.l.app.stdout(), r.l.app.stderr()); perr != nil {
+			r.log.Warn("could not start the next command's guard ahead of time; it will start with the command", "err", perr)
+		}
+	}
+	return p, err
 }
 
 // lateTerm is a term whose safe-until is an hour late: the guard's view of
