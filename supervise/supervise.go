@@ -175,8 +175,12 @@ func Start(cfg Config) (*Process, error) {
 			hello = append(hello, encodeString(msgEnv, kv)...)
 		}
 		hello = append(hello, encode(msgRun, 0)...)
+		// Both abandon the guard on failure.
 		err := p.write(hello)
-		if err == nil {
+		if err != nil {
+			p.abandon()
+			err = fmt.Errorf("supervise: talking to the guard: %w", err)
+		} else {
 			err = p.awaitStart(name)
 		}
 		var ce *commandStartError

@@ -52,6 +52,14 @@ cgroup of its own, killed at once), and exits only when they are all gone. Fence
 writes with BATON_TOKEN all the same: a guard stopped together with CMD (a VM
 pause) resumes late, and CMD with it.
 
+The guard itself stopped, hung or killed does not free CMD's descendants:
+baton waits for a guard that does not answer until 100ms before safe-until,
+then kills everything below it, and only then the guard; a guard killed by
+another process hands CMD's escaped descendants to baton, a child subreaper,
+which kills them. Either way baton releases the lease only once they are all
+gone. So that a new term's CMD does not wait for its guard to start, baton
+starts the next one ahead of time: an idle "baton-guard" below a standby.
+
 SIGTERM or SIGINT to baton: CMD is stopped the same way, then baton resigns so
 that a standby takes over at once, and exits 0. A second SIGTERM/SIGINT kills
 baton immediately (the guard then stops CMD within --grace; the lease expires
