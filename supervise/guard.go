@@ -448,7 +448,27 @@ func (g *guard) stop(reason int64) {
 		g.killAt = min(g.killAt, g.deadline-int64(KillLead))
 	}
 	g.killAt = max(g.killAt, 1)
+	if !g.reaped {
+		// The command's group at once; the scan for the descendants that
+		// left it reads the whole process table, milliseconds on a busy
+		// host, and runs beside the loop, which meanwhile reaps the
+		// command and, if that was all, exits. SIGKILL, if it comes to
+		// that, scans in the loop, and again until nothing is left.
+		_ = syscall.Kill(-g.pid, syscall.SIGTERM)
+		go signalEscaped(g.pid, syscall.SIGTERM)
+		return
+	}
 	g.signalTree(syscall.SIGTERM)
+}
+
+// signalEscaped sends sig to every live descendant of this guard outside
+// process group pgid.
+func signalEscaped(pgid int, sig syscall.Signal) {
+	for _, d := range proctree.Descendants(os.Getpid()) {
+		if d.PGID != pgid {
+			_ = syscall.Kill(d.PID, sig)
+		}
+	}
 }
 
 // kill sends SIGKILL to everything below the guard.
