@@ -374,8 +374,10 @@ type runner struct {
 	args []string
 	id   string
 	// prepare: start the guard of the next command once this one started
-	// (supervise.Prepare).
+	// (supervise.Prepare), in bg, until quit is closed (the loop ends).
 	prepare bool
+	bg      sync.WaitGroup
+	quit    chan struct{}
 	log     *slog.Logger
 	supLog  *slog.Logger // for package supervise
 
@@ -394,6 +396,11 @@ type runner struct {
 func (r *runner) loop(ctx context.Context, e *baton.Elector) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	r.elected = make(chan struct{})
+	r.quit = make(chan struct{})
+	defer func() {
+		close(r.quit)
+		r.bg.Wait()
+	}()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if r.timeout > 0 {
@@ -658,11 +665,31 @@ func (r *runner) startChild(t baton.Term, log *slog.Logger, env ...string) (*sup
 		Logger: log,
 	})
 	if err == nil && r.prepare {
-		if perr := supervise.Prepare(nil, r.l.app.stdout(), r.l.app.stderr()); perr != nil {
-			r.log.Warn("could not start the next command's guard ahead of time; it will start with the command", "err", perr)
-		}
+		r.prepareNext()
 	}
 	return p, err
+}
+
+// prepareDelay is how long after a command's start the guard of the next
+// one is started (supervise.Prepare): not at once, where the two starts
+// would compete for the CPU.
+const prepareDelay = 500 * time.Millisecond
+
+// prepareNext starts the next command's guard prepareDelay from now, in the
+// background, unless the loop ends first.
+func (r *runner) prepareNext() {
+	r.bg.Go(func() {
+		t := time.NewTimer(prepareDelay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.quit:
+			return
+		}
+		if err := supervise.Prepare(nil, r.l.app.stdout(), r.l.app.stderr()); err != nil {
+			r.log.Warn("could not start the next command's guard ahead of time; it will start with the command", "err", err)
+		}
+	})
 }
 
 // lateTerm is a term whose safe-until is an hour late: the guard's view of
