@@ -57,5 +57,8 @@
 // Start re-executes /proc/self/exe as the guard, which this package's
 // initialiser runs (see GuardMain), before the initialisers of most of the
 // program's other packages. A program that uses this package should still
-// call GuardMain first thing in main (and in TestMain).
+// call GuardMain first thing in main (and in TestMain). A guard's start is
+// most of what Start costs; Prepare starts one ahead of the command, as
+// `baton run` does between terms, so that a new term's command need not
+// wait for it.
 package supervise
