@@ -19,9 +19,15 @@
 // campaign after a cancelled waiter (BenchmarkCampaignAfterCancelledWaiter)
 // and terms per second among many Electors (BenchmarkElectorTerms). The raft
 // crash failover of a holder on a raft follower and on the raft leader is
-// BenchmarkCrashFailoverRaftMember.
+// BenchmarkCrashFailoverRaftMember. The graceful hand-over of `baton run`
+// itself (SIGTERM to the holder until the next holder's command has
+// started; three processes on etcd at TTL 2 s), beside the library's
+// resign on the same server, is BenchmarkRunHandOver:
+//
+//	go test -run '^$' -bench RunHandOver -benchtime 20x -v ./bench
 //
 // Figures are reported as custom metrics (failover-ms, req/s, cpu-%, heap-MB,
-// stop-ms, gap-ms, campaign-ms, term-ms), never asserted: speed lives in
-// benchmarks, not in tests.
+// stop-ms, gap-ms, campaign-ms, term-ms, and the -p50-ms and -p99-ms of
+// BenchmarkRunHandOver), never asserted: speed lives in benchmarks, not in
+// tests.
 package bench

@@ -28,20 +28,37 @@
 //     caller's, killed at once with cgroup.kill;
 //   - exits, and Process.Stop returns, only once every descendant is gone.
 //
+// The guard itself may be stopped, hung or killed by another process of the
+// same user. A guard stopped or hung while its caller stops the command
+// (Process.Stop, when its context ends) is resumed with SIGCONT, and the
+// caller kills every process below it until none is left alive, and only
+// then the guard: as their subreaper, a live guard keeps them all in its
+// tree, whereas its death would hand them to init. A guard resumed after a
+// stop reads the extensions queued meanwhile before it judges the
+// deadline. A guard killed by SIGKILL takes the command with it
+// (parent-death signal); the caller kills the command's process group and
+// cgroup and waits until the cgroup is empty, and, if it called
+// BecomeSubreaper, kills and reaps the escaped descendants, which are
+// re-parented to it. A cgroup whose guard and caller were both killed is
+// emptied and removed by the next guard started below the same cgroup.
+//
 // Not covered: a guard stopped together with the command (SIGSTOP, a VM
 // pause) resumes late, after another holder may have begun; only fencing
-// tokens stop a late write. A guard killed by SIGKILL takes the command with
-// it (parent-death signal) and a live caller kills the command's process
-// group and cgroup; without cgroup v2, descendants that left that group
-// survive, and with the caller gone too only the command dies. A guard
-// stopped alone (SIGSTOP of its pid) leaves the command running until the
-// caller's Stop context ends, when the caller kills the process group, the
-// cgroup and the guard; a caller that does not call Stop by the deadline
-// (baton does) gives no such backup. Processes started for the command by
+// tokens stop a late write. The same goes for a guard stopped when its
+// caller is dead, as nothing else acts on its deadline. A guard killed
+// without a cgroup in a caller that is not a subreaper loses descendants
+// that left the command's process group to init: Stop and Err report
+// ErrDescendantsLost. A guard and caller both killed without a cgroup leave
+// those descendants running. Processes started for the command by
 // something outside its tree (systemd-run, a container runtime, at) are not
 // descendants. A process in uninterruptible sleep dies only when its I/O
-// returns.
+// returns, and one that SIGKILL does not end keeps Stop waiting.
 //
-// Start re-executes /proc/self/exe as the guard, so a program that uses this
-// package must call GuardMain first thing in main (and in TestMain).
+// Start re-executes /proc/self/exe as the guard, which this package's
+// initialiser runs (see GuardMain), before the initialisers of most of the
+// program's other packages. A program that uses this package should still
+// call GuardMain first thing in main (and in TestMain). A guard's start is
+// most of what Start costs; Prepare starts one ahead of the command, as
+// `baton run` does between terms, so that a new term's command need not
+// wait for it.
 package supervise

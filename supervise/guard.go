@@ -3,9 +3,10 @@
 package supervise
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
-	"net"
+	"io"
 	"os"
 	"os/signal"
 	"runtime"
@@ -21,6 +22,9 @@ import (
 // it from the command's environment.
 const guardEnv = "BATON_SUPERVISE_GUARD"
 
+// guardName is the guard's process name (comm), which ps shows.
+const guardName = "baton-guard"
+
 // guardFD is the guard's end of the socket to its parent.
 const guardFD = 3
 
@@ -29,10 +33,21 @@ const guardFD = 3
 // process table and the kill.
 const killRetry = 10 * time.Millisecond
 
+// init runs the guard in a process that Start started as one, before most
+// of the program's package initialisers: Go initialises packages in the
+// order of their import paths, each once its imports are, so this package
+// comes early, after its few imports. The initialisers of a program's other
+// packages (a Kubernetes client's scheme, protobuf registries) can take
+// tens of milliseconds; a guard must not wait for them, since a new term's
+// command starts only once its guard runs.
+func init() { GuardMain() }
+
 // GuardMain runs the guard and exits if this process was started by Start
-// as one; otherwise it returns at once. Call it first thing in main, and in
-// TestMain of tests that use Start, before anything else the program does:
-// Start re-executes the program's own file as the guard.
+// as one; otherwise it returns at once. The package's initialiser calls it,
+// so a program that imports this package runs as a guard before its own
+// main when Start started it as one; calling it first thing in main, and in
+// TestMain of tests that use Start, does no harm, and keeps a program right
+// that starts its guards some other way.
 func GuardMain() {
 	if os.Getenv(guardEnv) != "1" {
 		return
@@ -48,32 +63,44 @@ func guardMain() int {
 	// it exits; this thread never does before the process.
 	runtime.LockOSThread()
 	// ps shows "exe" for /proc/self/exe otherwise.
-	if name, err := unix.BytePtrFromString("baton-guard"); err == nil {
+	if name, err := unix.BytePtrFromString(guardName); err == nil {
 		_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(name)), 0, 0, 0)
 	}
 	fail := func(format string, args ...any) int {
 		fmt.Fprintf(os.Stderr, "baton guard: "+format+"\n", args...)
 		return 2
 	}
-	if len(os.Args) < 3 {
-		return fail("started without a command; the guard is started by supervise.Start, not by hand")
-	}
 	syscall.CloseOnExec(guardFD)
-	f := os.NewFile(guardFD, "supervise-guard")
-	fc, err := net.FileConn(f)
-	f.Close()
-	if err != nil {
+	if typ, err := unix.GetsockoptInt(guardFD, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || typ != unix.SOCK_STREAM {
 		return fail("fd %d is not the socket to the parent (%v); the guard is started by supervise.Start, not by hand", guardFD, err)
 	}
-	conn := fc.(*net.UnixConn)
+	// Non-blocking, so that the File is pollable: deadlines on writes, and
+	// drain's reads that never wait.
+	if err := syscall.SetNonblock(guardFD, true); err != nil {
+		return fail("fd %d: %v", guardFD, err)
+	}
+	conn := os.NewFile(guardFD, "supervise-guard")
 
 	g := &guard{conn: conn, cgroupOK: true, notes: make(chan string, 16)}
-	for started := false; !started; {
+	// A guard started ahead of its command (Prepare) waits here until it
+	// is given one; its parent's end closing first is no failure then.
+	var path string
+	var argv, env []string
+	for started, heard := false, false; !started; heard = true {
 		m, err := readMessage(conn)
+		if errors.Is(err, io.EOF) && !heard {
+			return 0
+		}
 		if err != nil {
 			return fail("parent gone before the command started: %v", err)
 		}
 		switch m.typ {
+		case msgPath:
+			path = m.str
+		case msgArg:
+			argv = append(argv, m.str)
+		case msgEnv:
+			env = append(env, m.str)
 		case msgGrace:
 			g.grace = m.val
 		case msgNoCgroup:
@@ -103,7 +130,10 @@ func guardMain() int {
 	signal.Notify(make(chan os.Signal, 8), DefaultForwardSignals()...)
 	go g.printer()
 
-	if err := g.start(os.Args[1], os.Args[2:]); err != nil {
+	if path == "" || len(argv) == 0 {
+		return fail("given no command; the guard is started by supervise.Start, not by hand")
+	}
+	if err := g.start(path, argv, env); err != nil {
 		var errno syscall.Errno
 		errors.As(err, &errno)
 		g.send(encodeStartErr(int64(errno), err.Error()))
@@ -113,10 +143,14 @@ func guardMain() int {
 }
 
 type guard struct {
-	conn     *net.UnixConn
-	grace    int64 // nanoseconds
-	deadline int64 // CLOCK_MONOTONIC nanoseconds; 0: none
-	cgroupOK bool  // may try cgroup v2
+	conn  *os.File        // the socket to the parent
+	rc    syscall.RawConn // conn's descriptor, read by drain
+	inbuf []byte          // bytes read from conn, not yet a whole message
+
+	parentGone bool  // the parent's end of the socket closed
+	grace      int64 // nanoseconds
+	deadline   int64 // CLOCK_MONOTONIC nanoseconds; 0: none
+	cgroupOK   bool  // may try cgroup v2
 
 	pid int     // the command, also its process group
 	cg  *cgroup // the command's cgroup, or nil
@@ -138,8 +172,7 @@ func (g *guard) send(b []byte) {
 
 // start starts the command in a process group of its own and, where
 // cgroup v2 allows, in a new cgroup.
-func (g *guard) start(path string, argv []string) error {
-	env := stripEnv(os.Environ(), guardEnv)
+func (g *guard) start(path string, argv, env []string) error {
 	sys := &syscall.SysProcAttr{
 		// A group of its own lets signals reach the command's whole tree
 		// with one kill(-pgid) while sparing the guard.
@@ -217,38 +250,90 @@ func reap(ch chan<- reaped) {
 	}
 }
 
-// messages relays the parent's messages; the channel closes when the
-// parent's end does (it died), or the stream is corrupt.
-func messages(conn *net.UnixConn, ch chan<- message) {
-	defer close(ch)
+// waitReadable tells the guard's loop, on ready, each time the parent's end
+// of the socket has something to read (or closed), and waits for again
+// before it looks once more: the loop reads the bytes itself, with drain.
+func waitReadable(rc syscall.RawConn, ready chan<- struct{}, again <-chan struct{}) {
 	for {
-		m, err := readMessage(conn)
+		err := rc.Read(func(fd uintptr) bool {
+			var b [1]byte
+			_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			return !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR)
+		})
 		if err != nil {
 			return
 		}
-		ch <- m
+		ready <- struct{}{}
+		<-again
+	}
+}
+
+// drain handles every message the parent has written so far, without
+// waiting for more, and notes a parent whose end of the socket closed.
+// Extensions of the deadline queue in the socket while the guard is
+// stopped (SIGSTOP) and the parent goes on renewing: read before the
+// deadline is judged, they keep a resumed guard from killing a command
+// whose term goes on.
+func (g *guard) drain() {
+	var b [4096]byte
+	for !g.parentGone {
+		var n int
+		var err error
+		// Control, not Read: waitReadable holds the descriptor's read lock
+		// while it waits, and this read must not wait.
+		if rerr := g.rc.Control(func(fd uintptr) {
+			n, err = unix.Read(int(fd), b[:])
+		}); rerr != nil {
+			err = rerr
+		}
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if errors.Is(err, unix.EAGAIN) {
+			break
+		}
+		if err != nil || n == 0 {
+			g.parentGone = true
+			break
+		}
+		g.inbuf = append(g.inbuf, b[:n]...)
+	}
+	// The parent sends only fixed-size messages once the command runs.
+	for len(g.inbuf) >= 9 {
+		m, _ := readMessage(bytes.NewReader(g.inbuf[:9]))
+		g.inbuf = g.inbuf[9:]
+		g.handle(m)
+	}
+	if g.parentGone && !g.stopping {
+		g.say("the parent is gone (its end of the socket closed); stopping the command")
+		g.stop(reasonParentGone)
 	}
 }
 
 func (g *guard) run(sigs <-chan os.Signal) int {
 	reaps := make(chan reaped, 16)
 	go reap(reaps)
-	msgs := make(chan message, 16)
-	go messages(g.conn, msgs)
+	rc, err := g.conn.SyscallConn()
+	if err != nil {
+		// A File on a socket always has one.
+		panic("supervise: the guard's socket: " + err.Error())
+	}
+	g.rc = rc
+	ready, again := make(chan struct{}), make(chan struct{})
+	go waitReadable(rc, ready, again)
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		g.arm(timer)
 		select {
-		case m, ok := <-msgs:
-			if !ok {
-				msgs = nil
-				g.say("the parent is gone (its end of the socket closed); stopping the command")
-				g.stop(reasonParentGone)
-				break
+		case <-ready:
+			g.drain()
+			if g.parentGone {
+				ready = nil
+			} else {
+				again <- struct{}{}
 			}
-			g.handle(m)
 		case r := <-reaps:
 			if r.none {
 				if g.cg != nil {
@@ -287,6 +372,11 @@ func (g *guard) handle(m message) {
 // tick acts on the deadline and the pending SIGKILL.
 func (g *guard) tick() {
 	now := monotonicNow()
+	if g.deadline != 0 && !g.stopping && now >= g.deadline-g.grace {
+		// A guard resumed after a stop may have extensions waiting.
+		g.drain()
+		now = monotonicNow()
+	}
 	if g.deadline != 0 && !g.stopping && now >= g.deadline-g.grace {
 		g.say("the deadline is %s away without an extension; stopping the command",
 			time.Duration(g.deadline-now).Round(time.Millisecond))
@@ -358,7 +448,27 @@ func (g *guard) stop(reason int64) {
 		g.killAt = min(g.killAt, g.deadline-int64(KillLead))
 	}
 	g.killAt = max(g.killAt, 1)
+	if !g.reaped {
+		// The command's group at once; the scan for the descendants that
+		// left it reads the whole process table, milliseconds on a busy
+		// host, and runs beside the loop, which meanwhile reaps the
+		// command and, if that was all, exits. SIGKILL, if it comes to
+		// that, scans in the loop, and again until nothing is left.
+		_ = syscall.Kill(-g.pid, syscall.SIGTERM)
+		go signalEscaped(g.pid, syscall.SIGTERM)
+		return
+	}
 	g.signalTree(syscall.SIGTERM)
+}
+
+// signalEscaped sends sig to every live descendant of this guard outside
+// process group pgid.
+func signalEscaped(pgid int, sig syscall.Signal) {
+	for _, d := range proctree.Descendants(os.Getpid()) {
+		if d.PGID != pgid {
+			_ = syscall.Kill(d.PID, sig)
+		}
+	}
 }
 
 // kill sends SIGKILL to everything below the guard.
@@ -406,8 +516,13 @@ func (g *guard) groupAlive(ds []proctree.Proc) bool {
 // signalTree sends sig to the command's process group and to every other
 // live descendant of the guard.
 func (g *guard) signalTree(sig syscall.Signal) {
+	if !g.reaped {
+		// The group first, before the scan of the process table: the
+		// command starts to stop while the scan runs.
+		_ = syscall.Kill(-g.pid, sig)
+	}
 	ds := proctree.Descendants(os.Getpid())
-	if !g.reaped || g.groupAlive(ds) {
+	if g.reaped && g.groupAlive(ds) {
 		_ = syscall.Kill(-g.pid, sig)
 	}
 	for _, d := range ds {

@@ -3,6 +3,7 @@
 package supervise
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/proctree"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // Modes of the test binary besides running tests.
@@ -96,12 +98,26 @@ func helperParent(dir string) int {
 		cfg.Deadline = time.Now().Add(d)
 		writeFileAtomic(filepath.Join(dir, "deadline"), strconv.FormatInt(cfg.Deadline.UnixNano(), 10)+"\n")
 	}
+	if os.Getenv("SUBREAPER") == "1" {
+		if err := BecomeSubreaper(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
 	p, err := Start(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	writeFileAtomic(filepath.Join(dir, "command"), strconv.Itoa(p.Pid())+"\n")
+	writeFileAtomic(filepath.Join(dir, "guard"), strconv.Itoa(p.guard.Process.Pid)+"\n")
+	// Once the command has exited, Stop removes what it left, and
+	// DIR/stopped says how that went.
+	<-p.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = p.Stop(ctx)
+	writeFileAtomic(filepath.Join(dir, "stopped"), fmt.Sprintf("%v\n", err))
 	select {}
 }
 
@@ -272,11 +288,11 @@ func TestStopWaitsForAllDescendants(t *testing.T) {
 
 // startHelperParent starts helperParent and returns it with its directory
 // once its command's escapee runs.
-func startHelperParent(t *testing.T, noCgroup bool, deadlineIn time.Duration, setpgid bool) (*exec.Cmd, string, int) {
+func startHelperParent(t *testing.T, noCgroup bool, deadlineIn time.Duration, setpgid bool, env ...string) (*exec.Cmd, string, int) {
 	t.Helper()
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), parentEnv+"="+dir)
+	cmd.Env = append(append(os.Environ(), parentEnv+"="+dir), env...)
 	if noCgroup {
 		cmd.Env = append(cmd.Env, "NO_CGROUP=1")
 	}
@@ -422,7 +438,15 @@ func TestGuardKilled(t *testing.T) {
 		}
 		waitDead(t, p.Pid())
 		if noCgroup {
-			return // the escapee is not covered: see the package doc
+			// The escapee went to init, where nothing finds it: the
+			// caller, not a subreaper, must say so.
+			if !errors.Is(p.Err(), ErrDescendantsLost) {
+				t.Errorf("Err = %v, want ErrDescendantsLost", p.Err())
+			}
+			if _, err := stop(t, p); !errors.Is(err, ErrDescendantsLost) {
+				t.Errorf("Stop = %v, want ErrDescendantsLost", err)
+			}
+			return
 		}
 		waitDead(t, esc)
 		if _, err := os.Stat(p.cgroup); !errors.Is(err, os.ErrNotExist) {
@@ -453,4 +477,168 @@ func TestGuardSurvivesForwardedSignals(t *testing.T) {
 		t.Fatalf("the command ended: %v", p.Err())
 	case <-time.After(time.Second): // long enough for a signal's default action
 	}
+}
+
+// The attack of a guard stopped alone (SIGSTOP of its pid) for longer than
+// the deadline while its caller goes on extending it, as baton does while
+// it renews: resumed, the guard must read the extensions queued in its
+// socket before it judges the deadline, and leave the command running.
+func TestGuardResumedAfterStopReadsExtensions(t *testing.T) {
+	const ttl = time.Second
+	p := start(t, Config{
+		Command:  []string{"sleep", "1000"},
+		Grace:    300 * time.Millisecond,
+		Deadline: time.Now().Add(ttl),
+	})
+	quit := make(chan struct{})
+	extending := make(chan struct{})
+	go func() {
+		defer close(extending)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+				_ = p.Extend(time.Now().Add(ttl))
+			}
+		}
+	}()
+	defer func() { close(quit); <-extending }()
+	guard := p.guard.Process.Pid
+	if err := syscall.Kill(guard, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// The stop is the attack: it must outlast the deadline.
+	time.Sleep(ttl + ttl/2)
+	if err := syscall.Kill(guard, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	// A guard that acts on the oldest deadline it was sent kills the
+	// command at once on resuming; proving it does not needs a window.
+	select {
+	case <-p.Done():
+		t.Fatalf("the resumed guard stopped a command whose deadline was extended all along: %v", p.Err())
+	case <-time.After(time.Second):
+	}
+}
+
+// The attack of a guard stopped alone (SIGSTOP of its pid) when its caller
+// stops the command: the guard does not answer, and once Stop's context
+// ends the caller gets rid of the command's tree itself. The escapee, in a
+// session of its own and ignoring SIGTERM, must be gone when Stop returns:
+// killing the guard, its subreaper, before it would hand the escapee to
+// init, where nothing finds it.
+func TestStopStoppedGuard(t *testing.T) {
+	modes(t, func(t *testing.T, noCgroup bool) {
+		dir := t.TempDir()
+		cfg := escapingCommand(t, dir)
+		cfg.Grace = 200 * time.Millisecond
+		p := startMode(t, cfg, noCgroup)
+		esc := readPid(t, filepath.Join(dir, "escapee"))
+		killAtEnd(t, esc)
+		if err := syscall.Kill(p.guard.Process.Pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		if err := p.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrDescendantsLost) {
+			t.Errorf("Stop = %v, want context.DeadlineExceeded alone", err)
+		}
+		if !dead(esc) {
+			t.Fatalf("Stop returned while the escapee %d still ran", esc)
+		}
+	})
+}
+
+// The attack of a guard killed with SIGKILL by another process, with no
+// cgroup, below a caller that called BecomeSubreaper: the escapee is
+// re-parented to the caller, which kills and reaps it before Stop returns.
+func TestGuardKilledBelowSubreaper(t *testing.T) {
+	_, dir, esc := startHelperParent(t, true, 0, false, "SUBREAPER=1")
+	guard := readPid(t, filepath.Join(dir, "guard"))
+	if err := syscall.Kill(guard, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	b := readFile(t, filepath.Join(dir, "stopped"))
+	if !dead(esc) {
+		t.Fatalf("Stop returned (%s) while the escapee %d of the killed guard still ran", strings.TrimSpace(b), esc)
+	}
+	if strings.TrimSpace(b) != "<nil>" {
+		t.Errorf("Stop = %s, want nil: the subreaper found every descendant", strings.TrimSpace(b))
+	}
+}
+
+// readFile waits for path to be written (atomically, by writeFileAtomic)
+// and returns its content.
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	var b []byte
+	testkit.Eventually(t, testTimeout, path+" to be written", func() bool {
+		var err error
+		b, err = os.ReadFile(path)
+		return err == nil
+	})
+	return string(b)
+}
+
+// A caller and its guard both killed leave the command's cgroup behind,
+// with an escapee in it that the parent-death signal did not reach; the
+// next guard started below the same cgroup kills what it holds and removes
+// it. (Root, or a delegated cgroup, only: without a writable cgroup v2
+// there is no cgroup to leave.)
+func TestStaleCgroupRemoved(t *testing.T) {
+	if cg := newCgroup(); cg == nil {
+		if os.Getenv("BATON_REQUIRE_SERVERS") == "1" {
+			t.Fatal("cgroup v2 is not writable here, and BATON_REQUIRE_SERVERS=1 says it should be (CI runs as root)")
+		}
+		t.Skip("cgroup v2 is not writable here")
+	} else {
+		cg.remove()
+	}
+	parent, dir, esc := startHelperParent(t, false, 0, false)
+	guard := readPid(t, filepath.Join(dir, "guard"))
+	command := readPid(t, filepath.Join(dir, "command"))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", esc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rel string
+	for _, line := range strings.Split(string(b), "\n") {
+		if r, ok := strings.CutPrefix(line, "0::"); ok {
+			rel = r
+		}
+	}
+	if !strings.Contains(rel, "/baton-guard-") {
+		t.Fatalf("the escapee is in cgroup %q, not a command's", b)
+	}
+	mount, root := cgroup2Mount()
+	stale := filepath.Join(mount, strings.TrimPrefix(rel, root))
+	// Stopped first, so that the guard cannot act on its caller's death.
+	if err := syscall.Kill(guard, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := parent.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = parent.Wait()
+	if err := syscall.Kill(guard, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitDead(t, guard)
+	waitDead(t, command)
+	if dead(esc) {
+		t.Fatal("the escapee died with its guard; the test proves nothing")
+	}
+	if _, err := os.Stat(stale); err != nil {
+		t.Fatalf("the dead guard's cgroup %s: %v; the test proves nothing", stale, err)
+	}
+
+	start(t, Config{Command: []string{"sleep", "1000"}})
+	waitDead(t, esc)
+	testkit.Eventually(t, testTimeout, "the stale cgroup "+stale+" to be removed", func() bool {
+		_, err := os.Stat(stale)
+		return errors.Is(err, os.ErrNotExist)
+	})
 }

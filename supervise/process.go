@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/batonhq/baton/internal/proctree"
 )
 
 // Pid returns the command's process id, which is also its process group id.
@@ -101,13 +103,21 @@ func (p *Process) finished() bool {
 // command that already exited are stopped the same way, so call Stop even
 // after Done is closed.
 //
-// When ctx ends, the caller also kills the command's process group and
-// cgroup itself, and kills a guard that has not exited guardKillWait (1s)
-// later: a guard that is stopped or hung must not keep Stop waiting.
+// When ctx ends, the caller kills the command's tree itself: it resumes the
+// guard (SIGCONT), kills the command's process group and cgroup, and sends
+// SIGKILL to every process below the guard until none is left alive. Only
+// then, if the guard has still not exited guardKillWait (1s) later (it is
+// hung), does it kill the guard: while the guard lives, nothing below it can
+// leave its tree, since it is their subreaper, whereas its death would hand
+// what is left to init. A process below the guard that SIGKILL does not end
+// (uninterruptible sleep; another user's) keeps Stop waiting, and it says so
+// in the log.
 //
-// Stop returns ctx.Err() if ctx forced the escalation to SIGKILL and nil
-// otherwise; the command's own outcome is reported by ExitCode and Err. Stop
-// is idempotent and may be called concurrently.
+// Stop returns ctx.Err() if ctx forced the escalation to SIGKILL, an error
+// wrapping ErrDescendantsLost if the guard was killed by someone else and
+// descendants may have escaped, and nil otherwise; the command's own
+// outcome is reported by ExitCode and Err. Stop is idempotent and may be
+// called concurrently.
 func (p *Process) Stop(ctx context.Context) error {
 	p.stopOnce.Do(func() {
 		select {
@@ -122,25 +132,80 @@ func (p *Process) Stop(ctx context.Context) error {
 	})
 	select {
 	case <-p.gone:
-		return nil
+		return p.lostErr(nil)
 	case <-ctx.Done():
 	}
 	err := ctx.Err()
 	p.log.Warn("killing child and its descendants", "pgid", p.pid, "reason", "context ended: "+err.Error())
-	p.killDirectly()
+	p.killTree()
 	_ = p.write(encode(msgKill, 0))
 	t := time.NewTimer(guardKillWait)
 	defer t.Stop()
 	select {
 	case <-p.gone:
-		return err
+		return p.lostErr(err)
 	case <-t.C:
 	}
-	p.log.Error("the guard did not exit after SIGKILL of its child; killing the guard", "guard", p.guard.Process.Pid)
-	p.killDirectly()
+	p.log.Error("the guard did not exit after SIGKILL of its tree; killing the guard", "guard", p.guard.Process.Pid)
+	p.killTree()
+	p.mu.Lock()
+	p.treeKilled = true
+	p.mu.Unlock()
 	_ = p.guard.Process.Kill()
 	<-p.gone
-	return err
+	return p.lostErr(err)
+}
+
+// lostErr returns err, joined with ErrDescendantsLost if the guard's death
+// lost track of descendants.
+func (p *Process) lostErr(err error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lost == nil {
+		return err
+	}
+	if err == nil {
+		return p.lost
+	}
+	return errors.Join(err, p.lost)
+}
+
+// killTree kills everything below the guard without the guard's help, and
+// returns once no process below it is alive (zombies aside) on two scans in
+// a row, or once the guard is gone. The guard is resumed first, in case it
+// was stopped, to do its part.
+func (p *Process) killTree() {
+	if p.guard.Process.Signal(syscall.SIGCONT) != nil {
+		return // gone already: its pid may be reused
+	}
+	p.killDirectly()
+	g := p.guard.Process.Pid
+	warn := time.Now().Add(time.Second)
+	for empty := 0; empty < 2; {
+		select {
+		case <-p.gone:
+			return
+		default:
+		}
+		ds := proctree.Descendants(g)
+		if len(ds) == 0 {
+			empty++
+			continue
+		}
+		empty = 0
+		for _, d := range ds {
+			_ = syscall.Kill(d.PID, syscall.SIGKILL)
+		}
+		if time.Now().After(warn) {
+			p.log.Error("processes below the guard survive SIGKILL (uninterruptible sleep, or another user's); the guard is kept alive, and the lease held, until they are gone", "guard", g, "left", len(ds))
+			warn = time.Now().Add(orphanWarnEvery)
+		}
+		select {
+		case <-p.gone:
+			return
+		case <-time.After(killRetry):
+		}
+	}
 }
 
 // killDirectly kills the command's process group and cgroup without the

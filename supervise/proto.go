@@ -11,13 +11,16 @@ import (
 )
 
 // The parent and its guard talk over a Unix stream socket. Every message is
-// one type byte and a big-endian int64; the string messages ('E', 'C') are
-// followed by that many bytes of text.
+// one type byte and a big-endian int64; the string messages ('E', 'C', 'p',
+// 'a', 'e') are followed by that many bytes of text.
 const (
 	// Parent to guard, before the command starts.
 	msgGrace    = 'g' // grace in nanoseconds
 	msgNoCgroup = 'n' // do not try cgroup v2
 	msgRun      = 'r' // start the command now
+	msgPath     = 'p' // length, then the command's file
+	msgArg      = 'a' // length, then the next of its arguments (argv[0] first)
+	msgEnv      = 'e' // length, then the next "KEY=value" of its environment
 
 	// Parent to guard, while the command runs (msgDeadline also before).
 	msgDeadline = 'D' // deadline: CLOCK_MONOTONIC nanoseconds; 0 none
@@ -43,7 +46,7 @@ const (
 type message struct {
 	typ byte
 	val int64
-	str string // msgStartErr, msgCgroup
+	str string // the string messages
 }
 
 // maxString bounds the text of a message, so a corrupt stream cannot make
@@ -66,7 +69,7 @@ func readMessage(r io.Reader) (message, error) {
 		m.str = s
 		return m, err
 	}
-	if m.typ == msgCgroup {
+	if m.typ == msgCgroup || m.typ == msgPath || m.typ == msgArg || m.typ == msgEnv {
 		s, err := readString(r, m.val)
 		m.str = s
 		return m, err

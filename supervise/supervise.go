@@ -8,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -98,18 +97,26 @@ type Config struct {
 // are safe for concurrent use.
 type Process struct {
 	guard *exec.Cmd
-	conn  *net.UnixConn
+	conn  *os.File   // the socket to the guard
 	wmu   sync.Mutex // one message at a time on conn
 	pid   int
 	log   *slog.Logger
 
 	stopOnce sync.Once
 
-	mu       sync.Mutex
-	cgroup   string // the command's cgroup directory, or ""
-	reason   int64  // why the guard stopped the command on its own, or 0
-	exitCode int    // valid once done is closed
-	err      error  // valid once done is closed
+	// prepared are the streams of a guard started by Prepare, not yet
+	// given a command.
+	prepared [3]any
+
+	mu     sync.Mutex
+	cgroup string // the command's cgroup directory, or ""
+	reason int64  // why the guard stopped the command on its own, or 0
+	lost   error  // ErrDescendantsLost, once known
+	// treeKilled: the caller killed everything below the guard before it
+	// killed the guard (Stop), so the guard's death lost nothing.
+	treeKilled bool
+	exitCode   int   // valid once done is closed
+	err        error // valid once done is closed
 
 	done chan struct{} // the command exited (or the guard did)
 	gone chan struct{} // the guard exited: the command's tree is gone
@@ -139,28 +146,81 @@ func Start(cfg Config) (*Process, error) {
 		return nil, commandError(name, path.Err)
 	}
 
+	spare := takeSpare(cfg)
+	for {
+		p := spare
+		if p == nil {
+			var err error
+			if p, err = startGuardProcess(cfg); err != nil {
+				return nil, err
+			}
+		}
+		p.log = log
+		env := cfg.Env
+		if env == nil {
+			env = os.Environ()
+		}
+		hello := encode(msgGrace, int64(grace))
+		if cfg.DisableCgroup {
+			hello = append(hello, encode(msgNoCgroup, 0)...)
+		}
+		if !cfg.Deadline.IsZero() {
+			hello = append(hello, encode(msgDeadline, toMonotonic(cfg.Deadline))...)
+		}
+		hello = append(hello, encodeString(msgPath, path.Path)...)
+		for _, a := range cfg.Command {
+			hello = append(hello, encodeString(msgArg, a)...)
+		}
+		for _, kv := range env {
+			hello = append(hello, encodeString(msgEnv, kv)...)
+		}
+		hello = append(hello, encode(msgRun, 0)...)
+		// Both abandon the guard on failure.
+		err := p.write(hello)
+		if err != nil {
+			p.abandon()
+			err = fmt.Errorf("supervise: talking to the guard: %w", err)
+		} else {
+			err = p.awaitStart(name)
+		}
+		var ce *commandStartError
+		switch {
+		case err != nil && spare != nil && !errors.As(err, &ce):
+			// The spare died while it waited (killed, say): a new one.
+			log.Warn("the guard started ahead of the command is gone; starting another", "err", err)
+			spare = nil
+			continue
+		case errors.As(err, &ce):
+			return nil, ce.err
+		case err != nil:
+			return nil, err
+		}
+		go p.watch()
+		log.Info("child started", "pid", p.pid, "guard", p.guard.Process.Pid, "cgroup", p.cgroup, "command", cfg.Command, "grace", grace, "prepared", p == spare)
+		return p, nil
+	}
+}
+
+// startGuardProcess starts a guard, which waits for its command.
+func startGuardProcess(cfg Config) (*Process, error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("supervise: socket for the guard: %w", err)
 	}
-	ours := os.NewFile(uintptr(fds[0]), "supervise-guard")
-	theirs := os.NewFile(uintptr(fds[1]), "supervise-guard")
-	defer theirs.Close()
-	fc, err := net.FileConn(ours)
-	ours.Close()
-	if err != nil {
+	// Non-blocking, so that the File is pollable and its deadlines work.
+	if err := syscall.SetNonblock(fds[0], true); err != nil {
+		syscall.Close(fds[0])
+		syscall.Close(fds[1])
 		return nil, fmt.Errorf("supervise: socket for the guard: %w", err)
 	}
-	conn := fc.(*net.UnixConn)
-
-	env := cfg.Env
-	if env == nil {
-		env = os.Environ()
-	}
+	conn := os.NewFile(uintptr(fds[0]), "supervise-guard")
+	theirs := os.NewFile(uintptr(fds[1]), "supervise-guard")
+	defer theirs.Close()
 	guard := &exec.Cmd{
-		Path:       guardExe,
-		Args:       append([]string{"baton-guard", path.Path}, cfg.Command...),
-		Env:        append(append([]string(nil), env...), guardEnv+"=1"),
+		Path: guardExe,
+		Args: []string{guardName},
+		// The guard's own environment; the command's comes over the socket.
+		Env:        append(os.Environ(), guardEnv+"=1"),
 		Stdin:      cfg.Stdin,
 		Stdout:     cfg.Stdout,
 		Stderr:     cfg.Stderr,
@@ -175,36 +235,24 @@ func Start(cfg Config) (*Process, error) {
 	p := &Process{
 		guard:    guard,
 		conn:     conn,
-		log:      log,
+		log:      slog.New(slog.DiscardHandler),
 		exitCode: -1,
 		done:     make(chan struct{}),
 		gone:     make(chan struct{}),
 	}
-	if err := guard.Start(); err != nil {
+	if err := startGuard(guard); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("supervise: starting the guard (%s): %w", guardExe, err)
 	}
-	theirs.Close()
-
-	hello := encode(msgGrace, int64(grace))
-	if cfg.DisableCgroup {
-		hello = append(hello, encode(msgNoCgroup, 0)...)
-	}
-	if !cfg.Deadline.IsZero() {
-		hello = append(hello, encode(msgDeadline, toMonotonic(cfg.Deadline))...)
-	}
-	hello = append(hello, encode(msgRun, 0)...)
-	if err := p.write(hello); err != nil {
-		p.abandon()
-		return nil, fmt.Errorf("supervise: talking to the guard: %w", err)
-	}
-	if err := p.awaitStart(name); err != nil {
-		return nil, err
-	}
-	go p.watch()
-	log.Info("child started", "pid", p.pid, "guard", guard.Process.Pid, "cgroup", p.cgroup, "command", cfg.Command, "grace", grace)
 	return p, nil
 }
+
+// commandStartError is the guard's report that the command could not be
+// started.
+type commandStartError struct{ err error }
+
+func (e *commandStartError) Error() string { return e.err.Error() }
+func (e *commandStartError) Unwrap() error { return e.err }
 
 // awaitStart reads the guard's answer to msgRun.
 func (p *Process) awaitStart(name string) error {
@@ -227,7 +275,7 @@ func (p *Process) awaitStart(name string) error {
 			return nil
 		case msgStartErr:
 			p.abandon()
-			return commandError(name, &os.PathError{Op: "exec", Path: name, Err: syscall.Errno(m.val)})
+			return &commandStartError{commandError(name, &os.PathError{Op: "exec", Path: name, Err: syscall.Errno(m.val)})}
 		}
 	}
 }
@@ -237,6 +285,7 @@ func (p *Process) abandon() {
 	p.conn.Close()
 	_ = p.guard.Process.Kill()
 	_ = p.guard.Wait()
+	guardWaited(p.guard.Process.Pid)
 }
 
 // watch reads the guard's reports until it exits.
@@ -263,24 +312,36 @@ func (p *Process) watch() {
 	}
 	p.conn.Close()
 	err := p.guard.Wait()
-	p.exited(-1)
+	guardWaited(p.guard.Process.Pid)
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		// The guard exits 0 once its tree is gone; anything else means
 		// it was killed (or crashed) and may have left descendants: the
 		// command died with it (parent-death signal), but not what it
-		// started. Kill what its process group and cgroup still hold.
-		p.log.Error("the guard died; killing what is left of the child's process group and cgroup", "pid", p.pid, "err", err)
-		p.killDirectly()
+		// started. Kill what its process group and cgroup still hold,
+		// and, as a subreaper, what was re-parented to this process.
+		p.log.Error("the guard died; killing what is left of the child's tree", "pid", p.pid, "err", err)
 		p.mu.Lock()
-		cg := p.cgroup
+		cg, killed := p.cgroup, p.treeKilled
 		p.mu.Unlock()
+		p.killDirectly()
 		if cg != "" {
-			(&cgroup{dir: cg, fd: -1}).remove()
+			(&cgroup{dir: cg, fd: -1}).killAll(p.log)
+		}
+		switch {
+		case subreaper():
+			reapOrphans(p.log)
+			p.log.Info("what the guard left behind is gone", "pid", p.pid)
+		case cg == "" && !killed:
+			p.mu.Lock()
+			p.lost = ErrDescendantsLost
+			p.mu.Unlock()
+			p.log.Error("descendants of the child that left its process group may still run, and cannot be found: the guard was killed, the child has no cgroup, and this process is not a subreaper", "pid", p.pid)
 		}
 	} else {
 		p.log.Info("guard exited; the child and its descendants are gone", "pid", p.pid, "err", err)
 	}
+	p.exited(-1)
 	close(p.gone)
 }
 
@@ -297,6 +358,8 @@ func (p *Process) exited(code int) {
 	switch {
 	case p.reason == reasonDeadline:
 		p.err = fmt.Errorf("%w (exit status %d)", ErrDeadline, code)
+	case code == -1 && p.lost != nil:
+		p.err = p.lost
 	case code == -1:
 		p.err = errors.New("supervise: the guard exited without reporting the command's status")
 	case code > 128:

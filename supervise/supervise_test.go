@@ -375,3 +375,70 @@ func TestForwardStopsWithContext(t *testing.T) {
 		t.Fatal("stop did not return after context was cancelled")
 	}
 }
+
+// preparedPid returns the pid of the guard Prepare started, or 0.
+func preparedPid() int {
+	spare.mu.Lock()
+	defer spare.mu.Unlock()
+	if spare.p == nil {
+		return 0
+	}
+	return spare.p.guard.Process.Pid
+}
+
+// A guard started by Prepare runs the next command whose streams are its
+// own, with the command's own arguments and environment; one killed while
+// it waited is replaced; Discard ends one not taken.
+func TestPrepare(t *testing.T) {
+	out, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	t.Cleanup(Discard)
+
+	if err := Prepare(nil, out, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := preparedPid()
+	p := start(t, Config{Command: []string{"sh", "-c", `echo "$0 $BATON_TEST_VALUE"`, "arg"}, Env: []string{"BATON_TEST_VALUE=value"}, Stdout: out})
+	if got := p.guard.Process.Pid; got != want {
+		t.Errorf("the command runs under guard %d, not the prepared %d", got, want)
+	}
+	waitDone(t, p)
+	if b, _ := os.ReadFile(out.Name()); string(b) != "arg value\n" {
+		t.Errorf("the command printed %q, want %q", b, "arg value\n")
+	}
+
+	// Other streams: a guard of its own; the prepared one stays.
+	if err := Prepare(nil, out, nil); err != nil {
+		t.Fatal(err)
+	}
+	kept := preparedPid()
+	q := start(t, Config{Command: []string{"true"}})
+	if q.guard.Process.Pid == kept || preparedPid() != kept {
+		t.Errorf("a command with other streams took the prepared guard %d", kept)
+	}
+
+	// Killed while it waited: Start starts another.
+	if err := syscall.Kill(kept, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	r := start(t, Config{Command: []string{"true"}, Stdout: out})
+	waitDone(t, r)
+	if r.ExitCode() != 0 {
+		t.Errorf("after the prepared guard was killed, the command's exit code is %d", r.ExitCode())
+	}
+
+	if err := Prepare(nil, out, nil); err != nil {
+		t.Fatal(err)
+	}
+	left := preparedPid()
+	Discard()
+	if !dead(left) {
+		t.Errorf("the discarded guard %d still runs", left)
+	}
+	if err := Prepare(nil, &bytes.Buffer{}, nil); err == nil {
+		t.Error("Prepare took a stream that is not a file")
+	}
+}

@@ -113,15 +113,17 @@ func (tp *TermProcess) Wait(ctx context.Context) (exited bool) {
 func (tp *TermProcess) Ran() time.Duration { return time.Since(tp.started) }
 
 // End stops the command and everything it left behind at the end of its
-// term, and waits for that. Not with the term's context: that has ended, and Stop must still
-// allow the grace, but never past safe-until, after which another holder
+// term, or after it exited by itself, and waits for that. Not with the
+// term's context: that has ended, and Stop must still allow the grace, but
+// never past safe-until (less KillLead, so that the caller's own kill has
+// landed by then should the guard not answer), after which another holder
 // may lead. (Stopping a grace before safe-until, as baton.ElectorConfig's
 // StopEarly does, leaves a full grace; a term lost outright or won late
-// may not.)
-func (tp *TermProcess) End() {
-	sctx, cancel := context.WithDeadline(context.Background(), tp.t.SafeUntil())
+// may not.) It returns what Stop returns.
+func (tp *TermProcess) End() error {
+	sctx, cancel := context.WithDeadline(context.Background(), tp.t.SafeUntil().Add(-KillLead))
 	defer cancel()
-	_ = tp.Process.Stop(sctx)
+	return tp.Process.Stop(sctx)
 }
 
 // Reason is why the command was stopped, once ctx (the context the term's

@@ -6,12 +6,15 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/batonhq/baton/internal/proctree"
 )
 
 // cgroup is a cgroup v2 directory of the command's own.
@@ -38,7 +41,9 @@ func newCgroup() *cgroup {
 	if !ok {
 		return nil // our cgroup is outside what is mounted here
 	}
-	dir := filepath.Join(mount, rel, fmt.Sprintf("baton-guard-%d", os.Getpid()))
+	parent := filepath.Join(mount, rel)
+	sweepStale(parent)
+	dir := filepath.Join(parent, guardCgroupPrefix+strconv.Itoa(os.Getpid()))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil
 	}
@@ -125,14 +130,81 @@ func (c *cgroup) kill() {
 }
 
 // remove deletes the cgroup. The kernel refuses while it still counts a
-// dying process in it, for a moment after the last one was reaped.
+// dying process in it, for a moment (usually well under a millisecond)
+// after the last one was reaped; the guard exits, and a hand-over goes on,
+// only once it is removed, so it retries often, for up to a second.
 func (c *cgroup) remove() {
 	c.closeFD()
-	for range 100 {
+	deadline := time.Now().Add(time.Second)
+	for {
 		err := syscall.Rmdir(c.dir)
-		if err == nil || errors.Is(err, syscall.ENOENT) || !errors.Is(err, syscall.EBUSY) {
+		if err == nil || !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
 			return
+		}
+		time.Sleep(rmdirRetry)
+	}
+}
+
+// rmdirRetry is how often remove tries again.
+const rmdirRetry = 500 * time.Microsecond
+
+// killAll kills every process in the cgroup and removes it once the kernel
+// counts none: what the cgroup holds is provably gone then. A process that
+// SIGKILL does not end (uninterruptible sleep) keeps it waiting, and
+// saying so.
+func (c *cgroup) killAll(log *slog.Logger) {
+	warn := time.Now().Add(time.Second)
+	for {
+		c.kill()
+		b, err := os.ReadFile(filepath.Join(c.dir, "cgroup.procs"))
+		if err != nil || len(strings.TrimSpace(string(b))) == 0 {
+			break
+		}
+		if time.Now().After(warn) {
+			log.Error("processes in the child's cgroup survive SIGKILL (uninterruptible sleep?); still trying", "cgroup", c.dir)
+			warn = time.Now().Add(orphanWarnEvery)
 		}
 		time.Sleep(killRetry)
 	}
+	c.remove()
+}
+
+// guardCgroupPrefix begins the name of a command's cgroup; the guard's pid
+// follows.
+const guardCgroupPrefix = "baton-guard-"
+
+// sweepStale removes the cgroups in parent of guards that are gone. A guard
+// removes its command's cgroup before it exits, and its caller does when
+// the guard was killed; when both were killed, the cgroup stays, and with
+// it whatever the command left that the parent-death signal did not reach.
+// That is killed here, as the guard would have, and the cgroup removed.
+func sweepStale(parent string) {
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), guardCgroupPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pid, err := strconv.Atoi(rest)
+		if err != nil || guardAlive(pid) {
+			continue
+		}
+		c := &cgroup{dir: filepath.Join(parent, e.Name()), fd: -1}
+		c.kill()
+		c.remove()
+	}
+}
+
+// guardAlive reports whether pid is a live guard. A zombie has exited (and
+// PID 1 in a container may never reap it); a recycled pid is another
+// program's.
+func guardAlive(pid int) bool {
+	if _, ok := proctree.Read(pid); !ok {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return err == nil && strings.TrimSpace(string(b)) == guardName
 }

@@ -156,13 +156,13 @@ func (r *runner) runSlot(ctx context.Context, t baton.Term, s schedule.Slot) err
 	}
 	defer p.Close()
 	if p.Wait(ctx) {
-		_ = p.Stop(context.Background())
+		endChild(r.log, p)
 		if code := p.ExitCode(); code != 0 {
 			return fmt.Errorf("command exited with status %d", code)
 		}
 		return nil
 	}
-	p.End()
+	endChild(r.log, p)
 	reason := p.Reason(ctx)
 	r.log.Warn("term ended during a run; the command was stopped", "slot", s.String(), "exit_code", p.ExitCode(), "reason", reason)
 	if err := ctx.Err(); err != nil {

@@ -119,6 +119,13 @@ type App struct {
 	// standby times the reports of `run` and `cron` while standing by
 	// (zero: the defaults); tests shorten it.
 	standby standbyPeriods
+
+	// Subreaper makes `run` and `cron` call supervise.BecomeSubreaper, so
+	// that the escaped descendants of a guard killed by another process
+	// come to baton, which kills them before it lets the lease go. It is
+	// process-wide: main sets it; in-process tests, whose test binary has
+	// other children, do not.
+	Subreaper bool
 }
 
 // Main runs the command line args (without the program name), prints any
@@ -148,7 +155,7 @@ func main() {
 		signal.Stop(sigs)
 		cancel(&signalError{sig})
 	}()
-	app := &App{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+	app := &App{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Subreaper: true}
 	os.Exit(app.Main(ctx, os.Args[1:]))
 }
 

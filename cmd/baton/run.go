@@ -52,6 +52,14 @@ cgroup of its own, killed at once), and exits only when they are all gone. Fence
 writes with BATON_TOKEN all the same: a guard stopped together with CMD (a VM
 pause) resumes late, and CMD with it.
 
+The guard itself stopped, hung or killed does not free CMD's descendants:
+baton waits for a guard that does not answer until 100ms before safe-until,
+then kills everything below it, and only then the guard; a guard killed by
+another process hands CMD's escaped descendants to baton, a child subreaper,
+which kills them. Either way baton releases the lease only once they are all
+gone. So that a new term's CMD does not wait for its guard to start, baton
+starts the next one ahead of time: an idle "baton-guard" below a standby.
+
 SIGTERM or SIGINT to baton: CMD is stopped the same way, then baton resigns so
 that a standby takes over at once, and exits 0. A second SIGTERM/SIGINT kills
 baton immediately (the guard then stops CMD within --grace; the lease expires
@@ -217,6 +225,19 @@ func checkCommand(args []string, example string) []string {
 func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.Duration, args []string, once bool, timeout time.Duration, work func(*runner, context.Context, baton.Term) error) error {
 
 	log := c.common.logger(c.app.stderr())
+	if c.app.Subreaper {
+		// baton starts no children but its commands' guards.
+		if err := supervise.BecomeSubreaper(); err != nil {
+			return err
+		}
+	}
+	// A guard started ahead of each term's command, so that a new term's
+	// command does not wait for one; where the streams are not files (an
+	// in-process App), each guard starts with its command.
+	prepare := supervise.Prepare(nil, c.app.stdout(), c.app.stderr()) == nil
+	if prepare {
+		defer supervise.Discard()
+	}
 	// Watching the instance (--aws) ends ctx as SIGTERM would when the
 	// instance is leaving; the hand-over ends, after the deferred close of
 	// the backend, by completing the lifecycle action.
@@ -288,6 +309,7 @@ func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.
 		start:   start,
 		args:    args,
 		id:      id,
+		prepare: prepare,
 		log:     log.WithGroup("run").With("lease", c.common.lease, "id", id),
 		supLog:  log.WithGroup("supervise").With("lease", c.common.lease),
 	}
@@ -348,11 +370,16 @@ type runner struct {
 	once    bool          // --once
 	timeout time.Duration // --timeout
 	// work runs for each term: the command, or cron's schedule.
-	work   func(*runner, context.Context, baton.Term) error
-	args   []string
-	id     string
-	log    *slog.Logger
-	supLog *slog.Logger // for package supervise
+	work func(*runner, context.Context, baton.Term) error
+	args []string
+	id   string
+	// prepare: start the guard of the next command once this one started
+	// (supervise.Prepare), in bg, until quit is closed (the loop ends).
+	prepare bool
+	bg      sync.WaitGroup
+	quit    chan struct{}
+	log     *slog.Logger
+	supLog  *slog.Logger // for package supervise
 
 	// start is when --timeout began to count.
 	start time.Time
@@ -369,6 +396,11 @@ type runner struct {
 func (r *runner) loop(ctx context.Context, e *baton.Elector) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	r.elected = make(chan struct{})
+	r.quit = make(chan struct{})
+	defer func() {
+		close(r.quit)
+		r.bg.Wait()
+	}()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if r.timeout > 0 {
@@ -607,8 +639,8 @@ func (r *runner) leadChild(ctx context.Context, t baton.Term) error {
 	defer p.Close()
 	if p.Wait(ctx) {
 		ran := p.Ran()
-		// Stop also removes what the command left behind.
-		_ = p.Stop(context.Background())
+		// End also removes what the command left behind.
+		endChild(log, p)
 		return &childExitedError{code: p.ExitCode(), ran: ran}
 	}
 	if stoppedBySignal(ctx) {
@@ -616,12 +648,22 @@ func (r *runner) leadChild(ctx context.Context, t baton.Term) error {
 	} else {
 		log.Warn("term ended; stopping the command", "reason", p.Reason(ctx))
 	}
-	p.End()
+	endChild(log, p)
 	log.Info("command stopped", "exit_code", p.ExitCode())
 	if r.once && !stoppedBySignal(ctx) && !errors.Is(context.Cause(ctx), errElectionTimeout) {
 		return errLostOnce
 	}
 	return nil
+}
+
+// endChild stops p's command and what it left behind, and waits for that.
+// baton is a subreaper (supervise.BecomeSubreaper), so even a guard killed
+// by another process loses no descendant; should one be lost all the same
+// (an in-process App without Subreaper), it says so.
+func endChild(log *slog.Logger, p *supervise.TermProcess) {
+	if err := p.End(); errors.Is(err, supervise.ErrDescendantsLost) {
+		log.Error("the command's guard was killed; descendants of the command may still run", "err", err)
+	}
 }
 
 // startChild starts the command for term t under a guard that stops it by
@@ -636,7 +678,7 @@ func (r *runner) startChild(t baton.Term, log *slog.Logger, env ...string) (*sup
 	if brokenIgnoreDeadline {
 		st = lateTerm{t}
 	}
-	return supervise.StartTerm(st, supervise.Config{
+	p, err := supervise.StartTerm(st, supervise.Config{
 		Command: r.args,
 		Env: append(append(r.l.app.environ(),
 			"BATON_LEASE="+r.l.common.lease,
@@ -648,6 +690,32 @@ func (r *runner) startChild(t baton.Term, log *slog.Logger, env ...string) (*sup
 		// "no grace", so pass the smallest positive grace instead.
 		Grace:  max(r.l.grace, time.Nanosecond),
 		Logger: log,
+	})
+	if err == nil && r.prepare {
+		r.prepareNext()
+	}
+	return p, err
+}
+
+// prepareDelay is how long after a command's start the guard of the next
+// one is started (supervise.Prepare): not at once, where the two starts
+// would compete for the CPU.
+const prepareDelay = 500 * time.Millisecond
+
+// prepareNext starts the next command's guard prepareDelay from now, in the
+// background, unless the loop ends first.
+func (r *runner) prepareNext() {
+	r.bg.Go(func() {
+		t := time.NewTimer(prepareDelay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.quit:
+			return
+		}
+		if err := supervise.Prepare(nil, r.l.app.stdout(), r.l.app.stderr()); err != nil {
+			r.log.Warn("could not start the next command's guard ahead of time; it will start with the command", "err", err)
+		}
 	})
 }
 

@@ -67,24 +67,69 @@ func Descendants(root int) []Proc {
 // Read reads the parent and process group of a live process from
 // /proc/PID/stat; zombies and vanished processes are not ok.
 func Read(pid int) (Proc, bool) {
+	state, ppid, pgid, ok := readStat(pid)
+	if !ok || state == 'Z' || state == 'X' {
+		return Proc{}, false
+	}
+	return Proc{PID: pid, PPID: ppid, PGID: pgid}, true
+}
+
+// readStat reads the state, parent and process group of pid from
+// /proc/PID/stat.
+func readStat(pid int) (state byte, ppid, pgid int, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return Proc{}, false
+		return 0, 0, 0, false
 	}
 	// The command name is parenthesised and may itself contain ") ", so
 	// parse from the last ')': " state ppid pgrp ...".
 	i := strings.LastIndexByte(string(b), ')')
 	if i < 0 {
-		return Proc{}, false
+		return 0, 0, 0, false
 	}
 	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 3 || len(f[0]) != 1 || f[0][0] == 'Z' || f[0][0] == 'X' {
-		return Proc{}, false
+	if len(f) < 3 || len(f[0]) != 1 {
+		return 0, 0, 0, false
 	}
 	ppid, err1 := strconv.Atoi(f[1])
 	pgid, err2 := strconv.Atoi(f[2])
 	if err1 != nil || err2 != nil {
-		return Proc{}, false
+		return 0, 0, 0, false
 	}
-	return Proc{PID: pid, PPID: ppid, PGID: pgid}, true
+	return f[0][0], ppid, pgid, true
+}
+
+// Children returns the processes whose parent is pid, read from /proc:
+// the live ones and, apart, the zombies (exited, not yet reaped).
+func Children(pid int) (live, zombies []int) {
+	dir, err := os.Open("/proc")
+	if err != nil {
+		return nil, nil
+	}
+	names, err := dir.Readdirnames(-1)
+	dir.Close()
+	if err != nil {
+		return nil, nil
+	}
+	for _, name := range names {
+		if name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		child, err := strconv.Atoi(name)
+		if err != nil {
+			continue
+		}
+		state, ppid, _, ok := readStat(child)
+		if !ok || ppid != pid {
+			continue
+		}
+		switch state {
+		case 'Z':
+			zombies = append(zombies, child)
+		case 'X':
+		default:
+			live = append(live, child)
+		}
+	}
+	return live, zombies
 }
