@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -501,10 +500,22 @@ func BenchmarkRaftUnderLoad(b *testing.B) {
 		stop time.Duration
 	}{{"hog", 0}, {"stop=100ms", 100 * time.Millisecond}, {"stop=300ms", 300 * time.Millisecond},
 		{"stop=500ms", 500 * time.Millisecond}, {"stop=1s", time.Second}, {"gc", 0}}
+	// BATON_BENCH_RAFT_CONFIGS replaces the configurations: "default" or
+	// "ht=D,ttl=D", separated by semicolons.
 	if only := os.Getenv("BATON_BENCH_RAFT_CONFIGS"); only != "" {
-		configs = slices.DeleteFunc(configs, func(c struct{ name, ht, ttl string }) bool {
-			return !slices.Contains(strings.Split(only, ";"), c.name)
-		})
+		configs = configs[:0]
+		for _, name := range strings.Split(only, ";") {
+			c := struct{ name, ht, ttl string }{name: name}
+			for _, kv := range strings.Split(name, ",") {
+				switch k, v, _ := strings.Cut(kv, "="); k {
+				case "ht":
+					c.ht = v
+				case "ttl":
+					c.ttl = v
+				}
+			}
+			configs = append(configs, c)
+		}
 	}
 	for _, c := range configs {
 		for _, f := range faults {
