@@ -69,7 +69,7 @@ type opener func(ctx context.Context, o Options) (*Backend, error)
 // means the documented defaults.
 type Options struct {
 	// TTL of the leases; 0 means the backend's default (backend.DefaultTTL,
-	// but 20 s on Consul and raft.DefaultTTL, 2 s, on raft:// and agent://).
+	// but 20 s on Consul and raft.DefaultTTL, 5 s, on raft:// and agent://).
 	TTL time.Duration
 
 	// Logger receives the backend's log lines. Nil means silent.

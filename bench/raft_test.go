@@ -24,7 +24,7 @@ func init() { targets = append(targets, raftTarget) }
 
 // raftTarget runs against an embedded raft group deployed as in production:
 // three voters on loopback with the default raft timings (HeartbeatTimeout
-// 500 ms), mutual TLS and a group secret. The voters stand for the group's
+// 1.25 s), mutual TLS and a group secret. The voters stand for the group's
 // first three processes. Every simulated process is a member of its own that
 // joins as a non-voter, as the fourth and later processes of a group do, and
 // campaigns through it; killing a process kills its member (testhook.KillRaftNode: no
@@ -61,9 +61,10 @@ type raftGroup struct {
 	ca     *certs.CA
 	secret string
 
-	mu     sync.Mutex
-	voters []string
-	logger *slog.Logger // the members' Logger; nil for the default
+	mu        sync.Mutex
+	voters    []string
+	logger    *slog.Logger  // the members' Logger; nil for the default
+	heartbeat time.Duration // the voters' HeartbeatTimeout; 0 for the default
 }
 
 // logBuf collects the log lines of a group's members.
@@ -115,7 +116,7 @@ func (g *raftGroup) startVoters(b *testing.B, n int) []*raft.Node {
 	b.Helper()
 	nodes := make([]*raft.Node, n)
 	for i := range nodes {
-		nodes[i] = g.start(b, raft.NodeOptions{BootstrapExpect: n, Voters: n})
+		nodes[i] = g.start(b, raft.NodeOptions{BootstrapExpect: n, Voters: n, HeartbeatTimeout: g.heartbeat})
 		g.mu.Lock()
 		g.voters = append(g.voters, nodes[i].Addr())
 		g.mu.Unlock()
@@ -257,7 +258,7 @@ func (c *raftCounter) EmitKey([]string, float32)                             {}
 // follower: the holder's member is a raft follower: the raft leader expires
 // the holder's session a TTL after its last renewal. leader: it is also the
 // raft leader: the survivors notice the silence after one to three
-// HeartbeatTimeouts (500 ms), elect a leader, and that leader times the
+// HeartbeatTimeouts (1.25 s by default), elect a leader, and that leader times the
 // sessions from the last moment a quorum of voters heard from the old one
 // plus half a HeartbeatTimeout, so the election overlaps the TTL instead
 // of preceding it. raft-election is the time until a survivor reports
@@ -268,20 +269,23 @@ func (c *raftCounter) EmitKey([]string, float32)                             {}
 // iteration logs its figures, and the members' log when it took longer
 // than TTL + one renew interval.
 //
-// ttl=2s sets the TTL; default leaves every setting at its default (TTL
-// raft.DefaultTTL, 2 s).
+// default leaves every setting at its default (TTL raft.DefaultTTL, 5 s,
+// heartbeat timeout raft.DefaultHeartbeatTimeout, 1.25 s);
+// ht=500ms,ttl=2s is a faster group, for comparison: it fails over sooner
+// and loses terms on a busy host (BenchmarkRaftUnderLoad).
 func BenchmarkCrashFailoverRaftMember(b *testing.B) {
 	for _, ttl := range []struct {
 		name string
 		cfg  backend.Config
-	}{{"ttl=2s", backend.Config{TTL: 2 * time.Second}}, {"default", backend.Config{}}} {
+		ht   time.Duration
+	}{{"default", backend.Config{}, 0}, {"ht=500ms,ttl=2s", backend.Config{TTL: 2 * time.Second}, 500 * time.Millisecond}} {
 		for _, leader := range []bool{false, true} {
 			role := map[bool]string{false: "follower", true: "leader"}[leader]
 			b.Run(role+"/"+ttl.name, func(b *testing.B) {
 				var failovers, elections []time.Duration
 				lost := 0
 				for i := 0; b.Loop(); i++ {
-					f, e, l := raftMemberCrash(b, fmt.Sprintf("member-crash-%s-%d-%d", role, time.Now().UnixNano(), i), ttl.cfg, leader)
+					f, e, l := raftMemberCrash(b, fmt.Sprintf("member-crash-%s-%d-%d", role, time.Now().UnixNano(), i), ttl.cfg, ttl.ht, leader)
 					failovers = append(failovers, f)
 					lost += l
 					if leader {
@@ -302,9 +306,10 @@ func BenchmarkCrashFailoverRaftMember(b *testing.B) {
 // a new group, measured as handOver measures: from the kill, right after
 // the holder renewed, until a standby leads. election is the time until a
 // survivor is raft leader (when the raft leader was killed).
-func raftMemberCrash(b *testing.B, lease string, cfg backend.Config, crashLeader bool) (failover, election time.Duration, othersLost int) {
+func raftMemberCrash(b *testing.B, lease string, cfg backend.Config, heartbeat time.Duration, crashLeader bool) (failover, election time.Duration, othersLost int) {
 	b.Helper()
 	g := newRaftGroup(b)
+	g.heartbeat = heartbeat
 	// The members' log, shown for an iteration slower than the bound.
 	diag := &logBuf{}
 	g.logger = slog.New(slog.NewTextHandler(diag, nil))
@@ -464,7 +469,7 @@ func waitRaftLeader(b *testing.B, nodes []*raft.Node) *raft.Node {
 // every CommitTimeout (50 ms) to 2x that), and the log entries applied per
 // second (renewals are not log entries). Not counted either: the raft
 // leader's autopilot asks every member for its state over the group API
-// once per HeartbeatTimeout (500 ms).
+// once per HeartbeatTimeout (1.25 s).
 func BenchmarkSteadyStateRaftTraffic(b *testing.B) {
 	tg, voters := newRaftTarget(b)
 	counts := installRaftCounter(b)

@@ -68,9 +68,12 @@ var _ baton.Backend = (*Backend)(nil)
 // than backend.DefaultTTL: the raft leader times sessions itself, so the TTL
 // bounds failover without standing in for a remote server's slack, and a
 // crash of any member is over within about one TTL, plus half a heartbeat
-// timeout when it was the raft leader (see docs/guarantees.md for what it
-// costs under pauses and blips).
-const DefaultTTL = 2 * time.Second
+// timeout when it was the raft leader. It is long enough that a holder
+// rides out a stall of its member or of the raft leader of a second or
+// more, and a raft election after a crash of the raft leader, without a
+// renewal going unconfirmed past its safe-until (see docs/guarantees.md
+// for the figures).
+const DefaultTTL = 5 * time.Second
 
 // timing returns o's TTL, RenewInterval and DriftMargin, defaults applied.
 func (o Options) timing() (backend.Config, error) {

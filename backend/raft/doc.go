@@ -26,7 +26,7 @@
 // Not done: a minority of the voters elects no one, so a group needs 3 (or
 // 5) voters for one (or two) failures, and two instances need a third,
 // Witness member; a crashed holder that was also the raft leader fails over
-// after about TTL + half a heartbeat timeout (2.25 s at the defaults), or
+// after about TTL + half a heartbeat timeout (5.6 s at the defaults), or
 // after the raft election if that takes longer; members must reach each
 // other directly.
 //

@@ -205,15 +205,18 @@ type Node struct {
 var ErrNotLeader = errors.New("raft: no raft leader available")
 
 // DefaultHeartbeatTimeout is NodeOptions.HeartbeatTimeout when it is zero.
-// A follower campaigns after one to three of these without hearing from
-// the raft leader, so a crashed raft leader is usually replaced within
-// 1.5 s, while DefaultTTL and the half heartbeat timeout (0.25 s) that a
-// new raft leader adds to the old one's sessions run: a crash of any
-// member fails over in about TTL + 0.25 s. The raft leader sends a
-// heartbeat every tenth of it (50 ms); a pause of the raft leader, or a
-// network blip, of up to about half of it costs no election; one of more
-// than it may (see docs/guarantees.md).
-const DefaultHeartbeatTimeout = 500 * time.Millisecond
+// It is chosen for a member that shares a busy host with its application:
+// the raft leader steps down only after a full heartbeat timeout without
+// hearing from a quorum, and a follower campaigns only after one of
+// silence, so a raft leader stopped or starved for up to about 1.1 s (the
+// heartbeat timeout less the time since its last answered RPC) is neither
+// replaced nor steps down; a reply may come back up to half of it
+// (0.625 s) late and still count. A crashed raft leader is replaced after
+// one to three of these (2.8 s median, 3.7 s at most measured), which
+// overlaps DefaultTTL. A shorter one fails over sooner but loses terms to
+// stalls of half a second (bench/: BenchmarkRaftUnderLoad,
+// BenchmarkCrashFailoverRaftMember; docs/guarantees.md has the figures).
+const DefaultHeartbeatTimeout = 1250 * time.Millisecond
 
 // StartNode opens the stores, starts the raft member and its API, and begins
 // to bootstrap or join a group in the background; Joined reports when it is

@@ -23,6 +23,9 @@ type testGroup struct {
 	t      testing.TB
 	ca     *certs.CA
 	secret string
+	// opt changes the options of every member the group starts, before
+	// start's own.
+	opt []func(*NodeOptions)
 
 	mu    sync.Mutex
 	addrs []string
@@ -46,14 +49,15 @@ func testLogger(t testing.TB) *slog.Logger {
 }
 
 // newTestGroup starts voters members that bootstrap a group, and waits
-// until all are in it.
-func newTestGroup(t testing.TB, voters int) *testGroup {
+// until all are in it. opt changes the options of every member of the
+// group, the later ones included.
+func newTestGroup(t testing.TB, voters int, opt ...func(*NodeOptions)) *testGroup {
 	t.Helper()
 	ca, err := certs.NewCA("baton test CA", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &testGroup{t: t, ca: ca, secret: "0123456789abcdef-test-secret"}
+	g := &testGroup{t: t, ca: ca, secret: "0123456789abcdef-test-secret", opt: opt}
 	for range voters {
 		g.start(t, func(o *NodeOptions) { o.BootstrapExpect = voters; o.Voters = voters })
 	}
@@ -83,7 +87,7 @@ func (g *testGroup) options(t testing.TB) NodeOptions {
 func (g *testGroup) start(t testing.TB, opt ...func(*NodeOptions)) *Node {
 	t.Helper()
 	o := g.options(t)
-	for _, f := range opt {
+	for _, f := range slices.Concat(g.opt, opt) {
 		f(&o)
 	}
 	n, err := StartNode(o)

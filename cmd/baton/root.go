@@ -249,7 +249,7 @@ func (c *commonFlags) register(fs *pflag.FlagSet, idUsage string) {
 	fs.StringVar(&c.backend, "backend", "", "backend URL: raft:// (this process is a member), agent://host:port or agent:///SOCKET, etcd://host:port[,host:port], zk://host:port[,host:port][/root], consul://host:port[/prefix], k8s://[namespace], memory://, or aws-asg://[GROUP] (is-leader and leader only) (required)")
 	fs.StringVar(&c.lease, "lease", "", "name of the lease (required, except with aws-asg://)")
 	fs.StringVar(&c.id, "id", "", idUsage)
-	fs.DurationVar(&c.ttl, "ttl", backend.DefaultTTL, "lease time-to-live: how long a dead leader keeps the lease before a standby takes over (default 20s with consul://, 2s with raft:// and agent://)")
+	fs.DurationVar(&c.ttl, "ttl", backend.DefaultTTL, "lease time-to-live: how long a dead leader keeps the lease before a standby takes over (default 20s with consul://, 5s with raft:// and agent://)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
 	withEnv(fs, "backend", "lease", "id", "ttl", "log-level")
 }

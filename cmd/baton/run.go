@@ -38,8 +38,8 @@ SIGTERM and, --grace later, SIGKILL; then baton campaigns again. When renewals
 lag, baton does not wait for the safe-until deadline: it sends SIGTERM --grace
 before it, so that SIGKILL has landed by the time another instance may take
 over. --grace must therefore be below the renewal window (--ttl minus its renew
-interval and drift margin: at --ttl 10s, 5.67s on raft, 4s on etcd; 1.13s at
-raft's default 2s); by default it is half of that, at most 5s. A command that
+interval and drift margin: at --ttl 10s, 5.67s on raft, 4s on etcd; 2.83s at
+raft's default 5s); by default it is half of that, at most 5s. A command that
 needs longer to stop needs a longer --ttl.
 
 The guard holds the term's safe-until on its own clock, and baton moves it on
