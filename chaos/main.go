@@ -2,7 +2,8 @@
 // and N `baton run` candidates whose leader-only job writes to a fenced
 // store, injects faults at random times from a seed (kill -9, SIGSTOP of
 // baton alone or of its whole process tree, SIGTERM, network cuts, added
-// latency, backend restarts, raft leader and quorum loss), then checks the
+// latency, backend restarts, raft leader and quorum loss, CPU hogs and
+// short stalls), then checks the
 // store's history for fencing violations, overlapping leaders, token
 // regressions and availability, and writes a report (JSON and an SVG
 // timeline).
@@ -103,9 +104,12 @@ highest it has accepted. A nemesis injects faults at random times drawn from
 violations, overlapping leaders, token regressions, availability outside fault
 windows and the time to recover after each kind of fault.
 
-Fault kinds (--kinds): kill, term, stop-baton, stop-tree, cut, slow (not raft),
-restart, wipe (opt-in: restart without data, also --wipe), raft-leader and
-raft-quorum (raft only). See docs/reliability.md.
+Fault kinds (--kinds): kill, term, stop-baton, stop-tree, cut, hog (a CPU hog:
+2 busy processes per core for 1-3 x TTL), stall (SIGSTOP of the holder's baton,
+its guard or both, or on raft of the raft leader's member, for 100 ms-1 s),
+slow (not raft), restart, wipe (opt-in: restart without data, also --wipe),
+raft-leader and raft-quorum (raft only), server-kill and server-cut
+(zookeeper-ensemble only). See docs/reliability.md.
 
 The run's directory keeps report.json, timeline.svg (the whole run),
 timeline-start.svg (its first minute), history.json.gz (every write and fault;

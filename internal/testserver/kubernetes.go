@@ -69,15 +69,22 @@ const (
 // kubelet runs: the API objects are stored and watched, nothing acts on
 // them. Its methods are safe for concurrent use.
 type KubeAPIServer struct {
+	bin    string
+	dir    string
+	log    *SyncBuffer
+	caPEM  []byte
+	caFile string
+	tokens map[string]string
+	once   sync.Once
+
+	// mu guards the server process and its etcd, which Kill and Restart
+	// replace.
+	mu      sync.Mutex
 	etcd    *Etcd
 	cmd     *exec.Cmd
 	addr    string
-	caPEM   []byte
-	caFile  string
-	tokens  map[string]string
 	exited  chan struct{}
 	waitErr error
-	once    sync.Once
 }
 
 // NewKubeAPIServer starts a kube-apiserver and its etcd, keeping their
@@ -98,23 +105,35 @@ func NewKubeAPIServer(dir string, log *SyncBuffer) (*KubeAPIServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &KubeAPIServer{etcd: e, tokens: map[string]string{}}
+	k := &KubeAPIServer{bin: bin, dir: dir, log: log, etcd: e, tokens: map[string]string{}}
 	if err := k.files(dir); err != nil {
 		e.Close()
 		return nil, err
 	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.startLocked(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return k, nil
+}
+
+// startLocked starts the API server on a free port, retrying when the
+// probed port was taken before the server bound it, and returns once it
+// is ready.
+func (k *KubeAPIServer) startLocked() error {
 	var lastErr error
 	for range kubeBindAttempts {
-		lastErr = k.start(bin, dir, log)
+		lastErr = k.start(k.bin, k.dir, k.log)
 		if lastErr == nil {
-			return k, nil
+			return nil
 		}
 		if !strings.Contains(lastErr.Error(), "address already in use") {
 			break
 		}
 	}
-	e.Close()
-	return nil, fmt.Errorf("kube-apiserver: start in %s: %w", dir, lastErr)
+	return fmt.Errorf("kube-apiserver: start in %s: %w", k.dir, lastErr)
 }
 
 // files writes the CA, the serving certificate, the token file and the
@@ -236,7 +255,7 @@ func (k *KubeAPIServer) start(bin, dir string, log *SyncBuffer) error {
 	return nil
 }
 
-// awaitReady polls /readyz as the admin until the server says it is ready.
+// awaitReady polls /readyz (k.mu held) as the admin until the server says it is ready.
 func (k *KubeAPIServer) awaitReady(out *SyncBuffer) error {
 	hc := k.adminClient()
 	defer hc.CloseIdleConnections()
@@ -248,7 +267,7 @@ func (k *KubeAPIServer) awaitReady(out *SyncBuffer) error {
 			return fmt.Errorf("kube-apiserver exited during start-up (%v); its output:\n%s", k.waitErr, out)
 		default:
 		}
-		req, _ := http.NewRequest(http.MethodGet, k.Host()+"/readyz", nil)
+		req, _ := http.NewRequest(http.MethodGet, "https://"+k.addr+"/readyz", nil)
 		req.Header.Set("Authorization", "Bearer "+k.tokens[KubeAdminUser])
 		if resp, err := hc.Do(req); err == nil {
 			body, _ := io.ReadAll(resp.Body)
@@ -294,12 +313,16 @@ func StartKubeAPIServer(t testing.TB) *KubeAPIServer {
 
 // Host returns the server's URL, "https://127.0.0.1:PORT": rest.Config's
 // Host.
-func (k *KubeAPIServer) Host() string { return "https://" + k.addr }
+func (k *KubeAPIServer) Host() string { return "https://" + k.Addr() }
 
 // Addr returns the server's address, "127.0.0.1:PORT", for a Proxy. The
 // serving certificate names 127.0.0.1, so a client that connects through
 // a proxy on loopback verifies it as well.
-func (k *KubeAPIServer) Addr() string { return k.addr }
+func (k *KubeAPIServer) Addr() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.addr
+}
 
 // CAData returns the PEM of the CA that signed the serving certificate:
 // rest.Config's TLSClientConfig.CAData.
@@ -344,6 +367,8 @@ current-context: test
 // within 30 s), then its etcd. Calling it again is harmless.
 func (k *KubeAPIServer) Close() {
 	k.once.Do(func() {
+		k.mu.Lock()
+		defer k.mu.Unlock()
 		if k.cmd != nil {
 			_ = k.cmd.Process.Signal(syscall.SIGTERM)
 			select {
@@ -355,6 +380,49 @@ func (k *KubeAPIServer) Close() {
 		}
 		k.etcd.Close()
 	})
+}
+
+// Kill kills the API server with SIGKILL, as a crash of the control plane
+// would; its etcd keeps running. Restart starts it again. Calling Kill on
+// a killed server is harmless.
+func (k *KubeAPIServer) Kill() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.cmd == nil {
+		return
+	}
+	_ = k.cmd.Process.Kill()
+	<-k.exited
+	k.cmd = nil
+}
+
+// Restart starts the API server again after Kill, on a new port (see
+// Addr), with the same CA, serving certificate and tokens, and returns once
+// it is ready. With wipe, its etcd is first started anew on an empty data
+// directory: the cluster comes back without any object a client made (its
+// namespaces, RBAC grants and Leases), as one restored from nothing.
+func (k *KubeAPIServer) Restart(wipe bool) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.cmd != nil {
+		return errors.New("kube-apiserver: Restart of a server that runs: Kill it first")
+	}
+	if wipe {
+		k.etcd.Close()
+		etcdDir := filepath.Join(k.dir, "etcd")
+		if err := os.RemoveAll(etcdDir); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(etcdDir, 0o700); err != nil {
+			return err
+		}
+		e, err := newEtcd(etcdDir, "", k.log)
+		if err != nil {
+			return err
+		}
+		k.etcd = e
+	}
+	return k.startLocked()
 }
 
 var sharedKube sharedServer[*KubeAPIServer]

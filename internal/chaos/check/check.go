@@ -212,7 +212,7 @@ func (x *history) tokens() Tokens {
 			continue
 		}
 		tk.NeverAccepted++
-		if f, ok := x.faultOn(t.ref.Candidate, t.firstWrite, false); ok && (f.Paused || f.Kind == "stop-baton") {
+		if f, ok := x.faultOn(t.ref.Candidate, t.firstWrite, false); ok && (f.Paused || f.Kind == "stop-baton" || f.Kind == "stall") {
 			tk.Delayed++
 			continue
 		}

@@ -248,6 +248,19 @@ func TestDelayedTermNotARegression(t *testing.T) {
 	}
 }
 
+// TestStalledTermNotARegression: a stall (a short SIGSTOP of the
+// candidate's baton) that delayed a term's first write past a higher
+// term's excuses its refused writes as a stop-baton does.
+func TestStalledTermNotARegression(t *testing.T) {
+	r := Check(newBuilder().
+		child("c2", 201, 20, 0, 2*time.Second).
+		child("c1", 101, 10, 1500*ms, 1540*ms).
+		fault("stall", "c1", 700*ms, 1500*ms, false).build())
+	if r.Tokens.Regressions != 0 || r.Tokens.Delayed != 1 {
+		t.Errorf("%+v", r.Tokens)
+	}
+}
+
 // TestRestartWithinTermIsOneTerm: two children of one candidate with one
 // token, one after the other, are one term: no regression, no overlap.
 func TestRestartWithinTermIsOneTerm(t *testing.T) {

@@ -159,6 +159,7 @@ type Harness struct {
 	faults      []record.Fault
 	raftLeader  int // index of the candidate that last became raft leader, -1 if unknown
 	backendBusy bool
+	hogBusy     bool
 	closing     bool
 	exits       []string // candidates' exits that were not the harness's doing
 }

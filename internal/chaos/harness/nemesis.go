@@ -50,11 +50,21 @@ const (
 	// KindServerCut cuts one server of an ensemble off from the other
 	// servers and from the candidates, for a while.
 	KindServerCut = "server-cut"
+	// KindHog is a CPU hog beside the candidates and the backend: busy
+	// processes, twice as many as the machine has cores, for 1–3 × TTL. A
+	// busy host must cost no lease.
+	KindHog = "hog"
+	// KindStall is a short SIGSTOP, 100 ms–1 s, as a GC pause or a host
+	// that stops scheduling a process would make: of the holder's baton,
+	// of its guard, or of both, and on raft also of the raft leader's
+	// member (its baton). A stall shorter than the TTL's margin must cost
+	// no lease.
+	KindStall = "stall"
 )
 
 // KindsOf returns every fault kind the backend takes.
 func KindsOf(backend string) []string {
-	common := []string{KindKill, KindTerm, KindStopBaton, KindStopTree, KindCut}
+	common := []string{KindKill, KindTerm, KindStopBaton, KindStopTree, KindCut, KindHog, KindStall}
 	switch backend {
 	case "raft":
 		return append(common, KindRaftLeader, KindRaftQuorum, KindRestart, KindWipe)
@@ -321,6 +331,10 @@ func (h *Harness) inject(d draw) (heal func() error, id int, ok bool) {
 		}, id, true
 	case KindRestart, KindWipe:
 		return h.restart(d, holder, scale(0.2, 1)+500*time.Millisecond)
+	case KindHog:
+		return h.hog(d, holder, scale(1, 3))
+	case KindStall:
+		return h.stall(d, holder, time.Duration(100+900*d.u)*time.Millisecond)
 	case KindServerKill:
 		return h.killServer(d, holder, scale(0.5, 2))
 	case KindServerCut:
