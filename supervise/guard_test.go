@@ -484,7 +484,8 @@ func TestGuardSurvivesForwardedSignals(t *testing.T) {
 // it renews: resumed, the guard must read the extensions queued in its
 // socket before it judges the deadline, and leave the command running.
 func TestGuardResumedAfterStopReadsExtensions(t *testing.T) {
-	const ttl = time.Second
+	// Long enough that a loaded machine's stalls do not pass for the attack.
+	const ttl = 2 * time.Second
 	p := start(t, Config{
 		Command:  []string{"sleep", "1000"},
 		Grace:    300 * time.Millisecond,
