@@ -484,7 +484,8 @@ func TestGuardSurvivesForwardedSignals(t *testing.T) {
 // it renews: resumed, the guard must read the extensions queued in its
 // socket before it judges the deadline, and leave the command running.
 func TestGuardResumedAfterStopReadsExtensions(t *testing.T) {
-	const ttl = time.Second
+	// Long enough that a loaded machine's stalls do not pass for the attack.
+	const ttl = 2 * time.Second
 	p := start(t, Config{
 		Command:  []string{"sleep", "1000"},
 		Grace:    300 * time.Millisecond,
@@ -531,25 +532,52 @@ func TestGuardResumedAfterStopReadsExtensions(t *testing.T) {
 // killing the guard, its subreaper, before it would hand the escapee to
 // init, where nothing finds it.
 func TestStopStoppedGuard(t *testing.T) {
-	modes(t, func(t *testing.T, noCgroup bool) {
-		dir := t.TempDir()
-		cfg := escapingCommand(t, dir)
-		cfg.Grace = 200 * time.Millisecond
-		p := startMode(t, cfg, noCgroup)
-		esc := readPid(t, filepath.Join(dir, "escapee"))
-		killAtEnd(t, esc)
-		if err := syscall.Kill(p.guard.Process.Pid, syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		defer cancel()
-		if err := p.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrDescendantsLost) {
-			t.Errorf("Stop = %v, want context.DeadlineExceeded alone", err)
-		}
-		if !dead(esc) {
-			t.Fatalf("Stop returned while the escapee %d still ran", esc)
-		}
-	})
+	// held: the attacker stops the guard again as soon as it is resumed,
+	// as a hung guard would not answer either; the caller must then kill
+	// the guard itself, after everything below it.
+	for _, held := range []bool{false, true} {
+		t.Run(fmt.Sprintf("held=%v", held), func(t *testing.T) {
+			modes(t, func(t *testing.T, noCgroup bool) {
+				dir := t.TempDir()
+				cfg := escapingCommand(t, dir)
+				cfg.Grace = 200 * time.Millisecond
+				p := startMode(t, cfg, noCgroup)
+				esc := readPid(t, filepath.Join(dir, "escapee"))
+				killAtEnd(t, esc)
+				guard := p.guard.Process.Pid
+				if err := syscall.Kill(guard, syscall.SIGSTOP); err != nil {
+					t.Fatal(err)
+				}
+				if held {
+					quit := make(chan struct{})
+					holding := make(chan struct{})
+					go func() {
+						defer close(holding)
+						for {
+							select {
+							case <-quit:
+								return
+							case <-p.gone:
+								return
+							default:
+							}
+							_ = p.guard.Process.Signal(syscall.SIGSTOP)
+							time.Sleep(time.Millisecond)
+						}
+					}()
+					defer func() { close(quit); <-holding }()
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+				defer cancel()
+				if err := p.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrDescendantsLost) {
+					t.Errorf("Stop = %v, want context.DeadlineExceeded alone", err)
+				}
+				if !dead(esc) {
+					t.Fatalf("Stop returned while the escapee %d still ran", esc)
+				}
+			})
+		})
+	}
 }
 
 // The attack of a guard killed with SIGKILL by another process, with no
