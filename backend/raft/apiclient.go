@@ -41,7 +41,12 @@ func newAPIClient(cfg *tls.Config, g *gate, secret string) *apiClient {
 		DialTLSContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			return dialProto(ctx, cfg, g, key, addr, protoAPI)
 		},
-		MaxIdleConnsPerHost: 4,
+		// Enough idle connections for a burst of concurrent calls (a
+		// process campaigning for many leases at once) to reuse theirs:
+		// each new one costs a TLS handshake and a proof of the secret,
+		// and on a busy host a storm of them starves the raft RPCs and
+		// the renewals that share the process.
+		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     time.Minute,
 	}
 	return &apiClient{secret: secret, tr: tr, hc: &http.Client{Transport: tr}, scheme: "https"}

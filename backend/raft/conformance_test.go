@@ -17,7 +17,9 @@ import (
 // member in this one race-detector process on a loaded two-core machine,
 // the raft leader counted most AppendEntries replies as late (over
 // 100 ms), stepped down and was replaced hundreds of times during the
-// thousand-lease campaign, and the session expired with every lease.
+// thousand-lease campaign, and the session expired with every lease. The
+// same campaign also needs the member's group-API connections reused
+// (newAPIClient): a TLS handshake per call starved the process as badly.
 const conformanceMinTTL = DefaultTTL
 
 // defaultTimings gives a test group's members raft's default timings.
