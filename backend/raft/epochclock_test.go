@@ -80,7 +80,7 @@ func TestLowerTokensAfterGroupRestartAreReported(t *testing.T) {
 		(*handler.Load()).ServeHTTP(w, r)
 	}))
 	setAgent(old.members()[0])
-	c, err := Dial(agent, ClientOptions{Token: testClientToken})
+	c, err := Dial(agent, ClientOptions{Token: testClientToken, PlainTCP: true})
 	if err != nil {
 		t.Fatal(err)
 	}
