@@ -27,6 +27,13 @@ const (
 // batonBin is the baton binary TestMain built, for multi-process tests.
 var batonBin string
 
+// prebuiltEnv names a baton binary for the multi-process tests to use
+// instead of building one, e.g. when the test binary (go test -c) runs as a
+// plain user: go test -c -race -o /tmp/t/baton.test . && go build -o
+// /tmp/t/baton . && setpriv --reuid=USER ... env BATON_TEST_BATON=/tmp/t/baton
+// /tmp/t/baton.test -test.run 'TestRunStoppedGuard'.
+const prebuiltEnv = "BATON_TEST_BATON"
+
 func TestMain(m *testing.M) {
 	// In-process `run` tests start their commands under guards: this
 	// binary again.
@@ -49,12 +56,18 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	batonBin = filepath.Join(dir, "baton")
-	build := exec.Command("go", "build", "-o", batonBin, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "building baton for the multi-process tests: %v\n", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
+	if bin := os.Getenv(prebuiltEnv); bin != "" {
+		// A test binary run as another user (a plain user, with no Go
+		// toolchain or module cache of its own) uses a baton built for it.
+		batonBin = bin
+	} else {
+		build := exec.Command("go", "build", "-o", batonBin, ".")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "building baton for the multi-process tests: %v\n", err)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	testserver.StopSharedKubeAPIServer()
