@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -124,13 +125,15 @@ func TestRunLeaderDoesNotReportBackendUnreachable(t *testing.T) {
 		return strings.Contains(leader.String(), `msg="child started"`)
 	})
 
-	// A server that accepts connections and never answers.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// An agent's socket, in a directory of the test's user as the client
+	// requires, whose server accepts connections and never answers.
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	standby, waitStandby := startApp(t, ctx, periods, "run", "--backend", "agent://"+ln.Addr().String(), "--lease", "x", "--id", "stuck", "--", "sleep", "600")
+	standby, waitStandby := startApp(t, ctx, periods, "run", "--backend", "agent://"+sock, "--lease", "x", "--id", "stuck", "--", "sleep", "600")
 	testkit.Eventually(t, 60*time.Second, "the run on a silent backend to warn three times", func() bool {
 		return strings.Count(standby.String(), noAnswer) >= 3
 	})
