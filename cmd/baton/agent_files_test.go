@@ -21,11 +21,19 @@ func TestAgentsOnOnePortKeepTheirOwnFiles(t *testing.T) {
 	if r := runBaton(t, 30*time.Second, "tls", "ca", "--dir", filepath.Join(dir, "ca")); r.code != 0 {
 		t.Fatalf("tls ca: %d %s", r.code, r.stderr)
 	}
-	_, port, _ := net.SplitHostPort(freePort(t))
-	if ln, err := net.Listen("tcp", "127.0.0.2:"+port); err != nil {
-		t.Skipf("127.0.0.2:%s: %v", port, err)
-	} else {
-		ln.Close()
+	// A port free on both addresses: all of 127.0.0.0/8 is loopback on
+	// Linux, so only another process on the port can refuse it.
+	var port string
+	for tries := 0; ; tries++ {
+		_, port, _ = net.SplitHostPort(freePort(t))
+		ln, err := net.Listen("tcp", "127.0.0.2:"+port)
+		if err == nil {
+			ln.Close()
+			break
+		}
+		if tries == 10 {
+			t.Fatalf("no port free on both 127.0.0.1 and 127.0.0.2: %v", err)
+		}
 	}
 	var agents []*batonProc
 	var https []string
