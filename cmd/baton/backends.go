@@ -17,7 +17,8 @@ import (
 // member); agent:// finds the agent's token in the environment or the
 // agent's token file. Errors in what the user gave are usage errors.
 func (a *App) openBackend(ctx context.Context, spec *backendurl.Spec, ttl time.Duration, log *slog.Logger, member *raftFlags) (*backendurl.Backend, error) {
-	o := backendurl.Options{TTL: ttl, Logger: log, AgentClient: a.agentClient(log)}
+	// A command without a member (is-leader, leader) only reads.
+	o := backendurl.Options{TTL: ttl, Logger: log, AgentClient: a.agentClient(log, member == nil)}
 	if member != nil {
 		o.Member = func(ctx context.Context) (*raft.Node, error) {
 			opts, err := member.nodeOptions(log)
@@ -44,8 +45,11 @@ func (a *App) openBackend(ctx context.Context, spec *backendurl.Spec, ttl time.D
 // (or BATON_HTTP_TOKEN_FILE), read again whenever the agent refuses the
 // token (an agent writes a new one at every start). An agent at another
 // host's address is reached over TCP, for reads only: no credential
-// crosses the network in cleartext.
-func (a *App) agentClient(log *slog.Logger) func(addr, socket, token string) (string, raft.ClientOptions, error) {
+// crosses the network in cleartext. So is, for a command that only reads
+// (readOnly: is-leader, leader), an address of this host with no agent
+// socket: the --http of a `baton run --backend raft://`, which serves
+// those reads (and no call that takes a credential) as an agent does.
+func (a *App) agentClient(log *slog.Logger, readOnly bool) func(addr, socket, token string) (string, raft.ClientOptions, error) {
 	return func(addr, socket, token string) (string, raft.ClientOptions, error) {
 		if token == "" {
 			token, _ = a.lookupEnv("BATON_HTTP_TOKEN")
@@ -54,6 +58,9 @@ func (a *App) agentClient(log *slog.Logger) func(addr, socket, token string) (st
 			host, port, _ := net.SplitHostPort(addr)
 			p, found, err := agentSocketFor(a.lookupEnv, host, port)
 			switch {
+			case !found && readOnly:
+				log.Debug("no agent socket for this address: reads only, over TCP (an agent, or a baton run --http)", "addr", addr)
+				return addr, raft.ClientOptions{}, nil
 			case found || (err == nil && backendurl.IsLoopback(host)):
 				socket = p
 			case err != nil && backendurl.IsLoopback(host):

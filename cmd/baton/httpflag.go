@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/batonhq/baton"
@@ -42,6 +43,10 @@ probes, Prometheus and people, on every backend:
                           timeline of the terms seen in the last hour
   GET /v1/group           raft:// only: the group as this member sees it
                           (member IDs, voters, raft leader)
+  GET /v1/raft/lease, /v1/raft/state
+                          raft:// only: the reads of agent:// clients, so
+                          that is-leader and leader --backend agent://ADDR
+                          read through this member as through an agent
 ADDR is PORT or HOST:PORT. A port alone (8080 or :8080) listens on loopback,
 127.0.0.1; to be reached from elsewhere, name the host: 0.0.0.0:8080 for a
 Kubernetes readiness probe. No route needs a token, none changes anything,
@@ -106,12 +111,18 @@ func (h *httpFlag) validate() []string {
 // httpServer is the --http server of one run or cron. A nil *httpServer
 // (no --http) does nothing.
 type httpServer struct {
-	src    *statusapi.ElectorSource
-	api    *statusapi.Handler
-	srv    *http.Server
-	served chan struct{}
-	log    *slog.Logger
-	reg    prometheus.Registerer // the metrics' registry, for more collectors
+	src *statusapi.ElectorSource
+	api *statusapi.Handler
+	// reads serves /v1/raft/: the reads of agent:// clients (is-leader,
+	// leader) from a raft:// member; nil until attach, and for any other
+	// backend.
+	reads    atomic.Pointer[http.Handler]
+	backend  string // the backend URL, redacted, for messages
+	attached atomic.Bool
+	srv      *http.Server
+	served   chan struct{}
+	log      *slog.Logger
+	reg      prometheus.Registerer // the metrics' registry, for more collectors
 }
 
 // start listens on --http and serves the campaign of candidate id for
@@ -139,8 +150,11 @@ func (h *httpFlag) start(lease, id, backend string, member *raftFlags, log *slog
 		src.Close()
 		return nil, err
 	}
-	s := &httpServer{src: src, api: api, served: make(chan struct{}), log: log.WithGroup("http"), reg: metrics.Registry(),
-		srv: &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second}}
+	s := &httpServer{src: src, api: api, served: make(chan struct{}), log: log.WithGroup("http"), reg: metrics.Registry(), backend: redactURL(backend)}
+	mux := http.NewServeMux()
+	mux.Handle("/", api)
+	mux.HandleFunc("/v1/raft/", s.serveRaftReads)
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		defer close(s.served)
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -167,8 +181,30 @@ func (s *httpServer) attach(b *backendurl.Backend, e *baton.Elector) {
 	var member statusapi.RaftMember
 	if b.Node != nil {
 		member = raftagent.NodeSource{N: b.Node}
+		reads := b.Node.ReadHandler()
+		s.reads.Store(&reads)
 	}
+	s.attached.Store(true)
 	s.src.Attach(b.Backend, e, member)
+}
+
+// serveRaftReads serves the reads of agent:// clients — what `baton
+// is-leader` and `baton leader` ask with --backend agent://ADDR, ADDR being
+// this --http — from this process's raft member, as an agent serves them.
+// Until the member is in its group the answer is 503, which such a client
+// retries until its --timeout.
+func (s *httpServer) serveRaftReads(w http.ResponseWriter, r *http.Request) {
+	if h := s.reads.Load(); h != nil {
+		(*h).ServeHTTP(w, r)
+		return
+	}
+	if !s.attached.Load() {
+		statusapi.WriteError(w, http.StatusServiceUnavailable, "this process is not connected to its backend yet")
+		return
+	}
+	statusapi.WriteError(w, http.StatusNotFound, fmt.Sprintf(
+		"this baton process is not a member of a raft group (its backend is %s), so agent:// cannot read through it: ask its backend, e.g. baton is-leader --backend %s, or read GET /v1/leases/NAME here",
+		s.backend, s.backend))
 }
 
 // close stops serving, waiting a little for requests in flight.

@@ -23,6 +23,15 @@ on the same host as 'baton run' works without knowing the random suffix. (A
 'baton run' child also has BATON_LEASE set, so inside it only --backend is
 needed.)
 
+With --backend agent://HOST:PORT, HOST:PORT may be the --http of any member
+of a raft group: a 'baton agent', or a 'baton run' or 'baton cron' with
+--backend raft:// (which serves these reads beside its status page), so that
+checking leadership needs no second daemon; the answer goes through the raft
+leader, as from an agent. An address with no agent socket on this host is
+read over TCP, where nothing proves who answers (no credential is sent): keep
+such a --http on loopback or a network you trust. A run on another backend
+answers that it is not a raft member: ask its backend instead.
+
 With --backend aws-asg://[GROUP] the answer is the Auto Scaling group's own
 rule, with no lease: the leader is the InService, Healthy instance with the
 lowest instance id (EC2 reporting it pending or running); Pending, Standby,

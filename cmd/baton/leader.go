@@ -21,6 +21,10 @@ JSON output:  {"lease":"L","holder":"ID","token":"N"[,"since":"RFC3339"]}
               (the token is a decimal string: tokens exceed 2^53, past which
               JSON numbers lose digits in JavaScript and jq 1.6)
 
+With --backend agent://HOST:PORT, HOST:PORT may be the --http of any member
+of a raft group, a 'baton agent' or a 'baton run --backend raft://' (see
+is-leader --help).
+
 When nobody holds the lease, baton says so on stderr and exits 1; with --json it
 also prints {"lease":"L","holder":null} on stdout, so that a pipeline into jq
 still gets a document.

@@ -38,6 +38,8 @@ Backends (--backend URL):
   agent://host:port              the raft group, through the 'baton agent' of this host
                                  whose --http is host:port (reached on its Unix socket)
   agent:///path/to/agent.sock    the same, naming the agent's --socket
+                                 (is-leader and leader also read through the --http
+                                 of a 'baton run --backend raft://': any member)
   etcd://host:port[,host:port]   an etcd cluster (port defaults to 2379)
   zk://[user:password@]host:port[,host:port][/root]
                                  ZooKeeper (port 2181); lease NAME is the Curator
