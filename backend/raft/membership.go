@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -257,9 +258,10 @@ func (n *Node) tryJoin() error {
 	}
 	var conf hraft.Configuration
 	voters := 0
-	for _, c := range cands {
+	vote := bootstrapVoters(cands, n.opts.Voters)
+	for i, c := range cands {
 		s := hraft.Server{ID: hraft.ServerID(c.ID), Address: hraft.ServerAddress(c.Addr), Suffrage: hraft.Nonvoter}
-		if voters < n.opts.Voters {
+		if vote[i] {
 			s.Suffrage = hraft.Voter
 			voters++
 		}
@@ -443,14 +445,32 @@ func (d *pilotDelegate) RemoveFailedServer(s *autopilot.Server) {
 	n.mu.Unlock()
 }
 
-// cappedPromoter promotes stable, healthy non-voters while the group has
-// fewer healthy voters than the cap, lowest ID first. It never demotes.
-type cappedPromoter struct{ voters int }
+// hostPromoter decides the voters: at most voters of them, on as many
+// hosts as the group has. A host is the IP (or name) of a member's
+// advertised address, so that a `baton agent` beside a `baton run` on one
+// instance (two members, two ports, one address) is never a second voter
+// for that instance while another host could vote instead: the loss of
+// one instance must cost one vote. Two voters share a host only while the
+// group has fewer hosts than voters (three members on one machine, as in a
+// demo or a test): a group of hosts A, A and B then keeps a majority when
+// B fails, which two voters A and B would not.
+//
+// Each round it promotes stable, healthy non-voters: first those on a host
+// with no voter at all, then on a host with no healthy voter (each adds a
+// host), lowest ID first, while the healthy voters are fewer than the cap
+// or their hosts are; then, while the voters are fewer than the cap, on a
+// host that already votes. A promotion on a new host while the voters are
+// at the cap is the first half of a swap: in a later round (autopilot
+// never promotes and demotes in one), once the healthy voters' hosts reach
+// the cap, every second healthy voter of one host is demoted, keeping the
+// raft leader or else the lowest ID. It demotes nothing else: dead voters
+// are autopilot's and Departures' to remove.
+type hostPromoter struct{ voters int }
 
-func (p *cappedPromoter) GetServerExt(*autopilot.Config, *autopilot.ServerState) any { return nil }
-func (p *cappedPromoter) GetStateExt(*autopilot.Config, *autopilot.State) any        { return nil }
+func (p *hostPromoter) GetServerExt(*autopilot.Config, *autopilot.ServerState) any { return nil }
+func (p *hostPromoter) GetStateExt(*autopilot.Config, *autopilot.State) any        { return nil }
 
-func (p *cappedPromoter) GetNodeTypes(_ *autopilot.Config, s *autopilot.State) map[hraft.ServerID]autopilot.NodeType {
+func (p *hostPromoter) GetNodeTypes(_ *autopilot.Config, s *autopilot.State) map[hraft.ServerID]autopilot.NodeType {
 	out := map[hraft.ServerID]autopilot.NodeType{}
 	for id := range s.Servers {
 		out[id] = autopilot.NodeVoter
@@ -458,33 +478,118 @@ func (p *cappedPromoter) GetNodeTypes(_ *autopilot.Config, s *autopilot.State) m
 	return out
 }
 
-func (p *cappedPromoter) FilterFailedServerRemovals(_ *autopilot.Config, _ *autopilot.State, f *autopilot.FailedServers) *autopilot.FailedServers {
+func (p *hostPromoter) FilterFailedServerRemovals(_ *autopilot.Config, _ *autopilot.State, f *autopilot.FailedServers) *autopilot.FailedServers {
 	return f
 }
 
-func (p *cappedPromoter) IsPotentialVoter(t autopilot.NodeType) bool { return t == autopilot.NodeVoter }
+func (p *hostPromoter) IsPotentialVoter(t autopilot.NodeType) bool { return t == autopilot.NodeVoter }
 
-func (p *cappedPromoter) CalculatePromotionsAndDemotions(c *autopilot.Config, s *autopilot.State) autopilot.RaftChanges {
-	var ch autopilot.RaftChanges
-	healthy := 0
-	var ready []hraft.ServerID
+func (p *hostPromoter) CalculatePromotionsAndDemotions(c *autopilot.Config, s *autopilot.State) autopilot.RaftChanges {
 	now := time.Now()
 	stable := s.ServerStabilizationTime(c)
+	healthyOn := map[string][]hraft.ServerID{} // host: its healthy voters
+	votesOn := map[string]bool{}               // hosts with any voter
+	hostOf := map[hraft.ServerID]string{}
+	count := 0 // healthy voters
+	var ready []hraft.ServerID
 	for id, srv := range s.Servers {
+		h := memberHost(string(srv.Server.Address))
+		hostOf[id] = h
 		switch {
-		case srv.HasVotingRights() && srv.Health.Healthy:
-			healthy++
+		case srv.HasVotingRights():
+			votesOn[h] = true
+			if srv.Health.Healthy {
+				healthyOn[h] = append(healthyOn[h], id)
+				count++
+			}
 		case srv.State == autopilot.RaftNonVoter && srv.Health.IsStable(now, stable):
 			ready = append(ready, id)
 		}
 	}
 	slices.Sort(ready)
+	hosts := len(healthyOn)
+	var ch autopilot.RaftChanges
+	promoted := map[hraft.ServerID]bool{}
+	promote := func(id hraft.ServerID) {
+		ch.Promotions = append(ch.Promotions, id)
+		promoted[id] = true
+		count++
+	}
+	// New hosts: those without a voter first, then those whose voters are
+	// all unhealthy.
+	for _, noVoter := range []bool{true, false} {
+		for _, id := range ready {
+			h := hostOf[id]
+			if promoted[id] || len(healthyOn[h]) > 0 || (noVoter && votesOn[h]) {
+				continue
+			}
+			if count >= p.voters && hosts >= p.voters {
+				break
+			}
+			promote(id)
+			healthyOn[h] = append(healthyOn[h], id)
+			hosts++
+		}
+	}
+	// A second voter on a host, only to reach the cap.
 	for _, id := range ready {
-		if healthy >= p.voters {
+		if count >= p.voters {
 			break
 		}
-		ch.Promotions = append(ch.Promotions, id)
-		healthy++
+		if !promoted[id] {
+			promote(id)
+		}
 	}
+	if len(ch.Promotions) > 0 || hosts < p.voters {
+		return ch
+	}
+	for _, ids := range healthyOn {
+		if len(ids) < 2 {
+			continue
+		}
+		slices.Sort(ids)
+		keep := ids[0]
+		if slices.Contains(ids, s.Leader) {
+			keep = s.Leader
+		}
+		for _, id := range ids {
+			if id != keep {
+				ch.Demotions = append(ch.Demotions, id)
+			}
+		}
+	}
+	slices.Sort(ch.Demotions)
 	return ch
+}
+
+// memberHost returns the host of a member's advertised address (HOST:PORT):
+// members with one host are taken to run on one machine.
+func memberHost(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}
+
+// bootstrapVoters returns the suffrage of each of cands (sorted by ID) in a
+// new group of at most voters voters: one per host first, lowest ID first,
+// then more on hosts that have one, while there are fewer than voters (see
+// hostPromoter).
+func bootstrapVoters(cands []nodeInfo, voters int) []bool {
+	vote := make([]bool, len(cands))
+	n := 0
+	seen := map[string]bool{}
+	for i, c := range cands {
+		if h := memberHost(c.Addr); n < voters && !seen[h] {
+			vote[i], seen[h] = true, true
+			n++
+		}
+	}
+	for i := range cands {
+		if n < voters && !vote[i] {
+			vote[i] = true
+			n++
+		}
+	}
+	return vote
 }

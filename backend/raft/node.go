@@ -89,7 +89,13 @@ type NodeOptions struct {
 
 	// Voters caps the number of voting members; the others are non-voters
 	// that replicate the log. Default 3. Use 3 or 5: an even number adds no
-	// fault tolerance.
+	// fault tolerance. Voters go to as many hosts as the group has (a
+	// host is the IP or name in a member's advertised address): two
+	// members on one host, such as a `baton agent` beside a `baton run`,
+	// are never both voters while a member on another host could vote in
+	// their place, so that losing one host costs one vote. Only a group
+	// with fewer hosts than Voters (all on one machine, say) has two
+	// voters on one host.
 	Voters int
 
 	// Witness makes this member a voter that never campaigns for leases
@@ -495,7 +501,7 @@ func (n *Node) startRaft() error {
 	}
 	n.raft = r
 	n.pilot = autopilot.New(r, &pilotDelegate{n}, autopilot.WithLogger(hlog),
-		autopilot.WithPromoter(&cappedPromoter{voters: n.opts.Voters}),
+		autopilot.WithPromoter(&hostPromoter{voters: n.opts.Voters}),
 		autopilot.WithUpdateInterval(n.opts.HeartbeatTimeout),
 		autopilot.WithReconcileInterval(n.opts.HeartbeatTimeout))
 	return nil

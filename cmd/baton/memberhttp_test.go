@@ -3,8 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -104,4 +107,125 @@ func TestIsLeaderRunHTTPNotRaft(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "not a member of a raft group") || !strings.Contains(r.stderr, "memory://") {
 		t.Errorf("is-leader through a memory:// run's --http: exit %d %s, want a failure naming the run's backend", r.code, r.stderr)
 	}
+}
+
+// memberGroup is a member's GET /v1/group.
+type memberGroup struct {
+	ID     string   `json:"id"`
+	State  string   `json:"state"`
+	Leader string   `json:"leader"`
+	Voters []string `json:"voters"`
+}
+
+// freePortOn returns a free port on ip, a loopback address.
+func freePortOn(t *testing.T, ip string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// An agent started on a host whose `baton run` is already a member is not
+// a second voter for that host once the group has three hosts: the loss of
+// the host (both processes killed -9) costs one vote, and the two other
+// hosts keep a majority and hand the lease on. Host A is 127.0.0.1 (a run
+// and an agent on two ports), B and C are 127.0.0.2 and 127.0.0.3. A's two
+// members and B form the group first (bootstrap-expect 3), as when the
+// agent starts before the third instance launches; then C joins.
+func TestAgentBesideRunIsNotASecondVoter(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	raftMaterial(t, dir, "a-run", "a-agent", "b", "c")
+	binds := map[string]string{"a-run": freePortOn(t, "127.0.0.1"), "a-agent": freePortOn(t, "127.0.0.1"),
+		"b": freePortOn(t, "127.0.0.2"), "c": freePortOn(t, "127.0.0.3")}
+	https := map[string]string{"a-run": freePortOn(t, "127.0.0.1"), "a-agent": freePortOn(t, "127.0.0.1"),
+		"b": freePortOn(t, "127.0.0.2"), "c": freePortOn(t, "127.0.0.3")}
+	join := []string{binds["a-run"], binds["a-agent"], binds["b"], binds["c"]}
+	env := testEnv("BATON_SECRET=" + raftTestSecret)
+	procs := map[string]*batonProc{}
+	startRun := func(name string) {
+		procs[name] = startBaton(t, name, env, append(append([]string{"run", "--backend", "raft://", "--lease", "job", "--id", name,
+			"--http", https[name]}, memberArgs(dir, name, binds[name], join, 3)...), "--", "sleep", "600")...)
+	}
+	startRun("a-run")
+	sock := agentSocketOf(t, https["a-agent"])
+	t.Cleanup(func() { _ = os.Remove(sock); _ = os.Remove(agentTokenFileOf(sock)) })
+	procs["a-agent"] = startBaton(t, "a-agent", env, append([]string{"agent", "--http", https["a-agent"]},
+		memberArgs(dir, "a-agent", binds["a-agent"], join, 3)...)...)
+	startRun("b")
+	group := func(name string) (memberGroup, bool) {
+		var g memberGroup
+		ok := getJSON("http://"+https[name]+"/v1/group", &g)
+		return g, ok && g.ID != ""
+	}
+	testkit.Eventually(t, 60*time.Second, "A's two members and B in one group", func() bool {
+		g, ok := group("b")
+		return ok && g.Leader != "" && len(g.Voters) >= 2
+	})
+	startRun("c")
+	ids := map[string]string{}
+	testkit.Eventually(t, 60*time.Second, "every member's ID", func() bool {
+		for name := range https {
+			g, ok := group(name)
+			if !ok {
+				return false
+			}
+			ids[name] = g.ID
+		}
+		return true
+	})
+	var last memberGroup
+	onePerHost := func() bool {
+		g, ok := group("c")
+		if !ok {
+			return false
+		}
+		last = g
+		onA := 0
+		for _, v := range g.Voters {
+			if v == ids["a-run"] || v == ids["a-agent"] {
+				onA++
+			}
+		}
+		return len(g.Voters) == 3 && onA == 1 && slices.Contains(g.Voters, ids["b"]) && slices.Contains(g.Voters, ids["c"])
+	}
+	// Not fatal: without one voter per host, the loss below shows what it
+	// costs.
+	for deadline := time.Now().Add(60 * time.Second); !onePerHost() && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !onePerHost() {
+		t.Errorf("voters %v: want three, one per host (C promoted, one of A's run %s and agent %s demoted)", last.Voters, ids["a-run"], ids["a-agent"])
+	}
+	t.Logf("voters before host A's loss: %v (A: run %s, agent %s)", last.Voters, ids["a-run"], ids["a-agent"])
+
+	// Leadership reads agree through every member's --http, run or agent.
+	var holders []string
+	for _, name := range []string{"a-agent", "a-run", "b", "c"} {
+		testkit.Eventually(t, 30*time.Second, "leader through "+name+"'s --http", func() bool {
+			r := runBaton(t, 30*time.Second, "leader", "--backend", "agent://"+https[name], "--lease", "job")
+			if r.code != 0 {
+				return false
+			}
+			holders = append(holders, strings.TrimSpace(r.stdout))
+			return true
+		})
+	}
+	for _, h := range holders[1:] {
+		if strings.Fields(h)[0] != strings.Fields(holders[0])[0] {
+			t.Errorf("members' --http disagree on the holder: %q", holders)
+		}
+	}
+
+	// Host A is lost: both of its processes at once.
+	_ = procs["a-run"].cmd.Process.Kill()
+	_ = procs["a-agent"].cmd.Process.Kill()
+	testkit.Eventually(t, 60*time.Second, "B or C to hold the lease after host A's loss", func() bool {
+		r := runBaton(t, 30*time.Second, "leader", "--backend", "agent://"+https["b"], "--lease", "job", "--json", "--timeout", "3s")
+		var doc leaderJSON
+		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &doc) == nil && doc.Holder != nil && (*doc.Holder == "b" || *doc.Holder == "c")
+	})
 }
