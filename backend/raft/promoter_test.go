@@ -50,7 +50,7 @@ func TestHostPromoterOneVoterPerHost(t *testing.T) {
 			promote: []string{"c"}},
 		{name: "then the second voter of the host is demoted, not the raft leader", leader: "a2",
 			servers: map[string]autopilot.RaftState{"a@10.0.0.1:7390": v, "a2@10.0.0.1:7391": l, "b@10.0.0.2:7390": v, "c@10.0.0.3:7390": v},
-			demote: []string{"a"}},
+			demote:  []string{"a"}},
 		{name: "fewer hosts than voters: two voters on one host", leader: "a",
 			servers: map[string]autopilot.RaftState{"a@10.0.0.1:7390": l, "b@10.0.0.2:7390": v, "a2@10.0.0.1:7391": n},
 			promote: []string{"a2"}},
@@ -61,7 +61,7 @@ func TestHostPromoterOneVoterPerHost(t *testing.T) {
 			servers: map[string]autopilot.RaftState{"m1@127.0.0.1:1": l, "m2@127.0.0.1:2": v, "m3@127.0.0.1:3": v, "m4@127.0.0.1:4": v}},
 		{name: "hosts with no healthy voter first, lowest ID first", leader: "b",
 			servers: map[string]autopilot.RaftState{"a@10.0.0.1:7390": v, "b@10.0.0.2:7390": l, "a2@10.0.0.1:7391": n, "d@10.0.0.4:7390": n, "a0@10.0.0.1:7392": n},
-			sick: []string{"a"}, promote: []string{"a0", "d"}},
+			sick:    []string{"a"}, promote: []string{"a0", "d"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ch := (&hostPromoter{voters: 3}).CalculatePromotionsAndDemotions(conf, promoterState(tc.leader, tc.servers, tc.sick...))
