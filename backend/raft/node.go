@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/hashicorp/go-hclog"
 	hraft "github.com/hashicorp/raft"
 	autopilot "github.com/hashicorp/raft-autopilot"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
@@ -166,6 +165,7 @@ type Node struct {
 	id      string
 	addr    string // advertised
 	log     *slog.Logger
+	rlog    *raftLog // hashicorp/raft's records, into log
 	secret  string
 	fsm     *fsm
 	raft    *hraft.Raft
@@ -436,7 +436,9 @@ func advertiseAddr(configured string, bound net.Addr) (string, error) {
 }
 
 func (n *Node) startRaft() error {
-	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Output: &slogWriter{n.log}, Level: hclog.Info})
+	// raft's records at their own levels, repeats rate-limited (raftlog.go).
+	n.rlog = newRaftLog(n.log, RaftLogRepeatEvery)
+	hlog := n.rlog.hclogger()
 	conf := hraft.DefaultConfig()
 	conf.LocalID = hraft.ServerID(n.id)
 	conf.HeartbeatTimeout = n.opts.HeartbeatTimeout
@@ -601,6 +603,7 @@ func (n *Node) shutdown() error {
 	step("background work")
 	n.wg.Wait()
 	step("stores")
+	n.rlog.close()
 	n.client.close()
 	for _, c := range n.stores {
 		if cerr := c.Close(); err == nil {
@@ -681,22 +684,6 @@ func (n *Node) inConfiguration() bool {
 		}
 	}
 	return false
-}
-
-// slogWriter turns hclog's lines into slog debug records.
-type slogWriter struct{ log *slog.Logger }
-
-func (w *slogWriter) Write(p []byte) (int, error) {
-	line := strings.TrimSpace(string(p))
-	level := slog.LevelDebug
-	switch {
-	case strings.Contains(line, "[ERROR]"):
-		level = slog.LevelWarn
-	case strings.Contains(line, "[WARN]"):
-		level = slog.LevelInfo
-	}
-	w.log.Log(context.Background(), level, line)
-	return len(p), nil
 }
 
 // Changed returns a channel that is closed at the next change of lease name

@@ -228,4 +228,31 @@ func TestAgentBesideRunIsNotASecondVoter(t *testing.T) {
 		var doc leaderJSON
 		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &doc) == nil && doc.Holder != nil && (*doc.Holder == "b" || *doc.Holder == "c")
 	})
+
+	// The raft leader's failures to reach host A are errors, logged once
+	// per peer and then summed up once per interval, not once per
+	// heartbeat.
+	failures := func() (first, summaries, demoted int) {
+		for _, name := range []string{"b", "c"} {
+			for _, line := range strings.Split(procs[name].out.String(), "\n") {
+				switch {
+				case !strings.Contains(line, "failed to heartbeat to"):
+				case !strings.Contains(line, "level=ERROR"):
+					demoted++
+				case strings.Contains(line, "(repeated)"):
+					summaries++
+				default:
+					first++
+				}
+			}
+		}
+		return first, summaries, demoted
+	}
+	testkit.Eventually(t, 60*time.Second, "a summary of the heartbeat failures to host A, at level ERROR", func() bool {
+		_, summaries, _ := failures()
+		return summaries > 0
+	})
+	if first, summaries, demoted := failures(); first > 8 || demoted > 0 {
+		t.Errorf("heartbeat failures to host A's two members: %d lines at ERROR, %d summaries, %d at a lower level; want at most 8 lines (one per peer, per raft leader of B and C, per interval) and none lower", first, summaries, demoted)
+	}
 }
