@@ -39,6 +39,16 @@ type NodeOptions struct {
 	// voter that forgot its votes could vote twice in one election.
 	ID string
 
+	// Name, if set, begins an ID that the member makes (with no ID given
+	// and none stored): NAME-<16 random hex digits> instead of
+	// node-<16 random hex digits>, so that logs, /v1/group and the status
+	// page show whose member it is (`baton run` gives its --id, `baton
+	// agent` HOST-agent). Characters an ID cannot hold become '.', and a
+	// long Name is cut to 64 bytes. The random part keeps each new member's
+	// ID its own: an in-memory member gets a new one at every start. Empty
+	// (the default) means "node".
+	Name string
+
 	// DataDir keeps the raft log, the stable store and snapshots across
 	// restarts. Empty (the default) keeps them in memory: the member is a
 	// new member at every start, with a new random ID, which is always
@@ -356,7 +366,7 @@ func nodeID(opts NodeOptions) (string, error) {
 		if opts.ID != "" {
 			return opts.ID, nil
 		}
-		return randomID("node-"), nil
+		return randomID(idPrefix(opts.Name)), nil
 	}
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return "", fmt.Errorf("raft: data dir: %w", err)
@@ -381,7 +391,7 @@ func nodeID(opts NodeOptions) (string, error) {
 	case errors.Is(err, os.ErrNotExist):
 		id := opts.ID
 		if id == "" {
-			id = randomID("node-")
+			id = randomID(idPrefix(opts.Name))
 		}
 		if err := os.WriteFile(file, []byte(id+"\n"), 0o600); err != nil {
 			return "", fmt.Errorf("raft: store node id: %w", err)
@@ -412,6 +422,27 @@ func checkID(id string) error {
 		}
 	}
 	return nil
+}
+
+// idPrefix returns the start of an ID made for a member named name:
+// "NAME-", with the characters checkID refuses as '.', at most 64 bytes of
+// name; "node-" without a name.
+func idPrefix(name string) string {
+	if name == "" {
+		return "node-"
+	}
+	b := []byte(name)
+	for i, c := range b {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.':
+		default:
+			b[i] = '.'
+		}
+	}
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	return string(b) + "-"
 }
 
 func randomID(prefix string) string {

@@ -84,3 +84,31 @@ func TestNodeOptionsID(t *testing.T) {
 		t.Fatalf("fill with ID %q: %v; want a problem naming it", o.ID, err)
 	}
 }
+
+// A member's made ID starts with its Name, made fit for an ID, and is new
+// at every start without a data dir; with one, the stored ID stays.
+func TestNodeIDFromName(t *testing.T) {
+	t.Parallel()
+	a, _ := nodeID(NodeOptions{Name: "m2"})
+	b, _ := nodeID(NodeOptions{Name: "m2"})
+	if !strings.HasPrefix(a, "m2-") || len(a) != len("m2-")+16 || a == b {
+		t.Errorf("in-memory IDs named m2: %q and %q; want m2-<16 hex digits>, new each time", a, b)
+	}
+	if id, _ := nodeID(NodeOptions{Name: "web-1.example.com/3f2a9c1d"}); !strings.HasPrefix(id, "web-1.example.com.3f2a9c1d-") || checkID(id) != nil {
+		t.Errorf("ID named by a default candidate ID: %q", id)
+	}
+	if id, _ := nodeID(NodeOptions{Name: strings.Repeat("x", 200)}); len(id) != 64+1+16 || checkID(id) != nil {
+		t.Errorf("ID of a long name: %d bytes (%v)", len(id), checkID(id))
+	}
+	if id, _ := nodeID(NodeOptions{}); !strings.HasPrefix(id, "node-") {
+		t.Errorf("ID without a name: %q, want node-...", id)
+	}
+	dir := t.TempDir()
+	first, err := nodeID(NodeOptions{DataDir: dir, Name: "m1"})
+	if err != nil || !strings.HasPrefix(first, "m1-") {
+		t.Fatalf("first ID in a data dir: %q, %v", first, err)
+	}
+	if again, err := nodeID(NodeOptions{DataDir: dir, Name: "renamed"}); err != nil || again != first {
+		t.Errorf("ID after a restart with another name: %q, %v; want the stored %q", again, err, first)
+	}
+}

@@ -174,6 +174,11 @@ func (c *agentCommand) Run(ctx context.Context) error {
 		return err
 	}
 	defer inst.finish(ctx)
+	if host, err := c.app.hostname(); err == nil && host != "" {
+		c.raft.name = host + "-agent" // the member's ID: HOST-agent-RANDOM
+	} else {
+		c.raft.name = "agent"
+	}
 	opts, err := c.raft.nodeOptions(log)
 	if err != nil {
 		return err

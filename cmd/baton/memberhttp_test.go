@@ -220,6 +220,54 @@ func TestAgentBesideRunIsNotASecondVoter(t *testing.T) {
 		}
 	}
 
+	// One view of the lease from every member's --http, run or agent:
+	// the same holder, token, start, member (the holder's raft member,
+	// whose ID begins with the holder's --id) and waiters (the two other
+	// runs).
+	type leaseDoc struct {
+		Holder          string `json:"holder"`
+		Token           string `json:"token"`
+		Since           string `json:"since"`
+		Member          string `json:"member"`
+		Waiters         int    `json:"waiters"`
+		ResignRequested bool   `json:"resign_requested"`
+		HeldHere        bool   `json:"held_here"`
+	}
+	var diff string
+	oneView := func() bool {
+		var views []leaseDoc
+		for _, name := range []string{"a-agent", "a-run", "b", "c"} {
+			var v leaseDoc
+			if !getJSON("http://"+https[name]+"/v1/leases/job", &v) {
+				return false
+			}
+			if v.HeldHere != (name == v.Holder) {
+				diff = fmt.Sprintf("%s says held_here %v of holder %s", name, v.HeldHere, v.Holder)
+				return false
+			}
+			v.HeldHere = false
+			views = append(views, v)
+		}
+		for _, v := range views[1:] {
+			if v != views[0] {
+				diff = fmt.Sprintf("views of a-agent, a-run, b, c differ: %+v", views)
+				return false
+			}
+		}
+		v := views[0]
+		if v.Waiters != 2 || !strings.HasPrefix(v.Member, v.Holder+"-") || v.Member != ids[v.Holder] {
+			diff = fmt.Sprintf("view %+v: want 2 waiters and the member %s of holder %s", v, ids[v.Holder], v.Holder)
+			return false
+		}
+		return true
+	}
+	for deadline := time.Now().Add(30 * time.Second); !oneView() && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !oneView() {
+		t.Errorf("no one view of lease job: %s", diff)
+	}
+
 	// Host A is lost: both of its processes at once.
 	_ = procs["a-run"].cmd.Process.Kill()
 	_ = procs["a-agent"].cmd.Process.Kill()

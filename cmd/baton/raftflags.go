@@ -43,6 +43,10 @@ type raftFlags struct {
 	// metrics).
 	onRenew func(took time.Duration, err error)
 
+	// name begins the member's ID when it makes one (raft.NodeOptions.Name):
+	// run's candidate id, the agent's HOST-agent.
+	name string
+
 	fs *pflag.FlagSet
 }
 
@@ -167,6 +171,7 @@ func (r *raftFlags) nodeOptions(log *slog.Logger) (raft.NodeOptions, error) {
 		}
 	}
 	opts := raft.NodeOptions{
+		Name:            r.name,
 		DataDir:         r.dataDir,
 		BindAddr:        r.bind,
 		AdvertiseAddr:   advertise,

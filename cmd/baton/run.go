@@ -250,6 +250,9 @@ func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.
 	if id == "" {
 		id = baton.NewCandidateID()
 	}
+	// A raft member's ID starts with the candidate's, so that logs and
+	// status pages link the two.
+	c.raft.name = id
 	// Serving before connecting: health says 503 until the backend is open.
 	hs, err := c.http.start(c.common.lease, id, c.common.backend, &c.raft, log)
 	if err != nil {

@@ -43,6 +43,8 @@ type ElectorSource struct {
 	e          *baton.Elector
 	determined func() error
 	group      func() (Group, bool)
+	member     RaftMember // nil unless this process is a raft member
+	memberID   string     // LeaseInfo.Member of this process's terms
 	closed     bool
 	since      time.Time // when the current term began here
 	subs       map[int]func(Event)
@@ -65,7 +67,7 @@ var (
 // lease. Until Attach it is undetermined.
 func NewElectorSource(lease, id string) *ElectorSource {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &ElectorSource{lease: lease, id: id, subs: map[int]func(Event){}, ctx: ctx, cancel: cancel}
+	return &ElectorSource{lease: lease, id: id, memberID: id, subs: map[int]func(Event){}, ctx: ctx, cancel: cancel}
 }
 
 // Hooks sets cfg's OnElected and OnDemoted to report this process's terms,
@@ -86,11 +88,15 @@ func (s *ElectorSource) Hooks(cfg *baton.ElectorConfig) {
 	}
 }
 
-// RaftMember is what an ElectorSource reads of a raft member
-// (*raft.Node), when this process is one (raft://).
+// RaftMember is what an ElectorSource reads of a raft member, when this
+// process is one (raft://): raftagent.NodeSource of its *raft.Node.
 type RaftMember interface {
+	// ID returns the member's node ID.
+	ID() string
 	Determined() error
 	Group() (Group, bool)
+	// Lease reads the group's lease table, as an agent on the member does.
+	Lease(ctx context.Context, name string) (LeaseInfo, error)
 }
 
 // Attach gives the source the open backend and the Elector campaigning on
@@ -101,10 +107,11 @@ func (s *ElectorSource) Attach(b baton.Backend, e *baton.Elector, member RaftMem
 	s.mu.Lock()
 	s.b, s.e = b, e
 	if member != nil {
-		s.determined, s.group = member.Determined, member.Group
+		s.determined, s.group, s.member, s.memberID = member.Determined, member.Group, member, member.ID()
 	}
+	mid := s.memberID
 	s.mu.Unlock()
-	s.emit(Event{Lease: s.lease, Kind: EventQueued, Holder: s.id, Session: s.id, Member: s.id})
+	s.emit(Event{Lease: s.lease, Kind: EventQueued, Holder: s.id, Session: s.id, Member: mid})
 	s.wg.Go(func() { _ = e.WatchLeader(s.ctx, s.observe) })
 }
 
@@ -160,20 +167,60 @@ func (s *ElectorSource) Leases(ctx context.Context) ([]LeaseInfo, error) {
 	return []LeaseInfo{in}, nil
 }
 
+// HeldHere reports whether holder is this process's candidate.
+func (s *ElectorSource) HeldHere(holder, _ string) bool { return holder != "" && holder == s.id }
+
+// heldNow returns this process's current term of lease name ("" for its
+// one lease), without asking the backend; false when it does not lead.
+func (s *ElectorSource) heldNow(name string) (LeaseInfo, bool) {
+	if name != "" && name != s.lease {
+		return LeaseInfo{}, false
+	}
+	s.mu.Lock()
+	e, since, mid, closed := s.e, s.since, s.memberID, s.closed
+	s.mu.Unlock()
+	if e == nil || closed {
+		return LeaseInfo{}, false
+	}
+	t := e.Term()
+	if t == nil {
+		return LeaseInfo{}, false
+	}
+	return LeaseInfo{Name: s.lease, Holder: s.id, Token: t.Token(), Since: since, SafeUntil: wall(t.SafeUntil()), Member: mid}, true
+}
+
 // Lease returns who holds lease, which must be the one this process
-// campaigns for; free (no Holder) when nobody does.
+// campaigns for; free (no Holder) when nobody does. A raft member reads
+// the group's lease table, so that it shows what an agent shows (the
+// holder's member, the waiters, the group's safe-until); when that read
+// fails while this process leads, it shows its own term.
 func (s *ElectorSource) Lease(ctx context.Context, name string) (LeaseInfo, error) {
 	if name != s.lease {
 		return LeaseInfo{}, fmt.Errorf("this process campaigns for lease %q only: %w", s.lease, baton.ErrNoLeader)
 	}
 	s.mu.Lock()
-	b, e, since := s.b, s.e, s.since
+	b, e, member := s.b, s.e, s.member
 	s.mu.Unlock()
 	if b == nil || e == nil {
 		return LeaseInfo{}, fmt.Errorf("not connected to the backend yet: %w", baton.ErrBackendUnavailable)
 	}
-	if t := e.Term(); t != nil {
-		return LeaseInfo{Name: name, Holder: s.id, Token: t.Token(), Since: since, SafeUntil: wall(t.SafeUntil()), Member: s.id}, nil
+	own, leading := s.heldNow(name)
+	if member != nil {
+		in, err := member.Lease(ctx, name)
+		switch {
+		case err == nil && in.Holder == s.id && !leading:
+			return LeaseInfo{}, fmt.Errorf("the group names this process as the holder (token %d), but it does not lead here: its term has just ended, or is just beginning", in.Token)
+		case err == nil:
+			return in, nil
+		case leading:
+			return own, nil
+		case errors.Is(err, baton.ErrNoLeader):
+			return LeaseInfo{Name: name}, nil
+		}
+		return LeaseInfo{}, err
+	}
+	if leading {
+		return own, nil
 	}
 	rec, err := b.Leader(ctx, name)
 	if errors.Is(err, baton.ErrNoLeader) {
@@ -228,8 +275,9 @@ func (s *ElectorSource) elected(t baton.Term) {
 	s.since = time.Now()
 	s.lastToken = max(s.lastToken, t.Token())
 	s.otherHolds = ""
+	mid := s.memberID
 	s.mu.Unlock()
-	s.emit(Event{Lease: s.lease, Kind: EventElected, Holder: s.id, Session: s.id, Member: s.id, Token: t.Token()})
+	s.emit(Event{Lease: s.lease, Kind: EventElected, Holder: s.id, Session: s.id, Member: mid, Token: t.Token()})
 }
 
 func (s *ElectorSource) demoted(t baton.Term, reason error) {
@@ -244,13 +292,16 @@ func (s *ElectorSource) demoted(t baton.Term, reason error) {
 	case errors.Is(reason, baton.ErrStoppedEarly):
 		why = "stopped-early"
 	}
-	s.emit(Event{Lease: s.lease, Kind: kind, Holder: s.id, Session: s.id, Member: s.id, Token: t.Token(), Reason: why})
+	s.mu.Lock()
+	mid := s.memberID
+	s.mu.Unlock()
+	s.emit(Event{Lease: s.lease, Kind: kind, Holder: s.id, Session: s.id, Member: mid, Token: t.Token(), Reason: why})
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
 	if !closed && s.ctx.Err() == nil {
 		// The Elector campaigns again, unless its process stops.
-		s.emit(Event{Lease: s.lease, Kind: EventQueued, Holder: s.id, Session: s.id, Member: s.id})
+		s.emit(Event{Lease: s.lease, Kind: EventQueued, Holder: s.id, Session: s.id, Member: mid})
 	}
 }
 

@@ -59,7 +59,7 @@ type history struct {
 	window    time.Duration
 	maxTerms  int
 	maxLeases int
-	self      string // this member's ID: terms of its clients are "held here"
+	here      func(holder, member string) bool // whether a term is "held here"
 	metrics   *Metrics
 	now       func() time.Time
 	started   time.Time
@@ -75,9 +75,9 @@ type history struct {
 // histogram.
 const maxQueued = 10000
 
-func newHistory(self string, window time.Duration, maxTerms, maxLeases int, m *Metrics, now func() time.Time) *history {
+func newHistory(here func(holder, member string) bool, window time.Duration, maxTerms, maxLeases int, m *Metrics, now func() time.Time) *history {
 	return &history{
-		window: window, maxTerms: maxTerms, maxLeases: maxLeases, self: self, metrics: m, now: now,
+		window: window, maxTerms: maxTerms, maxLeases: maxLeases, here: here, metrics: m, now: now,
 		started: now(),
 		leases:  map[string]*leaseHist{}, queued: map[waitKey]time.Time{}, waiters: map[string][]*resignWait{},
 	}
@@ -102,7 +102,7 @@ func (h *history) apply(ev Event) {
 			h.metrics.campaignWait(ev.Lease, now.Sub(at))
 			delete(h.queued, k)
 		}
-		h.metrics.setLeader(ev.Lease, ev.Member == h.self)
+		h.metrics.setLeader(ev.Lease, h.here(ev.Holder, ev.Member))
 		l := h.lease(ev.Lease, now)
 		if l == nil {
 			return
@@ -273,7 +273,7 @@ func (h *history) seed(infos []LeaseInfo) {
 			start, known = h.started, false
 		}
 		l.add(term{Holder: in.Holder, Member: in.Member, Token: in.Token, Start: start, StartKnown: known}, h.maxTerms)
-		h.metrics.setLeader(in.Name, in.Member == h.self)
+		h.metrics.setLeader(in.Name, h.here(in.Holder, in.Member))
 	}
 }
 

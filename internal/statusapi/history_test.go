@@ -25,7 +25,7 @@ func endEv(kind EventKind, lease, holder string, token uint64, reason string) Ev
 func TestHistoryTermsAndBounds(t *testing.T) {
 	c := newClock()
 	m := NewMetrics()
-	h := newHistory("me", time.Hour, 3, 2, m, c.now)
+	h := newHistory(memberIs("me"), time.Hour, 3, 2, m, c.now)
 
 	h.apply(Event{Lease: "a", Kind: EventQueued, Holder: "x", Session: "s-x"})
 	c.add(time.Second)
@@ -113,7 +113,7 @@ func leaseSeries(t *testing.T, m *Metrics, lease string) int {
 func TestHistoryForgetsMetricSeries(t *testing.T) {
 	c := newClock()
 	m := NewMetrics()
-	h := newHistory("me", time.Hour, 10, 3, m, c.now)
+	h := newHistory(memberIs("me"), time.Hour, 10, 3, m, c.now)
 	// A scrape prunes before it gathers.
 	if err := m.bind(stubSource{}, h.prune, time.Second, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
@@ -161,7 +161,7 @@ func (stubSource) ID() string                                  { return "me" }
 // after subscribing, fills in their start.
 func TestHistorySeed(t *testing.T) {
 	c := newClock()
-	h := newHistory("me", time.Hour, 10, 10, NewMetrics(), c.now)
+	h := newHistory(memberIs("me"), time.Hour, 10, 10, NewMetrics(), c.now)
 	since := c.t.Add(-5 * time.Minute)
 	c.add(time.Second)
 	// An end seen before the table read: its start is unknown until then.
@@ -193,7 +193,7 @@ func TestHistorySeed(t *testing.T) {
 
 func TestHistoryAwaitEnd(t *testing.T) {
 	c := newClock()
-	h := newHistory("me", time.Hour, 10, 10, NewMetrics(), c.now)
+	h := newHistory(memberIs("me"), time.Hour, 10, 10, NewMetrics(), c.now)
 	h.apply(elected("a", "x", "me", 5))
 	done, forget := h.awaitEnd("a", 5)
 	defer forget()
@@ -298,4 +298,9 @@ func keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// memberIs is the "held here" of a member whose ID is id.
+func memberIs(id string) func(holder, member string) bool {
+	return func(holder, member string) bool { return holder != "" && member == id }
 }

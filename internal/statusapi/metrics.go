@@ -198,9 +198,9 @@ func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
-	self, now := c.src.ID(), time.Now()
+	now := time.Now()
 	for _, in := range infos {
-		if in.Holder == "" || in.Member != self || in.SafeUntil.IsZero() {
+		if !heldHere(c.src, in.Holder, in.Member) || in.SafeUntil.IsZero() {
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(c.margin, prometheus.GaugeValue, in.SafeUntil.Sub(now).Seconds(), in.Name)

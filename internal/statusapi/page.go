@@ -62,7 +62,8 @@ type pageData struct {
 	Here           string // whose leases are held here
 	Backend        string // the backend, when the page names it
 	Member         string
-	IsGroup        bool // the source is a raft member: State, Leader, Members, Voters
+	IsGroup        bool // the source is a raft member: NodeID, State, Leader, Members, Voters
+	NodeID         string
 	State          string
 	Leader         string
 	Members        int
@@ -156,7 +157,7 @@ func (h *Handler) pageData(r *http.Request) pageData {
 	}
 	if gs, ok := h.src.(GroupSource); ok {
 		if g, ok := gs.Group(); ok {
-			d.IsGroup, d.State, d.Leader, d.Members, d.Voters = true, g.State, g.Leader, len(g.Members), len(g.Voters)
+			d.IsGroup, d.NodeID, d.State, d.Leader, d.Members, d.Voters = true, g.ID, g.State, g.Leader, len(g.Members), len(g.Voters)
 		}
 	}
 	if err := h.src.Determined(); err != nil {
@@ -181,7 +182,7 @@ func (h *Handler) pageData(r *http.Request) pageData {
 	for _, in := range infos {
 		r := leaseRow{Name: in.Name, Href: "v1/leases/" + url.PathEscape(in.Name), Free: in.Holder == "",
 			Holder: in.Holder, Colour: col[in.Holder], Token: in.Token, Member: in.Member, Waiters: in.Waiters,
-			Here: in.Holder != "" && in.Member == d.Member, Resign: in.ResignRequested}
+			Here: heldHere(h.src, in.Holder, in.Member), Resign: in.ResignRequested}
 		if !in.Since.IsZero() && !r.Free {
 			r.Since = in.Since.UTC().Format("15:04:05")
 			r.Ago = durationLabel(now.Sub(in.Since)) + " ago"

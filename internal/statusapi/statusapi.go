@@ -115,6 +115,27 @@ type Source interface {
 	WatchLeases(fn func(Event)) (stop func())
 }
 
+// HereSource is implemented by a Source that decides itself which leases
+// are held here (ElectorSource: those of its candidate). For any other
+// Source a lease is held here when its Member is the Source's ID.
+type HereSource interface {
+	// HeldHere reports whether a lease held by holder through member is
+	// held by this process (or a client of this agent).
+	HeldHere(holder, member string) bool
+}
+
+// heldHere reports whether src holds (or a client of it holds) a lease
+// held by holder through member.
+func heldHere(src Source, holder, member string) bool {
+	if holder == "" {
+		return false
+	}
+	if hs, ok := src.(HereSource); ok {
+		return hs.HeldHere(holder, member)
+	}
+	return member == src.ID()
+}
+
 // Group is a raft member's view of its group: IDs, no addresses.
 type Group struct {
 	ID      string   `json:"id"`      // this member's node ID
@@ -257,7 +278,7 @@ func New(src Source, opts Options) (*Handler, error) {
 		return nil, err
 	}
 	log := opts.Logger.WithGroup("http")
-	hist := newHistory(src.ID(), opts.History, opts.MaxTerms, opts.MaxLeases, opts.Metrics, opts.Now)
+	hist := newHistory(func(holder, member string) bool { return heldHere(src, holder, member) }, opts.History, opts.MaxTerms, opts.MaxLeases, opts.Metrics, opts.Now)
 	if err := opts.Metrics.bind(src, hist.prune, opts.ReadTimeout, log); err != nil {
 		return nil, err
 	}
