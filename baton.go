@@ -92,6 +92,38 @@ func ResignRequestedOf(t Term) <-chan struct{} {
 	return nil
 }
 
+// Predecessor is the term of a lease before a given one, as its backend
+// recorded it.
+type Predecessor struct {
+	// First reports that the backend knows of no earlier term of the
+	// lease; the other fields are then empty.
+	First bool
+	// Holder is the candidate ID that held the earlier term.
+	Holder string
+	// Via is the process the holder campaigned through, when the backend
+	// records it (a raft member's ID); empty otherwise.
+	Via string
+	// Token is the earlier term's fencing token.
+	Token uint64
+	// Ended says how the earlier term ended, in a few words: "resigned",
+	// "resigned on request", "released as its process stopped", or
+	// "expired: not renewed within the TTL (the holder or its member was
+	// lost)".
+	Ended string
+}
+
+// PredecessorTerm is implemented by the Terms of backends that record how
+// a lease changed hands (raft). An Elector names the predecessor in its
+// "elected" log line.
+type PredecessorTerm interface {
+	Term
+
+	// Predecessor returns the term before this one; false when the
+	// backend does not know it (a raft member that caught up from a
+	// snapshot, say).
+	Predecessor() (Predecessor, bool)
+}
+
 // Candidate is a contender for a lease.
 type Candidate struct {
 	// ID identifies the candidate and must be unique per process incarnation

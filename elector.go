@@ -317,7 +317,7 @@ func (e *Elector) Status() Status {
 func (e *Elector) elected(t Term) {
 	e.term.Store(&termBox{t})
 	now := time.Now()
-	e.log.Info("elected", "token", t.Token())
+	e.log.Info("elected", electedAttrs(t)...)
 	e.mu.Lock()
 	if e.status.Terms > 0 && t.Token() <= e.status.HighestToken {
 		e.log.Error("fencing token did not increase: the backend lost its data or was replaced, and stores that fence on tokens will refuse this leader's writes",
@@ -332,6 +332,30 @@ func (e *Elector) elected(t Term) {
 	if e.cfg.OnElected != nil {
 		e.cfg.OnElected(t)
 	}
+}
+
+// electedAttrs are the attributes of the "elected" line: the token, and
+// the previous holder and how its term ended when the backend knows
+// (PredecessorTerm).
+func electedAttrs(t Term) []any {
+	attrs := []any{"token", t.Token()}
+	pt, ok := t.(PredecessorTerm)
+	if !ok {
+		return attrs
+	}
+	p, ok := pt.Predecessor()
+	switch {
+	case !ok:
+	case p.First:
+		attrs = append(attrs, "previous", "none: the first term of this lease")
+	default:
+		attrs = append(attrs, "previous", p.Holder)
+		if p.Via != "" {
+			attrs = append(attrs, "previous_via", p.Via)
+		}
+		attrs = append(attrs, "previous_token", p.Token, "previous_ended", p.Ended)
+	}
+	return attrs
 }
 
 func (e *Elector) demoted(t Term, reason error) {

@@ -156,7 +156,7 @@ func (b *Backend) campaign(ctx context.Context, sl *session.Slot, name, id strin
 		break
 	}
 	if res.Holder {
-		return b.hold(s, sl, name, res.Token, res.Index)
+		return b.hold(s, sl, name, res.Token, res.Index, res.Prev)
 	}
 	b.log.Debug("queued", "lease", name, "session", s.ID, "index", res.Index)
 	minIndex, after := res.Index, uint64(0)
@@ -172,7 +172,7 @@ func (b *Backend) campaign(ctx context.Context, sl *session.Slot, name, id strin
 		}
 		switch {
 		case v.Session == s.ID:
-			return b.hold(s, sl, name, v.Token, v.Index)
+			return b.hold(s, sl, name, v.Token, v.Index, v.Prev)
 		case v.SessionGone:
 			b.sessions.Lost(s)
 			return nil, b.campaignErr(ctx, s, name, "wait", errSessionGone)
@@ -288,8 +288,9 @@ type held struct {
 	stop  context.CancelFunc
 }
 
-// hold starts the term granted at index at with token.
-func (b *Backend) hold(s *sess, sl *session.Slot, name string, token, at uint64) (baton.Term, error) {
+// hold starts the term granted at index at with token, after prev (nil:
+// unknown).
+func (b *Backend) hold(s *sess, sl *session.Slot, name string, token, at uint64, prev *prevTerm) (baton.Term, error) {
 	ctx, stop := context.WithCancel(s.Context())
 	h := &held{name: name, token: token, s: s, sl: sl, stop: stop}
 	// If Start fails, the lease goes with the session: Close destroys it,
@@ -308,7 +309,7 @@ func (b *Backend) hold(s *sess, sl *session.Slot, name string, token, at uint64)
 		b.epochs.Report(b.log, epoch.Where{Store: "the raft group", Counter: "log indexes", Kind: "lease", Key: name}, e)
 	}
 	b.sawHeld(name, token)
-	return &term{BasicTerm: t, b: b, h: h}, nil
+	return &term{BasicTerm: t, b: b, h: h, prev: prev}, nil
 }
 
 // term is a raft Backend's baton.Term. Its state lives in the replicated
@@ -316,11 +317,24 @@ func (b *Backend) hold(s *sess, sl *session.Slot, name string, token, at uint64)
 // while this term's session and token still hold the lease there.
 type term struct {
 	*backend.BasicTerm
-	b *Backend
-	h *held
+	b    *Backend
+	h    *held
+	prev *prevTerm
 }
 
-var _ baton.StateTerm = (*term)(nil)
+var (
+	_ baton.StateTerm       = (*term)(nil)
+	_ baton.PredecessorTerm = (*term)(nil)
+)
+
+// Predecessor implements baton.PredecessorTerm: the term before this one,
+// as the log that granted it recorded it.
+func (t *term) Predecessor() (baton.Predecessor, bool) {
+	if t.prev == nil {
+		return baton.Predecessor{}, false
+	}
+	return t.prev.predecessor(), true
+}
 
 // LoadState implements baton.StateTerm: a linearizable read through the
 // raft leader (after it confirmed its leadership with a quorum). It works

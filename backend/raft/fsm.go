@@ -75,6 +75,9 @@ type result struct {
 	// Lost reports that a state-store was refused because its term no
 	// longer holds the lease in the log.
 	Lost bool `json:"lost,omitempty"`
+	// Prev is, for an acquire that got the lease, the term before it,
+	// when this copy of the log knows it.
+	Prev *prevTerm `json:"prev,omitempty"`
 }
 
 // sessionRec is a session as the log knows it.
@@ -158,6 +161,44 @@ type fsm struct {
 	// the log learns it: from the acquire that sets it, or from a
 	// snapshot. It is called with mu held.
 	onEpoch func(e uint64)
+	// lastEnd is the last term of each lease to end, and pred the term
+	// before each lease's current one, as this copy of the log applied
+	// them. Not in snapshots: after a restore, what came before is
+	// unknown (restored), not "none".
+	lastEnd  map[string]prevTerm
+	pred     map[string]prevTerm // keyed by lease; Next is the current term's token
+	restored bool
+}
+
+// prevTerm is the term of a lease before another: what the "elected" line
+// of the next holder names (baton.Predecessor).
+type prevTerm struct {
+	First  bool   `json:"first,omitempty"` // the lease had no term before, in the whole log
+	Holder string `json:"holder,omitempty"`
+	Member string `json:"member,omitempty"`
+	Token  uint64 `json:"token,omitempty"`
+	Reason string `json:"reason,omitempty"` // a LeaseEvent reason
+	// Next is the token of the term this one preceded.
+	Next uint64 `json:"next"`
+}
+
+// predecessorOf returns p in the baton's words.
+func (p prevTerm) predecessor() baton.Predecessor {
+	if p.First {
+		return baton.Predecessor{First: true}
+	}
+	ended := p.Reason
+	switch p.Reason {
+	case reasonResigned:
+		ended = "resigned"
+	case reasonResignRequested:
+		ended = "resigned on request"
+	case reasonClosed:
+		ended = "released as its process stopped"
+	case reasonExpired:
+		ended = "expired: not renewed within the TTL (the holder or its member was lost)"
+	}
+	return baton.Predecessor{Holder: p.Holder, Via: p.Member, Token: p.Token, Ended: ended}
 }
 
 func newFSM() *fsm {
@@ -179,6 +220,7 @@ func (f *fsm) reset(st state) {
 	}
 	f.st = st
 	f.bySes = map[string]map[string]struct{}{}
+	f.lastEnd, f.pred = map[string]prevTerm{}, map[string]prevTerm{}
 	for _, l := range st.Leases {
 		if l.Session != "" {
 			f.link(l.Session, l.Name)
@@ -332,7 +374,7 @@ func (f *fsm) acquire(index uint64, c *command) *result {
 	switch {
 	case l.Session == c.Session:
 		// A retried acquire whose first reply was lost.
-		return &result{Holder: true, Token: l.Token}
+		return &result{Holder: true, Token: l.Token, Prev: f.prevOf(c.Lease, l.Token)}
 	case l.Session == "":
 		tok := f.token(index)
 		l.Session, l.Candidate, l.Token, l.Since = c.Session, c.Candidate, tok, c.Time
@@ -341,7 +383,7 @@ func (f *fsm) acquire(index uint64, c *command) *result {
 		f.emit(LeaseEvent{Lease: c.Lease, Kind: EventElected, Holder: c.Candidate, Session: c.Session,
 			Member: s.Node, Token: tok, At: c.Time})
 		f.changed(c.Lease)
-		return &result{Holder: true, Token: tok}
+		return &result{Holder: true, Token: tok, Prev: f.prevOf(c.Lease, tok)}
 	}
 	if !slices.ContainsFunc(l.Queue, func(w waiter) bool { return w.Session == c.Session }) {
 		l.Queue = append(l.Queue, waiter{Session: c.Session, Candidate: c.Candidate})
@@ -436,8 +478,34 @@ const (
 	reasonClosed          = "session-closed"
 )
 
-// emit records ev for the watchers, at the end of this Apply.
-func (f *fsm) emit(ev LeaseEvent) { f.events = append(f.events, ev) }
+// emit records ev for the watchers, at the end of this Apply, and the
+// lease's predecessors.
+func (f *fsm) emit(ev LeaseEvent) {
+	switch ev.Kind {
+	case EventReleased, EventLost:
+		f.lastEnd[ev.Lease] = prevTerm{Holder: ev.Holder, Member: ev.Member, Token: ev.Token, Reason: ev.Reason}
+	case EventElected:
+		p, ok := f.lastEnd[ev.Lease]
+		switch {
+		case ok:
+			p.Next = ev.Token
+			f.pred[ev.Lease] = p
+		case !f.restored:
+			f.pred[ev.Lease] = prevTerm{First: true, Next: ev.Token}
+		default:
+			delete(f.pred, ev.Lease)
+		}
+	}
+	f.events = append(f.events, ev)
+}
+
+// prevOf returns the term before lease's term with token, if known.
+func (f *fsm) prevOf(lease string, token uint64) *prevTerm {
+	if p, ok := f.pred[lease]; ok && p.Next == token {
+		return &p
+	}
+	return nil
+}
 
 // memberOf returns the node ID session was created through ("" when the
 // log has no such session).

@@ -27,6 +27,9 @@ type leaseView struct {
 	Waiting bool `json:"waiting,omitempty"`
 	// SessionGone reports that the session asked about is not in the log.
 	SessionGone bool `json:"session_gone,omitempty"`
+	// Prev is the term before the holder's, when the copy of the log read
+	// knows it.
+	Prev *prevTerm `json:"prev,omitempty"`
 }
 
 // lease returns name's state as seen by session (which may be ""), and a
@@ -37,6 +40,9 @@ func (f *fsm) lease(name, session string) (leaseView, <-chan struct{}) {
 	v := leaseView{Index: f.st.Index, Name: name, Modified: f.mod[name]}
 	if l := f.st.Leases[name]; l != nil {
 		v.Session, v.Candidate, v.Token, v.Since = l.Session, l.Candidate, l.Token, l.Since
+		if l.Session != "" {
+			v.Prev = f.prevOf(name, l.Token)
+		}
 		v.Waiting = session != "" && slices.ContainsFunc(l.Queue, func(w waiter) bool { return w.Session == session })
 	}
 	if session != "" {
@@ -179,6 +185,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reset(st)
+	f.restored = true
 	if st.Epoch != 0 && f.onEpoch != nil {
 		f.onEpoch(st.Epoch)
 	}
