@@ -67,7 +67,10 @@ func TestElectedLineNamesPredecessor(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
-		go func() { defer close(done); _ = e.Run(ctx, func(ctx context.Context, _ baton.Term) error { <-ctx.Done(); return nil }) }()
+		go func() {
+			defer close(done)
+			_ = e.Run(ctx, func(ctx context.Context, _ baton.Term) error { <-ctx.Done(); return nil })
+		}()
 		return e, cancel, done
 	}
 	first, stop, done := elect("first")
