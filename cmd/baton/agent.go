@@ -26,6 +26,10 @@ on the same host campaign through it with --backend agent://127.0.0.1:8790:
 several commands (and baton is-leader / baton leader checks) share one
 member, and the commands come and go without the group's membership changing.
 
+An agent is never a second voter for its host: where a 'baton run' of the
+same address already votes, the agent replicates without voting once
+another host can vote in its place (see docs/guarantees.md).
+
 When to use which: a service with one leader-only job per instance runs
 baton run --backend raft:// (no sidecar to deploy; the instance is the
 member). Hosts that run several jobs, or short-lived checks, run one baton
@@ -92,7 +96,9 @@ and Prometheus work; they show no credentials:
                                 baton_transitions_total, term duration, renew
                                 latency, safe-until margin, campaign wait
   GET  /v1/group                this member's view of the group: member IDs,
-                                voters, raft leader (JSON; no addresses)
+                                voters, raft leader (JSON; no addresses). A
+                                run's member ID is its --id, an agent's
+                                HOST-agent, then -RANDOM
   GET  /v1/status               this member's view of the group (JSON; token)
   POST /v1/raft/client/...      the calls of agent:// clients about their
                                 own sessions (token and the session's secret)

@@ -83,7 +83,7 @@ func (a *App) newCronCommand() *cobra.Command {
 		}),
 	}
 	c.fs = cmd.Flags()
-	c.common.register(c.fs, "candidate id, unique per process (default HOST/RANDOM)")
+	c.common.register(c.fs, "candidate id, unique per process (default HOST/RANDOM); with raft:// the member's ID is this id, then -RANDOM")
 	c.fs.DurationVar(&c.grace, "grace", 0, "time between SIGTERM and SIGKILL when stopping a run whose term ended (default: half of the renewal window, at most 5s)")
 	c.fs.StringVar(&c.spec, "schedule", "", `cron spec, e.g. "0 3 * * *" or "CRON_TZ=UTC */30 * * * * *" (required)`)
 	c.fs.StringVar(&c.catchUp, "catch-up", "last", "missed slots after a failover or a long run: last (run the latest at once) or none (wait for the next)")

@@ -144,7 +144,7 @@ func (a *App) newRunCommand() *cobra.Command {
 		}),
 	}
 	c.fs = cmd.Flags()
-	c.common.register(c.fs, "candidate id, unique per process (default HOST/RANDOM)")
+	c.common.register(c.fs, "candidate id, unique per process (default HOST/RANDOM); with raft:// the member's ID is this id, then -RANDOM")
 	c.fs.DurationVar(&c.grace, "grace", 0, "time between SIGTERM and SIGKILL when stopping CMD; when renewals lag, SIGTERM comes this long before the safe-until deadline so that SIGKILL lands by it (default: half of the renewal window, at most 5s: 2s at --ttl 10s on etcd)")
 	c.fs.BoolVar(&c.once, "once", false, "run CMD for one term only, then exit with its status")
 	c.fs.DurationVar(&c.timeout, "timeout", 0, "give up (exit 3) if not elected within this time (0: wait forever)")
