@@ -275,7 +275,7 @@ func (c *commonFlags) validate() ([]string, *backendurl.Spec) {
 		}
 		problems = append(problems, fmt.Sprintf("%s %q: %v%s", flagSource(c.fs, "backend"), redactURL(c.backend), err, hint))
 	} else if s.Scheme == "raft" && !c.member {
-		problems = append(problems, fmt.Sprintf("%s raft:// would make this short-lived command a member of the group: ask a member's agent instead, e.g. --backend agent://127.0.0.1:8790 (baton agent)", flagSource(c.fs, "backend")))
+		problems = append(problems, fmt.Sprintf("%s raft:// would make this short-lived command a member of the group: ask a member through its --http instead, e.g. --backend agent://127.0.0.1:8080 (the --http of a baton run --backend raft://, or of a baton agent)", flagSource(c.fs, "backend")))
 	} else {
 		spec = s
 	}
