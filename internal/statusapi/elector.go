@@ -12,7 +12,10 @@ import (
 
 // ElectorSource is one process's campaign for one lease, on any backend:
 // what `baton run --http` and `baton cron --http` serve. Leases held here
-// are those of its own candidate: LeaseInfo.Member is the holder's ID.
+// are those of its own candidate (HeldHere). On raft it reads the group's
+// lease table, as an agent does, so that every member shows one lease the
+// same way (LeaseInfo.Member the holder's member, Waiters the queue); on
+// other backends LeaseInfo.Member is the holder's ID.
 //
 // The order of its life: NewElectorSource (before the backend is open, so
 // that health answers 503 while connecting), Hooks into the

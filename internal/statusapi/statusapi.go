@@ -62,8 +62,9 @@ type LeaseInfo struct {
 	Since     time.Time // wall-clock start of the term (informational); zero when unknown
 	SafeUntil time.Time // until when the lease is the holder's without another renewal; zero when unknown
 	// Member is the process the holder campaigns through: a raft member's
-	// node ID, or, for an ElectorSource, the holder itself. A lease whose
-	// Member is Source.ID is "held here".
+	// node ID, or, for an ElectorSource on another backend, the holder
+	// itself. A lease whose Member is Source.ID is "held here", unless
+	// the Source decides that itself (HereSource).
 	Member string
 	// Waiters counts the candidates queued, where the source knows it.
 	Waiters int
