@@ -271,11 +271,30 @@ func TestAgentBesideRunIsNotASecondVoter(t *testing.T) {
 	// Host A is lost: both of its processes at once.
 	_ = procs["a-run"].cmd.Process.Kill()
 	_ = procs["a-agent"].cmd.Process.Kill()
+	var after string
 	testkit.Eventually(t, 60*time.Second, "B or C to hold the lease after host A's loss", func() bool {
 		r := runBaton(t, 30*time.Second, "leader", "--backend", "agent://"+https["b"], "--lease", "job", "--json", "--timeout", "3s")
 		var doc leaderJSON
-		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &doc) == nil && doc.Holder != nil && (*doc.Holder == "b" || *doc.Holder == "c")
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &doc) != nil || doc.Holder == nil || (*doc.Holder != "b" && *doc.Holder != "c") {
+			return false
+		}
+		after = *doc.Holder
+		return true
 	})
+	// The new holder's "elected" line names the holder lost with host A.
+	before := strings.TrimPrefix(strings.Fields(holders[0])[0], "holder=")
+	t.Logf("holder before host A's loss: %s; after: %s", before, after)
+	if before == "a-run" {
+		testkit.Eventually(t, 10*time.Second, after+"'s elected line naming a-run, expired", func() bool {
+			for _, line := range strings.Split(procs[after].out.String(), "\n") {
+				if strings.Contains(line, "msg=elected") && strings.Contains(line, "baton.previous=a-run") &&
+					strings.Contains(line, "baton.previous_via="+ids["a-run"]) && strings.Contains(line, `baton.previous_ended="expired`) {
+					return true
+				}
+			}
+			return false
+		})
+	}
 
 	// The raft leader's failures to reach host A are errors, logged once
 	// per peer and then summed up once per interval, not once per
