@@ -75,12 +75,23 @@ func (l *raftLog) hclogger() hclog.Logger {
 // differ in them are different failures.
 var peerKeys = map[string]bool{"peer": true, "target": true, "server-id": true, "id": true, "address": true, "server": true, "node": true, "to": true, "from": true}
 
-// Write takes one hclog JSON record.
+// Write takes hclog JSON records, one a line.
 func (l *raftLog) Write(p []byte) (int, error) {
+	for line := range strings.SplitSeq(strings.TrimSpace(string(p)), "\n") {
+		if line != "" {
+			l.line(line)
+		}
+	}
+	return len(p), nil
+}
+
+// line takes one hclog JSON record; a line that is not one is written as
+// it is, at Info.
+func (l *raftLog) line(line string) {
 	var rec map[string]any
-	if err := json.Unmarshal(p, &rec); err != nil {
-		l.log.Info(strings.TrimSpace(string(p)))
-		return len(p), nil
+	if err := json.Unmarshal([]byte(line), &rec); err != nil {
+		l.log.Info(line)
+		return
 	}
 	level := slog.LevelDebug
 	switch rec["@level"] {
@@ -109,7 +120,6 @@ func (l *raftLog) Write(p []byte) (int, error) {
 		}
 	}
 	l.record(key.String(), level, msg, attrs)
-	return len(p), nil
 }
 
 // record writes a record, or counts it if one of its kind was written
