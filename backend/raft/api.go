@@ -176,18 +176,6 @@ func (n *Node) ClientHandler(token string) (http.Handler, error) {
 	return mux, nil
 }
 
-// ReadHandler serves the reads of Clients (agent:// backends) and nothing
-// else: GET /v1/raft/lease and GET /v1/raft/state, which need no token and
-// change nothing. `baton run --http` mounts it, so that `baton is-leader`
-// and `baton leader` read from a raft:// member as they read from an agent.
-// Every other path is 404.
-func (n *Node) ReadHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/raft/lease", n.serveLease)
-	mux.HandleFunc("GET /v1/raft/state", n.serveState)
-	return mux
-}
-
 func (n *Node) authorize(next http.Handler) http.Handler {
 	b, err := httpauth.NewBearer(n.secret)
 	if err != nil {
@@ -216,6 +204,18 @@ func writeErr(w http.ResponseWriter, err error) {
 		status = http.StatusServiceUnavailable
 	}
 	http.Error(w, err.Error(), status)
+}
+
+// ReadHandler serves the reads of Clients (agent:// backends) and nothing
+// else: GET /v1/raft/lease and GET /v1/raft/state, which need no token and
+// change nothing. `baton run --http` mounts it, so that `baton is-leader`
+// and `baton leader` read from a raft:// member as they read from an agent.
+// Every other path is 404.
+func (n *Node) ReadHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/raft/lease", n.serveLease)
+	mux.HandleFunc("GET /v1/raft/state", n.serveState)
+	return mux
 }
 
 func (n *Node) info() nodeInfo {

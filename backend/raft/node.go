@@ -175,7 +175,6 @@ type Node struct {
 	id      string
 	addr    string // advertised
 	log     *slog.Logger
-	rlog    *raftLog // hashicorp/raft's records, into log
 	secret  string
 	fsm     *fsm
 	raft    *hraft.Raft
@@ -186,6 +185,7 @@ type Node struct {
 	timers  *sessionTimers
 	heard   *heardLog   // what this member heard from raft leaders, for the next one (heard.go)
 	stalls  *stallWatch // whether this process stood still of late (heard.go)
+	rlog    *raftLog    // hashicorp/raft's records, into log (raftlog.go)
 	pilot   *autopilot.Autopilot
 	pilotMu sync.Mutex // orders the terms' autopilot stops and starts
 	stores  []io.Closer
