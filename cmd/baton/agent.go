@@ -173,6 +173,11 @@ func (c *agentCommand) Run(ctx context.Context) error {
 	}
 	lvl, _ := parseLevel(c.logLevel)
 	log := newLogger(c.app.stderr(), lvl)
+	if host, err := c.app.hostname(); err == nil && host != "" {
+		c.raft.name = host + "-agent" // the member's ID: HOST-agent-RANDOM
+	} else {
+		c.raft.name = "agent"
+	}
 	// --aws: leave the group as on SIGTERM when the instance is leaving,
 	// then complete the lifecycle action.
 	ctx, inst, err := c.aws.startAWS(ctx, c.raft.join, log)
@@ -180,11 +185,6 @@ func (c *agentCommand) Run(ctx context.Context) error {
 		return err
 	}
 	defer inst.finish(ctx)
-	if host, err := c.app.hostname(); err == nil && host != "" {
-		c.raft.name = host + "-agent" // the member's ID: HOST-agent-RANDOM
-	} else {
-		c.raft.name = "agent"
-	}
 	opts, err := c.raft.nodeOptions(log)
 	if err != nil {
 		return err
