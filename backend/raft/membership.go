@@ -445,7 +445,7 @@ func (d *pilotDelegate) RemoveFailedServer(s *autopilot.Server) {
 	n.mu.Unlock()
 }
 
-// hostPromoter decides the voters: at most voters of them, on as many
+// cappedPromoter decides the voters: at most voters of them, on as many
 // hosts as the group has. A host is the IP (or name) of a member's
 // advertised address, so that a `baton agent` beside a `baton run` on one
 // instance (two members, two ports, one address) is never a second voter
@@ -465,12 +465,12 @@ func (d *pilotDelegate) RemoveFailedServer(s *autopilot.Server) {
 // the cap, every second healthy voter of one host is demoted, keeping the
 // raft leader or else the lowest ID. It demotes nothing else: dead voters
 // are autopilot's and Departures' to remove.
-type hostPromoter struct{ voters int }
+type cappedPromoter struct{ voters int }
 
-func (p *hostPromoter) GetServerExt(*autopilot.Config, *autopilot.ServerState) any { return nil }
-func (p *hostPromoter) GetStateExt(*autopilot.Config, *autopilot.State) any        { return nil }
+func (p *cappedPromoter) GetServerExt(*autopilot.Config, *autopilot.ServerState) any { return nil }
+func (p *cappedPromoter) GetStateExt(*autopilot.Config, *autopilot.State) any        { return nil }
 
-func (p *hostPromoter) GetNodeTypes(_ *autopilot.Config, s *autopilot.State) map[hraft.ServerID]autopilot.NodeType {
+func (p *cappedPromoter) GetNodeTypes(_ *autopilot.Config, s *autopilot.State) map[hraft.ServerID]autopilot.NodeType {
 	out := map[hraft.ServerID]autopilot.NodeType{}
 	for id := range s.Servers {
 		out[id] = autopilot.NodeVoter
@@ -478,13 +478,13 @@ func (p *hostPromoter) GetNodeTypes(_ *autopilot.Config, s *autopilot.State) map
 	return out
 }
 
-func (p *hostPromoter) FilterFailedServerRemovals(_ *autopilot.Config, _ *autopilot.State, f *autopilot.FailedServers) *autopilot.FailedServers {
+func (p *cappedPromoter) FilterFailedServerRemovals(_ *autopilot.Config, _ *autopilot.State, f *autopilot.FailedServers) *autopilot.FailedServers {
 	return f
 }
 
-func (p *hostPromoter) IsPotentialVoter(t autopilot.NodeType) bool { return t == autopilot.NodeVoter }
+func (p *cappedPromoter) IsPotentialVoter(t autopilot.NodeType) bool { return t == autopilot.NodeVoter }
 
-func (p *hostPromoter) CalculatePromotionsAndDemotions(c *autopilot.Config, s *autopilot.State) autopilot.RaftChanges {
+func (p *cappedPromoter) CalculatePromotionsAndDemotions(c *autopilot.Config, s *autopilot.State) autopilot.RaftChanges {
 	now := time.Now()
 	stable := s.ServerStabilizationTime(c)
 	healthyOn := map[string][]hraft.ServerID{} // host: its healthy voters
@@ -574,7 +574,7 @@ func memberHost(addr string) string {
 // bootstrapVoters returns the suffrage of each of cands (sorted by ID) in a
 // new group of at most voters voters: one per host first, lowest ID first,
 // then more on hosts that have one, while there are fewer than voters (see
-// hostPromoter).
+// cappedPromoter).
 func bootstrapVoters(cands []nodeInfo, voters int) []bool {
 	vote := make([]bool, len(cands))
 	n := 0

@@ -534,7 +534,7 @@ func (n *Node) startRaft() error {
 	}
 	n.raft = r
 	n.pilot = autopilot.New(r, &pilotDelegate{n}, autopilot.WithLogger(hlog),
-		autopilot.WithPromoter(&hostPromoter{voters: n.opts.Voters}),
+		autopilot.WithPromoter(&cappedPromoter{voters: n.opts.Voters}),
 		autopilot.WithUpdateInterval(n.opts.HeartbeatTimeout),
 		autopilot.WithReconcileInterval(n.opts.HeartbeatTimeout))
 	return nil

@@ -64,7 +64,7 @@ func TestHostPromoterOneVoterPerHost(t *testing.T) {
 			sick:    []string{"a"}, promote: []string{"a0", "d"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ch := (&hostPromoter{voters: 3}).CalculatePromotionsAndDemotions(conf, promoterState(tc.leader, tc.servers, tc.sick...))
+			ch := (&cappedPromoter{voters: 3}).CalculatePromotionsAndDemotions(conf, promoterState(tc.leader, tc.servers, tc.sick...))
 			ids := func(in []hraft.ServerID) []string {
 				out := []string{}
 				for _, id := range in {
