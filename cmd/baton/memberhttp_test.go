@@ -166,6 +166,7 @@ func TestAgentBesideRunIsNotASecondVoter(t *testing.T) {
 		return ok && g.Leader != "" && len(g.Voters) >= 2
 	})
 	startRun("c")
+	cStarted := time.Now()
 	ids := map[string]string{}
 	testkit.Eventually(t, 60*time.Second, "every member's ID", func() bool {
 		for name := range https {
@@ -200,7 +201,7 @@ func TestAgentBesideRunIsNotASecondVoter(t *testing.T) {
 	if !onePerHost() {
 		t.Errorf("voters %v: want three, one per host (C promoted, one of A's run %s and agent %s demoted)", last.Voters, ids["a-run"], ids["a-agent"])
 	}
-	t.Logf("voters before host A's loss: %v (A: run %s, agent %s)", last.Voters, ids["a-run"], ids["a-agent"])
+	t.Logf("voters before host A's loss: %v (A: run %s, agent %s), one per host %s after C started", last.Voters, ids["a-run"], ids["a-agent"], time.Since(cStarted).Round(time.Millisecond))
 
 	// Leadership reads agree through every member's --http, run or agent.
 	var holders []string
@@ -271,6 +272,7 @@ func TestAgentBesideRunIsNotASecondVoter(t *testing.T) {
 	// Host A is lost: both of its processes at once.
 	_ = procs["a-run"].cmd.Process.Kill()
 	_ = procs["a-agent"].cmd.Process.Kill()
+	killed := time.Now()
 	var after string
 	testkit.Eventually(t, 60*time.Second, "B or C to hold the lease after host A's loss", func() bool {
 		r := runBaton(t, 30*time.Second, "leader", "--backend", "agent://"+https["b"], "--lease", "job", "--json", "--timeout", "3s")
@@ -283,7 +285,7 @@ func TestAgentBesideRunIsNotASecondVoter(t *testing.T) {
 	})
 	// The new holder's "elected" line names the holder lost with host A.
 	before := strings.TrimPrefix(strings.Fields(holders[0])[0], "holder=")
-	t.Logf("holder before host A's loss: %s; after: %s", before, after)
+	t.Logf("holder before host A's loss: %s; after: %s, read %s after the kill", before, after, time.Since(killed).Round(time.Millisecond))
 	if before == "a-run" {
 		testkit.Eventually(t, 10*time.Second, after+"'s elected line naming a-run, expired", func() bool {
 			for _, line := range strings.Split(procs[after].out.String(), "\n") {
