@@ -134,7 +134,12 @@ func freePortOn(t *testing.T, ip string) string {
 // hosts keep a majority and hand the lease on. Host A is 127.0.0.1 (a run
 // and an agent on two ports), B and C are 127.0.0.2 and 127.0.0.3. A's two
 // members and B form the group first (bootstrap-expect 3), as when the
-// agent starts before the third instance launches; then C joins.
+// agent starts before the third instance launches; then C joins. The same
+// group also shows: leader reads that agree through every member's --http,
+// one view of lease job from every --http (its member an ID that begins
+// with the holder's --id), the new holder's elected line naming the lost
+// holder, and the raft leader's failures to reach the lost host as a few
+// ERROR lines and a summary.
 func TestAgentBesideRunIsNotASecondVoter(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
