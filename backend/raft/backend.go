@@ -94,6 +94,13 @@ func New(g Group, opts Options) (*Backend, error) {
 	if g == nil {
 		return nil, &baton.ConfigError{Problems: []string{"raft: group is nil: pass a *Node from StartNode or a *Client from Dial"}}
 	}
+	if n, ok := g.(*Node); ok {
+		// An agent client's TTL is judged by the raft leader when it
+		// creates the session (a *TTLError from Campaign).
+		if err := CheckTiming(opts.Config, n.opts.HeartbeatTimeout); err != nil {
+			return nil, err
+		}
+	}
 	if g.witness() {
 		return nil, &baton.ConfigError{Problems: []string{"raft: this member is a witness: it votes but never campaigns; run the job on the other members"}}
 	}
