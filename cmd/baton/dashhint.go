@@ -27,4 +27,3 @@ func missingDash(cmd *cobra.Command, err error) error {
 	return usageErrorf("%v: it belongs to the command to run (%s), not to baton: put -- before the command, as in: %s [flags] -- %s ...",
 		err, strings.Join(words, " "), cmd.CommandPath(), strings.Join(words, " "))
 }
-

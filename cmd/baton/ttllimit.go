@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/batonhq/baton/backend/consul"
 	"github.com/batonhq/baton/backend"
+	"github.com/batonhq/baton/backend/consul"
 	"github.com/batonhq/baton/backend/etcd"
 	"github.com/batonhq/baton/backend/raft"
-	"github.com/batonhq/baton/backendurl"
 	"github.com/batonhq/baton/backend/zookeeper"
+	"github.com/batonhq/baton/backendurl"
 	"github.com/spf13/pflag"
 )
 
