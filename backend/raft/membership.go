@@ -263,6 +263,9 @@ func (n *Node) tryJoin() error {
 		}
 		cands = append(cands, in)
 	}
+	if bp, ok := n.opts.ExpectCounter.(BootstrapPlanner); ok {
+		return n.bootstrapPlanned(bp, infos)
+	}
 	expect, err := n.bootstrapExpect()
 	if err != nil {
 		return err
