@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
@@ -47,7 +48,9 @@ func (a *ASG) BootstrapOrder(ctx context.Context) ([]string, error) {
 	for i, in := range alive {
 		ids[i] = in.ID
 	}
-	launched, err := a.launchTimes(ctx, ids)
+	launched, err := a.launches.get(ids, func(missing []string) (map[string]launchState, error) {
+		return a.launchTimes(ctx, missing)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +124,52 @@ func (a *ASG) launchTimes(ctx context.Context, ids []string) (map[string]launchS
 					out[id] = launchState{at: *in.LaunchTime, gone: !liveState(in.State)}
 				}
 			}
+		}
+	}
+	return out, nil
+}
+
+// launchCache keeps the launch times EC2 reported, which never change, so
+// that a member waiting to bootstrap asks EC2 only about instances it has
+// not seen. An instance seen running stays so here even once EC2 reports
+// it shutting down: it then counts as the oldest a little longer (until
+// the group reports it Terminated), which delays a bootstrap, never
+// doubles one. Safe for concurrent use.
+type launchCache struct {
+	mu sync.Mutex
+	m  map[string]launchState
+}
+
+// get returns the launch states of ids, asking fetch about those it does
+// not hold; instances fetch does not describe are absent.
+func (c *launchCache) get(ids []string, fetch func([]string) (map[string]launchState, error)) (map[string]launchState, error) {
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[string]launchState{}
+	}
+	out := make(map[string]launchState, len(ids))
+	var missing []string
+	for _, id := range ids {
+		if s, ok := c.m[id]; ok {
+			out[id] = s
+		} else {
+			missing = append(missing, id)
+		}
+	}
+	c.mu.Unlock()
+	if len(missing) == 0 {
+		return out, nil
+	}
+	got, err := fetch(missing)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, s := range got {
+		out[id] = s
+		if !s.gone {
+			c.m[id] = s
 		}
 	}
 	return out, nil
