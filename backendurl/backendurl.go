@@ -168,12 +168,20 @@ func (s *Spec) RenewalWindow(ttl time.Duration) (time.Duration, error) {
 // consul.DefaultTTL on consul://, backend.DefaultTTL elsewhere), for
 // messages that name it.
 func (s *Spec) TTL(ttl time.Duration) time.Duration {
-	switch {
-	case ttl != 0:
+	if ttl != 0 {
 		return ttl
-	case s.Scheme == "raft" || s.Scheme == "agent":
+	}
+	return DefaultTTL(s.Scheme)
+}
+
+// DefaultTTL returns the TTL a backend of scheme (case-insensitive) runs
+// at when none is given: raft.DefaultTTL on raft:// and agent://,
+// consul.DefaultTTL on consul://, backend.DefaultTTL elsewhere.
+func DefaultTTL(scheme string) time.Duration {
+	switch strings.ToLower(scheme) {
+	case "raft", "agent":
 		return raft.DefaultTTL
-	case s.Scheme == "consul":
+	case "consul":
 		return consul.DefaultTTL
 	}
 	return backend.DefaultTTL

@@ -21,6 +21,8 @@ type Options struct {
 		// Config holds TTL, RenewInterval and DriftMargin (defaults:
 		// DefaultTTL, TTL/3, TTL/10). TTL is the session's: how long after this
 		// process's last confirmed renewal the raft leader expires its leases.
+		// New refuses timing whose renewal window is below the member's
+		// heartbeat timeout (CheckTiming; MinTTL, 2.21 s at the defaults).
 		Config
 
 	// StaleReads makes Leader read the nearest copy of the log instead of

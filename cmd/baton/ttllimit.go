@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/batonhq/baton/backend"
@@ -37,6 +38,11 @@ func namingTTL(fs *pflag.FlagSet, err error) error {
 	src, val := flagSource(fs, "ttl"), f.Value.String()
 	if src == "--ttl" && !f.Changed {
 		val = "unset (the backend's default)"
+		if b := fs.Lookup("backend"); b != nil {
+			if scheme, _, ok := strings.Cut(b.Value.String(), "://"); ok {
+				val = fmt.Sprintf("unset (the default TTL of %s://, %s)", strings.ToLower(scheme), backendurl.DefaultTTL(scheme))
+			}
+		}
 	}
 	return &exitError{code: exitUsage, err: fmt.Errorf("%s %s: %w", src, val, err)}
 }

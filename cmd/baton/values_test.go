@@ -1,8 +1,13 @@
 package main
 
 import (
+	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/batonhq/baton/backend/etcd"
+	"github.com/spf13/pflag"
 )
 
 // Values and mistakes that baton refuses with exit 2 and a message saying
@@ -90,5 +95,26 @@ func TestValuesAndMistakes(t *testing.T) {
 	checkUsageError(t, r, []string{"unknown flag: --bogus"})
 	if strings.Contains(r.stderr, "put --") {
 		t.Errorf("an unknown flag before the command is explained as a missing --:\n%s", r.stderr)
+	}
+}
+
+// A server's refusal of the TTL when --ttl was not given names the
+// backend's own default, the TTL that was in force.
+func TestNamingTTLNamesTheDefaultInForce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ backend, want string }{
+		{"consul://127.0.0.1:8500", "--ttl unset (the default TTL of consul://, 20s)"},
+		{"zk://127.0.0.1:2181", "--ttl unset (the default TTL of zk://, 10s)"},
+	} {
+		var c commonFlags
+		fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
+		c.register(fs, "id")
+		if err := fs.Parse([]string{"--backend", tc.backend}); err != nil {
+			t.Fatal(err)
+		}
+		err := namingTTL(fs, &etcd.TTLError{TTL: 10 * time.Second, Err: errors.New("refused")})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want it to say %q", tc.backend, err, tc.want)
+		}
 	}
 }
