@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -103,73 +104,137 @@ func (c *bootstrapCounter) formed() []string {
 // group" among the members, one configuration and one raft leader for all.
 func TestOneGroupPerAutoScalingGroup(t *testing.T) {
 	t.Parallel()
+	c := newOneGroupCluster(t, "91")
+	c.f.SetDesired("web", 3)
+	for _, name := range []string{"a", "b", "c"} {
+		c.f.Launch(c.ids[name], "web", "InService", "Healthy", c.ips[name])
+	}
+	c.start("a", 10*time.Minute)
+	testkit.Eventually(t, 30*time.Second, "a looking for b and c", func() bool { return c.counter.roundsOf("a") >= 2 })
+
+	c.f.SetDesired("web", 4)
+	c.f.Launch(c.ids["d"], "web", "Pending", "Healthy", c.ips["d"])
+	c.f.Set(c.ids["d"], func(in *awsfake.Instance) { in.Lifecycle = "InService" })
+	c.start("d", time.Second)
+	testkit.Eventually(t, 30*time.Second, "d looking for a group", func() bool { return c.counter.roundsOf("d") >= 2 })
+	// b first: d has the three it bootstraps with by its rule (d, a, b),
+	// a not yet; c as soon as d has bootstrapped (or looked twice more),
+	// while the raft election of d's group has not reached a and b.
+	dRounds := c.counter.roundsOf("d")
+	c.start("b", time.Second)
+	testkit.Eventually(t, 30*time.Second, "d bootstrapping, or looking again", func() bool {
+		return len(c.counter.formed()) > 0 || c.counter.roundsOf("d") >= dRounds+2
+	})
+	c.start("c", time.Second)
+	c.checkOneGroup("a", 4)
+}
+
+// TestOneGroupWhenAnOlderInstanceTurnsInServiceLate: the oldest instance
+// is still Pending (a lifecycle hook, a slow health check) while younger
+// ones are InService, their members running with a view of all three. They
+// do not bootstrap without it (by "the oldest InService instance" b would,
+// and a, once InService, would too): a's member, started once a is
+// InService, bootstraps the one group.
+func TestOneGroupWhenAnOlderInstanceTurnsInServiceLate(t *testing.T) {
+	t.Parallel()
+	c := newOneGroupCluster(t, "92")
+	c.f.SetDesired("web", 3)
+	c.f.Launch(c.ids["a"], "web", "Pending", "Healthy", c.ips["a"])
+	for _, name := range []string{"b", "c"} {
+		c.f.Launch(c.ids[name], "web", "InService", "Healthy", c.ips[name])
+		c.start(name, time.Second)
+	}
+	testkit.Eventually(t, 30*time.Second, "b and c looking for a group", func() bool {
+		return c.counter.roundsOf("b") >= 3 && c.counter.roundsOf("c") >= 3
+	})
+	if got := c.counter.formed(); len(got) > 0 {
+		t.Fatalf("%v bootstrapped while the oldest instance was Pending", got)
+	}
+	c.f.Set(c.ids["a"], func(in *awsfake.Instance) { in.Lifecycle = "InService" })
+	c.start("a", time.Second)
+	c.checkOneGroup("a", 3)
+}
+
+// oneGroupCluster is an Auto Scaling group "web" in the fake AWS with
+// instances a, b, c, d (launched in the order the test launches them; IDs
+// sort d < a < b < c) on 127.0.NET3.1-4, and their raft members.
+type oneGroupCluster struct {
+	t       *testing.T
+	f       *awsfake.Server
+	ca      *certs.CA
+	port    int
+	counter *bootstrapCounter
+	ids     map[string]string
+	ips     map[string]string
+
+	mu    sync.Mutex
+	nodes map[string]*raft.Node
+}
+
+func newOneGroupCluster(t *testing.T, net3 string) *oneGroupCluster {
 	f := awsfake.Start(t)
 	f.AddGroup("web")
-	f.SetDesired("web", 3)
 	ca, err := certs.NewCA("baton one-group test CA", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := freeLoopbackPort(t)
-	counter := &bootstrapCounter{rounds: map[string]int{}}
-	// IDs sort d < a < b < c; launch order is a, b, c, d.
-	ids := map[string]string{"a": "i-0b00000000000000a", "b": "i-0c00000000000000b", "c": "i-0d00000000000000c", "d": "i-0a00000000000000d"}
-	ips := map[string]string{"a": "127.0.91.1", "b": "127.0.91.2", "c": "127.0.91.3", "d": "127.0.91.4"}
-	nodes := map[string]*raft.Node{}
-	var mu sync.Mutex
-	start := func(name string, cacheTTL time.Duration) {
-		t.Helper()
-		opts := fakeAWSOptions(t, f)
-		opts.Port, opts.CacheTTL, opts.Logger = port, cacheTTL, nil
-		asg, err := NewASG(opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tlsCfg, err := ca.Config("member", []string{ips[name]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, err := raft.StartNode(raft.NodeOptions{
-			ID: ids[name], BindAddr: net.JoinHostPort(ips[name], strconv.Itoa(port)),
-			TLS: tlsCfg, Secret: "one-group-test-secret-0123456789",
-			Discovery: asg, ExpectCounter: asg,
-			Logger: counter.logger(t, name),
-		})
-		if err != nil {
-			t.Fatalf("StartNode %s: %v", name, err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = n.Close(ctx)
-		})
-		mu.Lock()
-		nodes[name] = n
-		mu.Unlock()
+	c := &oneGroupCluster{t: t, f: f, ca: ca, counter: &bootstrapCounter{rounds: map[string]int{}},
+		ids:   map[string]string{"a": "i-0b00000000000000a", "b": "i-0c00000000000000b", "c": "i-0d00000000000000c", "d": "i-0a00000000000000d"},
+		ips:   map[string]string{},
+		nodes: map[string]*raft.Node{},
 	}
-	for _, name := range []string{"a", "b", "c"} {
-		f.Launch(ids[name], "web", "InService", "Healthy", ips[name])
+	for i, name := range []string{"a", "b", "c", "d"} {
+		c.ips[name] = fmt.Sprintf("127.0.%s.%d", net3, i+1)
 	}
-	start("a", 10*time.Minute)
-	testkit.Eventually(t, 30*time.Second, "a looking for b and c", func() bool { return counter.roundsOf("a") >= 2 })
+	c.port = freeLoopbackPort(t, net3)
+	return c
+}
 
-	f.SetDesired("web", 4)
-	f.Launch(ids["d"], "web", "Pending", "Healthy", ips["d"])
-	f.Set(ids["d"], func(in *awsfake.Instance) { in.Lifecycle = "InService" })
-	start("d", time.Second)
-	testkit.Eventually(t, 30*time.Second, "d looking for a group", func() bool { return counter.roundsOf("d") >= 2 })
-	// b first: d has the three it bootstraps with by its rule (d, a, b),
-	// a not yet; c as soon as d has bootstrapped (or looked twice more),
-	// while the raft election of d's group has not reached a and b.
-	dRounds := counter.roundsOf("d")
-	start("b", time.Second)
-	testkit.Eventually(t, 30*time.Second, "d bootstrapping, or looking again", func() bool {
-		return len(counter.formed()) > 0 || counter.roundsOf("d") >= dRounds+2
+// start starts the member of instance name, whose ASG caches answers for
+// cacheTTL.
+func (c *oneGroupCluster) start(name string, cacheTTL time.Duration) {
+	t := c.t
+	t.Helper()
+	opts := fakeAWSOptions(t, c.f)
+	opts.Port, opts.CacheTTL, opts.Logger = c.port, cacheTTL, nil
+	asg, err := NewASG(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsCfg, err := c.ca.Config("member", []string{c.ips[name]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := raft.StartNode(raft.NodeOptions{
+		ID: c.ids[name], BindAddr: net.JoinHostPort(c.ips[name], strconv.Itoa(c.port)),
+		TLS: tlsCfg, Secret: "one-group-test-secret-0123456789",
+		Discovery: asg, ExpectCounter: asg,
+		Logger: c.counter.logger(t, name),
 	})
-	start("c", time.Second)
+	if err != nil {
+		t.Fatalf("StartNode %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = n.Close(ctx)
+	})
+	c.mu.Lock()
+	c.nodes[name] = n
+	c.mu.Unlock()
+}
 
+// checkOneGroup waits until every member is in a group and checks that
+// exactly one member, bootstrapper, bootstrapped one, and that all members
+// share its raft leader and its configuration of size members.
+func (c *oneGroupCluster) checkOneGroup(bootstrapper string, members int) {
+	t := c.t
+	t.Helper()
+	c.mu.Lock()
+	nodes := maps.Clone(c.nodes)
+	c.mu.Unlock()
 	testkit.Eventually(t, 90*time.Second, "every member in a group", func() bool {
-		if len(counter.formed()) > 1 {
+		if len(c.counter.formed()) > 1 {
 			return true // two groups: fail below
 		}
 		for _, n := range nodes {
@@ -181,12 +246,12 @@ func TestOneGroupPerAutoScalingGroup(t *testing.T) {
 		}
 		return true
 	})
-	if got := counter.formed(); len(got) != 1 {
+	if got := c.counter.formed(); len(got) != 1 {
 		t.Fatalf("members that bootstrapped a group: %v, want exactly one", got)
 	}
 	testkit.Eventually(t, 30*time.Second, "one leader and one configuration for all", func() bool {
 		var leader string
-		var voters []string
+		var all []string
 		for name, n := range nodes {
 			st := n.Status()
 			if st.Leader == "" {
@@ -194,23 +259,24 @@ func TestOneGroupPerAutoScalingGroup(t *testing.T) {
 			}
 			v := slices.Sorted(slices.Values(st.Members))
 			if leader == "" {
-				leader, voters = st.Leader, v
-			} else if st.Leader != leader || !slices.Equal(v, voters) {
-				t.Logf("%s: leader %s members %v; another: leader %s members %v", name, st.Leader, v, leader, voters)
+				leader, all = st.Leader, v
+			} else if st.Leader != leader || !slices.Equal(v, all) {
+				t.Logf("%s: leader %s members %v; another: leader %s members %v", name, st.Leader, v, leader, all)
 				return false
 			}
 		}
-		return len(voters) == 4
+		return len(all) == members
 	})
-	if got := counter.formed(); !slices.Equal(got, []string{"a"}) {
-		t.Errorf("the group was bootstrapped by %v, want a, the oldest instance", got)
+	if got := c.counter.formed(); !slices.Equal(got, []string{bootstrapper}) {
+		t.Errorf("the group was bootstrapped by %v, want %s, the oldest instance", got, bootstrapper)
 	}
 }
 
-func freeLoopbackPort(t *testing.T) int {
+// freeLoopbackPort returns a port free on 127.0.NET3.1-4.
+func freeLoopbackPort(t *testing.T, net3 string) int {
 	t.Helper()
 	for range 20 {
-		l, err := net.Listen("tcp", "127.0.91.1:0")
+		l, err := net.Listen("tcp", "127.0."+net3+".1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -218,7 +284,7 @@ func freeLoopbackPort(t *testing.T) int {
 		l.Close()
 		free := true
 		for i := 2; i <= 4; i++ {
-			if l, err := net.Listen("tcp", net.JoinHostPort(fmt.Sprintf("127.0.91.%d", i), strconv.Itoa(port))); err != nil {
+			if l, err := net.Listen("tcp", net.JoinHostPort(fmt.Sprintf("127.0.%s.%d", net3, i), strconv.Itoa(port))); err != nil {
 				free = false
 			} else {
 				l.Close()
@@ -228,6 +294,6 @@ func freeLoopbackPort(t *testing.T) int {
 			return port
 		}
 	}
-	t.Fatal("no port free on 127.0.91.1-4")
+	t.Fatalf("no port free on 127.0.%s.1-4", net3)
 	return 0
 }
