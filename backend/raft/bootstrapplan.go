@@ -41,7 +41,7 @@ func (n *Node) bootstrapPlanned(bp BootstrapPlanner, infos []nodeInfo) error {
 		return joinError("the platform named no instance to bootstrap the group")
 	}
 	if order[0] != n.addr {
-		return joinError(fmt.Sprintf("waiting for the member at %s (the oldest instance) to bootstrap the group", order[0]))
+		return joinError(fmt.Sprintf("waiting for the member at %s (the oldest instance) to bootstrap the group; this member advertises %s", order[0], n.addr))
 	}
 	byAddr := map[string]nodeInfo{n.addr: {ID: n.id, Addr: n.addr, Witness: n.opts.Witness}}
 	for _, in := range infos {
