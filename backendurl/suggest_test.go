@@ -7,7 +7,7 @@ import (
 
 // A mistyped URL gets a suggestion that is what was meant and that Parse
 // accepts, or none: never a URL built by gluing the input after etcd://
-// (raft:/ once got "e.g. etcd://raft:/").
+// (such as etcd://raft:/ for raft:/).
 func TestParseSuggestions(t *testing.T) {
 	for _, tc := range []struct {
 		raw  string
