@@ -179,6 +179,9 @@ type ASG struct {
 	group  string
 	asgAPI ASGAPI
 	ec2API EC2API
+
+	// launches caches the instances' launch times (BootstrapOrder).
+	launches launchCache
 }
 
 // flight is one refresh that concurrent callers wait for.

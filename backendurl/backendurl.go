@@ -35,6 +35,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
+	"github.com/batonhq/baton/backend/consul"
 	"github.com/batonhq/baton/backend/raft"
 )
 
@@ -162,6 +163,30 @@ func (s *Spec) RenewalWindow(ttl time.Duration) (time.Duration, error) {
 	return timing.TTL - timing.RenewInterval - timing.DriftMargin, nil
 }
 
+// TTL returns the TTL in force at ttl: ttl itself, or the backend's
+// default when ttl is 0 (raft.DefaultTTL on raft:// and agent://,
+// consul.DefaultTTL on consul://, backend.DefaultTTL elsewhere), for
+// messages that name it.
+func (s *Spec) TTL(ttl time.Duration) time.Duration {
+	if ttl != 0 {
+		return ttl
+	}
+	return DefaultTTL(s.Scheme)
+}
+
+// DefaultTTL returns the TTL a backend of scheme (case-insensitive) runs
+// at when none is given: raft.DefaultTTL on raft:// and agent://,
+// consul.DefaultTTL on consul://, backend.DefaultTTL elsewhere.
+func DefaultTTL(scheme string) time.Duration {
+	switch strings.ToLower(scheme) {
+	case "raft", "agent":
+		return raft.DefaultTTL
+	case "consul":
+		return consul.DefaultTTL
+	}
+	return backend.DefaultTTL
+}
+
 // Open connects to the backend, within ctx; the backend lives past ctx,
 // until Backend.Close.
 func (s *Spec) Open(ctx context.Context, o Options) (*Backend, error) {
@@ -228,8 +253,20 @@ func forms(extra []Scheme) string {
 func Parse(raw string, extra ...Scheme) (*Spec, error) {
 	name, _, ok := strings.Cut(raw, "://")
 	if !ok {
-		return nil, fmt.Errorf("not a backend URL: write SCHEME://..., e.g. etcd://%s; supported: %s",
-			strings.TrimPrefix(raw, "//"), forms(extra))
+		return nil, fmt.Errorf("not a backend URL%s: write SCHEME://...; supported: %s",
+			didYouMean(raw, extra), forms(extra))
+	}
+	if _, known := schemes[strings.ToLower(name)]; !known && !slices.ContainsFunc(extra, func(x Scheme) bool { return strings.EqualFold(name, x.Name) }) {
+		return nil, fmt.Errorf("unknown backend scheme %q%s: supported are %s", name, didYouMean(raw, extra), forms(extra))
+	}
+	return parse(raw, extra)
+}
+
+// parse is Parse of a URL with a scheme, without suggestions.
+func parse(raw string, extra []Scheme) (*Spec, error) {
+	name, _, ok := strings.Cut(raw, "://")
+	if !ok {
+		return nil, fmt.Errorf("not a backend URL: write SCHEME://...; supported: %s", forms(extra))
 	}
 	s, known := schemes[strings.ToLower(name)]
 	if !known {

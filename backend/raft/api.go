@@ -197,6 +197,16 @@ func writeJSON(w http.ResponseWriter, v any) {
 func writeErr(w http.ResponseWriter, err error) {
 	status := http.StatusInternalServerError
 	var ae *apiError
+	var te *TTLError
+	if errors.As(err, &ae) && ttlRefusal(ae) != nil {
+		te = ttlRefusal(ae) // the raft leader's refusal, passed on by a follower
+	}
+	if te != nil || errors.As(err, &te) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(statusTTLRefused)
+		_ = json.NewEncoder(w).Encode(te)
+		return
+	}
 	switch {
 	case errors.As(err, &ae):
 		status = ae.Status

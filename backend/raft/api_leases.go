@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/httpauth"
 )
 
@@ -70,6 +71,13 @@ func (n *Node) clientApplyLocal(req clientRequest) (*result, error) {
 		return nil, err
 	}
 	c.Time = n.now()
+	if req.Op == opSessionCreate {
+		// The client's own RenewInterval and DriftMargin are its own: judge
+		// the TTL at the defaults.
+		if err := CheckTiming(backend.Config{TTL: req.TTL}, n.opts.HeartbeatTimeout); err != nil {
+			return nil, err
+		}
+	}
 	if req.Op != opSessionCreate {
 		switch err := n.checkClientSession(req.Session, req.Secret); {
 		case errors.Is(err, errSessionGone):

@@ -204,6 +204,10 @@ func failReason(err error) string {
 		return "wrong secret"
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return "timeout"
+	case certProblem(err) == certTheirs:
+		return "certificate not signed by the group's CA"
+	case certProblem(err) == certOurs:
+		return "the peer refused this member's certificate"
 	case errors.As(err, &hs):
 		return "tls"
 	}

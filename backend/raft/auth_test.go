@@ -296,9 +296,9 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// TestProofRefusesOthers: a plain TCP peer that is no TLS client, and a
-// TLS client with a certificate of another CA, are refused and logged with
-// the reason.
+// TestProofRefusesOthers: a plain TCP peer that is no TLS client, a TLS
+// client of another CA, and one with a certificate of another CA, are
+// refused and logged with the reason: which side's certificate failed.
 func TestProofRefusesOthers(t *testing.T) {
 	ca := testCA(t)
 	m, rec := testMux(t, ca, 5*time.Second, false)
@@ -326,7 +326,26 @@ func TestProofRefusesOthers(t *testing.T) {
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	_ = c.Handshake()
 	_, _ = c.Read(make([]byte, 1))
-	waitWarn(t, rec, raw.LocalAddr().String(), "tls")
+	// That client refuses the member's certificate (a TLS alert) before it
+	// shows its own.
+	waitWarn(t, rec, raw.LocalAddr().String(), "the peer refused this member's certificate")
+
+	// One that trusts the group's CA but presents a certificate of
+	// another: the member names it.
+	m, rec = testMux(t, ca, 5*time.Second, false)
+	cfg := clientConfig(t, other)
+	group := clientConfig(t, ca)
+	cfg.RootCAs, cfg.VerifyConnection = group.RootCAs, group.VerifyConnection
+	raw, err = net.Dial("tcp", m.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	c = tls.Client(raw, cfg)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_ = c.Handshake()
+	_, _ = c.Read(make([]byte, 1))
+	waitWarn(t, rec, raw.LocalAddr().String(), "certificate not signed by the group's CA")
 }
 
 // TestRefusalLogIsRateLimited: a peer refused in a loop gets one warning

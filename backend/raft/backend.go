@@ -21,6 +21,8 @@ type Options struct {
 		// Config holds TTL, RenewInterval and DriftMargin (defaults:
 		// DefaultTTL, TTL/3, TTL/10). TTL is the session's: how long after this
 		// process's last confirmed renewal the raft leader expires its leases.
+		// New refuses timing whose renewal window is below the member's
+		// heartbeat timeout (CheckTiming; MinTTL, 2.21 s at the defaults).
 		Config
 
 	// StaleReads makes Leader read the nearest copy of the log instead of
@@ -93,6 +95,13 @@ func New(g Group, opts Options) (*Backend, error) {
 	}
 	if g == nil {
 		return nil, &baton.ConfigError{Problems: []string{"raft: group is nil: pass a *Node from StartNode or a *Client from Dial"}}
+	}
+	if n, ok := g.(*Node); ok {
+		// An agent client's TTL is judged by the raft leader when it
+		// creates the session (a *TTLError from Campaign).
+		if err := CheckTiming(opts.Config, n.opts.HeartbeatTimeout); err != nil {
+			return nil, err
+		}
 	}
 	if g.witness() {
 		return nil, &baton.ConfigError{Problems: []string{"raft: this member is a witness: it votes but never campaigns; run the job on the other members"}}

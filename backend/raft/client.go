@@ -148,6 +148,9 @@ func (c *Client) apply(ctx context.Context, cmd command) (*result, error) {
 	return retryNotLeader(ctx, func(ctx context.Context) (*result, error) {
 		var r result
 		err := c.api.call(ctx, c.host, "/v1/raft/client/apply", &req, &r, false)
+		if ae := (*apiError)(nil); errors.As(err, &ae) && ttlRefusal(ae) != nil {
+			return nil, ttlRefusal(ae)
+		}
 		return &r, c.authErr(err)
 	})
 }

@@ -72,7 +72,8 @@ const joinWarnEvery = 10 * time.Second
 // StartMember starts a member with opts (StartNode) and waits until it is
 // in a group, logging on opts.Logger while it waits. A member refused by a
 // live group for its secret is closed, and the error wraps
-// ErrSecretRefused: retrying cannot help. When ctx ends first, the member
+// ErrSecretRefused; one whose certificate a majority of its peers refuse
+// (another CA's), ErrCertificateRefused: retrying cannot help. When ctx ends first, the member
 // is closed (within closeTimeout) and ctx's error returned.
 func StartMember(ctx context.Context, opts NodeOptions, closeTimeout time.Duration) (*Node, error) {
 	log := opts.Logger

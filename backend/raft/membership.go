@@ -43,10 +43,11 @@ func (n *Node) membership() {
 			continue
 		}
 		err := n.tryJoin()
-		if errors.Is(err, ErrSecretRefused) {
+		if errors.Is(err, ErrSecretRefused) || errors.Is(err, ErrCertificateRefused) {
 			// The secret does not change while the member runs: a live
 			// group that refuses it now refuses it for good. A few rounds
-			// in a row, so that one odd answer decides nothing.
+			// in a row, so that one odd answer decides nothing. So for a
+			// certificate that a majority of the peers refuses.
 			if refusedRounds++; refusedRounds >= refusedRoundsToFail {
 				n.fail(err)
 				return
@@ -155,8 +156,11 @@ func (e joinError) Error() string { return string(e) }
 const refusedRoundsToFail = 3
 
 // Failed is closed when the member gives up on joining for a reason that
-// retrying cannot fix; Err says why. Today that is one reason: members of
-// a live group refused its secret (errors.Is(Err(), ErrSecretRefused)).
+// retrying cannot fix; Err says why: members of a live group refused its
+// secret (errors.Is(Err(), ErrSecretRefused)), or, in CA mode, a majority
+// of the peers found (two at least) refused its certificate or presented
+// ones its CA did not sign, and none let it in (errors.Is(Err(),
+// ErrCertificateRefused)).
 // The member keeps running until Close, but never joins.
 func (n *Node) Failed() <-chan struct{} { return n.failed }
 
@@ -173,6 +177,11 @@ func (n *Node) Err() error {
 
 func (n *Node) fail(err error) {
 	n.failErr = err
+	if errors.Is(err, ErrCertificateRefused) {
+		n.log.Error("giving up on joining: the group refuses this member's certificate; give it the group's CA certificate and a certificate that CA signed", "err", err)
+		close(n.failed)
+		return
+	}
 	n.log.Error("giving up on joining: the group refuses this member's secret; give it the group's (BATON_SECRET or --secret-file)", "err", err)
 	close(n.failed)
 }
@@ -196,6 +205,26 @@ func (n *Node) tryJoin() error {
 		return err
 	}
 	infos, refused := n.probe(peers)
+	if len(infos) == 0 && len(refused) == 0 && n.opts.TLS.RootCAs != nil {
+		// In CA mode (the members verify each other against a CA's
+		// certificate pool) a certificate of another CA fails the TLS handshake
+		// before any secret is proved. A majority of the peers found
+		// refusing it (a peer merely starting refuses nothing) means no
+		// group can take this member in; two at least, so that one
+		// misconfigured peer never ends another member.
+		var cr certRefusedError
+		for _, f := range n.lastCertFaults {
+			if f.fault == certOurs {
+				cr.ours = append(cr.ours, f.addr)
+			} else {
+				cr.theirs = append(cr.theirs, f.addr)
+			}
+		}
+		cr.found = len(peers)
+		if k := len(cr.ours) + len(cr.theirs); k >= 2 && k > len(peers)/2 {
+			return &cr
+		}
+	}
 	if len(infos) == 0 {
 		var live []string
 		for _, r := range refused {
@@ -235,6 +264,9 @@ func (n *Node) tryJoin() error {
 			return joinError("a peer has a log but no leader yet: waiting to join its group")
 		}
 		cands = append(cands, in)
+	}
+	if bp, ok := n.opts.ExpectCounter.(BootstrapPlanner); ok {
+		return n.bootstrapPlanned(bp, infos)
 	}
 	expect, err := n.bootstrapExpect()
 	if err != nil {
@@ -323,14 +355,27 @@ func (n *Node) probe(peers []string) ([]nodeInfo, []*refusedError) {
 		mu      sync.Mutex
 		out     []nodeInfo
 		refused []*refusedError
+		faults  []peerCertFault
 		wg      sync.WaitGroup
 	)
+	defer func() { n.lastCertFaults = faults }()
 	for _, p := range peers {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(n.ctx, 2*time.Second)
 			defer cancel()
 			var in nodeInfo
 			err := n.client.call(ctx, p, "/v1/raft/info", nil, &in, false)
+			if f := certProblem(err); f != certFine {
+				if f == certOurs {
+					n.refusals.warn("a peer refused this member's certificate: it was not signed by the group's CA", p, err)
+				} else {
+					n.refusals.warn("a peer presented a certificate that this member's CA did not sign", p, err)
+				}
+				mu.Lock()
+				faults = append(faults, peerCertFault{p, f})
+				mu.Unlock()
+				return
+			}
 			if re := (*refusedError)(nil); errors.As(err, &re) {
 				n.refusals.warn("a peer refused this member's secret", p, re)
 				mu.Lock()
@@ -349,6 +394,13 @@ func (n *Node) probe(peers []string) ([]nodeInfo, []*refusedError) {
 	}
 	wg.Wait()
 	return out, refused
+}
+
+// peerCertFault is a peer whose TLS handshake with this member failed on
+// a certificate, and which side's.
+type peerCertFault struct {
+	addr  string
+	fault certFault
 }
 
 // pilotDelegate connects autopilot to the Node.

@@ -202,6 +202,9 @@ type Node struct {
 	// departWarned and departRefused are what the departure watch logged
 	// (departures.go).
 	departWarned, departRefused onceLog
+	// lastCertFaults are the peers whose handshakes failed on a
+	// certificate in the last probe (membership goroutine).
+	lastCertFaults []peerCertFault
 	// expect is the count ExpectCounter returned, 0 before (membership
 	// goroutine).
 	expect int

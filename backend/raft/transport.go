@@ -111,7 +111,7 @@ func (m *mux) sort(c net.Conn) {
 	proto, err := m.handshake(tc)
 	if err != nil {
 		c.Close()
-		m.refusals.warn("refused a connection", peer, err)
+		m.refusals.warn(refusalMessage(err), peer, err)
 		return
 	}
 	_ = tc.SetDeadline(time.Time{})

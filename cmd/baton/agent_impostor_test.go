@@ -131,11 +131,11 @@ func startImpostor(t *testing.T, addr string) (bound <-chan struct{}, requests f
 // An unprivileged local user who takes a crashed agent's TCP port gets no
 // credential from the agent's clients, and cannot keep a stale leader
 // leading. Three agents form a group; c1 leads through A1 (agent:// at
-// A1's address, TTL 2 s), c2 waits through A2. Another user's process
+// A1's address, TTL 3 s), c2 waits through A2. Another user's process
 // retries binding A1's port; A1 is killed -9 and the impostor takes the
 // port, answering every call with a ten-hour TTL. The impostor receives
 // neither a bearer token nor a session secret; c1's command stops by c1's
-// own safe-until (the last renewal sent before the kill + 2 s); c2's
+// own safe-until (the last renewal sent before the kill + 3 s); c2's
 // command starts only after c1's last heartbeat.
 func TestAgentImpostorGetsNoCredentials(t *testing.T) {
 	t.Parallel()
@@ -171,7 +171,7 @@ func TestAgentImpostorGetsNoCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := []string{"run", "--lease", lease, "--ttl", "2s", "--grace", "200ms", "--log-level", "debug"}
+	run := []string{"run", "--lease", lease, "--ttl", "3s", "--grace", "200ms", "--log-level", "debug"}
 	startBaton(t, "c1", testEnv("BATON_HTTP_TOKEN="+tokens[0], beatFileEnv+"="+file),
 		append(slices.Clone(run), "--id", "c1", "--backend", "agent://"+https[0], "--", self)...)
 	testkit.Eventually(t, 60*time.Second, "c1's command to start", func() bool { return len(starts(readEvents(file))) >= 1 })
@@ -215,13 +215,13 @@ func TestAgentImpostorGetsNoCredentials(t *testing.T) {
 		}
 	}
 	t.Logf("the impostor received %d requests", len(received()))
-	testkit.Eventually(t, 30*time.Second, "c1's command gone (it must stop by its own safe-until, 2 s after the kill)", func() bool { return !alive(first.pid) })
+	testkit.Eventually(t, 30*time.Second, "c1's command gone (it must stop by its own safe-until, 3 s after the kill)", func() bool { return !alive(first.pid) })
 
 	evs := readEvents(file)
 	if last := lastBeat(evs, first.pid); last >= second.at {
 		t.Errorf("c1's command was still beating %s after c2's started: two leaders at once", time.Duration(last-second.at))
 	}
-	if last, bound := lastBeat(evs, first.pid), killed.Add(2*time.Second).UnixNano(); last > bound {
+	if last, bound := lastBeat(evs, first.pid), killed.Add(3*time.Second).UnixNano(); last > bound {
 		t.Errorf("c1's command beat %s past the kill of its agent + its own TTL: a reply stretched its safe-until", time.Duration(last-bound))
 	}
 }

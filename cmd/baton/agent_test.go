@@ -578,7 +578,7 @@ func TestAgentClientFollowsNewToken(t *testing.T) {
 	leads := func() bool {
 		return runBaton(t, 30*time.Second, "is-leader", "--backend", backend, "--lease", "tok", "--id", "worker-1").code == 0
 	}
-	startBaton(t, "run", testEnv(), "run", "--backend", backend, "--lease", "tok", "--id", "worker-1", "--ttl", "2s", "--", "sleep", "600")
+	startBaton(t, "run", testEnv(), "run", "--backend", backend, "--lease", "tok", "--id", "worker-1", "--ttl", "3s", "--", "sleep", "600")
 	testkit.Eventually(t, 30*time.Second, "worker-1 leading", leads)
 	file := agentTokenFileOf(agentSocketOf(t, httpAddr))
 	old, err := readAgentToken(file)

@@ -62,7 +62,7 @@ func TestCronOncePerSlot(t *testing.T) {
 		{"consul", func(t *testing.T) string { return consulURL(t, "/services") }, "3s"},
 		// The embedded raft group, through a `baton agent`: a kill -9 of a
 		// cron process is a session's death, not a member's.
-		{"raft", startCronAgent, "1s"},
+		{"raft", startCronAgent, "2.5s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

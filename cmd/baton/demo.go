@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/cmd/baton/internal/demo"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -59,7 +60,7 @@ func (a *App) newDemoCommand() *cobra.Command {
 	c.fs = cmd.Flags()
 	c.fs.IntVar(&c.nodes, "nodes", 5, "number of nodes, 3 to 9")
 	c.fs.IntVar(&c.rounds, "rounds", 6, "number of leaders to kill before stopping")
-	c.fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "lease TTL of the nodes")
+	c.fs.DurationVar(&c.ttl, "ttl", 3*time.Second, "lease TTL of the nodes (at least "+raft.MinTTL(0).String()+", the shortest raft's timing honours)")
 	c.fs.DurationVar(&c.interval, "interval", 3*time.Second, "how long each leader leads before it is killed")
 	c.fs.BoolVarP(&c.verbose, "verbose", "v", false, "also show every line of the nodes' output and logs")
 	return cmd
@@ -75,7 +76,9 @@ func (c *demoCommand) Run(ctx context.Context, _ []string) error {
 		problems = append(problems, fmt.Sprintf("--rounds %d: must be at least 1", c.rounds))
 	}
 	if c.ttl <= 0 {
-		problems = append(problems, fmt.Sprintf("--ttl %s: the TTL must be positive, e.g. --ttl 2s", c.ttl))
+		problems = append(problems, fmt.Sprintf("--ttl %s: the TTL must be positive, e.g. --ttl 3s", c.ttl))
+	} else if p := raftTTLFloor("--ttl", c.ttl); p != "" {
+		problems = append(problems, p)
 	}
 	if c.interval <= 0 {
 		problems = append(problems, fmt.Sprintf("--interval %s: must be positive, e.g. --interval 3s", c.interval))

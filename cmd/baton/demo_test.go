@@ -22,7 +22,7 @@ func TestDemo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
 	defer cancel()
 	var stdout, stderr testserver.SyncBuffer
-	cmd := exec.CommandContext(ctx, batonBin, "demo", "--nodes", "3", "--rounds", "2", "--ttl", "1s", "--interval", "300ms")
+	cmd := exec.CommandContext(ctx, batonBin, "demo", "--nodes", "3", "--rounds", "2", "--ttl", "2.5s", "--interval", "300ms")
 	cmd.Env = testEnv("TMPDIR=" + tmp)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -77,7 +77,7 @@ func demoProcesses(tmp string) []string {
 func startDemo(t *testing.T, flags ...string) (*batonProc, string) {
 	t.Helper()
 	tmp := t.TempDir()
-	args := append([]string{"demo", "--nodes", "3", "--rounds", "5", "--ttl", "1s", "--interval", "1h"}, flags...)
+	args := append([]string{"demo", "--nodes", "3", "--rounds", "5", "--ttl", "2.5s", "--interval", "1h"}, flags...)
 	p := startBaton(t, "demo", testEnv("TMPDIR="+tmp), args...)
 	testkit.Eventually(t, 60*time.Second, "a node to lead", func() bool { return strings.Contains(p.out.String(), " leads (token ") })
 	return p, tmp

@@ -192,7 +192,7 @@ func (c *nsCluster) start(h *netns.Host) {
 		"--backend", "raft://", "--bind", net.JoinHostPort(h.IP.String(), "7390"),
 		"--join", join, "--bootstrap-expect", "3",
 		"--tls-ca", filepath.Join(c.dir, "ca.pem"), "--tls-cert", certFile, "--tls-key", keyFile,
-		"--lease", "netns", "--id", id, "--ttl", "2s", "--log-level", "debug", "--http", "127.0.0.1:"+nsHTTPPort,
+		"--lease", "netns", "--id", id, "--ttl", "3s", "--log-level", "debug", "--http", "127.0.0.1:"+nsHTTPPort,
 		"--", batonBin, "demo-job")
 	cmd.Env = append(os.Environ(), "BATON_SECRET="+nsSecret)
 	lw := newLockedWriter()

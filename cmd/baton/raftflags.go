@@ -216,6 +216,10 @@ func startMember(ctx context.Context, opts raft.NodeOptions, log *slog.Logger) (
 		// Refused by a live group for the secret: retrying cannot help,
 		// so this is a configuration error.
 		return nil, &exitError{code: exitUsage, err: fmt.Errorf("%w: set BATON_SECRET (or --secret-file) to the group's secret", err)}
+	case errors.Is(err, raft.ErrCertificateRefused):
+		// A majority of the peers refused the certificate, or presented
+		// ones of another CA: retrying cannot help.
+		return nil, &exitError{code: exitUsage, err: fmt.Errorf("%w: give this member the group's CA certificate (--tls-ca) and a certificate and key that CA signed (--tls-cert, --tls-key; `baton tls cert` makes them)", err)}
 	}
 	return nil, err
 }

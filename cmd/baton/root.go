@@ -122,6 +122,9 @@ func (a *App) newRootCommand() *cobra.Command {
 	root.SetOut(a.stdout())
 	root.SetErr(a.stderr())
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		if hint := missingDash(cmd, err); hint != nil {
+			return hint
+		}
 		return usageErrorf("%w\nRun '%s --help' for usage.", err, cmd.CommandPath())
 	})
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {

@@ -172,10 +172,15 @@ func (c *leaderFlags) validate() (problems []string, spec *backendurl.Spec, ttl 
 	// healthy. A grace as long as that would stop every term at once.
 	window := time.Duration(0)
 	ttl = c.common.ttlOrDefault()
+	if spec != nil && c.common.ttl > 0 && (spec.Scheme == "raft" || spec.Scheme == "agent") {
+		if p := raftTTLFloor(flagSource(c.fs, "ttl"), ttl); p != "" {
+			problems = append(problems, p)
+		}
+	}
 	if spec != nil && c.common.ttl > 0 {
 		w, err := spec.RenewalWindow(ttl)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s %s: %v", flagSource(c.fs, "ttl"), c.common.ttl, err))
+			problems = append(problems, fmt.Sprintf("%s %s: %v", flagSource(c.fs, "ttl"), spec.TTL(ttl), err))
 		}
 		window = w
 	}
@@ -187,8 +192,8 @@ func (c *leaderFlags) validate() (problems []string, spec *backendurl.Spec, ttl 
 	case !graceSet && window > 0:
 		c.grace = min(5*time.Second, window/2)
 	case graceSet && window > 0 && c.grace >= window:
-		problems = append(problems, fmt.Sprintf("%s %s: must be below %s (the renewal window at --ttl %s: how far ahead safe-until stays), or a child could outlive the term while another instance leads; lower --grace or raise --ttl",
-			flagSource(c.fs, "grace"), c.grace, window.Round(time.Millisecond), c.common.ttl))
+		problems = append(problems, fmt.Sprintf("%s %s: must be below %s (the renewal window at %s: how far ahead safe-until stays), or a child could outlive the term while another instance leads; lower --grace or raise --ttl",
+			flagSource(c.fs, "grace"), c.grace, window.Round(time.Millisecond), ttlInForce(c.fs, spec, ttl)))
 	}
 	return problems, spec, ttl
 }

@@ -86,6 +86,9 @@ func (f *Server) describeAutoScalingGroups(w http.ResponseWriter, r *http.Reques
 			}
 		}
 		g.DesiredCapacity = len(g.Instances)
+		if n, ok := f.desired[name]; ok {
+			g.DesiredCapacity = n
+		}
 		groups = append(groups, g)
 	}
 	from, to, next, ok := page(len(groups), f.pageSize, r.Form.Get("NextToken"))

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Server is a small in-memory model of Auto Scaling groups and their EC2
@@ -32,6 +33,7 @@ type Server struct {
 
 	mu        sync.Mutex
 	groups    map[string]bool // names of the groups that exist
+	desired   map[string]int  // desired capacity by group, when set
 	instances map[string]*Instance
 	order     []string // instance IDs in launch order
 	pageSize  int      // most items in one page of any list
@@ -56,6 +58,9 @@ type Instance struct {
 	State     string // EC2 state: "running", "terminated", ...
 	PrivateIP string
 	Tags      map[string]string // EC2 tags as reads see them; see tags.go
+	// LaunchTime is when EC2 launched the instance: Launch sets it a second
+	// after the previous Launch's, so that launch order is call order.
+	LaunchTime time.Time
 }
 
 // A handler answers one Action. It runs with f.mu held.
@@ -85,6 +90,7 @@ func Start(t testing.TB) *Server {
 	t.Helper()
 	f := &Server{
 		groups:    map[string]bool{},
+		desired:   map[string]int{},
 		instances: map[string]*Instance{},
 		pageSize:  7,
 		throttle:  map[string]int{},
@@ -120,8 +126,21 @@ func (f *Server) AddGroup(name string) {
 func (f *Server) Launch(id, group, lifecycle, health, ip string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.instances[id] = &Instance{ID: id, Group: group, Lifecycle: lifecycle, Health: health, State: "running", PrivateIP: ip}
+	f.instances[id] = &Instance{ID: id, Group: group, Lifecycle: lifecycle, Health: health, State: "running", PrivateIP: ip,
+		LaunchTime: launchEpoch.Add(time.Duration(len(f.order)) * time.Second)}
 	f.order = append(f.order, id)
+}
+
+// launchEpoch is the LaunchTime of the first instance a fake launches.
+var launchEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// SetDesired sets group's desired capacity, which DescribeAutoScalingGroups
+// reports; until it is set, the capacity is the number of the group's
+// instances.
+func (f *Server) SetDesired(group string, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.desired[group] = n
 }
 
 // DeleteGroup removes a group and its instances' membership.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
 func init() {
@@ -18,6 +19,7 @@ type ec2InstanceXML struct {
 	StateName        string `xml:"instanceState>name"`
 	PrivateIPAddress string `xml:"privateIpAddress,omitempty"`
 	InstanceType     string `xml:"instanceType"`
+	LaunchTime       string `xml:"launchTime,omitempty"`
 }
 
 type ec2ReservationXML struct {
@@ -95,6 +97,7 @@ func (f *Server) describeInstances(w http.ResponseWriter, r *http.Request) {
 			Instances: []ec2InstanceXML{{
 				InstanceID: in.ID, ImageID: "ami-12345678", InstanceType: "t3.micro",
 				StateCode: ec2StateCodes[in.State], StateName: in.State, PrivateIPAddress: in.PrivateIP,
+				LaunchTime: in.LaunchTime.Format(time.RFC3339),
 			}},
 		})
 	}
