@@ -43,9 +43,9 @@ func (n *Node) membership() {
 		}
 		err := n.tryJoin()
 		if errors.Is(err, ErrSecretRefused) {
-			// The secret does not change while the member runs: a live
-			// group that refuses it now refuses it for good. A few rounds
-			// in a row, so that one odd answer decides nothing.
+			// A live group that refuses the secret now refuses it until
+			// someone gives this member the group's. A few rounds in a
+			// row, so that one odd answer decides nothing.
 			if refusedRounds++; refusedRounds >= refusedRoundsToFail {
 				n.fail(err)
 				return

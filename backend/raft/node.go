@@ -86,6 +86,18 @@ type NodeOptions struct {
 	// Default none.
 	PreviousSecrets []string
 
+	// Reloader, if set, is asked every ReloadEvery for the member's
+	// secrets and (CA mode) TLS configuration, which then replace those in
+	// use, as SetSecrets and SetTLS do: a rotation without a restart. Nil
+	// (the default) keeps those given here for the member's life.
+	Reloader Reloader
+
+	// ReloadEvery is how often Reloader is asked. Default
+	// DefaultReloadEvery (30 s). A step of a rotation must reach every
+	// member before the next one starts: wait at least this long between
+	// them.
+	ReloadEvery time.Duration
+
 	// Discovery finds peers. Nil means no peers: with BootstrapExpect 1
 	// the member forms a group of its own.
 	Discovery Discoverer
@@ -216,6 +228,10 @@ type Node struct {
 	leading  context.CancelFunc
 	lastSeen map[hraft.ServerID]time.Time
 	closed   bool
+
+	// secrets are those in creds, as given (SetSecrets).
+	secretsMu sync.Mutex
+	secrets   []string
 }
 
 // ErrNotLeader is returned by a group call that only the raft leader can
@@ -276,6 +292,7 @@ func StartNode(opts NodeOptions) (*Node, error) {
 		lastSeen: map[hraft.ServerID]time.Time{}, heard: newHeardLog(),
 		stalls: &stallWatch{gap: opts.HeartbeatTimeout / 4, after: opts.HeartbeatTimeout / 4, last: time.Now()},
 	}
+	n.secrets = secretList(opts.Secret, opts.PreviousSecrets)
 	n.fsm.onEpoch = n.checkEpochClock
 	n.client = newAPIClient(n.creds, opts.gate)
 	n.mux = newMux(ln, n.creds, opts.gate, n.hasJoined, n.refusals)
@@ -294,6 +311,10 @@ func StartNode(opts NodeOptions) (*Node, error) {
 	go func() { defer n.wg.Done(); _ = n.http.Serve(n.mux.api) }()
 	go n.watchLeadership()
 	go n.membership()
+	if opts.Reloader != nil {
+		n.wg.Add(1)
+		go n.reload()
+	}
 	mode := "CA"
 	if opts.TLS == nil {
 		mode = "secret only"
@@ -345,6 +366,12 @@ func (o *NodeOptions) fill() error {
 	}
 	if o.DeadServerAfter < 2*o.HeartbeatTimeout {
 		problems = append(problems, fmt.Sprintf("raft: DeadServerAfter %s must be at least twice HeartbeatTimeout (%s)", o.DeadServerAfter, o.HeartbeatTimeout))
+	}
+	if o.ReloadEvery == 0 {
+		o.ReloadEvery = DefaultReloadEvery
+	}
+	if o.ReloadEvery < 0 {
+		problems = append(problems, fmt.Sprintf("raft: ReloadEvery %s is negative: use 0 for the default (%s) or a positive duration", o.ReloadEvery, DefaultReloadEvery))
 	}
 	if o.StabilizationTime == 0 {
 		o.StabilizationTime = 2 * time.Second
@@ -421,7 +448,11 @@ func (n *Node) SetSecrets(secret string, previous ...string) error {
 	if problems := checkSecrets(secret, previous); len(problems) > 0 {
 		return &baton.ConfigError{Problems: problems}
 	}
-	n.creds.setSecrets(secretList(secret, previous))
+	list := secretList(secret, previous)
+	n.secretsMu.Lock()
+	n.secrets = list
+	n.creds.setSecrets(list)
+	n.secretsMu.Unlock()
 	return nil
 }
 
