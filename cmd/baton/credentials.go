@@ -68,7 +68,9 @@ func (r *raftFlags) newCredentials(ctx context.Context) (*credentials, error) {
 
 // reloads reports whether anything of c can change while the member runs
 // (an environment variable cannot).
-func (c *credentials) reloads() bool { return c.file != "" || c.source != nil || c.tls != (certs.Files{}) }
+func (c *credentials) reloads() bool {
+	return c.file != "" || c.source != nil || c.tls != (certs.Files{})
+}
 
 // Reload implements raft.Reloader.
 func (c *credentials) Reload(ctx context.Context) ([]string, *tls.Config, error) {

@@ -117,7 +117,11 @@ func relayOne(down net.Conn, listen, target string, server, client *tls.Config, 
 	var fromDialer, fromTarget countingWriter
 	done := make(chan struct{}, 2)
 	go func() { _, _ = io.Copy(io.MultiWriter(up, &fromDialer), dtls); _ = up.CloseWrite(); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(io.MultiWriter(dtls, &fromTarget), up); _ = dtls.CloseWrite(); done <- struct{}{} }()
+	go func() {
+		_, _ = io.Copy(io.MultiWriter(dtls, &fromTarget), up)
+		_ = dtls.CloseWrite()
+		done <- struct{}{}
+	}()
 	<-done
 	// One side is done; the other gets a moment to finish its answer.
 	select {
