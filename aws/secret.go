@@ -26,7 +26,7 @@ import (
 var (
 	// ErrSecretAccessDenied reports that the role may not read the secret
 	// (or decrypt it with its KMS key): AccessDeniedException and the like.
-	ErrSecretAccessDenied = errors.New("aws: access to the secret denied")
+	ErrSecretAccessDenied = errors.New("aws: access denied to the secret")
 
 	// ErrSecretNotFound reports that the parameter or secret does not
 	// exist (in this region and account).

@@ -173,6 +173,7 @@ func (f *Server) serveJSON(w http.ResponseWriter, r *http.Request, target string
 		f.problem("%s request is not signed with SigV4", target)
 	}
 	f.calls[target]++
+	w.Header().Set("X-Amzn-RequestId", fmt.Sprintf("fake-%d", f.calls[target]))
 	if fl := f.fail[target]; fl.n > 0 {
 		fl.n--
 		f.fail[target] = fl
