@@ -3,6 +3,7 @@ package raft
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"slices"
 	"time"
 )
@@ -69,11 +70,7 @@ func (n *Node) reload() {
 }
 
 // errNoSecrets is a Reloader's answer without a secret.
-var errNoSecrets = reloadError("the reload returned no secret")
-
-type reloadError string
-
-func (e reloadError) Error() string { return string(e) }
+var errNoSecrets = errors.New("raft: the reload returned no secret")
 
 // secretsHeld returns the secrets the member holds, the one it proves
 // first first.
