@@ -17,7 +17,12 @@
 //     the group's other instances, then tags this one with KEY and
 //     KEY-token; Tagger.Demoted removes them;
 //   - the group's own rule, with no lease (LeaderByRule): the InService,
-//     Healthy instance with the lowest id.
+//     Healthy instance with the lowest id;
+//   - a raft group's secret where secrets live (SSMSecret: a Parameter
+//     Store SecureString; SecretsManagerSecret: the AWSCURRENT, AWSPENDING
+//     and AWSPREVIOUS versions of a secret), read through the instance's
+//     role and again at each call, so that a rotation reaches running
+//     members.
 //
 // # What is guaranteed, and what is not
 //

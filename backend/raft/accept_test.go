@@ -41,7 +41,7 @@ func TestAcceptSurvivesRunningOutOfFiles(t *testing.T) {
 	ln.fails.Store(5)
 	rec := &attrRecorder{}
 	m := &mux{
-		ln: ln, tls: cfg, key: newConnKey(testSecret), inGroup: func() bool { return false },
+		ln: ln, creds: newCreds(cfg, testSecret), inGroup: func() bool { return false },
 		refusals: newRefusalLog(slog.New(rec), time.Minute), timeout: 5 * time.Second,
 		raft: newChanListener(ln.Addr()), api: newChanListener(ln.Addr()),
 	}
@@ -50,7 +50,7 @@ func TestAcceptSurvivesRunningOutOfFiles(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := dialProto(ctx, clientConfig(t, ca), nil, newConnKey(testSecret), inner.Addr().String(), protoAPI)
+	c, err := dialProto(ctx, newCreds(clientConfig(t, ca), testSecret), nil, inner.Addr().String(), protoAPI)
 	if err != nil {
 		t.Fatalf("dial after the accept errors: %v", err)
 	}

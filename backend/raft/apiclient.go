@@ -3,7 +3,6 @@ package raft
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -29,17 +28,19 @@ func (n *Node) forwardJSON(ctx context.Context, path string, body, out any) erro
 // apiClient calls peers' group API.
 type apiClient struct {
 	mu     sync.Mutex
-	secret string // the bearer token sent with each call; see bearer
+	secret string // the bearer token sent with each call (agent clients); see bearer
 	hc     *http.Client
 	tr     *http.Transport // nil when hc is the caller's
 	scheme string          // "https" (members, over the mux) or "http" (agent clients)
 }
 
-func newAPIClient(cfg *tls.Config, g *gate, secret string) *apiClient {
-	key := newConnKey(secret)
+// newAPIClient calls members' group API over connections that prove the
+// group's secret (dialProto with cr). Its calls carry no bearer token: the
+// mux hands a connection to the group API only after its proof held.
+func newAPIClient(cr *creds, g *gate) *apiClient {
 	tr := &http.Transport{
 		DialTLSContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			return dialProto(ctx, cfg, g, key, addr, protoAPI)
+			return dialProto(ctx, cr, g, addr, protoAPI)
 		},
 		// Enough idle connections for a burst of concurrent calls (a
 		// process campaigning for many leases at once) to reuse theirs:
@@ -49,7 +50,7 @@ func newAPIClient(cfg *tls.Config, g *gate, secret string) *apiClient {
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     time.Minute,
 	}
-	return &apiClient{secret: secret, tr: tr, hc: &http.Client{Transport: tr}, scheme: "https"}
+	return &apiClient{tr: tr, hc: &http.Client{Transport: tr}, scheme: "https"}
 }
 
 func (c *apiClient) close() {

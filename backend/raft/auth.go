@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -31,6 +32,12 @@ import (
 // one connection, or relayed by a machine in the middle that terminates
 // TLS itself, is worth nothing on another; and the acceptor reveals its
 // proof only to a dialer that proved itself first.
+//
+// During a rotation a member holds several secrets: it accepts a proof
+// under any of them and answers under the one the dialer used; as a
+// dialer it proves the first, and on a refusal tries the others in turn,
+// each on a new connection (dialProto), so that members a step behind or
+// ahead in the rotation still let it in.
 //
 //	dialer   -> acceptor: proto(1) proof(32)
 //	acceptor -> dialer:   authOK(1) proof(32) | authRefused(1) | authRefusedInGroup(1)
@@ -157,11 +164,20 @@ func (k connKey) dial(c *tls.Conn, proto byte) error {
 	return nil
 }
 
-// accept runs the acceptor's side on c, whose TLS handshake is done, and
-// returns the protocol the dialer proved the secret for. inGroup says
-// whether this member is in a group with a leader, for the refusal. The
-// caller sets c's deadline.
+// accept runs the acceptor's side on c with key k alone; see
+// acceptAny.
 func (k connKey) accept(c *tls.Conn, inGroup func() bool) (byte, error) {
+	return acceptAny(c, []connKey{k}, inGroup)
+}
+
+// acceptAny runs the acceptor's side on c, whose TLS handshake is done,
+// and returns the protocol the dialer proved a secret for. The dialer's
+// proof may be under any of keys (during a rotation a member accepts the
+// old secret and the new); the answer is a proof under the key the dialer
+// used, so that the dialer checks it with the one key it proved. inGroup
+// says whether this member is in a group with a leader, for the refusal.
+// The caller sets c's deadline.
+func acceptAny(c *tls.Conn, keys []connKey, inGroup func() bool) (byte, error) {
 	cs := c.ConnectionState()
 	msg := make([]byte, 1+proofLen)
 	if _, err := io.ReadFull(c, msg); err != nil {
@@ -171,11 +187,18 @@ func (k connKey) accept(c *tls.Conn, inGroup func() bool) (byte, error) {
 	if proto != protoRaft && proto != protoAPI {
 		return 0, fmt.Errorf("unknown protocol byte %#x", proto)
 	}
-	want, err := k.proof(cs, roleDialer, proto)
-	if err != nil {
-		return 0, err
+	var used connKey
+	for _, k := range keys {
+		want, err := k.proof(cs, roleDialer, proto)
+		if err != nil {
+			return 0, err
+		}
+		if hmac.Equal(msg[1:], want) {
+			used = k
+			break
+		}
 	}
-	if !hmac.Equal(msg[1:], want) {
+	if used == nil {
 		status := authRefused
 		if inGroup() {
 			status = authRefusedInGroup
@@ -183,7 +206,7 @@ func (k connKey) accept(c *tls.Conn, inGroup func() bool) (byte, error) {
 		_, _ = c.Write([]byte{status})
 		return 0, errWrongSecret
 	}
-	mine, err := k.proof(cs, roleAcceptor, proto)
+	mine, err := used.proof(cs, roleAcceptor, proto)
 	if err != nil {
 		return 0, err
 	}
@@ -192,6 +215,38 @@ func (k connKey) accept(c *tls.Conn, inGroup func() bool) (byte, error) {
 	}
 	return proto, nil
 }
+
+// creds are what a member proves itself with: its TLS configuration and
+// the keys of the secrets it holds, the first the one it proves with
+// first. Both can be replaced while the member runs (Node.SetTLS,
+// Node.SetSecrets); each connection uses those of the moment it starts.
+// Safe for concurrent use.
+type creds struct {
+	tls  atomic.Pointer[tls.Config]
+	keys atomic.Pointer[[]connKey]
+}
+
+// newCreds holds cfg and the keys of secrets (at least one).
+func newCreds(cfg *tls.Config, secrets ...string) *creds {
+	c := &creds{}
+	c.setTLS(cfg)
+	c.setSecrets(secrets)
+	return c
+}
+
+func (c *creds) setTLS(cfg *tls.Config) { c.tls.Store(cfg) }
+
+func (c *creds) setSecrets(secrets []string) {
+	keys := make([]connKey, 0, len(secrets))
+	for _, s := range secrets {
+		keys = append(keys, newConnKey(s))
+	}
+	c.keys.Store(&keys)
+}
+
+func (c *creds) tlsConfig() *tls.Config { return c.tls.Load() }
+
+func (c *creds) connKeys() []connKey { return *c.keys.Load() }
 
 // failReason sorts a failed connection for the log: "wrong secret",
 // "timeout", "tls" (the handshake: a certificate not of the group's CA,

@@ -127,11 +127,58 @@ func (r *attrRecorder) all() []recorded {
 // the intruder for its raft leader, the holder keeps its term, the
 // intruder's session and lease never appear, and every member logs a
 // warning naming the intruder's address.
+//
+// It runs in both modes: in CA mode the intruder's certificate is of the
+// group's CA; in secret-only mode (NodeOptions.TLS nil) it is one of its
+// own, which the members accept at the TLS layer as they accept each
+// other's.
 func TestRaftStreamNeedsSecret(t *testing.T) {
+	for _, secretOnly := range []bool{false, true} {
+		t.Run(modeName(secretOnly), func(t *testing.T) { testRaftStreamNeedsSecret(t, secretOnly) })
+	}
+}
+
+// modeName names a test's TLS mode.
+func modeName(secretOnly bool) string {
+	if secretOnly {
+		return "secret-only"
+	}
+	return "CA"
+}
+
+// secretOnlyIf returns an option that puts a member in secret-only mode
+// when on is true.
+func secretOnlyIf(on bool) func(*NodeOptions) {
+	return func(o *NodeOptions) {
+		if on {
+			o.TLS = nil
+		}
+	}
+}
+
+// outsiderTLS is the TLS configuration of a process that is no member: a
+// certificate of g's CA, or in secret-only mode one of its own.
+func outsiderTLS(t testing.TB, g *testGroup, secretOnly bool, name string) *tls.Config {
+	t.Helper()
+	var cfg *tls.Config
+	var err error
+	if secretOnly {
+		cfg, err = selfSignedTLS(name)
+	} else {
+		cfg, err = g.ca.Config(name, []string{"127.0.0.1"})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func testRaftStreamNeedsSecret(t *testing.T, secretOnly bool) {
 	recs := make([]*attrRecorder, 3)
 	g := newMembershipGroup(t, 3, func(i int, o *NodeOptions) {
 		recs[i] = &attrRecorder{}
 		o.Logger = slog.New(recs[i])
+		secretOnlyIf(secretOnly)(o)
 	})
 	readyLeaderOf(t, g)
 	cfg := backend.Config{TTL: 2 * time.Second}
@@ -139,10 +186,7 @@ func TestRaftStreamNeedsSecret(t *testing.T) {
 	b := newBackend(t, holderNode, cfg)
 	term := testkit.CampaignWithin(t, b, "job", "holder", 20*time.Second)
 
-	cliTLS, err := g.ca.Config("intruder", []string{"127.0.0.1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cliTLS := outsiderTLS(t, g, secretOnly, "intruder")
 	lnAddr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}
 	stream := &intruderStream{tls: cliTLS, addr: lnAddr, done: make(chan struct{})}
 	trans := hraft.NewNetworkTransportWithConfig(&hraft.NetworkTransportConfig{

@@ -15,18 +15,46 @@ import (
 // MinSecretLen is the shortest join secret a member accepts, in bytes.
 const MinSecretLen = 16
 
-// ReadSecretFile reads a group's join secret from path: the file's content
-// without surrounding white space, at least MinSecretLen bytes.
-func ReadSecretFile(path string) (string, error) {
+// ReadSecretFile reads a group's secrets from path, as ParseSecrets
+// reads them: the secret to prove, and the others accepted during a
+// rotation.
+func ReadSecretFile(path string) (secret string, previous []string, err error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	secret := strings.TrimSpace(string(b))
-	if len(secret) < MinSecretLen {
-		return "", fmt.Errorf("%s holds %d bytes: the join secret must be at least %d", path, len(secret), MinSecretLen)
+	secret, previous, err = ParseSecrets(string(b))
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return secret, nil
+	return secret, previous, nil
+}
+
+// ParseSecrets reads a group's secrets from text (a file, a variable, a
+// parameter's value): one secret per line, white space around each line
+// ignored, blank lines skipped. The first is the secret the member proves
+// (NodeOptions.Secret); the others, during a rotation, are accepted too
+// (NodeOptions.PreviousSecrets). Each must be at least MinSecretLen bytes.
+func ParseSecrets(text string) (secret string, previous []string, err error) {
+	var all []string
+	for line := range strings.Lines(text) {
+		if s := strings.TrimSpace(line); s != "" {
+			all = append(all, s)
+		}
+	}
+	if len(all) == 0 {
+		return "", nil, fmt.Errorf("no secret in it: the join secret must be at least %d bytes (e.g. from `openssl rand -hex 32`)", MinSecretLen)
+	}
+	for i, s := range all {
+		if len(s) < MinSecretLen {
+			which := "the secret"
+			if len(all) > 1 {
+				which = fmt.Sprintf("secret %d of %d (one per line)", i+1, len(all))
+			}
+			return "", nil, fmt.Errorf("%s is %d bytes: each join secret must be at least %d", which, len(s), MinSecretLen)
+		}
+	}
+	return all[0], all[1:], nil
 }
 
 // AdvertiseFor returns the address peers reach a member bound to bind at:

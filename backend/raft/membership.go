@@ -44,10 +44,10 @@ func (n *Node) membership() {
 		}
 		err := n.tryJoin()
 		if errors.Is(err, ErrSecretRefused) || errors.Is(err, ErrCertificateRefused) {
-			// The secret does not change while the member runs: a live
-			// group that refuses it now refuses it for good. A few rounds
-			// in a row, so that one odd answer decides nothing. So for a
-			// certificate that a majority of the peers refuses.
+			// A live group that refuses the secret now refuses it until
+			// someone gives this member the group's; so for a certificate
+			// that a majority of the peers refuses. A few rounds in a row,
+			// so that one odd answer decides nothing.
 			if refusedRounds++; refusedRounds >= refusedRoundsToFail {
 				n.fail(err)
 				return
@@ -205,7 +205,7 @@ func (n *Node) tryJoin() error {
 		return err
 	}
 	infos, refused := n.probe(peers)
-	if len(infos) == 0 && len(refused) == 0 && n.opts.TLS.RootCAs != nil {
+	if len(infos) == 0 && len(refused) == 0 && n.opts.TLS != nil && n.opts.TLS.RootCAs != nil {
 		// In CA mode (the members verify each other against a CA's
 		// certificate pool) a certificate of another CA fails the TLS handshake
 		// before any secret is proved. A majority of the peers found

@@ -322,12 +322,23 @@ func TestWitness(t *testing.T) {
 // retrying forever, and the members log the refusal with its address.
 func TestJoinNeedsSecret(t *testing.T) {
 	t.Parallel() // idle groups, and checks that hold under load
+	for _, secretOnly := range []bool{false, true} {
+		t.Run(modeName(secretOnly), func(t *testing.T) {
+			t.Parallel()
+			testJoinNeedsSecret(t, secretOnly)
+		})
+	}
+}
+
+func testJoinNeedsSecret(t *testing.T, secretOnly bool) {
 	recs := make([]*attrRecorder, 3)
 	g := newMembershipGroup(t, 3, func(i int, o *NodeOptions) {
 		recs[i] = &attrRecorder{}
 		o.Logger = slog.New(recs[i])
+		secretOnlyIf(secretOnly)(o)
 	})
 	o := g.options(t)
+	secretOnlyIf(secretOnly)(&o)
 	o.Secret = "not-the-group-secret-0123456789"
 	n := startOutsider(t, o)
 	select {
@@ -357,7 +368,17 @@ func TestJoinNeedsSecret(t *testing.T) {
 // form the group; only the odd one gives up.
 func TestWrongSecretPeerStopsNobodyElse(t *testing.T) {
 	t.Parallel() // idle groups, and checks that hold under load
+	for _, secretOnly := range []bool{false, true} {
+		t.Run(modeName(secretOnly), func(t *testing.T) {
+			t.Parallel()
+			testWrongSecretPeerStopsNobodyElse(t, secretOnly)
+		})
+	}
+}
+
+func testWrongSecretPeerStopsNobodyElse(t *testing.T, secretOnly bool) {
 	g := newBareGroup(t)
+	g.opt = append(g.opt, secretOnlyIf(secretOnly))
 	wrong := g.start(t, func(o *NodeOptions) {
 		o.BootstrapExpect, o.Voters = 2, 3
 		o.Secret = "not-the-group-secret-0123456789"

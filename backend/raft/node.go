@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -30,8 +31,8 @@ type Discoverer interface {
 	Peers(ctx context.Context) ([]string, error)
 }
 
-// NodeOptions configures a Node. The zero value is not usable: BindAddr,
-// TLS and Secret are required.
+// NodeOptions configures a Node. The zero value is not usable: BindAddr
+// and Secret are required.
 type NodeOptions struct {
 	// ID is the member's raft server ID. Empty (the default) means: read it
 	// from DataDir/node-id, or make a new random one (and store it there when
@@ -64,18 +65,47 @@ type NodeOptions struct {
 	// (not 0.0.0.0 or ::).
 	AdvertiseAddr string
 
-	// TLS is the member's mutual-TLS configuration: it must present a
-	// certificate (Certificates) and verify peers against the group's CA
-	// (RootCAs and ClientCAs). Members speak TLS 1.3 only (the member
-	// uses a copy with MinVersion raised). Required; internal/certs and
-	// `baton tls` make one.
+	// TLS is the member's mutual-TLS configuration in CA mode: it must
+	// present a certificate (Certificates or GetCertificate) and verify
+	// peers against the group's CA (RootCAs and ClientCAs). Members speak
+	// TLS 1.3 only (the member uses a copy with MinVersion raised);
+	// internal/certs and `baton tls` make one, and Node.SetTLS replaces it
+	// while the member runs.
+	//
+	// Nil (the default) is the secret-only mode: the member makes a key
+	// and a self-signed certificate in memory at start, requires one of
+	// every peer without verifying it against a CA, and authenticates
+	// peers by their proof of Secret alone (selfsigned.go says what that
+	// trusts). All members of a group use the same mode: a CA-mode member
+	// refuses a self-signed peer, and a secret-only member's certificate
+	// is no CA's.
 	TLS *tls.Config
 
 	// Secret is the group's shared secret. Every connection between
 	// members, raft's own and the group API's, proves it both ways, bound
-	// to the TLS session: a certificate of the group's CA without the
-	// secret gets nothing. At least 16 bytes. Required.
+	// to the TLS session: a certificate without the secret gets nothing.
+	// At least MinSecretLen (16) bytes, and random: in secret-only mode a
+	// guessable secret can be searched for offline. Required.
 	Secret string
+
+	// PreviousSecrets are further secrets the member accepts from peers,
+	// and proves when a peer refuses Secret: during a rotation, members
+	// that hold the old and the new secret let in those that hold either
+	// (ParseSecrets, Node.SetSecrets). Each at least MinSecretLen bytes.
+	// Default none.
+	PreviousSecrets []string
+
+	// Reloader, if set, is asked every ReloadEvery for the member's
+	// secrets and (CA mode) TLS configuration, which then replace those in
+	// use, as SetSecrets and SetTLS do: a rotation without a restart. Nil
+	// (the default) keeps those given here for the member's life.
+	Reloader Reloader
+
+	// ReloadEvery is how often Reloader is asked. Default
+	// DefaultReloadEvery (30 s). A step of a rotation must reach every
+	// member before the next one starts: wait at least this long between
+	// them.
+	ReloadEvery time.Duration
 
 	// Discovery finds peers. Nil means no peers: with BootstrapExpect 1
 	// the member forms a group of its own.
@@ -175,7 +205,7 @@ type Node struct {
 	id      string
 	addr    string // advertised
 	log     *slog.Logger
-	secret  string
+	creds   *creds // the TLS configuration and secrets connections use
 	fsm     *fsm
 	raft    *hraft.Raft
 	trans   *hraft.NetworkTransport
@@ -217,6 +247,10 @@ type Node struct {
 	leading  context.CancelFunc
 	lastSeen map[hraft.ServerID]time.Time
 	closed   bool
+
+	// secrets are those in creds, as given (SetSecrets).
+	secretsMu sync.Mutex
+	secrets   []string
 }
 
 // ErrNotLeader is returned by a group call that only the raft leader can
@@ -262,21 +296,25 @@ func StartNode(opts NodeOptions) (*Node, error) {
 		ln.Close()
 		return nil, err
 	}
-	// The proofs of the secret are bound to the TLS session by exported
-	// keying material, which TLS 1.3 gives every session.
-	opts.TLS = opts.TLS.Clone()
-	opts.TLS.MinVersion = max(opts.TLS.MinVersion, tls.VersionTLS13)
+	tlsCfg := opts.TLS
+	if tlsCfg == nil {
+		if tlsCfg, err = selfSignedTLS(id); err != nil {
+			ln.Close()
+			return nil, err
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{
-		opts: opts, id: id, addr: advertise, log: log, secret: opts.Secret,
+		opts: opts, id: id, addr: advertise, log: log, creds: newCreds(tls13(tlsCfg), secretList(opts.Secret, opts.PreviousSecrets)...),
 		fsm: newFSM(), ctx: ctx, cancel: cancel, joined: make(chan struct{}),
 		failed: make(chan struct{}), refusals: newRefusalLog(log, 10*time.Second),
 		lastSeen: map[hraft.ServerID]time.Time{}, heard: newHeardLog(),
 		stalls: &stallWatch{gap: opts.HeartbeatTimeout / 4, after: opts.HeartbeatTimeout / 4, last: time.Now()},
 	}
+	n.secrets = secretList(opts.Secret, opts.PreviousSecrets)
 	n.fsm.onEpoch = n.checkEpochClock
-	n.client = newAPIClient(opts.TLS, opts.gate, opts.Secret)
-	n.mux = newMux(ln, opts.TLS, opts.gate, newConnKey(opts.Secret), n.hasJoined, n.refusals)
+	n.client = newAPIClient(n.creds, opts.gate)
+	n.mux = newMux(ln, n.creds, opts.gate, n.hasJoined, n.refusals)
 	if err := n.startRaft(); err != nil {
 		n.mux.close()
 		for _, c := range n.stores {
@@ -292,7 +330,15 @@ func StartNode(opts NodeOptions) (*Node, error) {
 	go func() { defer n.wg.Done(); _ = n.http.Serve(n.mux.api) }()
 	go n.watchLeadership()
 	go n.membership()
-	log.Info("member started", "id", id, "addr", advertise, "voters", opts.Voters, "witness", opts.Witness)
+	if opts.Reloader != nil {
+		n.wg.Add(1)
+		go n.reload()
+	}
+	mode := "CA"
+	if opts.TLS == nil {
+		mode = "secret only"
+	}
+	log.Info("member started", "id", id, "addr", advertise, "voters", opts.Voters, "witness", opts.Witness, "tls", mode)
 	return n, nil
 }
 
@@ -301,29 +347,15 @@ func (o *NodeOptions) fill() error {
 	if o.BindAddr == "" {
 		problems = append(problems, "raft: BindAddr is empty: give the address to listen on, such as 0.0.0.0:7946")
 	}
-	if o.TLS == nil {
-		problems = append(problems, "raft: TLS is nil: members talk over mutual TLS; give a CA, a certificate and its key (`baton tls` makes them)")
-	} else if len(o.TLS.Certificates) == 0 && o.TLS.GetCertificate == nil {
-		problems = append(problems, "raft: TLS has no certificate: members must present one signed by the group's CA")
-	} else {
-		if o.TLS.RootCAs == nil || o.TLS.ClientCAs == nil {
-			problems = append(problems, "raft: TLS must verify peers against the group's CA (set both RootCAs and ClientCAs)")
-		}
-		if o.TLS.ClientAuth != tls.RequireAndVerifyClientCert {
-			problems = append(problems, "raft: TLS must require and verify client certificates (ClientAuth: tls.RequireAndVerifyClientCert): members authenticate each other")
-		}
-		if o.TLS.InsecureSkipVerify && o.TLS.VerifyConnection == nil && o.TLS.VerifyPeerCertificate == nil {
-			problems = append(problems, "raft: TLS skips server verification with nothing in its place (InsecureSkipVerify without VerifyConnection)")
-		}
+	if o.TLS != nil {
+		problems = append(problems, checkTLS(o.TLS)...)
 	}
 	if o.ID != "" {
 		if err := checkID(o.ID); err != nil {
 			problems = append(problems, fmt.Sprintf("raft: ID %q: %v", o.ID, err))
 		}
 	}
-	if len(o.Secret) < 16 {
-		problems = append(problems, fmt.Sprintf("raft: Secret is %d bytes: the group's join secret must be at least 16 (try `openssl rand -hex 16`)", len(o.Secret)))
-	}
+	problems = append(problems, checkSecrets(o.Secret, o.PreviousSecrets)...)
 	if o.Voters == 0 {
 		o.Voters = 3
 	}
@@ -354,12 +386,110 @@ func (o *NodeOptions) fill() error {
 	if o.DeadServerAfter < 2*o.HeartbeatTimeout {
 		problems = append(problems, fmt.Sprintf("raft: DeadServerAfter %s must be at least twice HeartbeatTimeout (%s)", o.DeadServerAfter, o.HeartbeatTimeout))
 	}
+	if o.ReloadEvery == 0 {
+		o.ReloadEvery = DefaultReloadEvery
+	}
+	if o.ReloadEvery < 0 {
+		problems = append(problems, fmt.Sprintf("raft: ReloadEvery %s is negative: use 0 for the default (%s) or a positive duration", o.ReloadEvery, DefaultReloadEvery))
+	}
 	if o.StabilizationTime == 0 {
 		o.StabilizationTime = 2 * time.Second
 	}
 	if len(problems) > 0 {
 		return &baton.ConfigError{Problems: problems}
 	}
+	return nil
+}
+
+// checkTLS returns the problems with a CA-mode TLS configuration.
+func checkTLS(cfg *tls.Config) []string {
+	var problems []string
+	if len(cfg.Certificates) == 0 && cfg.GetCertificate == nil {
+		return append(problems, "raft: TLS has no certificate: members must present one signed by the group's CA (or leave TLS nil for the secret-only mode)")
+	}
+	if cfg.RootCAs == nil || cfg.ClientCAs == nil {
+		problems = append(problems, "raft: TLS must verify peers against the group's CA (set both RootCAs and ClientCAs), or be nil for the secret-only mode")
+	}
+	if cfg.ClientAuth != tls.RequireAndVerifyClientCert {
+		problems = append(problems, "raft: TLS must require and verify client certificates (ClientAuth: tls.RequireAndVerifyClientCert): members authenticate each other")
+	}
+	if cfg.InsecureSkipVerify && cfg.VerifyConnection == nil && cfg.VerifyPeerCertificate == nil {
+		problems = append(problems, "raft: TLS skips server verification with nothing in its place (InsecureSkipVerify without VerifyConnection)")
+	}
+	return problems
+}
+
+// checkSecrets returns the problems with a member's secrets.
+func checkSecrets(secret string, previous []string) []string {
+	var problems []string
+	if len(secret) < MinSecretLen {
+		problems = append(problems, fmt.Sprintf("raft: Secret is %d bytes: the group's join secret must be at least %d (try `openssl rand -hex 32`)", len(secret), MinSecretLen))
+	}
+	for i, p := range previous {
+		if len(p) < MinSecretLen {
+			problems = append(problems, fmt.Sprintf("raft: PreviousSecrets[%d] is %d bytes: every secret must be at least %d", i, len(p), MinSecretLen))
+		}
+	}
+	return problems
+}
+
+// secretList is secret, then those of previous that differ from it, each
+// once.
+func secretList(secret string, previous []string) []string {
+	out := []string{secret}
+	for _, p := range previous {
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// tls13 returns a copy of cfg that speaks TLS 1.3 only: the proofs of the
+// secret are bound to the TLS session by exported keying material, which
+// TLS 1.3 gives every session.
+func tls13(cfg *tls.Config) *tls.Config {
+	cfg = cfg.Clone()
+	cfg.MinVersion = max(cfg.MinVersion, tls.VersionTLS13)
+	return cfg
+}
+
+// SetSecrets replaces the secrets the member proves and accepts, without a
+// restart: secret is the one it proves first, previous are also accepted
+// (and proved when a peer refuses secret). Connections already made stay
+// up; each new one uses the new secrets. A rotation runs in steps that
+// each reach every member before the next (docs/aws.md, "Rotation"):
+// accept the new secret beside the old (secret old, previous new), prove
+// the new one (secret new, previous old), then drop the old. It returns a
+// *baton.ConfigError, and changes nothing, when a secret is too short.
+// Safe for concurrent use.
+func (n *Node) SetSecrets(secret string, previous ...string) error {
+	if problems := checkSecrets(secret, previous); len(problems) > 0 {
+		return &baton.ConfigError{Problems: problems}
+	}
+	list := secretList(secret, previous)
+	n.secretsMu.Lock()
+	n.secrets = list
+	n.creds.setSecrets(list)
+	n.secretsMu.Unlock()
+	return nil
+}
+
+// SetTLS replaces the member's CA-mode TLS configuration, without a
+// restart: a renewed certificate, or a CA bundle that trusts a new CA
+// beside the old one during a CA rotation. Connections already made stay
+// up; each new one uses cfg. It returns a *baton.ConfigError, and changes
+// nothing, when cfg is nil or is not a CA-mode configuration (NodeOptions.TLS
+// says what one must hold); a member started in secret-only mode keeps its
+// own certificate and needs none. Safe for concurrent use.
+func (n *Node) SetTLS(cfg *tls.Config) error {
+	if cfg == nil {
+		return &baton.ConfigError{Problems: []string{"raft: SetTLS(nil): give a CA-mode TLS configuration"}}
+	}
+	if problems := checkTLS(cfg); len(problems) > 0 {
+		return &baton.ConfigError{Problems: problems}
+	}
+	n.creds.setTLS(tls13(cfg))
 	return nil
 }
 
@@ -515,7 +645,7 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("raft: advertise address %s: %w", n.addr, err)
 	}
 	n.trans = hraft.NewNetworkTransportWithConfig(&hraft.NetworkTransportConfig{
-		Stream:  &streamLayer{chanListener: n.mux.raft, gate: n.opts.gate, tls: n.opts.TLS, key: n.mux.key, advertise: tcpAdvertise},
+		Stream:  &streamLayer{chanListener: n.mux.raft, gate: n.opts.gate, creds: n.creds, advertise: tcpAdvertise},
 		MaxPool: 3,
 		Timeout: 5 * time.Second,
 		// No pipelined replication. In hashicorp/raft v1.7.3, once a

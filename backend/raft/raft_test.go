@@ -199,10 +199,14 @@ func TestOptionsErrors(t *testing.T) {
 	if !errors.As(err, &ce) {
 		t.Fatalf("err = %v, want *baton.ConfigError", err)
 	}
-	for _, want := range []string{"BindAddr", "TLS is nil", "Secret is 5 bytes"} {
+	for _, want := range []string{"BindAddr", "Secret is 5 bytes"} {
 		if !containsProblem(ce.Problems, want) {
 			t.Errorf("problems %q lack %q", ce.Problems, want)
 		}
+	}
+	// A nil TLS is the secret-only mode, not a problem.
+	if containsProblem(ce.Problems, "TLS") {
+		t.Errorf("problems %q name TLS, which nil leaves to the secret-only mode", ce.Problems)
 	}
 }
 

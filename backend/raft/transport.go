@@ -26,8 +26,7 @@ const (
 type mux struct {
 	gate     *gate
 	ln       net.Listener
-	tls      *tls.Config
-	key      connKey
+	creds    *creds
 	inGroup  func() bool
 	refusals *refusalLog
 	timeout  time.Duration // for the handshake and the proofs
@@ -47,9 +46,9 @@ const maxPendingHandshakes = 256
 
 // newMux serves ln. inGroup reports whether this member is in a group with
 // a leader; refused peers are told so.
-func newMux(ln net.Listener, cfg *tls.Config, g *gate, key connKey, inGroup func() bool, refusals *refusalLog) *mux {
+func newMux(ln net.Listener, cr *creds, g *gate, inGroup func() bool, refusals *refusalLog) *mux {
 	m := &mux{
-		gate: g, ln: ln, tls: cfg, key: key, inGroup: inGroup, refusals: refusals, timeout: handshakeTimeout,
+		gate: g, ln: ln, creds: cr, inGroup: inGroup, refusals: refusals, timeout: handshakeTimeout,
 		raft: newChanListener(ln.Addr()), api: newChanListener(ln.Addr()),
 	}
 	m.start()
@@ -106,7 +105,7 @@ func (m *mux) sort(c net.Conn) {
 	if err != nil {
 		return
 	}
-	tc := tls.Server(c, m.tls)
+	tc := tls.Server(c, m.creds.tlsConfig())
 	_ = tc.SetDeadline(time.Now().Add(m.timeout))
 	proto, err := m.handshake(tc)
 	if err != nil {
@@ -127,7 +126,7 @@ func (m *mux) handshake(tc *tls.Conn) (byte, error) {
 	if err := tc.Handshake(); err != nil {
 		return 0, tlsHandshakeError{err}
 	}
-	return m.key.accept(tc, m.inGroup)
+	return acceptAny(tc, m.creds.connKeys(), m.inGroup)
 }
 
 func (m *mux) close() error {
@@ -137,10 +136,28 @@ func (m *mux) close() error {
 }
 
 // dialProto opens a TLS connection to addr, proves the group's secret for
-// proto and checks the peer's proof. The handshake gives up at ctx's end or
-// after handshakeTimeout, whichever comes first; a refusal of this
-// member's secret is a *refusedError (errors.Is ErrSecretRefused).
-func dialProto(ctx context.Context, cfg *tls.Config, g *gate, key connKey, addr string, proto byte) (net.Conn, error) {
+// proto and checks the peer's proof. It proves the first of cr's secrets,
+// and when the peer refuses it, each of the others in turn on a new
+// connection: during a rotation the peer may hold only the old secret or
+// only the new. The handshake gives up at ctx's end or after
+// handshakeTimeout, whichever comes first; a refusal of every secret is a
+// *refusedError (errors.Is ErrSecretRefused).
+func dialProto(ctx context.Context, cr *creds, g *gate, addr string, proto byte) (net.Conn, error) {
+	cfg := cr.tlsConfig()
+	keys := cr.connKeys()
+	for i, key := range keys {
+		c, err := dialKey(ctx, cfg, g, key, addr, proto)
+		var re *refusedError
+		if err != nil && errors.As(err, &re) && i < len(keys)-1 && ctx.Err() == nil {
+			continue
+		}
+		return c, err
+	}
+	return nil, errors.New("raft: this member holds no secret") // NodeOptions.fill rules it out
+}
+
+// dialKey is dialProto with one key.
+func dialKey(ctx context.Context, cfg *tls.Config, g *gate, key connKey, addr string, proto byte) (net.Conn, error) {
 	var d net.Dialer
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -218,8 +235,7 @@ func (l *chanListener) Addr() net.Addr { return l.addr }
 type streamLayer struct {
 	*chanListener
 	gate      *gate
-	tls       *tls.Config
-	key       connKey
+	creds     *creds
 	advertise net.Addr
 }
 
@@ -228,7 +244,7 @@ var _ hraft.StreamLayer = (*streamLayer)(nil)
 func (s *streamLayer) Dial(addr hraft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	c, err := dialProto(ctx, s.tls, s.gate, s.key, string(addr), protoRaft)
+	c, err := dialProto(ctx, s.creds, s.gate, string(addr), protoRaft)
 	if err != nil {
 		return nil, fmt.Errorf("raft: dial %s: %w", addr, err)
 	}

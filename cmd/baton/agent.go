@@ -185,7 +185,7 @@ func (c *agentCommand) Run(ctx context.Context) error {
 		return err
 	}
 	defer inst.finish(ctx)
-	opts, err := c.raft.nodeOptions(log)
+	opts, err := c.raft.nodeOptions(ctx, log)
 	if err != nil {
 		return err
 	}

@@ -136,19 +136,37 @@ func startImpostor(t *testing.T, addr string) (bound <-chan struct{}, requests f
 // port, answering every call with a ten-hour TTL. The impostor receives
 // neither a bearer token nor a session secret; c1's command stops by c1's
 // own safe-until (the last renewal sent before the kill + 3 s); c2's
-// command starts only after c1's last heartbeat.
+// command starts only after c1's last heartbeat. The agents run in CA
+// mode and in the secret-only mode (no --tls-* flags).
 func TestAgentImpostorGetsNoCredentials(t *testing.T) {
 	t.Parallel()
+	for _, caMode := range []bool{true, false} {
+		name := "secret-only"
+		if caMode {
+			name = "CA"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testAgentImpostorGetsNoCredentials(t, caMode)
+		})
+	}
+}
+
+func testAgentImpostorGetsNoCredentials(t *testing.T, caMode bool) {
 	const lease, secret = "impostor-job", "agent-test-secret-0123456789"
 	dir := t.TempDir()
-	if r := runBaton(t, 30*time.Second, "tls", "ca", "--dir", filepath.Join(dir, "ca")); r.code != 0 {
-		t.Fatalf("tls ca: %d %s", r.code, r.stderr)
+	if caMode {
+		if r := runBaton(t, 30*time.Second, "tls", "ca", "--dir", filepath.Join(dir, "ca")); r.code != 0 {
+			t.Fatalf("tls ca: %d %s", r.code, r.stderr)
+		}
 	}
 	var binds, https, tokens []string
 	for i := range 3 {
 		name := fmt.Sprintf("a%d", i+1)
-		if r := runBaton(t, 30*time.Second, "tls", "cert", "--ca-dir", filepath.Join(dir, "ca"), "--dir", dir, "--name", name, "--host", "127.0.0.1"); r.code != 0 {
-			t.Fatalf("tls cert: %d %s", r.code, r.stderr)
+		if caMode {
+			if r := runBaton(t, 30*time.Second, "tls", "cert", "--ca-dir", filepath.Join(dir, "ca"), "--dir", dir, "--name", name, "--host", "127.0.0.1"); r.code != 0 {
+				t.Fatalf("tls cert: %d %s", r.code, r.stderr)
+			}
 		}
 		binds, https = append(binds, freePort(t)), append(https, freePort(t))
 		tokens = append(tokens, fmt.Sprintf("impostor-test-token-%d-%d", i+1, time.Now().UnixNano()))
@@ -156,10 +174,12 @@ func TestAgentImpostorGetsNoCredentials(t *testing.T) {
 	var agents []*batonProc
 	for i := range 3 {
 		name := fmt.Sprintf("a%d", i+1)
-		agents = append(agents, startBaton(t, name, testEnv("BATON_SECRET="+secret, "BATON_HTTP_TOKEN="+tokens[i]), "agent",
-			"--bind", binds[i], "--join", "static:"+strings.Join(binds, ","), "--bootstrap-expect", "3", "--voters", "3",
-			"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, name+".pem"), "--tls-key", filepath.Join(dir, name+"-key.pem"),
-			"--http", https[i]))
+		args := []string{"agent", "--bind", binds[i], "--join", "static:" + strings.Join(binds, ","), "--bootstrap-expect", "3", "--voters", "3",
+			"--http", https[i]}
+		if caMode {
+			args = append(args, "--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, name+".pem"), "--tls-key", filepath.Join(dir, name+"-key.pem"))
+		}
+		agents = append(agents, startBaton(t, name, testEnv("BATON_SECRET="+secret, "BATON_HTTP_TOKEN="+tokens[i]), args...))
 	}
 	for _, h := range https {
 		testkit.Eventually(t, 60*time.Second, "agent "+h+" serving", func() bool { return agentServing(h) })

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -91,7 +92,7 @@ func TestAWSJoinWiresTheGroup(t *testing.T) {
 		if p := r.validate(); len(p) > 0 {
 			t.Fatalf("%s: %q", tc.join, p)
 		}
-		opts, err := r.nodeOptions(slog.New(slog.DiscardHandler))
+		opts, err := r.nodeOptions(context.Background(), slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatalf("%s: %v", tc.join, err)
 		}

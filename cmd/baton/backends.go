@@ -21,7 +21,7 @@ func (a *App) openBackend(ctx context.Context, spec *backendurl.Spec, ttl time.D
 	o := backendurl.Options{TTL: ttl, Logger: log, AgentClient: a.agentClient(log, member == nil)}
 	if member != nil {
 		o.Member = func(ctx context.Context) (*raft.Node, error) {
-			opts, err := member.nodeOptions(log)
+			opts, err := member.nodeOptions(ctx, log)
 			if err != nil {
 				return nil, err
 			}

@@ -13,14 +13,14 @@ import (
 
 const demoLong = `Show failover on this machine, with nothing installed but baton.
 
-The demo makes a throw-away group CA in memory and one certificate per node
-(the CA certificate and the nodes' files go to a temporary directory removed
-at exit; the CA key never touches the disk), then starts --nodes copies of
-this binary on loopback, each a member of one embedded raft group:
+The demo makes a random secret, and nothing else: it starts --nodes copies
+of this binary on loopback with BATON_SECRET set, each a member of one
+embedded raft group that makes its own TLS key and certificate in memory
+(the secret-only mode; no files):
 
-  baton run --backend raft:// --bind 127.0.0.1:PORT-K --join static:PORT-1,...
-            --bootstrap-expect 3 --tls-ca ... --lease demo --id node-K --ttl TTL
-            -- baton demo-job
+  BATON_SECRET=... baton run --backend raft:// --bind 127.0.0.1:PORT-K
+            --join static:PORT-1,... --bootstrap-expect 3
+            --lease demo --id node-K --ttl TTL -- baton demo-job
 
 where demo-job prints "node-K working with token N" every 500ms. The first
 three members seen form the group (3 voters); the others join as non-voters.

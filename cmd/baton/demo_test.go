@@ -83,8 +83,9 @@ func startDemo(t *testing.T, flags ...string) (*batonProc, string) {
 	return p, tmp
 }
 
-// caKeys lists the files under dir named like a CA's key (ca-key.pem).
-func caKeys(t *testing.T, dir string) []string {
+// keyFiles lists the files under dir named like a private key (ca-key.pem,
+// node-1-key.pem): the demo's nodes make their keys in memory.
+func keyFiles(t *testing.T, dir string) []string {
 	t.Helper()
 	var found []string
 	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
@@ -92,7 +93,7 @@ func caKeys(t *testing.T, dir string) []string {
 			return nil
 		}
 		name := d.Name()
-		if strings.HasPrefix(name, "ca") && strings.Contains(name, "key") {
+		if strings.Contains(name, "key") {
 			found = append(found, path)
 		}
 		return nil
@@ -102,13 +103,14 @@ func caKeys(t *testing.T, dir string) []string {
 
 // TestDemoInterruptIsPrompt: SIGINT stops the demo and its nodes without
 // waiting out any close timeout (5s each: the nodes' leave, the observer's),
-// and the demo never writes its CA's key to disk.
+// and the demo never writes a key to disk (there is no CA; each node makes
+// its own key in memory).
 func TestDemoInterruptIsPrompt(t *testing.T) {
 	t.Parallel()
 	// --verbose: a slow stop shows in the nodes' logs, printed on failure.
 	p, tmp := startDemo(t, "--verbose")
-	if keys := caKeys(t, tmp); len(keys) > 0 {
-		t.Errorf("the running demo has its CA key on disk: %v", keys)
+	if keys := keyFiles(t, tmp); len(keys) > 0 {
+		t.Errorf("the running demo has keys on disk: %v", keys)
 	}
 	start := time.Now()
 	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
@@ -134,8 +136,9 @@ func TestDemoInterruptIsPrompt(t *testing.T) {
 }
 
 // TestDemoKilledLeavesNoCAKey: a demo killed outright (kill -9) cannot
-// clean up; what it leaves must not include its CA's private key, with
-// which anyone on the host could mint certificates its members accept.
+// clean up; what it leaves must not include a private key (a CA's would
+// let anyone on the host mint certificates; the demo has none, and its
+// nodes keep theirs in memory).
 func TestDemoKilledLeavesNoCAKey(t *testing.T) {
 	t.Parallel()
 	p, tmp := startDemo(t)
@@ -144,7 +147,7 @@ func TestDemoKilledLeavesNoCAKey(t *testing.T) {
 	}
 	p.wait(t, 30*time.Second)
 	testkit.Eventually(t, 30*time.Second, "the nodes to die with the demo", func() bool { return len(demoProcesses(tmp)) == 0 })
-	if keys := caKeys(t, tmp); len(keys) > 0 {
-		t.Errorf("a killed demo left its CA key on disk: %v", keys)
+	if keys := keyFiles(t, tmp); len(keys) > 0 {
+		t.Errorf("a killed demo left keys on disk: %v", keys)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
 	"strconv"
@@ -15,7 +14,6 @@ import (
 	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/backendurl"
 	"github.com/batonhq/baton/discovery"
-	"github.com/batonhq/baton/internal/certs"
 	"github.com/spf13/pflag"
 )
 
@@ -38,6 +36,8 @@ type raftFlags struct {
 	tlsKey          string
 	secret          string
 	secretFile      string
+	secretFrom      string
+	reloadEvery     time.Duration
 
 	// onRenew, if set, gets the member's session renewals (--http's
 	// metrics).
@@ -60,12 +60,14 @@ func (r *raftFlags) register(fs *pflag.FlagSet) {
 	fs.Var(&expectFlag{n: &r.bootstrapExpect, auto: &r.bootstrapAuto}, "bootstrap-expect", "raft: form a new group once this many members are seen, none in a group yet (0: only join an existing group; auto, with --join aws-asg: min(the group's desired capacity, 3), once that many instances are InService)")
 	fs.IntVar(&r.voters, "voters", 3, "raft: number of voting members (3 or 5); the others replicate without voting")
 	fs.BoolVar(&r.witness, "witness", false, "raft: vote, never campaign (the third member beside two application instances)")
-	fs.StringVar(&r.tlsCA, "tls-ca", "", "raft: PEM file of the group's CA (made by baton tls ca)")
-	fs.StringVar(&r.tlsCert, "tls-cert", "", "raft: PEM file of this member's certificate, signed by the group's CA")
-	fs.StringVar(&r.tlsKey, "tls-key", "", "raft: PEM file of this member's private key")
-	fs.StringVar(&r.secret, "secret", "", "raft: the group's join secret, 16+ bytes (prefer BATON_SECRET or --secret-file: flags show in ps)")
-	fs.StringVar(&r.secretFile, "secret-file", "", "raft: file holding the group's join secret")
-	withEnv(fs, "bind", "advertise", "data-dir", "join", "bootstrap-expect", "voters", "witness", "tls-ca", "tls-cert", "tls-key", "secret", "secret-file")
+	fs.StringVar(&r.tlsCA, "tls-ca", "", "raft: PEM file of the group's CA (made by baton tls ca); with --tls-cert and --tls-key, CA mode (default: none, the secret-only mode: each member makes its own certificate)")
+	fs.StringVar(&r.tlsCert, "tls-cert", "", "raft: PEM file of this member's certificate, signed by the group's CA (CA mode)")
+	fs.StringVar(&r.tlsKey, "tls-key", "", "raft: PEM file of this member's private key (CA mode)")
+	fs.StringVar(&r.secret, "secret", "", "raft: the group's join secret, 16+ random bytes (prefer BATON_SECRET, --secret-file or --secret-from: flags show in ps)")
+	fs.StringVar(&r.secretFile, "secret-file", "", "raft: file holding the group's join secret (one per line during a rotation, the one to prove first first); re-read every --reload-every")
+	fs.StringVar(&r.secretFrom, "secret-from", "", "raft: read the group's join secret from AWS through the instance's role: ssm:PARAMETER (Parameter Store SecureString) | secretsmanager:NAME; re-read every --reload-every")
+	fs.DurationVar(&r.reloadEvery, "reload-every", raft.DefaultReloadEvery, "raft: how often to re-read --secret-file, --secret-from and the --tls-* files, so that a rotation needs no restart")
+	withEnv(fs, "bind", "advertise", "data-dir", "join", "bootstrap-expect", "voters", "witness", "tls-ca", "tls-cert", "tls-key", "secret", "secret-file", "secret-from", "reload-every")
 }
 
 // validate returns the problems with the raft flags, each saying how to fix
@@ -94,18 +96,35 @@ func (r *raftFlags) validate() []string {
 	if r.voters != 1 && r.voters != 3 && r.voters != 5 && r.voters != 7 {
 		problems = append(problems, fmt.Sprintf("%s %d: use 3 or 5 (1 for a test; an even number adds no fault tolerance)", flagSource(r.fs, "voters"), r.voters))
 	}
-	for _, f := range []struct{ name, val string }{{"tls-ca", r.tlsCA}, {"tls-cert", r.tlsCert}, {"tls-key", r.tlsKey}} {
-		if f.val == "" {
-			problems = append(problems, fmt.Sprintf("--%s is required with raft: members talk over mutual TLS; `baton tls ca` and `baton tls cert` make the files (or set %s)", f.name, envName(f.name)))
+	if r.caMode() {
+		for _, f := range []struct{ name, val string }{{"tls-ca", r.tlsCA}, {"tls-cert", r.tlsCert}, {"tls-key", r.tlsKey}} {
+			if f.val == "" {
+				problems = append(problems, fmt.Sprintf("--%s is missing: CA mode takes --tls-ca, --tls-cert and --tls-key together (`baton tls ca` and `baton tls cert` make the files; or set %s); give none of them for the secret-only mode, where the secret alone authenticates members", f.name, envName(f.name)))
+			}
+		}
+	}
+	var sources []string
+	for _, f := range []struct{ name, val string }{{"secret", r.secret}, {"secret-file", r.secretFile}, {"secret-from", r.secretFrom}} {
+		if f.val != "" {
+			sources = append(sources, flagSource(r.fs, f.name))
 		}
 	}
 	switch {
-	case r.secret != "" && r.secretFile != "":
-		problems = append(problems, "give the join secret once: --secret (BATON_SECRET) or --secret-file, not both")
-	case r.secret == "" && r.secretFile == "":
-		problems = append(problems, "the group's join secret is required with raft: set BATON_SECRET or --secret-file (16+ bytes, e.g. from `openssl rand -hex 16`)")
-	case r.secret != "" && len(r.secret) < 16:
-		problems = append(problems, fmt.Sprintf("%s is %d bytes: the join secret must be at least 16", flagSource(r.fs, "secret"), len(r.secret)))
+	case len(sources) > 1:
+		problems = append(problems, fmt.Sprintf("give the join secret once: %s are all set; keep one of --secret (BATON_SECRET), --secret-file and --secret-from", strings.Join(sources, " and ")))
+	case len(sources) == 0:
+		problems = append(problems, "the group's join secret is required with raft: set BATON_SECRET, --secret-file or --secret-from ssm:PARAMETER|secretsmanager:NAME (16+ random bytes, e.g. from `openssl rand -hex 32`)")
+	case r.secret != "":
+		if _, _, err := raft.ParseSecrets(r.secret); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", flagSource(r.fs, "secret"), err))
+		}
+	case r.secretFrom != "":
+		if _, _, err := aws.ParseSecretSource(r.secretFrom); err != nil {
+			problems = append(problems, fmt.Sprintf("%s %q: %v", flagSource(r.fs, "secret-from"), r.secretFrom, err))
+		}
+	}
+	if r.reloadEvery <= 0 {
+		problems = append(problems, fmt.Sprintf("%s %s: must be positive, e.g. 30s", flagSource(r.fs, "reload-every"), r.reloadEvery))
 	}
 	return problems
 }
@@ -149,20 +168,14 @@ func checkHostPort(addr string, minPort int) error {
 
 // nodeOptions reads the TLS files and the secret and returns the member's
 // options.
-func (r *raftFlags) nodeOptions(log *slog.Logger) (raft.NodeOptions, error) {
-	tlsCfg, err := certs.Load(certs.Files{CA: r.tlsCA, Cert: r.tlsCert, Key: r.tlsKey})
+func (r *raftFlags) nodeOptions(ctx context.Context, log *slog.Logger) (raft.NodeOptions, error) {
+	creds, err := r.newCredentials(ctx)
 	if err != nil {
-		return raft.NodeOptions{}, &exitError{code: exitUsage, err: err}
+		return raft.NodeOptions{}, err
 	}
-	secret := r.secret
-	if r.secretFile != "" {
-		if secret, err = raft.ReadSecretFile(r.secretFile); err != nil {
-			var pe *fs.PathError
-			if errors.As(err, &pe) {
-				return raft.NodeOptions{}, &exitError{code: exitUsage, err: fmt.Errorf("--secret-file: %w", err)}
-			}
-			return raft.NodeOptions{}, &exitError{code: exitUsage, err: fmt.Errorf("--secret-file %w", err)}
-		}
+	secrets, tlsCfg, err := creds.load(ctx, true)
+	if err != nil {
+		return raft.NodeOptions{}, err
 	}
 	advertise := r.advertise
 	if advertise == "" {
@@ -176,11 +189,16 @@ func (r *raftFlags) nodeOptions(log *slog.Logger) (raft.NodeOptions, error) {
 		BindAddr:        r.bind,
 		AdvertiseAddr:   advertise,
 		TLS:             tlsCfg,
-		Secret:          secret,
+		Secret:          secrets[0],
+		PreviousSecrets: secrets[1:],
+		ReloadEvery:     r.reloadEvery,
 		BootstrapExpect: r.bootstrapExpect,
 		Voters:          r.voters,
 		Witness:         r.witness,
 		Logger:          log,
+	}
+	if creds.reloads() {
+		opts.Reloader = creds
 	}
 	if r.join != "" {
 		d, err := discovery.Parse(r.join, defaultRaftPort, discoveryOptions(aws.ASGOptions{Logger: log}))

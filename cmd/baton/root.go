@@ -34,7 +34,7 @@ quickly and safely when that instance dies, hangs or is shut down.
 
 Backends (--backend URL):
   raft://                        this process is a member of an embedded raft group
-                                 (run, cron and agent; see --join, --tls-*, BATON_SECRET)
+                                 (run, cron and agent; see --join, BATON_SECRET, --secret-from)
   agent://host:port              the raft group, through the 'baton agent' of this host
                                  whose --http is host:port (reached on its Unix socket)
   agent:///path/to/agent.sock    the same, naming the agent's --socket
@@ -272,7 +272,7 @@ func (c *commonFlags) validate() ([]string, *backendurl.Spec) {
 	} else if s, err := backendurl.Parse(c.backend, kubernetesScheme(c.lease)); err != nil {
 		hint := ""
 		if scheme, _, _ := strings.Cut(c.backend, "://"); strings.EqualFold(scheme, "raft") {
-			hint = " (with baton: --bind, --join, --bootstrap-expect, --tls-* and BATON_SECRET)"
+			hint = " (with baton: --bind, --join, --bootstrap-expect and BATON_SECRET)"
 		} else if strings.EqualFold(scheme, "agent") {
 			hint = " (the --http address of a `baton agent`)"
 		}

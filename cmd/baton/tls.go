@@ -12,11 +12,15 @@ import (
 	"github.com/spf13/cobra"
 )
 
-const tlsLong = `Make the mutual-TLS material of a raft group.
+const tlsLong = `Make the mutual-TLS material of a raft group that uses CA mode.
 
-Members of a group talk over TLS with mutual authentication: each presents a
-certificate signed by the group's CA and accepts only peers whose certificate
-is, and then proves the group's secret (BATON_SECRET). Make the CA once, in a
+The group's secret alone is enough for a raft group: without --tls-* flags
+each member makes its own key and certificate at start, and proves the
+secret on every connection. In CA mode (--tls-ca, --tls-cert, --tls-key)
+members also present a certificate signed by the group's CA and accept only
+peers whose certificate is, and then prove the group's secret (BATON_SECRET)
+all the same; they re-read the files every --reload-every, so that renewed
+certificates and a new CA need no restart. Make the CA once, in a
 directory of its own that never ships with the instances (its key can admit
 members), and issue one certificate per member (or per fleet image:
 certificates are checked against the CA, not against the member's address,

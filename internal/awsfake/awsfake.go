@@ -1,6 +1,7 @@
 // Package awsfake is an in-memory model of EC2 Auto Scaling groups and their
 // instances, served over the AWS Query protocol that the real aws-sdk-go-v2
-// clients speak. No emulator of these APIs runs here, so the tests of the
+// clients speak, and of the Parameter Store parameters and Secrets Manager
+// secrets that hold a group's secret, served over the JSON protocol. No emulator of these APIs runs here, so the tests of the
 // aws module and of the CLI point the real SDK at this server instead.
 //
 // Each action is a handler registered by the file of its service; tests
@@ -46,6 +47,7 @@ type Server struct {
 	arrived   chan struct{}  // receives one value per request that waits
 	tags      tagState       // tag writes and their propagation: tags.go
 	life      lifecycleModel // lifecycle hooks and actions: lifecycle.go
+	sec       secretState    // parameters and secrets: secrets.go
 }
 
 // Instance is one EC2 instance and, when Group is set, its membership
@@ -242,6 +244,13 @@ func (f *Server) Hold() (arrived <-chan struct{}, release func()) {
 }
 
 func (f *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if target := r.Header.Get("X-Amz-Target"); target != "" {
+		// Parameter Store and Secrets Manager: the JSON protocol.
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.serveJSON(w, r, target)
+		return
+	}
 	// Read the whole request before holding it, so that a client that
 	// gives up while held leaves nothing half-read.
 	formErr := r.ParseForm()

@@ -12,8 +12,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -24,7 +22,6 @@ import (
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/discovery"
-	"github.com/batonhq/baton/internal/certs"
 	"github.com/batonhq/baton/supervise"
 )
 
@@ -49,31 +46,20 @@ type Config struct {
 
 // Run runs the demo until c.Rounds kills are done or ctx ends.
 func Run(ctx context.Context, c Config) error {
-	dir, err := os.MkdirTemp("", "baton-demo-")
-	if err != nil {
-		return fmt.Errorf("creating a temporary directory: %w", err)
-	}
-	defer os.RemoveAll(dir)
-
 	start := time.Now()
-	group, err := newGroup(dir, c.Nodes)
+	group, err := newGroup(c.Nodes)
 	if err != nil {
 		return err
 	}
 	// The demo watches the lease as one more member of the group, a
 	// non-voter that campaigns for nothing: it sees each change as it is
 	// applied, without polling.
-	observerTLS, err := group.ca.Config("observer", []string{"127.0.0.1"})
-	if err != nil {
-		return err
-	}
 	peers, err := discovery.Static(group.addrs...)
 	if err != nil {
 		return err
 	}
 	node, err := raft.StartNode(raft.NodeOptions{
 		BindAddr:  "127.0.0.1:0",
-		TLS:       observerTLS,
 		Secret:    group.secret,
 		Discovery: peers,
 	})
@@ -104,41 +90,23 @@ func Run(ctx context.Context, c Config) error {
 		quit:     make(chan struct{}),
 		observer: node,
 	}
-	d.printf("starting %d nodes: one raft group on 127.0.0.1 (mutual TLS; lease %q, --ttl %s)", c.Nodes, Lease, c.TTL)
+	d.printf("starting %d nodes: one raft group on 127.0.0.1 (one secret, nothing else: TLS 1.3, each node's certificate its own; lease %q, --ttl %s)", c.Nodes, Lease, c.TTL)
 	return d.run(ctx, node, observer)
 }
 
-// group is the demo's TLS material, secret and member addresses.
+// group is the demo's secret and member addresses. The secret is all the
+// nodes share: each makes its own key and certificate at start (the
+// secret-only mode), so nothing goes to disk.
 type group struct {
-	dir    string
-	ca     *certs.CA
 	secret string
 	addrs  []string // node K listens on addrs[K-1]
 }
 
-func newGroup(dir string, nodes int) (*group, error) {
-	ca, err := certs.NewCA("baton demo CA", 24*time.Hour)
-	if err != nil {
-		return nil, err
-	}
-	// Only the CA's certificate goes to disk: this process signs the
-	// members' certificates, so the key never needs to, and a demo killed
-	// before it removes its directory leaves nothing that mints members.
-	if err := os.WriteFile(filepath.Join(dir, "ca.pem"), ca.CertPEM(), 0o644); err != nil {
-		return nil, err
-	}
-	var b [16]byte
+func newGroup(nodes int) (*group, error) {
+	var b [32]byte
 	_, _ = rand.Read(b[:])
-	g := &group{dir: dir, ca: ca, secret: hex.EncodeToString(b[:])}
-	for k := 1; k <= nodes; k++ {
-		name := fmt.Sprintf("node-%d", k)
-		certPEM, keyPEM, err := ca.Issue(name, []string{"127.0.0.1"}, 24*time.Hour)
-		if err != nil {
-			return nil, err
-		}
-		if err := certs.WritePair(filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem"), certPEM, keyPEM); err != nil {
-			return nil, err
-		}
+	g := &group{secret: hex.EncodeToString(b[:])}
+	for range nodes {
 		// A port the kernel just handed out; the node binds it itself.
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -391,9 +359,6 @@ func (d *demo) startNode(i int) error {
 		"--bind", g.addrs[i],
 		"--join", "static:" + strings.Join(g.addrs, ","),
 		"--bootstrap-expect", "3",
-		"--tls-ca", filepath.Join(g.dir, "ca.pem"),
-		"--tls-cert", filepath.Join(g.dir, n.name+".pem"),
-		"--tls-key", filepath.Join(g.dir, n.name+"-key.pem"),
 		"--lease", Lease,
 		"--id", n.name,
 		"--ttl", d.c.TTL.String(),
