@@ -285,7 +285,9 @@ func quietFailure(err error) bool {
 }
 
 // refusalLog logs refused connections at warning level, at most once per
-// window for each peer host and reason, so that a peer that connects in a
+// window for each message, peer host and reason (a refusal this member
+// made and one it received are different news and never stand for each
+// other), so that a peer that connects in a
 // loop, or many of them, cannot flood the log; a line says how many
 // refusals of its kind it stands for. Safe for concurrent use.
 type refusalLog struct {
@@ -293,7 +295,7 @@ type refusalLog struct {
 	window time.Duration
 
 	mu   sync.Mutex
-	last map[string]refusalEntry // by host and reason
+	last map[string]refusalEntry // by message, host and reason
 }
 
 type refusalEntry struct {
@@ -321,7 +323,7 @@ func (r *refusalLog) warn(msg, peer string, err error) {
 	if splitErr != nil {
 		host = peer
 	}
-	key := host + " " + reason
+	key := msg + "\x00" + host + "\x00" + reason
 	now := time.Now()
 	r.mu.Lock()
 	e, seen := r.last[key]

@@ -402,7 +402,8 @@ func TestProofRefusesOthers(t *testing.T) {
 }
 
 // TestRefusalLogIsRateLimited: a peer refused in a loop gets one warning
-// per window and reason; the next one says how many it stands for.
+// per window, message and reason; the next one says how many it stands
+// for.
 func TestRefusalLogIsRateLimited(t *testing.T) {
 	rec := &attrRecorder{}
 	r := newRefusalLog(slog.New(rec), 200*time.Millisecond)
@@ -428,6 +429,12 @@ func TestRefusalLogIsRateLimited(t *testing.T) {
 	}
 	if !strings.Contains(last.msg, "refused") {
 		t.Fatalf("message %q", last.msg)
+	}
+	// A refusal this member received from a host is other news than one
+	// it made to that host: neither stands for the other.
+	r.warn("a peer refused this member's secret", "10.0.0.1:4000", errWrongSecret)
+	if got := len(rec.all()); got != 5 {
+		t.Fatalf("%d warnings, want 5: a refusal received was hidden by a refusal made to the same host: %+v", got, rec.all())
 	}
 }
 

@@ -304,7 +304,7 @@ func TestRunHTTP(t *testing.T) {
 		{"raft", func(t *testing.T) (func(int) []string, []string) {
 			args, env := raftGroup(t, 5)
 			return func(i int) []string { return append(args(i), "--voters", "5") }, env
-		}, "2s", 5},
+		}, "3s", 5}, // raft's floor is 2.21 s (raft.MinTTL)
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
