@@ -156,8 +156,9 @@ func (e joinError) Error() string { return string(e) }
 const refusedRoundsToFail = 3
 
 // Failed is closed when the member gives up on joining for a reason that
-// retrying cannot fix; Err says why: members of a live group refused its
-// secret (errors.Is(Err(), ErrSecretRefused)), or a majority of the peers
+// retrying cannot fix; Err says why: a majority of the peers found, as
+// members of a live group, refused its secret (errors.Is(Err(),
+// ErrSecretRefused)), or a majority of the peers
 // found (two at least) refused its certificate or presented ones its CA
 // did not sign, and none let it in (errors.Is(Err(),
 // ErrCertificateRefused)): in CA mode, TLS files of another CA; in the
@@ -236,8 +237,13 @@ func (n *Node) tryJoin() error {
 				live = append(live, r.addr)
 			}
 		}
-		if len(live) > 0 {
-			return fmt.Errorf("%w: members of a live group at %s refused it", ErrSecretRefused, strings.Join(live, ", "))
+		// A majority of the peers found: a refusal proves nothing about
+		// the refuser (it could not check the proof, so it need not hold
+		// any secret; in the secret-only mode it needs no certificate
+		// either), and one impostor at one peer's address must not end
+		// this member.
+		if len(live) > 0 && len(live) > len(peers)/2 {
+			return fmt.Errorf("%w: members of a live group at %s (%d of the %d peers found) refused it", ErrSecretRefused, strings.Join(live, ", "), len(live), len(peers))
 		}
 	}
 	// A live group first: join it through any member (followers forward).
