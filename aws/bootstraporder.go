@@ -25,9 +25,9 @@ import (
 // The first address is the same for every member that asks, whatever
 // their cached views: an instance launched later is younger than every
 // instance listed before, so the oldest instance stays the oldest until it
-// is Terminated, and Pending (or Terminating) instances count, so one that
-// becomes InService late cannot take the place of one that bootstrapped
-// already. Two groups would need the first bootstrapper's instance, and
+// is Terminated, and Pending (or Terminating, or shutting down in EC2's
+// account) instances count, so one that becomes InService late cannot take
+// the place of one that bootstrapped already. Two groups would need the first bootstrapper's instance, and
 // every older one, to be Terminated in between (then its group is gone);
 // see docs/backends/raft.md for the argument and its assumptions. It looks
 // at the group through a refresh no older than CacheTTL/6 and asks EC2 for
@@ -55,18 +55,17 @@ func (a *ASG) BootstrapOrder(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	var unknown []string
-	alive = slices.DeleteFunc(alive, func(in GroupInstance) bool {
-		s, ok := launched[in.ID]
-		switch {
-		case !ok:
+	for _, in := range alive {
+		// An instance EC2 reports shutting down still counts while the
+		// group lists it: a view cached before may still see it running
+		// and first, so the order waits for the group to report it
+		// Terminated rather than name the next one first.
+		if _, ok := launched[in.ID]; !ok {
 			// EC2 does not describe it yet (eventual consistency): it
 			// may be older than the ones it knows.
 			unknown = append(unknown, in.ID)
-		case s.gone:
-			return true
 		}
-		return false
-	})
+	}
 	if len(unknown) > 0 {
 		return nil, fmt.Errorf("EC2 does not describe instances %s of group %q yet", strings.Join(unknown, ", "), g.Name)
 	}
@@ -82,6 +81,10 @@ func (a *ASG) BootstrapOrder(ctx context.Context) ([]string, error) {
 	}
 	var addrs, waiting []string
 	for _, in := range alive[:want] {
+		if launched[in.ID].gone {
+			waiting = append(waiting, fmt.Sprintf("%s (%s, shutting down: until the group reports it Terminated)", in.ID, in.LifecycleState))
+			continue
+		}
 		if in.Addr == "" {
 			waiting = append(waiting, fmt.Sprintf("%s (%s, %s)", in.ID, in.LifecycleState, in.HealthStatus))
 			continue

@@ -64,3 +64,40 @@ func TestBootstrapOrder(t *testing.T) {
 		t.Errorf("%d DescribeInstances calls over four more orders, want only the refreshes' (launch times cached)", n)
 	}
 }
+
+// An instance that EC2 reports shutting down while the Auto Scaling group
+// still lists it (Terminating, or InService before its health check
+// catches up) is waited for, not dropped: another member's view, cached
+// before, may still see it running and first, and would let it bootstrap
+// while this view named the next one first. The order moves on only once
+// the group reports it Terminated.
+func TestBootstrapOrderWaitsForShuttingDown(t *testing.T) {
+	f := awsfake.Start(t)
+	f.AddGroup("web")
+	f.SetDesired("web", 3)
+	for _, in := range []struct{ id, ip string }{{"i-0z", "10.0.0.1"}, {"i-0y", "10.0.0.2"}, {"i-0x", "10.0.0.3"}, {"i-0w", "10.0.0.4"}} {
+		f.Launch(in.id, "web", "InService", "Healthy", in.ip)
+	}
+	// One member's view, seen with i-0z running: i-0z bootstraps.
+	cached, cachedClock := newTestASG(t, fakeAWSOptions(t, f))
+	cachedClock.Advance(time.Hour)
+	if got, err := cached.BootstrapOrder(context.Background()); err != nil || len(got) == 0 || got[0] != "10.0.0.1:7000" {
+		t.Fatalf("before the shutdown: %v, %v; want i-0z first", got, err)
+	}
+	for _, lifecycle := range []string{"InService", "Terminating"} {
+		f.Set("i-0z", func(in *awsfake.Instance) { in.State, in.Lifecycle = "shutting-down", lifecycle })
+		// Another member's first look, with i-0z already shutting down.
+		fresh, clock := newTestASG(t, fakeAWSOptions(t, f))
+		clock.Advance(time.Hour)
+		if got, err := fresh.BootstrapOrder(context.Background()); err == nil || !strings.Contains(err.Error(), "i-0z") {
+			t.Fatalf("i-0z shutting down, %s in the group: %v, %v; want to wait for i-0z, which another view still names first", lifecycle, got, err)
+		}
+	}
+	f.Terminate("i-0z")
+	fresh, clock := newTestASG(t, fakeAWSOptions(t, f))
+	clock.Advance(time.Hour)
+	got, err := fresh.BootstrapOrder(context.Background())
+	if want := []string{"10.0.0.2:7000", "10.0.0.3:7000", "10.0.0.4:7000"}; err != nil || !slices.Equal(got, want) {
+		t.Fatalf("once i-0z is Terminated: %v, %v; want %v", got, err, want)
+	}
+}

@@ -167,31 +167,33 @@ func (k connKey) dial(c *tls.Conn, proto byte) error {
 // accept runs the acceptor's side on c with key k alone; see
 // acceptAny.
 func (k connKey) accept(c *tls.Conn, inGroup func() bool) (byte, error) {
-	return acceptAny(c, []connKey{k}, inGroup)
+	proto, _, err := acceptAny(c, []connKey{k}, inGroup)
+	return proto, err
 }
 
 // acceptAny runs the acceptor's side on c, whose TLS handshake is done,
-// and returns the protocol the dialer proved a secret for. The dialer's
+// and returns the protocol the dialer proved a secret for, and the key of
+// that secret. The dialer's
 // proof may be under any of keys (during a rotation a member accepts the
 // old secret and the new); the answer is a proof under the key the dialer
 // used, so that the dialer checks it with the one key it proved. inGroup
 // says whether this member is in a group with a leader, for the refusal.
 // The caller sets c's deadline.
-func acceptAny(c *tls.Conn, keys []connKey, inGroup func() bool) (byte, error) {
+func acceptAny(c *tls.Conn, keys []connKey, inGroup func() bool) (byte, connKey, error) {
 	cs := c.ConnectionState()
 	msg := make([]byte, 1+proofLen)
 	if _, err := io.ReadFull(c, msg); err != nil {
-		return 0, fmt.Errorf("reading the peer's proof: %w", err)
+		return 0, nil, fmt.Errorf("reading the peer's proof: %w", err)
 	}
 	proto := msg[0]
 	if proto != protoRaft && proto != protoAPI {
-		return 0, fmt.Errorf("unknown protocol byte %#x", proto)
+		return 0, nil, fmt.Errorf("unknown protocol byte %#x", proto)
 	}
 	var used connKey
 	for _, k := range keys {
 		want, err := k.proof(cs, roleDialer, proto)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		if hmac.Equal(msg[1:], want) {
 			used = k
@@ -204,31 +206,38 @@ func acceptAny(c *tls.Conn, keys []connKey, inGroup func() bool) (byte, error) {
 			status = authRefusedInGroup
 		}
 		_, _ = c.Write([]byte{status})
-		return 0, errWrongSecret
+		return 0, nil, errWrongSecret
 	}
 	mine, err := used.proof(cs, roleAcceptor, proto)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if _, err := c.Write(append([]byte{authOK}, mine...)); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return proto, nil
+	return proto, used, nil
 }
 
 // creds are what a member proves itself with: its TLS configuration and
 // the keys of the secrets it holds, the first the one it proves with
 // first. Both can be replaced while the member runs (Node.SetTLS,
 // Node.SetSecrets); each connection uses those of the moment it starts.
-// Safe for concurrent use.
+// A connection lives only as long as the member holds the secret it was
+// proved under, whichever end proved first: retiring a secret closes the
+// connections proved under it, so that a holder of a retired (perhaps
+// leaked) secret cannot keep a connection it opened before. Safe for
+// concurrent use.
 type creds struct {
 	tls  atomic.Pointer[tls.Config]
 	keys atomic.Pointer[[]connKey]
+
+	mu    sync.Mutex // orders setSecrets and prove
+	conns map[*provenConn]connKey
 }
 
 // newCreds holds cfg and the keys of secrets (at least one).
 func newCreds(cfg *tls.Config, secrets ...string) *creds {
-	c := &creds{}
+	c := &creds{conns: map[*provenConn]connKey{}}
 	c.setTLS(cfg)
 	c.setSecrets(secrets)
 	return c
@@ -236,17 +245,73 @@ func newCreds(cfg *tls.Config, secrets ...string) *creds {
 
 func (c *creds) setTLS(cfg *tls.Config) { c.tls.Store(cfg) }
 
+// setSecrets replaces the keys, and closes the connections proved under a
+// key no longer among them.
 func (c *creds) setSecrets(secrets []string) {
 	keys := make([]connKey, 0, len(secrets))
 	for _, s := range secrets {
 		keys = append(keys, newConnKey(s))
 	}
+	var retired []*provenConn
+	c.mu.Lock()
 	c.keys.Store(&keys)
+	for pc, k := range c.conns {
+		if !holdsKey(keys, k) {
+			retired = append(retired, pc)
+			delete(c.conns, pc)
+		}
+	}
+	c.mu.Unlock()
+	for _, pc := range retired {
+		_ = pc.Conn.Close()
+	}
 }
 
 func (c *creds) tlsConfig() *tls.Config { return c.tls.Load() }
 
 func (c *creds) connKeys() []connKey { return *c.keys.Load() }
+
+// wrap returns raw, the connection under a TLS session, as one that prove
+// can tie to the key its session proves.
+func (c *creds) wrap(raw net.Conn) *provenConn { return &provenConn{Conn: raw, creds: c} }
+
+// prove records that pc's session proved key k, so that retiring k closes
+// it. It reports false, and closes pc, when k was retired meanwhile.
+func (c *creds) prove(pc *provenConn, k connKey) bool {
+	c.mu.Lock()
+	held := holdsKey(c.connKeys(), k)
+	if held {
+		c.conns[pc] = k
+	}
+	c.mu.Unlock()
+	if !held {
+		_ = pc.Conn.Close()
+	}
+	return held
+}
+
+func holdsKey(keys []connKey, k connKey) bool {
+	for _, h := range keys {
+		if hmac.Equal(h, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// provenConn is the connection under a TLS session between members; its
+// creds close it when the secret its session proved is retired.
+type provenConn struct {
+	net.Conn
+	creds *creds
+}
+
+func (pc *provenConn) Close() error {
+	pc.creds.mu.Lock()
+	delete(pc.creds.conns, pc)
+	pc.creds.mu.Unlock()
+	return pc.Conn.Close()
+}
 
 // failReason sorts a failed connection for the log: "wrong secret",
 // "timeout", "tls" (the handshake: a certificate not of the group's CA,

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -481,6 +482,70 @@ func TestProofDuringRotation(t *testing.T) {
 			_, err := dialProto(ctx, newCreds(mode.config(t, "dialer"), newSecret), nil, retired.ln.Addr().String(), protoAPI)
 			if !errors.Is(err, ErrSecretRefused) {
 				t.Fatalf("dial with the new secret to a member with the retired one: %v, want ErrSecretRefused", err)
+			}
+		})
+	}
+}
+
+// TestRetiredSecretEndsItsConnections: a connection proved under a secret
+// stays up only while the member holds that secret. Once the secret is
+// retired, one opened with it before (by a holder of a leaked secret, say,
+// who keeps it alive) is closed, on the acceptor's side and on the
+// dialer's, while connections proved under a secret still held stay up.
+func TestRetiredSecretEndsItsConnections(t *testing.T) {
+	const newSecret = "0123456789abcdef-the-next-secret"
+	for _, mode := range authModes(t) {
+		t.Run(mode.name, func(t *testing.T) {
+			m, _ := testMux(t, mode, 5*time.Second, true)
+			m.creds.setSecrets([]string{testSecret, newSecret})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			dialer := newCreds(mode.config(t, "dialer"), testSecret, newSecret)
+			// Proved under the old secret, from the acceptor's view.
+			old, err := dialProto(ctx, newCreds(mode.config(t, "old"), testSecret), nil, m.ln.Addr().String(), protoAPI)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer old.Close()
+			acceptOne(t, m.api, 5*time.Second)
+			// Proved under the new secret.
+			kept, err := dialProto(ctx, newCreds(mode.config(t, "new"), newSecret), nil, m.ln.Addr().String(), protoAPI)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer kept.Close()
+			keptServed := acceptOne(t, m.api, 5*time.Second)
+			// Dialed under the old secret, from the dialer's view.
+			dialed, err := dialProto(ctx, dialer, nil, m.ln.Addr().String(), protoAPI)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dialed.Close()
+			acceptOne(t, m.api, 5*time.Second)
+
+			m.creds.setSecrets([]string{newSecret})
+			dialer.setSecrets([]string{newSecret})
+
+			// A read on a closed connection ends at once; the deadline
+			// only bounds the failure of this test.
+			closed := func(c net.Conn) bool {
+				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				_, err := c.Read(make([]byte, 1))
+				return err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
+			}
+			if !closed(old) {
+				t.Error("the acceptor kept a connection proved under the retired secret")
+			}
+			if !closed(dialed) {
+				t.Error("the dialer kept a connection it proved under the retired secret")
+			}
+			// The connection under the new secret still carries data.
+			if _, err := kept.Write([]byte{'x'}); err != nil {
+				t.Fatalf("write on the connection under the new secret: %v", err)
+			}
+			_ = keptServed.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.ReadFull(keptServed, make([]byte, 1)); err != nil {
+				t.Fatalf("the connection under the new secret was cut: %v", err)
 			}
 		})
 	}

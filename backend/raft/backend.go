@@ -459,6 +459,9 @@ func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error)
 		if ctx.Err() != nil {
 			return baton.Record{}, ctx.Err()
 		}
+		if ce := (*baton.ConfigError)(nil); errors.As(err, &ce) {
+			return baton.Record{}, fmt.Errorf("lease %q: %w", name, err)
+		}
 		return baton.Record{}, fmt.Errorf("%w: lease %q: %w", baton.ErrBackendUnavailable, name, err)
 	}
 	if v.Session == "" {

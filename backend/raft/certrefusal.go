@@ -13,7 +13,8 @@ import (
 // ErrCertificateRefused is the error of a member whose certificate the
 // group refuses, or whose CA does not sign the group's certificates: in CA
 // mode its TLS files are not the group's (a certificate of another CA, or
-// another --tls-ca). Like ErrSecretRefused it is a configuration error that
+// another --tls-ca); in the secret-only mode, the group is in CA mode. Like
+// ErrSecretRefused it is a configuration error that
 // retrying cannot fix; Node.Err returns it (wrapped) once the member gives
 // up on joining.
 var ErrCertificateRefused = errors.New("raft: the group refused this member's certificate")
@@ -71,6 +72,7 @@ func certProblem(err error) certFault {
 type certRefusedError struct {
 	theirs, ours []string // the peers, by fault
 	found        int      // the peers discovery found
+	secretOnly   bool     // this member is in the secret-only mode
 }
 
 func (e *certRefusedError) Error() string {
@@ -81,8 +83,12 @@ func (e *certRefusedError) Error() string {
 	if len(e.theirs) > 0 {
 		parts = append(parts, fmt.Sprintf("%s presented certificates that this member's CA did not sign", strings.Join(e.theirs, ", ")))
 	}
-	return fmt.Sprintf("%v: %s; that is %d of the %d peers found, a majority, and none let it in: this member's TLS files (CA certificate, certificate and key) are not the group's",
-		ErrCertificateRefused, strings.Join(parts, "; "), len(e.ours)+len(e.theirs), e.found)
+	why := "this member's TLS files (CA certificate, certificate and key) are not the group's"
+	if e.secretOnly {
+		why = "this member runs in the secret-only mode (no TLS files: its certificate is its own) and the group in CA mode; all members of a group use one mode"
+	}
+	return fmt.Sprintf("%v: %s; that is %d of the %d peers found, a majority, and none let it in: %s",
+		ErrCertificateRefused, strings.Join(parts, "; "), len(e.ours)+len(e.theirs), e.found, why)
 }
 
 func (e *certRefusedError) Unwrap() error { return ErrCertificateRefused }

@@ -52,3 +52,30 @@ func TestOtherCAGivesUp(t *testing.T) {
 		})
 	}
 }
+
+// A member in the secret-only mode (no TLS files) beside a CA-mode group
+// holds the group's secret, but its self-signed certificate is no CA's:
+// every member refuses it in the TLS handshake, before any secret is
+// proved. It gives up with ErrCertificateRefused, as a member of another
+// CA does, instead of retrying forever.
+func TestSecretOnlyMemberOfCAGroupGivesUp(t *testing.T) {
+	t.Parallel()
+	g := newTestGroup(t, 3)
+	o := g.options(t)
+	o.TLS = nil
+	n := startOutsider(t, o)
+	select {
+	case <-n.Failed():
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the secret-only member beside a CA-mode group did not give up: %+v", n.Status())
+	}
+	if !errors.Is(n.Err(), ErrCertificateRefused) {
+		t.Fatalf("Err() = %v, want ErrCertificateRefused", n.Err())
+	}
+	t.Logf("%v", n.Err())
+	select {
+	case <-n.Joined():
+		t.Fatal("the secret-only member joined the CA-mode group")
+	default:
+	}
+}

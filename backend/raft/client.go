@@ -210,11 +210,19 @@ func (c *Client) read(ctx context.Context, name, session string, stale bool) (le
 	if stale {
 		q.Set("stale", "1")
 	}
-	return retryNotLeader(ctx, func(ctx context.Context) (leaseView, error) {
+	v, err := retryNotLeader(ctx, func(ctx context.Context) (leaseView, error) {
 		var v leaseView
 		err := c.api.call(ctx, c.host, "/v1/raft/lease?"+q.Encode(), nil, &v, false)
 		return v, err
 	})
+	if ae := (*apiError)(nil); errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		// Whatever answers there serves no reads of a raft group (a
+		// `baton run` on another backend, say): asking again cannot help.
+		return v, &baton.ConfigError{Problems: []string{fmt.Sprintf(
+			"%s serves no reads of a raft group (GET /v1/raft/lease: 404 %s): point agent:// at the --http of a baton agent or of a baton run --backend raft://",
+			c.addr, ae.Msg)}}
+	}
+	return v, err
 }
 
 // wait long-polls the agent's copy of the log.

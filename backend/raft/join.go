@@ -32,12 +32,13 @@ func ReadSecretFile(path string) (secret string, previous []string, err error) {
 
 // ParseSecrets reads a group's secrets from text (a file, a variable, a
 // parameter's value): one secret per line, white space around each line
-// ignored, blank lines skipped. The first is the secret the member proves
+// ignored, blank lines skipped, and a UTF-8 byte order mark at the start
+// (which some editors write) dropped. The first is the secret the member proves
 // (NodeOptions.Secret); the others, during a rotation, are accepted too
 // (NodeOptions.PreviousSecrets). Each must be at least MinSecretLen bytes.
 func ParseSecrets(text string) (secret string, previous []string, err error) {
 	var all []string
-	for line := range strings.Lines(text) {
+	for line := range strings.Lines(strings.TrimPrefix(text, "\ufeff")) {
 		if s := strings.TrimSpace(line); s != "" {
 			all = append(all, s)
 		}

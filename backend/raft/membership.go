@@ -156,11 +156,13 @@ func (e joinError) Error() string { return string(e) }
 const refusedRoundsToFail = 3
 
 // Failed is closed when the member gives up on joining for a reason that
-// retrying cannot fix; Err says why: members of a live group refused its
-// secret (errors.Is(Err(), ErrSecretRefused)), or, in CA mode, a majority
-// of the peers found (two at least) refused its certificate or presented
-// ones its CA did not sign, and none let it in (errors.Is(Err(),
-// ErrCertificateRefused)).
+// retrying cannot fix; Err says why: a majority of the peers found, as
+// members of a live group, refused its secret (errors.Is(Err(),
+// ErrSecretRefused)), or a majority of the peers
+// found (two at least) refused its certificate or presented ones its CA
+// did not sign, and none let it in (errors.Is(Err(),
+// ErrCertificateRefused)): in CA mode, TLS files of another CA; in the
+// secret-only mode, a group in CA mode.
 // The member keeps running until Close, but never joins.
 func (n *Node) Failed() <-chan struct{} { return n.failed }
 
@@ -205,14 +207,17 @@ func (n *Node) tryJoin() error {
 		return err
 	}
 	infos, refused := n.probe(peers)
-	if len(infos) == 0 && len(refused) == 0 && n.opts.TLS != nil && n.opts.TLS.RootCAs != nil {
+	if len(infos) == 0 && len(refused) == 0 {
 		// In CA mode (the members verify each other against a CA's
 		// certificate pool) a certificate of another CA fails the TLS handshake
-		// before any secret is proved. A majority of the peers found
-		// refusing it (a peer merely starting refuses nothing) means no
-		// group can take this member in; two at least, so that one
-		// misconfigured peer never ends another member.
-		var cr certRefusedError
+		// before any secret is proved; so does the self-signed certificate
+		// of a secret-only member beside a CA-mode group (secret-only
+		// members verify no certificate, so among themselves none fails).
+		// A majority of the peers found refusing it (a peer merely
+		// starting refuses nothing) means no group can take this member
+		// in; two at least, so that one misconfigured peer never ends
+		// another member.
+		cr := certRefusedError{secretOnly: n.opts.TLS == nil}
 		for _, f := range n.lastCertFaults {
 			if f.fault == certOurs {
 				cr.ours = append(cr.ours, f.addr)
@@ -232,8 +237,13 @@ func (n *Node) tryJoin() error {
 				live = append(live, r.addr)
 			}
 		}
-		if len(live) > 0 {
-			return fmt.Errorf("%w: members of a live group at %s refused it", ErrSecretRefused, strings.Join(live, ", "))
+		// A majority of the peers found: a refusal proves nothing about
+		// the refuser (it could not check the proof, so it need not hold
+		// any secret; in the secret-only mode it needs no certificate
+		// either), and one impostor at one peer's address must not end
+		// this member.
+		if len(live) > 0 && len(live) > len(peers)/2 {
+			return fmt.Errorf("%w: members of a live group at %s (%d of the %d peers found) refused it", ErrSecretRefused, strings.Join(live, ", "), len(live), len(peers))
 		}
 	}
 	// A live group first: join it through any member (followers forward).

@@ -457,7 +457,8 @@ func tls13(cfg *tls.Config) *tls.Config {
 // SetSecrets replaces the secrets the member proves and accepts, without a
 // restart: secret is the one it proves first, previous are also accepted
 // (and proved when a peer refuses secret). Connections already made stay
-// up; each new one uses the new secrets. A rotation runs in steps that
+// up, except those proved under a secret no longer held, which are
+// closed; each new one uses the new secrets. A rotation runs in steps that
 // each reach every member before the next (docs/aws.md, "Rotation"):
 // accept the new secret beside the old (secret old, previous new), prove
 // the new one (secret new, previous old), then drop the old. It returns a

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -28,10 +29,11 @@ import (
 // Their key-value pairs become attributes, and "module" names the library
 // part ("raft", "raft.autopilot"...).
 //
-// Repeats are rate-limited: a record with the level, message and peer (the
-// attributes that name a peer or server; others, such as an error text or a
-// backoff, may differ) of one logged less than RaftLogRepeatEvery ago is
-// counted instead of written, and at the end of that interval one summary
+// Repeats are rate-limited: a record with the level, message, peer (the
+// attributes that name a peer or server) and error (its text with each run
+// of digits taken as one, so that a connection's port or a duration in it
+// makes no new error; other attributes, such as a backoff, may differ) of
+// one logged less than RaftLogRepeatEvery ago is counted instead of written, and at the end of that interval one summary
 // record is written, with the latest record's attributes and "repeated": the
 // number of records it stands for. So one dead peer costs a line when it
 // fails, then one line per interval while it stays dead, instead of one per
@@ -75,6 +77,14 @@ func (l *raftLog) hclogger() hclog.Logger {
 // differ in them are different failures.
 var peerKeys = map[string]bool{"peer": true, "target": true, "server-id": true, "id": true, "address": true, "server": true, "node": true, "to": true, "from": true}
 
+// errorKeys are the attributes that hold an error: records that differ in
+// it, beyond its numbers, are different failures.
+var errorKeys = map[string]bool{"error": true, "err": true}
+
+// digitRuns matches the numbers in an error's text (ports, addresses,
+// durations), which repeats of one failure need not share.
+var digitRuns = regexp.MustCompile(`[0-9]+`)
+
 // Write takes hclog JSON records, one a line.
 func (l *raftLog) Write(p []byte) (int, error) {
 	for line := range strings.SplitSeq(strings.TrimSpace(string(p)), "\n") {
@@ -115,8 +125,11 @@ func (l *raftLog) line(line string) {
 			continue
 		}
 		attrs = append(attrs, slog.Any(k, rec[k]))
-		if peerKeys[k] {
+		switch {
+		case peerKeys[k]:
 			fmt.Fprintf(&key, "\x00%s=%v", k, rec[k])
+		case errorKeys[k]:
+			fmt.Fprintf(&key, "\x00%s=%s", k, digitRuns.ReplaceAllString(fmt.Sprint(rec[k]), "#"))
 		}
 	}
 	l.record(key.String(), level, msg, attrs)

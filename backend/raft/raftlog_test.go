@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -85,12 +86,39 @@ func TestRaftLogLevelsAndRepeats(t *testing.T) {
 		t.Errorf("summary %v: want ERROR, repeated 96, peer 10.0.0.2:7390 and the error", r)
 	}
 	// After the summary, the next failure waits for the next interval.
-	h.Error("failed to heartbeat to", "peer", "10.0.0.2:7390", "error", "refused")
+	h.Error("failed to heartbeat to", "peer", "10.0.0.2:7390", "error", "dial tcp 10.0.0.2:7390: connection refused")
 	rl.close()
 	if n, _ := count("failed to heartbeat to (repeated)"); n != 2 {
 		t.Errorf("%d summaries after close, want 2: close writes the one due", n)
 	}
 	if n, _ := count("failed to heartbeat to"); n != 2 {
 		t.Errorf("%d first records after the summary, want still 2", n)
+	}
+}
+
+// A failure of another kind on the same peer is its own record, at once:
+// repeats of one error are counted, but a new error (the peer now refuses
+// this member's secret, say) is not folded into the count of an old one,
+// where only the last of them would show. Numbers in the error, such as a
+// connection's ephemeral port, do not make it another error.
+func TestRaftLogKeepsDistinctErrors(t *testing.T) {
+	var buf lockedBuffer
+	rl := newRaftLog(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), time.Hour)
+	defer rl.close()
+	h := rl.hclogger()
+	const peer = "10.0.0.2:7390"
+	for port := range 20 {
+		h.Error("failed to appendEntries to", "peer", peer, "error", fmt.Sprintf("read tcp 10.0.0.1:%d->10.0.0.2:7390: i/o timeout", 40000+port))
+	}
+	h.Error("failed to appendEntries to", "peer", peer, "error", "raft: dial 10.0.0.2:7390: raft: the group refused this member's secret: 10.0.0.2:7390 refused it")
+	h.Error("failed to appendEntries to", "peer", peer, "error", "read tcp 10.0.0.1:40100->10.0.0.2:7390: i/o timeout")
+	var errs []string
+	for _, r := range buf.records(t) {
+		if r["msg"] == "failed to appendEntries to" {
+			errs = append(errs, r["error"].(string))
+		}
+	}
+	if len(errs) != 2 || !strings.Contains(errs[0], "i/o timeout") || !strings.Contains(errs[1], "refused this member's secret") {
+		t.Fatalf("records written: %q; want the timeout once, then the refusal of the secret (the timeouts that differ only in a port counted)", errs)
 	}
 }

@@ -49,9 +49,13 @@ func (n *Node) reload() {
 				n.log.Info("TLS certificates reloaded")
 			}
 		}
-		if err == nil && !slices.Equal(secrets, n.secretsHeld()) {
-			if err = n.SetSecrets(secrets[0], secrets[1:]...); err == nil {
-				n.log.Info("the group's secrets changed", "held", len(secrets))
+		// Compared as the member holds them, each once: a value that names
+		// a secret twice changes nothing.
+		if err == nil {
+			if held := secretList(secrets[0], secrets[1:]); !slices.Equal(held, n.secretsHeld()) {
+				if err = n.SetSecrets(secrets[0], secrets[1:]...); err == nil {
+					n.log.Info("the group's secrets changed", "held", len(held))
+				}
 			}
 		}
 		switch {

@@ -109,3 +109,27 @@ func waitHeld(t *testing.T, n *Node, want []string) {
 	t.Helper()
 	testkit.Eventually(t, 20*time.Second, "the member to hold the reloaded secrets", func() bool { return slices.Equal(n.secretsHeld(), want) })
 }
+
+// TestReloadOfRepeatedSecretChangesNothing: a value that names a secret
+// twice (a file with the same line twice) holds the same secrets as one
+// that names it once, so reloading it logs no change: "the group's
+// secrets changed" is what an operator checks between a rotation's steps.
+func TestReloadOfRepeatedSecretChangesNothing(t *testing.T) {
+	rec := &attrRecorder{}
+	rl := &funcReloader{secrets: []string{testSecret, testSecret}}
+	g := newTestGroup(t, 1, func(o *NodeOptions) {
+		o.Secret, o.Reloader, o.ReloadEvery, o.Logger = testSecret, rl, 20*time.Millisecond, slog.New(rec)
+		o.TLS = nil
+	})
+	n := g.members()[0]
+	calls := rl.callCount()
+	testkit.Eventually(t, 20*time.Second, "several reloads", func() bool { return rl.callCount() >= calls+5 })
+	for _, r := range rec.all() {
+		if r.msg == "the group's secrets changed" {
+			t.Fatalf("a reload of the secret the member holds, named twice, was logged as a change: %+v", r)
+		}
+	}
+	if got := n.secretsHeld(); !slices.Equal(got, []string{testSecret}) {
+		t.Fatalf("the member holds %q, want %q", got, testSecret)
+	}
+}

@@ -105,13 +105,17 @@ func (m *mux) sort(c net.Conn) {
 	if err != nil {
 		return
 	}
-	tc := tls.Server(c, m.creds.tlsConfig())
+	pc := m.creds.wrap(c)
+	tc := tls.Server(pc, m.creds.tlsConfig())
 	_ = tc.SetDeadline(time.Now().Add(m.timeout))
-	proto, err := m.handshake(tc)
+	proto, key, err := m.handshake(tc)
 	if err != nil {
 		c.Close()
 		m.refusals.warn(refusalMessage(err), peer, err)
 		return
+	}
+	if !m.creds.prove(pc, key) {
+		return // the secret it proved was retired meanwhile
 	}
 	_ = tc.SetDeadline(time.Time{})
 	switch proto {
@@ -122,9 +126,9 @@ func (m *mux) sort(c net.Conn) {
 	}
 }
 
-func (m *mux) handshake(tc *tls.Conn) (byte, error) {
+func (m *mux) handshake(tc *tls.Conn) (byte, connKey, error) {
 	if err := tc.Handshake(); err != nil {
-		return 0, tlsHandshakeError{err}
+		return 0, nil, tlsHandshakeError{err}
 	}
 	return acceptAny(tc, m.creds.connKeys(), m.inGroup)
 }
@@ -146,7 +150,7 @@ func dialProto(ctx context.Context, cr *creds, g *gate, addr string, proto byte)
 	cfg := cr.tlsConfig()
 	keys := cr.connKeys()
 	for i, key := range keys {
-		c, err := dialKey(ctx, cfg, g, key, addr, proto)
+		c, err := dialKey(ctx, cr, cfg, g, key, addr, proto)
 		var re *refusedError
 		if err != nil && errors.As(err, &re) && i < len(keys)-1 && ctx.Err() == nil {
 			continue
@@ -156,8 +160,8 @@ func dialProto(ctx context.Context, cr *creds, g *gate, addr string, proto byte)
 	return nil, errors.New("raft: this member holds no secret") // NodeOptions.fill rules it out
 }
 
-// dialKey is dialProto with one key.
-func dialKey(ctx context.Context, cfg *tls.Config, g *gate, key connKey, addr string, proto byte) (net.Conn, error) {
+// dialKey is dialProto with one key, a key of cr.
+func dialKey(ctx context.Context, cr *creds, cfg *tls.Config, g *gate, key connKey, addr string, proto byte) (net.Conn, error) {
 	var d net.Dialer
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -175,7 +179,8 @@ func dialKey(ctx context.Context, cfg *tls.Config, g *gate, key connKey, addr st
 	// moving the deadline.
 	stop := context.AfterFunc(ctx, func() { _ = raw.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	c := tls.Client(raw, cfg)
+	pc := cr.wrap(raw)
+	c := tls.Client(pc, cfg)
 	if err := c.HandshakeContext(ctx); err != nil {
 		raw.Close()
 		return nil, err
@@ -191,6 +196,9 @@ func dialKey(ctx context.Context, cfg *tls.Config, g *gate, key connKey, addr st
 		// ctx ended as the handshake finished: its deadline may be set.
 		raw.Close()
 		return nil, ctx.Err()
+	}
+	if !cr.prove(pc, key) {
+		return nil, errors.New("raft: the secret this member proved was retired as it connected")
 	}
 	_ = raw.SetDeadline(time.Time{})
 	return c, nil

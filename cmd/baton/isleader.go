@@ -30,7 +30,7 @@ checking leadership needs no second daemon; the answer goes through the raft
 leader, as from an agent. An address with no agent socket on this host is
 read over TCP, where nothing proves who answers (no credential is sent): keep
 such a --http on loopback or a network you trust. A run on another backend
-answers that it is not a raft member: ask its backend instead.
+answers that it is not a raft member (exit 2): ask its backend instead.
 
 With --backend aws-asg://[GROUP] the answer is the Auto Scaling group's own
 rule, with no lease: the leader is the InService, Healthy instance with the
@@ -180,6 +180,11 @@ func queryLeader(ctx context.Context, spec *backendurl.Spec, common *commonFlags
 		}
 	}()
 	rec, err := b.Leader(qctx, common.lease)
+	if ce := (*baton.ConfigError)(nil); errors.As(err, &ce) {
+		// An answer that retrying cannot change: agent:// at a process
+		// that serves no raft reads, say.
+		return rec, &exitError{code: exitUsage, err: fmt.Errorf("asking %s who holds lease %q: %w", redactURL(common.backend), common.lease, err)}
+	}
 	if err != nil && !errors.Is(err, baton.ErrNoLeader) {
 		return rec, undetermined(qctx, common, timeout, err)
 	}

@@ -94,7 +94,9 @@ func TestIsLeaderReadsRunHTTP(t *testing.T) {
 }
 
 // A `baton run --http` on another backend than raft serves no reads for
-// agent://, and says so, naming its backend.
+// agent://, and says so, naming its backend. That answer is a
+// configuration error (exit 2: the URL points at the wrong kind of
+// process), not an undetermined one (3: no answer within --timeout).
 func TestIsLeaderRunHTTPNotRaft(t *testing.T) {
 	t.Parallel()
 	httpAddr := freePort(t)
@@ -103,9 +105,11 @@ func TestIsLeaderRunHTTPNotRaft(t *testing.T) {
 		var h struct{ Status string }
 		return getJSON("http://"+httpAddr+"/v1/health/leader", &h) && h.Status == "leader"
 	})
-	r := runBaton(t, 30*time.Second, "is-leader", "--backend", "agent://"+httpAddr, "--lease", "job", "--id", "m1", "--timeout", "3s")
-	if r.code == 0 || !strings.Contains(r.stderr, "not a member of a raft group") || !strings.Contains(r.stderr, "memory://") {
-		t.Errorf("is-leader through a memory:// run's --http: exit %d %s, want a failure naming the run's backend", r.code, r.stderr)
+	for _, cmd := range []string{"is-leader", "leader"} {
+		r := runBaton(t, 30*time.Second, cmd, "--backend", "agent://"+httpAddr, "--lease", "job", "--id", "m1", "--timeout", "3s")
+		if r.code != exitUsage || !strings.Contains(r.stderr, "not a member of a raft group") || !strings.Contains(r.stderr, "memory://") {
+			t.Errorf("%s through a memory:// run's --http: exit %d %s, want %d naming the run's backend", cmd, r.code, r.stderr, exitUsage)
+		}
 	}
 }
 
