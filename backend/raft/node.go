@@ -481,11 +481,16 @@ func (n *Node) SetSecrets(secret string, previous ...string) error {
 // beside the old one during a CA rotation. Connections already made stay
 // up; each new one uses cfg. It returns a *baton.ConfigError, and changes
 // nothing, when cfg is nil or is not a CA-mode configuration (NodeOptions.TLS
-// says what one must hold); a member started in secret-only mode keeps its
-// own certificate and needs none. Safe for concurrent use.
+// says what one must hold), and on a member started in secret-only mode,
+// which keeps its own certificate and needs none. Safe for concurrent use.
 func (n *Node) SetTLS(cfg *tls.Config) error {
 	if cfg == nil {
 		return &baton.ConfigError{Problems: []string{"raft: SetTLS(nil): give a CA-mode TLS configuration"}}
+	}
+	if n.opts.TLS == nil {
+		// A member switched to CA mode alone would refuse the
+		// self-signed certificates of its secret-only peers.
+		return &baton.ConfigError{Problems: []string{"raft: SetTLS on a member started in the secret-only mode (NodeOptions.TLS nil): a group changes modes by restarting its members with NodeOptions.TLS set, not one member at a time while running"}}
 	}
 	if problems := checkTLS(cfg); len(problems) > 0 {
 		return &baton.ConfigError{Problems: problems}

@@ -105,6 +105,29 @@ func TestSetSecretsAndTLSRefuseBadValues(t *testing.T) {
 	}
 }
 
+// TestSetTLSRefusedInSecretOnlyMode: a member started without TLS keeps
+// its mode: SetTLS with a CA configuration is refused, not a silent switch
+// that would make it refuse its secret-only peers.
+func TestSetTLSRefusedInSecretOnlyMode(t *testing.T) {
+	g := newTestGroup(t, 1)
+	opts := g.options(t)
+	opts.TLS = nil
+	opts.BootstrapExpect = 1
+	n, err := StartNode(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close(context.Background()) })
+	cfg, err := g.ca.Config("m", []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ce *baton.ConfigError
+	if err := n.SetTLS(cfg); !errors.As(err, &ce) {
+		t.Fatalf("SetTLS on a secret-only member: %v, want a *baton.ConfigError", err)
+	}
+}
+
 func waitHeld(t *testing.T, n *Node, want []string) {
 	t.Helper()
 	testkit.Eventually(t, 20*time.Second, "the member to hold the reloaded secrets", func() bool { return slices.Equal(n.secretsHeld(), want) })
