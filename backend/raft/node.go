@@ -596,6 +596,9 @@ func advertiseAddr(configured string, bound net.Addr) (string, error) {
 		if err != nil || host == "" || port == "" {
 			return "", fmt.Errorf("raft: AdvertiseAddr %q: want host:port", configured)
 		}
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			return "", fmt.Errorf("raft: AdvertiseAddr %q: %s is no address peers can dial; give this instance's reachable address", configured, host)
+		}
 		return configured, nil
 	}
 	tcp, ok := bound.(*net.TCPAddr)

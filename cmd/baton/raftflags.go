@@ -80,6 +80,8 @@ func (r *raftFlags) validate() []string {
 	if r.advertise != "" {
 		if err := checkHostPort(r.advertise, 1); err != nil {
 			problems = append(problems, fmt.Sprintf("%s %q: %v; want the HOST:PORT peers reach this member at, e.g. 10.0.0.5:%d", flagSource(r.fs, "advertise"), r.advertise, err, defaultRaftPort))
+		} else if host, _, _ := net.SplitHostPort(r.advertise); net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified() {
+			problems = append(problems, fmt.Sprintf("%s %q: %s is no address peers can dial; want the HOST:PORT peers reach this member at, e.g. 10.0.0.5:%d", flagSource(r.fs, "advertise"), r.advertise, host, defaultRaftPort))
 		}
 	}
 	if r.join != "" {

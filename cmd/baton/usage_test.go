@@ -517,6 +517,8 @@ func TestRaftFlagsCheckedBeforeJoining(t *testing.T) {
 			[]string{`--bind "127.0.0.1:99999"`, `port "99999" is not a number from 0 to 65535`}},
 		{"advertise port zero", []string{"--bind", "127.0.0.1:0", "--advertise", "127.0.0.1:0"},
 			[]string{`--advertise "127.0.0.1:0"`, "from 1 to 65535"}},
+		{"advertise the unspecified address", []string{"--bind", "127.0.0.1:0", "--advertise", "0.0.0.0:7390"},
+			[]string{`--advertise "0.0.0.0:7390"`, "no address peers can dial"}},
 		{"bind host with a stray %", []string{"--bind", "127.0.0.1%zz:7390"},
 			[]string{`--bind "127.0.0.1%zz:7390"`, "contains '%'"}},
 		{"witness cannot campaign", []string{"--bind", freePort(t), "--witness"},
