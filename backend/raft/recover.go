@@ -491,6 +491,7 @@ func (n *Node) reportLostQuorum(a assessment) {
 // member from the loss of the voters at lost: `baton raft recover`, with
 // the group's TLS files and secret as the member has them.
 func RecoverCommand(member string, lost []string) string {
+	lost = slices.Sorted(slices.Values(lost))
 	return fmt.Sprintf("baton raft recover --member %s --lost %s (with this member's --tls-* flags and secret)", member, strings.Join(lost, ","))
 }
 
