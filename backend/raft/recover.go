@@ -676,6 +676,8 @@ func (n *Node) serveRecover(w http.ResponseWriter, r *http.Request) {
 // group's TLS configuration and secret, to recover its group from the loss
 // of the voters lost names (addresses or IDs): the operator's word that
 // they are gone for good. See docs/backends/raft.md.
+// A refusal by the member is a *RecoveryRefusedError; a member that
+// cannot be reached gives an error wrapping ErrNotLeader.
 func RequestRecovery(ctx context.Context, tlsConfig *tls.Config, secret, addr string, lost []string) (RecoverResult, error) {
 	cfg := tlsConfig.Clone()
 	cfg.MinVersion = max(cfg.MinVersion, tls.VersionTLS13)
@@ -683,5 +685,20 @@ func RequestRecovery(ctx context.Context, tlsConfig *tls.Config, secret, addr st
 	defer c.close()
 	var out RecoverResult
 	err := c.call(ctx, addr, "/v1/raft/recover", recoverRequest{Lost: lost}, &out, false)
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return out, &RecoveryRefusedError{Member: addr, Status: ae.Status, Reason: ae.Msg}
+	}
 	return out, err
+}
+
+// RecoveryRefusedError is a member's refusal of a recovery request.
+type RecoveryRefusedError struct {
+	Member string // the member's address
+	Status int    // the HTTP status: 400 a bad request, 401 the secret, 409 the group's state
+	Reason string // the member's words: why, and what to do instead
+}
+
+func (e *RecoveryRefusedError) Error() string {
+	return fmt.Sprintf("raft: %s refused to recover: %s", e.Member, e.Reason)
 }

@@ -277,8 +277,8 @@ func TestLostMajorityWithoutProof(t *testing.T) {
 
 			ctx := testkit.Context(t, 30*time.Second)
 			_, err := RequestRecovery(ctx, survivor.opts.TLS, g.secret, survivor.Addr(), lostAddrs[:1])
-			var ae *apiError
-			if !errors.As(err, &ae) || !strings.Contains(ae.Msg, "do not answer either") || !strings.Contains(ae.Msg, lostAddrs[1]) {
+			var ae *RecoveryRefusedError
+			if !errors.As(err, &ae) || !strings.Contains(ae.Reason, "do not answer either") || !strings.Contains(ae.Reason, lostAddrs[1]) {
 				t.Fatalf("a recovery naming one of two lost voters: err %v, want a refusal naming the other", err)
 			}
 			res, err := RequestRecovery(ctx, survivor.opts.TLS, g.secret, survivor.Addr(), lostAddrs)

@@ -38,6 +38,7 @@ type raftFlags struct {
 	tlsKey          string
 	secret          string
 	secretFile      string
+	maxTTL          time.Duration
 
 	// onRenew, if set, gets the member's session renewals (--http's
 	// metrics).
@@ -61,7 +62,8 @@ func (r *raftFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&r.tlsKey, "tls-key", "", "raft: PEM file of this member's private key")
 	fs.StringVar(&r.secret, "secret", "", "raft: the group's join secret, 16+ bytes (prefer BATON_SECRET or --secret-file: flags show in ps)")
 	fs.StringVar(&r.secretFile, "secret-file", "", "raft: file holding the group's join secret")
-	withEnv(fs, "bind", "advertise", "data-dir", "join", "bootstrap-expect", "voters", "witness", "tls-ca", "tls-cert", "tls-key", "secret", "secret-file")
+	fs.DurationVar(&r.maxTTL, "max-ttl", raft.DefaultMaxTTL, "raft: the longest TTL the group grants, the same on every member; after a recovery from a lost majority no lease is granted for this long")
+	withEnv(fs, "bind", "advertise", "data-dir", "join", "bootstrap-expect", "voters", "witness", "tls-ca", "tls-cert", "tls-key", "secret", "secret-file", "max-ttl")
 }
 
 // validate returns the problems with the raft flags, each saying how to fix
@@ -86,6 +88,9 @@ func (r *raftFlags) validate() []string {
 	}
 	if r.bootstrapExpect < 0 {
 		problems = append(problems, fmt.Sprintf("%s %d: use 0 (join only) or the number of members to wait for", flagSource(r.fs, "bootstrap-expect"), r.bootstrapExpect))
+	}
+	if r.maxTTL <= 0 {
+		problems = append(problems, fmt.Sprintf("%s %s: want a positive duration, the same on every member (default %s)", flagSource(r.fs, "max-ttl"), r.maxTTL, raft.DefaultMaxTTL))
 	}
 	if r.voters != 1 && r.voters != 3 && r.voters != 5 && r.voters != 7 {
 		problems = append(problems, fmt.Sprintf("%s %d: use 3 or 5 (1 for a test; an even number adds no fault tolerance)", flagSource(r.fs, "voters"), r.voters))
@@ -175,6 +180,7 @@ func (r *raftFlags) nodeOptions(log *slog.Logger) (raft.NodeOptions, error) {
 		BootstrapExpect: r.bootstrapExpect,
 		Voters:          r.voters,
 		Witness:         r.witness,
+		MaxTTL:          r.maxTTL,
 		Logger:          log,
 	}
 	if r.join != "" {
@@ -188,6 +194,9 @@ func (r *raftFlags) nodeOptions(log *slog.Logger) (raft.NodeOptions, error) {
 			// removes members whose instances the group is terminating
 			// or no longer has, and auto waits for the group to fill.
 			opts.Departures = a
+			// And EC2's word that instances are terminated lets members
+			// recover a group that lost its quorum (docs/aws.md).
+			opts.Terminations = a
 			if r.bootstrapAuto {
 				opts.ExpectCounter, opts.BootstrapExpect = a, 0
 			}
