@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/testkit"
 	hraft "github.com/hashicorp/raft"
@@ -182,7 +183,18 @@ func TestRecoverFromLostMajority(t *testing.T) {
 	// survivor never hears of.
 	gates[0].set(true)
 	lb := newBackend(t, lost[0], cfg)
-	other := testkit.CampaignWithin(t, lb, "other", "majority", 20*time.Second)
+	// Many grants, so that the majority's log runs well ahead of the
+	// survivor's: only a new epoch puts the survivor's next tokens above
+	// them.
+	var other baton.Term
+	for i := range 20 {
+		other = testkit.CampaignWithin(t, lb, "other", fmt.Sprintf("majority-%d", i), 20*time.Second)
+		if i < 19 {
+			if err := other.Resign(testkit.Context(t, 10*time.Second)); err != nil {
+				t.Fatalf("resign: %v", err)
+			}
+		}
+	}
 	if other.Token() <= oldToken {
 		t.Fatalf("the majority's token %d is not above the survivor's %d", other.Token(), oldToken)
 	}
