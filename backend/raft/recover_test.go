@@ -455,3 +455,50 @@ func TestMemberReturnsAfterRecovery(t *testing.T) {
 		t.Fatalf("the survivor no longer leads")
 	}
 }
+
+// TestNoVotesFromAReusedAddress: two voters of three die, and fresh
+// members (no log, new IDs) start at their addresses, as replacement
+// instances that got the dead ones' IPs would. They must not stand in for
+// the dead voters: were their votes counted, the survivor would lead the
+// old configuration with a log that may lack what the dead majority
+// committed, and grant tokens below theirs. The survivor stays without a
+// leader (and says so) until the group is recovered; then the fresh
+// members join it.
+func TestNoVotesFromAReusedAddress(t *testing.T) {
+	logs := &lineRecorder{}
+	g := newMembershipGroup(t, 3, recoverOpts(nil, logs, t))
+	ms := g.members()
+	survivor, dead := ms[0], ms[1:]
+	var addrs []string
+	for _, n := range dead {
+		addrs = append(addrs, n.Addr())
+		if err := n.kill(); err != nil {
+			t.Fatal(err)
+		}
+		g.forget(n)
+	}
+	var fresh []*Node
+	for _, a := range addrs {
+		fresh = append(fresh, g.start(t, func(o *NodeOptions) {
+			o.BindAddr, o.BootstrapExpect, o.Voters = a, 3, 3
+			recoverOpts(nil, logs, t)(0, o)
+		}))
+	}
+	testkit.Eventually(t, 30*time.Second, "the survivor to report the lost quorum", func() bool {
+		_, ok := logs.find("ERROR", "lost its quorum", dead[0].ID(), dead[1].ID())
+		return ok
+	})
+	if survivor.raft.State() == hraft.Leader {
+		t.Fatalf("the survivor leads the old configuration on the votes of fresh members at the dead voters' addresses")
+	}
+	ctx := testkit.Context(t, 30*time.Second)
+	testkit.EventuallyErr(t, 20*time.Second, "the operator's recovery", func() error {
+		_, err := RequestRecovery(ctx, survivor.opts.TLS, g.secret, survivor.Addr(), addrs)
+		return err
+	})
+	g.waitJoined(t)
+	testkit.Eventually(t, 30*time.Second, "the survivor and the fresh members to be the voters", func() bool {
+		ok, _ := settledOn(g, append([]*Node{survivor}, fresh...))
+		return ok
+	})
+}
