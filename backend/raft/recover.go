@@ -191,7 +191,8 @@ func (n *Node) watchQuorum() {
 			n.placeConfiguration()
 			continue
 		}
-		if !n.hasJoined() || now.Sub(since) < n.opts.RecoverAfter || now.Sub(assessed) < n.opts.DeparturesEvery {
+		// A member with no log was never in a group: nothing to recover.
+		if n.raft.LastIndex() == 0 || now.Sub(since) < n.opts.RecoverAfter || now.Sub(assessed) < n.opts.DeparturesEvery {
 			continue
 		}
 		assessed = now
@@ -529,6 +530,9 @@ func (n *Node) recoverAlone(reason string, auto bool) error {
 		// The stores are as they were: raft starts again on them, still
 		// without a quorum.
 		n.log.Error("RecoverCluster failed; restarting raft on the old configuration", "err", err)
+		n.recMu.Lock()
+		n.rec.decided = time.Time{}
+		n.recMu.Unlock()
 		if r, rerr := hraft.NewRaft(n.raftConf, n.fsm, n.logs, n.stable, n.snaps, n.kept); rerr == nil {
 			n.raft.set(r)
 		}
