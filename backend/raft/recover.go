@@ -157,7 +157,7 @@ type recoveryState struct {
 	proposed bool
 
 	leaderless time.Time            // since when no raft leader is known (zero: one is)
-	answered   map[string]time.Time // address -> last answer to a quorum probe
+	answered   map[string]time.Time // member ID -> last answer to a quorum probe
 	lastLog    time.Time            // last Error about the lost quorum
 	lastWhy    string               // what it said
 	placedConf string               // the configuration last given to Terminations.Place
@@ -565,7 +565,8 @@ func (n *Node) finishRecovery(ctx context.Context) bool {
 		n.recMu.Unlock()
 		holdFrom = rec.decided
 		e := n.fsm.epoch()
-		n.log.Warn("group recovered: new epoch, sessions and leases cleared; holding grants", "epoch", e, "hold_until", holdFrom.Add(rec.hold).UTC().Format(time.RFC3339Nano))
+		n.log.Warn("group recovered: new epoch, sessions and leases cleared; holding grants",
+			"epoch", e, "hold_until", holdFrom.Add(rec.hold).UTC().Format(time.RFC3339Nano), "reason", rec.reason)
 	}
 	r, ok := n.fsm.recovery()
 	if !ok || r.HoldOver {
