@@ -174,9 +174,10 @@ func TestRaftRecoverStatic(t *testing.T) {
 // group; two are killed with SIGKILL. While the group's word is all there
 // is (one instance shown Terminated by Auto Scaling while EC2 still runs
 // it, the other detached from the group and running), the survivor does not
-// act: it says at ERROR that they are not proven terminated. Once EC2
-// reports both terminated, the survivor recovers on its own, its job runs
-// with a token above every earlier one, and two replacement instances join
+// act: it says at ERROR that they are not proven terminated. Two
+// replacement instances arrive during the outage and wait. Once EC2
+// reports the lost two terminated, the survivor recovers on its own, its
+// job runs with a token above every earlier one, and the replacements join
 // the recovered group as voters.
 func TestAWSRecoverLostMajority(t *testing.T) {
 	t.Parallel()
@@ -255,6 +256,17 @@ func TestAWSRecoverLostMajority(t *testing.T) {
 		t.Fatalf("the survivor leads without proof")
 	}
 
+	// Replacements arrive during the outage: they find a member with a
+	// log and no leader, and wait.
+	repl := []*member{start(4), start(5)}
+	testkit.Eventually(t, 60*time.Second, "the replacements to wait for a group", func() bool {
+		for _, m := range repl {
+			if !strings.Contains(m.in.baton.out.String(), "finding the group") {
+				return false
+			}
+		}
+		return true
+	})
 	for _, m := range lost {
 		f.Terminate(m.in.id)
 	}
@@ -269,7 +281,6 @@ func TestAWSRecoverLostMajority(t *testing.T) {
 	})
 	t.Logf("the survivor's job ran again %s after EC2 reported the lost instances terminated", time.Since(terminated).Round(time.Millisecond))
 
-	repl := []*member{start(4), start(5)}
 	testkit.Eventually(t, 90*time.Second, "the survivor and the replacements to be the voters", func() bool {
 		g, ok := groupView(survivor.http)
 		if !ok || len(g.Voters) != 3 {
