@@ -501,6 +501,14 @@ func (h *Harness) loseMajority(d draw, holder *candidate) (heal func() error, id
 		}
 		claimed = append(claimed, c)
 	}
+	// Only a whole group loses its majority: each member must have logged
+	// three voters (an earlier fault may have left one out, or rejoining).
+	for _, c := range claimed {
+		if c.voterCount() != 3 {
+			release()
+			return nil, 0, false
+		}
+	}
 	k := int(d.w*3) % 3
 	survivor := h.cands[k]
 	lost := []*candidate{h.cands[(k+1)%3], h.cands[(k+2)%3]}
