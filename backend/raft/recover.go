@@ -363,6 +363,10 @@ func (n *Node) assess(ctx context.Context) assessment {
 		return a
 	}
 	a.lostQuorum = true
+	if a.best.ID != n.id {
+		a.wait, a.why = true, fmt.Sprintf("%s (%s) has the most advanced log (term %d, index %d): it is the member to recover", a.best.ID, a.best.Addr, a.best.LastTerm, a.best.LastIndex)
+		return a
+	}
 	if derr != nil {
 		a.why = fmt.Sprintf("discovery failed (%v): a peer it would list may be a live group's member", derr)
 		return a
@@ -390,10 +394,6 @@ func (n *Node) assess(ctx context.Context) assessment {
 				strings.Join(unproven, ", "), plural(len(unproven), "is", "are"))
 			return a
 		}
-	}
-	if a.best.ID != n.id {
-		a.wait, a.why = true, fmt.Sprintf("%s (%s) has the most advanced log (term %d, index %d): it is the member to recover", a.best.ID, a.best.Addr, a.best.LastTerm, a.best.LastIndex)
-		return a
 	}
 	if n.opts.Terminations != nil {
 		a.act = true

@@ -514,3 +514,45 @@ func TestNoVotesFromAReusedAddress(t *testing.T) {
 		return ok
 	})
 }
+
+// TestTwoSurvivorsOneRecovers: three of five voters die; two survive.
+// Only the survivor with the most advanced log (equal logs: the lower ID)
+// may recover: the other refuses the operator's word and names it. Once it
+// has recovered, the other joins its group.
+func TestTwoSurvivorsOneRecovers(t *testing.T) {
+	logs := &lineRecorder{}
+	g := newMembershipGroup(t, 5, recoverOpts(nil, logs, t))
+	ms := g.members()
+	slices.SortFunc(ms, func(a, b *Node) int { return strings.Compare(a.ID(), b.ID()) })
+	survivors := ms[:2]
+	var lostAddrs []string
+	for _, n := range ms[2:] {
+		lostAddrs = append(lostAddrs, n.Addr())
+		if err := n.kill(); err != nil {
+			t.Fatal(err)
+		}
+		g.forget(n)
+	}
+	// The logs settle: both survivors hold the same last entry, so the
+	// lower ID is the one.
+	testkit.Eventually(t, 20*time.Second, "the survivors' logs to agree", func() bool {
+		i0, t0 := survivors[0].lastLog()
+		i1, t1 := survivors[1].lastLog()
+		return i0 == i1 && t0 == t1 && survivors[0].raft.State() != hraft.Leader && survivors[1].raft.State() != hraft.Leader
+	})
+	ctx := testkit.Context(t, 60*time.Second)
+	var refused *RecoveryRefusedError
+	testkit.Eventually(t, 20*time.Second, "the other survivor to refuse, naming the one to recover", func() bool {
+		_, err := RequestRecovery(ctx, survivors[1].opts.TLS, g.secret, survivors[1].Addr(), lostAddrs)
+		return errors.As(err, &refused) && strings.Contains(refused.Reason, survivors[0].ID()) && strings.Contains(refused.Reason, "most advanced log")
+	})
+	testkit.EventuallyErr(t, 20*time.Second, "the recovery of the one", func() error {
+		_, err := RequestRecovery(ctx, survivors[0].opts.TLS, g.secret, survivors[0].Addr(), lostAddrs)
+		return err
+	})
+	readyAlone(t, survivors[0], 30*time.Second)
+	testkit.Eventually(t, 30*time.Second, "both survivors to be the voters", func() bool {
+		ok, _ := settledOn(g, survivors)
+		return ok
+	})
+}
