@@ -230,6 +230,7 @@ type Node struct {
 	leading  context.CancelFunc
 	lastSeen map[hraft.ServerID]time.Time
 	closed   bool
+	joinErr  error // why the last join attempt did not get the member in
 }
 
 // ErrNotLeader is returned by a group call that only the raft leader can
