@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
@@ -29,25 +30,38 @@ import (
 // instance no longer has its private IP, so an address must be placed
 // before its instance goes. It implements part of the raft package's
 // Terminations. Safe for concurrent use.
+//
+// It returns an error naming the addresses it still cannot place (a member
+// whose instance a refresh has not yet seen InService and Healthy, or one
+// outside the group, such as a witness): the caller asks again later.
 func (a *ASG) Place(ctx context.Context, addrs []string) error {
+	if len(a.unplaced(addrs)) == 0 {
+		return nil
+	}
+	if _, err := a.getFresh(ctx, a.opts.CacheTTL/departuresFreshDiv); err != nil {
+		return err
+	}
+	if left := a.unplaced(addrs); len(left) > 0 {
+		return fmt.Errorf("discovery: no refresh has seen an InService, Healthy instance of group %s at %s yet", a.group, strings.Join(left, ", "))
+	}
+	return nil
+}
+
+// unplaced returns those of addrs whose IP no refresh has placed.
+func (a *ASG) unplaced(addrs []string) []string {
 	a.mu.Lock()
-	unplaced := false
+	defer a.mu.Unlock()
+	var out []string
 	for _, addr := range addrs {
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
 			continue
 		}
 		if _, ok := a.placed[host]; !ok {
-			unplaced = true
-			break
+			out = append(out, addr)
 		}
 	}
-	a.mu.Unlock()
-	if !unplaced {
-		return nil
-	}
-	_, err := a.getFresh(ctx, a.opts.CacheTTL/departuresFreshDiv)
-	return err
+	return out
 }
 
 // Terminated reports, of the raft members' addresses given (host:port),

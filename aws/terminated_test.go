@@ -139,3 +139,29 @@ func TestPlaceKeepsLostInstances(t *testing.T) {
 		t.Fatalf("Terminated = %q, want i-0a's address", got)
 	}
 }
+
+// TestPlaceReportsWhatItCannotPlace: a member whose instance launched after
+// a recent refresh is not placed by it: Place says so (the caller asks
+// again), and places it once a refresh is due.
+func TestPlaceReportsWhatItCannotPlace(t *testing.T) {
+	f := awsfake.Start(t)
+	f.AddGroup("web")
+	f.Launch("i-0a", "web", "InService", "Healthy", "10.0.0.1")
+	a, clock := newTestASG(t, fakeAWSOptions(t, f))
+	if err := a.Place(context.Background(), []string{"10.0.0.1:7390"}); err != nil {
+		t.Fatal(err)
+	}
+	f.Launch("i-0b", "web", "InService", "Healthy", "10.0.0.2")
+	err := a.Place(context.Background(), []string{"10.0.0.1:7390", "10.0.0.2:7390"})
+	if err == nil || !strings.Contains(err.Error(), "10.0.0.2:7390") {
+		t.Fatalf("Place right after a refresh = %v, want an error naming 10.0.0.2:7390", err)
+	}
+	clock.Advance(DefaultCacheTTL / departuresFreshDiv)
+	if err := a.Place(context.Background(), []string{"10.0.0.1:7390", "10.0.0.2:7390"}); err != nil {
+		t.Fatalf("Place once a refresh is due: %v", err)
+	}
+	f.Terminate("i-0b")
+	if got := mustTerminated(t, a, "10.0.0.2:7390"); len(got) != 1 {
+		t.Fatalf("Terminated = %q, want i-0b's address", got)
+	}
+}

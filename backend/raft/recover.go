@@ -85,6 +85,10 @@ type Terminations interface {
 // DefaultMaxTTL is NodeOptions.MaxTTL when it is zero.
 const DefaultMaxTTL = 30 * time.Second
 
+// placeRetry is how long a member waits to call Terminations.Place again
+// after it could not place every member.
+const placeRetry = 10 * time.Second
+
 // recoverLogEvery is how often a member that lost its quorum and cannot
 // recover on its own repeats why, at Error.
 const recoverLogEvery = 30 * time.Second
@@ -160,7 +164,8 @@ type recoveryState struct {
 	answered   map[string]time.Time // member ID -> last answer to a quorum probe
 	lastLog    time.Time            // last Error about the lost quorum
 	lastWhy    string               // what it said
-	placedConf string               // the configuration last given to Terminations.Place
+	placedConf string               // the configuration last placed in full by Terminations.Place
+	placeAfter time.Time            // when to ask Place again after it could not place everyone
 }
 
 // watchQuorum runs for the member's life: it notes when the member has no
@@ -224,21 +229,25 @@ func (n *Node) placeConfiguration() {
 	slices.Sort(addrs)
 	key := strings.Join(addrs, ",")
 	n.recMu.Lock()
-	same := n.rec.placedConf == key
+	skip := n.rec.placedConf == key || time.Now().Before(n.rec.placeAfter)
 	n.recMu.Unlock()
-	if same {
+	if skip {
 		return
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, departuresCallTimeout)
 	err := n.opts.Terminations.Place(ctx, addrs)
 	cancel()
+	n.recMu.Lock()
+	defer n.recMu.Unlock()
 	if err != nil {
-		n.log.Debug("could not place the members' machines yet", "err", err)
+		// A member whose machine was just launched is placed by a later
+		// refresh; one outside the platform never is, and costs a call
+		// per placeRetry.
+		n.log.Debug("could not place every member's machine yet", "err", err)
+		n.rec.placeAfter = time.Now().Add(placeRetry)
 		return
 	}
-	n.recMu.Lock()
-	n.rec.placedConf = key
-	n.recMu.Unlock()
+	n.rec.placedConf, n.rec.placeAfter = key, time.Time{}
 }
 
 // lostMember is a member that did not answer a quorum probe.
