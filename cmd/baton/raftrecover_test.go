@@ -199,11 +199,14 @@ func TestAWSRecoverLostMajority(t *testing.T) {
 		http string
 		id   string
 	}
-	start := func(i int) *member {
+	launch := func(i int) *awsInstance {
 		in := &awsInstance{id: fmt.Sprintf("i-0000000000000ee0%d", i), ip: fmt.Sprintf("127.0.62.%d", i)}
+		f.Launch(in.id, "web", "InService", "Healthy", in.ip)
+		return in
+	}
+	start := func(in *awsInstance, i int) *member {
 		in.cfg = mockConfig(in.id, in.ip)
 		in.mock = startMock(t, 0, in.cfg, "asglifecycle", "--asg-termination-delay-sec", "3600")
-		f.Launch(in.id, "web", "InService", "Healthy", in.ip)
 		name := fmt.Sprintf("m%d", i)
 		if r := runBaton(t, 30*time.Second, "tls", "cert", "--ca-dir", filepath.Join(dir, "ca"), "--dir", dir, "--name", name, "--host", in.ip); r.code != 0 {
 			t.Fatalf("tls cert: %d %s", r.code, r.stderr)
@@ -216,9 +219,16 @@ func TestAWSRecoverLostMajority(t *testing.T) {
 			"--lease", "work", "--id", in.id, "--http", m.http, "--log-level", "info", "--", self)
 		return m
 	}
-	var old []*member
+	// The group launches its three instances together, as an Auto Scaling
+	// group of three does: each member's first look at the group sees all
+	// three, and can later name the instance behind each member.
+	var insts []*awsInstance
 	for i := 1; i <= 3; i++ {
-		old = append(old, start(i))
+		insts = append(insts, launch(i))
+	}
+	var old []*member
+	for i, in := range insts {
+		old = append(old, start(in, i+1))
 	}
 	testkit.Eventually(t, 60*time.Second, "a child to start", func() bool { return len(starts(readEvents(file))) >= 1 })
 	for _, m := range old {
@@ -260,7 +270,7 @@ func TestAWSRecoverLostMajority(t *testing.T) {
 	// Replacements arrive during the outage: they find a member with a
 	// log and no leader, wait, and say so (not that their configuration is
 	// wrong).
-	repl := []*member{start(4), start(5)}
+	repl := []*member{start(launch(4), 4), start(launch(5), 5)}
 	testkit.Eventually(t, 60*time.Second, "the replacements to say the group has no leader", func() bool {
 		for _, m := range repl {
 			if !strings.Contains(m.in.baton.out.String(), "may have lost its quorum") {
