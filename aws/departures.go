@@ -36,9 +36,11 @@ import (
 // fraction of CacheTTL: 5 s by default.
 const departuresFreshDiv = 6
 
-// placedFor is how long after an instance was last seen in the group its
-// private IP still names it: long enough for the raft leader to remove its
-// member, short enough that the map stays the size of the group.
+// placedFor is how long after a refresh first found an instance gone from
+// the group its private IP still names it: long enough for the raft leader
+// to remove its member, or for a member that lost its quorum to prove it
+// terminated (Terminated), short enough that the map stays the size of the
+// group.
 const placedFor = time.Hour
 
 // bootstrapExpectCap caps BootstrapExpect: three voters make a group that
@@ -54,8 +56,10 @@ const (
 // placedIP is the instance that a private IP belonged to when a refresh
 // last saw it.
 type placedIP struct {
-	id   string
-	seen time.Time // last refresh that listed the instance in the group
+	id string
+	// left is when a refresh first found the instance gone from the group;
+	// zero while the group lists it.
+	left time.Time
 }
 
 // place records the private IPs of g's instances. The caller holds a.mu.
@@ -67,15 +71,18 @@ func (a *ASG) place(g Group, now time.Time) {
 	for _, in := range g.Instances {
 		inGroup[in.ID] = true
 		if in.PrivateIP != "" {
-			a.placed[in.PrivateIP] = placedIP{id: in.ID, seen: now}
+			a.placed[in.PrivateIP] = placedIP{id: in.ID}
 		}
 	}
 	for ip, p := range a.placed {
 		switch {
 		case inGroup[p.id]:
-			p.seen = now
+			p.left = time.Time{}
 			a.placed[ip] = p
-		case now.Sub(p.seen) > placedFor:
+		case p.left.IsZero():
+			p.left = now
+			a.placed[ip] = p
+		case now.Sub(p.left) > placedFor:
 			delete(a.placed, ip)
 		}
 	}

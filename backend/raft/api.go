@@ -142,6 +142,7 @@ func (n *Node) handler() http.Handler {
 	mux.HandleFunc("GET /v1/raft/state", n.serveState)
 	mux.HandleFunc("POST /v1/raft/join", n.serveJoin)
 	mux.HandleFunc("POST /v1/raft/leave", n.serveLeave)
+	mux.HandleFunc("POST /v1/raft/recover", n.serveRecover)
 	// No token is asked for: the mux hands a connection to this handler
 	// only after it proved the group's secret, bound to its TLS session,
 	// and a bearer token would have to follow the secret through a

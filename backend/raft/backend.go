@@ -106,6 +106,10 @@ func New(g Group, opts Options) (*Backend, error) {
 	if g.witness() {
 		return nil, &baton.ConfigError{Problems: []string{"raft: this member is a witness: it votes but never campaigns; run the job on the other members"}}
 	}
+	if n, ok := g.(*Node); ok && cfg.TTL > n.opts.MaxTTL {
+		return nil, &baton.ConfigError{Problems: []string{fmt.Sprintf(
+			"raft: TTL %s is above the group's longest, %s (NodeOptions.MaxTTL, --max-ttl): use a shorter TTL, or raise MaxTTL on every member (a recovery from a lost majority then holds grants that much longer)", cfg.TTL, n.opts.MaxTTL)}}
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -40,7 +40,8 @@ func post(t *testing.T, h http.Handler, path, auth string, body any, header ...s
 // agent's token), not by a raw log command, and not by a member through
 // the group API, whatever it forwards.
 func TestClientSessionOnlyItsOwner(t *testing.T) {
-	g := newTestGroup(t, 3)
+	// Sessions of an hour, so that only the log refuses what is refused.
+	g := newTestGroup(t, 3, func(o *NodeOptions) { o.MaxTTL = 2 * time.Hour })
 	leader := g.leader()
 	var follower *Node
 	for _, n := range g.members() {

@@ -25,7 +25,11 @@
 //
 // Not done: a minority of the voters elects no one, so a group needs 3 (or
 // 5) voters for one (or two) failures, and two instances need a third,
-// Witness member; a crashed holder that was also the raft leader fails over
+// Witness member. A group that lost its majority recovers only when
+// NodeOptions.Terminations proves the lost voters gone for good (EC2:
+// terminated) or on an operator's word (RequestRecovery, `baton raft
+// recover`), with a new epoch and no grant until MaxTTL has passed
+// (docs/backends/raft.md); a crashed holder that was also the raft leader fails over
 // after about TTL + half a heartbeat timeout (5.6 s at the defaults), or
 // after the raft election if that takes longer; members must reach each
 // other directly.

@@ -32,6 +32,8 @@ const (
 	opNoop           op = "noop"            // carries the commit index to followers at once
 	opRequestResign  op = "request-resign"  // ask the holder to resign (Node.RequestResign)
 	opStateStore     op = "state-store"     // replace the lease's state, if the term still holds it
+	opRecover        op = "recover"         // a group re-formed from a lost majority: new epoch, no sessions (recover.go)
+	opHoldOver       op = "hold-over"       // the hold after a recovery passed: grants may resume
 )
 
 // command is one log entry's payload.
@@ -59,6 +61,9 @@ type command struct {
 	// Agent marks a session-create of an agent client, made through the
 	// member Node names.
 	Agent bool `json:"agent,omitempty"`
+	// Hold is, on a recover, how long no lease may be granted after it:
+	// the longest TTL the group grants (NodeOptions.MaxTTL) and a margin.
+	Hold time.Duration `json:"hold,omitempty"`
 	// Auth is, in an agent client's session-create, the SHA-256 digest of
 	// the session's secret (never the secret itself).
 	Auth []byte `json:"auth,omitempty"`
@@ -136,6 +141,19 @@ type state struct {
 	Sessions map[string]*sessionRec `json:"sessions"`
 	Leases   map[string]*leaseRec   `json:"leases"`
 	States   map[string]*stateRec   `json:"states,omitempty"`
+	// Recovery is the last recovery from a lost majority (recover.go),
+	// nil if the group never had one.
+	Recovery *recoveryRec `json:"recovery,omitempty"`
+}
+
+// recoveryRec is a recovery of the group from a lost majority, as the log
+// records it.
+type recoveryRec struct {
+	Index    uint64        `json:"index"`              // the recover entry
+	Time     time.Time     `json:"time"`               // the proposer's wall clock
+	Hold     time.Duration `json:"hold"`               // no grant for this long after it
+	OldEpoch uint64        `json:"old_epoch,omitzero"` // the epoch before it
+	HoldOver bool          `json:"hold_over,omitempty"`
 }
 
 // fsm applies commands to the state and tells local watchers about changes.
@@ -304,6 +322,13 @@ func (f *fsm) apply(index uint64, c *command) *result {
 		return f.requestResign(c)
 	case opStateStore:
 		return f.stateStore(index, c)
+	case opRecover:
+		return f.recover(index, c)
+	case opHoldOver:
+		if f.st.Recovery != nil {
+			f.st.Recovery.HoldOver = true
+		}
+		return &result{}
 	case opNoop:
 		return &result{}
 	}
@@ -452,6 +477,45 @@ func (f *fsm) stateStore(index uint64, c *command) *result {
 	return &result{Holder: true, Token: l.Token}
 }
 
+// recover starts the group's life after a recovery from a lost majority.
+// The lost members may have committed entries that this log lacks (grants
+// among them), so the group takes an epoch above the old one and above
+// the proposer's clock: every token it grants from here is above any
+// token of the old epoch, whatever the index. Sessions and leases go: a
+// holder the log shows may have lost its lease in entries this log lacks,
+// and a holder it does not show may hold one; every holder's safe-until
+// has passed by the end of the hold, and sessions start again.
+func (f *fsm) recover(index uint64, c *command) *result {
+	old := f.st.Epoch
+	f.st.Epoch = max(old, epoch.Of(c.Time)) + 1
+	for _, name := range slices.Sorted(maps.Keys(f.st.Leases)) {
+		l := f.st.Leases[name]
+		if l.Session != "" {
+			f.emit(LeaseEvent{Lease: name, Kind: EventLost, Holder: l.Candidate, Session: l.Session,
+				Member: f.memberOf(l.Session), Token: l.Token, At: c.Time, Reason: reasonRecovered})
+		}
+		f.changed(name)
+	}
+	f.st.Leases = map[string]*leaseRec{}
+	f.st.Sessions = map[string]*sessionRec{}
+	f.bySes = map[string]map[string]struct{}{}
+	f.st.Recovery = &recoveryRec{Index: index, Time: c.Time, Hold: c.Hold, OldEpoch: old}
+	if f.onEpoch != nil {
+		f.onEpoch(f.st.Epoch)
+	}
+	return &result{}
+}
+
+// recovery returns the last recovery, if any.
+func (f *fsm) recovery() (recoveryRec, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.st.Recovery == nil {
+		return recoveryRec{}, false
+	}
+	return *f.st.Recovery, true
+}
+
 // errUnknownSession is the refusal of a command naming a session the log no
 // longer has: it expired or was destroyed.
 const errUnknownSession = "unknown session"
@@ -476,6 +540,7 @@ const (
 	reasonResignRequested = "resign-requested"
 	reasonExpired         = "session-expired"
 	reasonClosed          = "session-closed"
+	reasonRecovered       = "group-recovered" // the group re-formed from a lost majority
 )
 
 // emit records ev for the watchers, at the end of this Apply, and the
@@ -553,4 +618,11 @@ func (f *fsm) dequeue(l *leaseRec, session, member string, at time.Time, reason 
 		delete(f.st.Leases, l.Name)
 	}
 	f.changed(l.Name)
+}
+
+// epoch returns the group's epoch (0 before the first acquire).
+func (f *fsm) epoch() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.st.Epoch
 }

@@ -141,10 +141,19 @@ type heardTransport struct {
 	heard  *heardLog
 	rpcs   chan hraft.RPC
 	within time.Duration
+	// whoIs returns the ID of the member that answers at an address.
+	whoIs func(target hraft.ServerAddress) (string, error)
 }
 
 func (n *Node) newHeardTransport(t *hraft.NetworkTransport) *heardTransport {
-	ht := &heardTransport{NetworkTransport: t, heard: n.heard, rpcs: make(chan hraft.RPC), within: n.opts.HeartbeatTimeout / 2}
+	ht := &heardTransport{NetworkTransport: t, heard: n.heard, rpcs: make(chan hraft.RPC), within: n.opts.HeartbeatTimeout / 2,
+		whoIs: func(target hraft.ServerAddress) (string, error) {
+			ctx, cancel := context.WithTimeout(n.ctx, max(n.opts.HeartbeatTimeout, time.Second))
+			defer cancel()
+			var in nodeInfo
+			err := n.client.call(ctx, string(target), "/v1/raft/info", nil, &in, false)
+			return in.ID, err
+		}}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -179,6 +188,41 @@ func (t *heardTransport) SetHeartbeatHandler(fn func(hraft.RPC)) {
 		t.heard.note(rpc)
 		fn(rpc)
 	})
+}
+
+// RequestVote implements hraft.Transport. A vote counts only from the
+// member the configuration names at target: raft sends a vote request to
+// an address, and a member that came up there since (a new instance given
+// a dead one's IP, a member restarted without its log) has no log and would
+// grant it, standing in for a voter whose log it does not have.
+func (t *heardTransport) RequestVote(id hraft.ServerID, target hraft.ServerAddress, args *hraft.RequestVoteRequest, resp *hraft.RequestVoteResponse) error {
+	if err := t.checkVoter(id, target); err != nil {
+		return err
+	}
+	return t.NetworkTransport.RequestVote(id, target, args, resp)
+}
+
+// RequestPreVote implements hraft.WithPreVote, with RequestVote's check.
+func (t *heardTransport) RequestPreVote(id hraft.ServerID, target hraft.ServerAddress, args *hraft.RequestPreVoteRequest, resp *hraft.RequestPreVoteResponse) error {
+	if err := t.checkVoter(id, target); err != nil {
+		return err
+	}
+	return t.NetworkTransport.RequestPreVote(id, target, args, resp)
+}
+
+// checkVoter reports an error unless the member at target is id.
+func (t *heardTransport) checkVoter(id hraft.ServerID, target hraft.ServerAddress) error {
+	if t.whoIs == nil {
+		return nil
+	}
+	got, err := t.whoIs(target)
+	if err != nil {
+		return err
+	}
+	if got != string(id) {
+		return fmt.Errorf("raft: %s answers at %s, not the voter %s: its vote would stand in for %s's", got, target, id, id)
+	}
+	return nil
 }
 
 // AppendEntries implements hraft.Transport. A reply that came back more

@@ -131,6 +131,12 @@ func StartMember(ctx context.Context, opts NodeOptions, closeTimeout time.Durati
 			closeMember()
 			return nil, n.Err()
 		case <-tick.C:
+			if err := n.lastJoinErr(); errors.Is(err, errLeaderless) {
+				// The configuration is right: the group it found has no
+				// raft leader.
+				log.Warn("still not in a group: the members found hold a log but have no raft leader; the group may have lost its quorum (its members say why at ERROR, and how it recovers); joining once it has a leader", "id", n.ID())
+				continue
+			}
 			log.Warn("still not in a group: check where peers are found (--join, NodeOptions.Discovery), the TLS files and the secret on every member", "id", n.ID())
 		case <-ctx.Done():
 			closeMember()

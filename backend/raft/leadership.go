@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -50,6 +51,9 @@ func (n *Node) stepUp() {
 			return
 		}
 		if ctx.Err() != nil {
+			return
+		}
+		if !n.finishRecovery(ctx) {
 			return
 		}
 		// Every session gets its TTL from the last moment an earlier
@@ -262,6 +266,10 @@ func (n *Node) await(f hraft.Future) error {
 // applyLocal applies c through this member's raft, which must be the
 // leader.
 func (n *Node) applyLocal(c command) (*result, error) {
+	if c.Op == opSessionCreate && c.TTL > n.opts.MaxTTL {
+		return nil, &apiError{Status: http.StatusBadRequest, Msg: fmt.Sprintf(
+			"raft: session TTL %s is above the group's longest, %s: use a shorter TTL, or raise MaxTTL (--max-ttl) on every member (a recovery from a lost majority then holds grants that much longer)", c.TTL, n.opts.MaxTTL)}
+	}
 	b, err := json.Marshal(&c)
 	if err != nil {
 		return nil, err

@@ -413,7 +413,7 @@ func applyOnLeader(ctx context.Context, g *testGroup, c command) (*result, error
 // has not noticed fails StoreState with ErrLeaseLost, ends, and the state
 // is unchanged.
 func TestStateFencedByTheLog(t *testing.T) {
-	g := newTestGroup(t, 3)
+	g := newTestGroup(t, 3, func(o *NodeOptions) { o.MaxTTL = time.Minute })
 	nodes := g.members()
 	agent := serveClients(t, nodes[1])
 	// A TTL far beyond the test, so that no renewal tells the holder.

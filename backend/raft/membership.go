@@ -58,6 +58,7 @@ func (n *Node) membership() {
 		if err != nil {
 			n.log.Debug("not in a group yet", "err", err)
 		}
+		n.setJoinErr(err)
 		if !n.sleep(backoff) {
 			return
 		}
@@ -137,6 +138,25 @@ func (n *Node) sleep(d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// errLeaderless is tryJoin's answer when peers hold a log but none knows a
+// raft leader: the group may have lost its quorum.
+var errLeaderless = joinError("a peer has a log but no leader yet: waiting to join its group")
+
+// setJoinErr records why the last join attempt did not get the member in
+// (nil: it did), for StartMember's reminders.
+func (n *Node) setJoinErr(err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.joinErr = err
+}
+
+// lastJoinErr returns why the last join attempt did not get the member in.
+func (n *Node) lastJoinErr() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.joinErr
 }
 
 // inGroup reports whether this member is in its group's configuration and
@@ -271,7 +291,7 @@ func (n *Node) tryJoin() error {
 	cands := []nodeInfo{{ID: n.id, Addr: n.addr, Witness: n.opts.Witness}}
 	for _, in := range infos {
 		if in.HasState {
-			return joinError("a peer has a log but no leader yet: waiting to join its group")
+			return errLeaderless
 		}
 		cands = append(cands, in)
 	}

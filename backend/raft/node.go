@@ -170,6 +170,28 @@ type NodeOptions struct {
 	// autopilot's dead-server cleanup only.
 	Departures Departures
 
+	// Terminations, if set, proves which members are gone for good (the
+	// aws package's ASG: their EC2 instances are terminated). A member
+	// that has had no raft leader for RecoverAfter, and finds that every
+	// member that does not answer is proven gone and that those that
+	// answer are fewer than a quorum, recovers the group (recover.go;
+	// docs/backends/raft.md). Nil (the default) means no automatic
+	// recovery: such a member logs, at Error, what happened and the
+	// command that recovers it.
+	Terminations Terminations
+
+	// RecoverAfter is how long a member must have had no raft leader
+	// before it looks at whether the group lost its quorum. Default
+	// DeadServerAfter.
+	RecoverAfter time.Duration
+
+	// MaxTTL is the longest session TTL the group grants: a longer one is
+	// refused. After a recovery from a lost majority no lease is granted
+	// for MaxTTL plus half a heartbeat timeout, so that every holder that
+	// the lost members confirmed has reached its safe-until. Every member
+	// must have the same. Default DefaultMaxTTL.
+	MaxTTL time.Duration
+
 	// DeparturesEvery is how often the raft leader asks Departures when
 	// nothing changed. Default 5 s. Departures implementations cache their
 	// answers (the ASG's for its CacheTTL), so this bounds how stale an
@@ -207,7 +229,7 @@ type Node struct {
 	log     *slog.Logger
 	creds   *creds // the TLS configuration and secrets connections use
 	fsm     *fsm
-	raft    *hraft.Raft
+	raft    *raftHandle // the current raft instance; a recovery replaces it (recover.go)
 	trans   *hraft.NetworkTransport
 	mux     *mux
 	http    *http.Server
@@ -242,6 +264,16 @@ type Node struct {
 	lastConf string
 	notify   chan bool
 
+	// What a recovery restarts raft with (recover.go).
+	raftConf  *hraft.Config
+	logs      hraft.LogStore
+	stable    hraft.StableStore
+	snaps     hraft.SnapshotStore
+	kept      keptTransport
+	recoverMu sync.Mutex // one recovery at a time
+	recMu     sync.Mutex
+	rec       recoveryState
+
 	mu       sync.Mutex
 	ready    bool // raft leader with the log applied: may serve renewals and reads
 	leading  context.CancelFunc
@@ -251,6 +283,7 @@ type Node struct {
 	// secrets are those in creds, as given (SetSecrets).
 	secretsMu sync.Mutex
 	secrets   []string
+	joinErr   error // why the last join attempt did not get the member in
 }
 
 // ErrNotLeader is returned by a group call that only the raft leader can
@@ -325,7 +358,8 @@ func StartNode(opts NodeOptions) (*Node, error) {
 	}
 	n.timers = newSessionTimers(n)
 	n.http = &http.Server{Handler: n.handler(), ErrorLog: nil, ReadHeaderTimeout: 5 * time.Second}
-	n.wg.Add(4)
+	n.wg.Add(5)
+	go n.watchQuorum()
 	go n.watchStalls()
 	go func() { defer n.wg.Done(); _ = n.http.Serve(n.mux.api) }()
 	go n.watchLeadership()
@@ -394,6 +428,18 @@ func (o *NodeOptions) fill() error {
 	}
 	if o.StabilizationTime == 0 {
 		o.StabilizationTime = 2 * time.Second
+	}
+	if o.RecoverAfter == 0 {
+		o.RecoverAfter = o.DeadServerAfter
+	}
+	if o.RecoverAfter < 2*o.HeartbeatTimeout {
+		problems = append(problems, fmt.Sprintf("raft: RecoverAfter %s must be at least twice HeartbeatTimeout (%s): a group must have time to elect before a member looks at whether it lost its quorum", o.RecoverAfter, o.HeartbeatTimeout))
+	}
+	if o.MaxTTL == 0 {
+		o.MaxTTL = DefaultMaxTTL
+	}
+	if o.MaxTTL < 0 {
+		problems = append(problems, fmt.Sprintf("raft: MaxTTL %s is negative: use 0 for the default (%s) or the longest session TTL the group grants", o.MaxTTL, DefaultMaxTTL))
 	}
 	if len(problems) > 0 {
 		return &baton.ConfigError{Problems: problems}
@@ -669,13 +715,16 @@ func (n *Node) startRaft() error {
 		MaxRPCsInFlight: 1,
 		Logger:          hlog,
 	})
-	r, err := hraft.NewRaft(conf, n.fsm, logs, stable, snaps, n.newHeardTransport(n.trans))
+	n.raftConf, n.logs, n.stable, n.snaps = conf, logs, stable, snaps
+	n.kept = keptTransport{n.newHeardTransport(n.trans)}
+	r, err := hraft.NewRaft(conf, n.fsm, logs, stable, snaps, n.kept)
 	if err != nil {
 		n.trans.Close()
 		return fmt.Errorf("raft: start: %w", err)
 	}
-	n.raft = r
-	n.pilot = autopilot.New(r, &pilotDelegate{n}, autopilot.WithLogger(hlog),
+	n.raft = &raftHandle{}
+	n.raft.set(r)
+	n.pilot = autopilot.New(n.raft, &pilotDelegate{n}, autopilot.WithLogger(hlog),
 		autopilot.WithPromoter(&cappedPromoter{voters: n.opts.Voters}),
 		autopilot.WithUpdateInterval(n.opts.HeartbeatTimeout),
 		autopilot.WithReconcileInterval(n.opts.HeartbeatTimeout))
@@ -766,7 +815,11 @@ func (n *Node) shutdown() error {
 	step := func(s string) { n.log.Debug("member stopping", "step", s) }
 	n.cancel()
 	step("raft")
+	// Under recoverMu: a recovery under way finishes its restart first,
+	// and none starts after (closed is set).
+	n.recoverMu.Lock()
 	err := n.raft.Shutdown().Error()
+	n.recoverMu.Unlock()
 	step("autopilot")
 	<-n.pilot.Stop()
 	step("listeners")

@@ -38,6 +38,7 @@ type raftFlags struct {
 	secretFile      string
 	secretFrom      string
 	reloadEvery     time.Duration
+	maxTTL          time.Duration
 
 	// onRenew, if set, gets the member's session renewals (--http's
 	// metrics).
@@ -67,7 +68,8 @@ func (r *raftFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&r.secretFile, "secret-file", "", "raft: file holding the group's join secret (one per line during a rotation, the one to prove first first); re-read every --reload-every")
 	fs.StringVar(&r.secretFrom, "secret-from", "", "raft: read the group's join secret from AWS through the instance's role: ssm:PARAMETER (Parameter Store SecureString) | secretsmanager:NAME; re-read every --reload-every")
 	fs.DurationVar(&r.reloadEvery, "reload-every", raft.DefaultReloadEvery, "raft: how often to re-read --secret-file, --secret-from and the --tls-* files, so that a rotation needs no restart")
-	withEnv(fs, "bind", "advertise", "data-dir", "join", "bootstrap-expect", "voters", "witness", "tls-ca", "tls-cert", "tls-key", "secret", "secret-file", "secret-from", "reload-every")
+	fs.DurationVar(&r.maxTTL, "max-ttl", raft.DefaultMaxTTL, "raft: the longest TTL the group grants, the same on every member; after a recovery from a lost majority no lease is granted for this long")
+	withEnv(fs, "bind", "advertise", "data-dir", "join", "bootstrap-expect", "voters", "witness", "tls-ca", "tls-cert", "tls-key", "secret", "secret-file", "secret-from", "reload-every", "max-ttl")
 }
 
 // validate returns the problems with the raft flags, each saying how to fix
@@ -94,6 +96,9 @@ func (r *raftFlags) validate() []string {
 	}
 	if r.bootstrapExpect < 0 {
 		problems = append(problems, fmt.Sprintf("%s %d: use 0 (join only) or the number of members to wait for", flagSource(r.fs, "bootstrap-expect"), r.bootstrapExpect))
+	}
+	if r.maxTTL <= 0 {
+		problems = append(problems, fmt.Sprintf("%s %s: want a positive duration, the same on every member (default %s)", flagSource(r.fs, "max-ttl"), r.maxTTL, raft.DefaultMaxTTL))
 	}
 	if r.voters != 1 && r.voters != 3 && r.voters != 5 && r.voters != 7 {
 		problems = append(problems, fmt.Sprintf("%s %d: use 3 or 5 (1 for a test; an even number adds no fault tolerance)", flagSource(r.fs, "voters"), r.voters))
@@ -197,6 +202,7 @@ func (r *raftFlags) nodeOptions(ctx context.Context, log *slog.Logger) (raft.Nod
 		BootstrapExpect: r.bootstrapExpect,
 		Voters:          r.voters,
 		Witness:         r.witness,
+		MaxTTL:          r.maxTTL,
 		Logger:          log,
 	}
 	if creds.reloads() {
@@ -213,6 +219,9 @@ func (r *raftFlags) nodeOptions(ctx context.Context, log *slog.Logger) (raft.Nod
 			// removes members whose instances the group is terminating
 			// or no longer has, and auto waits for the group to fill.
 			opts.Departures = a
+			// And EC2's word that instances are terminated lets members
+			// recover a group that lost its quorum (docs/aws.md).
+			opts.Terminations = a
 			if r.bootstrapAuto {
 				opts.ExpectCounter, opts.BootstrapExpect = a, 0
 			}

@@ -109,7 +109,7 @@ func (a *App) newRootCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cmd.SetOut(a.stderr())
 			_ = cmd.Usage()
-			return usageErrorf("no command given: use one of run, cron, is-leader, leader, agent, tls, demo, version")
+			return usageErrorf("no command given: use one of run, cron, is-leader, leader, agent, tls, raft, demo, version")
 		},
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 		Version:           buildVersion(),
@@ -137,6 +137,7 @@ func (a *App) newRootCommand() *cobra.Command {
 		a.newLeaderCommand(),
 		a.newAgentCommand(),
 		a.newTLSCommand(),
+		a.newRaftCommand(),
 		a.newDemoCommand(),
 		a.newDemoJobCommand(),
 		a.newVersionCommand(),

@@ -30,6 +30,15 @@ func TestUsageErrors(t *testing.T) {
 		args []string
 		want []string // substrings of stderr
 	}{
+		{"raft recover without flags", nil,
+			[]string{"raft", "recover"},
+			[]string{"--member is required", "--lost is required", "--tls-ca is required", "BATON_SECRET"}},
+		{"raft recover bad addresses", map[string]string{"BATON_SECRET": "0123456789abcdef-secret"},
+			[]string{"raft", "recover", "--member", "10.0.0.5", "--lost", "10.0.0.6:7390,10.0.0.7:x", "--tls-ca", "a", "--tls-cert", "b", "--tls-key", "c"},
+			[]string{`--member "10.0.0.5"`, "HOST:PORT", `--lost "10.0.0.7:x"`}},
+		{"raft recover max-ttl", nil,
+			[]string{"run", "--backend", "raft://", "--max-ttl", "0s", "--lease", "x", "--", "true"},
+			[]string{"--max-ttl 0s", "positive duration"}},
 		{"unknown scheme", nil,
 			[]string{"run", "--backend", "mysql://h:3306", "--lease", "x", "--", "true"},
 			[]string{`unknown backend scheme "mysql"`, "supported are", "etcd://host:port", "zk://host:port", "consul://host:port", "memory://"}},
@@ -233,7 +242,7 @@ func TestUsageErrors(t *testing.T) {
 			[]string{`unknown command "elect"`, "baton --help"}},
 		{"no command", nil,
 			nil,
-			[]string{"no command given", "run, cron, is-leader, leader, agent, tls, demo, version"}},
+			[]string{"no command given", "run, cron, is-leader, leader, agent, tls, raft, demo, version"}},
 		{"demo nodes", nil,
 			[]string{"demo", "--nodes", "10"},
 			[]string{"--nodes 10", "3 to 9"}},

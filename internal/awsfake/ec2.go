@@ -3,6 +3,7 @@ package awsfake
 import (
 	"encoding/xml"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,19 +40,38 @@ var ec2StateCodes = map[string]int{"pending": 0, "running": 16, "shutting-down":
 
 func (f *Server) describeInstances(w http.ResponseWriter, r *http.Request) {
 	ids := listParam(r, "InstanceId")
+	var ips []string // a private-ip-address filter's values
 	for i := 1; ; i++ {
 		p := "Filter." + strconv.Itoa(i)
 		name, ok := r.Form[p+".Name"]
 		if !ok {
 			break
 		}
-		if name[0] != "instance-id" {
-			f.problem("DescribeInstances filter %q: the fake knows only instance-id", name[0])
-			continue
+		switch name[0] {
+		case "instance-id":
+			ids = append(ids, listParam(r, p+".Value")...)
+		case "private-ip-address":
+			ips = append(ips, listParam(r, p+".Value")...)
+		default:
+			f.problem("DescribeInstances filter %q: the fake knows only instance-id and private-ip-address", name[0])
 		}
-		ids = append(ids, listParam(r, p+".Value")...)
 	}
-	if r.Form.Get("NextToken") == "" {
+	if len(ips) > 0 {
+		if len(ids) > 0 {
+			f.problem("DescribeInstances with both instance IDs and private-ip-address: the fake does not combine them")
+		}
+		// EC2 matches an IP against the instances that hold it now: a
+		// terminated instance has none.
+		for _, id := range f.order {
+			if in := f.instances[id]; in.PrivateIP != "" && slices.Contains(ips, in.PrivateIP) {
+				ids = append(ids, id)
+			}
+		}
+		if len(ids) == 0 {
+			writeXML(w, describeInstancesResponse{RequestID: "req-ec2"})
+			return
+		}
+	} else if r.Form.Get("NextToken") == "" {
 		f.batches = append(f.batches, len(ids))
 	}
 	if len(ids) == 0 {

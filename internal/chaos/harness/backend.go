@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -299,6 +300,40 @@ func (b *raftBackend) down(wipe bool) error {
 }
 
 func (b *raftBackend) up() error { return nil }
+
+// wipe removes member i's data: its machine is gone for good.
+func (b *raftBackend) wipe(i int) error { return os.RemoveAll(b.file(i, "-data")) }
+
+// addr is member i's group address.
+func (b *raftBackend) addr(i int) string {
+	return net.JoinHostPort(b.nt.Hosts()[i].IP.String(), raftPort)
+}
+
+// recoverMember runs `baton raft recover` on member s's host, naming the
+// members at lost as gone, until s accepts (it refuses while it still
+// knows a raft leader) or a minute passes.
+func (b *raftBackend) recoverMember(baton string, s int, lost ...int) error {
+	var addrs []string
+	for _, i := range lost {
+		addrs = append(addrs, b.addr(i))
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		cmd := b.nt.Hosts()[s].Command(ctx, baton, "raft", "recover", "--member", b.addr(s), "--lost", strings.Join(addrs, ","),
+			"--tls-ca", filepath.Join(b.dir, "ca.pem"), "--tls-cert", b.file(s, ".pem"), "--tls-key", b.file(s, "-key.pem"))
+		cmd.Env = append(os.Environ(), "BATON_SECRET="+raftSecret)
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("baton raft recover --member %s: %w: %s", b.addr(s), err, out)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
 
 func (b *raftBackend) close() {
 	if b.nt != nil {

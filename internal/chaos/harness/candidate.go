@@ -33,6 +33,9 @@ type candidate struct {
 	// stopping is set by stop: the exit that follows is the harness's
 	// doing. Any other exit is baton's own, and worth a look.
 	stopping bool
+	// voters is the number of voters in the raft configuration the member
+	// last logged (0: none yet).
+	voters int
 }
 
 // start starts the candidate's baton. It is not running when called.
@@ -43,6 +46,11 @@ func (c *candidate) start() error {
 		"--ttl", c.h.cfg.TTL.String(), "--log-level", "info")
 	if c.h.cfg.Grace > 0 {
 		argv = append(argv, "--grace", c.h.cfg.Grace.String())
+	}
+	if c.h.be.members() {
+		// The group's longest TTL is the candidates' own: the hold after a
+		// recovery from a lost majority (KindRaftMajority) is no longer.
+		argv = append(argv, "--max-ttl", c.h.cfg.TTL.String())
 	}
 	argv = append(argv, "--")
 	argv = append(argv, c.h.cfg.Child...)
@@ -75,7 +83,7 @@ func (c *candidate) start() error {
 	}
 	done := make(chan struct{})
 	c.mu.Lock()
-	c.cmd, c.done, c.stopping = cmd, done, false
+	c.cmd, c.done, c.stopping, c.voters = cmd, done, false, 0
 	c.mu.Unlock()
 	fmt.Fprintf(c.log, "=== baton-chaos: %s started, pid %d, at %s\n", c.id, cmd.Process.Pid, c.h.now())
 	go func() {
@@ -94,7 +102,7 @@ func (c *candidate) start() error {
 }
 
 // scan copies the candidate's output to its log, and notes when it became
-// the raft leader.
+// the raft leader and how many voters its configuration has.
 func (c *candidate) scan(r io.Reader) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
@@ -104,8 +112,32 @@ func (c *candidate) scan(r io.Reader) {
 		if strings.Contains(line, "raft leader ready") {
 			c.h.setRaftLeader(c.i)
 		}
+		if strings.Contains(line, `msg="group configuration"`) {
+			if _, rest, ok := strings.Cut(line, "raft.voters="); ok {
+				voters, _, _ := strings.Cut(rest, " ")
+				c.mu.Lock()
+				c.voters = len(strings.Split(voters, ","))
+				c.mu.Unlock()
+			}
+		}
 	}
 	_, _ = io.Copy(c.log, r)
+}
+
+// voterCount returns the number of voters in the configuration the member
+// last logged since its start or the last forgetVoters.
+func (c *candidate) voterCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.voters
+}
+
+// forgetVoters makes voterCount 0 until the member logs its configuration
+// again.
+func (c *candidate) forgetVoters() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.voters = 0
 }
 
 // pid returns the baton's pid and the channel closed when it exits, or 0

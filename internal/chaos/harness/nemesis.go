@@ -43,6 +43,15 @@ const (
 	// KindRaftQuorum is kill -9 of two of the three voters at once: the
 	// group has no quorum until they are back.
 	KindRaftQuorum = "raft-quorum"
+	// KindRaftMajority is the loss of the majority for good: kill -9 of two
+	// of the three voters, whose machines are gone with their data (as
+	// instances that an Auto Scaling group terminated). Static discovery
+	// cannot prove the lost voters gone, so the harness acts as the
+	// operator: it runs `baton raft recover` against the survivor, as the
+	// survivor's ERROR line says, until the survivor accepts; then
+	// replacements, with no data, start on the same hosts and join. It is
+	// opt-in.
+	KindRaftMajority = "raft-majority"
 	// KindServerKill is kill -9 of one server of an ensemble (chosen at
 	// random, the leader or not); it is restarted with its data after a
 	// while.
@@ -67,7 +76,7 @@ func KindsOf(backend string) []string {
 	common := []string{KindKill, KindTerm, KindStopBaton, KindStopTree, KindCut, KindHog, KindStall}
 	switch backend {
 	case "raft":
-		return append(common, KindRaftLeader, KindRaftQuorum, KindRestart, KindWipe)
+		return append(common, KindRaftLeader, KindRaftQuorum, KindRestart, KindWipe, KindRaftMajority)
 	case "zookeeper-ensemble":
 		return append(common, KindServerKill, KindServerCut, KindRestart)
 	}
@@ -75,9 +84,9 @@ func KindsOf(backend string) []string {
 }
 
 // DefaultKinds returns the kinds a run injects unless told otherwise: all
-// the backend takes but KindWipe.
+// the backend takes but KindWipe and KindRaftMajority.
 func DefaultKinds(backend string) []string {
-	return slices.DeleteFunc(KindsOf(backend), func(k string) bool { return k == KindWipe })
+	return slices.DeleteFunc(KindsOf(backend), func(k string) bool { return k == KindWipe || k == KindRaftMajority })
 }
 
 // draw is one injection's random numbers, always drawn in the same order,
@@ -329,6 +338,8 @@ func (h *Harness) inject(d draw) (heal func() error, id int, ok bool) {
 			}
 			return nil
 		}, id, true
+	case KindRaftMajority:
+		return h.loseMajority(d, holder)
 	case KindRestart, KindWipe:
 		return h.restart(d, holder, scale(0.2, 1)+500*time.Millisecond)
 	case KindHog:
@@ -466,5 +477,82 @@ func (h *Harness) serverFault(d draw, holder *candidate, hold time.Duration, do,
 		}
 		time.Sleep(hold)
 		return undo(e, i)
+	}, id, true
+}
+
+// loseMajority injects KindRaftMajority: every candidate is claimed (the
+// survivor must stay up to be recovered), two are killed for good and
+// replaced, and the heal is the operator's `baton raft recover`.
+func (h *Harness) loseMajority(d draw, holder *candidate) (heal func() error, id int, ok bool) {
+	rb, isRaft := h.be.(*raftBackend)
+	if !isRaft || len(h.cands) != 3 {
+		return nil, 0, false
+	}
+	var claimed []*candidate
+	release := func() {
+		for _, c := range claimed {
+			c.release()
+		}
+	}
+	for _, c := range h.cands {
+		if !c.claim() {
+			release()
+			return nil, 0, false
+		}
+		claimed = append(claimed, c)
+	}
+	// Only a whole group loses its majority: each member must have logged
+	// three voters (an earlier fault may have left one out, or rejoining).
+	for _, c := range claimed {
+		if c.voterCount() != 3 {
+			release()
+			return nil, 0, false
+		}
+	}
+	k := int(d.w*3) % 3
+	survivor := h.cands[k]
+	lost := []*candidate{h.cands[(k+1)%3], h.cands[(k+2)%3]}
+	id = h.begin(d.kind, lost[0].id+","+lost[1].id, holder, false, "survivor "+survivor.id)
+	var wg sync.WaitGroup
+	for _, c := range lost {
+		wg.Go(func() { c.stop(syscall.SIGKILL, 10*time.Second) })
+	}
+	wg.Wait()
+	h.setRaftLeader(-1)
+	for _, c := range lost {
+		if err := rb.wipe(c.i); err != nil {
+			release()
+			return func() error { return err }, id, true
+		}
+	}
+	return func() error {
+		defer release()
+		// The operator first, then the replacements: a fresh member at a
+		// dead voter's address answers a raft leader's appends as that
+		// voter would, so a survivor that still led when the others died
+		// would keep its quorum through them, and no majority would be
+		// lost.
+		if err := rb.recoverMember(h.baton, survivor.i, lost[0].i, lost[1].i); err != nil {
+			return err
+		}
+		survivor.forgetVoters()
+		for _, c := range lost {
+			if err := c.start(); err != nil {
+				return err
+			}
+		}
+		// The fault lasts until the group is whole again: the replacements
+		// are voters of the recovered group, so that the next fault finds
+		// three voters.
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			if n := survivor.voterCount(); n == 3 && lost[0].voterCount() == 3 && lost[1].voterCount() == 3 {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the group was not whole again 2m after the recovery (survivor %s logs %d voters)", survivor.id, survivor.voterCount())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
 	}, id, true
 }
