@@ -152,30 +152,13 @@ func (a *ASG) refresh(ctx context.Context) (Group, error) {
 // instance in the account's region.
 func (a *ASG) privateIPs(ctx context.Context, ids []string) (map[string]string, error) {
 	ips := make(map[string]string, len(ids))
-	for batch := range slices.Chunk(ids, DescribeInstancesBatch) {
-		// A filter rather than InstanceIds: an instance that was terminated
-		// and purged since DescribeAutoScalingGroups is then simply absent,
-		// where InstanceIds would fail the whole request with
-		// InvalidInstanceID.NotFound.
-		pages := ec2.NewDescribeInstancesPaginator(a.ec2API, &ec2.DescribeInstancesInput{
-			Filters:    []ec2types.Filter{{Name: sdkaws.String("instance-id"), Values: batch}},
-			MaxResults: sdkaws.Int32(1000),
-		})
-		for pages.HasMorePages() {
-			page, err := pages.NextPage(ctx)
-			if err != nil {
-				return nil, fmt.Errorf("discovery: DescribeInstances (%d instances of group %q): %w", len(batch), a.group, err)
-			}
-			for _, r := range page.Reservations {
-				for _, in := range r.Instances {
-					id, ip := sdkaws.ToString(in.InstanceId), sdkaws.ToString(in.PrivateIpAddress)
-					if id == "" || ip == "" || !liveState(in.State) {
-						continue
-					}
-					ips[id] = ip
-				}
-			}
+	err := eachInstance(ctx, a.ec2API, "instance-id", ids, fmt.Sprintf("private IPs, group %q", a.group), func(in ec2types.Instance) {
+		if id, ip := sdkaws.ToString(in.InstanceId), sdkaws.ToString(in.PrivateIpAddress); id != "" && ip != "" && liveState(in.State) {
+			ips[id] = ip
 		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	return ips, nil
 }

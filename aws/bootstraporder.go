@@ -9,7 +9,6 @@ import (
 	"time"
 
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 )
 
@@ -108,26 +107,13 @@ type launchState struct {
 // describe are absent.
 func (a *ASG) launchTimes(ctx context.Context, ids []string) (map[string]launchState, error) {
 	out := make(map[string]launchState, len(ids))
-	for batch := range slices.Chunk(ids, DescribeInstancesBatch) {
-		pages := ec2.NewDescribeInstancesPaginator(a.ec2API, &ec2.DescribeInstancesInput{
-			Filters:    []ec2types.Filter{{Name: sdkaws.String("instance-id"), Values: batch}},
-			MaxResults: sdkaws.Int32(1000),
-		})
-		for pages.HasMorePages() {
-			page, err := pages.NextPage(ctx)
-			if err != nil {
-				return nil, fmt.Errorf("discovery: DescribeInstances (launch times of %d instances of group %q): %w", len(batch), a.group, err)
-			}
-			for _, r := range page.Reservations {
-				for _, in := range r.Instances {
-					id := sdkaws.ToString(in.InstanceId)
-					if id == "" || in.LaunchTime == nil {
-						continue
-					}
-					out[id] = launchState{at: *in.LaunchTime, gone: !liveState(in.State)}
-				}
-			}
+	err := eachInstance(ctx, a.ec2API, "instance-id", ids, fmt.Sprintf("launch times, group %q", a.group), func(in ec2types.Instance) {
+		if id := sdkaws.ToString(in.InstanceId); id != "" && in.LaunchTime != nil {
+			out[id] = launchState{at: *in.LaunchTime, gone: !liveState(in.State)}
 		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

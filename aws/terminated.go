@@ -134,12 +134,41 @@ type ec2State struct {
 }
 
 // describeStates asks EC2 for the state of the instances that filter name
-// selects with values, in batches of DescribeInstancesBatch, keyed by
-// instance ID (name "instance-id") or by private IP. A filter, not
-// InstanceIds: an instance purged since is absent rather than failing the
-// request.
+// selects with values, keyed by instance ID (name "instance-id") or by
+// private IP.
 func describeStates(ctx context.Context, api EC2API, name string, values []string) (map[string]ec2State, error) {
 	out := map[string]ec2State{}
+	err := eachInstance(ctx, api, name, values, name, func(in ec2types.Instance) {
+		s := ec2State{id: sdkaws.ToString(in.InstanceId)}
+		if in.State != nil {
+			s.state = in.State.Name
+		}
+		key := s.id
+		if name != "instance-id" {
+			key = sdkaws.ToString(in.PrivateIpAddress)
+			if prev, ok := out[key]; ok && prev.state != ec2types.InstanceStateNameTerminated {
+				return // a live holder of the IP wins over a terminated one
+			}
+		}
+		if key != "" {
+			out[key] = s
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// eachInstance calls fn with every instance that the DescribeInstances
+// filter name selects with values, asking in batches of at most
+// DescribeInstancesBatch values and following every page. A filter rather
+// than InstanceIds: an instance terminated and purged since is then simply
+// absent, where InstanceIds would fail the whole request with
+// InvalidInstanceID.NotFound. With no values it makes no request: an empty
+// filter would describe every instance in the account's region. what names
+// the call in its errors.
+func eachInstance(ctx context.Context, api EC2API, name string, values []string, what string, fn func(ec2types.Instance)) error {
 	for batch := range slices.Chunk(values, DescribeInstancesBatch) {
 		pages := ec2.NewDescribeInstancesPaginator(api, &ec2.DescribeInstancesInput{
 			Filters:    []ec2types.Filter{{Name: sdkaws.String(name), Values: batch}},
@@ -148,27 +177,14 @@ func describeStates(ctx context.Context, api EC2API, name string, values []strin
 		for pages.HasMorePages() {
 			page, err := pages.NextPage(ctx)
 			if err != nil {
-				return nil, fmt.Errorf("discovery: DescribeInstances (%s of %d instances): %w", name, len(batch), err)
+				return fmt.Errorf("discovery: DescribeInstances (%s of %d instances): %w", what, len(batch), err)
 			}
 			for _, r := range page.Reservations {
 				for _, in := range r.Instances {
-					s := ec2State{id: sdkaws.ToString(in.InstanceId)}
-					if in.State != nil {
-						s.state = in.State.Name
-					}
-					key := s.id
-					if name != "instance-id" {
-						key = sdkaws.ToString(in.PrivateIpAddress)
-						if prev, ok := out[key]; ok && prev.state != ec2types.InstanceStateNameTerminated {
-							continue // a live holder of the IP wins over a terminated one
-						}
-					}
-					if key != "" {
-						out[key] = s
-					}
+					fn(in)
 				}
 			}
 		}
 	}
-	return out, nil
+	return nil
 }
