@@ -38,7 +38,8 @@ func TestRunTTLAtBackendLimits(t *testing.T) {
 		{"zookeeper above 32-bit milliseconds", zkArgs, "600h", []string{"--ttl 600h0m0s", "32-bit milliseconds"}},
 		{"kubernetes max", k8sArgs, "2147483647s", nil},
 		{"kubernetes above max", k8sArgs, "2147483648s", []string{"--ttl 596523h14m8s", "leaseDurationSeconds is an int32 of seconds"}},
-		{"raft largest duration", raftArgs, maxDuration, nil},
+		{"raft max", raftArgs, "30s", nil},
+		{"raft above max", raftArgs, maxDuration, []string{"above the group's longest, 30s", "--max-ttl"}},
 		{"memory largest duration", func(*testing.T) ([]string, map[string]string) { return []string{"--backend", "memory://"}, nil }, maxDuration, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

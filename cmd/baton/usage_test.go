@@ -32,7 +32,7 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{"raft recover without flags", nil,
 			[]string{"raft", "recover"},
-			[]string{"--member is required", "--lost is required", "--tls-ca is required", "BATON_SECRET"}},
+			[]string{"--member is required", "--lost is required", "the group's join secret is required", "BATON_SECRET"}},
 		{"raft recover bad addresses", map[string]string{"BATON_SECRET": "0123456789abcdef-secret"},
 			[]string{"raft", "recover", "--member", "10.0.0.5", "--lost", "10.0.0.6:7390,10.0.0.7:x", "--tls-ca", "a", "--tls-cert", "b", "--tls-key", "c"},
 			[]string{`--member "10.0.0.5"`, "HOST:PORT", `--lost "10.0.0.7:x"`}},
