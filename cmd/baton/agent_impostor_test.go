@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -81,51 +80,8 @@ func startImpostor(t *testing.T, addr string) (bound <-chan struct{}, requests f
 	cmd := exec.Command(self)
 	cmd.Env = append(testEnv(), impostorEnv+"="+addr)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: testkit.Unprivileged(t), Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu   sync.Mutex
-		reqs []impostorRequest
-		done = make(chan struct{})
-	)
-	b := make(chan struct{})
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(out)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			if sc.Text() == "bound" {
-				close(b)
-				continue
-			}
-			var r impostorRequest
-			if err := json.Unmarshal(sc.Bytes(), &r); err == nil {
-				mu.Lock()
-				reqs = append(reqs, r)
-				mu.Unlock()
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("impostor stderr: %s", stderr.String())
-		}
-	})
-	return b, func() []impostorRequest {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(reqs)
-	}
+	r := startReporter[impostorRequest](t, "impostor", cmd, "bound")
+	return r.ready, r.Records
 }
 
 // An unprivileged local user who takes a crashed agent's TCP port gets no

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -189,57 +188,15 @@ func startRelay(t *testing.T, pairs []string, env ...string) func() []relayedCon
 	cmd := exec.Command(self)
 	cmd.Env = append(testEnv(relayEnv+"="+strings.Join(pairs, ",")), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []relayedConn
-		done  = make(chan struct{})
-		ready = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if sc.Text() == "listening" {
-				close(ready)
-				continue
-			}
-			var r relayedConn
-			if err := json.Unmarshal(sc.Bytes(), &r); err == nil {
-				mu.Lock()
-				conns = append(conns, r)
-				mu.Unlock()
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("relay stderr: %s", stderr.String())
-		}
-	})
+	r := startReporter[relayedConn](t, "relay", cmd, "listening")
 	select {
-	case <-ready:
-	case <-done:
-		t.Fatalf("the relay exited: %s", stderr.String())
+	case <-r.ready:
+	case <-r.done:
+		t.Fatalf("the relay exited: %s", r.Stderr())
 	case <-time.After(30 * time.Second):
 		t.Fatal("the relay did not start listening")
 	}
-	return func() []relayedConn {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]relayedConn(nil), conns...)
-	}
+	return r.Records
 }
 
 // A man in the middle between two members: a relay process with a
