@@ -46,10 +46,10 @@ func ExampleElector_Await() {
 		})
 	}()
 	t, _ := e.Await(ctx)
-	fmt.Println("leader:", e.IsLeader(), "token:", t.Token())
+	fmt.Println("leader:", e.Status().Leader, "token:", t.Token())
 	cancel()
 	<-done
-	fmt.Println("leader:", e.IsLeader())
+	fmt.Println("leader:", e.Status().Leader)
 	// Output:
 	// leader: true token: 1
 	// leader: false
