@@ -566,7 +566,7 @@ func (r *runner) reportStandby(ctx context.Context, e *baton.Elector) {
 		case <-done:
 			return // the backend was closed
 		case <-t.C:
-			if e.IsLeader() {
+			if e.Status().Leader {
 				// The backend confirms this instance's term, so it
 				// answers; the watch asks nobody who leads while this
 				// instance leads itself (memory://, agent://), so its
@@ -585,7 +585,7 @@ func (r *runner) reportStandby(ctx context.Context, e *baton.Elector) {
 		}
 		var state string
 		switch {
-		case e.IsLeader():
+		case e.Status().Leader:
 			last = ""
 			continue
 		case errors.Is(a.err, baton.ErrNoLeader):
