@@ -3,13 +3,11 @@
 package supervise
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,45 +16,32 @@ import (
 	"github.com/batonhq/baton/internal/testkit"
 )
 
-// syncBuffer is a bytes.Buffer safe for the command's copier and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A command that exits by itself ends Lead with its status, and saw the
 // term's BATON_ variables.
 func TestRunnerLeadExit(t *testing.T) {
-	var out syncBuffer
+	out, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
 	r := &Runner{
 		Config: Config{
 			Command: []string{"sh", "-c", `echo "$BATON_LEASE $BATON_TOKEN $BATON_HOLDER $EXTRA"; exit 7`},
 			Env:     []string{"EXTRA=x", "PATH=" + os.Getenv("PATH")},
-			Stdout:  &out,
+			Stdout:  out,
 			Grace:   100 * time.Millisecond,
 		},
 		Holder: "host/1",
 	}
 	defer r.Close()
 	term := backend.NewBasicTerm("nightly", 42, time.Now().Add(time.Minute), nil)
-	err := r.Lead(t.Context(), term)
+	err = r.Lead(t.Context(), term)
 	var exited *ExitError
 	if !errors.As(err, &exited) || exited.Code != 7 {
 		t.Fatalf("Lead = %v, want an ExitError with status 7", err)
 	}
-	if got := strings.TrimSpace(out.String()); got != "nightly 42 host/1 x" {
+	printed, _ := os.ReadFile(out.Name())
+	if got := strings.TrimSpace(string(printed)); got != "nightly 42 host/1 x" {
 		t.Errorf("the command printed %q, want the lease, token, holder and its own environment", got)
 	}
 }
