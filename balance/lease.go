@@ -6,7 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/batonhq/baton")
+	"github.com/batonhq/baton"
+)
 
 // runJob campaigns for j's lease whenever the balance rules want it, and runs
 // j's Func while it leads, until ctx ends.
