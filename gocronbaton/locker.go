@@ -174,8 +174,11 @@ func (l *Locker) ID() string { return l.opts.Candidate.ID }
 // error wrapping ErrLocked when another instance holds it (at once), when
 // another run in this instance holds it (at once), or when the lease was not
 // won within Wait; the campaign's error (wrapping
-// baton.ErrBackendUnavailable) when the backend cannot be reached; and
-// baton.ErrClosed after Close. ctx bounds the wait too. gocron skips the run
+// baton.ErrBackendUnavailable) when the backend cannot be reached; one
+// matching *baton.ConfigError when the backend refuses the configuration,
+// which no retry fixes (then for every later Lock of the key too, without
+// a campaign); and baton.ErrClosed after Close. Failed campaigns are a
+// back-off apart (baton.Backoff's defaults: up to baton.DefaultRetryMax). ctx bounds the wait too. gocron skips the run
 // on any error.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	l.mu.Lock()
