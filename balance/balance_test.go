@@ -490,3 +490,53 @@ func TestStopEarlyCauseIsTheElectors(t *testing.T) {
 		}
 	})
 }
+
+// refusingBackend is a memory backend that refuses campaigns for one
+// lease with err, and counts them.
+type refusingBackend struct {
+	*memory.Backend
+	lease string
+	err   error
+
+	mu    sync.Mutex
+	tries int
+}
+
+func (b *refusingBackend) Campaign(ctx context.Context, name string, c baton.Candidate) (baton.Term, error) {
+	if name != b.lease {
+		return b.Backend.Campaign(ctx, name, c)
+	}
+	b.mu.Lock()
+	b.tries++
+	b.mu.Unlock()
+	return nil, b.err
+}
+
+// A campaign refused with a *baton.ConfigError ends Run with it, as it
+// ends baton.Elector.Run: no retry fixes the configuration.
+func TestConfigErrorEndsRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mb, err := memory.New(memory.NewStore(), memory.Options{Config: testTiming})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mb.Close(context.Background())
+		refused := fmt.Errorf("create session: %w", &baton.ConfigError{Problems: []string{"session TTL below the minimum"}})
+		b := &refusingBackend{Backend: mb, lease: "a", err: refused}
+		g, err := balance.New(b, testConfig("solo"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = g.Add("a", func(ctx context.Context, _ baton.Term) error { <-ctx.Done(); return nil })
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		err = g.Run(ctx)
+		var ce *baton.ConfigError
+		if !errors.As(err, &ce) || ctx.Err() != nil {
+			t.Fatalf("Run = %v (ctx %v); want the campaign's ConfigError", err, ctx.Err())
+		}
+		if b.tries != 1 {
+			t.Errorf("%d campaigns for the lease; want 1: a configuration error is not retried", b.tries)
+		}
+	})
+}

@@ -100,7 +100,7 @@ func TestAWSGateCampaignsOnlyInService(t *testing.T) {
 	}
 
 	st.set(true)
-	testkit.Eventually(t, 10*time.Second, "the gated candidate to lead", func() bool { return e.IsLeader() })
+	testkit.Eventually(t, 10*time.Second, "the gated candidate to lead", func() bool { return e.Status().Leader })
 	mu.Lock()
 	if len(tagged) != 1 {
 		t.Errorf("tag ran %d times for one term", len(tagged))
@@ -138,7 +138,7 @@ func TestAWSGateCampaignsOnlyInService(t *testing.T) {
 		t.Fatal("the other candidate did not get the lease")
 	}
 	time.Sleep(300 * time.Millisecond)
-	if e.IsLeader() {
+	if e.Status().Leader {
 		t.Error("out of service, and leading again")
 	}
 	cancel()
