@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/internal/statusapi"
+	"github.com/batonhq/baton/cmd/baton/internal/statusapi"
 )
 
 // resignBody answers POST /v1/leases/{name}/resign.

@@ -55,8 +55,8 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/backend/raft"
+	"github.com/batonhq/baton/cmd/baton/internal/statusapi"
 	"github.com/batonhq/baton/internal/httpauth"
-	"github.com/batonhq/baton/internal/statusapi"
 )
 
 // Source is what the handler reads and acts on: a raft group member

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/batonhq/baton/backend/raft"
-	"github.com/batonhq/baton/internal/statusapi"
+	"github.com/batonhq/baton/cmd/baton/internal/statusapi"
 )
 
 // NodeSource shows a raft member to package statusapi: its lease table,
