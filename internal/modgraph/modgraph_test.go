@@ -3,12 +3,12 @@
 // graph, that backend's client and nothing of any other backend, the CLI,
 // Prometheus or the test tooling. It builds small consumer modules outside
 // the repository, as a user's program would be, and reads their graphs with
-// the go command. It imports nothing outside the standard library.
+// the go command. It imports nothing outside the standard library and this
+// module.
 package modgraph_test
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -18,6 +18,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/batonhq/baton/internal/testserver"
 )
 
 const root = "github.com/batonhq/baton"
@@ -95,7 +97,10 @@ func TestConsumerGraphs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the go command is not on PATH: %v", err)
 	}
-	repo := repoRoot(t)
+	repo, err := testserver.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
 	mods, sums := batonModules(t, repo)
 	for _, c := range consumers {
 		t.Run(c.name, func(t *testing.T) {
@@ -353,25 +358,4 @@ func run(t *testing.T, goBin, dir string, args ...string) string {
 		t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), dir, err, stderr.String())
 	}
 	return string(out)
-}
-
-// repoRoot finds the repository from the working directory (a test runs in
-// its package's directory).
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.HasPrefix(string(data), "module "+root+"\n") {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal(errors.New("no " + root + " go.mod above the working directory"))
-		}
-		dir = parent
-	}
 }
