@@ -13,6 +13,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/ssm v1.81.4
 	github.com/aws/smithy-go v1.28.8
 	github.com/batonhq/baton v0.0.0-00010101000000-000000000000
+	github.com/batonhq/baton/backend/raft v0.0.0-00010101000000-000000000000
 )
 
 require (
@@ -42,7 +43,6 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/sso v1.39.3 // indirect
 	github.com/aws/aws-sdk-go-v2/service/ssooidc v1.44.3 // indirect
 	github.com/aws/aws-sdk-go-v2/service/sts v1.51.8 // indirect
-	github.com/batonhq/baton/backend/raft v0.0.0-00010101000000-000000000000
 	github.com/fatih/color v1.19.0 // indirect
 	github.com/hashicorp/errwrap v1.1.0 // indirect
 	github.com/hashicorp/go-hclog v1.6.3 // indirect
@@ -57,6 +57,7 @@ require (
 
 // Development builds use the root module beside this one (go.work does
 // the same); see docs/modules.md.
-replace github.com/batonhq/baton => ../
-
-replace github.com/batonhq/baton/backend/raft => ../backend/raft
+replace (
+	github.com/batonhq/baton => ../
+	github.com/batonhq/baton/backend/raft => ../backend/raft
+)

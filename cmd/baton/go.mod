@@ -13,7 +13,11 @@ require (
 	github.com/aws/smithy-go v1.28.8
 	github.com/batonhq/baton v0.0.0
 	github.com/batonhq/baton/aws v0.0.0-00010101000000-000000000000
+	github.com/batonhq/baton/backend/consul v0.0.0-00010101000000-000000000000
+	github.com/batonhq/baton/backend/etcd v0.0.0-00010101000000-000000000000
 	github.com/batonhq/baton/backend/kubernetes v0.0.0-00010101000000-000000000000
+	github.com/batonhq/baton/backend/raft v0.0.0-00010101000000-000000000000
+	github.com/batonhq/baton/backend/zookeeper v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.67.5
@@ -41,10 +45,6 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/sso v1.39.3 // indirect
 	github.com/aws/aws-sdk-go-v2/service/ssooidc v1.44.3 // indirect
 	github.com/aws/aws-sdk-go-v2/service/sts v1.51.8 // indirect
-	github.com/batonhq/baton/backend/consul v0.0.0-00010101000000-000000000000
-	github.com/batonhq/baton/backend/etcd v0.0.0-00010101000000-000000000000
-	github.com/batonhq/baton/backend/raft v0.0.0-00010101000000-000000000000
-	github.com/batonhq/baton/backend/zookeeper v0.0.0-00010101000000-000000000000
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/boltdb/bolt v1.3.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -137,13 +137,9 @@ require (
 replace (
 	github.com/batonhq/baton => ../..
 	github.com/batonhq/baton/aws => ../../aws
+	github.com/batonhq/baton/backend/consul => ../../backend/consul
+	github.com/batonhq/baton/backend/etcd => ../../backend/etcd
 	github.com/batonhq/baton/backend/kubernetes => ../../backend/kubernetes
+	github.com/batonhq/baton/backend/raft => ../../backend/raft
+	github.com/batonhq/baton/backend/zookeeper => ../../backend/zookeeper
 )
-
-replace github.com/batonhq/baton/backend/etcd => ../../backend/etcd
-
-replace github.com/batonhq/baton/backend/consul => ../../backend/consul
-
-replace github.com/batonhq/baton/backend/zookeeper => ../../backend/zookeeper
-
-replace github.com/batonhq/baton/backend/raft => ../../backend/raft
