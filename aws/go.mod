@@ -55,7 +55,7 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 )
 
-// Development builds use the root module beside this one (go.work does
+// Development builds use the baton modules of this repository (go.work does
 // the same); see docs/modules.md.
 replace (
 	github.com/batonhq/baton => ../
