@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/backendurl"
+	"github.com/batonhq/baton/cmd/baton/internal/backendurl"
 	"github.com/batonhq/baton/supervise"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
