@@ -364,7 +364,7 @@ func TestConfigErrorEndsRun(t *testing.T) {
 		defer mb.Close(context.Background())
 		refused := fmt.Errorf("create session: %w", &baton.ConfigError{Problems: []string{"session TTL below the minimum"}})
 		b := &refusingBackend{Backend: mb, lease: "a", err: refused}
-		g, err := balance.New(b, testConfig("solo"))
+		g, err := balance.New(b, balancetest.Config("solo"))
 		if err != nil {
 			t.Fatal(err)
 		}
