@@ -1,20 +1,3 @@
-// Package epoch folds a store incarnation's epoch into fencing tokens, so
-// that tokens keep rising when a store loses its data and its own counter
-// (a revision, a zxid, a raft index) starts again from zero.
-//
-// A token is Epoch<<32 + counter, where the epoch is the whole seconds
-// since EpochBase of the wall-clock time at which this incarnation of the store
-// was created, recorded in the store so that every candidate computes the
-// same token for a term. The sum (not a bitwise or) keeps counters of 2^32
-// and more working: ZooKeeper's zxid is its own epoch<<32 | n.
-//
-// Across a wipe, the new incarnation's tokens are above the old one's if
-// (1) the wall clock of whoever creates the new epoch reads a later second
-// than the old creator's did, and (2) the old counter stayed below
-// (new epoch − old epoch)·2^32, that is, it grew by less than 2^32 per
-// second of the old incarnation's life on average. A process that saw the
-// old epoch and creates the new one needs neither: it writes an epoch
-// above the old one whatever its clock says (EpochTracker.Next).
 package backend
 
 import (
@@ -28,7 +11,7 @@ import (
 // EpochBase is epoch 0: 2025-01-01T00:00:00Z.
 var EpochBase = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// Of returns the epoch of wall-clock time t: whole seconds since EpochBase, at
+// EpochOf returns the epoch of wall-clock time t: whole seconds since EpochBase, at
 // least 1, so that a clock set before EpochBase still gives an epoch that beats
 // a store without one, and below 2^32, so that epoch<<32 cannot overflow
 // (a clock past the year 2161 gets the last epoch).
@@ -40,19 +23,19 @@ func EpochOf(t time.Time) uint64 {
 	return min(uint64(s), 1<<32-1)
 }
 
-// Time returns the start of epoch e.
+// EpochTime returns the start of epoch e.
 func EpochTime(e uint64) time.Time { return EpochBase.Add(time.Duration(e) * time.Second) }
 
-// Token returns the fencing token of counter in epoch e: e<<32 + counter.
+// EpochToken returns the fencing token of counter in epoch e: e<<32 + counter.
 func EpochToken(e, counter uint64) uint64 { return e<<32 + counter }
 
-// Format is how stores keep an epoch: its decimal number, then a space and
+// FormatEpoch is how stores keep an epoch: its decimal number, then a space and
 // its start in RFC 3339 for the humans who read the store.
 func FormatEpoch(e uint64) string {
 	return strconv.FormatUint(e, 10) + " " + EpochTime(e).UTC().Format(time.RFC3339)
 }
 
-// Parse reads an epoch kept by Format (the number alone will do).
+// ParseEpoch reads an epoch kept by FormatEpoch (the number alone will do).
 func ParseEpoch(s string) (uint64, error) {
 	num := s
 	for i := range len(s) {

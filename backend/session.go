@@ -1,31 +1,3 @@
-// Package session is the skeleton of the backends whose leases ride on one
-// server session per Backend (etcd, ZooKeeper, Consul, raft).
-//
-// A session's safe-until is measured from the send time of its last
-// confirmed renewal; every term riding on it is safe until then, and ends by
-// itself (BasicTerm) if no renewal moves it. Whatever a SessionDriver
-// reports, the SessionManager never lets a grant or renewal put safe-until past
-// the moment it asked the SessionDriver + Config.TTL − Config.DriftMargin
-// (Config.CapSafeUntil): a server's reply may shorten a term,
-// never stretch it past the client's own TTL.
-//
-// A SessionManager holds what those backends share: the mutex, the closed flag and
-// the wait group of the Backend's goroutines; the one live Session, granted
-// on first use by one caller at a time; the loop that renews it every
-// RenewInterval, or every Grant.Interval (sooner when that would leave less
-// than half an interval before safe-until); its end
-// at safe-until (baton.ErrExpired) or when the server dropped it
-// (baton.ErrLeaseLost); the slots that allow one campaign per lease name;
-// the clean-ups of what a cancelled campaign or a failed release left
-// behind; and the order in which Close takes it all down.
-//
-// A backend supplies a SessionDriver: the requests on a server session (grant,
-// renew, revoke) and how to tell that the server no longer has one.
-// Campaigning (claiming a place, waiting for the first one, watching the
-// held key or node, deleting it) stays in the backend, which calls the
-// SessionManager at its seams: Campaign around a campaign, Session for the session
-// to campaign on, Start when it won, CleanLater for what is left to delete,
-// Close at the end.
 package backend
 
 import (
@@ -77,7 +49,7 @@ type SessionChecker[ID comparable] interface {
 	Current(id ID) bool
 }
 
-// Grant is a session a SessionDriver created.
+// SessionGrant is a session a SessionDriver created.
 type SessionGrant[ID comparable] struct {
 	ID        ID
 	SafeUntil time.Time // measured from the send time of the create

@@ -66,7 +66,7 @@ type Target struct {
 	// Without it, only a second campaign by the same candidate must.
 	OneCampaignPerName bool
 	// KeepsKilledHolder says a killed holder stays named until another
-	// candidate takes the lease over (the record stores on backend/cas,
+	// candidate takes the lease over (the record stores on backend.RecordBackend,
 	// which have no session to expire): LeaderWatch then expects the watch
 	// to name the killed holder until a candidate that campaigned has
 	// taken over, a full TTL later, and that candidate next, never nobody

@@ -18,7 +18,7 @@ import (
 // Consul's raft indexes start again from the bottom when its servers lose
 // their data (a wiped data directory, a -dev agent restarted), and so would
 // tokens made of ModifyIndexes alone. The epoch key holds the wall-clock
-// second at which it was written (package internal/epoch), by a
+// second at which it was written (backend.EpochOf), by a
 // check-and-set on index 0, so it lives as long as Consul's data; tokens
 // are epoch<<32 + the lock key's ModifyIndex, read in the transaction that
 // locks it.

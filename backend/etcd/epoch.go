@@ -21,7 +21,7 @@ const epochSuffix = "!epoch"
 // etcd's revisions start again at 1 when etcd loses its data (a member
 // restarted with a wiped data directory, a cluster restored from nothing),
 // and so would tokens made of create revisions alone. The epoch key holds
-// the wall-clock second at which it was written (package internal/epoch),
+// the wall-clock second at which it was written (backend.EpochOf),
 // put only if absent, so it lives as long as etcd's data; tokens are
 // epoch<<32 + the create revision of the holder's key, read together in one
 // transaction.

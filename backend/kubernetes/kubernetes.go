@@ -4,7 +4,7 @@
 // controller-runtime's, built on it) share one election on one Lease, and
 // `kubectl get lease` shows the holder.
 //
-// It is a record store on package backend/cas: the record of baton lease
+// It is a record store on backend.RecordBackend: the record of baton lease
 // NAME is the Lease NAME in the Backend's namespace, and its version is the
 // Lease's resourceVersion.
 //
@@ -32,7 +32,7 @@
 //     change of holder, so tokens strictly increase across the terms of
 //     both. The epoch is the annotation AnnotationEpoch, set by baton when
 //     it creates the Lease or first acquires one without it (the
-//     candidate's wall-clock second, as in backend/cas); a Lease
+//     candidate's wall-clock second, as in backend.RecordBackend); a Lease
 //     client-go created has epoch 0 until then.
 //   - The lease's state (baton.StateTerm) is the annotation
 //     AnnotationState, written in the same conditional update as the rest
@@ -52,7 +52,7 @@
 // timing rules (it times a holder from the last change it saw, on its own
 // clock, as baton does, but acts without a fencing token and keeps acting
 // after it lost the Lease until its renew deadline). Leader may name a
-// holder that died, as in backend/cas.
+// holder that died, as in backend.RecordBackend.
 //
 // Permissions: the Backend's user needs get, watch, create and update on
 // leases (coordination.k8s.io) in its namespace.

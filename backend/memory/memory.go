@@ -1,8 +1,8 @@
 // Package memory is an in-process baton backend: a Store shared by the
-// candidates of one program, with the lease loop of package backend/cas on
+// candidates of one program, with the record-store loop of package backend (RecordBackend) on
 // top. Use it in tests, examples and `baton demo --backend memory://`.
 //
-// It gives exactly the guarantees of backend/cas, within one process,
+// It gives exactly the guarantees of backend.RecordBackend, within one process,
 // including the lease state of baton.StateTerm. Each Backend from New stands
 // for one process's connection to the shared Store, and can be disconnected
 // and reconnected to simulate a partition; while disconnected, LoadState and

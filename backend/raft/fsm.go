@@ -131,7 +131,7 @@ type stateRec struct {
 // state is the whole replicated state; it is also the snapshot format.
 type state struct {
 	Index uint64 `json:"index"`
-	// Epoch is the group's epoch (package internal/epoch): the wall-clock
+	// Epoch is the group's epoch (backend.EpochOf): the wall-clock
 	// second, on the proposing member, of the first acquire in the log.
 	// Tokens are Epoch<<32 + the index of the granting entry, so that a
 	// group created after another one died (a whole in-memory group

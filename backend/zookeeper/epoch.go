@@ -18,7 +18,7 @@ import (
 // ZooKeeper's zxids start again from the bottom when it loses its data (a
 // wiped data directory, an ensemble rebuilt), and so would tokens made of
 // czxids alone. The epoch node is a persistent node holding the wall-clock
-// second at which it was created (package internal/epoch); it is created
+// second at which it was created (backend.EpochOf); it is created
 // only if absent, so it lives as long as ZooKeeper's data, and tokens are
 // epoch<<32 + the czxid of the holder's latch node. Not a container: those
 // are reaped once empty, and the Root's container is kept by it.
