@@ -26,7 +26,7 @@ type SessionDriver[ID comparable] interface {
 	// safe-until, or for a new session with SessionOptions.GrantTimeout), and
 	// returns the new safe-until, measured from when the
 	// renewal was sent. An error Gone reports ends the session with
-	// baton.ErrLeaseLost; an *SessionEndedError ends it with its Err; any other is
+	// baton.ErrLeaseLost; a *SessionEndedError ends it with its Err; any other is
 	// retried, four times as often, until safe-until.
 	Renew(ctx context.Context, id ID) (time.Time, error)
 
@@ -399,8 +399,9 @@ func (m *SessionManager[ID]) CampaignErr(ctx context.Context, s *Session[ID], le
 	return fmt.Errorf("%w: lease %q: %s: %w", baton.ErrBackendUnavailable, lease, what, err)
 }
 
-// WinOptions says what Start does besides starting the term.
-type WinOptions struct {
+// StartOptions says what SessionManager.Start does besides starting the
+// term.
+type StartOptions struct {
 	// UntilGone makes a new claim for the name wait, once the term ended,
 	// until Gone says that what the term held is gone.
 	UntilGone bool
@@ -418,7 +419,7 @@ type WinOptions struct {
 // term and end it, or Start sees them and starts nothing, returning
 // baton.ErrClosed or an error wrapping baton.ErrBackendUnavailable.
 // release is the term's release function (see NewBasicTerm).
-func (m *SessionManager[ID]) Start(s *Session[ID], sl *Slot, lease string, token uint64, release func(context.Context) error, w WinOptions) (*BasicTerm, error) {
+func (m *SessionManager[ID]) Start(s *Session[ID], sl *Slot, lease string, token uint64, release func(context.Context) error, w StartOptions) (*BasicTerm, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {

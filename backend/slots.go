@@ -8,24 +8,8 @@ import (
 	"github.com/batonhq/baton"
 )
 
-// slots keeps the lease names one Backend campaigns for or holds, one slot
-// per name. The session backends derive a campaign's key or node from the
-// Backend's one session, so two campaigns of one Backend for one name must
-// not overlap; nor may a new campaign start while a clean-up after an older
-// one may still delete what the new one makes.
-//
-// A name is claimed from Claim until Unclaim gives it back, or longer:
-//
-//   - While a clean-up (SessionManager.CleanLater) runs, Unclaim leaves the name
-//     claimed, and a new Claim for it waits for the clean-up's end, which
-//     gives the name back.
-//   - Once the campaign won (SessionManager.Start), a new Claim for the name fails
-//     with baton.ErrAlreadyCampaigning while the term runs, and takes the
-//     slot over once it ended: the backend's campaign copes with what the
-//     old term may have left (etcd, ZooKeeper, raft).
-//   - Once the campaign won with WinOptions.UntilGone, a new Claim also fails
-//     while the term runs, but after it ended waits until Gone says that
-//     what the term held is gone (Consul).
+// slots keeps the lease names one Backend campaigns for or holds, one Slot
+// per name (see Slot for when a name is claimed).
 //
 // Locking: slots is guarded by its SessionManager's mutex, which also guards the
 // closed flag (read through the closed function), so that the SessionManager can
@@ -48,8 +32,26 @@ func newSlots(mu sync.Locker, closed func() bool, backend string) *slots {
 	return &slots{mu: mu, closed: closed, backend: backend, slots: map[string]*Slot{}}
 }
 
-// Slot marks a lease name claimed by one campaign. Its fields are guarded
-// by the slots' mutex.
+// Slot marks a lease name claimed by one campaign of a SessionManager. The
+// session backends derive a campaign's key or node from the Backend's one
+// session, so two campaigns of one Backend for one name must not overlap;
+// nor may a new campaign start while a clean-up after an older one may
+// still delete what the new one makes.
+//
+// A name is claimed from Claim until Unclaim gives it back, or longer:
+//
+//   - While a clean-up (SessionManager.CleanLater) runs, Unclaim leaves the name
+//     claimed, and a new Claim for it waits for the clean-up's end, which
+//     gives the name back.
+//   - Once the campaign won (SessionManager.Start), a new Claim for the name fails
+//     with baton.ErrAlreadyCampaigning while the term runs, and takes the
+//     slot over once it ended: the backend's campaign copes with what the
+//     old term may have left (etcd, ZooKeeper, raft).
+//   - Once the campaign won with StartOptions.UntilGone, a new Claim also fails
+//     while the term runs, but after it ended waits until Gone says that
+//     what the term held is gone (Consul).
+//
+// Its fields are guarded by the SessionManager's mutex.
 type Slot struct {
 	name string
 	term *BasicTerm // set once the lease is won
@@ -65,7 +67,7 @@ type Slot struct {
 // Claim claims lease name for a campaign of candidate id. It fails with
 // baton.ErrClosed once the Backend is closed, and with an error wrapping
 // baton.ErrAlreadyCampaigning while another campaign of the Backend holds
-// the name (see slots); it waits for a clean-up, or for an ended term's
+// the name (see Slot); it waits for a clean-up, or for an ended term's
 // Gone, and returns ctx.Err() if ctx ends first.
 func (s *slots) Claim(ctx context.Context, name, id string) (*Slot, error) {
 	for {

@@ -35,7 +35,7 @@ func (b *Backend) hold(s *sess, sl *backend.Slot, name, key string, index, token
 	h := &held{name: name, key: key, index: index, token: token, sl: sl, s: s, ctx: ctx, stop: stop}
 	// If Start fails, the lock goes with the session: Close destroys it,
 	// or it ends now if it has not yet.
-	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, backend.WinOptions{
+	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, backend.StartOptions{
 		UntilGone: true,
 		Started: func(t *backend.BasicTerm) {
 			if sb == nil {

@@ -27,7 +27,7 @@ func (b *Backend) hold(s *sess, sl *backend.Slot, name, key string, rev int64, e
 	token := backend.EpochToken(ep, uint64(rev))
 	// If Start fails, our key goes with the session: Close revokes it, or
 	// it ends now if it has not yet.
-	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, backend.WinOptions{
+	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, backend.StartOptions{
 		Started: func(t *backend.BasicTerm) { h.term = t },
 		Watch:   func() { b.watchHeld(ctx, h, at+1) },
 	})

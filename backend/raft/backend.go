@@ -306,7 +306,7 @@ func (b *Backend) hold(s *sess, sl *backend.Slot, name string, token, at uint64,
 	h := &held{name: name, token: token, s: s, sl: sl, stop: stop}
 	// If Start fails, the lease goes with the session: Close destroys it,
 	// or it ends now if it has not yet.
-	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, backend.WinOptions{
+	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, backend.StartOptions{
 		Started: func(t *backend.BasicTerm) { h.term = t },
 		Watch:   func() { b.watchHeld(ctx, h, at) },
 	})

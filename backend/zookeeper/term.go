@@ -34,7 +34,7 @@ func (b *Backend) hold(s *sess, sl *backend.Slot, name string, n *node, czxid in
 	ctx, stop := context.WithCancel(s.Context())
 	h := &held{name: name, n: n, path: b.nodePath(n), czxid: czxid, sl: sl, s: s, ctx: ctx, stop: stop}
 	token := backend.EpochToken(ep, uint64(czxid))
-	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, backend.WinOptions{
+	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, backend.StartOptions{
 		Started: func(t *backend.BasicTerm) { h.term = t },
 		Watch:   func() { b.watchHeld(h) },
 	})
