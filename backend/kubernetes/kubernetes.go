@@ -142,7 +142,7 @@ func New(client k8s.Interface, opts Options) (*Backend, error) {
 	if opts.PollInterval == 0 {
 		// The watch reports every change, so a waiter need not poll: it
 		// reads the Lease when the watch fires, and when the holder's
-		// lease duration has passed with no change (cas waits no longer
+		// lease duration has passed with no change (RecordBackend waits no longer
 		// than that, whatever the poll interval). A read every TTL is left
 		// only as a backstop for a watch that died unnoticed.
 		if cfg, err := opts.Config.WithDefaults(); err == nil {
