@@ -93,7 +93,7 @@ func (c Config) SafeUntil(start time.Time, ttl time.Duration) time.Time {
 
 // CapSafeUntil returns until, or the latest deadline a renewal sent at
 // sent may give (sent + TTL - DriftMargin) if until is later: the bound
-// that package session applies to every safe-until a backend's driver
+// that SessionManager applies to every safe-until a backend's driver
 // reports, whatever the driver computed from the server's reply. A zero
 // TTL leaves until as it is.
 func (c Config) CapSafeUntil(sent, until time.Time) time.Time {

@@ -66,7 +66,7 @@ type Target struct {
 	// Without it, only a second campaign by the same candidate must.
 	OneCampaignPerName bool
 	// KeepsKilledHolder says a killed holder stays named until another
-	// candidate takes the lease over (the record stores on backend/cas,
+	// candidate takes the lease over (the record stores on backend.RecordBackend,
 	// which have no session to expire): LeaderWatch then expects the watch
 	// to name the killed holder until a candidate that campaigned has
 	// taken over, a full TTL later, and that candidate next, never nobody
@@ -87,6 +87,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("KilledHolderReplacedAfterTTL", s.killedHolderReplaced)
 	t.Run("CutOffHolderStopsBySafeUntil", s.cutOffHolderStops)
 	t.Run("ThousandLeasesOneSession", s.manyLeases)
+	t.Run("CloseEndsTermsAndRefusesCampaigns", s.closeEndsTerms)
 	t.Run("StateSharedAcrossTerms", s.stateShared)
 	t.Run("StateWrittenOnlyByHolder", s.stateFenced)
 }
@@ -397,6 +398,75 @@ func (s *suite) cancelledCampaign(t *testing.T) {
 		t.Fatalf("after b gave up and a resigned, Leader = %+v, %v; want c", rec, err)
 	}
 	resign(t, tc)
+}
+
+// closeEndsTerms: Close, on a Backend that has one (Close(ctx) error, as
+// every backend of this repository does), ends the terms it holds with an
+// error wrapping ErrClosed; a campaign begun before Close returns
+// ErrClosed, whether it was waiting by then or Close came first (nothing
+// a backend shows tells the suite which); every Campaign after Close
+// fails with ErrClosed, and a second Close returns nil. Another process then wins the lease the closed one
+// held, with a higher token. How soon it wins is a backend's own figure
+// (its Close may hand over at once, or leave the lease to expire), so the
+// suite bounds only the hang.
+func (s *suite) closeEndsTerms(t *testing.T) {
+	a, b := s.target.New(t, s.cfg()), s.target.New(t, s.cfg())
+	closer, ok := a.Backend.(interface{ Close(context.Context) error })
+	if !ok {
+		t.Skip("the Backend has no Close(ctx) error method")
+	}
+	held, other := leaseName(t), leaseName(t)
+	ta := testkit.CampaignWithin(t, a.Backend, held, "a", 10*time.Second)
+	tb := testkit.CampaignWithin(t, b.Backend, other, "b", 10*time.Second)
+	defer resign(t, tb)
+	// a campaigns for the lease b holds; b waits for the one a holds.
+	waiting := make(chan error, 1)
+	go func() {
+		term, err := a.Backend.Campaign(t.Context(), other, baton.Candidate{ID: "a"})
+		if term != nil {
+			_ = term.Resign(context.Background())
+		}
+		waiting <- err
+	}()
+	next := testkit.CampaignAsync(t, b.Backend, held, "b")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := closer.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case <-ta.Done():
+	default:
+		t.Errorf("Done() of the closed Backend's term is not closed after Close")
+	}
+	if !errors.Is(ta.Err(), baton.ErrClosed) {
+		t.Errorf("after Close, the term's Err() = %v, want ErrClosed", ta.Err())
+	}
+	select {
+	case err := <-waiting:
+		if !errors.Is(err, baton.ErrClosed) {
+			t.Errorf("a campaign begun before Close: err = %v, want ErrClosed", err)
+		}
+	case <-time.After(s.hang()):
+		t.Fatalf("a campaign begun before Close had not returned %s after Close", s.hang())
+	}
+	for _, lease := range []string{held, other, leaseName(t)} {
+		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := a.Backend.Campaign(cctx, lease, baton.Candidate{ID: "a"})
+		ccancel()
+		if !errors.Is(err, baton.ErrClosed) {
+			t.Errorf("Campaign for %s after Close: err = %v, want ErrClosed", lease, err)
+		}
+	}
+	if err := closer.Close(ctx); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	w := testkit.WaitTerm(t, next, s.hang())
+	if w.Term.Token() <= ta.Token() {
+		t.Errorf("token %d after the holder's Backend closed is not above its %d", w.Term.Token(), ta.Token())
+	}
+	resign(t, w.Term)
 }
 
 func (s *suite) killedHolderReplaced(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/internal/epoch"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/internal/testkit"
 )
 
@@ -64,8 +64,8 @@ func TokensRiseAcrossDataLoss(t *testing.T, s DataLoss) {
 	// the old epoch (the token's high half), which the same process's
 	// rewrite above may have set a second ahead of the clock.
 	testkit.Eventually(t, 3*time.Second, "the wall clock to pass the last epoch", func() bool {
-		now := epoch.Of(time.Now())
-		return now > epoch.Of(lastAt) && now > last>>32
+		now := backend.EpochOf(time.Now())
+		return now > backend.EpochOf(lastAt) && now > last>>32
 	})
 	s.Lose(t)
 	b2 := s.New(t, slog.New(&Log{Level: slog.LevelWarn}))

@@ -13,7 +13,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/backend/cas"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/internal/testkit"
 )
@@ -39,26 +38,26 @@ var (
 	targets   = []func(b *testing.B) target{memoryTarget}
 )
 
-// countingStore counts the requests a cas.Backend makes, as a server would.
+// countingStore counts the requests a backend.RecordBackend makes, as a server would.
 type countingStore struct {
-	cas.Store
+	backend.RecordStore
 	n *atomic.Int64
 }
 
-func (c countingStore) Get(ctx context.Context, name string) (cas.Record, uint64, error) {
+func (c countingStore) Get(ctx context.Context, name string) (backend.LeaseRecord, uint64, error) {
 	c.n.Add(1)
-	return c.Store.Get(ctx, name)
+	return c.RecordStore.Get(ctx, name)
 }
 
-func (c countingStore) CompareAndSwap(ctx context.Context, name string, v uint64, r cas.Record) (uint64, error) {
+func (c countingStore) CompareAndSwap(ctx context.Context, name string, v uint64, r backend.LeaseRecord) (uint64, error) {
 	c.n.Add(1)
-	return c.Store.CompareAndSwap(ctx, name, v, r)
+	return c.RecordStore.CompareAndSwap(ctx, name, v, r)
 }
 
 // Notify is passed through so waiters wake on release as they would on the
 // real memory backend.
 func (c countingStore) Notify(ctx context.Context, name string) (<-chan struct{}, error) {
-	return c.Store.(cas.Notifier).Notify(ctx, name)
+	return c.RecordStore.(backend.RecordNotifier).Notify(ctx, name)
 }
 
 func memoryTarget(b *testing.B) target {
@@ -68,7 +67,7 @@ func memoryTarget(b *testing.B) target {
 		name: "memory",
 		new: func(b *testing.B, cfg backend.Config) *process {
 			conn := store.Connect()
-			be, err := cas.New(countingStore{conn, &n}, cas.Options{Config: cfg})
+			be, err := backend.NewRecordBackend(countingStore{conn, &n}, backend.RecordOptions{Config: cfg})
 			if err != nil {
 				b.Fatal(err)
 			}

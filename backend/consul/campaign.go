@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/internal/epoch"
-	"github.com/batonhq/baton/internal/session"
+	"github.com/batonhq/baton/backend"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -27,7 +26,7 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 	if c.ID == "" {
 		return nil, fmt.Errorf("consul: candidate ID must not be empty (lease %q)", name)
 	}
-	return b.sessions.Campaign(ctx, name, c.ID, func(sl *session.Slot) (baton.Term, error) {
+	return b.sessions.Campaign(ctx, name, c.ID, func(sl *backend.Slot) (baton.Term, error) {
 		return b.campaign(ctx, sl, name, key, c.ID)
 	})
 }
@@ -39,7 +38,7 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 // not outlive it by much), and then keeps trying in the background,
 // holding the slot, until it succeeds or the session ends (which takes the
 // lock with it), as etcd's dropKey does.
-func (b *Backend) dropLock(s *sess, sl *session.Slot, name, key string) {
+func (b *Backend) dropLock(s *sess, sl *backend.Slot, name, key string) {
 	if s.Context().Err() != nil {
 		return
 	}
@@ -52,7 +51,7 @@ func (b *Backend) dropLock(s *sess, sl *session.Slot, name, key string) {
 	b.log.Warn("could not check for a lock left by a failed campaign; retrying in the background", "lease", name, "key", key, "err", err)
 	// Close destroys the session, and the lock with it.
 	b.sessions.CleanClaimed(sl, func() {
-		session.Retry(s.Context(), b.cfg.RenewInterval, b.reqTimeout, false, func(ctx context.Context) error {
+		backend.Retry(s.Context(), b.cfg.RenewInterval, b.reqTimeout, false, func(ctx context.Context) error {
 			err := b.deleteOwn(ctx, s, key)
 			if err != nil {
 				b.log.Debug("lock of a failed campaign not checked yet", "lease", name, "key", key, "err", err)
@@ -93,7 +92,7 @@ const (
 	refused             // lock-delay, or our session is gone
 )
 
-func (b *Backend) campaign(ctx context.Context, sl *session.Slot, name, key, id string) (baton.Term, error) {
+func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, key, id string) (baton.Term, error) {
 	s, err := b.sessions.Session(ctx)
 	if err != nil {
 		return nil, err
@@ -120,7 +119,7 @@ func (b *Backend) campaign(ctx context.Context, sl *session.Slot, name, key, id 
 // attempt is a campaign's state between the watch's answers.
 type attempt struct {
 	b             *Backend
-	sl            *session.Slot
+	sl            *backend.Slot
 	name, key, id string
 	s             *sess
 	sb            *sub // the subscription to key; nil before the first wait, and once handed to the term
@@ -194,7 +193,7 @@ func (a *attempt) lock(ctx context.Context, p *api.KVPair) (baton.Term, bool, er
 	}
 	switch outcome {
 	case locked:
-		t, err := b.hold(s, a.sl, a.name, a.key, index, epoch.Token(ep, index), a.sb)
+		t, err := b.hold(s, a.sl, a.name, a.key, index, backend.EpochToken(ep, index), a.sb)
 		a.sb = nil
 		return t, true, err
 	case changed:

@@ -10,8 +10,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/internal/epoch"
-	"github.com/batonhq/baton/internal/session"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -40,7 +38,7 @@ type Backend struct {
 	// campaign's transaction may have taken is being let go in the
 	// background, the name stays claimed, so that the clean-up cannot
 	// delete a new campaign's lock.
-	sessions *session.Manager[string]
+	sessions *backend.SessionManager[string]
 
 	w *watcher
 
@@ -50,7 +48,7 @@ type Backend struct {
 	helds map[*held]struct{}
 
 	// epochs follows the epoch keys as read (see epochKey).
-	epochs epoch.Tracker
+	epochs backend.EpochTracker
 	// now is the wall clock an epoch written is taken from.
 	now func() time.Time
 }
@@ -167,7 +165,7 @@ func (b *Backend) recordOf(ctx context.Context, name, key string, p *api.KVPair)
 	if holder == "" {
 		holder = b.describeSession(ctx, p.Session)
 	}
-	return baton.Record{Lease: name, Holder: holder, Token: epoch.Token(e, p.ModifyIndex)}, nil
+	return baton.Record{Lease: name, Holder: holder, Token: backend.EpochToken(e, p.ModifyIndex)}, nil
 }
 
 // Close ends every term this Backend holds (Err wraps baton.ErrClosed),

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/internal/epoch"
+	"github.com/batonhq/baton/backend"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -18,7 +18,7 @@ import (
 // Consul's raft indexes start again from the bottom when its servers lose
 // their data (a wiped data directory, a -dev agent restarted), and so would
 // tokens made of ModifyIndexes alone. The epoch key holds the wall-clock
-// second at which it was written (package internal/epoch), by a
+// second at which it was written (backend.EpochOf), by a
 // check-and-set on index 0, so it lives as long as Consul's data; tokens
 // are epoch<<32 + the lock key's ModifyIndex, read in the transaction that
 // locks it.
@@ -42,12 +42,12 @@ func (b *Backend) EpochKey(name string) (string, error) {
 // createEpoch writes lease name's epoch key ekey unless it exists.
 func (b *Backend) createEpoch(ctx context.Context, name, ekey string) error {
 	e := b.epochs.Next(name, b.now())
-	_, ok, err := b.txn(ctx, api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: ekey, Index: 0, Value: []byte(epoch.Format(e))}}})
+	_, ok, err := b.txn(ctx, api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: ekey, Index: 0, Value: []byte(backend.FormatEpoch(e))}}})
 	if err != nil {
 		return fmt.Errorf("write epoch key %s: %w", ekey, err)
 	}
 	if ok {
-		b.log.Info("wrote the lease's epoch: Consul had none (a first campaign, or Consul lost its data)", "lease", name, "key", ekey, "epoch", epoch.Format(e))
+		b.log.Info("wrote the lease's epoch: Consul had none (a first campaign, or Consul lost its data)", "lease", name, "key", ekey, "epoch", backend.FormatEpoch(e))
 	}
 	return nil
 }
@@ -58,7 +58,7 @@ func (b *Backend) sawEpoch(name string, p *api.KVPair) (uint64, error) {
 	if p == nil {
 		return 0, nil
 	}
-	e, err := b.epochs.Check(b.log, epoch.Where{Store: "Consul", Counter: "indexes", Lease: name,
+	e, err := b.epochs.Check(b.log, backend.EpochLocation{Store: "Consul", Counter: "indexes", Lease: name,
 		Kind: "key", Key: p.Key, Delete: "consul kv delete " + p.Key}, string(p.Value))
 	if err != nil {
 		return 0, fmt.Errorf("%w: consul: %w", baton.ErrBackendUnavailable, err)

@@ -9,7 +9,6 @@ import (
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/consul"
 	"github.com/batonhq/baton/batontest"
-	"github.com/batonhq/baton/internal/epoch"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/hashicorp/consul/api"
 )
@@ -53,9 +52,9 @@ func tokenAt(t *testing.T, c *api.Client, b *consul.Backend, name string, index 
 	if p.Session != "" || p.Flags != 0 {
 		t.Errorf("epoch key %s = %+v; want no session, no flags", key, p)
 	}
-	e, err := epoch.Parse(string(p.Value))
+	e, err := backend.ParseEpoch(string(p.Value))
 	if err != nil {
 		t.Fatalf("epoch key %s: %v", key, err)
 	}
-	return epoch.Token(e, index)
+	return backend.EpochToken(e, index)
 }

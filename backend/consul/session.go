@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batonhq/baton/internal/session"
+	"github.com/batonhq/baton/backend"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -18,16 +18,16 @@ import (
 // at TTL/2 and gives up only a full TTL after the last success), and
 // safe-until must be measured from the send time of the last confirmed
 // renewal.
-type sess = session.Session[string]
+type sess = backend.Session[string]
 
-// driver is the Backend's session.Driver: a Consul session per session.
+// driver is the Backend's backend.SessionDriver: a Consul session per session.
 type driver struct{ b *Backend }
 
-var _ session.Driver[string] = driver{}
+var _ backend.SessionDriver[string] = driver{}
 
 // newSessions returns the Manager of b's sessions.
-func newSessions(b *Backend) *session.Manager[string] {
-	return session.New(driver{b}, session.Options[string]{
+func newSessions(b *Backend) *backend.SessionManager[string] {
+	return backend.NewSessionManager(driver{b}, backend.SessionOptions[string]{
 		Backend: "consul",
 		Config:  b.cfg,
 		// An unreachable agent holds requests rather than failing them.
@@ -43,27 +43,27 @@ func newSessions(b *Backend) *session.Manager[string] {
 	})
 }
 
-// Grant implements session.Driver.
-func (d driver) Grant(ctx context.Context) (session.Grant[string], error) {
+// Grant implements backend.SessionDriver.
+func (d driver) Grant(ctx context.Context) (backend.SessionGrant[string], error) {
 	b := d.b
 	start := time.Now()
 	id, err := b.createSession(ctx)
 	if err != nil {
-		return session.Grant[string]{}, err
+		return backend.SessionGrant[string]{}, err
 	}
 	b.log.Debug("session created", "session", id, "ttl", b.sessTTL, "lock_delay", b.lockDelay)
-	return session.Grant[string]{
+	return backend.SessionGrant[string]{
 		ID: id, SafeUntil: b.cfg.SafeUntil(start, b.sessTTL), TTL: b.sessTTL, Span: b.sessTTL - b.cfg.DriftMargin,
 	}, nil
 }
 
-// Renew implements session.Driver.
+// Renew implements backend.SessionDriver.
 func (d driver) Renew(ctx context.Context, id string) (time.Time, error) {
 	until, _, err := d.b.renewOnce(ctx, id)
 	return until, err
 }
 
-// Revoke implements session.Driver: it destroys the session, bounded like
+// Revoke implements backend.SessionDriver: it destroys the session, bounded like
 // every other request, should ctx have no deadline.
 func (d driver) Revoke(ctx context.Context, id string, _ bool) error {
 	ctx, cancel := context.WithTimeout(ctx, d.b.reqTimeout)
@@ -74,7 +74,7 @@ func (d driver) Revoke(ctx context.Context, id string, _ bool) error {
 	return nil
 }
 
-// Gone implements session.Driver.
+// Gone implements backend.SessionDriver.
 func (driver) Gone(err error) bool { return errors.Is(err, errSessionGone) }
 
 // createSession creates a session with the Backend's TTL, lock-delay,

@@ -8,7 +8,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/internal/session"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -76,7 +75,7 @@ func (t *term) LoadState(ctx context.Context) ([]byte, error) {
 // failures, ctx ending included, wrap baton.ErrBackendUnavailable: the
 // write may have landed (fenced all the same), and LoadState tells.
 func (t *term) StoreState(ctx context.Context, value []byte) error {
-	return session.StoreState(ctx, t, value, t.store)
+	return backend.StoreState(ctx, t, value, t.store)
 }
 
 // store is StoreState once the term was found running: the store alone

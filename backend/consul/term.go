@@ -9,7 +9,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/internal/session"
 )
 
 // held is a lease this Backend holds.
@@ -17,7 +16,7 @@ type held struct {
 	name, key string
 	index     uint64 // the lock key's ModifyIndex as the term locked it
 	token     uint64
-	sl        *session.Slot
+	sl        *backend.Slot
 	s         *sess
 	sub       *sub
 	term      *backend.BasicTerm
@@ -31,12 +30,12 @@ type held struct {
 
 // hold starts the term won with token, locking key at index. sb is the
 // campaign's subscription to the key, or nil; hold takes it over.
-func (b *Backend) hold(s *sess, sl *session.Slot, name, key string, index, token uint64, sb *sub) (baton.Term, error) {
+func (b *Backend) hold(s *sess, sl *backend.Slot, name, key string, index, token uint64, sb *sub) (baton.Term, error) {
 	ctx, stop := context.WithCancel(s.Context())
 	h := &held{name: name, key: key, index: index, token: token, sl: sl, s: s, ctx: ctx, stop: stop}
 	// If Start fails, the lock goes with the session: Close destroys it,
 	// or it ends now if it has not yet.
-	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, session.Win{
+	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, backend.StartOptions{
 		UntilGone: true,
 		Started: func(t *backend.BasicTerm) {
 			if sb == nil {
@@ -215,7 +214,7 @@ func (b *Backend) deleteLock(ctx context.Context, h *held) error {
 // Close lets go of the lock, or destroys the session.
 func (b *Backend) cleanLater(h *held) {
 	b.sessions.CleanLater(nil, func() {
-		ok := session.Retry(h.s.Context(), b.cfg.RenewInterval, b.reqTimeout, false, func(ctx context.Context) error {
+		ok := backend.Retry(h.s.Context(), b.cfg.RenewInterval, b.reqTimeout, false, func(ctx context.Context) error {
 			err := b.letGo(ctx, h)
 			if err != nil {
 				b.log.Debug("leftover lock not let go yet", "lease", h.name, "key", h.key, "err", err)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/internal/session"
+	"github.com/batonhq/baton/backend"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -20,12 +20,12 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 	if c.ID == "" {
 		return nil, fmt.Errorf("etcd: candidate ID must not be empty (lease %q)", name)
 	}
-	return b.sessions.Campaign(ctx, name, c.ID, func(sl *session.Slot) (baton.Term, error) {
+	return b.sessions.Campaign(ctx, name, c.ID, func(sl *backend.Slot) (baton.Term, error) {
 		return b.campaign(ctx, sl, name, c.ID)
 	})
 }
 
-func (b *Backend) campaign(ctx context.Context, sl *session.Slot, name, id string) (baton.Term, error) {
+func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id string) (baton.Term, error) {
 	pfx := b.prefix + name + "/"
 	var (
 		s   *sess
@@ -160,13 +160,13 @@ func (b *Backend) waitDelete(ctx context.Context, s *sess, key string, from int6
 }
 
 // campaignErr turns err into Campaign's error (see
-// session.Manager.CampaignErr).
+// backend.SessionManager.CampaignErr).
 func (b *Backend) campaignErr(ctx context.Context, s *sess, name, what string, err error) error {
 	return b.sessions.CampaignErr(ctx, s, name, what, err)
 }
 
 func (b *Backend) unavailable(ctx context.Context, what string, err error) error {
-	return session.Unavailable(ctx, what, err)
+	return backend.Unavailable(ctx, what, err)
 }
 
 // deleteKey deletes key if its create revision is rev; rev 0 means whatever
@@ -192,7 +192,7 @@ func (b *Backend) deleteKey(ctx context.Context, key string, rev int64) error {
 // dropKey deletes a campaign's key once, bounded by RenewInterval, and keeps
 // trying in the background if that fails. The caller's context may have
 // ended already, which is often why the key must go.
-func (b *Backend) dropKey(s *sess, sl *session.Slot, name, key string, rev int64) {
+func (b *Backend) dropKey(s *sess, sl *backend.Slot, name, key string, rev int64) {
 	if s.Context().Err() != nil {
 		return // the key went, or goes, with the session
 	}
@@ -209,12 +209,12 @@ func (b *Backend) dropKey(s *sess, sl *session.Slot, name, key string, rev int64
 // session ends (which deletes the key too). While it runs it keeps sl, if sl
 // is still the name's slot, so that no new campaign's key can be mistaken
 // for the old one.
-func (b *Backend) cleanLater(s *sess, sl *session.Slot, name, key string, rev int64) {
+func (b *Backend) cleanLater(s *sess, sl *backend.Slot, name, key string, rev int64) {
 	if s.Context().Err() != nil {
 		return
 	}
 	b.sessions.CleanLater(sl, func() {
-		session.Retry(s.Context(), b.cfg.RenewInterval, b.cfg.RenewInterval, false, func(ctx context.Context) error {
+		backend.Retry(s.Context(), b.cfg.RenewInterval, b.cfg.RenewInterval, false, func(ctx context.Context) error {
 			err := b.deleteKey(ctx, key, rev)
 			if err != nil {
 				b.log.Debug("leftover election key not deleted yet", "lease", name, "key", key, "err", err)

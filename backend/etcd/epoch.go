@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/internal/epoch"
+	"github.com/batonhq/baton/backend"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -21,7 +21,7 @@ const epochSuffix = "!epoch"
 // etcd's revisions start again at 1 when etcd loses its data (a member
 // restarted with a wiped data directory, a cluster restored from nothing),
 // and so would tokens made of create revisions alone. The epoch key holds
-// the wall-clock second at which it was written (package internal/epoch),
+// the wall-clock second at which it was written (backend.EpochOf),
 // put only if absent, so it lives as long as etcd's data; tokens are
 // epoch<<32 + the create revision of the holder's key, read together in one
 // transaction.
@@ -33,13 +33,13 @@ func (b *Backend) createEpoch(ctx context.Context, name string) error {
 	e := b.epochs.Next(name, b.now())
 	resp, err := b.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(ekey), "=", 0)).
-		Then(clientv3.OpPut(ekey, epoch.Format(e))).
+		Then(clientv3.OpPut(ekey, backend.FormatEpoch(e))).
 		Commit()
 	if err != nil {
 		return err
 	}
 	if resp.Succeeded {
-		b.log.Info("wrote the lease's epoch: etcd had none (a first campaign, or etcd lost its data)", "lease", name, "key", ekey, "epoch", epoch.Format(e))
+		b.log.Info("wrote the lease's epoch: etcd had none (a first campaign, or etcd lost its data)", "lease", name, "key", ekey, "epoch", backend.FormatEpoch(e))
 	}
 	return nil
 }
@@ -51,7 +51,7 @@ func (b *Backend) sawEpoch(name string, kvs []*mvccpb.KeyValue) (uint64, error) 
 		return 0, nil
 	}
 	key := string(kvs[0].Key)
-	e, err := b.epochs.Check(b.log, epoch.Where{Store: "etcd", Counter: "revisions", Lease: name,
+	e, err := b.epochs.Check(b.log, backend.EpochLocation{Store: "etcd", Counter: "revisions", Lease: name,
 		Kind: "key", Key: key, Delete: "etcdctl del " + key}, string(kvs[0].Value))
 	if err != nil {
 		return 0, fmt.Errorf("%w: etcd: %w", baton.ErrBackendUnavailable, err)

@@ -8,8 +8,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/internal/epoch"
-	"github.com/batonhq/baton/internal/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -30,12 +28,12 @@ type Backend struct {
 	// whose creation may or may not have landed is being deleted in the
 	// background, the name stays claimed, so that the clean-up cannot
 	// delete a new campaign's key.
-	sessions *session.Manager[clientv3.LeaseID]
+	sessions *backend.SessionManager[clientv3.LeaseID]
 
 	// epochs follows the epoch keys this Backend reads, so that an epoch
 	// it writes after etcd lost its data is above the old one, and the
 	// loss is logged.
-	epochs epoch.Tracker
+	epochs backend.EpochTracker
 	// now is the wall clock an epoch written is taken from.
 	now func() time.Time
 }
@@ -114,7 +112,7 @@ func (b *Backend) leader(ctx context.Context, name string) (baton.Record, int64,
 		}
 	}
 	kv := kvs[0]
-	return baton.Record{Lease: name, Holder: string(kv.Value), Token: epoch.Token(e, uint64(kv.CreateRevision))}, rev, nil
+	return baton.Record{Lease: name, Holder: string(kv.Value), Token: backend.EpochToken(e, uint64(kv.CreateRevision))}, rev, nil
 }
 
 // Close ends every term this Backend holds (Err wraps baton.ErrClosed),

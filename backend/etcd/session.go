@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/batonhq/baton/internal/session"
+	"github.com/batonhq/baton/backend"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -17,16 +17,16 @@ import (
 // concurrency.Session is not used: its keep-alive replies do not say when
 // the renewal they answer was sent, and safe-until must be measured from the
 // send time of the last confirmed renewal.
-type sess = session.Session[clientv3.LeaseID]
+type sess = backend.Session[clientv3.LeaseID]
 
-// driver is the Backend's session.Driver: an etcd lease per session.
+// driver is the Backend's backend.SessionDriver: an etcd lease per session.
 type driver struct{ b *Backend }
 
-var _ session.Driver[clientv3.LeaseID] = driver{}
+var _ backend.SessionDriver[clientv3.LeaseID] = driver{}
 
 // newSessions returns the Manager of b's session leases.
-func newSessions(b *Backend) *session.Manager[clientv3.LeaseID] {
-	return session.New(driver{b}, session.Options[clientv3.LeaseID]{
+func newSessions(b *Backend) *backend.SessionManager[clientv3.LeaseID] {
+	return backend.NewSessionManager(driver{b}, backend.SessionOptions[clientv3.LeaseID]{
 		Backend: "etcd",
 		Config:  b.cfg,
 		// The client waits for a connection rather than failing, so an
@@ -42,16 +42,16 @@ func newSessions(b *Backend) *session.Manager[clientv3.LeaseID] {
 	})
 }
 
-// Grant implements session.Driver.
-func (d driver) Grant(ctx context.Context) (session.Grant[clientv3.LeaseID], error) {
+// Grant implements backend.SessionDriver.
+func (d driver) Grant(ctx context.Context) (backend.SessionGrant[clientv3.LeaseID], error) {
 	b := d.b
 	start := time.Now()
 	resp, err := b.client.Grant(ctx, b.ttlSec)
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseTTLTooLarge) {
-			return session.Grant[clientv3.LeaseID]{}, &TTLError{TTL: time.Duration(b.ttlSec) * time.Second, Err: err}
+			return backend.SessionGrant[clientv3.LeaseID]{}, &TTLError{TTL: time.Duration(b.ttlSec) * time.Second, Err: err}
 		}
-		return session.Grant[clientv3.LeaseID]{}, err
+		return backend.SessionGrant[clientv3.LeaseID]{}, err
 	}
 	ttl := time.Duration(resp.TTL) * time.Second
 	if ttl > b.cfg.TTL+time.Second {
@@ -60,12 +60,12 @@ func (d driver) Grant(ctx context.Context) (session.Grant[clientv3.LeaseID], err
 	// safe-until is timed by the shorter of the granted TTL and our own
 	// (backend.Config.SafeUntil): no reply stretches a term past the
 	// client's own TTL from its send time.
-	return session.Grant[clientv3.LeaseID]{
+	return backend.SessionGrant[clientv3.LeaseID]{
 		ID: resp.ID, SafeUntil: b.cfg.SafeUntil(start, ttl), TTL: ttl, Span: min(ttl, b.cfg.TTL) - b.cfg.DriftMargin,
 	}, nil
 }
 
-// Renew implements session.Driver.
+// Renew implements backend.SessionDriver.
 func (d driver) Renew(ctx context.Context, id clientv3.LeaseID) (time.Time, error) {
 	start := time.Now()
 	resp, err := d.b.client.KeepAliveOnce(ctx, id)
@@ -75,7 +75,7 @@ func (d driver) Renew(ctx context.Context, id clientv3.LeaseID) (time.Time, erro
 	return d.b.cfg.SafeUntil(start, time.Duration(resp.TTL)*time.Second), nil
 }
 
-// Revoke implements session.Driver.
+// Revoke implements backend.SessionDriver.
 func (d driver) Revoke(ctx context.Context, id clientv3.LeaseID, _ bool) error {
 	if _, err := d.b.client.Revoke(ctx, id); err != nil {
 		return fmt.Errorf("etcd: revoke session lease %x (its keys expire after the TTL): %w", int64(id), err)
@@ -83,7 +83,7 @@ func (d driver) Revoke(ctx context.Context, id clientv3.LeaseID, _ bool) error {
 	return nil
 }
 
-// Gone implements session.Driver.
+// Gone implements backend.SessionDriver.
 func (driver) Gone(err error) bool { return isLeaseNotFound(err) }
 
 func isLeaseNotFound(err error) bool {

@@ -7,8 +7,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/internal/epoch"
-	"github.com/batonhq/baton/internal/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -16,20 +14,20 @@ import (
 type held struct {
 	name, key string
 	rev       int64
-	sl        *session.Slot
+	sl        *backend.Slot
 	s         *sess
 	term      *backend.BasicTerm
 	stop      context.CancelFunc // stops watching the key
 }
 
 // hold starts the term won at revision at.
-func (b *Backend) hold(s *sess, sl *session.Slot, name, key string, rev int64, ep uint64, at int64) (baton.Term, error) {
+func (b *Backend) hold(s *sess, sl *backend.Slot, name, key string, rev int64, ep uint64, at int64) (baton.Term, error) {
 	ctx, stop := context.WithCancel(s.Context())
 	h := &held{name: name, key: key, rev: rev, sl: sl, s: s, stop: stop}
-	token := epoch.Token(ep, uint64(rev))
+	token := backend.EpochToken(ep, uint64(rev))
 	// If Start fails, our key goes with the session: Close revokes it, or
 	// it ends now if it has not yet.
-	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, session.Win{
+	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, backend.StartOptions{
 		Started: func(t *backend.BasicTerm) { h.term = t },
 		Watch:   func() { b.watchHeld(ctx, h, at+1) },
 	})

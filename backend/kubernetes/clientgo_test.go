@@ -12,7 +12,6 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/backend/cas"
 	"github.com/batonhq/baton/backend/kubernetes"
 	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
@@ -71,7 +70,7 @@ func TestClientGoElectorSharesLease(t *testing.T) {
 	}
 	cfg := backend.Config{TTL: 2 * time.Second}
 	newBaton := func() *kubernetes.Backend {
-		b, err := kubernetes.New(cs, kubernetes.Options{Options: cas.Options{Config: cfg}, Namespace: ns})
+		b, err := kubernetes.New(cs, kubernetes.Options{RecordOptions: backend.RecordOptions{Config: cfg}, Namespace: ns})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +183,7 @@ func TestClientGoElectorCutOff(t *testing.T) {
 		t.Fatal("client-go did not take the free Lease")
 	}
 
-	b, err := kubernetes.New(cs, kubernetes.Options{Options: cas.Options{Config: backend.Config{TTL: 2 * time.Second}}, Namespace: ns})
+	b, err := kubernetes.New(cs, kubernetes.Options{RecordOptions: backend.RecordOptions{Config: backend.Config{TTL: 2 * time.Second}}, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +243,7 @@ func TestTokensRiseWhenClientGoRecreatesLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := kubernetes.New(cs, kubernetes.Options{Options: cas.Options{Config: backend.Config{TTL: 2 * time.Second}}, Namespace: ns})
+	b, err := kubernetes.New(cs, kubernetes.Options{RecordOptions: backend.RecordOptions{Config: backend.Config{TTL: 2 * time.Second}}, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}

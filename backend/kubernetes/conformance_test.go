@@ -16,7 +16,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/backend/cas"
 	"github.com/batonhq/baton/backend/kubernetes"
 	"github.com/batonhq/baton/batontest"
 	"github.com/batonhq/baton/internal/testkit"
@@ -79,7 +78,7 @@ func target(srv *testserver.KubeAPIServer, ns string, minTTL time.Duration) bato
 		proxy := testserver.StartProxy(t, srv.Addr())
 		rc := restConfig(srv, "https://"+proxy.Addr(), testserver.KubeUser)
 		rc.QPS = -1 // no client-side rate limit: ThousandLeasesOneSession writes hundreds a second
-		b, err := kubernetes.NewForConfig(rc, kubernetes.Options{Options: cas.Options{Config: cfg}, Namespace: ns})
+		b, err := kubernetes.NewForConfig(rc, kubernetes.Options{RecordOptions: backend.RecordOptions{Config: cfg}, Namespace: ns})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,7 +106,7 @@ func TestTokensRiseAcrossDeletedLeases(t *testing.T) {
 	batontest.TokensRiseAcrossDataLoss(t, batontest.DataLoss{
 		New: func(t *testing.T, logger *slog.Logger) baton.Backend {
 			b, err := kubernetes.NewForConfig(restConfig(srv, srv.Host(), testserver.KubeUser),
-				kubernetes.Options{Options: cas.Options{Config: backend.Config{TTL: time.Second}, Logger: logger}, Namespace: ns})
+				kubernetes.Options{RecordOptions: backend.RecordOptions{Config: backend.Config{TTL: time.Second}, Logger: logger}, Namespace: ns})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -153,13 +152,13 @@ func TestLeaderWatchFromEvents(t *testing.T) {
 	counter := &countingTransport{}
 	wrc := restConfig(srv, srv.Host(), testserver.KubeUser)
 	wrc.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.rt = rt; return counter })
-	w, err := kubernetes.NewForConfig(wrc, kubernetes.Options{Options: cas.Options{Config: cfg}, Namespace: ns})
+	w, err := kubernetes.NewForConfig(wrc, kubernetes.Options{RecordOptions: backend.RecordOptions{Config: cfg}, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
 	testkit.CloseAtEnd(t, w, 5*time.Second)
 	newBackend := func() *kubernetes.Backend {
-		b, err := kubernetes.NewForConfig(restConfig(srv, srv.Host(), testserver.KubeUser), kubernetes.Options{Options: cas.Options{Config: cfg}, Namespace: ns})
+		b, err := kubernetes.NewForConfig(restConfig(srv, srv.Host(), testserver.KubeUser), kubernetes.Options{RecordOptions: backend.RecordOptions{Config: cfg}, Namespace: ns})
 		if err != nil {
 			t.Fatal(err)
 		}

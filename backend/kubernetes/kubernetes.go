@@ -4,7 +4,7 @@
 // controller-runtime's, built on it) share one election on one Lease, and
 // `kubectl get lease` shows the holder.
 //
-// It is a record store on package backend/cas: the record of baton lease
+// It is a record store on backend.RecordBackend: the record of baton lease
 // NAME is the Lease NAME in the Backend's namespace, and its version is the
 // Lease's resourceVersion.
 //
@@ -32,7 +32,7 @@
 //     change of holder, so tokens strictly increase across the terms of
 //     both. The epoch is the annotation AnnotationEpoch, set by baton when
 //     it creates the Lease or first acquires one without it (the
-//     candidate's wall-clock second, as in backend/cas); a Lease
+//     candidate's wall-clock second, as in backend.RecordBackend); a Lease
 //     client-go created has epoch 0 until then.
 //   - The lease's state (baton.StateTerm) is the annotation
 //     AnnotationState, written in the same conditional update as the rest
@@ -52,7 +52,7 @@
 // timing rules (it times a holder from the last change it saw, on its own
 // clock, as baton does, but acts without a fencing token and keeps acting
 // after it lost the Lease until its renew deadline). Leader may name a
-// holder that died, as in backend/cas.
+// holder that died, as in backend.RecordBackend.
 //
 // Permissions: the Backend's user needs get, watch, create and update on
 // leases (coordination.k8s.io) in its namespace.
@@ -76,7 +76,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/backend/cas"
+	"github.com/batonhq/baton/backend"
 )
 
 // DefaultNamespace is the namespace of the Leases when Options.Namespace is
@@ -85,11 +85,11 @@ const DefaultNamespace = "default"
 
 // Options configures a Backend.
 type Options struct {
-	// Options holds the timing (TTL, RenewInterval, DriftMargin; defaults
+	// RecordOptions holds the timing (TTL, RenewInterval, DriftMargin; defaults
 	// 10 s, TTL/3, TTL/10), PollInterval (the longest a waiter goes
 	// without reading the Lease; default here the TTL, since the watch
 	// wakes waiters on every change) and the Logger.
-	cas.Options
+	backend.RecordOptions
 
 	// Namespace is the namespace of the Leases; empty means
 	// DefaultNamespace.
@@ -113,10 +113,10 @@ func CheckTTL(ttl time.Duration) error {
 }
 
 // Backend runs baton leases on Lease objects in one namespace. It embeds
-// the cas lease loop; it is safe for concurrent use. One Backend stands for
+// the record-store loop (backend.RecordBackend); it is safe for concurrent use. One Backend stands for
 // one process; it may hold any number of leases.
 type Backend struct {
-	*cas.Backend
+	*backend.RecordBackend
 	store *Store
 
 	// closed ends when Close is called: WatchLeader calls return.
@@ -142,19 +142,19 @@ func New(client k8s.Interface, opts Options) (*Backend, error) {
 	if opts.PollInterval == 0 {
 		// The watch reports every change, so a waiter need not poll: it
 		// reads the Lease when the watch fires, and when the holder's
-		// lease duration has passed with no change (cas waits no longer
+		// lease duration has passed with no change (RecordBackend waits no longer
 		// than that, whatever the poll interval). A read every TTL is left
 		// only as a backstop for a watch that died unnoticed.
 		if cfg, err := opts.Config.WithDefaults(); err == nil {
 			opts.PollInterval = cfg.TTL
 		}
 	}
-	b, err := cas.New(store, opts.Options)
+	b, err := backend.NewRecordBackend(store, opts.RecordOptions)
 	if err != nil {
 		return nil, err
 	}
 	closed, closeWatch := context.WithCancel(context.Background())
-	return &Backend{Backend: b, store: store, closed: closed, closeWatch: closeWatch}, nil
+	return &Backend{RecordBackend: b, store: store, closed: closed, closeWatch: closeWatch}, nil
 }
 
 // NewForConfig returns a Backend with a client made from cfg: the user's
@@ -181,17 +181,17 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 	if err := CheckLeaseName(name); err != nil {
 		return nil, err
 	}
-	return b.Backend.Campaign(ctx, name, c)
+	return b.RecordBackend.Campaign(ctx, name, c)
 }
 
 // Namespace returns the namespace of the Backend's Leases.
 func (b *Backend) Namespace() string { return b.store.Namespace() }
 
 // Close ends every term this Backend holds and releases their Leases, so
-// that standbys take over at once (see cas.Backend.Close), and ends its
+// that standbys take over at once (see backend.RecordBackend.Close), and ends its
 // WatchLeader calls, which return an error wrapping baton.ErrClosed. The
 // client stays the caller's.
 func (b *Backend) Close(ctx context.Context) error {
 	b.closeWatch()
-	return b.Backend.Close(ctx)
+	return b.RecordBackend.Close(ctx)
 }

@@ -17,7 +17,7 @@ import (
 	k8s "k8s.io/client-go/kubernetes"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
-	"github.com/batonhq/baton/backend/cas"
+	"github.com/batonhq/baton/backend"
 )
 
 // Annotations baton keeps on a Lease besides client-go's LeaseLock fields.
@@ -35,9 +35,9 @@ const (
 	AnnotationState = "batonhq.github.io/state"
 )
 
-// Store is the cas.Store of Lease objects in one namespace: a record is the
+// Store is the backend.RecordStore of Lease objects in one namespace: a record is the
 // Lease named after the baton lease, in client-go's LeaseLock layout, and
-// its version is the Lease's resourceVersion. It is a cas.Notifier too: a
+// its version is the Lease's resourceVersion. It is a backend.RecordNotifier too: a
 // watch on the Lease wakes waiters. Safe for concurrent use.
 type Store struct {
 	leases    coordinationclient.LeaseInterface
@@ -52,8 +52,8 @@ type Store struct {
 }
 
 var (
-	_ cas.Store    = (*Store)(nil)
-	_ cas.Notifier = (*Store)(nil)
+	_ backend.RecordStore    = (*Store)(nil)
+	_ backend.RecordNotifier = (*Store)(nil)
 )
 
 // NewStore returns a Store of the Leases in namespace, through client.
@@ -68,28 +68,28 @@ func NewStore(client k8s.Interface, namespace string) *Store {
 // Namespace returns the namespace of the Store's Leases.
 func (s *Store) Namespace() string { return s.namespace }
 
-// Get implements cas.Store. A Get without a resourceVersion is a quorum
+// Get implements backend.RecordStore. A Get without a resourceVersion is a quorum
 // read from etcd, so it is linearizable.
-func (s *Store) Get(ctx context.Context, name string) (cas.Record, uint64, error) {
+func (s *Store) Get(ctx context.Context, name string) (backend.LeaseRecord, uint64, error) {
 	l, err := s.leases.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		s.remember(name, nil)
-		return cas.Record{}, 0, nil
+		return backend.LeaseRecord{}, 0, nil
 	}
 	if err != nil {
-		return cas.Record{}, 0, err
+		return backend.LeaseRecord{}, 0, err
 	}
 	rec, v, err := s.decode(l)
 	if err != nil {
-		return cas.Record{}, 0, err
+		return backend.LeaseRecord{}, 0, err
 	}
 	s.remember(name, l)
 	return rec, v, nil
 }
 
-// CompareAndSwap implements cas.Store: a create when version is 0, else an
+// CompareAndSwap implements backend.RecordStore: a create when version is 0, else an
 // update conditional on resourceVersion version.
-func (s *Store) CompareAndSwap(ctx context.Context, name string, version uint64, rec cas.Record) (uint64, error) {
+func (s *Store) CompareAndSwap(ctx context.Context, name string, version uint64, rec backend.LeaseRecord) (uint64, error) {
 	if version == 0 {
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.namespace}}
 		if err := encode(l, rec); err != nil {
@@ -97,7 +97,7 @@ func (s *Store) CompareAndSwap(ctx context.Context, name string, version uint64,
 		}
 		got, err := s.leases.Create(ctx, l, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
-			return 0, fmt.Errorf("%w: Lease %s/%s exists already: %v", cas.ErrConflict, s.namespace, name, err)
+			return 0, fmt.Errorf("%w: Lease %s/%s exists already: %v", backend.ErrConflict, s.namespace, name, err)
 		}
 		if err != nil {
 			return 0, err
@@ -110,13 +110,13 @@ func (s *Store) CompareAndSwap(ctx context.Context, name string, version uint64,
 		// keep in it, and refuse at once if it moved on.
 		l, err := s.leases.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			return 0, fmt.Errorf("%w: Lease %s/%s is gone", cas.ErrConflict, s.namespace, name)
+			return 0, fmt.Errorf("%w: Lease %s/%s is gone", backend.ErrConflict, s.namespace, name)
 		}
 		if err != nil {
 			return 0, err
 		}
 		if l.ResourceVersion != strconv.FormatUint(version, 10) {
-			return 0, fmt.Errorf("%w: Lease %s/%s is at resourceVersion %s, not %d", cas.ErrConflict, s.namespace, name, l.ResourceVersion, version)
+			return 0, fmt.Errorf("%w: Lease %s/%s is at resourceVersion %s, not %d", backend.ErrConflict, s.namespace, name, l.ResourceVersion, version)
 		}
 		base = l
 	}
@@ -126,7 +126,7 @@ func (s *Store) CompareAndSwap(ctx context.Context, name string, version uint64,
 	}
 	got, err := s.leases.Update(ctx, l, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return 0, fmt.Errorf("%w: Lease %s/%s: %v", cas.ErrConflict, s.namespace, name, err)
+		return 0, fmt.Errorf("%w: Lease %s/%s: %v", backend.ErrConflict, s.namespace, name, err)
 	}
 	if err != nil {
 		return 0, err
@@ -170,13 +170,13 @@ func (s *Store) lastAt(name string, version uint64) *coordinationv1.Lease {
 	return l
 }
 
-// decode reads a Lease as a cas.Record and a version.
-func (s *Store) decode(l *coordinationv1.Lease) (cas.Record, uint64, error) {
+// decode reads a Lease as a backend.LeaseRecord and a version.
+func (s *Store) decode(l *coordinationv1.Lease) (backend.LeaseRecord, uint64, error) {
 	v, err := strconv.ParseUint(l.ResourceVersion, 10, 64)
 	if err != nil {
-		return cas.Record{}, 0, fmt.Errorf("kubernetes: Lease %s/%s: resourceVersion %q is not a number; baton needs an API server backed by etcd", l.Namespace, l.Name, l.ResourceVersion)
+		return backend.LeaseRecord{}, 0, fmt.Errorf("kubernetes: Lease %s/%s: resourceVersion %q is not a number; baton needs an API server backed by etcd", l.Namespace, l.Name, l.ResourceVersion)
 	}
-	var rec cas.Record
+	var rec backend.LeaseRecord
 	sp := l.Spec
 	if sp.HolderIdentity != nil {
 		rec.Holder = *sp.HolderIdentity
@@ -195,14 +195,14 @@ func (s *Store) decode(l *coordinationv1.Lease) (cas.Record, uint64, error) {
 	if a, ok := l.Annotations[AnnotationEpoch]; ok {
 		epoch, err = strconv.ParseUint(a, 10, 32)
 		if err != nil {
-			return cas.Record{}, 0, fmt.Errorf("kubernetes: Lease %s/%s: annotation %s=%q is not an epoch (a decimal number of seconds since 2025-01-01 UTC): restore it or delete the Lease", l.Namespace, l.Name, AnnotationEpoch, a)
+			return backend.LeaseRecord{}, 0, fmt.Errorf("kubernetes: Lease %s/%s: annotation %s=%q is not an epoch (a decimal number of seconds since 2025-01-01 UTC): restore it or delete the Lease", l.Namespace, l.Name, AnnotationEpoch, a)
 		}
 	}
 	rec.Token = epoch<<32 | transitions
 	if a, ok := l.Annotations[AnnotationState]; ok {
 		rec.State, err = base64.StdEncoding.DecodeString(a)
 		if err != nil {
-			return cas.Record{}, 0, fmt.Errorf("kubernetes: Lease %s/%s: annotation %s is not base64: %v; restore it or remove it (the lease's state is then lost)", l.Namespace, l.Name, AnnotationState, err)
+			return backend.LeaseRecord{}, 0, fmt.Errorf("kubernetes: Lease %s/%s: annotation %s is not base64: %v; restore it or remove it (the lease's state is then lost)", l.Namespace, l.Name, AnnotationState, err)
 		}
 		if rec.State == nil {
 			rec.State = []byte{}
@@ -216,7 +216,7 @@ func (s *Store) decode(l *coordinationv1.Lease) (cas.Record, uint64, error) {
 // forward from l's, so that every write changes the record, and client-go
 // electors, which time a holder from the last change they saw, count it
 // as a renewal.
-func encode(l *coordinationv1.Lease, rec cas.Record) error {
+func encode(l *coordinationv1.Lease, rec backend.LeaseRecord) error {
 	transitions := rec.Token & math.MaxUint32
 	if transitions > math.MaxInt32 {
 		return fmt.Errorf("kubernetes: Lease %s/%s: token %d does not fit leaseTransitions (an int32)", l.Namespace, l.Name, rec.Token)
@@ -260,7 +260,7 @@ func setAnnotation(l *coordinationv1.Lease, k, v string) {
 // watch could not be started.
 const watchRetry = 250 * time.Millisecond
 
-// Notify implements cas.Notifier with a watch on the Lease, started before
+// Notify implements backend.RecordNotifier with a watch on the Lease, started before
 // Notify returns: a change after that wakes the channel. The watch is
 // restarted, from the last resourceVersion seen, whenever the server ends
 // it; each restart wakes the channel too, in case a change fell between.

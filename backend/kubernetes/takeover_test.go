@@ -11,7 +11,6 @@ import (
 	k8s "k8s.io/client-go/kubernetes"
 
 	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/backend/cas"
 	"github.com/batonhq/baton/backend/kubernetes"
 	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
@@ -114,7 +113,7 @@ func TestTakeoverIgnoresRenewTime(t *testing.T) {
 				}
 			}()
 
-			b, err := kubernetes.New(cs, kubernetes.Options{Options: cas.Options{Config: backend.Config{TTL: time.Second}}, Namespace: ns})
+			b, err := kubernetes.New(cs, kubernetes.Options{RecordOptions: backend.RecordOptions{Config: backend.Config{TTL: time.Second}}, Namespace: ns})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,8 +1,8 @@
 // Package memory is an in-process baton backend: a Store shared by the
-// candidates of one program, with the lease loop of package backend/cas on
+// candidates of one program, with the record-store loop of package backend (RecordBackend) on
 // top. Use it in tests, examples and `baton demo --backend memory://`.
 //
-// It gives exactly the guarantees of backend/cas, within one process,
+// It gives exactly the guarantees of backend.RecordBackend, within one process,
 // including the lease state of baton.StateTerm. Each Backend from New stands
 // for one process's connection to the shared Store, and can be disconnected
 // and reconnected to simulate a partition; while disconnected, LoadState and
@@ -18,7 +18,7 @@ import (
 	"sync/atomic"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/backend/cas"
+	"github.com/batonhq/baton/backend"
 )
 
 // ErrDisconnected is returned by a disconnected Backend's store calls.
@@ -34,7 +34,7 @@ type Store struct {
 }
 
 type entry struct {
-	rec     cas.Record
+	rec     backend.LeaseRecord
 	version uint64
 }
 
@@ -44,19 +44,19 @@ func NewStore() *Store {
 }
 
 var (
-	_ cas.Keeper = (*Store)(nil)
-	_ cas.Keeper = (*Conn)(nil)
+	_ backend.RecordKeeper = (*Store)(nil)
+	_ backend.RecordKeeper = (*Conn)(nil)
 )
 
-// KeepsRecords implements cas.Keeper: a Store lives and dies with the
+// KeepsRecords implements backend.RecordKeeper: a Store lives and dies with the
 // candidates that share it, and never loses a record while they use it,
 // so its tokens start at 1.
 func (s *Store) KeepsRecords() bool { return true }
 
-// Get implements cas.Store. The record's State is a copy of its own.
-func (s *Store) Get(ctx context.Context, name string) (cas.Record, uint64, error) {
+// Get implements backend.RecordStore. The record's State is a copy of its own.
+func (s *Store) Get(ctx context.Context, name string) (backend.LeaseRecord, uint64, error) {
 	if err := ctx.Err(); err != nil {
-		return cas.Record{}, 0, err
+		return backend.LeaseRecord{}, 0, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -66,15 +66,15 @@ func (s *Store) Get(ctx context.Context, name string) (cas.Record, uint64, error
 	return rec, e.version, nil
 }
 
-// CompareAndSwap implements cas.Store. It keeps a copy of rec.State.
-func (s *Store) CompareAndSwap(ctx context.Context, name string, version uint64, rec cas.Record) (uint64, error) {
+// CompareAndSwap implements backend.RecordStore. It keeps a copy of rec.State.
+func (s *Store) CompareAndSwap(ctx context.Context, name string, version uint64, rec backend.LeaseRecord) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if cur := s.recs[name].version; cur != version {
-		return 0, fmt.Errorf("%w: record %q is at version %d, not %d", cas.ErrConflict, name, cur, version)
+		return 0, fmt.Errorf("%w: record %q is at version %d, not %d", backend.ErrConflict, name, cur, version)
 	}
 	s.version++
 	rec.State = bytes.Clone(rec.State) // nil stays nil, empty stays empty
@@ -88,7 +88,7 @@ func (s *Store) CompareAndSwap(ctx context.Context, name string, version uint64,
 	return s.version, nil
 }
 
-// Notify implements cas.Notifier.
+// Notify implements backend.RecordNotifier.
 func (s *Store) Notify(ctx context.Context, name string) (<-chan struct{}, error) {
 	ch := make(chan struct{}, 1)
 	s.mu.Lock()
@@ -108,12 +108,12 @@ func (s *Store) Notify(ctx context.Context, name string) (<-chan struct{}, error
 	return ch, nil
 }
 
-// Options configures a Backend; see cas.Options.
-type Options = cas.Options
+// Options configures a Backend; see backend.RecordOptions.
+type Options = backend.RecordOptions
 
-// Backend is one process's connection to a Store. It embeds the cas lease loop.
+// Backend is one process's connection to a Store. It embeds the record-store loop (backend.RecordBackend).
 type Backend struct {
-	*cas.Backend
+	*backend.RecordBackend
 	conn *Conn
 }
 
@@ -125,11 +125,11 @@ func New(s *Store, opts Options) (*Backend, error) {
 		return nil, &baton.ConfigError{Problems: []string{"memory: Store is nil: create one with memory.NewStore()"}}
 	}
 	c := s.Connect()
-	b, err := cas.New(c, opts)
+	b, err := backend.NewRecordBackend(c, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{Backend: b, conn: c}, nil
+	return &Backend{RecordBackend: b, conn: c}, nil
 }
 
 // Disconnect makes every store call of this Backend fail, as if its process
@@ -139,9 +139,9 @@ func (b *Backend) Disconnect() { b.conn.Disconnect() }
 // Reconnect undoes Disconnect.
 func (b *Backend) Reconnect() { b.conn.Reconnect() }
 
-// Conn is one process's connection to a Store: a cas.Store (and
-// cas.Notifier) that can be cut off, for tests and benchmarks that build
-// their own cas.Backend. Safe for concurrent use.
+// Conn is one process's connection to a Store: a backend.RecordStore (and
+// backend.RecordNotifier) that can be cut off, for tests and benchmarks that build
+// their own backend.RecordBackend. Safe for concurrent use.
 type Conn struct {
 	s    *Store
 	down atomic.Bool
@@ -156,44 +156,44 @@ func (c *Conn) Disconnect() { c.down.Store(true) }
 // Reconnect undoes Disconnect.
 func (c *Conn) Reconnect() { c.down.Store(false) }
 
-// Get implements cas.Store.
-func (c *Conn) Get(ctx context.Context, name string) (cas.Record, uint64, error) {
+// Get implements backend.RecordStore.
+func (c *Conn) Get(ctx context.Context, name string) (backend.LeaseRecord, uint64, error) {
 	if c.down.Load() {
-		return cas.Record{}, 0, ErrDisconnected
+		return backend.LeaseRecord{}, 0, ErrDisconnected
 	}
 	return c.s.Get(ctx, name)
 }
 
-// CompareAndSwap implements cas.Store.
-func (c *Conn) CompareAndSwap(ctx context.Context, name string, version uint64, rec cas.Record) (uint64, error) {
+// CompareAndSwap implements backend.RecordStore.
+func (c *Conn) CompareAndSwap(ctx context.Context, name string, version uint64, rec backend.LeaseRecord) (uint64, error) {
 	if c.down.Load() {
 		return 0, ErrDisconnected
 	}
 	return c.s.CompareAndSwap(ctx, name, version, rec)
 }
 
-// KeepsRecords implements cas.Keeper, as Store does.
+// KeepsRecords implements backend.RecordKeeper, as Store does.
 func (c *Conn) KeepsRecords() bool { return true }
 
-// Notify implements cas.Notifier.
+// Notify implements backend.RecordNotifier.
 func (c *Conn) Notify(ctx context.Context, name string) (<-chan struct{}, error) {
 	// A wake-up while disconnected is harmless: the read it triggers fails,
 	// which is what a partitioned client sees.
 	return c.s.Notify(ctx, name)
 }
 
-// Polling returns c without its notifications, so that a cas.Backend over it
+// Polling returns c without its notifications, so that a backend.RecordBackend over it
 // wakes waiters by polling only, as over a store that cannot push changes.
-func (c *Conn) Polling() cas.Store { return polling{c} }
+func (c *Conn) Polling() backend.RecordStore { return polling{c} }
 
 // polling hides Conn's Notify method.
 type polling struct{ c *Conn }
 
-func (p polling) Get(ctx context.Context, name string) (cas.Record, uint64, error) {
+func (p polling) Get(ctx context.Context, name string) (backend.LeaseRecord, uint64, error) {
 	return p.c.Get(ctx, name)
 }
 
-func (p polling) CompareAndSwap(ctx context.Context, name string, version uint64, rec cas.Record) (uint64, error) {
+func (p polling) CompareAndSwap(ctx context.Context, name string, version uint64, rec backend.LeaseRecord) (uint64, error) {
 	return p.c.CompareAndSwap(ctx, name, version, rec)
 }
 

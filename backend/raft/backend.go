@@ -10,8 +10,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/internal/epoch"
-	"github.com/batonhq/baton/internal/session"
 )
 
 // Options configures a Backend. The zero value means the documented
@@ -46,7 +44,7 @@ type Backend struct {
 
 	// sessions owns the session, the goroutines and the lease names this
 	// Backend campaigns for or holds: one session has one place per lease.
-	sessions *session.Manager[string]
+	sessions *backend.SessionManager[string]
 
 	// mu guards orphans and reaping. It is taken before the sessions'
 	// mutex when both are held.
@@ -56,7 +54,7 @@ type Backend struct {
 
 	// epochs follows the group's epoch (the high half of the tokens), to
 	// report a group re-created under an agent client.
-	epochs epoch.Tracker
+	epochs backend.EpochTracker
 
 	// heldMu guards held: the highest token this Backend held for each
 	// lease, which a campaign tells the group (see sawHeld).
@@ -136,12 +134,12 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 	if c.ID == "" {
 		return nil, fmt.Errorf("raft: candidate ID must not be empty (lease %q)", name)
 	}
-	return b.sessions.Campaign(ctx, name, c.ID, func(sl *session.Slot) (baton.Term, error) {
+	return b.sessions.Campaign(ctx, name, c.ID, func(sl *backend.Slot) (baton.Term, error) {
 		return b.campaign(ctx, sl, name, c.ID)
 	})
 }
 
-func (b *Backend) campaign(ctx context.Context, sl *session.Slot, name, id string) (baton.Term, error) {
+func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id string) (baton.Term, error) {
 	var (
 		s   *sess
 		res *result
@@ -286,7 +284,7 @@ func (b *Backend) dropPlace(ctx context.Context, name string, s *sess) error {
 }
 
 // campaignErr turns err into Campaign's error (see
-// session.Manager.CampaignErr).
+// backend.SessionManager.CampaignErr).
 func (b *Backend) campaignErr(ctx context.Context, s *sess, name, what string, err error) error {
 	return b.sessions.CampaignErr(ctx, s, name, what, err)
 }
@@ -296,19 +294,19 @@ type held struct {
 	name  string
 	token uint64
 	s     *sess
-	sl    *session.Slot
+	sl    *backend.Slot
 	term  *backend.BasicTerm
 	stop  context.CancelFunc
 }
 
 // hold starts the term granted at index at with token, after prev (nil:
 // unknown).
-func (b *Backend) hold(s *sess, sl *session.Slot, name string, token, at uint64, prev *prevTerm) (baton.Term, error) {
+func (b *Backend) hold(s *sess, sl *backend.Slot, name string, token, at uint64, prev *prevTerm) (baton.Term, error) {
 	ctx, stop := context.WithCancel(s.Context())
 	h := &held{name: name, token: token, s: s, sl: sl, stop: stop}
 	// If Start fails, the lease goes with the session: Close destroys it,
 	// or it ends now if it has not yet.
-	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, session.Win{
+	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, backend.StartOptions{
 		Started: func(t *backend.BasicTerm) { h.term = t },
 		Watch:   func() { b.watchHeld(ctx, h, at) },
 	})
@@ -319,7 +317,7 @@ func (b *Backend) hold(s *sess, sl *session.Slot, name string, token, at uint64,
 	b.log.Debug("acquired", "lease", name, "token", token, "session", s.ID)
 	if e := token >> 32; e != 0 {
 		// The group's epoch, as the high half of a token of this lease.
-		b.epochs.Report(b.log, epoch.Where{Store: "the raft group", Counter: "log indexes", Kind: "lease", Key: name}, e)
+		b.epochs.Report(b.log, backend.EpochLocation{Store: "the raft group", Counter: "log indexes", Kind: "lease", Key: name}, e)
 	}
 	b.sawHeld(name, token)
 	return &term{BasicTerm: t, b: b, h: h, prev: prev}, nil

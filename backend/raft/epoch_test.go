@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/internal/epoch"
 	"github.com/batonhq/baton/internal/testkit"
 )
 
@@ -47,7 +46,7 @@ func TestTokensRiseAcrossGroupRestart(t *testing.T) {
 	// second (by the wall clock) than the old one. A real restart of a
 	// whole group takes longer than that by itself; here it may not.
 	testkit.Eventually(t, 2*time.Second, "the wall clock to pass the old group's second", func() bool {
-		return epoch.Of(time.Now()) > epoch.Of(lastAt)
+		return backend.EpochOf(time.Now()) > backend.EpochOf(lastAt)
 	})
 
 	g := newBareGroup(t)
@@ -79,7 +78,7 @@ func TestEpochInTheLog(t *testing.T) {
 	if r := apply(f, command{Op: opAcquire, Session: "s1", Lease: "job", Candidate: "a"}); r.Holder || r.Err != errNoEpoch {
 		t.Fatalf("acquire without a time in a group without an epoch: %+v", r)
 	}
-	at := epoch.Base.Add(1000 * time.Second)
+	at := backend.EpochBase.Add(1000 * time.Second)
 	r := apply(f, command{Op: opAcquire, Session: "s1", Lease: "job", Candidate: "a", Time: at})
 	if want := uint64(1000)<<32 + log.index; !r.Holder || r.Token != want {
 		t.Fatalf("acquire: %+v, want token %d", r, want)

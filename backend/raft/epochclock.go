@@ -3,7 +3,7 @@ package raft
 import (
 	"time"
 
-	"github.com/batonhq/baton/internal/epoch"
+	"github.com/batonhq/baton/backend"
 )
 
 // Tokens are the group's epoch<<32 + a log index, and the epoch is the
@@ -49,13 +49,13 @@ func wallNow(g Group) time.Time {
 // learns e.
 func (n *Node) checkEpochClock(e uint64) {
 	now := n.now()
-	ahead := epoch.Time(e).Sub(now)
+	ahead := backend.EpochTime(e).Sub(now)
 	if ahead <= epochClockSlack {
 		return
 	}
 	n.log.Error("the group's epoch is ahead of this member's wall clock: this clock is behind the one that started the group; "+
 		"should the whole group lose its state and this member start the new one, its fencing tokens would be lower than the old group's: fix this host's clock (NTP)",
-		"epoch", epoch.Format(e), "clock", now.UTC().Format(time.RFC3339), "ahead", ahead.Round(time.Second))
+		"epoch", backend.FormatEpoch(e), "clock", now.UTC().Format(time.RFC3339), "ahead", ahead.Round(time.Second))
 }
 
 // checkTokenAboveHeld reports at Error, on the raft leader that applied an
@@ -68,7 +68,7 @@ func (n *Node) checkTokenAboveHeld(lease, session string, res *result, held uint
 	n.log.Error("granted a fencing token not above one the client held for the lease: the group lost its state and was started again by a member whose wall clock is behind the old group's epoch; "+
 		"stores fencing with the token will refuse this holder's writes: fix the clocks (NTP), and see the raft package doc on epochs",
 		"lease", lease, "session", session, "token", res.Token, "client_held", held,
-		"epoch", epoch.Format(res.Token>>32), "client_epoch", epoch.Format(held>>32))
+		"epoch", backend.FormatEpoch(res.Token>>32), "client_epoch", backend.FormatEpoch(held>>32))
 }
 
 // heldToken returns the highest token b held for lease name (0: none).
@@ -93,5 +93,5 @@ func (b *Backend) sawHeld(name string, token uint64) {
 	}
 	b.log.Error("granted a fencing token not above one this process held for the lease before: the raft group lost its state and was started again by a member whose wall clock is behind the old group's epoch; "+
 		"stores fencing with the token will refuse this term's writes: fix the clocks (NTP), and see the raft package doc on epochs",
-		"lease", name, "token", token, "held", prev, "epoch", epoch.Format(token>>32), "held_epoch", epoch.Format(prev>>32))
+		"lease", name, "token", token, "held", prev, "epoch", backend.FormatEpoch(token>>32), "held_epoch", backend.FormatEpoch(prev>>32))
 }

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/internal/epoch"
+	"github.com/batonhq/baton/backend"
 	hraft "github.com/hashicorp/raft"
 )
 
@@ -131,7 +131,7 @@ type stateRec struct {
 // state is the whole replicated state; it is also the snapshot format.
 type state struct {
 	Index uint64 `json:"index"`
-	// Epoch is the group's epoch (package internal/epoch): the wall-clock
+	// Epoch is the group's epoch (backend.EpochOf): the wall-clock
 	// second, on the proposing member, of the first acquire in the log.
 	// Tokens are Epoch<<32 + the index of the granting entry, so that a
 	// group created after another one died (a whole in-memory group
@@ -386,7 +386,7 @@ func (f *fsm) acquire(index uint64, c *command) *result {
 		if c.Time.IsZero() {
 			return &result{Err: errNoEpoch}
 		}
-		f.st.Epoch = epoch.Of(c.Time)
+		f.st.Epoch = backend.EpochOf(c.Time)
 		if f.onEpoch != nil {
 			f.onEpoch(f.st.Epoch)
 		}
@@ -487,7 +487,7 @@ func (f *fsm) stateStore(index uint64, c *command) *result {
 // has passed by the end of the hold, and sessions start again.
 func (f *fsm) recover(index uint64, c *command) *result {
 	old := f.st.Epoch
-	f.st.Epoch = max(old, epoch.Of(c.Time)) + 1
+	f.st.Epoch = max(old, backend.EpochOf(c.Time)) + 1
 	for _, name := range slices.Sorted(maps.Keys(f.st.Leases)) {
 		l := f.st.Leases[name]
 		if l.Session != "" {
@@ -529,7 +529,7 @@ const errSessionExists = "a session with this ID exists"
 const errNoEpoch = "the group has no epoch yet and the acquire carries no time to set it from"
 
 // token is the fencing token of a grant by the entry at index.
-func (f *fsm) token(index uint64) uint64 { return epoch.Token(f.st.Epoch, index) }
+func (f *fsm) token(index uint64) uint64 { return backend.EpochToken(f.st.Epoch, index) }
 
 // errNoHolder is the refusal of a request-resign for a lease nobody holds.
 const errNoHolder = "nobody holds the lease"

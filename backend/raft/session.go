@@ -7,22 +7,22 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/internal/session"
+	"github.com/batonhq/baton/backend"
 )
 
 // sess is this Backend's session in the group and the terms riding on it.
 // The raft leader expires it TTL after the last renewal it confirmed;
 // safe-until is measured from when that renewal was sent.
-type sess = session.Session[string]
+type sess = backend.Session[string]
 
-// driver is the Backend's session.Driver: sessions in the group's log.
+// driver is the Backend's backend.SessionDriver: sessions in the group's log.
 type driver struct{ b *Backend }
 
-var _ session.Driver[string] = driver{}
+var _ backend.SessionDriver[string] = driver{}
 
 // newSessions returns the Manager of b's sessions.
-func newSessions(b *Backend) *session.Manager[string] {
-	return session.New(driver{b}, session.Options[string]{
+func newSessions(b *Backend) *backend.SessionManager[string] {
+	return backend.NewSessionManager(driver{b}, backend.SessionOptions[string]{
 		Backend: "raft",
 		Config:  b.cfg,
 		// Bounded, so that a group without a leader shows up as
@@ -37,25 +37,25 @@ func newSessions(b *Backend) *session.Manager[string] {
 	})
 }
 
-// Grant implements session.Driver.
-func (d driver) Grant(ctx context.Context) (session.Grant[string], error) {
+// Grant implements backend.SessionDriver.
+func (d driver) Grant(ctx context.Context) (backend.SessionGrant[string], error) {
 	b := d.b
 	id := randomID("s-")
 	start := time.Now()
 	res, err := b.g.apply(ctx, command{Op: opSessionCreate, Session: id, Node: b.g.member(), TTL: b.cfg.TTL, Time: start})
 	if err != nil {
-		return session.Grant[string]{}, err
+		return backend.SessionGrant[string]{}, err
 	}
 	if res.Err != "" {
-		return session.Grant[string]{}, fmt.Errorf("%w: create session: %s", baton.ErrBackendUnavailable, res.Err)
+		return backend.SessionGrant[string]{}, fmt.Errorf("%w: create session: %s", baton.ErrBackendUnavailable, res.Err)
 	}
 	b.log.Debug("session created", "session", id, "member", b.g.member(), "ttl", b.cfg.TTL)
-	return session.Grant[string]{
+	return backend.SessionGrant[string]{
 		ID: id, SafeUntil: b.cfg.SafeUntil(start, b.cfg.TTL), TTL: b.cfg.TTL, Span: b.cfg.TTL - b.cfg.DriftMargin,
 	}, nil
 }
 
-// Renew implements session.Driver. It passes on the resign requests the
+// Renew implements backend.SessionDriver. It passes on the resign requests the
 // group holds for our terms.
 func (d driver) Renew(ctx context.Context, id string) (time.Time, error) {
 	start := time.Now()
@@ -69,7 +69,7 @@ func (d driver) Renew(ctx context.Context, id string) (time.Time, error) {
 	return d.b.cfg.SafeUntil(start, r.TTL), nil
 }
 
-// Revoke implements session.Driver: it destroys the session, which
+// Revoke implements backend.SessionDriver: it destroys the session, which
 // releases its leases at once.
 func (d driver) Revoke(ctx context.Context, id string, abandoned bool) error {
 	b := d.b
@@ -85,7 +85,7 @@ func (d driver) Revoke(ctx context.Context, id string, abandoned bool) error {
 	return nil
 }
 
-// Gone implements session.Driver.
+// Gone implements backend.SessionDriver.
 func (driver) Gone(err error) bool { return errors.Is(err, errSessionGone) }
 
 // resignRequested passes on to the terms of session sid the resign

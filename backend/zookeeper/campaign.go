@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/internal/session"
+	"github.com/batonhq/baton/backend"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -23,12 +23,12 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 	if c.ID == "" {
 		return nil, fmt.Errorf("zookeeper: candidate ID must not be empty (lease %q)", name)
 	}
-	return b.sessions.Campaign(ctx, name, c.ID, func(sl *session.Slot) (baton.Term, error) {
+	return b.sessions.Campaign(ctx, name, c.ID, func(sl *backend.Slot) (baton.Term, error) {
 		return b.campaign(ctx, sl, name, c.ID)
 	})
 }
 
-func (b *Backend) campaign(ctx context.Context, sl *session.Slot, name, id string) (baton.Term, error) {
+func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id string) (baton.Term, error) {
 	latch := b.LatchPath(name)
 	s, n, czxid, ep, err := b.enter(ctx, sl, name, latch, id)
 	if err != nil {
@@ -94,7 +94,7 @@ func (b *Backend) campaign(ctx context.Context, sl *session.Slot, name, id strin
 // enter makes this campaign's latch node under latch, on the live session
 // generation, and returns the generation, the node, its czxid and the
 // lease's epoch, read after it.
-func (b *Backend) enter(ctx context.Context, sl *session.Slot, name, latch, id string) (*sess, *node, int64, uint64, error) {
+func (b *Backend) enter(ctx context.Context, sl *backend.Slot, name, latch, id string) (*sess, *node, int64, uint64, error) {
 	for retried := false; ; retried = true {
 		s, err := b.sessions.Session(ctx)
 		if err != nil {
@@ -145,7 +145,7 @@ func indexOf(children []string, name string) int {
 // that a node made for us is found rather than left behind. If ctx ends
 // first, the node is deleted in the background once the create's outcome
 // is known.
-func (b *Backend) create(ctx context.Context, s *sess, sl *session.Slot, name string, n *node, id string) (*zk.Stat, error) {
+func (b *Backend) create(ctx context.Context, s *sess, sl *backend.Slot, name string, n *node, id string) (*zk.Stat, error) {
 	b.track(n)
 	for attempt := 0; ; attempt++ {
 		path, err := b.createOnce(ctx, sl, name, n, id)
@@ -188,7 +188,7 @@ func (b *Backend) create(ctx context.Context, s *sess, sl *session.Slot, name st
 // create's error; ErrClosed once the Backend closed, and ctx.Err() once
 // ctx ended (the node is then deleted in the background once the create's
 // outcome is known).
-func (b *Backend) createOnce(ctx context.Context, sl *session.Slot, name string, n *node, id string) (string, error) {
+func (b *Backend) createOnce(ctx context.Context, sl *backend.Slot, name string, n *node, id string) (string, error) {
 	type created struct {
 		path string
 		err  error
@@ -222,7 +222,7 @@ func (b *Backend) createOnce(ctx context.Context, sl *session.Slot, name string,
 }
 
 // statNode returns the stat of n, just made on s.
-func (b *Backend) statNode(ctx context.Context, s *sess, sl *session.Slot, name string, n *node) (*zk.Stat, error) {
+func (b *Backend) statNode(ctx context.Context, s *sess, sl *backend.Slot, name string, n *node) (*zk.Stat, error) {
 	stat, err := retry(ctx, b, s, func() (*zk.Stat, error) {
 		ok, st, err := b.conn.Exists(b.nodePath(n))
 		if err == nil && !ok {
@@ -301,11 +301,11 @@ func (b *Backend) ensurePath(ctx context.Context, s *sess, path string) error {
 }
 
 // campaignErr turns err into Campaign's error (see
-// session.Manager.CampaignErr).
+// backend.SessionManager.CampaignErr).
 func (b *Backend) campaignErr(ctx context.Context, s *sess, name, what string, err error) error {
 	return b.sessions.CampaignErr(ctx, s, name, what, err)
 }
 
 func (b *Backend) unavailable(ctx context.Context, what string, err error) error {
-	return session.Unavailable(ctx, what, err)
+	return backend.Unavailable(ctx, what, err)
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/internal/epoch"
+	"github.com/batonhq/baton/backend"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -18,7 +18,7 @@ import (
 // ZooKeeper's zxids start again from the bottom when it loses its data (a
 // wiped data directory, an ensemble rebuilt), and so would tokens made of
 // czxids alone. The epoch node is a persistent node holding the wall-clock
-// second at which it was created (package internal/epoch); it is created
+// second at which it was created (backend.EpochOf); it is created
 // only if absent, so it lives as long as ZooKeeper's data, and tokens are
 // epoch<<32 + the czxid of the holder's latch node. Not a container: those
 // are reaped once empty, and the Root's container is kept by it.
@@ -58,7 +58,7 @@ func (b *Backend) readEpoch(ctx context.Context, s *sess, create bool) (uint64, 
 		if s != nil && b.conn.SessionID() != s.ID.id {
 			return 0, zk.ErrSessionExpired
 		}
-		e, err := b.epochs.Check(b.log, epoch.Where{Store: "ZooKeeper", Counter: "zxids", Kind: "node", Key: p}, string(data))
+		e, err := b.epochs.Check(b.log, backend.EpochLocation{Store: "ZooKeeper", Counter: "zxids", Kind: "node", Key: p}, string(data))
 		if err != nil {
 			return 0, fmt.Errorf("%w: zookeeper: %w", baton.ErrBackendUnavailable, err)
 		}
@@ -73,11 +73,11 @@ func (b *Backend) createEpoch(ctx context.Context, s *sess) error {
 	e := b.epochs.Next("", b.now())
 	for range 3 {
 		_, err := retry(ctx, b, s, func() (string, error) {
-			return b.conn.Create(p, []byte(epoch.Format(e)), 0, b.acl)
+			return b.conn.Create(p, []byte(backend.FormatEpoch(e)), 0, b.acl)
 		})
 		switch {
 		case err == nil:
-			b.log.Info("created the epoch node: ZooKeeper had none (a first campaign, or ZooKeeper lost its data)", "node", p, "epoch", epoch.Format(e))
+			b.log.Info("created the epoch node: ZooKeeper had none (a first campaign, or ZooKeeper lost its data)", "node", p, "epoch", backend.FormatEpoch(e))
 			return nil
 		case errors.Is(err, zk.ErrNodeExists):
 			return nil

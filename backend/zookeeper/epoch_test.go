@@ -9,7 +9,6 @@ import (
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/zookeeper"
 	"github.com/batonhq/baton/batontest"
-	"github.com/batonhq/baton/internal/epoch"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/go-zookeeper/zk"
 )
@@ -48,9 +47,9 @@ func tokenOf(t testing.TB, raw *zk.Conn, b *zookeeper.Backend, czxid int64) uint
 	if stat.EphemeralOwner != 0 {
 		t.Errorf("epoch node %s is ephemeral", b.EpochPath())
 	}
-	e, err := epoch.Parse(string(data))
+	e, err := backend.ParseEpoch(string(data))
 	if err != nil {
 		t.Fatalf("epoch node %s: %v", b.EpochPath(), err)
 	}
-	return epoch.Token(e, uint64(czxid))
+	return backend.EpochToken(e, uint64(czxid))
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/batonhq/baton/internal/session"
+	"github.com/batonhq/baton/backend"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -75,7 +75,7 @@ func (b *Backend) deleteNode(ctx context.Context, n *node) error {
 // dropNode deletes a campaign's node once, bounded by RenewInterval, and
 // keeps trying in the background if that fails. The caller's context may
 // have ended already, which is often why the node must go.
-func (b *Backend) dropNode(sl *session.Slot, name string, n *node) {
+func (b *Backend) dropNode(sl *backend.Slot, name string, n *node) {
 	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.RenewInterval)
 	err := b.deleteNode(ctx, n)
 	cancel()
@@ -91,7 +91,7 @@ func (b *Backend) dropNode(sl *session.Slot, name string, n *node) {
 // (Close deletes what is left, or closes the session). While it runs it
 // keeps sl, if sl is still the name's slot, so that a new campaign for the
 // name cannot start before the old node is gone.
-func (b *Backend) cleanLater(sl *session.Slot, name string, n *node, wait func()) {
+func (b *Backend) cleanLater(sl *backend.Slot, name string, n *node, wait func()) {
 	b.sessions.CleanLater(sl, func() {
 		if wait != nil {
 			waited := make(chan struct{})
@@ -102,7 +102,7 @@ func (b *Backend) cleanLater(sl *session.Slot, name string, n *node, wait func()
 				return
 			}
 		}
-		if session.Retry(b.ctx, b.cfg.RenewInterval, b.cfg.RenewInterval, true, func(ctx context.Context) error {
+		if backend.Retry(b.ctx, b.cfg.RenewInterval, b.cfg.RenewInterval, true, func(ctx context.Context) error {
 			err := b.deleteNode(ctx, n)
 			if err != nil {
 				b.log.Debug("left-over latch node not deleted yet", "lease", name, "latch", n.latch, "prefix", n.prefix, "err", err)

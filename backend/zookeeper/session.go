@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/internal/session"
+	"github.com/batonhq/baton/backend"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -19,7 +19,7 @@ import (
 // the session itself may live on and reconnect: the next campaign starts a
 // new generation on it, and the old generation's nodes are deleted), or at
 // Close.
-type sess = session.Session[*gen]
+type sess = backend.Session[*gen]
 
 // gen names a session generation.
 type gen struct {
@@ -38,20 +38,20 @@ type gen struct {
 	answered time.Time
 }
 
-// driver is the Backend's session.Driver: generations of the connection's
+// driver is the Backend's backend.SessionDriver: generations of the connection's
 // one session, confirmed with syncs. The client pings the server on its
 // own too; but its pings' replies are not ours to see, and safe-until must
 // be measured from the send time of a request whose reply we saw.
 type driver struct{ b *Backend }
 
 var (
-	_ session.Driver[*gen]  = driver{}
-	_ session.Checker[*gen] = driver{}
+	_ backend.SessionDriver[*gen]  = driver{}
+	_ backend.SessionChecker[*gen] = driver{}
 )
 
 // newSessions returns the Manager of b's session generations.
-func newSessions(b *Backend) *session.Manager[*gen] {
-	return session.New(driver{b}, session.Options[*gen]{
+func newSessions(b *Backend) *backend.SessionManager[*gen] {
+	return backend.NewSessionManager(driver{b}, backend.SessionOptions[*gen]{
 		Backend: "ZooKeeper",
 		Config:  b.cfg,
 		// Not below 5 s: a client reconnecting after a partition healed
@@ -74,14 +74,14 @@ var (
 	errDisconnected = errors.New("zookeeper: not connected")
 )
 
-// Current implements session.Checker: the client may have found the
+// Current implements backend.SessionChecker: the client may have found the
 // session expired (and reset its ID, or made another) before our renewals
 // noticed.
 func (d driver) Current(g *gen) bool { return d.b.conn.SessionID() == g.id }
 
-// Grant implements session.Driver: it starts a generation on the client's
+// Grant implements backend.SessionDriver: it starts a generation on the client's
 // session, with a confirmation whose request went out on it.
-func (d driver) Grant(ctx context.Context) (session.Grant[*gen], error) {
+func (d driver) Grant(ctx context.Context) (backend.SessionGrant[*gen], error) {
 	b := d.b
 	for tries := 0; ; tries++ {
 		start := time.Now()
@@ -89,13 +89,13 @@ func (d driver) Grant(ctx context.Context) (session.Grant[*gen], error) {
 		before, _ := b.link(sid)
 		if err := b.confirm(ctx); err != nil {
 			if errors.Is(err, baton.ErrClosed) || ctx.Err() != nil {
-				return session.Grant[*gen]{}, err
+				return backend.SessionGrant[*gen]{}, err
 			}
 			// The client failed the request while (re)connecting: try
 			// again shortly.
 			select {
 			case <-ctx.Done():
-				return session.Grant[*gen]{}, err
+				return backend.SessionGrant[*gen]{}, err
 			case <-time.After(50 * time.Millisecond):
 			}
 			continue
@@ -111,7 +111,7 @@ func (d driver) Grant(ctx context.Context) (session.Grant[*gen], error) {
 			if b.conn.SessionID() != sid {
 				continue // the client has another session since: measure again
 			}
-			return session.Grant[*gen]{}, fmt.Errorf("%w: Options.Probe has not seen ZooKeeper session 0x%x being granted, so the negotiated session timeout is unknown: dial the connection with the probe's Dial (zk.WithDialer(probe.Dial)), or leave Probe nil",
+			return backend.SessionGrant[*gen]{}, fmt.Errorf("%w: Options.Probe has not seen ZooKeeper session 0x%x being granted, so the negotiated session timeout is unknown: dial the connection with the probe's Dial (zk.WithDialer(probe.Dial)), or leave Probe nil",
 				baton.ErrBackendUnavailable, sid)
 		}
 		// A server that granted more than asked (its minSessionTimeout is
@@ -120,7 +120,7 @@ func (d driver) Grant(ctx context.Context) (session.Grant[*gen], error) {
 		// terms are timed by the shorter of the two.
 		timed := min(timeout, b.cfg.TTL)
 		if err := b.checkTimeout(timed); err != nil {
-			return session.Grant[*gen]{}, err
+			return backend.SessionGrant[*gen]{}, err
 		}
 		id := &gen{id: sid, interval: b.cfg.RenewInterval}
 		lag := ensembleLag(id.interval, timeout)
@@ -132,7 +132,7 @@ func (d driver) Grant(ctx context.Context) (session.Grant[*gen], error) {
 				id.ridePings, id.interval = true, timeout/3
 			}
 		}
-		g := session.Grant[*gen]{
+		g := backend.SessionGrant[*gen]{
 			ID:        id,
 			SafeUntil: b.cfg.SafeUntil(start.Add(-lag), timeout),
 			TTL:       timeout,
@@ -153,7 +153,7 @@ func (d driver) Grant(ctx context.Context) (session.Grant[*gen], error) {
 			return g, nil
 		}
 		if tries >= 3 {
-			return session.Grant[*gen]{}, fmt.Errorf("%w: ZooKeeper answers too slowly for a session timeout of %s", baton.ErrBackendUnavailable, timeout)
+			return backend.SessionGrant[*gen]{}, fmt.Errorf("%w: ZooKeeper answers too slowly for a session timeout of %s", baton.ErrBackendUnavailable, timeout)
 		}
 	}
 }
@@ -225,7 +225,7 @@ func (b *Backend) confirm(ctx context.Context) error {
 	return err
 }
 
-// Renew implements session.Driver. On a standalone server, with
+// Renew implements backend.SessionDriver. On a standalone server, with
 // RenewInterval left at its default, it confirms generation g with the
 // latest request the server answered since the last renewal, which is the
 // client's own ping unless other requests flowed; if none comes within
@@ -322,7 +322,7 @@ func (b *Backend) renewed(g *gen, sent time.Time, lag time.Duration) (time.Time,
 			// cannot be taken back (Extend never shortens it). So the
 			// generation's terms end now; their nodes are deleted (see
 			// watchHeld) and campaigns start afresh.
-			return time.Time{}, &session.EndedError{Err: fmt.Errorf("%w: ZooKeeper session 0x%x: the server cut its timeout from %s to %s on reconnection, which could end it before the safe-until already given",
+			return time.Time{}, &backend.SessionEndedError{Err: fmt.Errorf("%w: ZooKeeper session 0x%x: the server cut its timeout from %s to %s on reconnection, which could end it before the safe-until already given",
 				baton.ErrExpired, g.id, old, timeout)}
 		}
 	}
@@ -333,13 +333,13 @@ func (b *Backend) renewed(g *gen, sent time.Time, lag time.Duration) (time.Time,
 	return b.cfg.SafeUntil(sent.Add(-lag), timeout), nil
 }
 
-// Revoke implements session.Driver. A generation has nothing to revoke on
+// Revoke implements backend.SessionDriver. A generation has nothing to revoke on
 // the server: the session lives on for the next one, and the nodes of the
 // generation that ended are deleted (see watchHeld); Close closes the
 // session of a connection it owns.
 func (driver) Revoke(context.Context, *gen, bool) error { return nil }
 
-// Gone implements session.Driver.
+// Gone implements backend.SessionDriver.
 func (driver) Gone(err error) bool {
 	return errors.Is(err, errSessionGone) || errors.Is(err, zk.ErrSessionExpired)
 }

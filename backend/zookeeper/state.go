@@ -9,7 +9,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/internal/session"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -92,7 +91,7 @@ func (t *term) LoadState(ctx context.Context) ([]byte, error) {
 // baton.ErrBackendUnavailable: the write may still land (fenced all the
 // same, by the check), and LoadState tells.
 func (t *term) StoreState(ctx context.Context, value []byte) error {
-	return session.StoreState(ctx, t, value, t.store)
+	return backend.StoreState(ctx, t, value, t.store)
 }
 
 // store is StoreState once the term was found running: the store alone

@@ -9,8 +9,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/internal/epoch"
-	"github.com/batonhq/baton/internal/session"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -20,7 +18,7 @@ type held struct {
 	n     *node
 	path  string
 	czxid int64
-	sl    *session.Slot
+	sl    *backend.Slot
 	s     *sess
 	term  *backend.BasicTerm
 	ctx   context.Context
@@ -32,11 +30,11 @@ type held struct {
 }
 
 // hold starts the term of node n.
-func (b *Backend) hold(s *sess, sl *session.Slot, name string, n *node, czxid int64, ep uint64) (baton.Term, error) {
+func (b *Backend) hold(s *sess, sl *backend.Slot, name string, n *node, czxid int64, ep uint64) (baton.Term, error) {
 	ctx, stop := context.WithCancel(s.Context())
 	h := &held{name: name, n: n, path: b.nodePath(n), czxid: czxid, sl: sl, s: s, ctx: ctx, stop: stop}
-	token := epoch.Token(ep, uint64(czxid))
-	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, session.Win{
+	token := backend.EpochToken(ep, uint64(czxid))
+	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, backend.StartOptions{
 		Started: func(t *backend.BasicTerm) { h.term = t },
 		Watch:   func() { b.watchHeld(h) },
 	})

@@ -10,8 +10,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/internal/epoch"
-	"github.com/batonhq/baton/internal/session"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -46,13 +44,13 @@ type Backend struct {
 	// at most one latch node per name (see the etcd backend). While a node
 	// of a name is being deleted in the background, the name stays
 	// claimed.
-	sessions *session.Manager[*gen]
+	sessions *backend.SessionManager[*gen]
 
 	nmu   sync.Mutex
 	nodes map[*node]struct{} // every node made, or maybe made, and not known to be gone; guarded by nmu
 
 	// epochs follows the epoch node as read (see epochNode).
-	epochs epoch.Tracker
+	epochs backend.EpochTracker
 	// now is the wall clock an epoch created is taken from.
 	now func() time.Time
 }
@@ -188,7 +186,7 @@ func (b *Backend) leader(ctx context.Context, name string, watch bool) (baton.Re
 	if err != nil {
 		return baton.Record{}, nil, b.unavailable(ctx, "read epoch node "+b.EpochPath(), err)
 	}
-	return baton.Record{Lease: name, Holder: string(l.data), Token: epoch.Token(ep, uint64(l.stat.Czxid))}, l.watch, nil
+	return baton.Record{Lease: name, Holder: string(l.data), Token: backend.EpochToken(ep, uint64(l.stat.Czxid))}, l.watch, nil
 }
 
 // Close ends every term this Backend holds (Err wraps baton.ErrClosed) and

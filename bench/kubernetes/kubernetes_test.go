@@ -23,7 +23,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/backend/cas"
 	"github.com/batonhq/baton/backend/kubernetes"
 	"github.com/batonhq/baton/internal/testserver"
 )
@@ -134,8 +133,8 @@ func (p *proc) crash() { p.proxy.Cut() }
 func (p *proc) baton(b *testing.B) *kubernetes.Backend {
 	b.Helper()
 	be, err := kubernetes.New(p.cs, kubernetes.Options{
-		Options:   cas.Options{Config: backend.Config{TTL: leaseDuration}},
-		Namespace: namespace,
+		RecordOptions: backend.RecordOptions{Config: backend.Config{TTL: leaseDuration}},
+		Namespace:     namespace,
 	})
 	if err != nil {
 		b.Fatal(err)

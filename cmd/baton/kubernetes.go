@@ -15,7 +15,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/backend/cas"
 	"github.com/batonhq/baton/backend/kubernetes"
 	"github.com/batonhq/baton/cmd/baton/internal/backendurl"
 )
@@ -102,8 +101,8 @@ func parseKubernetesURL(raw, lease string) (backendurl.Opener, error) {
 			return nil, nil, err
 		}
 		b, err := kubernetes.New(cs, kubernetes.Options{
-			Options:   cas.Options{Config: backend.Config{TTL: o.TTL}, Logger: o.Logger},
-			Namespace: ns,
+			RecordOptions: backend.RecordOptions{Config: backend.Config{TTL: o.TTL}, Logger: o.Logger},
+			Namespace:     ns,
 		})
 		if err != nil {
 			return nil, nil, err

@@ -28,7 +28,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/backend/cas"
 	"github.com/batonhq/baton/backend/kubernetes"
 )
 
@@ -53,7 +52,7 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "batonelector:", err)
 		return 2
 	}
-	b, err := kubernetes.Open(u, kubernetes.Options{Options: cas.Options{Config: backend.Config{TTL: *ttl}}})
+	b, err := kubernetes.Open(u, kubernetes.Options{RecordOptions: backend.RecordOptions{Config: backend.Config{TTL: *ttl}}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "batonelector:", err)
 		return 2

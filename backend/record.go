@@ -1,4 +1,4 @@
-package cas
+package backend
 
 import (
 	"context"
@@ -10,19 +10,16 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/internal/epoch"
 )
 
-// Options configures a Backend. The zero value means the documented defaults.
-type Options struct {
-	backend.
-		// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s, TTL/3,
-		// TTL/10).
-		Config
+// RecordOptions configures a RecordBackend. The zero value means the documented defaults.
+type RecordOptions struct {
+	// Config holds TTL, RenewInterval and DriftMargin (defaults: 10 s, TTL/3,
+	// TTL/10).
+	Config
 
 	// PollInterval is how often a waiting candidate re-reads the record. Zero
-	// means RenewInterval. With a Notifier a release wakes waiters at once and
+	// means RenewInterval. With a RecordNotifier a release wakes waiters at once and
 	// polling only times takeovers from dead holders.
 	PollInterval time.Duration
 
@@ -30,20 +27,20 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Backend runs baton leases over a Store. It is safe for concurrent use. One
-// Backend stands for one process; it may hold any number of leases.
-type Backend struct {
-	store  Store
-	cfg    backend.Config
+// RecordBackend runs baton leases over a RecordStore. It is safe for concurrent use. One
+// RecordBackend stands for one process; it may hold any number of leases.
+type RecordBackend struct {
+	store  RecordStore
+	cfg    Config
 	poll   time.Duration
 	log    *slog.Logger
-	notify Notifier
-	// keeps is set when the store never loses records (Keeper): tokens of
+	notify RecordNotifier
+	// keeps is set when the store never loses records (RecordKeeper): tokens of
 	// a new record then start at 1, not at an epoch.
 	keeps bool
 	// epochs follows the epochs of the leases' tokens, so that a record
-	// this Backend creates after the store lost one starts above it.
-	epochs epoch.Tracker
+	// this RecordBackend creates after the store lost one starts above it.
+	epochs EpochTracker
 
 	mu     sync.Mutex
 	closed bool
@@ -61,12 +58,12 @@ type Backend struct {
 	wg       sync.WaitGroup
 }
 
-var _ baton.Backend = (*Backend)(nil)
+var _ baton.Backend = (*RecordBackend)(nil)
 
 // holding is one lease this process campaigns for or holds.
 type holding struct {
 	name, id string
-	term     *backend.BasicTerm
+	term     *BasicTerm
 	stop     chan struct{} // closed to stop the renewer
 	stopped  chan struct{} // closed when the renewer returned
 
@@ -77,7 +74,7 @@ type holding struct {
 	// is a channel so that waiting for it honours a context.
 	write   chan struct{}
 	version uint64
-	rec     Record
+	rec     LeaseRecord
 }
 
 // lock waits for h's write turn, or returns ctx's error.
@@ -92,14 +89,14 @@ func (h *holding) lock(ctx context.Context) error {
 
 func (h *holding) unlock() { <-h.write }
 
-// New returns a Backend over store.
-func New(store Store, opts Options) (*Backend, error) {
+// NewRecordBackend returns a RecordBackend over store.
+func NewRecordBackend(store RecordStore, opts RecordOptions) (*RecordBackend, error) {
 	cfg, err := opts.Config.WithDefaults()
 	if err != nil {
 		return nil, err
 	}
 	if store == nil {
-		return nil, &baton.ConfigError{Problems: []string{"cas: Store is nil"}}
+		return nil, &baton.ConfigError{Problems: []string{"cas: the RecordStore is nil"}}
 	}
 	if opts.PollInterval < 0 {
 		return nil, &baton.ConfigError{Problems: []string{fmt.Sprintf("cas: PollInterval (%s) must be positive, or zero for RenewInterval", opts.PollInterval)}}
@@ -112,19 +109,19 @@ func New(store Store, opts Options) (*Backend, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	b := &Backend{done: make(chan struct{}), store: store, cfg: cfg, poll: poll, log: log.WithGroup("cas"), active: map[string]*holding{}, left: map[string]uint64{}, released: map[string]time.Time{}}
-	b.notify, _ = store.(Notifier)
-	if k, ok := store.(Keeper); ok {
+	b := &RecordBackend{done: make(chan struct{}), store: store, cfg: cfg, poll: poll, log: log.WithGroup("cas"), active: map[string]*holding{}, left: map[string]uint64{}, released: map[string]time.Time{}}
+	b.notify, _ = store.(RecordNotifier)
+	if k, ok := store.(RecordKeeper); ok {
 		b.keeps = k.KeepsRecords()
 	}
 	return b, nil
 }
 
-// Config returns the timing the Backend uses, defaults filled in.
-func (b *Backend) Config() backend.Config { return b.cfg }
+// Config returns the timing the RecordBackend uses, defaults filled in.
+func (b *RecordBackend) Config() Config { return b.cfg }
 
 // Campaign implements baton.Backend.
-func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) (baton.Term, error) {
+func (b *RecordBackend) Campaign(ctx context.Context, name string, c baton.Candidate) (baton.Term, error) {
 	if name == "" || c.ID == "" {
 		return nil, fmt.Errorf("cas: lease name and candidate ID must not be empty (name %q, id %q)", name, c.ID)
 	}
@@ -152,7 +149,7 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 	return t, nil
 }
 
-func (b *Backend) campaign(ctx context.Context, h *holding) (baton.Term, error) {
+func (b *RecordBackend) campaign(ctx context.Context, h *holding) (baton.Term, error) {
 	var wake <-chan struct{}
 	if b.notify != nil {
 		nctx, cancel := context.WithCancel(ctx)
@@ -177,7 +174,7 @@ func (b *Backend) campaign(ctx context.Context, h *holding) (baton.Term, error) 
 		wait := b.poll
 		switch {
 		case rec.Holder == "" || b.leftBehind(h, rec):
-			// Free, or left by an earlier term of this very Backend that ended
+			// Free, or left by an earlier term of this very RecordBackend that ended
 			// without a release: nobody acts on it, take it now. (A record that
 			// merely carries our ID could be another process misconfigured
 			// with the same ID; that one waits a TTL like any other.)
@@ -225,15 +222,15 @@ func (b *Backend) campaign(ctx context.Context, h *holding) (baton.Term, error) 
 // acquire tries to swap in a record naming h's candidate, with the state of
 // old, the record at version v. It returns (nil, nil) when another writer won
 // the race, so the caller reads again.
-func (b *Backend) acquire(ctx context.Context, h *holding, v uint64, old Record) (baton.Term, error) {
-	rec := Record{Holder: h.id, Token: old.Token + 1, TTL: b.cfg.TTL, Since: time.Now(), State: old.State}
+func (b *RecordBackend) acquire(ctx context.Context, h *holding, v uint64, old LeaseRecord) (baton.Term, error) {
+	rec := LeaseRecord{Holder: h.id, Token: old.Token + 1, TTL: b.cfg.TTL, Since: time.Now(), State: old.State}
 	if !b.keeps && (v == 0 || old.Token>>32 == 0) {
 		// A new record, or one that another kind of client created without
 		// an epoch (client-go's elector creates Leases): the store may
 		// have lost an older record, whose tokens this one must outrank.
 		// The counter goes on from the record's, so that it keeps rising
 		// for the other clients too.
-		rec.Token = max(rec.Token, epoch.Token(b.epochs.Next(h.name, rec.Since), old.Token&math.MaxUint32+1))
+		rec.Token = max(rec.Token, EpochToken(b.epochs.Next(h.name, rec.Since), old.Token&math.MaxUint32+1))
 	}
 	start := time.Now()
 	nv, err := b.store.CompareAndSwap(ctx, h.name, v, rec)
@@ -254,7 +251,7 @@ func (b *Backend) acquire(ctx context.Context, h *holding, v uint64, old Record)
 	}
 	h.version, h.rec = nv, rec
 	h.stop, h.stopped = make(chan struct{}), make(chan struct{})
-	t := backend.NewBasicTerm(h.name, rec.Token, b.cfg.SafeUntil(start, b.cfg.TTL), func(ctx context.Context) error {
+	t := NewBasicTerm(h.name, rec.Token, b.cfg.SafeUntil(start, b.cfg.TTL), func(ctx context.Context) error {
 		return b.release(ctx, h)
 	})
 	b.mu.Lock()
@@ -264,7 +261,7 @@ func (b *Backend) acquire(ctx context.Context, h *holding, v uint64, old Record)
 		close(h.stop)
 		close(h.stopped)
 		t.End(fmt.Errorf("%w: lease %q", baton.ErrClosed, h.name))
-		_, _ = b.store.CompareAndSwap(context.WithoutCancel(ctx), h.name, nv, Record{Token: rec.Token, TTL: rec.TTL, State: rec.State})
+		_, _ = b.store.CompareAndSwap(context.WithoutCancel(ctx), h.name, nv, LeaseRecord{Token: rec.Token, TTL: rec.TTL, State: rec.State})
 		return nil, baton.ErrClosed
 	}
 	h.term = t
@@ -278,13 +275,13 @@ func (b *Backend) acquire(ctx context.Context, h *holding, v uint64, old Record)
 	if !b.keeps {
 		if prev, e := b.epochs.Saw(h.name, rec.Token>>32), rec.Token>>32; prev != 0 && e != prev {
 			b.log.Warn("the lease's token epoch changed: the store lost the lease's record and it was created anew",
-				"lease", h.name, "old_epoch", epoch.Format(prev), "new_epoch", epoch.Format(e), "token", rec.Token)
+				"lease", h.name, "old_epoch", FormatEpoch(prev), "new_epoch", FormatEpoch(e), "token", rec.Token)
 		}
 	}
-	return &term{BasicTerm: t, b: b, h: h}, nil
+	return &recordTerm{BasicTerm: t, b: b, h: h}, nil
 }
 
-func (b *Backend) unavailable(ctx context.Context, what string, err error) error {
+func (b *RecordBackend) unavailable(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -292,7 +289,7 @@ func (b *Backend) unavailable(ctx context.Context, what string, err error) error
 }
 
 // renew keeps h's record fresh until the term ends or stop is closed.
-func (b *Backend) renew(h *holding) {
+func (b *RecordBackend) renew(h *holding) {
 	defer close(h.stopped)
 	defer b.forget(h)
 	next := b.cfg.RenewInterval
@@ -331,7 +328,7 @@ func (b *Backend) renew(h *holding) {
 
 // renewOnce rewrites h's record once, within ctx, and returns when to renew
 // next, or -1 when the lease is lost. Called with h's write lock held.
-func (b *Backend) renewOnce(ctx context.Context, h *holding) time.Duration {
+func (b *RecordBackend) renewOnce(ctx context.Context, h *holding) time.Duration {
 	if h.term.Err() != nil {
 		// It ended while we waited for the lock (a StoreState found the
 		// record taken, say): the renewer's select tells why.
@@ -371,7 +368,7 @@ func (b *Backend) renewOnce(ctx context.Context, h *holding) time.Duration {
 
 // yieldLeft is how much longer h's candidate should leave a lease it just
 // released to the waiters.
-func (b *Backend) yieldLeft(h *holding) time.Duration {
+func (b *RecordBackend) yieldLeft(h *holding) time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	at, ok := b.released[h.name+"\x00"+h.id]
@@ -390,21 +387,21 @@ func (b *Backend) yieldLeft(h *holding) time.Duration {
 	return left
 }
 
-func (b *Backend) leftBehind(h *holding, rec Record) bool {
+func (b *RecordBackend) leftBehind(h *holding, rec LeaseRecord) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	tok, ok := b.left[h.name+"\x00"+h.id]
 	return ok && rec.Holder == h.id && rec.Token == tok
 }
 
-func (b *Backend) markLeft(h *holding, token uint64) {
+func (b *RecordBackend) markLeft(h *holding, token uint64) {
 	b.mu.Lock()
 	b.left[h.name+"\x00"+h.id] = token
 	b.mu.Unlock()
 }
 
 // forget drops h from the active set so the candidate may campaign again.
-func (b *Backend) forget(h *holding) {
+func (b *RecordBackend) forget(h *holding) {
 	b.mu.Lock()
 	if b.active[h.name+"\x00"+h.id] == h {
 		delete(b.active, h.name+"\x00"+h.id)
@@ -413,7 +410,7 @@ func (b *Backend) forget(h *holding) {
 }
 
 // release stops the renewer and clears the holder, keeping the token.
-func (b *Backend) release(ctx context.Context, h *holding) error {
+func (b *RecordBackend) release(ctx context.Context, h *holding) error {
 	select {
 	case <-h.stop:
 	default:
@@ -431,7 +428,7 @@ func (b *Backend) release(ctx context.Context, h *holding) error {
 		return fmt.Errorf("cas: release lease %q: %w", h.name, err)
 	}
 	defer h.unlock()
-	free := Record{Token: h.rec.Token, TTL: h.rec.TTL, State: h.rec.State}
+	free := LeaseRecord{Token: h.rec.Token, TTL: h.rec.TTL, State: h.rec.State}
 	for {
 		_, err := b.store.CompareAndSwap(ctx, h.name, h.version, free)
 		if err == nil || !errors.Is(err, ErrConflict) {
@@ -461,7 +458,7 @@ func (b *Backend) release(ctx context.Context, h *holding) error {
 // name a holder that died: the record changes only when a campaigning
 // candidate takes it over, a TTL after the holder's last renewal at the
 // earliest, and never while nobody campaigns.
-func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error) {
+func (b *RecordBackend) Leader(ctx context.Context, name string) (baton.Record, error) {
 	rec, _, err := b.store.Get(ctx, name)
 	if err != nil {
 		return baton.Record{}, b.unavailable(ctx, "read lease "+name, err)
@@ -472,10 +469,10 @@ func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error)
 	return baton.Record{Lease: name, Holder: rec.Holder, Token: rec.Token, Since: rec.Since}, nil
 }
 
-// Close ends every term this Backend holds (Err wraps baton.ErrClosed),
+// Close ends every term this RecordBackend holds (Err wraps baton.ErrClosed),
 // releases their leases so standbys take over at once, and waits for its
-// goroutines. The Store is the caller's and is not closed.
-func (b *Backend) Close(ctx context.Context) error {
+// goroutines. The RecordStore is the caller's and is not closed.
+func (b *RecordBackend) Close(ctx context.Context) error {
 	b.mu.Lock()
 	if !b.closed {
 		close(b.done)

@@ -1,4 +1,4 @@
-package cas_test
+package backend_test
 
 import (
 	"bytes"
@@ -13,7 +13,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/backend/cas"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/internal/testkit"
 )
@@ -178,7 +177,7 @@ type writeCounter struct {
 	own atomic.Int64
 }
 
-func (w *writeCounter) CompareAndSwap(ctx context.Context, name string, version uint64, rec cas.Record) (uint64, error) {
+func (w *writeCounter) CompareAndSwap(ctx context.Context, name string, version uint64, rec backend.LeaseRecord) (uint64, error) {
 	v, err := w.Store.CompareAndSwap(ctx, name, version, rec)
 	if ctx.Value(storeCtxKey{}) == nil {
 		w.own.Add(1)

@@ -1,30 +1,28 @@
-package session
+package backend
 
 import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/batonhq/baton/backend"
 )
 
-// Terms is one server session's safe-until, the live terms riding on it,
+// SessionTerms is one server session's safe-until, the live terms riding on it,
 // and why it ended. Safe for concurrent use.
-type Terms struct {
+type SessionTerms struct {
 	mu        sync.Mutex
 	safeUntil time.Time
-	terms     map[*backend.BasicTerm]struct{}
+	terms     map[*BasicTerm]struct{}
 	lastErr   error // the latest renewal failure, nil after a success
 	err       error // why the session ended; nil while it lasts
 }
 
-// NewTerms returns the state of a session confirmed until safeUntil.
-func NewTerms(safeUntil time.Time) *Terms {
-	return &Terms{safeUntil: safeUntil, terms: map[*backend.BasicTerm]struct{}{}}
+// NewSessionTerms returns the state of a session confirmed until safeUntil.
+func NewSessionTerms(safeUntil time.Time) *SessionTerms {
+	return &SessionTerms{safeUntil: safeUntil, terms: map[*BasicTerm]struct{}{}}
 }
 
 // Err returns why the session ended, or nil while it lasts.
-func (s *Terms) Err() error {
+func (s *SessionTerms) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.err
@@ -32,27 +30,27 @@ func (s *Terms) Err() error {
 
 // Start begins a term of lease with token, riding on the session, and
 // reports false (starting nothing) when the session ended or its safe-until
-// passed. release is the term's release function (see backend.NewBasicTerm).
-func (s *Terms) Start(lease string, token uint64, release func(context.Context) error) (*backend.BasicTerm, bool) {
+// passed. release is the term's release function (see NewBasicTerm).
+func (s *SessionTerms) Start(lease string, token uint64, release func(context.Context) error) (*BasicTerm, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil || !time.Now().Before(s.safeUntil) {
 		return nil, false
 	}
-	t := backend.NewBasicTerm(lease, token, s.safeUntil, release)
+	t := NewBasicTerm(lease, token, s.safeUntil, release)
 	s.terms[t] = struct{}{}
 	return t, true
 }
 
 // Forget stops extending t, whose term has ended.
-func (s *Terms) Forget(t *backend.BasicTerm) {
+func (s *SessionTerms) Forget(t *BasicTerm) {
 	s.mu.Lock()
 	delete(s.terms, t)
 	s.mu.Unlock()
 }
 
 // Extend moves the session's safe-until, and every live term's, to until.
-func (s *Terms) Extend(until time.Time) {
+func (s *SessionTerms) Extend(until time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if until.After(s.safeUntil) {
@@ -67,7 +65,7 @@ func (s *Terms) Extend(until time.Time) {
 }
 
 // RenewFailed records a failed renewal; the terms report it if they expire.
-func (s *Terms) RenewFailed(err error) {
+func (s *SessionTerms) RenewFailed(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lastErr = err
@@ -78,7 +76,7 @@ func (s *Terms) RenewFailed(err error) {
 
 // End ends the session and its terms with err. It reports false when the
 // session had already ended.
-func (s *Terms) End(err error) bool {
+func (s *SessionTerms) End(err error) bool {
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
@@ -101,7 +99,7 @@ func (s *Terms) End(err error) bool {
 // confirmation was slow. A renewal confirmed in time is thus followed by
 // the next one interval later, whatever share of the span the interval
 // is. Past the deadline it returns a moment, for keepAlive to notice.
-func (s *Terms) renewIn(interval time.Duration) time.Duration {
+func (s *SessionTerms) renewIn(interval time.Duration) time.Duration {
 	s.mu.Lock()
 	left := time.Until(s.safeUntil)
 	s.mu.Unlock()
@@ -111,7 +109,7 @@ func (s *Terms) renewIn(interval time.Duration) time.Duration {
 // renewal says how keepAlive renews a session and what it does when that
 // fails.
 type renewal struct {
-	// Interval is the time between renewals (backend.Config.RenewInterval);
+	// Interval is the time between renewals (Config.RenewInterval);
 	// after a failure keepAlive retries four times as often.
 	Interval time.Duration
 	// Renew renews the session once, within ctx (which ends at the current
@@ -134,7 +132,7 @@ type renewal struct {
 // keepAlive renews the session until ctx ends, it expires, or the server
 // reports it gone. Each renewal is bounded by the current safe-until, after
 // which it would be useless.
-func (s *Terms) keepAlive(ctx context.Context, r renewal) {
+func (s *SessionTerms) keepAlive(ctx context.Context, r renewal) {
 	next := s.renewIn(r.Interval)
 	for {
 		timer := time.NewTimer(next)

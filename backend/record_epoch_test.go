@@ -1,4 +1,4 @@
-package cas_test
+package backend_test
 
 import (
 	"context"
@@ -7,14 +7,13 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/backend/cas"
+	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/memory"
-	"github.com/batonhq/baton/internal/epoch"
 )
 
 // forgetfulStore is a store that can lose every record at once, as Redis
 // without persistence does when it restarts: Wipe puts a fresh memory store
-// behind it. It does not claim cas.Keeper.
+// behind it. It does not claim backend.RecordKeeper.
 type forgetfulStore struct {
 	mu sync.Mutex
 	s  *memory.Store
@@ -32,11 +31,11 @@ func (f *forgetfulStore) store() *memory.Store {
 	return f.s
 }
 
-func (f *forgetfulStore) Get(ctx context.Context, name string) (cas.Record, uint64, error) {
+func (f *forgetfulStore) Get(ctx context.Context, name string) (backend.LeaseRecord, uint64, error) {
 	return f.store().Get(ctx, name)
 }
 
-func (f *forgetfulStore) CompareAndSwap(ctx context.Context, name string, version uint64, rec cas.Record) (uint64, error) {
+func (f *forgetfulStore) CompareAndSwap(ctx context.Context, name string, version uint64, rec backend.LeaseRecord) (uint64, error) {
 	return f.store().CompareAndSwap(ctx, name, version, rec)
 }
 
@@ -48,7 +47,7 @@ func TestTokensRiseAcrossLostRecords(t *testing.T) {
 	f := &forgetfulStore{}
 	f.Wipe()
 	b := newBackend(t, f, cfg)
-	terms := func(b *cas.Backend, n int, after uint64) uint64 {
+	terms := func(b *backend.RecordBackend, n int, after uint64) uint64 {
 		t.Helper()
 		for range n {
 			term, err := b.Campaign(context.Background(), "job", baton.Candidate{ID: "a"})
@@ -74,7 +73,7 @@ func TestTokensRiseAcrossLostRecords(t *testing.T) {
 	lastAt := time.Now()
 
 	f.Wipe()
-	for epoch.Of(time.Now()) <= max(epoch.Of(lastAt), last>>32) {
+	for backend.EpochOf(time.Now()) <= max(backend.EpochOf(lastAt), last>>32) {
 		time.Sleep(20 * time.Millisecond) // the documented assumption: a later second
 	}
 	terms(newBackend(t, f, cfg), 1, last)

@@ -1,4 +1,4 @@
-package session
+package backend
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/backend"
 )
 
 // testSlots is a Backend's mutex, closed flag and slots.
@@ -32,13 +31,13 @@ func (b *testSlots) close() {
 	b.mu.Unlock()
 }
 
-func (b *testSlots) won(sl *Slot, t *backend.BasicTerm) {
+func (b *testSlots) won(sl *Slot, t *BasicTerm) {
 	b.mu.Lock()
 	b.wonLocked(sl, t)
 	b.mu.Unlock()
 }
 
-func (b *testSlots) wonUntilGone(sl *Slot, t *backend.BasicTerm) {
+func (b *testSlots) wonUntilGone(sl *Slot, t *BasicTerm) {
 	b.mu.Lock()
 	b.wonUntilGoneLocked(sl, t)
 	b.mu.Unlock()
@@ -85,8 +84,8 @@ func waiting(t *testing.T, ch <-chan claimed) {
 	}
 }
 
-func running() *backend.BasicTerm {
-	return backend.NewBasicTerm("a", 1, time.Now().Add(time.Hour), nil)
+func running() *BasicTerm {
+	return NewBasicTerm("a", 1, time.Now().Add(time.Hour), nil)
 }
 
 func TestSlotsClaimUnclaim(t *testing.T) {

@@ -1,4 +1,4 @@
-package session
+package backend
 
 import (
 	"context"
@@ -6,32 +6,15 @@ import (
 	"sync"
 
 	"github.com/batonhq/baton"
-	batonbackend "github.com/batonhq/baton/backend"
 )
 
-// slots keeps the lease names one Backend campaigns for or holds, one slot
-// per name. The session backends derive a campaign's key or node from the
-// Backend's one session, so two campaigns of one Backend for one name must
-// not overlap; nor may a new campaign start while a clean-up after an older
-// one may still delete what the new one makes.
+// slots keeps the lease names one Backend campaigns for or holds, one Slot
+// per name (see Slot for when a name is claimed).
 //
-// A name is claimed from Claim until Unclaim gives it back, or longer:
-//
-//   - While a clean-up (Manager.CleanLater) runs, Unclaim leaves the name
-//     claimed, and a new Claim for it waits for the clean-up's end, which
-//     gives the name back.
-//   - Once the campaign won (Manager.Start), a new Claim for the name fails
-//     with baton.ErrAlreadyCampaigning while the term runs, and takes the
-//     slot over once it ended: the backend's campaign copes with what the
-//     old term may have left (etcd, ZooKeeper, raft).
-//   - Once the campaign won with Win.UntilGone, a new Claim also fails
-//     while the term runs, but after it ended waits until Gone says that
-//     what the term held is gone (Consul).
-//
-// Locking: slots is guarded by its Manager's mutex, which also guards the
-// closed flag (read through the closed function), so that the Manager can
+// Locking: slots is guarded by its SessionManager's mutex, which also guards the
+// closed flag (read through the closed function), so that the SessionManager can
 // act on a slot and its other state in one critical section: a clean-up,
-// say, checks that the Manager is not closed, marks the slot and adds
+// say, checks that the SessionManager is not closed, marks the slot and adds
 // itself to the wait group at once, so that Close cannot come in between.
 // Methods whose names end in Locked are called with the mutex held; the
 // others take it themselves and are called without it.
@@ -43,17 +26,35 @@ type slots struct {
 }
 
 // newSlots returns slots guarded by mu (see slots). closed reports, called
-// with mu held, whether the Manager is closed. backend names the backend in
+// with mu held, whether the SessionManager is closed. backend names the backend in
 // Claim's errors ("etcd allows one campaign per lease name per Backend").
 func newSlots(mu sync.Locker, closed func() bool, backend string) *slots {
 	return &slots{mu: mu, closed: closed, backend: backend, slots: map[string]*Slot{}}
 }
 
-// Slot marks a lease name claimed by one campaign. Its fields are guarded
-// by the slots' mutex.
+// Slot marks a lease name claimed by one campaign of a SessionManager. The
+// session backends derive a campaign's key or node from the Backend's one
+// session, so two campaigns of one Backend for one name must not overlap;
+// nor may a new campaign start while a clean-up after an older one may
+// still delete what the new one makes.
+//
+// A name is claimed from Claim until Unclaim gives it back, or longer:
+//
+//   - While a clean-up (SessionManager.CleanLater) runs, Unclaim leaves the name
+//     claimed, and a new Claim for it waits for the clean-up's end, which
+//     gives the name back.
+//   - Once the campaign won (SessionManager.Start), a new Claim for the name fails
+//     with baton.ErrAlreadyCampaigning while the term runs, and takes the
+//     slot over once it ended: the backend's campaign copes with what the
+//     old term may have left (etcd, ZooKeeper, raft).
+//   - Once the campaign won with StartOptions.UntilGone, a new Claim also fails
+//     while the term runs, but after it ended waits until Gone says that
+//     what the term held is gone (Consul).
+//
+// Its fields are guarded by the SessionManager's mutex.
 type Slot struct {
 	name string
-	term *batonbackend.BasicTerm // set once the lease is won
+	term *BasicTerm // set once the lease is won
 
 	// gone, set with term by wonUntilGoneLocked, is closed by Gone.
 	gone chan struct{}
@@ -66,7 +67,7 @@ type Slot struct {
 // Claim claims lease name for a campaign of candidate id. It fails with
 // baton.ErrClosed once the Backend is closed, and with an error wrapping
 // baton.ErrAlreadyCampaigning while another campaign of the Backend holds
-// the name (see slots); it waits for a clean-up, or for an ended term's
+// the name (see Slot); it waits for a clean-up, or for an ended term's
 // Gone, and returns ctx.Err() if ctx ends first.
 func (s *slots) Claim(ctx context.Context, name, id string) (*Slot, error) {
 	for {
@@ -136,13 +137,13 @@ func (s *slots) Claimed(name string) bool {
 
 // wonLocked records that sl's campaign won term t: a new claim may take
 // the slot over once t ended.
-func (s *slots) wonLocked(sl *Slot, t *batonbackend.BasicTerm) {
+func (s *slots) wonLocked(sl *Slot, t *BasicTerm) {
 	sl.term = t
 }
 
 // wonUntilGoneLocked records that sl's campaign won term t, and that a new
 // claim waits, after t ended, until Gone(sl).
-func (s *slots) wonUntilGoneLocked(sl *Slot, t *batonbackend.BasicTerm) {
+func (s *slots) wonUntilGoneLocked(sl *Slot, t *BasicTerm) {
 	sl.term, sl.gone = t, make(chan struct{})
 }
 
@@ -182,7 +183,7 @@ func (s *slots) cleaningLocked(sl *Slot) (done func(), ok bool) {
 }
 
 // termLocked returns the term won for name, or nil.
-func (s *slots) termLocked(name string) *batonbackend.BasicTerm {
+func (s *slots) termLocked(name string) *BasicTerm {
 	if sl := s.slots[name]; sl != nil {
 		return sl.term
 	}

@@ -1,4 +1,4 @@
-package cas
+package backend
 
 import (
 	"bytes"
@@ -8,24 +8,23 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/backend"
 )
 
-// term is the Term of a lease this Backend holds: the BasicTerm the renewer
-// extends, and the lease's state (baton.StateTerm), kept in Record.State.
+// term is the Term of a lease this RecordBackend holds: the BasicTerm the renewer
+// extends, and the lease's state (baton.StateTerm), kept in LeaseRecord.State.
 // Safe for concurrent use.
-type term struct {
-	*backend.BasicTerm
-	b *Backend
+type recordTerm struct {
+	*BasicTerm
+	b *RecordBackend
 	h *holding
 }
 
-var _ baton.StateTerm = (*term)(nil)
+var _ baton.StateTerm = (*recordTerm)(nil)
 
 // LoadState implements baton.StateTerm: it reads the record and returns a
-// copy of its state. It works after the term ended, and after the Backend
-// closed while the Store is usable.
-func (t *term) LoadState(ctx context.Context) ([]byte, error) {
+// copy of its state. It works after the term ended, and after the RecordBackend
+// closed while the RecordStore is usable.
+func (t *recordTerm) LoadState(ctx context.Context) ([]byte, error) {
 	rec, _, err := t.b.store.Get(ctx, t.h.name)
 	if err != nil {
 		return nil, t.b.unavailable(ctx, "read the state of lease "+t.h.name, err)
@@ -37,11 +36,11 @@ func (t *term) LoadState(ctx context.Context) ([]byte, error) {
 // from the version this term last wrote, so the store refuses it as soon as
 // anyone else has written the record: another holder taking it over, or
 // anybody rewriting it.
-func (t *term) StoreState(ctx context.Context, value []byte) error {
-	if err := backend.CheckStateSize(value); err != nil {
+func (t *recordTerm) StoreState(ctx context.Context, value []byte) error {
+	if err := CheckStateSize(value); err != nil {
 		return err
 	}
-	if err := backend.EndedError(t); err != nil {
+	if err := EndedError(t); err != nil {
 		return err
 	}
 	return t.b.storeState(ctx, t.h, value)
@@ -53,13 +52,13 @@ func (t *term) StoreState(ctx context.Context, value []byte) error {
 // one in a row means the store misbehaves.
 const maxStateTries = 4
 
-func (b *Backend) storeState(ctx context.Context, h *holding, value []byte) error {
+func (b *RecordBackend) storeState(ctx context.Context, h *holding, value []byte) error {
 	if err := h.lock(ctx); err != nil {
 		return err // nothing was sent
 	}
 	defer h.unlock()
 	// A renewal may have found the record taken while we waited.
-	if err := backend.EndedError(h.term); err != nil {
+	if err := EndedError(h.term); err != nil {
 		return err
 	}
 	state := bytes.Clone(value)

@@ -1,32 +1,4 @@
-// Package session is the skeleton of the backends whose leases ride on one
-// server session per Backend (etcd, ZooKeeper, Consul, raft).
-//
-// A session's safe-until is measured from the send time of its last
-// confirmed renewal; every term riding on it is safe until then, and ends by
-// itself (backend.BasicTerm) if no renewal moves it. Whatever a Driver
-// reports, the Manager never lets a grant or renewal put safe-until past
-// the moment it asked the Driver + Config.TTL − Config.DriftMargin
-// (backend.Config.CapSafeUntil): a server's reply may shorten a term,
-// never stretch it past the client's own TTL.
-//
-// A Manager holds what those backends share: the mutex, the closed flag and
-// the wait group of the Backend's goroutines; the one live Session, granted
-// on first use by one caller at a time; the loop that renews it every
-// RenewInterval, or every Grant.Interval (sooner when that would leave less
-// than half an interval before safe-until); its end
-// at safe-until (baton.ErrExpired) or when the server dropped it
-// (baton.ErrLeaseLost); the slots that allow one campaign per lease name;
-// the clean-ups of what a cancelled campaign or a failed release left
-// behind; and the order in which Close takes it all down.
-//
-// A backend supplies a Driver: the requests on a server session (grant,
-// renew, revoke) and how to tell that the server no longer has one.
-// Campaigning (claiming a place, waiting for the first one, watching the
-// held key or node, deleting it) stays in the backend, which calls the
-// Manager at its seams: Campaign around a campaign, Session for the session
-// to campaign on, Start when it won, CleanLater for what is left to delete,
-// Close at the end.
-package session
+package backend
 
 import (
 	"context"
@@ -37,33 +9,32 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/backend"
 )
 
-// Driver is a backend's requests on its server sessions; ID names one
-// session (an etcd lease ID, a Consul session ID, ...). The Manager never
+// SessionDriver is a backend's requests on its server sessions; ID names one
+// session (an etcd lease ID, a Consul session ID, ...). The SessionManager never
 // calls it with its mutex held.
-type Driver[ID comparable] interface {
-	// Grant creates a session, within ctx (bounded by Options.GrantTimeout).
+type SessionDriver[ID comparable] interface {
+	// Grant creates a session, within ctx (bounded by SessionOptions.GrantTimeout).
 	// An error that wraps baton.ErrBackendUnavailable or baton.ErrClosed,
 	// or matches *baton.ConfigError (a setting the server refuses for
 	// good), reaches the campaign as it is; any other through
-	// Options.Unavailable.
-	Grant(ctx context.Context) (Grant[ID], error)
+	// SessionOptions.Unavailable.
+	Grant(ctx context.Context) (SessionGrant[ID], error)
 
 	// Renew renews session id once, within ctx (which ends at the current
-	// safe-until, or for a new session with Options.GrantTimeout), and
+	// safe-until, or for a new session with SessionOptions.GrantTimeout), and
 	// returns the new safe-until, measured from when the
 	// renewal was sent. An error Gone reports ends the session with
-	// baton.ErrLeaseLost; an *EndedError ends it with its Err; any other is
+	// baton.ErrLeaseLost; a *SessionEndedError ends it with its Err; any other is
 	// retried, four times as often, until safe-until.
 	Renew(ctx context.Context, id ID) (time.Time, error)
 
 	// Revoke ends session id on the server, with one request within ctx.
-	// abandoned is true when the Manager drops a session the server may
+	// abandoned is true when the SessionManager drops a session the server may
 	// still have (its safe-until passed, or it came too slow to confirm):
-	// the Manager then retries Revoke until it succeeds, Gone reports its
-	// error, or Options.AbandonFor passed. At Close it is false.
+	// the SessionManager then retries Revoke until it succeeds, Gone reports its
+	// error, or SessionOptions.AbandonFor passed. At Close it is false.
 	Revoke(ctx context.Context, id ID, abandoned bool) error
 
 	// Gone reports whether err, from Renew or Revoke, says that the server
@@ -71,47 +42,47 @@ type Driver[ID comparable] interface {
 	Gone(err error) bool
 }
 
-// Checker is an optional Driver method. Session calls Current before it
+// SessionChecker is an optional SessionDriver method. Session calls Current before it
 // hands out the live session, and ends the session (baton.ErrLeaseLost)
 // when Current reports that the client has since lost it.
-type Checker[ID comparable] interface {
+type SessionChecker[ID comparable] interface {
 	Current(id ID) bool
 }
 
-// Grant is a session a Driver created.
-type Grant[ID comparable] struct {
+// SessionGrant is a session a SessionDriver created.
+type SessionGrant[ID comparable] struct {
 	ID        ID
 	SafeUntil time.Time // measured from the send time of the create
 	// TTL is the session's TTL as the server granted it, named in errors.
 	TTL time.Duration
 	// Span is how far beyond its send time a confirmation puts
-	// safe-until. While less than half of it is left, the Manager renews
+	// safe-until. While less than half of it is left, the SessionManager renews
 	// the new session before anything rides on it, three times at most.
 	Span time.Duration
 	// Interval is the time between the session's renewals; zero means
-	// Options.Config.RenewInterval. A Driver sets it when the server it
+	// SessionOptions.Config.RenewInterval. A SessionDriver sets it when the server it
 	// reached allows a longer interval than the configured one (ZooKeeper's
 	// standalone server, whose renewals ride on the client's own pings).
 	Interval time.Duration
 }
 
-// EndedError, returned by Driver.Renew, ends the session with Err (which
+// SessionEndedError, returned by SessionDriver.Renew, ends the session with Err (which
 // the session's terms report) and stops renewing it.
-type EndedError struct{ Err error }
+type SessionEndedError struct{ Err error }
 
 // Error returns Err's message.
-func (e *EndedError) Error() string { return e.Err.Error() }
+func (e *SessionEndedError) Error() string { return e.Err.Error() }
 
 // Unwrap returns Err.
-func (e *EndedError) Unwrap() error { return e.Err }
+func (e *SessionEndedError) Unwrap() error { return e.Err }
 
-// Options configures a Manager.
-type Options[ID comparable] struct {
+// SessionOptions configures a SessionManager.
+type SessionOptions[ID comparable] struct {
 	// Backend names the backend in errors: "etcd".
 	Backend string
 	// Config is the Backend's timing, defaults filled in: the session is
 	// renewed every RenewInterval.
-	Config backend.Config
+	Config Config
 	// GrantTimeout bounds Grant and the renewals that follow it: the
 	// clients wait for a connection rather than fail, and a campaign should
 	// see baton.ErrBackendUnavailable instead.
@@ -129,7 +100,7 @@ type Options[ID comparable] struct {
 	// ctx.Err() once ctx ended, and otherwise an error wrapping
 	// baton.ErrBackendUnavailable.
 	Unavailable func(ctx context.Context, what string, err error) error
-	// Log receives the Manager's log lines; nil means silent.
+	// Log receives the SessionManager's log lines; nil means silent.
 	Log *slog.Logger
 }
 
@@ -143,7 +114,7 @@ type Session[ID comparable] struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	*Terms // safe-until and the live terms, extended by each renewal
+	*SessionTerms // safe-until and the live terms, extended by each renewal
 }
 
 // Context returns a context that is cancelled once the session ended and
@@ -157,11 +128,11 @@ func (s *Session[ID]) Bound(ctx context.Context) (context.Context, context.Cance
 	return c, func() { stop(); cancel() }
 }
 
-// Manager runs one Backend's sessions on a Driver (see the package doc).
+// SessionManager runs one Backend's sessions on a SessionDriver (see the package doc).
 // Safe for concurrent use.
-type Manager[ID comparable] struct {
-	d   Driver[ID]
-	o   Options[ID]
+type SessionManager[ID comparable] struct {
+	d   SessionDriver[ID]
+	o   SessionOptions[ID]
 	log *slog.Logger
 
 	// ctx bounds the Backend's background work; Close cancels it.
@@ -180,8 +151,8 @@ type Manager[ID comparable] struct {
 	*slots              // guarded by mu
 }
 
-// New returns a Manager of sessions made by d.
-func New[ID comparable](d Driver[ID], o Options[ID]) *Manager[ID] {
+// NewSessionManager returns a SessionManager of sessions made by d.
+func NewSessionManager[ID comparable](d SessionDriver[ID], o SessionOptions[ID]) *SessionManager[ID] {
 	if o.Unavailable == nil {
 		o.Unavailable = Unavailable
 	}
@@ -190,7 +161,7 @@ func New[ID comparable](d Driver[ID], o Options[ID]) *Manager[ID] {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Manager[ID]{d: d, o: o, log: log, ctx: ctx, cancel: cancel, granting: make(chan struct{}, 1)}
+	m := &SessionManager[ID]{d: d, o: o, log: log, ctx: ctx, cancel: cancel, granting: make(chan struct{}, 1)}
 	m.slots = newSlots(&m.mu, func() bool { return m.closed }, o.Backend)
 	return m
 }
@@ -206,18 +177,18 @@ func Unavailable(ctx context.Context, what string, err error) error {
 
 // Context returns the context of the Backend's background work, cancelled
 // by Close.
-func (m *Manager[ID]) Context() context.Context { return m.ctx }
+func (m *SessionManager[ID]) Context() context.Context { return m.ctx }
 
 // Closed reports whether Close was called.
-func (m *Manager[ID]) Closed() bool {
+func (m *SessionManager[ID]) Closed() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.closed
 }
 
-// Go runs f in a goroutine that Close waits for, unless the Manager is
+// Go runs f in a goroutine that Close waits for, unless the SessionManager is
 // closed, and reports whether it did.
-func (m *Manager[ID]) Go(f func()) bool {
+func (m *SessionManager[ID]) Go(f func()) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -228,14 +199,14 @@ func (m *Manager[ID]) Go(f func()) bool {
 }
 
 // Live returns the live session, or nil if there is none.
-func (m *Manager[ID]) Live() *Session[ID] {
+func (m *SessionManager[ID]) Live() *Session[ID] {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.sess
 }
 
 // Session returns the live session, granting one first if there is none.
-func (m *Manager[ID]) Session(ctx context.Context) (*Session[ID], error) {
+func (m *SessionManager[ID]) Session(ctx context.Context) (*Session[ID], error) {
 	select {
 	case m.granting <- struct{}{}:
 	case <-ctx.Done():
@@ -249,7 +220,7 @@ func (m *Manager[ID]) Session(ctx context.Context) (*Session[ID], error) {
 		return nil, baton.ErrClosed
 	}
 	if s != nil && s.ctx.Err() == nil {
-		if c, ok := m.d.(Checker[ID]); !ok || c.Current(s.ID) {
+		if c, ok := m.d.(SessionChecker[ID]); !ok || c.Current(s.ID) {
 			return s, nil
 		}
 		m.Lost(s) // the client lost it before a renewal noticed
@@ -263,7 +234,7 @@ func (m *Manager[ID]) Session(ctx context.Context) (*Session[ID], error) {
 	if interval <= 0 {
 		interval = m.o.Config.RenewInterval
 	}
-	s = &Session[ID]{ID: g.ID, interval: interval, ctx: sctx, cancel: cancel, Terms: NewTerms(g.SafeUntil)}
+	s = &Session[ID]{ID: g.ID, interval: interval, ctx: sctx, cancel: cancel, SessionTerms: NewSessionTerms(g.SafeUntil)}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -281,7 +252,7 @@ func (m *Manager[ID]) Session(ctx context.Context) (*Session[ID], error) {
 }
 
 // grant creates a session with at least half its span left.
-func (m *Manager[ID]) grant(ctx context.Context) (Grant[ID], error) {
+func (m *SessionManager[ID]) grant(ctx context.Context) (SessionGrant[ID], error) {
 	gctx, cancel := context.WithTimeout(ctx, m.o.GrantTimeout)
 	defer cancel()
 	sent := time.Now()
@@ -318,12 +289,12 @@ func (m *Manager[ID]) grant(ctx context.Context) (Grant[ID], error) {
 	return g, nil
 }
 
-// renew renews session id once through the Driver, and returns the new
+// renew renews session id once through the SessionDriver, and returns the new
 // safe-until, never later than this call's start + TTL - DriftMargin: a
 // driver that believed a server's reply about time (a TTL longer than
 // asked, from a misconfigured server or an impostor) cannot stretch a term
 // past what the client's own clock and TTL allow.
-func (m *Manager[ID]) renew(ctx context.Context, id ID) (time.Time, error) {
+func (m *SessionManager[ID]) renew(ctx context.Context, id ID) (time.Time, error) {
 	sent := time.Now()
 	until, err := m.d.Renew(ctx, id)
 	if err != nil {
@@ -333,17 +304,17 @@ func (m *Manager[ID]) renew(ctx context.Context, id ID) (time.Time, error) {
 }
 
 // keepAlive renews s every interval until it ends.
-func (m *Manager[ID]) keepAlive(s *Session[ID]) {
+func (m *SessionManager[ID]) keepAlive(s *Session[ID]) {
 	s.keepAlive(s.ctx, renewal{
 		Interval: s.interval,
 		Renew:    func(ctx context.Context) (time.Time, error) { return m.renew(ctx, s.ID) },
 		Gone: func(err error) bool {
-			var e *EndedError
+			var e *SessionEndedError
 			return errors.As(err, &e) || m.d.Gone(err)
 		},
 		Expired: func(lastErr error) { m.expire(s, lastErr) },
 		Lost: func(err error) {
-			if e := (*EndedError)(nil); errors.As(err, &e) {
+			if e := (*SessionEndedError)(nil); errors.As(err, &e) {
 				m.End(s, e.Err)
 				return
 			}
@@ -357,7 +328,7 @@ func (m *Manager[ID]) keepAlive(s *Session[ID]) {
 }
 
 // Lost ends s with baton.ErrLeaseLost: the server no longer has it.
-func (m *Manager[ID]) Lost(s *Session[ID]) {
+func (m *SessionManager[ID]) Lost(s *Session[ID]) {
 	m.log.Warn("the server dropped the session", "session", m.o.Describe(s.ID), "how", m.o.Lost)
 	m.End(s, fmt.Errorf("%w: %s %s", baton.ErrLeaseLost, m.o.Describe(s.ID), m.o.Lost))
 }
@@ -366,7 +337,7 @@ func (m *Manager[ID]) Lost(s *Session[ID]) {
 // session may still be alive on the server, holding our keys: renewing it
 // again could not revive the terms, so it is dropped rather than left to
 // block other candidates until the server drops it.
-func (m *Manager[ID]) expire(s *Session[ID], lastErr error) {
+func (m *SessionManager[ID]) expire(s *Session[ID], lastErr error) {
 	err := fmt.Errorf("%w: %s not renewed in time", baton.ErrExpired, m.o.Describe(s.ID))
 	if lastErr != nil {
 		err = fmt.Errorf("%w: %s not renewed in time (last renewal error: %w)", baton.ErrExpired, m.o.Describe(s.ID), lastErr)
@@ -376,8 +347,8 @@ func (m *Manager[ID]) expire(s *Session[ID], lastErr error) {
 	m.abandon(s.ID)
 }
 
-// abandon revokes session id in the background (see Driver.Revoke).
-func (m *Manager[ID]) abandon(id ID) {
+// abandon revokes session id in the background (see SessionDriver.Revoke).
+func (m *SessionManager[ID]) abandon(id ID) {
 	m.Go(func() {
 		ctx, cancel := context.WithTimeout(m.ctx, m.o.AbandonFor)
 		defer cancel()
@@ -396,8 +367,8 @@ func (m *Manager[ID]) abandon(id ID) {
 	})
 }
 
-// End ends s and its terms with err. New campaigns get a new session.
-func (m *Manager[ID]) End(s *Session[ID], err error) {
+// End ends s and its terms with err. NewSessionManager campaigns get a new session.
+func (m *SessionManager[ID]) End(s *Session[ID], err error) {
 	m.mu.Lock()
 	if m.sess == s {
 		m.sess = nil
@@ -412,10 +383,10 @@ func (m *Manager[ID]) End(s *Session[ID], err error) {
 
 // CampaignErr turns err, met while campaigning for lease on s, into
 // Campaign's error: ctx.Err() once ctx ended (the caller gave up; the cause
-// is noise), baton.ErrClosed once the Manager is closed, and otherwise an
+// is noise), baton.ErrClosed once the SessionManager is closed, and otherwise an
 // error wrapping baton.ErrBackendUnavailable, with why the session ended in
 // place of err when it did.
-func (m *Manager[ID]) CampaignErr(ctx context.Context, s *Session[ID], lease, what string, err error) error {
+func (m *SessionManager[ID]) CampaignErr(ctx context.Context, s *Session[ID], lease, what string, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -428,15 +399,16 @@ func (m *Manager[ID]) CampaignErr(ctx context.Context, s *Session[ID], lease, wh
 	return fmt.Errorf("%w: lease %q: %s: %w", baton.ErrBackendUnavailable, lease, what, err)
 }
 
-// Win says what Start does besides starting the term.
-type Win struct {
+// StartOptions says what SessionManager.Start does besides starting the
+// term.
+type StartOptions struct {
 	// UntilGone makes a new claim for the name wait, once the term ended,
 	// until Gone says that what the term held is gone.
 	UntilGone bool
-	// Started, if not nil, runs with the Manager's mutex held once the
+	// Started, if not nil, runs with the SessionManager's mutex held once the
 	// term started: for registering the term where Close finds it. It must
-	// not block or call the Manager.
-	Started func(t *backend.BasicTerm)
+	// not block or call the SessionManager.
+	Started func(t *BasicTerm)
 	// Watch runs in a goroutine that Close waits for: it watches the held
 	// key or node, and ends the term when it goes.
 	Watch func()
@@ -446,8 +418,8 @@ type Win struct {
 // atomically with respect to Close and to s ending: either they see the
 // term and end it, or Start sees them and starts nothing, returning
 // baton.ErrClosed or an error wrapping baton.ErrBackendUnavailable.
-// release is the term's release function (see backend.NewBasicTerm).
-func (m *Manager[ID]) Start(s *Session[ID], sl *Slot, lease string, token uint64, release func(context.Context) error, w Win) (*backend.BasicTerm, error) {
+// release is the term's release function (see NewBasicTerm).
+func (m *SessionManager[ID]) Start(s *Session[ID], sl *Slot, lease string, token uint64, release func(context.Context) error, w StartOptions) (*BasicTerm, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -471,19 +443,19 @@ func (m *Manager[ID]) Start(s *Session[ID], sl *Slot, lease string, token uint64
 }
 
 // Term returns the term won for lease name, or nil.
-func (m *Manager[ID]) Term(name string) *backend.BasicTerm {
+func (m *SessionManager[ID]) Term(name string) *BasicTerm {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.termLocked(name)
 }
 
 // CleanLater runs clean, which deletes what a campaign or a term of sl
-// left behind, in a goroutine that Close waits for, unless the Manager is
+// left behind, in a goroutine that Close waits for, unless the SessionManager is
 // closed (then Close deletes it, or revokes the session that holds it).
 // While clean runs, sl (if not nil and still its name's slot) keeps the
 // name claimed, so that no new campaign's key or node can be mistaken for
 // the old one.
-func (m *Manager[ID]) CleanLater(sl *Slot, clean func()) {
+func (m *SessionManager[ID]) CleanLater(sl *Slot, clean func()) {
 	m.cleanLater(sl, false, clean)
 }
 
@@ -491,11 +463,11 @@ func (m *Manager[ID]) CleanLater(sl *Slot, clean func()) {
 // holds its name, as when what it deletes is told apart by the session
 // alone: it does nothing when sl no longer holds the name, or a clean-up
 // after sl's campaign is already marked.
-func (m *Manager[ID]) CleanClaimed(sl *Slot, clean func()) {
+func (m *SessionManager[ID]) CleanClaimed(sl *Slot, clean func()) {
 	m.cleanLater(sl, true, clean)
 }
 
-func (m *Manager[ID]) cleanLater(sl *Slot, claimed bool, clean func()) {
+func (m *SessionManager[ID]) cleanLater(sl *Slot, claimed bool, clean func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -538,16 +510,16 @@ func Retry(ctx context.Context, interval, timeout time.Duration, now bool, try f
 	}
 }
 
-// Close marks the Manager closed, so that Session, Claim, Start, Go and
+// Close marks the SessionManager closed, so that Session, Claim, Start, Go and
 // CleanLater refuse from now on, and takes the live session down, if
 // there is one: it ends its terms (their Err wraps baton.ErrClosed), runs
 // letGo, cancels the session's context and revokes it within ctx. It then
 // cancels the background context and waits for every goroutine the
-// Manager started. letGo (if not nil) runs whether or not there was a
+// SessionManager started. letGo (if not nil) runs whether or not there was a
 // session (s is nil then): what the backend must do on the server before
 // the session goes. Close returns letGo's and the revoke's errors. A
 // second Close waits for the goroutines and returns nil.
-func (m *Manager[ID]) Close(ctx context.Context, letGo func(s *Session[ID]) error) error {
+func (m *SessionManager[ID]) Close(ctx context.Context, letGo func(s *Session[ID]) error) error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()

@@ -1,4 +1,4 @@
-package cas_test
+package backend_test
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/backend/cas"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/batontest"
 )
@@ -18,10 +17,10 @@ func TestConformancePolling(t *testing.T) {
 	batontest.Run(t, batontest.Target{New: func(t *testing.T, cfg backend.Config) *batontest.Process {
 		conn := store.Connect()
 		polling := conn.Polling()
-		if _, ok := polling.(cas.Notifier); ok {
-			t.Fatal("Conn.Polling must not implement cas.Notifier")
+		if _, ok := polling.(backend.RecordNotifier); ok {
+			t.Fatal("Conn.Polling must not implement backend.RecordNotifier")
 		}
-		b, err := cas.New(polling, cas.Options{Config: cfg})
+		b, err := backend.NewRecordBackend(polling, backend.RecordOptions{Config: cfg})
 		if err != nil {
 			t.Fatal(err)
 		}

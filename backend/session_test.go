@@ -1,4 +1,4 @@
-package session
+package backend
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/backend"
 )
 
 // memServer is an in-memory session server: sessions that expire TTL after
@@ -28,7 +27,7 @@ type memServer struct {
 
 var errMemGone = errors.New("no such session")
 
-func (s *memServer) Grant(ctx context.Context) (Grant[int], error) {
+func (s *memServer) Grant(ctx context.Context) (SessionGrant[int], error) {
 	start := time.Now()
 	if s.slow > 0 {
 		time.Sleep(s.slow)
@@ -36,11 +35,11 @@ func (s *memServer) Grant(ctx context.Context) (Grant[int], error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.down {
-		return Grant[int]{}, errors.New("server down")
+		return SessionGrant[int]{}, errors.New("server down")
 	}
 	s.next++
 	s.expires[s.next] = time.Now().Add(s.ttl)
-	return Grant[int]{ID: s.next, SafeUntil: start.Add(s.ttl), TTL: s.ttl, Span: s.ttl}, nil
+	return SessionGrant[int]{ID: s.next, SafeUntil: start.Add(s.ttl), TTL: s.ttl, Span: s.ttl}, nil
 }
 
 func (s *memServer) Renew(ctx context.Context, id int) (time.Time, error) {
@@ -71,12 +70,12 @@ func (s *memServer) Revoke(ctx context.Context, id int, _ bool) error {
 
 func (s *memServer) Gone(err error) bool { return errors.Is(err, errMemGone) }
 
-func newMem(t *testing.T) (*memServer, *Manager[int]) {
+func newMem(t *testing.T) (*memServer, *SessionManager[int]) {
 	t.Helper()
 	srv := &memServer{ttl: 3 * time.Second, expires: map[int]time.Time{}}
-	m := New[int](srv, Options[int]{
+	m := NewSessionManager[int](srv, SessionOptions[int]{
 		Backend:      "mem",
-		Config:       backend.Config{TTL: 3 * time.Second, RenewInterval: time.Second},
+		Config:       Config{TTL: 3 * time.Second, RenewInterval: time.Second},
 		GrantTimeout: 5 * time.Second,
 		AbandonFor:   3 * time.Second,
 		Describe:     func(id int) string { return fmt.Sprintf("mem session %d", id) },
@@ -85,8 +84,8 @@ func newMem(t *testing.T) (*memServer, *Manager[int]) {
 	return srv, m
 }
 
-// newSession returns a Manager on a new in-memory server, and its session.
-func newSession(t *testing.T) (*memServer, *Manager[int], *Session[int]) {
+// newSession returns a SessionManager on a new in-memory server, and its session.
+func newSession(t *testing.T) (*memServer, *SessionManager[int], *Session[int]) {
 	t.Helper()
 	srv, m := newMem(t)
 	s, err := m.Session(t.Context())
@@ -175,7 +174,7 @@ func TestManagerSlowGrantRenewedThenRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if left := time.Until(s.Terms.safeUntil); left < 3*time.Second-time.Millisecond {
+		if left := time.Until(s.SessionTerms.safeUntil); left < 3*time.Second-time.Millisecond {
 			t.Fatalf("a slow grant left %v of a 3 s span: want it renewed before use", left)
 		}
 		_ = m.Close(t.Context(), nil)
@@ -209,7 +208,7 @@ func TestManagerCloseOrder(t *testing.T) {
 
 // A server that grants and renews for ten hours (one that lies, or grants
 // more than asked) moves no safe-until past the send time + the client's
-// own TTL − DriftMargin, whatever its Driver computed.
+// own TTL − DriftMargin, whatever its SessionDriver computed.
 func TestManagerBelievesNoServerAboutTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv, m := newMem(t)

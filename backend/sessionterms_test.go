@@ -1,4 +1,4 @@
-package session
+package backend
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 func TestStartExtendEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := NewTerms(time.Now().Add(time.Second))
+		s := NewSessionTerms(time.Now().Add(time.Second))
 		term, ok := s.Start("a", 7, nil)
 		if !ok {
 			t.Fatal("Start refused on a live session")
@@ -37,7 +37,7 @@ func TestStartExtendEnd(t *testing.T) {
 
 func TestStartRefusedPastSafeUntil(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := NewTerms(time.Now().Add(time.Second))
+		s := NewSessionTerms(time.Now().Add(time.Second))
 		time.Sleep(time.Second)
 		if _, ok := s.Start("a", 1, nil); ok {
 			t.Fatal("Start after safe-until")
@@ -48,7 +48,7 @@ func TestStartRefusedPastSafeUntil(t *testing.T) {
 func TestKeepAliveExtendsThenExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const ttl = 3 * time.Second
-		s := NewTerms(time.Now().Add(ttl))
+		s := NewSessionTerms(time.Now().Add(ttl))
 		term, _ := s.Start("a", 1, nil)
 		failing := errors.New("unreachable")
 		renewals, failures := 0, 0
@@ -83,7 +83,7 @@ func TestKeepAliveExtendsThenExpires(t *testing.T) {
 
 func TestKeepAliveLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := NewTerms(time.Now().Add(3 * time.Second))
+		s := NewSessionTerms(time.Now().Add(3 * time.Second))
 		gone := errors.New("no such session")
 		var lost error
 		s.keepAlive(context.Background(), renewal{
@@ -102,7 +102,7 @@ func TestKeepAliveLost(t *testing.T) {
 
 func TestKeepAliveStopsWithContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := NewTerms(time.Now().Add(time.Hour))
+		s := NewSessionTerms(time.Now().Add(time.Hour))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {
@@ -136,7 +136,7 @@ func TestKeepAliveRenewsEveryInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const span, interval = 1800 * time.Millisecond, time.Second
 		start := time.Now()
-		s := NewTerms(start.Add(span))
+		s := NewSessionTerms(start.Add(span))
 		var at []time.Duration
 		ctx, cancel := context.WithCancel(context.Background())
 		failing := errors.New("unreachable")

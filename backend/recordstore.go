@@ -1,0 +1,78 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrConflict is returned (possibly wrapped) by RecordStore.CompareAndSwap when the
+// record's version is not the expected one.
+var ErrConflict = errors.New("cas: version conflict")
+
+// LeaseRecord is what a RecordStore keeps for one lease.
+type LeaseRecord struct {
+	// Holder is the holding candidate's ID, or "" when the lease is free.
+	Holder string
+	// Token is the fencing token of the latest term; never reset.
+	Token uint64
+	// TTL is the holder's TTL: contenders wait at least this long.
+	TTL time.Duration
+	// Since is the wall-clock start of the term; informational only.
+	Since time.Time
+	// State is the lease's state (baton.StateTerm.StoreState), at most
+	// baton.MaxStateSize bytes, or nil when no term ever stored one; a
+	// stored empty value is empty but not nil. It belongs to the lease, not
+	// to a term: the RecordBackend copies it into every record it writes,
+	// including releases and the acquisitions of new holders. A RecordStore keeps
+	// it with the rest of the record, in the same compare-and-swap (say, a
+	// bytea column in PostgreSQL, a field of the hash in Redis, a binary
+	// attribute in DynamoDB). A RecordStore that cannot tell nil from empty may
+	// return nil for both; an empty state then reads as none.
+	State []byte
+}
+
+// RecordStore is a compare-and-swap record store. Implementations must be safe for
+// concurrent use.
+type RecordStore interface {
+	// Get returns the record of name and its version: the latest one (a
+	// linearizable read), since LoadState promises a new holder everything
+	// its predecessors stored. An absent record has version 0 and the zero
+	// LeaseRecord. The caller may keep rec.State; the RecordStore must not change it
+	// afterwards.
+	Get(ctx context.Context, name string) (LeaseRecord, uint64, error)
+
+	// CompareAndSwap stores rec as the record of name if its current version is
+	// version (0: only if absent) and returns the new version, which must differ
+	// from every earlier version of that record even when rec is unchanged. It
+	// returns an error wrapping ErrConflict when the version differs. Any other
+	// error leaves the outcome unknown: the write may have landed. The RecordStore
+	// must not change rec.State (the caller may still read it).
+	CompareAndSwap(ctx context.Context, name string, version uint64, rec LeaseRecord) (uint64, error)
+}
+
+// RecordKeeper is an optional RecordStore capability: a RecordStore whose KeepsRecords
+// returns true never loses a record it has written, for as long as any
+// candidate uses it (the in-process memory store, which lives and dies
+// with its candidates). Its records' tokens start at 1. Every other RecordStore
+// may lose records (Redis without persistence, a table dropped and made
+// again), so a record created afresh, at version 0, starts its token at
+// epoch<<32 + 1 instead, the epoch being the wall-clock second of the
+// candidate that creates it (whole seconds since 2025-01-01T00:00:00Z), or
+// one more than the highest epoch this RecordBackend saw in the lease's tokens.
+// A later record thus outranks every token of a lost one, as long as its
+// creator's clock reads a later second than the lost record's epoch and
+// the lost record took fewer than 2^32 terms per second of its life.
+type RecordKeeper interface {
+	// KeepsRecords reports whether the RecordStore never loses a record.
+	KeepsRecords() bool
+}
+
+// RecordNotifier is an optional RecordStore capability: a push notice when a record
+// changes, so that waiters wake on a release without polling (LISTEN/NOTIFY,
+// Redis pub/sub, a Kubernetes watch).
+type RecordNotifier interface {
+	// Notify returns a channel that receives a value (dropped if one is already
+	// pending) after each change to name's record, until ctx ends.
+	Notify(ctx context.Context, name string) (<-chan struct{}, error)
+}
