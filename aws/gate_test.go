@@ -1,9 +1,10 @@
-package main
+package aws
 
 import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -50,13 +51,38 @@ func (f *fakeState) set(in bool) {
 	}
 }
 
-// TestAWSGateCampaignsOnlyInService: through the gate, an Elector does not
-// campaign while its instance is out of service; once it is, it leads; when
-// the instance leaves service the work is stopped first and only then is
-// the lease released, to the other candidate; the term keeps its lease
-// state (cron's slots).
-func TestAWSGateCampaignsOnlyInService(t *testing.T) {
+// logLines is a log destination a test reads back.
+type logLines struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// count returns how many lines hold s.
+func (l *logLines) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), s)
+}
+
+// parked is what the gate logs when a campaign waits for InService.
+const parked = "instance not InService: not campaigning until it is"
+
+// TestGateCampaignsOnlyInService: through the gate, an Elector does not
+// campaign while its instance is out of service; once it is, it leads and
+// its instance carries the leader tag; when the instance leaves service
+// the work is stopped first and only then is the lease released, to the
+// other candidate; the term keeps its lease state (cron's slots); the
+// Elector does not campaign again until the instance is back, and Wait
+// returns once the tag is gone.
+func TestGateCampaignsOnlyInService(t *testing.T) {
 	t.Parallel()
+	f := webGroup(t, "i-a", "i-b")
 	store := memory.NewStore()
 	newBackend := func() baton.Backend {
 		b, err := memory.New(store, memory.Options{Config: backend.Config{TTL: 2 * time.Second}})
@@ -66,11 +92,9 @@ func TestAWSGateCampaignsOnlyInService(t *testing.T) {
 		return b
 	}
 	st := newFakeState(false)
-	var tagged []uint64
-	var mu sync.Mutex
-	gated := &gatedBackend{Backend: newBackend(), st: st, log: slog.New(slog.DiscardHandler),
-		tag: func(t baton.Term) { mu.Lock(); tagged = append(tagged, t.Token()); mu.Unlock() }}
-	e, err := baton.NewElector(gated, baton.ElectorConfig{Lease: "work", Candidate: baton.Candidate{ID: "gated"}})
+	logs := &logLines{}
+	gate := NewGate(st, GateOptions{Tagger: newTestTagger(t, f.URL(), "i-a"), Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	e, err := baton.NewElector(gate.Backend(newBackend()), baton.ElectorConfig{Lease: "work", Candidate: baton.Candidate{ID: "gated"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,20 +116,19 @@ func TestAWSGateCampaignsOnlyInService(t *testing.T) {
 		})
 	}()
 
-	// Out of service, alone: nobody leads, however long.
+	// Out of service, alone: the campaign waits for InService, and nobody
+	// leads.
 	other := newBackend()
-	time.Sleep(500 * time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, "the campaign to wait for InService", func() bool { return logs.count(parked) == 1 })
 	if _, err := other.Leader(t.Context(), "work"); !errors.Is(err, baton.ErrNoLeader) {
 		t.Fatalf("out of service, yet the lease is held (%v)", err)
 	}
 
 	st.set(true)
 	testkit.Eventually(t, 10*time.Second, "the gated candidate to lead", func() bool { return e.IsLeader() })
-	mu.Lock()
-	if len(tagged) != 1 {
-		t.Errorf("tag ran %d times for one term", len(tagged))
-	}
-	mu.Unlock()
+	testkit.Eventually(t, 10*time.Second, "the leader tag on i-a", func() bool {
+		return f.Tags("i-a")[leaderKey] == "true" && f.Tags("i-a")[leaderKey+"-token"] != ""
+	})
 
 	// Another candidate waits; the instance leaves service.
 	won := make(chan time.Time, 1)
@@ -137,10 +160,15 @@ func TestAWSGateCampaignsOnlyInService(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the other candidate did not get the lease")
 	}
-	time.Sleep(300 * time.Millisecond)
+	// The Elector campaigns again, and the gate holds the campaign back.
+	testkit.Eventually(t, 10*time.Second, "the next campaign to wait for InService", func() bool { return logs.count(parked) == 2 })
 	if e.IsLeader() {
 		t.Error("out of service, and leading again")
 	}
 	cancel()
 	<-done
+	gate.Wait()
+	if got := f.Tags("i-a"); got[leaderKey] != "" || got[leaderKey+"-token"] != "" {
+		t.Errorf("after the term and Wait, i-a still carries the leader tag: %v", got)
+	}
 }
