@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/backendurl"
+	"github.com/batonhq/baton/cmd/baton/internal/raftagent"
 	"github.com/batonhq/baton/internal/agentsock"
-	"github.com/batonhq/baton/internal/raftagent"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
