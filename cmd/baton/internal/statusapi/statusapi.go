@@ -10,7 +10,8 @@
 //	GET /v1/leases/NAME        one lease; 404 when the source has no record of it
 //	GET /v1/health/leader      200 this process (or a client of this agent)
 //	                           holds the lease, 429 another does (standby),
-//	                           503 undetermined; HEAD too
+//	                           503 undetermined; HEAD too (package health's
+//	                           Handler, answering as the source decides)
 //	GET /v1/group              the raft group as this member sees it (only for
 //	                           a Source that is a member: GroupSource)
 //	GET /metrics               Prometheus metrics (see Metrics)
@@ -57,7 +58,10 @@ import (
 )
 
 // Source is what a Handler reads: a raft member (raftagent's), or one
-// process's campaign (ElectorSource).
+// process's campaign (ElectorSource). Leases and lease events are the raft
+// group's own types, raft.LeaseInfo and raft.LeaseEvent: a member reports
+// them as the group has them; an ElectorSource on another backend fills
+// the fields its backend knows (Member is then the holder's ID, Waiters 0).
 type Source interface {
 	// ID returns the ID that leases held here have as raft.LeaseInfo.Member.
 	ID() string
