@@ -13,6 +13,7 @@ import (
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/internal/testkit"
+	"github.com/batonhq/baton/internal/testserver"
 )
 
 // fakeState is an instance whose InService the test sets.
@@ -51,25 +52,6 @@ func (f *fakeState) set(in bool) {
 	}
 }
 
-// logLines is a log destination a test reads back.
-type logLines struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// count returns how many lines hold s.
-func (l *logLines) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
-}
-
 // parked is what the gate logs when a campaign waits for InService.
 const parked = "instance not InService: not campaigning until it is"
 
@@ -92,7 +74,7 @@ func TestGateCampaignsOnlyInService(t *testing.T) {
 		return b
 	}
 	st := newFakeState(false)
-	logs := &logLines{}
+	logs := new(testserver.SyncBuffer)
 	gate := NewGate(st, GateOptions{Tagger: newTestTagger(t, f.URL(), "i-a"), Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	e, err := baton.NewElector(gate.Backend(newBackend()), baton.ElectorConfig{Lease: "work", Candidate: baton.Candidate{ID: "gated"}})
 	if err != nil {
@@ -119,7 +101,7 @@ func TestGateCampaignsOnlyInService(t *testing.T) {
 	// Out of service, alone: the campaign waits for InService, and nobody
 	// leads.
 	other := newBackend()
-	testkit.Eventually(t, 10*time.Second, "the campaign to wait for InService", func() bool { return logs.count(parked) == 1 })
+	testkit.Eventually(t, 10*time.Second, "the campaign to wait for InService", func() bool { return strings.Count(logs.String(), parked) == 1 })
 	if _, err := other.Leader(t.Context(), "work"); !errors.Is(err, baton.ErrNoLeader) {
 		t.Fatalf("out of service, yet the lease is held (%v)", err)
 	}
@@ -161,7 +143,7 @@ func TestGateCampaignsOnlyInService(t *testing.T) {
 		t.Fatal("the other candidate did not get the lease")
 	}
 	// The Elector campaigns again, and the gate holds the campaign back.
-	testkit.Eventually(t, 10*time.Second, "the next campaign to wait for InService", func() bool { return logs.count(parked) == 2 })
+	testkit.Eventually(t, 10*time.Second, "the next campaign to wait for InService", func() bool { return strings.Count(logs.String(), parked) == 2 })
 	if e.IsLeader() {
 		t.Error("out of service, and leading again")
 	}
