@@ -35,10 +35,32 @@
 // renewals lag (the cause wraps ErrStoppedEarly); Run waits for the callback
 // to return, releases the lease, and campaigns again.
 //
-// To observe an Elector from elsewhere: Status, IsLeader and Await read the
-// current state; ElectorConfig.OnElected and OnDemoted see every transition,
-// in order, with its reason. There is no event channel: a buffered one drops
-// events when its reader is slow, and a hook cannot.
+// A program that holds Terms itself, or runs many leases, uses the two steps
+// Run is made of: Campaign (campaign with a Backoff, stop on what no retry
+// fixes) and Lead (run the work under one term, stop it when the term ends,
+// StopEarly fires or a resign is requested, wait for it, resign). Package
+// balance, package gocronbaton and `baton run` are built on them.
+//
+// # Observing
+//
+// Each question has one answer:
+//
+//   - Do leader-only work: the callback's context, and Term.Token for each
+//     write. Stop when the context ends; context.Cause says why.
+//   - Follow every transition (a metric, a log line, a readiness flag):
+//     ElectorConfig.OnElected and OnDemoted, called in order and never
+//     dropped, OnDemoted with the reason (ErrResigned, ErrLeaseLost, ...).
+//     There is no event channel: a buffered one drops events when its
+//     reader is slow, and a hook cannot.
+//   - Does this instance lead now, and with which term (a health check, a
+//     status page): Elector.Status; Status.Leader and Status.Term. It does
+//     not contact the backend.
+//   - Wait until this instance leads (a leader-only endpoint that blocks):
+//     Elector.Await.
+//   - Who leads, from any instance: Elector.Leader asks the backend once;
+//     Elector.WatchLeader follows it as it changes (a standby's log, a
+//     proxy to the leader).
+//   - A program that holds a Term itself: Term.Done and Term.Err.
 //
 // Backend authors: package backend holds the kit (BasicTerm, Config) and
 // batontest the conformance suite. Package baton imports no backend.

@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/batonhq/baton/internal/stopearly"
 )
 
 // ElectorConfig configures an Elector. The zero value of each field means the
@@ -26,8 +23,9 @@ type ElectorConfig struct {
 	Logger *slog.Logger
 
 	// RetryMin and RetryMax bound the exponential back-off (with jitter) between
-	// campaigns that failed because the backend was unavailable. Zero means
-	// 100 ms and 10 s.
+	// campaigns that failed because the backend was unavailable: they are
+	// Backoff's Min and Max. Zero means DefaultRetryMin (100 ms) and
+	// DefaultRetryMax (10 s).
 	RetryMin, RetryMax time.Duration
 
 	// StopEarly makes the callback's context end this long before the
@@ -41,8 +39,8 @@ type ElectorConfig struct {
 	StopEarly time.Duration
 
 	// ResignTimeout bounds the release of the lease after the callback returned.
-	// Zero means 5 s. A release that times out is logged; the lease then
-	// expires after its TTL.
+	// Zero means DefaultResignTimeout (5 s). A release that times out is
+	// logged; the lease then expires after its TTL.
 	ResignTimeout time.Duration
 
 	// OnElected, if set, is called with each new term as it starts, before
@@ -59,7 +57,7 @@ type ElectorConfig struct {
 	//
 	// OnElected and OnDemoted see every transition, in order, and none is
 	// dropped: they are the way to follow transitions (a metric, a log, a
-	// readiness flag). Status, IsLeader and Await read the current state.
+	// readiness flag). Status and Await read the current state.
 	OnDemoted func(t Term, reason error)
 }
 
@@ -68,8 +66,10 @@ type Status struct {
 	// Lease is the lease name and ID the candidate's ID.
 	Lease, ID string
 	// Leader reports whether this Elector holds the lease and is before its
-	// safe-until deadline.
+	// safe-until deadline (less StopEarly).
 	Leader bool
+	// Term is the current term while Leader is true, nil otherwise.
+	Term Term
 	// Token is the fencing token of the current term, or of the last one.
 	Token uint64
 	// HighestToken is the highest token of the terms this Elector has
@@ -129,16 +129,6 @@ func NewElector(b Backend, cfg ElectorConfig) (*Elector, error) {
 	if cfg.Candidate.ID == "" {
 		cfg.Candidate.ID = NewCandidateID()
 	}
-	if cfg.RetryMin == 0 {
-		cfg.RetryMin = 100 * time.Millisecond
-	}
-	if cfg.RetryMax == 0 {
-		cfg.RetryMax = 10 * time.Second
-	}
-	cfg.RetryMax = max(cfg.RetryMax, cfg.RetryMin)
-	if cfg.ResignTimeout == 0 {
-		cfg.ResignTimeout = 5 * time.Second
-	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -180,103 +170,49 @@ func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t Term) 
 	}
 	defer e.running.Store(false)
 
-	retry := e.cfg.RetryMin
+	bo := Backoff{Min: e.cfg.RetryMin, Max: e.cfg.RetryMax}
+	lc := LeadConfig{StopEarly: e.cfg.StopEarly, ResignTimeout: e.cfg.ResignTimeout, Logger: e.log}
 	for {
-		if err := ctx.Err(); err != nil {
+		t, err := Campaign(ctx, e.b, e.cfg.Lease, e.cfg.Candidate, &bo, func(err error, wait time.Duration) bool {
+			e.setError(err)
+			e.log.Warn("campaign failed; retrying", "err", err, "retry_in", wait)
+			return true
+		})
+		if err != nil {
 			return err
 		}
-		t, err := e.b.Campaign(ctx, e.cfg.Lease, e.cfg.Candidate)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			var ce *ConfigError
-			if errors.Is(err, ErrClosed) || errors.As(err, &ce) {
-				// Nothing left to campaign on, or a configuration the
-				// backend refuses (Consul's session_ttl_min, say), which
-				// no retry fixes.
-				return err
-			}
-			e.setError(err)
-			wait := retry/2 + rand.N(retry/2+1)
-			e.log.Warn("campaign failed; retrying", "err", err, "retry_in", wait)
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(wait):
-			}
-			retry = min(2*retry, e.cfg.RetryMax)
-			continue
+		bo.Reset()
+		led := false
+		ferr := Lead(ctx, t, lc, func(ctx context.Context, t Term) error {
+			led = true
+			e.elected(t)
+			return fn(ctx, t)
+		})
+		if led {
+			e.demoted(t, t.Err())
 		}
-		retry = e.cfg.RetryMin
-		if ferr := e.lead(ctx, t, fn); ferr != nil {
+		if ferr != nil {
 			return ferr
 		}
 	}
 }
 
-// lead runs fn for one term and gives the lease back afterwards.
-func (e *Elector) lead(ctx context.Context, t Term, fn func(context.Context, Term) error) error {
-	if left := time.Until(t.SafeUntil()); left <= e.cfg.StopEarly {
-		// Won with too little of the term left to wind down in time (a
-		// lagging session): don't start what could not be stopped by safe-until.
-		e.log.Warn("elected with too little time before safe-until; resigning", "token", t.Token(), "left", left, "stop_early", e.cfg.StopEarly)
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ResignTimeout)
-		_ = t.Resign(rctx)
-		rcancel()
-		return nil
-	}
-	e.elected(t)
-	fctx, cancel := context.WithCancelCause(ctx)
-	stop := stopearly.Watch(t, e.cfg.StopEarly, cancel, func(left time.Duration) {
-		e.log.Warn("renewals lag: stopping before safe-until", "token", t.Token(), "safe_until_in", left)
-	})
-	// A resign requested from outside stops fn; the release below waits
-	// for fn to return.
-	stopReq := stopearly.Requested(t, ResignRequestedOf(t), errResignRequested, func(cause error) {
-		e.log.Info("resign requested: stopping the work before releasing the lease", "token", t.Token())
-		cancel(cause)
-	})
-	ferr := fn(fctx, t)
-	stopReq()
-	stop()
-	cancel(nil)
-
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ResignTimeout)
-	if err := t.Resign(rctx); err != nil {
-		e.log.Warn("releasing the lease failed; it will expire after its TTL", "token", t.Token(), "err", err)
-	}
-	rcancel()
-	e.demoted(t, t.Err())
-	return ferr
-}
-
-// errResignRequested is the cause of the callback's context when the
-// backend relayed a request that the holder resign (ResignRequestTerm);
-// balance.Group gives the same.
-var errResignRequested = stopearly.ResignRequested(ErrResigned)
-
-// IsLeader reports whether the Elector holds its lease now and is before the
-// term's safe-until deadline (less StopEarly). It does not contact the backend.
-func (e *Elector) IsLeader() bool {
+// isLeader reports whether the Elector holds its lease now and is before
+// the term's safe-until deadline (less StopEarly), and that term.
+func (e *Elector) isLeader() (Term, bool) {
 	b := e.term.Load()
 	if b == nil {
-		return false
+		return nil, false
 	}
 	select {
 	case <-b.t.Done():
-		return false
+		return nil, false
 	default:
 	}
-	return time.Now().Before(b.t.SafeUntil().Add(-e.cfg.StopEarly))
-}
-
-// Term returns the current term, or nil when the Elector does not lead.
-func (e *Elector) Term() Term {
-	if b := e.term.Load(); b != nil && e.IsLeader() {
-		return b.t
+	if !time.Now().Before(b.t.SafeUntil().Add(-e.cfg.StopEarly)) {
+		return nil, false
 	}
-	return nil
+	return b.t, true
 }
 
 // Leader asks the backend who holds the lease.
@@ -286,12 +222,13 @@ func (e *Elector) Leader(ctx context.Context) (Record, error) {
 
 // Await blocks until the Elector leads (while Run is active elsewhere) and
 // returns the term, or returns ctx's error. Like Curator's LeaderLatch.await.
+// It returns at once when the Elector leads already.
 func (e *Elector) Await(ctx context.Context) (Term, error) {
 	for {
 		e.mu.Lock()
 		ch := e.changed
 		e.mu.Unlock()
-		if t := e.Term(); t != nil {
+		if t, ok := e.isLeader(); ok {
 			return t, nil
 		}
 		select {
@@ -302,14 +239,14 @@ func (e *Elector) Await(ctx context.Context) (Term, error) {
 	}
 }
 
-// Status returns a snapshot of the Elector's state.
+// Status returns a snapshot of the Elector's state. It does not contact
+// the backend, and is cheap enough for every request of a health check.
 func (e *Elector) Status() Status {
 	e.mu.Lock()
 	s := e.status
 	e.mu.Unlock()
-	s.Leader = e.IsLeader()
-	if t := e.Term(); t != nil {
-		s.SafeUntil = t.SafeUntil()
+	if t, ok := e.isLeader(); ok {
+		s.Leader, s.Term, s.SafeUntil = true, t, t.SafeUntil()
 	}
 	return s
 }

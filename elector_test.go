@@ -96,7 +96,7 @@ func TestCallbackCancelledAtSafeUntilWhenCutOff(t *testing.T) {
 		if err := <-got; err == nil || err.Error() != "stop" {
 			t.Fatalf("Run returned %v, want the callback's error", err)
 		}
-		if e.IsLeader() {
+		if e.Status().Leader {
 			t.Errorf("IsLeader after the term expired")
 		}
 	})
@@ -140,7 +140,7 @@ func TestHooksCarryReasons(t *testing.T) {
 func TestAwaitStatusIsLeader(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e, _ := newElector(t, memory.NewStore(), "a")
-		if e.IsLeader() {
+		if e.Status().Leader {
 			t.Fatal("IsLeader before Run")
 		}
 		ctx, cancel := context.WithCancel(t.Context())
@@ -157,7 +157,7 @@ func TestAwaitStatusIsLeader(t *testing.T) {
 			t.Fatal(err)
 		}
 		st := e.Status()
-		if !e.IsLeader() || !st.Leader || st.Token != term.Token() || st.Terms != 1 || st.ID != "a" || st.Lease != "job" {
+		if !st.Leader || st.Term != term || st.Token != term.Token() || st.Terms != 1 || st.ID != "a" || st.Lease != "job" {
 			t.Errorf("Status = %+v while leading with token %d", st, term.Token())
 		}
 		rec, err := e.Leader(t.Context())
@@ -172,7 +172,7 @@ func TestAwaitStatusIsLeader(t *testing.T) {
 		if err := <-done; !errors.Is(err, context.Canceled) {
 			t.Errorf("Run returned %v, want context.Canceled", err)
 		}
-		if e.IsLeader() || e.Status().Leader {
+		if st := e.Status(); st.Leader || st.Term != nil {
 			t.Errorf("still leader after Run returned")
 		}
 	})

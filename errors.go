@@ -3,8 +3,6 @@ package baton
 import (
 	"errors"
 	"strings"
-
-	"github.com/batonhq/baton/internal/stopearly"
 )
 
 // Sentinel errors. Term.Err and OnDemoted's reason wrap one of the loss reasons, so
@@ -28,13 +26,13 @@ var (
 	// stops acting. It usually wraps the last renewal error.
 	ErrExpired = errors.New("baton: lease expired before a renewal was confirmed")
 
-	// ErrStoppedEarly is what the cause of the callback's context wraps
-	// (context.Cause) when the Elector, or a balance.Group, stops the work
-	// StopEarly before the term's safe-until because no renewal was
-	// confirmed. The term has not ended yet: it still holds the lease until
-	// safe-until, so the work has StopEarly left to wind down before anyone
-	// else can take over.
-	ErrStoppedEarly = stopearly.ErrStoppedEarly
+	// ErrStoppedEarly is what the cause of the work's context wraps
+	// (context.Cause) when Lead (under an Elector, a balance.Group, ...)
+	// stops the work StopEarly before the term's safe-until because no
+	// renewal was confirmed. The term has not ended yet: it still holds the
+	// lease until safe-until, so the work has StopEarly left to wind down
+	// before anyone else can take over.
+	ErrStoppedEarly = errors.New("baton: renewals lag: stopping the work before safe-until")
 
 	// ErrBackendUnavailable reports that the backend could not be reached.
 	// Campaign and Leader wrap it with the underlying cause.

@@ -46,11 +46,39 @@ func ExampleElector_Await() {
 		})
 	}()
 	t, _ := e.Await(ctx)
-	fmt.Println("leader:", e.IsLeader(), "token:", t.Token())
+	fmt.Println("leader:", e.Status().Leader, "token:", t.Token())
 	cancel()
 	<-done
-	fmt.Println("leader:", e.IsLeader())
+	fmt.Println("leader:", e.Status().Leader)
 	// Output:
 	// leader: true token: 1
 	// leader: false
+}
+
+// A program that holds terms itself, one per shard, runs each with the
+// same step as the Elector: Campaign with back-off, then Lead, which stops
+// the work when the term ends and releases the lease after it returned.
+func ExampleLead() {
+	b, _ := memory.New(memory.NewStore(), memory.Options{})
+	defer b.Close(context.Background())
+	ctx := context.Background()
+	me := baton.Candidate{ID: "worker-1"}
+	for _, shard := range []string{"shard-a", "shard-b"} {
+		var bo baton.Backoff // zero: baton.DefaultRetryMin up to baton.DefaultRetryMax
+		t, err := baton.Campaign(ctx, b, shard, me, &bo, nil)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		err = baton.Lead(ctx, t, baton.LeadConfig{}, func(ctx context.Context, t baton.Term) error {
+			fmt.Printf("%s: token %d\n", t.Lease(), t.Token())
+			return nil
+		})
+		fmt.Println(t.Lease(), "released:", err == nil && t.Err() != nil)
+	}
+	// Output:
+	// shard-a: token 1
+	// shard-a released: true
+	// shard-b: token 1
+	// shard-b released: true
 }

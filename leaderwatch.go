@@ -50,7 +50,7 @@ func (e *Elector) WatchLeader(ctx context.Context, fn func(Record, error)) error
 		case <-t.C:
 		}
 		t.Reset(LeaderPollInterval)
-		if e.IsLeader() {
+		if _, ok := e.isLeader(); ok {
 			continue
 		}
 		qctx, cancel := context.WithTimeout(ctx, leaderPollTimeout)

@@ -107,7 +107,7 @@ func TestGateCampaignsOnlyInService(t *testing.T) {
 	}
 
 	st.set(true)
-	testkit.Eventually(t, 10*time.Second, "the gated candidate to lead", func() bool { return e.IsLeader() })
+	testkit.Eventually(t, 10*time.Second, "the gated candidate to lead", func() bool { return e.Status().Leader })
 	testkit.Eventually(t, 10*time.Second, "the leader tag on i-a", func() bool {
 		return f.Tags("i-a")[leaderKey] == "true" && f.Tags("i-a")[leaderKey+"-token"] != ""
 	})
@@ -144,7 +144,7 @@ func TestGateCampaignsOnlyInService(t *testing.T) {
 	}
 	// The Elector campaigns again, and the gate holds the campaign back.
 	testkit.Eventually(t, 10*time.Second, "the next campaign to wait for InService", func() bool { return strings.Count(logs.String(), parked) == 2 })
-	if e.IsLeader() {
+	if e.Status().Leader {
 		t.Error("out of service, and leading again")
 	}
 	cancel()

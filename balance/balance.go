@@ -85,8 +85,9 @@ type Config struct {
 
 	// RetryMin and RetryMax bound the exponential back-off (with jitter)
 	// before campaigning again for a lease after a campaign failed because
-	// the backend was unavailable, or after its Func returned an error.
-	// Zero means 100 ms and 10 s.
+	// the backend was unavailable, or after its Func returned an error:
+	// baton.Backoff's Min and Max. Zero means baton.DefaultRetryMin (100 ms)
+	// and baton.DefaultRetryMax (10 s).
 	RetryMin, RetryMax time.Duration
 
 	// StopEarly ends a Func's context this long before the term's safe-until
@@ -96,7 +97,7 @@ type Config struct {
 	StopEarly time.Duration
 
 	// ResignTimeout bounds the release of a lease after its Func returned.
-	// Zero means 5 s. A release that times out is logged; the lease then
+	// Zero means baton.DefaultResignTimeout (5 s). A release that times out is logged; the lease then
 	// expires after its TTL.
 	ResignTimeout time.Duration
 
@@ -147,15 +148,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ShedAfter == 0 {
 		c.ShedAfter = 3 * c.RefreshInterval
 	}
-	if c.RetryMin == 0 {
-		c.RetryMin = 100 * time.Millisecond
-	}
-	if c.RetryMax == 0 {
-		c.RetryMax = 10 * time.Second
-	}
-	c.RetryMax = max(c.RetryMax, c.RetryMin)
 	if c.ResignTimeout == 0 {
-		c.ResignTimeout = 5 * time.Second
+		c.ResignTimeout = baton.DefaultResignTimeout // also for the member slots
 	}
 	return c, nil
 }
@@ -304,8 +298,10 @@ func (g *Group) Remove(ctx context.Context, name string) error {
 // the leases, runs their Funcs while it leads them, and balances. On the way
 // out it cancels every Func, waits for them, resigns their leases, and then
 // gives up its member slot, so that the other instances take over at once.
-// It returns ctx's error, or an error wrapping baton.ErrClosed when the
-// Backend was closed under it. Func errors are logged and retried, never
+// It returns ctx's error, an error wrapping baton.ErrClosed when the
+// Backend was closed under it, or a campaign's error matching
+// *baton.ConfigError (a configuration the backend refuses, which no retry
+// fixes), as baton.Elector.Run does. Func errors are logged and retried, never
 // returned: one failing lease does not stop the others.
 func (g *Group) Run(ctx context.Context) error {
 	if !g.running.CompareAndSwap(false, true) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -15,6 +14,7 @@ import (
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/balance"
+	"github.com/batonhq/baton/internal/balancetest"
 	"github.com/batonhq/baton/internal/testkit"
 )
 
@@ -23,182 +23,23 @@ import (
 // over, even on a loaded machine.
 var testTiming = backend.Config{TTL: time.Second, RenewInterval: 200 * time.Millisecond, DriftMargin: 300 * time.Millisecond}
 
-func testConfig(id string) balance.Config {
-	return balance.Config{
-		Group:           "jobs",
-		Candidate:       baton.Candidate{ID: id},
-		RefreshInterval: 100 * time.Millisecond,
-		ShedAfter:       time.Second,
-		RetryMax:        time.Second,
-	}
-}
-
-// proc is one simulated process: a Group on a Backend of its own.
-type proc struct {
-	id   string
-	g    *balance.Group
-	kill func() // stop renewing and talking to the store, as kill -9 would
-	stop context.CancelFunc
-	done chan error
-}
-
-// world is a set of processes running the same leases, with a record of
-// which process runs which lease's Func, to catch two running at once.
-type world struct {
-	t      *testing.T
-	leases []string
-	reader baton.Backend // reads the store, to check that it agrees with the processes
-
-	mu      sync.Mutex
-	procs   []*proc
-	running map[string]string // lease → id of the process whose Func runs
-	errs    []string
-}
-
-func newWorld(t *testing.T, n int, reader baton.Backend) *world {
-	w := &world{t: t, running: map[string]string{}, reader: reader}
-	for i := range n {
-		w.leases = append(w.leases, fmt.Sprintf("job-%02d", i))
-	}
-	return w
-}
-
-// fn is the leader-only work: it marks the lease as run by id until its
-// context ends.
-func (w *world) fn(id string) balance.Func {
-	return func(ctx context.Context, term baton.Term) error {
-		w.mu.Lock()
-		if other, ok := w.running[term.Lease()]; ok {
-			w.errs = append(w.errs, fmt.Sprintf("%s started %s (token %d) while %s still ran it", id, term.Lease(), term.Token(), other))
-		}
-		w.running[term.Lease()] = id
-		w.mu.Unlock()
-		<-ctx.Done()
-		w.mu.Lock()
-		if w.running[term.Lease()] == id {
-			delete(w.running, term.Lease())
-		}
-		w.mu.Unlock()
-		return nil
-	}
-}
-
-// start starts a process with Group g on backend b.
-func (w *world) start(g *balance.Group, kill func()) *proc {
-	w.t.Helper()
-	for _, name := range w.leases {
-		if err := g.Add(name, w.fn(g.ID())); err != nil {
-			w.t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p := &proc{id: g.ID(), g: g, kill: kill, stop: cancel, done: make(chan error, 1)}
-	go func() { p.done <- g.Run(ctx) }()
-	w.t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-p.done:
-			if !errors.Is(err, context.Canceled) {
-				w.t.Errorf("%s: Run returned %v, want context.Canceled", p.id, err)
-			}
-		case <-time.After(20 * time.Second):
-			w.t.Errorf("%s: Run did not return after its context was cancelled", p.id)
-		}
-	})
-	w.mu.Lock()
-	w.procs = append(w.procs, p)
-	w.mu.Unlock()
-	return p
-}
-
-// startMemory starts a process on its own connection to store.
-func (w *world) startMemory(store *memory.Store, id string) *proc {
-	w.t.Helper()
+// startMemory starts a process of w on its own connection to store.
+func startMemory(w *balancetest.World, store *memory.Store, id string) *balancetest.Proc {
+	w.T.Helper()
 	b, err := memory.New(store, memory.Options{Config: testTiming})
 	if err != nil {
-		w.t.Fatal(err)
+		w.T.Fatal(err)
 	}
-	w.t.Cleanup(func() {
+	w.T.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = b.Close(ctx)
 	})
-	g, err := balance.New(b, testConfig(id))
+	g, err := balance.New(b, balancetest.Config(id))
 	if err != nil {
-		w.t.Fatal(err)
+		w.T.Fatal(err)
 	}
-	return w.start(g, b.Disconnect)
-}
-
-// checkBalanced reports whether, among live, every lease is led by exactly
-// one process, each leads at most maxLoad and at least minLoad, and every
-// process counts len(live) members; if not, it says why.
-func (w *world) checkBalanced(live []*proc, minLoad, maxLoad int) (bool, string) {
-	holders := map[string][]string{}
-	var loads []string
-	ok := true
-	for _, p := range live {
-		s := p.g.Status()
-		for _, name := range s.Leading {
-			holders[name] = append(holders[name], p.id)
-		}
-		loads = append(loads, fmt.Sprintf("%s=%d(N=%d)", p.id, len(s.Leading), s.Members))
-		if len(s.Leading) > maxLoad || len(s.Leading) < minLoad || s.Members != len(live) {
-			ok = false
-		}
-	}
-	var bad []string
-	for _, name := range w.leases {
-		if len(holders[name]) != 1 {
-			ok = false
-			bad = append(bad, fmt.Sprintf("%s:%v", name, holders[name]))
-			continue
-		}
-		if w.reader == nil {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		rec, err := w.reader.Leader(ctx, name)
-		cancel()
-		if err != nil || rec.Holder != holders[name][0] {
-			ok = false
-			bad = append(bad, fmt.Sprintf("%s: %s leads it but the store says %q (%v)", name, holders[name][0], rec.Holder, err))
-		}
-	}
-	return ok, fmt.Sprintf("loads %s; leases without exactly one holder: %v", strings.Join(loads, " "), bad)
-}
-
-// awaitSteady waits until checkBalanced has held for a whole second: long
-// enough for several refreshes and sheds to have changed it if they would.
-func (w *world) awaitSteady(live []*proc, minLoad, maxLoad int, timeout time.Duration) {
-	w.t.Helper()
-	start := time.Now()
-	var since time.Time
-	var why string
-	steady := testkit.Poll(timeout, 20*time.Millisecond, func() bool {
-		var ok bool
-		ok, why = w.checkBalanced(live, minLoad, maxLoad)
-		switch {
-		case !ok:
-			since = time.Time{}
-		case since.IsZero():
-			since = time.Now()
-		}
-		return ok && time.Since(since) >= time.Second
-	})
-	if !steady {
-		w.t.Fatalf("not steady within %s (want loads in [%d, %d]): %s", timeout, minLoad, maxLoad, why)
-	}
-	w.t.Logf("steady after %s: %s", since.Sub(start).Round(10*time.Millisecond), why)
-}
-
-func (w *world) checkNoOverlap() {
-	w.t.Helper()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, e := range w.errs {
-		w.t.Error(e)
-	}
+	return w.Start(g, b.Disconnect)
 }
 
 // reader returns a Backend on store for the test to read lease holders with.
@@ -219,96 +60,96 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 // move and the bound holds for the rest.
 func TestFiftyLeasesFiveProcesses(t *testing.T) {
 	store := memory.NewStore()
-	w := newWorld(t, 50, reader(t, store))
-	var procs []*proc
+	w := balancetest.NewWorld(t, 50, reader(t, store))
+	var procs []*balancetest.Proc
 	for i := range 5 {
-		procs = append(procs, w.startMemory(store, fmt.Sprintf("p%d", i)))
+		procs = append(procs, startMemory(w, store, fmt.Sprintf("p%d", i)))
 	}
 	// The promised bound is ceil(50/5)+1 = 11; the algorithm settles within
 	// [floor, ceil] = exactly 10 each.
-	w.awaitSteady(procs, 50/5, 50/5, 30*time.Second)
+	w.AwaitSteady(procs, 50/5, 50/5, 30*time.Second)
 
 	// A sixth process joins: the others shed to it.
-	procs = append(procs, w.startMemory(store, "p5"))
-	w.awaitSteady(procs, 50/6, ceilDiv(50, 6), 30*time.Second) // 8 or 9 each, within the bound of 10
+	procs = append(procs, startMemory(w, store, "p5"))
+	w.AwaitSteady(procs, 50/6, ceilDiv(50, 6), 30*time.Second) // 8 or 9 each, within the bound of 10
 
 	// Kill one (it stops renewing and never releases anything): its leases
 	// move and the five others share them out again.
 	victim := procs[2]
-	victim.kill()
+	victim.Kill()
 	live := slices.Delete(slices.Clone(procs), 2, 3)
-	w.awaitSteady(live, 50/5, 50/5, 30*time.Second)
-	if s := victim.g.Status(); len(s.Leading) != 0 {
+	w.AwaitSteady(live, 50/5, 50/5, 30*time.Second)
+	if s := victim.G.Status(); len(s.Leading) != 0 {
 		t.Errorf("killed process still claims %v after its terms' safe-until", s.Leading)
 	}
-	w.checkNoOverlap()
+	w.CheckNoOverlap()
 }
 
 // A process whose Run returns hands its leases and its member slot over at
 // once, and the group counts one member fewer.
 func TestGracefulLeave(t *testing.T) {
 	store := memory.NewStore()
-	w := newWorld(t, 12, reader(t, store))
-	var procs []*proc
+	w := balancetest.NewWorld(t, 12, reader(t, store))
+	var procs []*balancetest.Proc
 	for i := range 3 {
-		procs = append(procs, w.startMemory(store, fmt.Sprintf("p%d", i)))
+		procs = append(procs, startMemory(w, store, fmt.Sprintf("p%d", i)))
 	}
-	w.awaitSteady(procs, 4, 4, 30*time.Second)
-	procs[0].stop()
-	if err := <-procs[0].done; !errors.Is(err, context.Canceled) {
+	w.AwaitSteady(procs, 4, 4, 30*time.Second)
+	procs[0].Stop()
+	if err := <-procs[0].Done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run returned %v, want context.Canceled", err)
 	}
-	procs[0].done <- context.Canceled // for the clean-up
-	if s := procs[0].g.Status(); len(s.Leading) != 0 || s.Slot != -1 {
+	procs[0].Done <- context.Canceled // for the clean-up
+	if s := procs[0].G.Status(); len(s.Leading) != 0 || s.Slot != -1 {
 		t.Fatalf("after Run returned: leading %v, slot %d; want nothing", s.Leading, s.Slot)
 	}
-	w.awaitSteady(procs[1:], 6, 6, 30*time.Second)
-	w.checkNoOverlap()
+	w.AwaitSteady(procs[1:], 6, 6, 30*time.Second)
+	w.CheckNoOverlap()
 }
 
 // Leases added and removed at runtime are balanced too.
 func TestAddRemoveAtRuntime(t *testing.T) {
 	store := memory.NewStore()
-	w := newWorld(t, 6, reader(t, store))
-	var procs []*proc
+	w := balancetest.NewWorld(t, 6, reader(t, store))
+	var procs []*balancetest.Proc
 	for i := range 3 {
-		procs = append(procs, w.startMemory(store, fmt.Sprintf("p%d", i)))
+		procs = append(procs, startMemory(w, store, fmt.Sprintf("p%d", i)))
 	}
-	w.awaitSteady(procs, 2, 2, 30*time.Second)
+	w.AwaitSteady(procs, 2, 2, 30*time.Second)
 
 	for i := 6; i < 12; i++ {
 		name := fmt.Sprintf("job-%02d", i)
-		w.leases = append(w.leases, name)
+		w.Leases = append(w.Leases, name)
 		for _, p := range procs {
-			if err := p.g.Add(name, w.fn(p.id)); err != nil {
+			if err := p.G.Add(name, w.Fn(p.ID)); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	w.awaitSteady(procs, 4, 4, 30*time.Second)
+	w.AwaitSteady(procs, 4, 4, 30*time.Second)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	removed := w.leases[:6]
-	w.leases = w.leases[6:]
+	removed := w.Leases[:6]
+	w.Leases = w.Leases[6:]
 	for _, name := range removed {
 		for _, p := range procs {
-			if err := p.g.Remove(ctx, name); err != nil {
+			if err := p.G.Remove(ctx, name); err != nil {
 				t.Fatal(err)
 			}
-			if p.g.IsLeader(name) {
-				t.Errorf("%s still leads %s after Remove returned", p.id, name)
+			if p.G.IsLeader(name) {
+				t.Errorf("%s still leads %s after Remove returned", p.ID, name)
 			}
 		}
 	}
-	w.awaitSteady(procs, 2, 2, 30*time.Second)
-	if err := procs[0].g.Remove(ctx, "job-00"); !errors.Is(err, balance.ErrUnknownLease) {
+	w.AwaitSteady(procs, 2, 2, 30*time.Second)
+	if err := procs[0].G.Remove(ctx, "job-00"); !errors.Is(err, balance.ErrUnknownLease) {
 		t.Errorf("Remove of a removed lease: %v, want ErrUnknownLease", err)
 	}
-	if err := procs[0].g.Add("job-11", w.fn("p0")); !errors.Is(err, balance.ErrDuplicate) {
+	if err := procs[0].G.Add("job-11", w.Fn("p0")); !errors.Is(err, balance.ErrDuplicate) {
 		t.Errorf("Add of a present lease: %v, want ErrDuplicate", err)
 	}
-	w.checkNoOverlap()
+	w.CheckNoOverlap()
 }
 
 // A Func that fails is retried, on this or another instance, and does not
@@ -320,7 +161,7 @@ func TestFailingFuncIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close(context.Background())
-	g, err := balance.New(b, testConfig("solo"))
+	g, err := balance.New(b, balancetest.Config("solo"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +228,7 @@ func TestConfigErrors(t *testing.T) {
 // Closing the Backend under a running Group ends Run with ErrClosed.
 func TestBackendClosed(t *testing.T) {
 	b, _ := memory.New(memory.NewStore(), memory.Options{Config: testTiming})
-	g, _ := balance.New(b, testConfig("solo"))
+	g, _ := balance.New(b, balancetest.Config("solo"))
 	_ = g.Add("a", func(ctx context.Context, _ baton.Term) error { <-ctx.Done(); return nil })
 	done := make(chan error, 1)
 	go func() { done <- g.Run(context.Background()) }()
@@ -409,13 +250,13 @@ func TestUnevenCounts(t *testing.T) {
 	for _, tc := range []struct{ leases, procs int }{{3, 5}, {7, 3}} {
 		t.Run(fmt.Sprintf("%d_over_%d", tc.leases, tc.procs), func(t *testing.T) {
 			store := memory.NewStore()
-			w := newWorld(t, tc.leases, reader(t, store))
-			var procs []*proc
+			w := balancetest.NewWorld(t, tc.leases, reader(t, store))
+			var procs []*balancetest.Proc
 			for i := range tc.procs {
-				procs = append(procs, w.startMemory(store, fmt.Sprintf("p%d", i)))
+				procs = append(procs, startMemory(w, store, fmt.Sprintf("p%d", i)))
 			}
-			w.awaitSteady(procs, tc.leases/tc.procs, ceilDiv(tc.leases, tc.procs), 30*time.Second)
-			w.checkNoOverlap()
+			w.AwaitSteady(procs, tc.leases/tc.procs, ceilDiv(tc.leases, tc.procs), 30*time.Second)
+			w.CheckNoOverlap()
 		})
 	}
 }
@@ -469,7 +310,7 @@ func TestStopEarlyCauseIsTheElectors(t *testing.T) {
 			return e.Run(ctx, fn)
 		})
 		groupCause := stoppedCause(func(ctx context.Context, b *memory.Backend, fn balance.Func) error {
-			cfg := testConfig("solo")
+			cfg := balancetest.Config("solo")
 			cfg.StopEarly = early
 			g, err := balance.New(b, cfg)
 			if err != nil {
@@ -487,6 +328,56 @@ func TestStopEarlyCauseIsTheElectors(t *testing.T) {
 		}
 		if electorCause == nil || groupCause == nil || electorCause.Error() != groupCause.Error() {
 			t.Errorf("causes differ:\nElector: %v\nGroup:   %v", electorCause, groupCause)
+		}
+	})
+}
+
+// refusingBackend is a memory backend that refuses campaigns for one
+// lease with err, and counts them.
+type refusingBackend struct {
+	*memory.Backend
+	lease string
+	err   error
+
+	mu    sync.Mutex
+	tries int
+}
+
+func (b *refusingBackend) Campaign(ctx context.Context, name string, c baton.Candidate) (baton.Term, error) {
+	if name != b.lease {
+		return b.Backend.Campaign(ctx, name, c)
+	}
+	b.mu.Lock()
+	b.tries++
+	b.mu.Unlock()
+	return nil, b.err
+}
+
+// A campaign refused with a *baton.ConfigError ends Run with it, as it
+// ends baton.Elector.Run: no retry fixes the configuration.
+func TestConfigErrorEndsRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mb, err := memory.New(memory.NewStore(), memory.Options{Config: testTiming})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mb.Close(context.Background())
+		refused := fmt.Errorf("create session: %w", &baton.ConfigError{Problems: []string{"session TTL below the minimum"}})
+		b := &refusingBackend{Backend: mb, lease: "a", err: refused}
+		g, err := balance.New(b, balancetest.Config("solo"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = g.Add("a", func(ctx context.Context, _ baton.Term) error { <-ctx.Done(); return nil })
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		err = g.Run(ctx)
+		var ce *baton.ConfigError
+		if !errors.As(err, &ce) || ctx.Err() != nil {
+			t.Fatalf("Run = %v (ctx %v); want the campaign's ConfigError", err, ctx.Err())
+		}
+		if b.tries != 1 {
+			t.Errorf("%d campaigns for the lease; want 1: a configuration error is not retried", b.tries)
 		}
 	})
 }

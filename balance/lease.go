@@ -3,31 +3,28 @@ package balance
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/internal/stopearly"
 )
 
 // runJob campaigns for j's lease whenever the balance rules want it, and runs
 // j's Func while it leads, until ctx ends.
 func (g *Group) runJob(ctx context.Context, j *job) {
-	retry := g.cfg.RetryMin
+	bo := baton.Backoff{Min: g.cfg.RetryMin, Max: g.cfg.RetryMax}
 	failing := false // log a run of campaign failures once, not per retry
-	backOff := func(err error) bool {
+	failed := func(err error, _ time.Duration) bool {
 		g.mu.Lock()
 		j.lastErr = err
 		g.mu.Unlock()
-		wait := retry/2 + rand.N(retry/2+1)
-		retry = min(2*retry, g.cfg.RetryMax)
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(wait):
-			return true
+		if !failing {
+			g.log.Warn("campaign failed; retrying with back-off", "lease", j.name, "err", err)
+		} else {
+			g.log.Debug("campaign failed again", "lease", j.name, "err", err)
 		}
+		failing = true
+		return true
 	}
 	for ctx.Err() == nil {
 		g.mu.Lock()
@@ -38,26 +35,17 @@ func (g *Group) runJob(ctx context.Context, j *job) {
 			waitChange(ctx, changed, at)
 			continue
 		}
-		t, err := g.campaign(ctx, j)
+		t, err := g.campaign(ctx, j, &bo, failed)
 		switch {
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, errStance):
 			continue
-		case errors.Is(err, baton.ErrClosed):
+		case err != nil:
+			// The backend was closed, or refuses the configuration
+			// (*baton.ConfigError): no retry fixes either.
 			g.fail(err)
 			return
-		case err != nil:
-			if !failing {
-				g.log.Warn("campaign failed; retrying with back-off", "lease", j.name, "err", err)
-			} else {
-				g.log.Debug("campaign failed again", "lease", j.name, "err", err)
-			}
-			failing = true
-			if !backOff(err) {
-				return
-			}
-			continue
 		}
 		if failing {
 			g.log.Info("campaigning works again", "lease", j.name)
@@ -65,13 +53,21 @@ func (g *Group) runJob(ctx context.Context, j *job) {
 		}
 		ferr := g.lead(ctx, j, t)
 		if ferr != nil && ctx.Err() == nil {
-			g.log.Warn("lease callback failed; campaigning again after a back-off", "lease", j.name, "token", t.Token(), "err", ferr)
-			if !backOff(ferr) {
+			wait := bo.Next()
+			g.mu.Lock()
+			j.lastErr = ferr
+			g.mu.Unlock()
+			g.log.Warn("lease callback failed; campaigning again after a back-off", "lease", j.name, "token", t.Token(), "err", ferr, "retry_in", wait)
+			timer := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
 				return
+			case <-timer.C:
 			}
 			continue
 		}
-		retry = g.cfg.RetryMin
+		bo.Reset()
 	}
 }
 
@@ -131,9 +127,10 @@ func (g *Group) admitLocked(j *job, now time.Time) bool {
 	return !j.freeSince.IsZero() && !now.Before(j.freeSince.Add(g.delayLocked()))
 }
 
-// campaign campaigns for j's lease until it wins, ctx ends, or the balance
-// rules stop wanting it (errStance).
-func (g *Group) campaign(ctx context.Context, j *job) (baton.Term, error) {
+// campaign campaigns for j's lease until it wins, ctx ends, campaigning
+// cannot succeed, or the balance rules stop wanting it (errStance). It
+// retries failures with bo, telling failed.
+func (g *Group) campaign(ctx context.Context, j *job, bo *baton.Backoff, failed func(error, time.Duration) bool) (baton.Term, error) {
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := make(chan struct{})
@@ -157,7 +154,7 @@ func (g *Group) campaign(ctx context.Context, j *job) (baton.Term, error) {
 			}
 		}
 	})
-	t, err := g.b.Campaign(cctx, j.name, g.cfg.Candidate)
+	t, err := baton.Campaign(cctx, g.b, j.name, g.cfg.Candidate, bo, failed)
 	close(stop)
 	wg.Wait()
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(cctx), errStance) {
@@ -167,52 +164,47 @@ func (g *Group) campaign(ctx context.Context, j *job) (baton.Term, error) {
 }
 
 // lead keeps or refuses a term just won and, when it keeps it, runs j's Func
-// for the term and resigns afterwards. It returns the Func's error.
+// for the term (baton.Lead) and resigns afterwards. It returns the Func's
+// error.
 func (g *Group) lead(ctx context.Context, j *job, t baton.Term) error {
-	if left := time.Until(t.SafeUntil()); left <= g.cfg.StopEarly {
-		// Won with too little of the term left to wind down in time (a
-		// lagging session): don't start what could not be stopped by safe-until.
-		g.log.Warn("won a lease with too little time before safe-until; resigning", "lease", j.name, "token", t.Token(), "left", left)
-		g.resign(ctx, t)
-		return nil
-	}
-	fctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-
-	now := time.Now()
-	g.mu.Lock()
-	admit := g.admitLocked(j, now)
-	if admit {
-		j.term, j.since, j.endLead = t, now, cancel
-		j.lastErr = nil
-		g.load++
-		g.broadcastLocked()
-	} else if j.freeSince.IsZero() {
-		// It is free once we resign: that is when the wait of the less
-		// loaded instances starts, and ours with it.
-		j.freeSince = now
-	}
-	load := g.load
-	g.mu.Unlock()
-	if !admit {
-		g.log.Debug("won a lease above the fair share; resigning it to a less loaded instance", "lease", j.name, "token", t.Token(), "load", load)
-		g.resign(ctx, t)
-		return nil
-	}
-	g.log.Info("leading", "lease", j.name, "token", t.Token(), "load", load)
-
-	stop := stopearly.Watch(t, g.cfg.StopEarly, cancel, func(left time.Duration) {
-		g.log.Warn("renewals lag: stopping before safe-until", "lease", j.name, "token", t.Token(), "safe_until_in", left)
+	// endLead ends the Func with a cause of the Group's (errShed,
+	// errRemoved), which baton.Lead's context passes on.
+	lctx, endLead := context.WithCancelCause(ctx)
+	defer endLead(nil)
+	admitted := false
+	var fctx context.Context // the Func's: its cause says who ended it first
+	ferr := baton.Lead(lctx, t, baton.LeadConfig{
+		StopEarly:     g.cfg.StopEarly,
+		ResignTimeout: g.cfg.ResignTimeout,
+		Logger:        g.log.With("lease", j.name),
+	}, func(ctx context.Context, t baton.Term) error {
+		fctx = ctx
+		now := time.Now()
+		g.mu.Lock()
+		admitted = g.admitLocked(j, now)
+		if admitted {
+			j.term, j.since, j.endLead = t, now, endLead
+			j.lastErr = nil
+			g.load++
+			g.broadcastLocked()
+		} else if j.freeSince.IsZero() {
+			// It is free once we resign: that is when the wait of the less
+			// loaded instances starts, and ours with it.
+			j.freeSince = now
+		}
+		load := g.load
+		g.mu.Unlock()
+		if !admitted {
+			g.log.Debug("won a lease above the fair share; resigning it to a less loaded instance", "lease", j.name, "token", t.Token(), "load", load)
+			return nil
+		}
+		g.log.Info("leading", "lease", j.name, "token", t.Token(), "load", load)
+		return j.fn(fctx, t)
 	})
-	// A resign requested from outside stops the Func; the lease is released
-	// below, once it has returned. The causes are the Elector's.
-	stopReq := stopearly.Requested(t, baton.ResignRequestedOf(t), stopearly.ResignRequested(baton.ErrResigned), cancel)
-	ferr := j.fn(fctx, t)
-	stopReq()
-	stop()
+	if !admitted {
+		return nil
+	}
 	cause := context.Cause(fctx)
-	cancel(nil)
-	g.resign(ctx, t)
 
 	g.mu.Lock()
 	j.term, j.endLead = nil, nil

@@ -546,7 +546,10 @@ func BenchmarkRequestsVsCurator(b *testing.B) {
 func BenchmarkRequestsVsConsulLock(b *testing.B) {
 	srv := testserver.StartConsul(b, testserver.ConsulOptions{})
 	bin, child := buildBaton(b), writeChild(b)
-	client := srv.Client(b, srv.Addr())
+	client, err := api.NewClient(&api.Config{Address: srv.Addr()})
+	if err != nil {
+		b.Fatal(err)
+	}
 	const prefix, lockSession = "reqs", "reqs-consul-lock"
 	url := func(addr string) string { return "consul://" + addr + "/" + prefix }
 	lock := func(b *testing.B, addr, lease, id string) *exec.Cmd {

@@ -39,7 +39,11 @@ func BenchmarkRunHandOver(b *testing.B) {
 	srv := testserver.StartEtcd(b)
 	bin := buildBaton(b)
 	lease := fmt.Sprintf("run-handover-%d", time.Now().UnixNano())
-	cli := srv.Client(b)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, DialTimeout: testserver.ClientDialTimeout, Logger: zap.NewNop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cli.Close() })
 
 	var (
 		mu     sync.Mutex

@@ -30,10 +30,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/batonhq/baton/internal/chaos/check"
-	"github.com/batonhq/baton/internal/chaos/harness"
-	"github.com/batonhq/baton/internal/chaos/record"
-	"github.com/batonhq/baton/internal/chaos/store"
+	"github.com/batonhq/baton/chaos/internal/check"
+	"github.com/batonhq/baton/chaos/internal/harness"
+	"github.com/batonhq/baton/chaos/internal/record"
+	"github.com/batonhq/baton/chaos/internal/store"
 	"github.com/spf13/cobra"
 )
 

@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/batonhq/baton/internal/chaos/check"
+	"github.com/batonhq/baton/chaos/internal/check"
 )
 
 // writeSummary writes the report's figures for a person: the verdict, the

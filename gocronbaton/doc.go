@@ -38,7 +38,18 @@
 //     of Hold; an Unlock after the term ended returns an error wrapping
 //     ErrLockLost, which gocron ignores, so the Locker also logs it.
 //
-// # Which one
+// # gocronbaton or package schedule
+//
+// baton has one cron engine: package schedule (what `baton cron` runs),
+// which runs each slot at most once across the group, even across a
+// failover, by keeping the last slot in the lease (baton.StateTerm). This
+// package has no engine: gocron schedules, and gocronbaton only answers
+// gocron's "may I run?" with baton's leases, on the same term step as
+// everything else (baton.Campaign and baton.Lead). Use it when a program
+// already runs its jobs on gocron; for new leader-only cron jobs, use
+// package schedule.
+//
+// # Elector or Locker
 //
 // The Elector makes one instance run every job (a leader), and fails over
 // when it dies. The Locker lets any instance run any run, one at a time, so

@@ -105,9 +105,9 @@ func (el *Elector) IsLeader(ctx context.Context) error {
 	if ending {
 		return fmt.Errorf("%w: handing over lease %q", ErrNotLeader, el.e.Status().Lease)
 	}
-	t := el.e.Term()
+	s := el.e.Status()
+	t := s.Term
 	if t == nil {
-		s := el.e.Status()
 		if s.LastError != nil {
 			return fmt.Errorf("%w: lease %q (last: %w)", ErrNotLeader, s.Lease, s.LastError)
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/url"
 	"sync"
 	"time"
@@ -59,7 +58,8 @@ type LockerOptions struct {
 	// its safe-until deadline. Zero (the default) means any time left.
 	MinRemaining time.Duration
 
-	// ResignTimeout bounds each release of a lease. Zero means 5 s.
+	// ResignTimeout bounds each release of a lease. Zero means
+	// baton.DefaultResignTimeout (5 s).
 	ResignTimeout time.Duration
 
 	// Logger receives the Locker's log lines (group "gocronbaton"). Nil means
@@ -148,9 +148,6 @@ func NewLocker(b baton.Backend, opts LockerOptions) (*Locker, error) {
 	if opts.Candidate.ID == "" {
 		opts.Candidate.ID = baton.NewCandidateID()
 	}
-	if opts.ResignTimeout == 0 {
-		opts.ResignTimeout = 5 * time.Second
-	}
 	if opts.LeaseName == nil {
 		prefix := opts.Prefix
 		opts.LeaseName = func(key string) string { return prefix + url.PathEscape(key) }
@@ -177,8 +174,11 @@ func (l *Locker) ID() string { return l.opts.Candidate.ID }
 // error wrapping ErrLocked when another instance holds it (at once), when
 // another run in this instance holds it (at once), or when the lease was not
 // won within Wait; the campaign's error (wrapping
-// baton.ErrBackendUnavailable) when the backend cannot be reached; and
-// baton.ErrClosed after Close. ctx bounds the wait too. gocron skips the run
+// baton.ErrBackendUnavailable) when the backend cannot be reached; one
+// matching *baton.ConfigError when the backend refuses the configuration,
+// which no retry fixes (then for every later Lock of the key too, without
+// a campaign); and baton.ErrClosed after Close. Failed campaigns are a
+// back-off apart (baton.Backoff's defaults: up to baton.DefaultRetryMax). ctx bounds the wait too. gocron skips the run
 // on any error.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	l.mu.Lock()
@@ -330,9 +330,11 @@ func (l *Locker) Job(key string, fn func(ctx context.Context, t baton.Term) erro
 	}
 }
 
-// serve is the goroutine of one key: campaign on demand, hold, release.
+// serve is the goroutine of one key: campaign on demand (baton.Campaign),
+// hold (baton.Lead), release.
 func (l *Locker) serve(ks *keyState) {
-	retry := 100 * time.Millisecond
+	var bo baton.Backoff
+	lc := baton.LeadConfig{ResignTimeout: l.opts.ResignTimeout, Logger: l.log.With("key", ks.key, "lease", ks.lease)}
 	for {
 		l.mu.Lock()
 		want := ks.want
@@ -345,33 +347,25 @@ func (l *Locker) serve(ks *keyState) {
 				return
 			}
 		}
-		t, err := l.b.Campaign(l.ctx, ks.lease, l.opts.Candidate)
+		t, err := baton.Campaign(l.ctx, l.b, ks.lease, l.opts.Candidate, &bo, func(err error, _ time.Duration) bool {
+			// Campaign on while a Lock waits; else stand down after the
+			// back-off, until the next Lock.
+			return l.failed(ks, err, nil)
+		})
 		if err != nil {
 			if l.ctx.Err() != nil {
 				return
 			}
-			l.log.Warn("campaign failed", "key", ks.key, "lease", ks.lease, "err", err)
-			l.mu.Lock()
-			ks.want = ks.waiters > 0
-			ks.fails++
-			ks.lastErr = err
-			if errors.Is(err, baton.ErrClosed) {
-				ks.err = err // the Backend is gone: later Locks fail at once
-			}
-			l.broadcastLocked(ks)
-			l.mu.Unlock()
-			if errors.Is(err, baton.ErrClosed) {
+			var ce *baton.ConfigError
+			if errors.Is(err, baton.ErrClosed) || errors.As(err, &ce) {
+				// The Backend is gone, or refuses the configuration: no
+				// retry fixes that, and later Locks fail at once.
+				l.failed(ks, err, err)
 				return
 			}
-			select {
-			case <-l.ctx.Done():
-				return
-			case <-time.After(retry/2 + rand.N(retry/2+1)):
-			}
-			retry = min(2*retry, 5*time.Second)
-			continue
+			continue // failed said to stand down
 		}
-		retry = 100 * time.Millisecond
+		bo.Reset()
 
 		l.mu.Lock()
 		ks.term, ks.user, ks.until, ks.unclaimed = t, nil, time.Now(), true
@@ -381,13 +375,11 @@ func (l *Locker) serve(ks *keyState) {
 		l.broadcastLocked(ks)
 		l.mu.Unlock()
 
-		l.hold(ks, t)
+		_ = baton.Lead(l.ctx, t, lc, func(ctx context.Context, t baton.Term) error {
+			l.hold(ctx, ks, t)
+			return nil
+		})
 
-		rctx, cancel := context.WithTimeout(context.Background(), l.opts.ResignTimeout)
-		if err := t.Resign(rctx); err != nil {
-			l.log.Warn("releasing a lease failed; it will expire after its TTL", "key", ks.key, "token", t.Token(), "err", err)
-		}
-		cancel()
 		l.mu.Lock()
 		if ks.term == t {
 			ks.term = nil
@@ -398,14 +390,32 @@ func (l *Locker) serve(ks *keyState) {
 	}
 }
 
+// failed records a failed campaign of ks for the Locks waiting on it, and
+// reports whether one still waits; fatal, when not nil, is the error that
+// later Locks fail with at once.
+func (l *Locker) failed(ks *keyState, err, fatal error) bool {
+	l.log.Warn("campaign failed", "key", ks.key, "lease", ks.lease, "err", err)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ks.want = ks.waiters > 0
+	ks.fails++
+	ks.lastErr = err
+	if fatal != nil {
+		ks.err = fatal
+	}
+	l.broadcastLocked(ks)
+	return ks.want
+}
+
 // hold returns when t should be released — no run uses it and Hold has
 // passed, or no run uses it and a resign was requested from outside
-// (baton.ResignRequestTerm) — or t ended, or the Locker is closing. A
-// requested resign thus waits for the run that uses t to return, so the
-// lease is released only after the job stopped.
-func (l *Locker) hold(ks *keyState, t baton.Term) {
-	req := baton.ResignRequestedOf(t)
+// (baton.ResignRequestTerm) — or ctx ended otherwise: t ended, it reached
+// its safe-until, or the Locker is closing. A requested resign thus waits
+// for the run that uses t to return, so the lease is released only after
+// the job stopped.
+func (l *Locker) hold(ctx context.Context, ks *keyState, t baton.Term) {
 	requested := false
+	done := ctx.Done()
 	for {
 		l.mu.Lock()
 		busy := ks.user != nil && ks.user.t == t
@@ -420,23 +430,25 @@ func (l *Locker) hold(ks *keyState, t baton.Term) {
 			timer = time.NewTimer(left)
 			timeout = timer.C
 		}
+		stop := false
 		select {
+		case <-done:
+			// A requested resign goes on until no run uses t; any other
+			// end of ctx ends the hold.
+			requested, done = true, nil
+			stop = t.Err() != nil || l.ctx.Err() != nil || !errors.Is(context.Cause(ctx), baton.ErrResigned)
 		case <-t.Done():
+			stop = true
 		case <-l.ctx.Done():
+			stop = true
 		case <-ks.kick:
 		case <-timeout:
-		case <-req:
-			requested, req = true, nil
 		}
 		if timer != nil {
 			timer.Stop()
 		}
-		select {
-		case <-t.Done():
+		if stop {
 			return
-		case <-l.ctx.Done():
-			return
-		default:
 		}
 	}
 }

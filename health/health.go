@@ -15,7 +15,8 @@
 // # What is guaranteed, and what is not
 //
 //   - A 200 means that, at some instant during the request, this process
-//     held the lease: its term had not ended and was before its safe-until.
+//     held the lease: its term had not ended and was before its safe-until
+//     (baton.Status.Leader).
 //     It does not mean that it still does when the caller acts on the
 //     answer: a load balancer routing on it can send a request to a former
 //     leader for up to one probe interval. Work that must not run twice is
@@ -170,8 +171,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Elector is what NewLeader reads of an Elector: *baton.Elector implements
 // it.
 type Elector interface {
-	// Status returns a snapshot of the Elector's state; Status().Leader
-	// answers without a read of the backend.
+	// Status returns a snapshot of the Elector's state; its Leader and
+	// Term answer without a read of the backend.
 	Status() baton.Status
 	// Leader asks the backend who holds the Elector's lease.
 	Leader(ctx context.Context) (baton.Record, error)
@@ -203,8 +204,8 @@ func (c electorChecker) CheckLeader(ctx context.Context, lease string) Answer {
 		return Answer{Status: Undetermined, Lease: lease,
 			Reason: fmt.Sprintf("this process campaigns for lease %q only", st.Lease), Leases: []string{st.Lease}}
 	}
-	if st.Leader {
-		return Answer{Status: Leader, Lease: st.Lease, Holder: st.ID, Token: st.Token,
+	if st.Leader && st.Term != nil {
+		return Answer{Status: Leader, Lease: st.Lease, Holder: st.ID, Token: st.Term.Token(),
 			Reason: fmt.Sprintf("%s, %s, holds lease %q", st.ID, c.here, st.Lease)}
 	}
 	rec, err := c.e.Leader(ctx)

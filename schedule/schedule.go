@@ -33,6 +33,9 @@
 // the spring change. Use CRON_TZ=UTC, or a time outside the change, where
 // that matters.
 //
+// This is baton's one cron engine; package gocronbaton only plugs baton's
+// leases into gocron's scheduler, for programs that already use gocron.
+//
 // Not guaranteed: exactly once. A slot whose leader died between the claim
 // and the job's work is not run again (use CatchUp and the job's own
 // idempotence if that matters). Wall-clock steps move slots like any cron.

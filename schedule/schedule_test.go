@@ -134,7 +134,7 @@ func TestOncePerSlotAcrossHandOvers(t *testing.T) {
 	}
 	leader := func() *member {
 		for _, m := range members {
-			if m.e.IsLeader() {
+			if m.e.Status().Leader {
 				return m
 			}
 		}

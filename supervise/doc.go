@@ -4,8 +4,10 @@
 // sure that the command and everything it started are gone by the lease's
 // deadline, whatever happens to the process that started it. StartTerm runs
 // a command for one term of a lease, with the term's safe-until as that
-// deadline; `baton run` and `baton cron` run their command with it, and Go
-// programs that embed baton can too (Linux only).
+// deadline; Runner runs it for each term a baton.Elector wins, restarting
+// it when it exits by itself. `baton run` is a Runner, `baton cron` starts
+// its command with one for each slot, and Go programs that embed baton can
+// do the same (Linux only).
 //
 // # Guarantees
 //

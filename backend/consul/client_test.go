@@ -35,7 +35,7 @@ func TestACLToken(t *testing.T) {
 		t.Errorf("Campaign without a token: err = %v; want ErrPermissionDenied (and not ErrBackendUnavailable)", err)
 	}
 
-	mgmt := agent.Client(t, agent.Addr())
+	mgmt := agentClient(t, agent, agent.Addr())
 	token := func(name, rules string) string {
 		t.Helper()
 		p, _, err := mgmt.ACL().PolicyCreate(&api.ACLPolicy{Name: name, Rules: rules}, nil)
@@ -160,7 +160,7 @@ func TestTLS(t *testing.T) {
 	uopts.Config = opts.Config
 	b = newBackend(t, c, uopts, nil)
 	testkit.CampaignWithin(t, b, "secure", "y", 10*time.Second)
-	if p, _, err := agent.Client(t, agent.Addr()).KV().Get("tls/url/secure/.lock", nil); err != nil || p == nil || string(p.Value) != "y" {
+	if p, _, err := agentClient(t, agent, agent.Addr()).KV().Get("tls/url/secure/.lock", nil); err != nil || p == nil || string(p.Value) != "y" {
 		t.Errorf("tls/url/secure/.lock = %+v, %v; want y's lock", p, err)
 	}
 

@@ -53,7 +53,7 @@ func target(t *testing.T) batontest.Target {
 			proxy := testserver.StartProxy(t, agent.Addr())
 			var once sync.Once
 			killed := make(chan struct{})
-			b := newBackend(t, agent.Client(t, proxy.Addr()), consul.Options{Config: cfg, Prefix: prefix}, killed)
+			b := newBackend(t, agentClient(t, agent, proxy.Addr()), consul.Options{Config: cfg, Prefix: prefix}, killed)
 			return &batontest.Process{
 				Backend: b,
 				// A process killed with -9 never releases its locks or
@@ -136,7 +136,7 @@ func sessionOf(t *testing.T, c *api.Client, key string) string {
 // flags and its lock, and a session as documented.
 func TestKeyAndSessionLayout(t *testing.T) {
 	agent := testserver.SharedConsul(t)
-	c := agent.Client(t, agent.Addr())
+	c := agentClient(t, agent, agent.Addr())
 	prefix := testPrefix()
 	b := newBackend(t, c, consul.Options{Config: backend.Config{TTL: 3 * time.Second}, Prefix: prefix}, nil)
 	if got := b.SessionTTL(); got != 1500*time.Millisecond {
@@ -207,7 +207,7 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestWaiterWakesByBlockingQuery(t *testing.T) {
 	agent := testserver.SharedConsul(t)
 	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: testPrefix()}
-	a := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
+	a := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
 	var lists atomic.Int64
 	ct := &countingTransport{rt: http.DefaultTransport.(*http.Transport).Clone(), count: func(r *http.Request) bool {
 		// Everything but session renewals, which run whatever the waiter does.
@@ -260,7 +260,7 @@ func TestWaiterWakesByBlockingQuery(t *testing.T) {
 func TestAgentErrorsRiddenOut(t *testing.T) {
 	agent := testserver.SharedConsul(t)
 	proxy := testserver.StartProxy(t, agent.Addr())
-	b := newBackend(t, agent.Client(t, proxy.Addr()), consul.Options{Config: backend.Config{TTL: 4 * time.Second}, Prefix: testPrefix()}, nil)
+	b := newBackend(t, agentClient(t, agent, proxy.Addr()), consul.Options{Config: backend.Config{TTL: 4 * time.Second}, Prefix: testPrefix()}, nil)
 	term := testkit.CampaignWithin(t, b, "flaky", "a", 10*time.Second)
 
 	// Cut right after a renewal, for a quarter of the 1.6 s safe window.
@@ -314,8 +314,8 @@ func TestAgentErrorsRiddenOut(t *testing.T) {
 func TestCloseHandsOverWithoutLockDelay(t *testing.T) {
 	agent := testserver.SharedConsul(t)
 	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, LockDelay: 30 * time.Second, Prefix: testPrefix()}
-	a := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
-	b := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
+	a := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
+	b := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
 	ta := testkit.CampaignWithin(t, a, "closing", "a", 10*time.Second)
 	got := testkit.CampaignAsync(t, b, "closing", "b")
 	notYet(t, got, 200*time.Millisecond)
@@ -344,7 +344,7 @@ func TestCloseHandsOverWithoutLockDelay(t *testing.T) {
 // instead of polling.
 func TestSessionDestroyedEndsTermsAndLockDelayHolds(t *testing.T) {
 	agent := testserver.SharedConsul(t)
-	c := agent.Client(t, agent.Addr())
+	c := agentClient(t, agent, agent.Addr())
 	prefix := testPrefix()
 	const delay = 1500 * time.Millisecond
 	a := newBackend(t, c, consul.Options{Config: backend.Config{TTL: 20 * time.Second}, LockDelay: delay, Prefix: prefix}, nil)
@@ -404,11 +404,11 @@ func TestSessionDestroyedEndsTermsAndLockDelayHolds(t *testing.T) {
 // operator forces a hand-over; the holder must notice and stop.
 func TestOperatorDeleteEndsTerm(t *testing.T) {
 	agent := testserver.SharedConsul(t)
-	c := agent.Client(t, agent.Addr())
+	c := agentClient(t, agent, agent.Addr())
 	prefix := testPrefix()
 	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}
 	a := newBackend(t, c, opts, nil)
-	b := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
+	b := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
 	ta := testkit.CampaignWithin(t, a, "deleted", "a", 10*time.Second)
 	got := testkit.CampaignAsync(t, b, "deleted", "b")
 	notYet(t, got, 200*time.Millisecond)
@@ -440,7 +440,7 @@ func TestOperatorDeleteEndsTerm(t *testing.T) {
 // term ends, and the lock is let go.
 func TestOverwrittenKeyEndsTerm(t *testing.T) {
 	agent := testserver.SharedConsul(t)
-	c := agent.Client(t, agent.Addr())
+	c := agentClient(t, agent, agent.Addr())
 	prefix := testPrefix()
 	b := newBackend(t, c, consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}, nil)
 	term := testkit.CampaignWithin(t, b, "rewritten", "a", 10*time.Second)
@@ -462,7 +462,7 @@ func TestOverwrittenKeyEndsTerm(t *testing.T) {
 // default lock-delay (the session TTL) nobody takes the lock for that long.
 func TestHealthCheckInvalidatesSession(t *testing.T) {
 	agent := testserver.SharedConsul(t)
-	c := agent.Client(t, agent.Addr())
+	c := agentClient(t, agent, agent.Addr())
 	prefix := testPrefix()
 	check := "baton-" + strings.TrimSuffix(prefix, "/")
 	if err := c.Agent().CheckRegister(&api.AgentCheckRegistration{
@@ -494,7 +494,7 @@ func TestHealthCheckInvalidatesSession(t *testing.T) {
 	if a.LockDelay() != a.SessionTTL() {
 		t.Errorf("with checks, LockDelay() = %s, want the session TTL %s", a.LockDelay(), a.SessionTTL())
 	}
-	b := newBackend(t, agent.Client(t, agent.Addr()), consul.Options{Config: cfg, Prefix: prefix}, nil)
+	b := newBackend(t, agentClient(t, agent, agent.Addr()), consul.Options{Config: cfg, Prefix: prefix}, nil)
 	ta := testkit.CampaignWithin(t, a, "checked", "a", 10*time.Second)
 	info, _, err := c.Session().Info(sessionOf(t, c, prefix+"checked/.lock"), nil)
 	if err != nil || info == nil || len(info.NodeChecks) != 1 || info.NodeChecks[0] != check {
@@ -522,7 +522,7 @@ func TestHealthCheckInvalidatesSession(t *testing.T) {
 
 func TestInvalidOptionsAndNames(t *testing.T) {
 	agent := testserver.SharedConsul(t)
-	c := agent.Client(t, agent.Addr())
+	c := agentClient(t, agent, agent.Addr())
 	_, err := consul.New(nil, consul.Options{
 		Config:    backend.Config{TTL: 2 * time.Second, RenewInterval: 900 * time.Millisecond},
 		LockDelay: 2 * time.Minute,
@@ -563,7 +563,7 @@ func TestInvalidOptionsAndNames(t *testing.T) {
 // says what to do.
 func TestSessionTTLBelowServerMinimum(t *testing.T) {
 	agent := testserver.SharedConsul(t)
-	b := newBackend(t, agent.Client(t, agent.Addr()), consul.Options{
+	b := newBackend(t, agentClient(t, agent, agent.Addr()), consul.Options{
 		Config: backend.Config{TTL: testserver.ConsulSessionTTLMin, DriftMargin: time.Millisecond, RenewInterval: 10 * time.Millisecond},
 		Prefix: testPrefix(),
 	}, nil)
@@ -586,7 +586,7 @@ func TestUnreachableAgentIsReported(t *testing.T) {
 	proxy.Cut()
 	killed := make(chan struct{})
 	close(killed) // its Close cannot reach the agent either
-	b := newBackend(t, agent.Client(t, proxy.Addr()), consul.Options{Config: backend.Config{TTL: time.Second}, Prefix: testPrefix()}, killed)
+	b := newBackend(t, agentClient(t, agent, proxy.Addr()), consul.Options{Config: backend.Config{TTL: time.Second}, Prefix: testPrefix()}, killed)
 	// Each gives up after its request bound (5 s); both at once.
 	leaderErr := make(chan error, 1)
 	go func() {
@@ -638,11 +638,11 @@ func isTxn(r *http.Request) bool { return r.Method == http.MethodPut && r.URL.Pa
 // asleep on a free key until something else changed it.
 func TestWaiterWakesAfterLosingARace(t *testing.T) {
 	agent := testserver.SharedConsul(t)
-	other := agent.Client(t, agent.Addr())
+	other := agentClient(t, agent, agent.Addr())
 	prefix := testPrefix()
 	key := prefix + "race/.lock"
 	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}
-	e := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
+	e := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
 
 	// D is a plain API user that wins the race: it locks the key while the
 	// waiter's transaction is on its way, and deletes it once that failed.
@@ -740,7 +740,7 @@ func TestLostLockReplyLeavesNoLock(t *testing.T) {
 		return resp, err
 	})
 	a := newBackend(t, ac, opts, nil)
-	b := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
+	b := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
 	_, err := a.Campaign(testkit.Context(t, 10*time.Second), "lost", baton.Candidate{ID: "a"})
 	if !errors.Is(err, baton.ErrBackendUnavailable) {
 		t.Fatalf("Campaign whose answer was lost: err = %v, want ErrBackendUnavailable", err)
@@ -769,7 +769,7 @@ func TestLostLockReplyLeavesNoLock(t *testing.T) {
 func TestCloseBoundedWhenAgentVanishes(t *testing.T) {
 	agent := testserver.SharedConsul(t)
 	proxy := testserver.StartProxy(t, agent.Addr())
-	b, err := consul.New(agent.Client(t, proxy.Addr()), consul.Options{Config: backend.Config{TTL: 2 * time.Second}, Prefix: testPrefix()})
+	b, err := consul.New(agentClient(t, agent, proxy.Addr()), consul.Options{Config: backend.Config{TTL: 2 * time.Second}, Prefix: testPrefix()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 func TestTokensRiseAcrossRestartedConsul(t *testing.T) {
 	srv := testserver.StartConsul(t, testserver.ConsulOptions{})
 	proxy := testserver.StartProxy(t, srv.Addr())
-	client := srv.Client(t, proxy.Addr())
+	client := agentClient(t, srv, proxy.Addr())
 	prefix := testPrefix()
 	gone := make(chan struct{}) // its agent may be gone: Close may fail
 	close(gone)

@@ -193,13 +193,13 @@ func sessionNamed(t *testing.T, c *api.Client, name string) string {
 // overlap.
 func TestConsulLockInterop(t *testing.T) {
 	agent := testserver.SharedConsul(t)
-	c := agent.Client(t, agent.Addr())
+	c := agentClient(t, agent, agent.Addr())
 	prefix := testPrefix()
 	const lease = "job"
 	cliPrefix := prefix + lease // `consul lock PREFIX` locks PREFIX/.lock
 	opts := consul.Options{Config: backend.Config{TTL: 4 * time.Second}, Prefix: prefix}
 	a := newBackend(t, c, opts, nil)
-	b := newBackend(t, agent.Client(t, agent.Addr()), opts, nil)
+	b := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
 	file := filepath.Join(t.TempDir(), "marks")
 	child := fmt.Sprintf(markerScript, file)
 
@@ -290,7 +290,7 @@ func TestConsulLockInterop(t *testing.T) {
 // forever or overwriting it, and the CLI likewise refuses baton's lock.
 func TestConsulLockSemaphoreConflict(t *testing.T) {
 	agent := testserver.SharedConsul(t)
-	c := agent.Client(t, agent.Addr())
+	c := agentClient(t, agent, agent.Addr())
 	prefix := testPrefix()
 	b := newBackend(t, c, consul.Options{Prefix: prefix}, nil)
 	file := filepath.Join(t.TempDir(), "marks")

@@ -47,7 +47,7 @@ func stateValue(t *testing.T, c *api.Client, key string) string {
 // alone.
 func TestStateKeyLayout(t *testing.T) {
 	agent := testserver.SharedConsul(t)
-	c := agent.Client(t, agent.Addr())
+	c := agentClient(t, agent, agent.Addr())
 	prefix := testPrefix()
 	b := newBackend(t, c, consul.Options{Config: backend.Config{TTL: 3 * time.Second}, Prefix: prefix}, nil)
 	key, err := b.StateKey("nightly/report")
@@ -95,7 +95,7 @@ func TestStateKeyLayout(t *testing.T) {
 // alone must refuse.
 func TestStoreFencesLostHolder(t *testing.T) {
 	agent := testserver.SharedConsul(t)
-	c := agent.Client(t, agent.Addr())
+	c := agentClient(t, agent, agent.Addr())
 	ways := map[string]func(t *testing.T, lockKey string){
 		"session destroyed": func(t *testing.T, lockKey string) {
 			if _, err := c.Session().Destroy(sessionOf(t, c, lockKey), nil); err != nil {
@@ -118,7 +118,7 @@ func TestStoreFencesLostHolder(t *testing.T) {
 		for _, bypass := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/bypass=%t", what, bypass), func(t *testing.T) {
 				prefix := testPrefix()
-				b := newBackend(t, agent.Client(t, agent.Addr()), consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}, nil)
+				b := newBackend(t, agentClient(t, agent, agent.Addr()), consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}, nil)
 				key, _ := b.StateKey("job")
 				term := testkit.StateTerm(t, testkit.CampaignWithin(t, b, "job", "a", 10*time.Second))
 				storeState(t, term, "before")
@@ -152,7 +152,7 @@ func TestStoreFencesLostHolder(t *testing.T) {
 // takes the check of the lock's index, not only of its session.
 func TestStoreFencesEarlierTermOfSameSession(t *testing.T) {
 	agent := testserver.SharedConsul(t)
-	c := agent.Client(t, agent.Addr())
+	c := agentClient(t, agent, agent.Addr())
 	prefix := testPrefix()
 	b := newBackend(t, c, consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}, nil)
 	key, _ := b.StateKey("job")
@@ -185,7 +185,7 @@ func TestStoreFencesEarlierTermOfSameSession(t *testing.T) {
 // replaced cannot overwrite the state while it holds.
 func TestConsulLockWithState(t *testing.T) {
 	agent := testserver.SharedConsul(t)
-	c := agent.Client(t, agent.Addr())
+	c := agentClient(t, agent, agent.Addr())
 	prefix := testPrefix()
 	const lease = "job"
 	b := newBackend(t, c, consul.Options{Config: backend.Config{TTL: 4 * time.Second}, Prefix: prefix}, nil)

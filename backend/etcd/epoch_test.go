@@ -22,7 +22,7 @@ func TestTokensRiseAcrossWipedEtcd(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	dir, addr := srv.Dir(), srv.Endpoint()
 	t.Cleanup(func() { srv.Close() })
-	client := testserver.EtcdClient(t, addr)
+	client := etcd.NewTestClient(t, addr)
 	batontest.TokensRiseAcrossDataLoss(t, batontest.DataLoss{
 		New: func(t *testing.T, logger *slog.Logger) baton.Backend {
 			return newBackend(t, client, etcd.Options{Config: backend.Config{TTL: 2 * time.Second}, Logger: logger})

@@ -38,7 +38,7 @@ func target(t *testing.T) batontest.Target {
 			// Each process reaches etcd through a proxy of its own, so that
 			// cutting one off leaves the others connected.
 			proxy := testserver.StartProxy(t, srv.Endpoint())
-			client := testserver.EtcdClient(t, proxy.Addr())
+			client := etcd.NewTestClient(t, proxy.Addr())
 			b := newBackend(t, client, etcd.Options{Config: cfg})
 			var once sync.Once
 			killed := make(chan struct{})
@@ -138,8 +138,8 @@ func etcdctlCmd(t *testing.T, path, endpoint string, args ...string) *exec.Cmd {
 func TestEtcdctlElectListenSeesHolder(t *testing.T) {
 	bin := etcdctl(t)
 	srv := testserver.StartEtcd(t)
-	a := newBackend(t, srv.Client(t), etcd.Options{})
-	b := newBackend(t, srv.Client(t), etcd.Options{})
+	a := newBackend(t, etcd.NewTestClient(t, srv.Endpoint()), etcd.Options{})
+	b := newBackend(t, etcd.NewTestClient(t, srv.Endpoint()), etcd.Options{})
 	const lease = "interop"
 
 	ta := testkit.CampaignWithin(t, a, lease, "alpha/1", 10*time.Second)
@@ -212,9 +212,9 @@ func TestEtcdctlElectListenSeesHolder(t *testing.T) {
 func TestOperatorDeleteEndsTerm(t *testing.T) {
 	bin := etcdctl(t)
 	srv := testserver.StartEtcd(t)
-	c := srv.Client(t)
+	c := etcd.NewTestClient(t, srv.Endpoint())
 	a := newBackend(t, c, etcd.Options{Prefix: "ops/"})
-	b := newBackend(t, srv.Client(t), etcd.Options{Prefix: "ops/"})
+	b := newBackend(t, etcd.NewTestClient(t, srv.Endpoint()), etcd.Options{Prefix: "ops/"})
 	const lease = "deleted"
 
 	ta := testkit.CampaignWithin(t, a, lease, "a", 10*time.Second)
@@ -250,7 +250,7 @@ func TestOperatorDeleteEndsTerm(t *testing.T) {
 // on it is lost, and the next campaign starts a new session.
 func TestSessionRevokedEndsTerms(t *testing.T) {
 	srv := testserver.StartEtcd(t)
-	c := srv.Client(t)
+	c := etcd.NewTestClient(t, srv.Endpoint())
 	b := newBackend(t, c, etcd.Options{Config: backend.Config{TTL: 2 * time.Second}})
 
 	t1 := testkit.CampaignWithin(t, b, "one", "x", 10*time.Second)
@@ -288,8 +288,8 @@ func TestSessionRevokedEndsTerms(t *testing.T) {
 func TestCloseHandsOverAtOnce(t *testing.T) {
 	srv := testserver.StartEtcd(t)
 	cfg := backend.Config{TTL: 20 * time.Second}
-	a := newBackend(t, srv.Client(t), etcd.Options{Config: cfg})
-	b := newBackend(t, srv.Client(t), etcd.Options{Config: cfg})
+	a := newBackend(t, etcd.NewTestClient(t, srv.Endpoint()), etcd.Options{Config: cfg})
+	b := newBackend(t, etcd.NewTestClient(t, srv.Endpoint()), etcd.Options{Config: cfg})
 
 	ta := testkit.CampaignWithin(t, a, "closing", "a", 10*time.Second)
 	got := testkit.CampaignAsync(t, b, "closing", "b")
@@ -311,7 +311,7 @@ func TestCloseHandsOverAtOnce(t *testing.T) {
 
 func TestTTLRoundedUpToWholeSeconds(t *testing.T) {
 	srv := testserver.StartEtcd(t)
-	c := srv.Client(t)
+	c := etcd.NewTestClient(t, srv.Endpoint())
 	b := newBackend(t, c, etcd.Options{Config: backend.Config{TTL: 1500 * time.Millisecond}})
 	start := time.Now()
 	term := testkit.CampaignWithin(t, b, "rounded", "x", 10*time.Second)
@@ -350,7 +350,7 @@ func TestInvalidOptionsAndNames(t *testing.T) {
 		t.Error("New(nil client) succeeded")
 	}
 	srv := testserver.StartEtcd(t)
-	c := srv.Client(t)
+	c := etcd.NewTestClient(t, srv.Endpoint())
 	if _, err := etcd.New(c, etcd.Options{Config: backend.Config{TTL: -time.Second}}); err == nil {
 		t.Error("New with a negative TTL succeeded")
 	}
@@ -370,7 +370,7 @@ func TestInvalidOptionsAndNames(t *testing.T) {
 func TestUnreachableServerIsReported(t *testing.T) {
 	proxy := testserver.StartProxy(t, testserver.StartEtcd(t).Endpoint())
 	proxy.Cut()
-	b := newBackend(t, testserver.EtcdClient(t, proxy.Addr()), etcd.Options{Config: backend.Config{TTL: time.Second}})
+	b := newBackend(t, etcd.NewTestClient(t, proxy.Addr()), etcd.Options{Config: backend.Config{TTL: time.Second}})
 	_, err := b.Campaign(testkit.Context(t, time.Minute), "unreachable", baton.Candidate{ID: "a"})
 	if !errors.Is(err, baton.ErrBackendUnavailable) {
 		t.Fatalf("Campaign against an unreachable etcd: err = %v, want ErrBackendUnavailable", err)
@@ -382,7 +382,7 @@ func TestUnreachableServerIsReported(t *testing.T) {
 // fit in) is TTL − TTL/2 − DriftMargin.
 func TestRenewalWindow(t *testing.T) {
 	srv := testserver.StartEtcd(t)
-	c := srv.Client(t)
+	c := etcd.NewTestClient(t, srv.Endpoint())
 	for _, tc := range []struct {
 		cfg         backend.Config
 		renew, want time.Duration

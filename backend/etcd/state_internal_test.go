@@ -60,10 +60,10 @@ func rawState(t *testing.T, c *clientv3.Client, key string) string {
 // sure of its term, cannot overwrite it.
 func TestStoreStateFencedByEtcd(t *testing.T) {
 	srv := testserver.StartEtcd(t)
-	raw := srv.Client(t)
+	raw := testClient(t, srv.Endpoint())
 	cfg := backend.Config{TTL: 30 * time.Second} // no session renewal during the test
-	a := startBackend(t, srv.Client(t), cfg)
-	b := startBackend(t, srv.Client(t), cfg)
+	a := startBackend(t, testClient(t, srv.Endpoint()), cfg)
+	b := startBackend(t, testClient(t, srv.Endpoint()), cfg)
 	const lease = "fenced"
 
 	ta := blindHolder(t, a, lease, "a")
@@ -111,8 +111,8 @@ func TestStoreStateFencedByEtcd(t *testing.T) {
 // next renewal; its write must fail already.
 func TestStoreStateAfterSessionRevoked(t *testing.T) {
 	srv := testserver.StartEtcd(t)
-	raw := srv.Client(t)
-	a := startBackend(t, srv.Client(t), backend.Config{TTL: 30 * time.Second})
+	raw := testClient(t, srv.Endpoint())
+	a := startBackend(t, testClient(t, srv.Endpoint()), backend.Config{TTL: 30 * time.Second})
 	const lease = "revoked"
 
 	ta := blindHolder(t, a, lease, "a")

@@ -17,11 +17,11 @@ import (
 // candidate, so Leader reports none once they are gone.
 func TestStateOutlivesHolders(t *testing.T) {
 	srv := testserver.StartEtcd(t)
-	raw := srv.Client(t)
+	raw := etcd.NewTestClient(t, srv.Endpoint())
 	opts := etcd.Options{Prefix: "jobs/", Config: backend.Config{TTL: 2 * time.Second}}
 	const lease = "nightly"
 
-	a := newBackend(t, srv.Client(t), opts)
+	a := newBackend(t, etcd.NewTestClient(t, srv.Endpoint()), opts)
 	ta, ok := testkit.CampaignWithin(t, a, lease, "a", 10*time.Second).(baton.StateTerm)
 	if !ok {
 		t.Fatalf("%T is not a baton.StateTerm", ta)
@@ -43,7 +43,7 @@ func TestStateOutlivesHolders(t *testing.T) {
 	if ks := keys(t, raw, "jobs/"+lease); len(ks) != 0 {
 		t.Errorf("election keys after Close: %q, want none", ks)
 	}
-	b := newBackend(t, srv.Client(t), opts)
+	b := newBackend(t, etcd.NewTestClient(t, srv.Endpoint()), opts)
 	if _, err := b.Leader(testkit.Context(t, 5*time.Second), lease); !errors.Is(err, baton.ErrNoLeader) {
 		t.Errorf("Leader with the state key alone: %v, want ErrNoLeader", err)
 	}

@@ -18,7 +18,7 @@ import (
 // *baton.ConfigError, at once: the Elector stops on it instead of retrying
 // it as an outage.
 func TestServerRefusesTTL(t *testing.T) {
-	client := testserver.StartEtcd(t).Client(t)
+	client := testClient(t, testserver.StartEtcd(t).Endpoint())
 	var ce *baton.ConfigError
 	if _, err := New(client, Options{Config: backend.Config{TTL: MaxTTL + time.Nanosecond}}); !errors.As(err, &ce) {
 		t.Errorf("New with TTL MaxTTL+1ns: %v, want a ConfigError", err)

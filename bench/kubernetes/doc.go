@@ -8,8 +8,8 @@
 //	go test -run '^$' -bench . -benchtime 1x -timeout 30m -v ./bench/kubernetes
 //
 // They are a module of their own, as backend/kubernetes is, because they
-// import client-go, which the root module (where package bench lives)
-// must never require.
+// import client-go, which neither the root module nor package bench's
+// module requires.
 //
 // Figures are reported as custom metrics, never asserted.
 package kubernetes

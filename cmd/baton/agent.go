@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/batonhq/baton/backendurl"
+	"github.com/batonhq/baton/cmd/baton/internal/backendurl"
 	"github.com/batonhq/baton/cmd/baton/internal/raftagent"
 	"github.com/batonhq/baton/internal/agentsock"
 	"github.com/spf13/cobra"

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/batonhq/baton/backendurl"
+	"github.com/batonhq/baton/cmd/baton/internal/backendurl"
 )
 
 // The agent's files: `baton agent` serves the calls that carry credentials

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/backend/raft"
-	"github.com/batonhq/baton/backendurl"
+	"github.com/batonhq/baton/cmd/baton/internal/backendurl"
 )
 
 // openBackend opens the backend of spec for a command: with raft, this

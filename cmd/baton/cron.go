@@ -129,18 +129,25 @@ func (c *cronCommand) Run(ctx context.Context, args []string) error {
 	return c.lead(ctx, spec, ttl, args, false, 0, c.leadCron)
 }
 
-// leadCron runs the schedule for one term of r.
-func (c *cronCommand) leadCron(r *runner, ctx context.Context, t baton.Term) error {
-	job := &schedule.Job{
-		Name:      c.job,
-		Schedule:  c.sched,
-		CatchUp:   c.mode,
-		Jitter:    c.jitter,
-		Candidate: r.id,
-		Logger:    r.log.WithGroup("cron"),
-		Run:       func(ctx context.Context, s schedule.Slot) error { return r.runSlot(ctx, t, s) },
-	}
-	return job.Lead(ctx, t)
+// leadCron runs the schedule for each term of e.
+func (c *cronCommand) leadCron(r *runner, ctx context.Context, e *baton.Elector) error {
+	return e.Run(ctx, func(ctx context.Context, t baton.Term) error {
+		r.electedOnce.Do(func() { close(r.elected) })
+		if ctx.Err() != nil {
+			// --timeout fired just as we were elected, or we are stopping.
+			return nil
+		}
+		job := &schedule.Job{
+			Name:      c.job,
+			Schedule:  c.sched,
+			CatchUp:   c.mode,
+			Jitter:    c.jitter,
+			Candidate: r.id,
+			Logger:    r.log.WithGroup("cron"),
+			Run:       func(ctx context.Context, s schedule.Slot) error { return r.runSlot(ctx, t, s) },
+		}
+		return job.Lead(ctx, t)
+	})
 }
 
 // runSlot runs the command for one slot and waits for it; when ctx ends
@@ -149,20 +156,19 @@ func (r *runner) runSlot(ctx context.Context, t baton.Term, s schedule.Slot) err
 	if err := ctx.Err(); err != nil {
 		return err // stopping: don't start what would be stopped at once
 	}
-	p, err := r.startChild(t, r.supLog.With("token", t.Token(), "slot", s.String()),
-		"BATON_JOB="+s.Job, "BATON_SLOT="+s.String())
+	p, err := r.child.Start(r.view(t), []string{"BATON_JOB=" + s.Job, "BATON_SLOT=" + s.String()}, "slot", s.String())
 	if err != nil {
 		return fmt.Errorf("the command could not be started: %w", err)
 	}
 	defer p.Close()
 	if p.Wait(ctx) {
-		endChild(r.log, p)
+		r.child.End(p)
 		if code := p.ExitCode(); code != 0 {
 			return fmt.Errorf("command exited with status %d", code)
 		}
 		return nil
 	}
-	endChild(r.log, p)
+	r.child.End(p)
 	reason := p.Reason(ctx)
 	r.log.Warn("term ended during a run; the command was stopped", "slot", s.String(), "exit_code", p.ExitCode(), "reason", reason)
 	if err := ctx.Err(); err != nil {

@@ -13,7 +13,11 @@ require (
 	github.com/aws/smithy-go v1.28.8
 	github.com/batonhq/baton v0.0.0
 	github.com/batonhq/baton/aws v0.0.0-00010101000000-000000000000
+	github.com/batonhq/baton/backend/consul v0.0.0-00010101000000-000000000000
+	github.com/batonhq/baton/backend/etcd v0.0.0-00010101000000-000000000000
 	github.com/batonhq/baton/backend/kubernetes v0.0.0-00010101000000-000000000000
+	github.com/batonhq/baton/backend/raft v0.0.0-00010101000000-000000000000
+	github.com/batonhq/baton/backend/zookeeper v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.67.5
@@ -26,6 +30,8 @@ require (
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
 )
+
+require github.com/kylelemons/godebug v1.1.0 // indirect
 
 require (
 	github.com/armon/go-metrics v0.4.1 // indirect
@@ -64,12 +70,12 @@ require (
 	github.com/go-openapi/swag/typeutils v0.27.1 // indirect
 	github.com/go-openapi/swag/yamlutils v0.27.1 // indirect
 	github.com/go-viper/mapstructure/v2 v2.5.0 // indirect
-	github.com/go-zookeeper/zk v1.0.4 // indirect
+	github.com/go-zookeeper/zk v1.0.4
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
-	github.com/hashicorp/consul/api v1.34.5 // indirect
+	github.com/hashicorp/consul/api v1.34.5
 	github.com/hashicorp/errwrap v1.1.0 // indirect
 	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
 	github.com/hashicorp/go-hclog v1.6.3 // indirect
@@ -85,7 +91,6 @@ require (
 	github.com/hashicorp/serf v0.10.4 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
-	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/mattn/go-colorable v0.1.15 // indirect
 	github.com/mattn/go-isatty v0.0.22 // indirect
 	github.com/mitchellh/go-homedir v1.1.0 // indirect
@@ -98,10 +103,10 @@ require (
 	github.com/stretchr/testify v1.11.1 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	go.etcd.io/bbolt v1.5.0 // indirect
-	go.etcd.io/etcd/api/v3 v3.7.3 // indirect
+	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/pkg/v3 v3.7.3 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
-	go.uber.org/zap v1.27.1 // indirect
+	go.uber.org/zap v1.27.1
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.4 // indirect
 	golang.org/x/exp v0.0.0-20260218203240-3dfff04db8fa // indirect
@@ -132,5 +137,9 @@ require (
 replace (
 	github.com/batonhq/baton => ../..
 	github.com/batonhq/baton/aws => ../../aws
+	github.com/batonhq/baton/backend/consul => ../../backend/consul
+	github.com/batonhq/baton/backend/etcd => ../../backend/etcd
 	github.com/batonhq/baton/backend/kubernetes => ../../backend/kubernetes
+	github.com/batonhq/baton/backend/raft => ../../backend/raft
+	github.com/batonhq/baton/backend/zookeeper => ../../backend/zookeeper
 )

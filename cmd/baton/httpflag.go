@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/backendurl"
+	"github.com/batonhq/baton/cmd/baton/internal/backendurl"
 	"github.com/batonhq/baton/cmd/baton/internal/raftagent"
 	"github.com/batonhq/baton/cmd/baton/internal/statusapi"
 	"github.com/batonhq/baton/internal/httpjson"

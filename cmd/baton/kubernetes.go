@@ -17,13 +17,13 @@ import (
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/cas"
 	"github.com/batonhq/baton/backend/kubernetes"
-	"github.com/batonhq/baton/backendurl"
+	"github.com/batonhq/baton/cmd/baton/internal/backendurl"
 )
 
 // kubernetesScheme is --backend k8s://[NAMESPACE][?kubeconfig=PATH&context=NAME]:
 // leases as coordination.k8s.io Leases, in client-go's LeaseLock layout.
-// backendurl cannot offer it itself, because the root module must not
-// require client-go; the CLI, which does, hands it to backendurl.Parse.
+// It lives with the CLI's other client-go code (the lease access check, the
+// renewal window) and is handed to backendurl.Parse as a Scheme.
 //
 // The API server and credentials come as kubectl finds them: the
 // kubeconfig named in the URL, else the files in KUBECONFIG, else

@@ -13,7 +13,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/batonhq/baton/backend/kubernetes"
-	"github.com/batonhq/baton/backendurl"
+	"github.com/batonhq/baton/cmd/baton/internal/backendurl"
 	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 )

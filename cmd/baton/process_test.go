@@ -346,7 +346,7 @@ func TestRunOnce(t *testing.T) {
 	p := startBaton(t, "baton-once", testEnv(childEnv+"=1", childFileEnv+"="+file),
 		"run", "--once", "--backend", backend, "--lease", "lost", "--ttl", "2s", "--grace", "500ms", "--", self)
 	testkit.Eventually(t, 30*time.Second, "the child to start", func() bool { return len(starts(readEvents(file))) == 1 })
-	client := srv.Client(t)
+	client := etcdClient(t, srv.Endpoint())
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if _, err := client.Delete(ctx, "lost/", clientv3.WithPrefix()); err != nil {

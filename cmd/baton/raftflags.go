@@ -12,7 +12,7 @@ import (
 
 	"github.com/batonhq/baton/aws"
 	"github.com/batonhq/baton/backend/raft"
-	"github.com/batonhq/baton/backendurl"
+	"github.com/batonhq/baton/cmd/baton/internal/backendurl"
 	"github.com/batonhq/baton/discovery"
 	"github.com/spf13/pflag"
 )

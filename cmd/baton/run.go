@@ -9,14 +9,13 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime/pprof"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/backendurl"
+	"github.com/batonhq/baton/cmd/baton/internal/backendurl"
 	"github.com/batonhq/baton/supervise"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -85,30 +84,11 @@ unreachable" or "campaign failed; retrying") every few seconds.
 
 ` + awsHelp + httpHelp + envHelp
 
-const (
-	// quickExit is how long a command must run for baton to campaign again
-	// at once after it exits; a command that fails faster waits restartDelay
-	// first, so that a crash loop does not hammer the backend or flap the
-	// leadership between instances.
-	quickExit    = time.Second
-	restartDelay = time.Second
-)
-
 // errElectionTimeout is the cause of a run cancelled by --timeout.
 var errElectionTimeout = errors.New("not elected within --timeout")
 
 // errLostOnce ends `run --once` when its term ended under a running command.
 var errLostOnce = errors.New("the lease was lost while the command ran (--once): the command was stopped")
-
-// childExitedError ends one Elector.Run when the command exited by itself.
-type childExitedError struct {
-	code int
-	ran  time.Duration
-}
-
-func (e *childExitedError) Error() string {
-	return fmt.Sprintf("command exited with status %d after %s", e.code, e.ran.Round(time.Millisecond))
-}
 
 // leaderFlags are the flags of the commands that run a command while this
 // instance leads: run and cron.
@@ -209,7 +189,7 @@ func (c *runCommand) Run(ctx context.Context, args []string) error {
 	if err := problemsError(problems); err != nil {
 		return err
 	}
-	return c.lead(ctx, spec, ttl, args, c.once, c.timeout, (*runner).leadChild)
+	return c.lead(ctx, spec, ttl, args, c.once, c.timeout, (*runner).runChild)
 }
 
 // checkCommand returns the problem with args, the command to run: that
@@ -227,7 +207,7 @@ func checkCommand(args []string, example string) []string {
 // lead opens the backend and campaigns, running work for each term, until
 // ctx ends or, with once, the first term is over. A timeout above zero
 // gives up if this instance is not elected within it.
-func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.Duration, args []string, once bool, timeout time.Duration, work func(*runner, context.Context, baton.Term) error) error {
+func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.Duration, args []string, once bool, timeout time.Duration, work func(*runner, context.Context, *baton.Elector) error) error {
 
 	log := c.common.logger(c.app.stderr())
 	if c.app.Subreaper {
@@ -311,16 +291,30 @@ func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.
 	hs.attach(b, e)
 	r := &runner{
 		l:       c,
-		once:    once,
 		timeout: timeout,
 		work:    work,
 		start:   start,
 		args:    args,
 		id:      id,
-		prepare: prepare,
 		log:     log.WithGroup("run").With("lease", c.common.lease, "id", id),
-		supLog:  log.WithGroup("supervise").With("lease", c.common.lease),
 	}
+	r.child = &supervise.Runner{
+		Config: supervise.Config{
+			Command: args,
+			Env:     c.app.environ(),
+			Stdout:  c.app.stdout(),
+			Stderr:  c.app.stderr(),
+			// supervise reads zero as its default; the CLI documents 0 as
+			// "no grace", so pass the smallest positive grace instead.
+			Grace:  max(c.grace, time.Nanosecond),
+			Logger: log.WithGroup("supervise").With("lease", c.common.lease),
+		},
+		Holder:  id,
+		Once:    once,
+		Prepare: prepare,
+		Logger:  r.log,
+	}
+	defer r.child.Close()
 	return r.loop(ctx, e)
 }
 
@@ -372,22 +366,17 @@ func closeWithin(ctx context.Context, d time.Duration, what string, log *slog.Lo
 	return nil
 }
 
-// runner is one `baton run`.
+// runner is one `baton run` or `baton cron`.
 type runner struct {
 	l       *leaderFlags
-	once    bool          // --once
 	timeout time.Duration // --timeout
-	// work runs for each term: the command, or cron's schedule.
-	work func(*runner, context.Context, baton.Term) error
-	args []string
-	id   string
-	// prepare: start the guard of the next command once this one started
-	// (supervise.Prepare), in bg, until quit is closed (the loop ends).
-	prepare bool
-	bg      sync.WaitGroup
-	quit    chan struct{}
-	log     *slog.Logger
-	supLog  *slog.Logger // for package supervise
+	// work runs the terms of e: the command (runChild), or cron's
+	// schedule.
+	work  func(r *runner, ctx context.Context, e *baton.Elector) error
+	child *supervise.Runner // the command, started for each term or slot
+	args  []string
+	id    string
+	log   *slog.Logger
 
 	// start is when --timeout began to count.
 	start time.Time
@@ -404,11 +393,6 @@ type runner struct {
 func (r *runner) loop(ctx context.Context, e *baton.Elector) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	r.elected = make(chan struct{})
-	r.quit = make(chan struct{})
-	defer func() {
-		close(r.quit)
-		r.bg.Wait()
-	}()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if r.timeout > 0 {
@@ -430,49 +414,34 @@ func (r *runner) loop(ctx context.Context, e *baton.Elector) error {
 	defer cancel(nil) // runs before wg.Wait
 
 	r.log.Info("campaigning", "backend", redactURL(r.l.common.backend), "command", r.args)
-	for {
-		err := e.Run(ctx, r.lead)
-		var exited *childExitedError
-		switch {
-		case errors.As(err, &exited):
-			if r.once {
-				if exited.code == 0 {
-					return nil
-				}
-				if exited.code < 0 {
-					// No status: the command's guard died without reporting one.
-					return &exitError{code: exitFailure, err: errors.New("the command's guard died before reporting the command's exit status (see the log above)")}
-				}
-				return &exitError{code: exited.code}
-			}
-			r.log.Warn("command exited while leading; resigned and campaigning again", "exit_code", exited.code, "ran", exited.ran)
-			if exited.ran < quickExit {
-				r.log.Info("command exited quickly; waiting before campaigning again", "delay", restartDelay)
-				t := time.NewTimer(restartDelay)
-				select {
-				case <-t.C:
-				case <-ctx.Done():
-					t.Stop()
-				}
-			}
-			continue
-		case errors.Is(err, errLostOnce):
-			return &exitError{code: exitLost, err: err}
-		case ctx.Err() != nil:
-			cause := context.Cause(ctx)
-			if errors.Is(cause, errElectionTimeout) {
-				return &exitError{code: exitUndetermined, err: fmt.Errorf(
-					"%w (%s): another instance holds lease %q, or the backend is unreachable; raise --timeout or use 0 to wait forever",
-					errElectionTimeout, r.timeout, r.l.common.lease)}
-			}
-			if stoppedBySignal(ctx) {
-				r.log.Info("stopped", "cause", cause)
-				return nil
-			}
-			return cause
-		default:
-			return err
+	err := r.work(r, ctx, e)
+	var exited *supervise.ExitError
+	switch {
+	case errors.As(err, &exited): // --once: the command exited by itself
+		if exited.Code == 0 {
+			return nil
 		}
+		if exited.Code < 0 {
+			// No status: the command's guard died without reporting one.
+			return &exitError{code: exitFailure, err: errors.New("the command's guard died before reporting the command's exit status (see the log above)")}
+		}
+		return &exitError{code: exited.Code}
+	case errors.Is(err, supervise.ErrTermEnded):
+		return &exitError{code: exitLost, err: errLostOnce}
+	case ctx.Err() != nil:
+		cause := context.Cause(ctx)
+		if errors.Is(cause, errElectionTimeout) {
+			return &exitError{code: exitUndetermined, err: fmt.Errorf(
+				"%w (%s): another instance holds lease %q, or the backend is unreachable; raise --timeout or use 0 to wait forever",
+				errElectionTimeout, r.timeout, r.l.common.lease)}
+		}
+		if stoppedBySignal(ctx) {
+			r.log.Info("stopped", "cause", cause)
+			return nil
+		}
+		return cause
+	default:
+		return err
 	}
 }
 
@@ -566,7 +535,7 @@ func (r *runner) reportStandby(ctx context.Context, e *baton.Elector) {
 		case <-done:
 			return // the backend was closed
 		case <-t.C:
-			if e.IsLeader() {
+			if e.Status().Leader {
 				// The backend confirms this instance's term, so it
 				// answers; the watch asks nobody who leads while this
 				// instance leads itself (memory://, agent://), so its
@@ -585,7 +554,7 @@ func (r *runner) reportStandby(ctx context.Context, e *baton.Elector) {
 		}
 		var state string
 		switch {
-		case e.IsLeader():
+		case e.Status().Leader:
 			last = ""
 			continue
 		case errors.Is(a.err, baton.ErrNoLeader):
@@ -624,108 +593,43 @@ func (r *runner) ignoreForwardedSignals(ctx context.Context) {
 	}
 }
 
-// lead runs the command for one term. It returns nil when the term ended or
-// baton is stopping (the Elector then resigns and, unless stopping,
-// campaigns again), *childExitedError when the command exited by itself,
-// and errLostOnce when --once lost its term.
-func (r *runner) lead(ctx context.Context, t baton.Term) error {
-	r.electedOnce.Do(func() { close(r.elected) })
-	if ctx.Err() != nil {
-		// --timeout fired just as we were elected, or we are stopping.
-		return nil
-	}
-	return r.work(r, ctx, t)
+// runChild runs the command for each term of e (supervise.Runner.Run):
+// restarted when it exits by itself, unless --once.
+func (r *runner) runChild(ctx context.Context, e *baton.Elector) error {
+	return r.child.Run(ctx, termsOf{e, r})
 }
 
-// leadChild runs the command for one term.
-func (r *runner) leadChild(ctx context.Context, t baton.Term) error {
-	log := r.log.With("token", t.Token())
-	p, err := r.startChild(t, r.supLog.With("token", t.Token()))
-	if err != nil {
-		return fmt.Errorf("leading, but the command could not be started (resigned): %w", err)
-	}
-	defer p.Close()
-	if p.Wait(ctx) {
-		ran := p.Ran()
-		// End also removes what the command left behind.
-		endChild(log, p)
-		return &childExitedError{code: p.ExitCode(), ran: ran}
-	}
-	if stoppedBySignal(ctx) {
-		log.Info("stopping the command before resigning", "cause", context.Cause(ctx))
-	} else {
-		log.Warn("term ended; stopping the command", "reason", p.Reason(ctx))
-	}
-	endChild(log, p)
-	log.Info("command stopped", "exit_code", p.ExitCode())
-	if r.once && !stoppedBySignal(ctx) && !errors.Is(context.Cause(ctx), errElectionTimeout) {
-		return errLostOnce
-	}
-	return nil
+// termsOf is e as the runner's supervise.Runner sees it: each term
+// disarms --timeout and is seen through view.
+type termsOf struct {
+	e *baton.Elector
+	r *runner
 }
 
-// endChild stops p's command and what it left behind, and waits for that.
-// baton is a subreaper (supervise.BecomeSubreaper), so even a guard killed
-// by another process loses no descendant; should one be lost all the same
-// (an in-process App without Subreaper), it says so.
-func endChild(log *slog.Logger, p *supervise.TermProcess) {
-	if err := p.End(); errors.Is(err, supervise.ErrDescendantsLost) {
-		log.Error("the command's guard was killed; descendants of the command may still run", "err", err)
-	}
+func (te termsOf) Run(ctx context.Context, fn func(context.Context, baton.Term) error) error {
+	return te.e.Run(ctx, func(ctx context.Context, t baton.Term) error {
+		te.r.electedOnce.Do(func() { close(te.r.elected) })
+		return fn(ctx, te.r.view(t))
+	})
 }
 
-// startChild starts the command for term t under a guard that stops it by
-// the term's safe-until, with BATON_LEASE, BATON_TOKEN, BATON_HOLDER and env
-// added to baton's environment.
-func (r *runner) startChild(t baton.Term, log *slog.Logger, env ...string) (*supervise.TermProcess, error) {
-	token := t.Token()
-	if n := r.terms.Add(1); brokenStaleToken && n%2 == 0 && token > 1<<32 {
-		token -= 1 << 32
+// view is t as a command started for it sees it: t itself, except in the
+// deliberately broken builds (broken.go).
+func (r *runner) view(t baton.Term) baton.Term {
+	if n := r.terms.Add(1); brokenStaleToken && n%2 == 0 && t.Token() > 1<<32 {
+		t = staleTerm{t}
 	}
-	var st supervise.Term = t
 	if brokenIgnoreDeadline {
-		st = lateTerm{t}
+		t = lateTerm{t}
 	}
-	p, err := supervise.StartTerm(st, supervise.Config{
-		Command: r.args,
-		Env: append(append(r.l.app.environ(),
-			"BATON_LEASE="+r.l.common.lease,
-			"BATON_TOKEN="+strconv.FormatUint(token, 10),
-			"BATON_HOLDER="+r.id), env...),
-		Stdout: r.l.app.stdout(),
-		Stderr: r.l.app.stderr(),
-		// supervise reads zero as its default; the CLI documents 0 as
-		// "no grace", so pass the smallest positive grace instead.
-		Grace:  max(r.l.grace, time.Nanosecond),
-		Logger: log,
-	})
-	if err == nil && r.prepare {
-		r.prepareNext()
-	}
-	return p, err
+	return t
 }
 
-// prepareDelay is how long after a command's start the guard of the next
-// one is started (supervise.Prepare): not at once, where the two starts
-// would compete for the CPU.
-const prepareDelay = 500 * time.Millisecond
+// staleTerm is a term whose token is from an earlier epoch: the command's
+// view of every second term in a build with brokenStaleToken.
+type staleTerm struct{ baton.Term }
 
-// prepareNext starts the next command's guard prepareDelay from now, in the
-// background, unless the loop ends first.
-func (r *runner) prepareNext() {
-	r.bg.Go(func() {
-		t := time.NewTimer(prepareDelay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-r.quit:
-			return
-		}
-		if err := supervise.Prepare(nil, r.l.app.stdout(), r.l.app.stderr()); err != nil {
-			r.log.Warn("could not start the next command's guard ahead of time; it will start with the command", "err", err)
-		}
-	})
-}
+func (t staleTerm) Token() uint64 { return t.Term.Token() - 1<<32 }
 
 // lateTerm is a term whose safe-until is an hour late: the guard's view of
 // the term in a build with brokenIgnoreDeadline.

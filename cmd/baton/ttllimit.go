@@ -11,7 +11,7 @@ import (
 	"github.com/batonhq/baton/backend/etcd"
 	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/backend/zookeeper"
-	"github.com/batonhq/baton/backendurl"
+	"github.com/batonhq/baton/cmd/baton/internal/backendurl"
 	"github.com/spf13/pflag"
 )
 

@@ -730,7 +730,7 @@ func TestQueryHonoursTimeout(t *testing.T) {
 func TestEtcdWrongPassword(t *testing.T) {
 	t.Parallel()
 	e := testserver.StartEtcd(t)
-	c := e.Client(t)
+	c := etcdClient(t, e.Endpoint())
 	ctx := t.Context()
 	if _, err := c.UserAdd(ctx, "root", "right-password"); err != nil {
 		t.Fatal(err)

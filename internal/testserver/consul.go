@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/consul/api"
 )
 
 // ConsulTool is the consul binary the tests run, built from the pinned
@@ -189,23 +187,6 @@ func (c *Consul) Kill() { c.once.Do(c.kill) }
 func (c *Consul) kill() {
 	_ = c.cmd.Process.Kill()
 	<-c.exited
-}
-
-// Client returns an API client for the agent at addr (the agent's
-// Addr, or a Proxy's in front of it), with the management token when the
-// agent has ACLs. Clients hold no resources that need closing.
-func (c *Consul) Client(t testing.TB, addr string) *api.Client {
-	t.Helper()
-	cfg := &api.Config{Address: addr, Scheme: "http", Token: c.token}
-	if c.tls {
-		cfg.Scheme = "https"
-		cfg.TLSConfig = api.TLSConfig{CAFile: c.caFile, CertFile: c.cert, KeyFile: c.key}
-	}
-	client, err := api.NewClient(cfg)
-	if err != nil {
-		t.Fatalf("consul client for %s: %v", addr, err)
-	}
-	return client
 }
 
 // StartConsul starts an agent in a fresh t.TempDir and stops it when the

@@ -15,13 +15,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
-// ClientDialTimeout bounds how long EtcdClient waits for a connection, so a
-// dead server fails the test quickly instead of at the test timeout.
+// ClientDialTimeout is how long a test's etcd client waits for a connection
+// (its DialTimeout), so that a dead server fails the test quickly instead of
+// at the test timeout. The typed clients are built by the tests of the
+// modules that require etcd's client, so that this package stays
+// stdlib-only.
 const ClientDialTimeout = 2 * time.Second
 
 // EtcdTool is the etcd server the tests run: etcd's own command
@@ -236,13 +236,6 @@ func (e *Etcd) Endpoint() string { return e.endpoint }
 // Dir returns the directory the server keeps its data in.
 func (e *Etcd) Dir() string { return e.dir }
 
-// Client returns a client connected straight to the server, closed when the
-// test ends.
-func (e *Etcd) Client(t testing.TB) *clientv3.Client {
-	t.Helper()
-	return EtcdClient(t, e.Endpoint())
-}
-
 // Close stops the server with SIGTERM and waits for it to exit (killing it
 // if it has not within 30 s). Tests may call it to simulate a server
 // crash; calling it again (as the cleanup does) is harmless. Close clients
@@ -261,27 +254,6 @@ func (e *Etcd) Close() {
 func (e *Etcd) kill() {
 	_ = e.cmd.Process.Kill()
 	<-e.exited
-}
-
-// EtcdClient returns a client for the etcd at endpoint, closed when the test
-// ends. Point it at a Proxy's Addr to get a client that can be cut off.
-func EtcdClient(t testing.TB, endpoint string) *clientv3.Client {
-	t.Helper()
-	c, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{endpoint},
-		DialTimeout: ClientDialTimeout,
-		// The client logs every reconnect attempt, which partition tests
-		// provoke on purpose.
-		Logger: zap.NewNop(),
-	})
-	if err != nil {
-		t.Fatalf("etcd client for %s: %v", endpoint, err)
-	}
-	t.Cleanup(func() {
-		// Close cancels the client's streams; its error only repeats that.
-		_ = c.Close()
-	})
-	return c
 }
 
 // SyncBuffer is a bytes.Buffer safe for concurrent use: etcd's log lines, or

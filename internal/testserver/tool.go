@@ -56,7 +56,7 @@ func (tool Tool) CacheDir() (string, error) {
 // sourceHash is a short hash of the names and contents of the files in the
 // tool's module directory (not below it).
 func (tool Tool) sourceHash() (string, error) {
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -136,7 +136,7 @@ func (tool Tool) build() (string, error) {
 	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
 		return bin, nil
 	}
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -189,9 +189,10 @@ func (tool Tool) build() (string, error) {
 	return bin, nil
 }
 
-// repoRoot finds the main module's root from the working directory (a test
-// runs in its package's directory).
-func repoRoot() (string, error) {
+// RepoRoot finds the repository (the root module's directory) by walking up
+// from the working directory: a test runs in its package's directory, in
+// the root module or in one nested in the repository.
+func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err

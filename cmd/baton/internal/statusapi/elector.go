@@ -142,7 +142,7 @@ func (s *ElectorSource) Determined() error {
 		return errors.New("this process is stopping")
 	case b == nil || e == nil:
 		return fmt.Errorf("not connected to the backend yet: %w", baton.ErrBackendUnavailable)
-	case e.IsLeader():
+	case e.Status().Leader:
 		return nil
 	case det != nil:
 		return det()
@@ -186,7 +186,7 @@ func (s *ElectorSource) heldNow(name string) (raft.LeaseInfo, bool) {
 	if e == nil || closed {
 		return raft.LeaseInfo{}, false
 	}
-	t := e.Term()
+	t := e.Status().Term
 	if t == nil {
 		return raft.LeaseInfo{}, false
 	}
