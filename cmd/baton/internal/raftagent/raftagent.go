@@ -45,7 +45,6 @@ package raftagent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -278,6 +277,5 @@ func (h *Handler) denyToken(w http.ResponseWriter, _ *http.Request) {
 
 // serveStatus answers GET /v1/status: the member's view of its group.
 func (h *Handler) serveStatus(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(h.src.Status())
+	httpjson.Write(w, http.StatusOK, h.src.Status())
 }
