@@ -16,6 +16,10 @@
 //   - the leader tag (NewTagger, ParseTag): Tagger.Elected removes KEY from
 //     the group's other instances, then tags this one with KEY and
 //     KEY-token; Tagger.Demoted removes them;
+//   - campaigns tied to the instance's lifecycle (NewGate): a gated
+//     baton.Backend campaigns only while the instance is InService, its
+//     terms ask to resign when the instance leaves InService, and each
+//     term keeps the leader tag (GateOptions.Tagger) while it lasts;
 //   - the group's own rule, with no lease (LeaderByRule): the InService,
 //     Healthy instance with the lowest id;
 //   - a raft group's secret where secrets live (SSMSecret: a Parameter

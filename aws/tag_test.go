@@ -28,6 +28,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/batonhq/baton/internal/awsfake"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 const leaderKey = "app:isLeader"
@@ -306,22 +307,10 @@ func TestTagNeverTwoWhileReadsLag(t *testing.T) {
 	if err := a.Elected(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() bool {
+	testkit.Eventually(t, 10*time.Second, "the reader to see i-a alone with token 3", func() bool {
 		got := tagReader(t, f, leaderKey+"-token")
 		return len(got) == 1 && got["i-a"] == "3"
-	}, "the reader to see i-a alone with token 3")
-}
-
-// eventually polls cond until it holds or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
 }
 
 // ec2Front is an HTTP front of the fake that may answer a request itself
@@ -676,10 +665,10 @@ func TestTagIMDSFront(t *testing.T) {
 	if err := tg.Demoted(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() bool {
+	testkit.Eventually(t, 10*time.Second, "the tag to go from the instance metadata", func() bool {
 		_, status := read("tags/instance/" + leaderKey)
 		return status == http.StatusNotFound
-	}, "the tag to go from the instance metadata")
+	})
 }
 
 // TestTagDemotedWaitsForElected ends a term while its Elected is still

@@ -5,11 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -41,10 +45,20 @@ type cli struct {
 // kills it when the test ends if it still runs.
 func startLock(t *testing.T, agent *testserver.Consul, args ...string) *cli {
 	t.Helper()
-	args = append([]string{"lock", "-http-addr=" + agent.Addr()}, args...)
+	return startLockAt(t, agent, agent.Addr(), args...)
+}
+
+// startLockAt is startLock with the CLI talking to the agent at addr (a
+// front of it, such as a kvFront).
+func startLockAt(t *testing.T, agent *testserver.Consul, addr string, args ...string) *cli {
+	t.Helper()
+	args = append([]string{"lock", "-http-addr=" + addr}, args...)
 	c := &cli{cmd: exec.Command(agent.Binary(), args...), out: new(testserver.SyncBuffer), exited: make(chan struct{})}
 	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
 	c.cmd.Env = append(os.Environ(), "CONSUL_HTTP_TOKEN=", "CONSUL_HTTP_ADDR=")
+	// A child left running by a killed CLI holds its output open; without
+	// a bound, Wait (and so a failing test's cleanup) would wait for it.
+	c.cmd.WaitDelay = 5 * time.Second
 	if err := c.cmd.Start(); err != nil {
 		t.Fatalf("start consul lock: %v", err)
 	}
@@ -64,6 +78,47 @@ func startLock(t *testing.T, agent *testserver.Consul, args ...string) *cli {
 		}
 	})
 	return c
+}
+
+// kvFront is an HTTP front of a Consul agent that records the KV reads
+// passing through it, so that a test can see what a client is doing: a
+// blocking query on a key (?index=N) is a client waiting for that key to
+// change.
+type kvFront struct {
+	addr string
+	mu   sync.Mutex
+	seen []*url.URL // the KV GETs, as received
+}
+
+func startKVFront(t *testing.T, agent *testserver.Consul) *kvFront {
+	t.Helper()
+	target, err := url.Parse(agent.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &kvFront{}
+	proxy := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(target) }}
+	f.addr = testkit.ServeHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/kv/") {
+			f.mu.Lock()
+			f.seen = append(f.seen, r.URL)
+			f.mu.Unlock()
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	return f
+}
+
+// blockingOn reports whether a blocking query on key has come through.
+func (f *kvFront) blockingOn(key string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, u := range f.seen {
+		if idx := u.Query().Get("index"); u.Path == "/v1/kv/"+key && idx != "" && idx != "0" {
+			return true
+		}
+	}
+	return false
 }
 
 // wait waits for the CLI to exit and returns its exit code.
@@ -161,11 +216,15 @@ func TestConsulLockInterop(t *testing.T) {
 	}
 
 	// Without a timeout it waits, and its child starts once baton resigns.
-	cl := startLock(t, agent, "-name=cli-holder", cliPrefix, child)
+	front := startKVFront(t, agent)
+	cl := startLockAt(t, agent, front.addr, "-name=cli-holder", cliPrefix, child)
 	cliSession := sessionNamed(t, c, "cli-holder")
-	// It waits on the key now (its session exists before it looks); give it
-	// a moment in which to misbehave.
-	time.Sleep(300 * time.Millisecond)
+	// Once it sends a blocking query on the lock key, it has read the key,
+	// seen baton's session on it, and waits for it to change: it has had
+	// its chance to misbehave.
+	testkit.Eventually(t, 10*time.Second, "consul lock to wait on "+cliPrefix+"/.lock", func() bool {
+		return front.blockingOn(cliPrefix + "/.lock")
+	})
 	if starts, _ := marks(t, file); len(starts) != 0 {
 		t.Fatalf("the CLI's child started while baton held the lease")
 	}

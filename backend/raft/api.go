@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/httpauth"
+	"github.com/batonhq/baton/internal/httpjson"
 	hraft "github.com/hashicorp/raft"
 )
 
@@ -181,10 +182,7 @@ func (n *Node) ClientHandler(token string) (http.Handler, error) {
 	return mux, nil
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, v any) { httpjson.Write(w, http.StatusOK, v) }
 
 func writeErr(w http.ResponseWriter, err error) {
 	status := http.StatusInternalServerError
@@ -194,9 +192,7 @@ func writeErr(w http.ResponseWriter, err error) {
 		te = ttlRefusal(ae) // the raft leader's refusal, passed on by a follower
 	}
 	if te != nil || errors.As(err, &te) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(statusTTLRefused)
-		_ = json.NewEncoder(w).Encode(te)
+		httpjson.Write(w, statusTTLRefused, te)
 		return
 	}
 	switch {

@@ -865,15 +865,8 @@ func TestRemovalWaitsForLaggingVoter(t *testing.T) {
 	// Poll the leader's configuration until the leaving voter is gone; at
 	// that moment the lagging voter must already list the replacement as a
 	// voter.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, in := inConfig(leader, leaving.ID()); !in {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s was not removed within 20s", leaving.ID())
-		}
-		time.Sleep(time.Millisecond)
+	if !testkit.Poll(20*time.Second, time.Millisecond, func() bool { _, in := inConfig(leader, leaving.ID()); return !in }) {
+		t.Fatalf("%s was not removed within 20s", leaving.ID())
 	}
 	if suffrage, in := inConfig(lagging, replacement.ID()); !in || suffrage != hraft.Voter {
 		t.Fatalf("%s was removed while %s did not yet hold the configuration with %s as a voter (it has it: %v, as %v)",

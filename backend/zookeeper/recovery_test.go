@@ -61,9 +61,8 @@ func (c *droppingConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
 	if err == nil {
 		go func() {
-			deadline := time.Now().Add(10 * time.Second)
-			for c.d.made != nil && !c.d.made() && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
+			if c.d.made != nil {
+				testkit.Poll(10*time.Second, testkit.PollInterval, c.d.made)
 			}
 			time.Sleep(c.d.after)
 			c.Conn.Close()

@@ -104,10 +104,9 @@ func (e *leavingError) Error() string { return e.reason }
 // while the instance is not InService, and completes the lifecycle action
 // once the command has handed over.
 type awsSession struct {
-	inst   *aws.Instance
-	tagger *aws.Tagger // nil without --aws-tag
-	log    *slog.Logger
-	tags   sync.WaitGroup // the tag's goroutines, one per term
+	inst *aws.Instance
+	gate *aws.Gate // with the leader tag of --aws-tag
+	log  *slog.Logger
 
 	// Metrics, for a command that serves them (register).
 	leaves    *prometheus.CounterVec
@@ -161,13 +160,15 @@ func (f *awsFlags) startAWS(ctx context.Context, join string, log *slog.Logger) 
 func (f *awsFlags) watch(ctx context.Context, inst *aws.Instance, asgAPI *autoscaling.Client, ec2API *ec2.Client, log *slog.Logger) (context.Context, *awsSession, error) {
 	var err error
 	s := &awsSession{inst: inst, log: log.WithGroup("aws").With("instance", inst.ID(), "group", inst.Group())}
+	var tagger *aws.Tagger
 	if f.tag != "" {
-		s.tagger, err = aws.NewTagger(aws.TagOptions{Key: f.tagKey, Value: f.tagValue, Group: inst.Group(), InstanceID: inst.ID(),
+		tagger, err = aws.NewTagger(aws.TagOptions{Key: f.tagKey, Value: f.tagValue, Group: inst.Group(), InstanceID: inst.ID(),
 			EC2: ec2API, ASG: asgAPI, Logger: log})
 		if err != nil {
 			return nil, nil, &exitError{code: exitUsage, err: fmt.Errorf("--aws-tag: %w", err)}
 		}
 	}
+	s.gate = aws.NewGate(inst, aws.GateOptions{Tagger: tagger, Logger: s.log})
 	s.leaves = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "baton_aws_leaving_total",
 		Help: "Notices that this instance is leaving its Auto Scaling group, on which baton handed over as on SIGTERM, by reason (instance terminating, spot interruption, rebalance recommendation).",
@@ -232,7 +233,7 @@ func (s *awsSession) finish(ctx context.Context) {
 	}
 	s.cancel(nil)
 	// Every term has ended by now; their tags are being removed.
-	s.tags.Wait()
+	s.gate.Wait()
 	s.mu.Lock()
 	leaving, stopHB := s.leaving, s.stopHB
 	s.mu.Unlock()
@@ -260,12 +261,5 @@ func (s *awsSession) backend(b baton.Backend) baton.Backend {
 	if s == nil {
 		return b
 	}
-	g := &gatedBackend{Backend: b, st: s.inst, log: s.log}
-	if tg := s.tagger; tg != nil {
-		g.tag = func(t baton.Term) { s.tags.Go(func() { s.tag(tg, t) }) }
-	}
-	if w, ok := b.(baton.LeaderWatcher); ok {
-		return &gatedWatchBackend{gatedBackend: g, w: w}
-	}
-	return g
+	return s.gate.Backend(b)
 }

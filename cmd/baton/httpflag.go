@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus"
 	"log/slog"
 	"net"
 	"net/http"
@@ -17,6 +16,8 @@ import (
 	"github.com/batonhq/baton/cmd/baton/internal/backendurl"
 	"github.com/batonhq/baton/cmd/baton/internal/raftagent"
 	"github.com/batonhq/baton/cmd/baton/internal/statusapi"
+	"github.com/batonhq/baton/internal/httpjson"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 )
 
@@ -180,7 +181,7 @@ func (s *httpServer) attach(b *backendurl.Backend, e *baton.Elector) {
 	}
 	var member statusapi.RaftMember
 	if b.Node != nil {
-		member = raftagent.NodeSource{N: b.Node}
+		member = raftagent.NodeSource{Source: b.Node}
 		reads := b.Node.ReadHandler()
 		s.reads.Store(&reads)
 	}
@@ -199,10 +200,10 @@ func (s *httpServer) serveRaftReads(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.attached.Load() {
-		statusapi.WriteError(w, http.StatusServiceUnavailable, "this process is not connected to its backend yet")
+		httpjson.Error(w, http.StatusServiceUnavailable, "this process is not connected to its backend yet")
 		return
 	}
-	statusapi.WriteError(w, http.StatusNotFound, fmt.Sprintf(
+	httpjson.Error(w, http.StatusNotFound, fmt.Sprintf(
 		"this baton process is not a member of a raft group (its backend is %s), so agent:// cannot read through it: ask its backend, e.g. baton is-leader --backend %s, or read GET /v1/leases/NAME here",
 		s.backend, s.backend))
 }

@@ -204,10 +204,7 @@ func TestAgentBesideRunIsNotASecondVoter(t *testing.T) {
 	}
 	// Not fatal: without one voter per host, the loss below shows what it
 	// costs.
-	for deadline := time.Now().Add(60 * time.Second); !onePerHost() && time.Now().Before(deadline); {
-		time.Sleep(200 * time.Millisecond)
-	}
-	if !onePerHost() {
+	if !testkit.Poll(60*time.Second, 200*time.Millisecond, onePerHost) {
 		t.Errorf("voters %v: want three, one per host (C promoted, one of A's run %s and agent %s demoted)", last.Voters, ids["a-run"], ids["a-agent"])
 	}
 	t.Logf("voters before host A's loss: %v (A: run %s, agent %s), one per host %s after C started", last.Voters, ids["a-run"], ids["a-agent"], time.Since(cStarted).Round(time.Millisecond))
@@ -271,10 +268,7 @@ func TestAgentBesideRunIsNotASecondVoter(t *testing.T) {
 		}
 		return true
 	}
-	for deadline := time.Now().Add(30 * time.Second); !oneView() && time.Now().Before(deadline); {
-		time.Sleep(200 * time.Millisecond)
-	}
-	if !oneView() {
+	if !testkit.Poll(30*time.Second, 200*time.Millisecond, oneView) {
 		t.Errorf("no one view of lease job: %s", diff)
 	}
 

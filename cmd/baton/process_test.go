@@ -138,10 +138,7 @@ func killLeftoverChildren(t testing.TB, file string) {
 		// guards stop the children within --grace.
 		deadline := time.Now().Add(5 * time.Second)
 		for _, e := range starts(readEvents(file)) {
-			for isOurChild(e.pid) && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-			}
-			if isOurChild(e.pid) {
+			if !testkit.Poll(time.Until(deadline), 10*time.Millisecond, func() bool { return !isOurChild(e.pid) }) {
 				t.Errorf("child %d (token %d) outlived its baton", e.pid, e.token)
 				_ = syscall.Kill(e.pid, syscall.SIGKILL)
 			}

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 )
 
@@ -176,6 +178,8 @@ func TestProxyLatency(t *testing.T) {
 func TestProxyCutDropsDelayedBytes(t *testing.T) {
 	echo := startEcho(t)
 	p := testserver.StartProxy(t, echo.Addr())
+	tap := &tapBuffer{}
+	p.TapClient(func() io.Writer { return tap })
 	c, r := dialLines(t, p.Addr())
 	roundTrip(t, c, r, "warm-up")
 	base := echo.Received()
@@ -184,9 +188,12 @@ func TestProxyCutDropsDelayedBytes(t *testing.T) {
 	if _, err := io.WriteString(c, "must not arrive\n"); err != nil {
 		t.Fatal(err)
 	}
-	// Give the proxy a moment to read the line and start holding it, so
-	// that Cut meets a delayed chunk; a Cut before the read passes too.
-	time.Sleep(50 * time.Millisecond)
+	// Cut once the proxy has read the line (the tap sees what it reads,
+	// before it holds it for the delay), so that Cut meets a delayed chunk.
+	testkit.Eventually(t, 10*time.Second, "the proxy to read the line", func() bool {
+		s, _ := tap.state()
+		return strings.HasSuffix(s, "must not arrive\n")
+	})
 	p.Cut()
 	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
 	if _, err := r.ReadString('\n'); err == nil {
@@ -255,18 +262,13 @@ func TestProxyTapClient(t *testing.T) {
 		t.Fatalf("%d taps for 2 connections", len(got))
 	}
 	want := map[string]bool{"from a 1\nfrom a 2\n": true, "from b\n": true}
-	deadline := time.Now().Add(10 * time.Second)
 	for _, w := range got {
 		s, closed := w.state()
 		if !want[s] {
 			t.Errorf("a tap saw %q; want one connection's own lines, %v", s, want)
 		}
 		if s == "from a 1\nfrom a 2\n" {
-			for !closed && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-				_, closed = w.state()
-			}
-			if !closed {
+			if !closed && !testkit.Poll(10*time.Second, testkit.PollInterval, func() bool { _, closed = w.state(); return closed }) {
 				t.Errorf("the tap of a closed connection was not closed")
 			}
 		} else if closed {

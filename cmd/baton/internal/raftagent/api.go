@@ -9,6 +9,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/cmd/baton/internal/statusapi"
+	"github.com/batonhq/baton/internal/httpjson"
 )
 
 // resignBody answers POST /v1/leases/{name}/resign.
@@ -37,7 +38,7 @@ func (h *Handler) serveResign(w http.ResponseWriter, r *http.Request) {
 	if s := r.URL.Query().Get("wait"); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d < 0 {
-			writeJSON(w, http.StatusBadRequest, errorBody{Lease: name, Error: fmt.Sprintf("wait %q: want a duration such as 10s, or 0 not to wait", s)})
+			httpjson.Write(w, http.StatusBadRequest, httpjson.ErrorBody{Lease: name, Error: fmt.Sprintf("wait %q: want a duration such as 10s, or 0 not to wait", s)})
 			return
 		}
 		wait = min(d, h.opts.MaxResignWait)
@@ -50,10 +51,10 @@ func (h *Handler) serveResign(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case errors.Is(err, baton.ErrNoLeader):
-		writeJSON(w, http.StatusNotFound, errorBody{Lease: name, Error: fmt.Sprintf("lease %q has no holder to resign", name)})
+		httpjson.Write(w, http.StatusNotFound, httpjson.ErrorBody{Lease: name, Error: fmt.Sprintf("lease %q has no holder to resign", name)})
 		return
 	case err != nil:
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{Lease: name, Error: fmt.Sprintf("reading lease %q: %v", name, err)})
+		httpjson.Write(w, http.StatusServiceUnavailable, httpjson.ErrorBody{Lease: name, Error: fmt.Sprintf("reading lease %q: %v", name, err)})
 		return
 	}
 	// Wait for the end of the term just read (or of a later one: if it
@@ -72,10 +73,10 @@ func (h *Handler) serveResign(w http.ResponseWriter, r *http.Request) {
 		default:
 		}
 		if errors.Is(err, baton.ErrNoLeader) {
-			writeJSON(w, http.StatusNotFound, errorBody{Lease: name, Error: fmt.Sprintf("lease %q has no holder to resign", name)})
+			httpjson.Write(w, http.StatusNotFound, httpjson.ErrorBody{Lease: name, Error: fmt.Sprintf("lease %q has no holder to resign", name)})
 			return
 		}
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{Lease: name, Error: fmt.Sprintf("requesting resign of lease %q: %v", name, err)})
+		httpjson.Write(w, http.StatusServiceUnavailable, httpjson.ErrorBody{Lease: name, Error: fmt.Sprintf("requesting resign of lease %q: %v", name, err)})
 		return
 	}
 	h.log.Info("resign requested", "lease", name, "holder", in.Holder, "token", in.Token, "remote", r.RemoteAddr)
@@ -96,12 +97,12 @@ func (h *Handler) serveResign(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) resigned(w http.ResponseWriter, r *http.Request, name string, e statusapi.Ended) {
 	body := resignBody{Status: "released", Ended: &endedJSON{Holder: e.Holder, Token: e.Token, Kind: string(e.Kind), Reason: e.Reason}}
 	body.Lease = h.current(r, name)
-	writeJSON(w, http.StatusOK, body)
+	httpjson.Write(w, http.StatusOK, body)
 }
 
 // requested answers 202: committed, not yet acted on.
 func (h *Handler) requested(w http.ResponseWriter, r *http.Request, name string) {
-	writeJSON(w, http.StatusAccepted, resignBody{Status: "requested", Lease: h.current(r, name)})
+	httpjson.Write(w, http.StatusAccepted, resignBody{Status: "requested", Lease: h.current(r, name)})
 }
 
 // current reads name for an answer; nil when the group has no record of it
@@ -113,6 +114,6 @@ func (h *Handler) current(r *http.Request, name string) *statusapi.LeaseView {
 	if err != nil {
 		return nil
 	}
-	j := h.st.View(leaseInfo(in))
+	j := h.st.View(in)
 	return &j
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend/raft"
+	"github.com/batonhq/baton/internal/httpjson"
 	"github.com/batonhq/baton/internal/testkit"
 )
 
@@ -110,7 +111,7 @@ func TestAgentAPI(t *testing.T) {
 		}
 
 		r = call(t, "GET", agent0, "/v1/leases/no-such-lease")
-		var e errorBody
+		var e httpjson.ErrorBody
 		r.decode(t, &e)
 		if r.status != http.StatusNotFound || e.Lease != "no-such-lease" || !strings.Contains(e.Error, `"no-such-lease"`) {
 			t.Errorf("GET unknown lease: %d %s, want 404 naming it", r.status, r.body)

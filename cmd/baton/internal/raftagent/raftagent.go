@@ -45,7 +45,6 @@ package raftagent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,6 +56,7 @@ import (
 	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/cmd/baton/internal/statusapi"
 	"github.com/batonhq/baton/internal/httpauth"
+	"github.com/batonhq/baton/internal/httpjson"
 )
 
 // Source is what the handler reads and acts on: a raft group member
@@ -237,7 +237,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 // client sending one would learn to send it to whoever holds the port.
 func (h *Handler) ReadOnly(socket string) http.Handler {
 	deny := func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusForbidden, fmt.Sprintf("%s %s: the agent takes calls that carry its token only on its Unix socket, where clients can prove that they reach the agent, never over TCP: curl --unix-socket %s -H \"Authorization: Bearer $TOKEN\" http://agent%s (or agent://%s for baton)",
+		httpjson.Error(w, http.StatusForbidden, fmt.Sprintf("%s %s: the agent takes calls that carry its token only on its Unix socket, where clients can prove that they reach the agent, never over TCP: curl --unix-socket %s -H \"Authorization: Bearer $TOKEN\" http://agent%s (or agent://%s for baton)",
 			r.Method, r.URL.Path, socket, r.URL.RequestURI(), socket))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -265,25 +265,17 @@ func (h *Handler) Close() {
 func (h *Handler) mutating(next http.Handler) http.Handler {
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusForbidden, "cross-origin request refused: call the agent's API from a program (curl, a script), not from a web page on another origin")
+		httpjson.Error(w, http.StatusForbidden, "cross-origin request refused: call the agent's API from a program (curl, a script), not from a web page on another origin")
 	}))
 	return cop.Handler(h.auth.Require(next, h.denyToken))
 }
 
 // denyToken answers a call that lacks the agent's token.
 func (h *Handler) denyToken(w http.ResponseWriter, _ *http.Request) {
-	writeError(w, http.StatusUnauthorized, "this call needs the agent's token: Authorization: Bearer TOKEN (the agent's --http-token, or the token file it writes at start; see --http-token-file)")
+	httpjson.Error(w, http.StatusUnauthorized, "this call needs the agent's token: Authorization: Bearer TOKEN (the agent's --http-token, or the token file it writes at start; see --http-token-file)")
 }
 
 // serveStatus answers GET /v1/status: the member's view of its group.
 func (h *Handler) serveStatus(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(h.src.Status())
+	httpjson.Write(w, http.StatusOK, h.src.Status())
 }
-
-var (
-	writeJSON  = statusapi.WriteJSON
-	writeError = statusapi.WriteError
-)
-
-type errorBody = statusapi.ErrorBody

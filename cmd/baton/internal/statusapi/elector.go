@@ -8,14 +8,15 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend/raft"
 )
 
 // ElectorSource is one process's campaign for one lease, on any backend:
 // what `baton run --http` and `baton cron --http` serve. Leases held here
 // are those of its own candidate (HeldHere). On raft it reads the group's
 // lease table, as an agent does, so that every member shows one lease the
-// same way (LeaseInfo.Member the holder's member, Waiters the queue); on
-// other backends LeaseInfo.Member is the holder's ID.
+// same way (raft.LeaseInfo.Member the holder's member, Waiters the queue); on
+// other backends raft.LeaseInfo.Member is the holder's ID.
 //
 // The order of its life: NewElectorSource (before the backend is open, so
 // that health answers 503 while connecting), Hooks into the
@@ -47,10 +48,10 @@ type ElectorSource struct {
 	determined func() error
 	group      func() (Group, bool)
 	member     RaftMember // nil unless this process is a raft member
-	memberID   string     // LeaseInfo.Member of this process's terms
+	memberID   string     // raft.LeaseInfo.Member of this process's terms
 	closed     bool
 	since      time.Time // when the current term began here
-	subs       map[int]func(Event)
+	subs       map[int]func(raft.LeaseEvent)
 	nextSub    int
 	lastToken  uint64 // highest token of an event sent
 	otherHolds string // the holder of the last event, when that was another holder's election
@@ -70,7 +71,7 @@ var (
 // lease. Until Attach it is undetermined.
 func NewElectorSource(lease, id string) *ElectorSource {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &ElectorSource{lease: lease, id: id, memberID: id, subs: map[int]func(Event){}, ctx: ctx, cancel: cancel}
+	return &ElectorSource{lease: lease, id: id, memberID: id, subs: map[int]func(raft.LeaseEvent){}, ctx: ctx, cancel: cancel}
 }
 
 // Hooks sets cfg's OnElected and OnDemoted to report this process's terms,
@@ -99,7 +100,7 @@ type RaftMember interface {
 	Determined() error
 	Group() (Group, bool)
 	// Lease reads the group's lease table, as an agent on the member does.
-	Lease(ctx context.Context, name string) (LeaseInfo, error)
+	Lease(ctx context.Context, name string) (raft.LeaseInfo, error)
 }
 
 // Attach gives the source the open backend and the Elector campaigning on
@@ -114,7 +115,7 @@ func (s *ElectorSource) Attach(b baton.Backend, e *baton.Elector, member RaftMem
 	}
 	mid := s.memberID
 	s.mu.Unlock()
-	s.emit(Event{Lease: s.lease, Kind: EventQueued, Holder: s.id, Session: s.id, Member: mid})
+	s.emit(raft.LeaseEvent{Lease: s.lease, Kind: raft.EventQueued, Holder: s.id, Session: s.id, Member: mid})
 	s.wg.Go(func() { _ = e.WatchLeader(s.ctx, s.observe) })
 }
 
@@ -162,12 +163,12 @@ func (s *ElectorSource) Group() (Group, bool) {
 }
 
 // Leases returns the one lease this process campaigns for.
-func (s *ElectorSource) Leases(ctx context.Context) ([]LeaseInfo, error) {
+func (s *ElectorSource) Leases(ctx context.Context) ([]raft.LeaseInfo, error) {
 	in, err := s.Lease(ctx, s.lease)
 	if err != nil {
 		return nil, err
 	}
-	return []LeaseInfo{in}, nil
+	return []raft.LeaseInfo{in}, nil
 }
 
 // HeldHere reports whether holder is this process's candidate.
@@ -175,21 +176,21 @@ func (s *ElectorSource) HeldHere(holder, _ string) bool { return holder != "" &&
 
 // heldNow returns this process's current term of lease name ("" for its
 // one lease), without asking the backend; false when it does not lead.
-func (s *ElectorSource) heldNow(name string) (LeaseInfo, bool) {
+func (s *ElectorSource) heldNow(name string) (raft.LeaseInfo, bool) {
 	if name != "" && name != s.lease {
-		return LeaseInfo{}, false
+		return raft.LeaseInfo{}, false
 	}
 	s.mu.Lock()
 	e, since, mid, closed := s.e, s.since, s.memberID, s.closed
 	s.mu.Unlock()
 	if e == nil || closed {
-		return LeaseInfo{}, false
+		return raft.LeaseInfo{}, false
 	}
 	t := e.Status().Term
 	if t == nil {
-		return LeaseInfo{}, false
+		return raft.LeaseInfo{}, false
 	}
-	return LeaseInfo{Name: s.lease, Holder: s.id, Token: t.Token(), Since: since, SafeUntil: wall(t.SafeUntil()), Member: mid}, true
+	return raft.LeaseInfo{Name: s.lease, Holder: s.id, Token: t.Token(), Since: since, SafeUntil: wall(t.SafeUntil()), Member: mid}, true
 }
 
 // Lease returns who holds lease, which must be the one this process
@@ -197,52 +198,52 @@ func (s *ElectorSource) heldNow(name string) (LeaseInfo, bool) {
 // the group's lease table, so that it shows what an agent shows (the
 // holder's member, the waiters, the group's safe-until); when that read
 // fails while this process leads, it shows its own term.
-func (s *ElectorSource) Lease(ctx context.Context, name string) (LeaseInfo, error) {
+func (s *ElectorSource) Lease(ctx context.Context, name string) (raft.LeaseInfo, error) {
 	if name != s.lease {
-		return LeaseInfo{}, fmt.Errorf("this process campaigns for lease %q only: %w", s.lease, baton.ErrNoLeader)
+		return raft.LeaseInfo{}, fmt.Errorf("this process campaigns for lease %q only: %w", s.lease, baton.ErrNoLeader)
 	}
 	s.mu.Lock()
 	b, e, member := s.b, s.e, s.member
 	s.mu.Unlock()
 	if b == nil || e == nil {
-		return LeaseInfo{}, fmt.Errorf("not connected to the backend yet: %w", baton.ErrBackendUnavailable)
+		return raft.LeaseInfo{}, fmt.Errorf("not connected to the backend yet: %w", baton.ErrBackendUnavailable)
 	}
 	own, leading := s.heldNow(name)
 	if member != nil {
 		in, err := member.Lease(ctx, name)
 		switch {
 		case err == nil && in.Holder == s.id && !leading:
-			return LeaseInfo{}, fmt.Errorf("the group names this process as the holder (token %d), but it does not lead here: its term has just ended, or is just beginning", in.Token)
+			return raft.LeaseInfo{}, fmt.Errorf("the group names this process as the holder (token %d), but it does not lead here: its term has just ended, or is just beginning", in.Token)
 		case err == nil:
 			return in, nil
 		case leading:
 			return own, nil
 		case errors.Is(err, baton.ErrNoLeader):
-			return LeaseInfo{Name: name}, nil
+			return raft.LeaseInfo{Name: name}, nil
 		}
-		return LeaseInfo{}, err
+		return raft.LeaseInfo{}, err
 	}
 	if leading {
 		return own, nil
 	}
 	rec, err := b.Leader(ctx, name)
 	if errors.Is(err, baton.ErrNoLeader) {
-		return LeaseInfo{Name: name}, nil
+		return raft.LeaseInfo{Name: name}, nil
 	}
 	if err != nil {
-		return LeaseInfo{}, err
+		return raft.LeaseInfo{}, err
 	}
 	if rec.Holder == s.id {
-		return LeaseInfo{}, fmt.Errorf("the backend names this process as the holder (token %d), but it does not lead here: its term has just ended, or is just beginning", rec.Token)
+		return raft.LeaseInfo{}, fmt.Errorf("the backend names this process as the holder (token %d), but it does not lead here: its term has just ended, or is just beginning", rec.Token)
 	}
-	return LeaseInfo{Name: name, Holder: rec.Holder, Token: rec.Token, Since: rec.Since, Member: rec.Holder}, nil
+	return raft.LeaseInfo{Name: name, Holder: rec.Holder, Token: rec.Token, Since: rec.Since, Member: rec.Holder}, nil
 }
 
 // wall drops t's monotonic reading, so that it prints as a wall time.
 func wall(t time.Time) time.Time { return t.Round(0) }
 
 // WatchLeases calls fn for each event of the campaign.
-func (s *ElectorSource) WatchLeases(fn func(Event)) (stop func()) {
+func (s *ElectorSource) WatchLeases(fn func(raft.LeaseEvent)) (stop func()) {
 	s.mu.Lock()
 	k := s.nextSub
 	s.nextSub++
@@ -259,11 +260,11 @@ func (s *ElectorSource) WatchLeases(fn func(Event)) (stop func()) {
 }
 
 // emit sends ev to every subscriber, in order.
-func (s *ElectorSource) emit(ev Event) {
+func (s *ElectorSource) emit(ev raft.LeaseEvent) {
 	s.evMu.Lock()
 	defer s.evMu.Unlock()
 	s.mu.Lock()
-	fns := make([]func(Event), 0, len(s.subs))
+	fns := make([]func(raft.LeaseEvent), 0, len(s.subs))
 	for _, fn := range s.subs {
 		fns = append(fns, fn)
 	}
@@ -280,16 +281,16 @@ func (s *ElectorSource) elected(t baton.Term) {
 	s.otherHolds = ""
 	mid := s.memberID
 	s.mu.Unlock()
-	s.emit(Event{Lease: s.lease, Kind: EventElected, Holder: s.id, Session: s.id, Member: mid, Token: t.Token()})
+	s.emit(raft.LeaseEvent{Lease: s.lease, Kind: raft.EventElected, Holder: s.id, Session: s.id, Member: mid, Token: t.Token()})
 }
 
 func (s *ElectorSource) demoted(t baton.Term, reason error) {
-	kind, why := EventReleased, "resigned"
+	kind, why := raft.EventReleased, "resigned"
 	switch {
 	case errors.Is(reason, baton.ErrLeaseLost):
-		kind, why = EventLost, "lease-lost"
+		kind, why = raft.EventLost, "lease-lost"
 	case errors.Is(reason, baton.ErrExpired):
-		kind, why = EventLost, "expired"
+		kind, why = raft.EventLost, "expired"
 	case errors.Is(reason, baton.ErrClosed):
 		why = "closed"
 	case errors.Is(reason, baton.ErrStoppedEarly):
@@ -298,13 +299,13 @@ func (s *ElectorSource) demoted(t baton.Term, reason error) {
 	s.mu.Lock()
 	mid := s.memberID
 	s.mu.Unlock()
-	s.emit(Event{Lease: s.lease, Kind: kind, Holder: s.id, Session: s.id, Member: mid, Token: t.Token(), Reason: why})
+	s.emit(raft.LeaseEvent{Lease: s.lease, Kind: kind, Holder: s.id, Session: s.id, Member: mid, Token: t.Token(), Reason: why})
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
 	if !closed && s.ctx.Err() == nil {
 		// The Elector campaigns again, unless its process stops.
-		s.emit(Event{Lease: s.lease, Kind: EventQueued, Holder: s.id, Session: s.id, Member: mid})
+		s.emit(raft.LeaseEvent{Lease: s.lease, Kind: raft.EventQueued, Holder: s.id, Session: s.id, Member: mid})
 	}
 }
 
@@ -313,17 +314,17 @@ func (s *ElectorSource) demoted(t baton.Term, reason error) {
 // Elector's hooks, never from here.
 func (s *ElectorSource) observe(rec baton.Record, err error) {
 	s.mu.Lock()
-	var ev *Event
+	var ev *raft.LeaseEvent
 	switch {
 	case errors.Is(err, baton.ErrNoLeader):
 		if s.otherHolds != "" {
-			ev = &Event{Lease: s.lease, Kind: EventReleased, Holder: s.otherHolds, Member: s.otherHolds, Token: s.lastToken, Reason: "observed"}
+			ev = &raft.LeaseEvent{Lease: s.lease, Kind: raft.EventReleased, Holder: s.otherHolds, Member: s.otherHolds, Token: s.lastToken, Reason: "observed"}
 			s.otherHolds = ""
 		}
 	case err != nil, rec.Holder == s.id, rec.Token <= s.lastToken:
 	default:
 		s.lastToken, s.otherHolds = rec.Token, rec.Holder
-		ev = &Event{Lease: s.lease, Kind: EventElected, Holder: rec.Holder, Member: rec.Holder, Token: rec.Token}
+		ev = &raft.LeaseEvent{Lease: s.lease, Kind: raft.EventElected, Holder: rec.Holder, Member: rec.Holder, Token: rec.Token}
 	}
 	s.mu.Unlock()
 	if ev != nil {

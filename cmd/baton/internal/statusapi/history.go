@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/batonhq/baton/backend/raft"
 )
 
 // term is one term of a lease as this process saw it.
@@ -19,8 +21,8 @@ type term struct {
 	// ended before the table was read): Start is then the handler's start.
 	Start      time.Time
 	StartKnown bool
-	End        time.Time // zero while the term runs
-	Kind       EventKind // EventReleased or EventLost once ended
+	End        time.Time      // zero while the term runs
+	Kind       raft.EventKind // raft.EventReleased or raft.EventLost once ended
 	Reason     string
 }
 
@@ -37,7 +39,7 @@ type leaseHist struct {
 type Ended struct {
 	Holder string
 	Token  uint64
-	Kind   EventKind
+	Kind   raft.EventKind
 	Reason string
 }
 
@@ -86,17 +88,17 @@ func newHistory(here func(holder, member string) bool, window time.Duration, max
 // apply records one event. The time is this process's clock when it applied
 // the event, not the event's At (the proposer's clock): one clock for the
 // whole timeline, and the same as the page's "now".
-func (h *history) apply(ev Event) {
+func (h *history) apply(ev raft.LeaseEvent) {
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.metrics.transition(ev)
 	switch ev.Kind {
-	case EventQueued:
+	case raft.EventQueued:
 		h.queue(waitKey{ev.Lease, ev.Session}, now)
-	case EventDequeued:
+	case raft.EventDequeued:
 		delete(h.queued, waitKey{ev.Lease, ev.Session})
-	case EventElected:
+	case raft.EventElected:
 		k := waitKey{ev.Lease, ev.Session}
 		if at, ok := h.queued[k]; ok {
 			h.metrics.campaignWait(ev.Lease, now.Sub(at))
@@ -116,7 +118,7 @@ func (h *history) apply(ev Event) {
 			h.end(ev.Lease, &l.terms[n-1], now, "", "superseded")
 		}
 		l.add(term{Holder: ev.Holder, Member: ev.Member, Session: ev.Session, Token: ev.Token, Start: now, StartKnown: true}, h.maxTerms)
-	case EventReleased, EventLost:
+	case raft.EventReleased, raft.EventLost:
 		if cur, ok := h.current(ev.Lease); !ok || cur.Token <= ev.Token {
 			h.metrics.setLeader(ev.Lease, false)
 		}
@@ -137,7 +139,7 @@ func (h *history) apply(ev Event) {
 }
 
 // end ends t at at, observes its duration, and wakes resign waiters.
-func (h *history) end(lease string, t *term, at time.Time, kind EventKind, reason string) {
+func (h *history) end(lease string, t *term, at time.Time, kind raft.EventKind, reason string) {
 	if !t.ongoing() {
 		return
 	}
@@ -245,7 +247,7 @@ func (l *leaseHist) add(t term, max int) {
 
 // seed merges the lease table read when the handler started: running terms
 // this process has no event for begin at their Since.
-func (h *history) seed(infos []LeaseInfo) {
+func (h *history) seed(infos []raft.LeaseInfo) {
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/backend/raft"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -15,11 +16,11 @@ type clock struct{ t time.Time }
 func (c *clock) now() time.Time      { return c.t }
 func (c *clock) add(d time.Duration) { c.t = c.t.Add(d) }
 func newClock() *clock               { return &clock{t: time.Date(2026, 1, 2, 15, 0, 0, 0, time.UTC)} }
-func elected(lease, holder, member string, token uint64) Event {
-	return Event{Lease: lease, Kind: EventElected, Holder: holder, Session: "s-" + holder, Member: member, Token: token}
+func elected(lease, holder, member string, token uint64) raft.LeaseEvent {
+	return raft.LeaseEvent{Lease: lease, Kind: raft.EventElected, Holder: holder, Session: "s-" + holder, Member: member, Token: token}
 }
-func endEv(kind EventKind, lease, holder string, token uint64, reason string) Event {
-	return Event{Lease: lease, Kind: kind, Holder: holder, Session: "s-" + holder, Token: token, Reason: reason}
+func endEv(kind raft.EventKind, lease, holder string, token uint64, reason string) raft.LeaseEvent {
+	return raft.LeaseEvent{Lease: lease, Kind: kind, Holder: holder, Session: "s-" + holder, Token: token, Reason: reason}
 }
 
 func TestHistoryTermsAndBounds(t *testing.T) {
@@ -27,11 +28,11 @@ func TestHistoryTermsAndBounds(t *testing.T) {
 	m := NewMetrics()
 	h := newHistory(memberIs("me"), time.Hour, 3, 2, m, c.now)
 
-	h.apply(Event{Lease: "a", Kind: EventQueued, Holder: "x", Session: "s-x"})
+	h.apply(raft.LeaseEvent{Lease: "a", Kind: raft.EventQueued, Holder: "x", Session: "s-x"})
 	c.add(time.Second)
 	h.apply(elected("a", "x", "me", 10))
 	c.add(time.Minute)
-	h.apply(endEv(EventReleased, "a", "x", 10, "resigned"))
+	h.apply(endEv(raft.EventReleased, "a", "x", 10, "resigned"))
 	c.add(10 * time.Second) // a gap
 	h.apply(elected("a", "y", "other", 12))
 
@@ -40,7 +41,7 @@ func TestHistoryTermsAndBounds(t *testing.T) {
 	if len(terms) != 2 {
 		t.Fatalf("terms = %+v, want 2", terms)
 	}
-	if x := terms[0]; x.Holder != "x" || x.Token != 10 || x.End.Sub(x.Start) != time.Minute || x.Reason != "resigned" || x.Kind != EventReleased {
+	if x := terms[0]; x.Holder != "x" || x.Token != 10 || x.End.Sub(x.Start) != time.Minute || x.Reason != "resigned" || x.Kind != raft.EventReleased {
 		t.Errorf("first term = %+v", x)
 	}
 	if y := terms[1]; !y.ongoing() || y.Start.Sub(terms[0].End) != 10*time.Second {
@@ -55,7 +56,7 @@ func TestHistoryTermsAndBounds(t *testing.T) {
 
 	// At most 3 terms per lease: the oldest go.
 	for tok := uint64(13); tok < 17; tok++ {
-		h.apply(endEv(EventLost, "a", "y", tok-1, "session-expired"))
+		h.apply(endEv(raft.EventLost, "a", "y", tok-1, "session-expired"))
 		h.apply(elected("a", "y", "other", tok))
 	}
 	snap, _ = h.snapshot()
@@ -65,7 +66,7 @@ func TestHistoryTermsAndBounds(t *testing.T) {
 
 	// At most 2 leases: an idle one makes room, running ones do not.
 	h.apply(elected("b", "x", "me", 20))
-	h.apply(endEv(EventReleased, "b", "x", 20, "resigned"))
+	h.apply(endEv(raft.EventReleased, "b", "x", 20, "resigned"))
 	c.add(time.Second)
 	h.apply(elected("c", "x", "me", 21)) // evicts b, which is idle
 	snap, untracked := h.snapshot()
@@ -118,10 +119,10 @@ func TestHistoryForgetsMetricSeries(t *testing.T) {
 	if err := m.bind(stubSource{}, h.prune, time.Second, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
-	h.apply(Event{Lease: "old", Kind: EventQueued, Holder: "x", Session: "s-x"})
+	h.apply(raft.LeaseEvent{Lease: "old", Kind: raft.EventQueued, Holder: "x", Session: "s-x"})
 	h.apply(elected("old", "x", "me", 1))
 	c.add(time.Minute)
-	h.apply(endEv(EventReleased, "old", "x", 1, "resigned"))
+	h.apply(endEv(raft.EventReleased, "old", "x", 1, "resigned"))
 	h.apply(elected("running", "y", "me", 2))
 	if n := leaseSeries(t, m, "old"); n != 6 {
 		t.Fatalf("old has %d series, want 6 (is_leader; queued, elected and released; term duration; campaign wait)", n)
@@ -140,7 +141,7 @@ func TestHistoryForgetsMetricSeries(t *testing.T) {
 
 	// Making room: with 3 leases remembered, a new one evicts the idle one.
 	h.apply(elected("idle", "z", "other", 3))
-	h.apply(endEv(EventLost, "idle", "z", 3, "session-expired"))
+	h.apply(endEv(raft.EventLost, "idle", "z", 3, "session-expired"))
 	h.apply(elected("third", "z", "other", 4))
 	h.apply(elected("fourth", "z", "other", 5))
 	if n := leaseSeries(t, m, "idle"); n != 0 {
@@ -154,8 +155,8 @@ func TestHistoryForgetsMetricSeries(t *testing.T) {
 // stubSource is a lease table with nothing in it.
 type stubSource struct{ Source }
 
-func (stubSource) Leases(context.Context) ([]LeaseInfo, error) { return nil, nil }
-func (stubSource) ID() string                                  { return "me" }
+func (stubSource) Leases(context.Context) ([]raft.LeaseInfo, error) { return nil, nil }
+func (stubSource) ID() string                                       { return "me" }
 
 // Terms that began before the agent watched: the lease table's Since, read
 // after subscribing, fills in their start.
@@ -165,9 +166,9 @@ func TestHistorySeed(t *testing.T) {
 	since := c.t.Add(-5 * time.Minute)
 	c.add(time.Second)
 	// An end seen before the table read: its start is unknown until then.
-	h.apply(endEv(EventReleased, "a", "x", 5, "resigned"))
+	h.apply(endEv(raft.EventReleased, "a", "x", 5, "resigned"))
 	h.apply(elected("a", "y", "me", 7))
-	h.seed([]LeaseInfo{
+	h.seed([]raft.LeaseInfo{
 		{Name: "a", Holder: "y", Token: 7, Since: since, Member: "me"}, // known from the event: unchanged
 		{Name: "b", Holder: "z", Token: 3, Since: since, Member: "other"},
 		{Name: "c", Waiters: 2}, // free: nothing to draw
@@ -184,7 +185,7 @@ func TestHistorySeed(t *testing.T) {
 	}
 	// A table older than the events already applied adds no running
 	// term, but tells when the ended one began.
-	h.seed([]LeaseInfo{{Name: "a", Holder: "x", Token: 5, Since: since}})
+	h.seed([]raft.LeaseInfo{{Name: "a", Holder: "x", Token: 5, Since: since}})
 	snap, _ = h.snapshot()
 	if a := snap["a"]; len(a) != 2 || a[0].ongoing() || !a[0].StartKnown || !a[0].Start.Equal(since) || !a[1].ongoing() {
 		t.Errorf("a = %+v after an older table", a)
@@ -202,7 +203,7 @@ func TestHistoryAwaitEnd(t *testing.T) {
 		t.Fatalf("ended %+v before the end", e)
 	default:
 	}
-	h.apply(endEv(EventReleased, "a", "x", 5, "resign-requested"))
+	h.apply(endEv(raft.EventReleased, "a", "x", 5, "resign-requested"))
 	if e := <-done; e.Token != 5 || e.Reason != "resign-requested" || e.Holder != "x" {
 		t.Errorf("ended = %+v", e)
 	}
@@ -219,13 +220,13 @@ func TestTimelineLayout(t *testing.T) {
 	started := now.Add(-50 * time.Minute)
 	hist := map[string][]term{
 		"job": {
-			{Holder: "alpha", Token: 4, Start: now.Add(-40 * time.Minute), StartKnown: true, End: now.Add(-30 * time.Minute), Kind: EventReleased, Reason: "resigned"},
-			{Holder: "beta", Token: 9, Start: now.Add(-20 * time.Minute), StartKnown: true, End: now.Add(-10 * time.Minute), Kind: EventLost, Reason: "session-expired"},
+			{Holder: "alpha", Token: 4, Start: now.Add(-40 * time.Minute), StartKnown: true, End: now.Add(-30 * time.Minute), Kind: raft.EventReleased, Reason: "resigned"},
+			{Holder: "beta", Token: 9, Start: now.Add(-20 * time.Minute), StartKnown: true, End: now.Add(-10 * time.Minute), Kind: raft.EventLost, Reason: "session-expired"},
 			{Holder: "alpha", Token: 11, Start: now.Add(-5 * time.Minute), StartKnown: true},
 			{Holder: "gamma", Token: 2, Start: now.Add(-3 * time.Hour), StartKnown: true, End: now.Add(-2 * time.Hour)}, // before the window
 		},
 	}
-	table := []LeaseInfo{{Name: "other", Holder: "delta", Token: 3, Since: now.Add(-2 * time.Hour)}, {Name: "queue-only", Waiters: 1}}
+	table := []raft.LeaseInfo{{Name: "other", Holder: "delta", Token: 3, Since: now.Add(-2 * time.Hour)}, {Name: "queue-only", Waiters: 1}}
 	tl := buildTimeline(now, time.Hour, started, hist, 0, table)
 	if len(tl.Rows) != 3 || tl.Rows[0].Name != "job" || tl.Rows[1].Name != "other" || !tl.Rows[2].Empty {
 		t.Fatalf("rows = %+v", tl.Rows)

@@ -1,10 +1,15 @@
 package statusapi
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/batonhq/baton/backend/raft"
+	"github.com/batonhq/baton/health"
+	"github.com/batonhq/baton/internal/httpjson"
 )
 
 // timeFormat is RFC 3339 with milliseconds, in UTC.
@@ -36,7 +41,7 @@ type LeaseView struct {
 }
 
 // View returns in as the API shows it.
-func (h *Handler) View(in LeaseInfo) LeaseView {
+func (h *Handler) View(in raft.LeaseInfo) LeaseView {
 	return LeaseView{
 		Name: in.Name, Holder: in.Holder, Token: in.Token, Since: JSONTime(in.Since), SafeUntil: JSONTime(in.SafeUntil),
 		Member: in.Member, HeldHere: heldHere(h.src, in.Holder, in.Member), Waiters: in.Waiters,
@@ -50,7 +55,7 @@ func (h *Handler) serveLeases(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	infos, err := h.src.Leases(ctx)
 	if err != nil {
-		WriteError(w, http.StatusServiceUnavailable, "reading the lease table: "+err.Error())
+		httpjson.Error(w, http.StatusServiceUnavailable, "reading the lease table: "+err.Error())
 		return
 	}
 	out := struct {
@@ -59,7 +64,7 @@ func (h *Handler) serveLeases(w http.ResponseWriter, r *http.Request) {
 	for _, in := range infos {
 		out.Leases = append(out.Leases, h.View(in))
 	}
-	WriteJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 // GET /v1/leases/{name}
@@ -70,56 +75,43 @@ func (h *Handler) serveLease(w http.ResponseWriter, r *http.Request) {
 	in, err := h.src.Lease(ctx, name)
 	switch {
 	case isNoLeader(err):
-		WriteJSON(w, http.StatusNotFound, ErrorBody{Lease: name,
+		httpjson.Write(w, http.StatusNotFound, httpjson.ErrorBody{Lease: name,
 			Error: fmt.Sprintf("lease %q is unknown here: %v", name, err)})
 	case err != nil:
-		WriteJSON(w, http.StatusServiceUnavailable, ErrorBody{Lease: name, Error: fmt.Sprintf("reading lease %q: %v", name, err)})
+		httpjson.Write(w, http.StatusServiceUnavailable, httpjson.ErrorBody{Lease: name, Error: fmt.Sprintf("reading lease %q: %v", name, err)})
 	default:
-		WriteJSON(w, http.StatusOK, h.View(in))
+		httpjson.Write(w, http.StatusOK, h.View(in))
 	}
 }
 
-// healthBody answers GET /v1/health/leader.
-type healthBody struct {
-	Status string `json:"status"` // leader, standby or undetermined
-	Lease  string `json:"lease,omitempty"`
-	Holder string `json:"holder,omitempty"`
-	Token  uint64 `json:"token,omitempty,string"`
-	Member string `json:"member,omitempty"`
-	Reason string `json:"reason"`
-	// Leases lists the lease names, when the call must name one.
-	Leases []string `json:"leases,omitempty"`
-}
+// checker decides the answers of GET|HEAD /v1/health/leader[?lease=NAME]
+// for the Handler's source: leader when the lease is held here, standby
+// when another holds it, undetermined when that cannot be told.
+type checker struct{ h *Handler }
 
-// GET|HEAD /v1/health/leader[?lease=NAME]: 200 when the lease is held
-// here, 429 when another holds it, 503 when that cannot be told.
-func (h *Handler) serveHealth(w http.ResponseWriter, r *http.Request) {
-	name := r.URL.Query().Get("lease")
-	undetermined := func(reason string) {
-		WriteJSON(w, http.StatusServiceUnavailable, healthBody{Status: "undetermined", Lease: name, Reason: reason})
+// CheckLeader answers for lease name; "" names the source's one lease.
+func (c checker) CheckLeader(ctx context.Context, name string) health.Answer {
+	h := c.h
+	undetermined := func(reason string) health.Answer {
+		return health.Answer{Status: health.Undetermined, Lease: name, Reason: reason}
 	}
 	if lh, ok := h.src.(interface {
-		heldNow(name string) (LeaseInfo, bool)
+		heldNow(name string) (raft.LeaseInfo, bool)
 	}); ok {
 		// This process's own term answers, without a read that a
 		// raft election or a slow backend would hold up.
 		if in, ok := lh.heldNow(name); ok {
-			WriteJSON(w, http.StatusOK, healthBody{Status: "leader", Lease: in.Name, Holder: in.Holder, Token: in.Token, Member: in.Member,
-				Reason: fmt.Sprintf("%s, %s, holds lease %q", in.Holder, h.opts.Here, in.Name)})
-			return
+			return health.Answer{Status: health.Leader, Lease: in.Name, Holder: in.Holder, Token: in.Token, Member: in.Member,
+				Reason: fmt.Sprintf("%s, %s, holds lease %q", in.Holder, h.opts.Here, in.Name)}
 		}
 	}
 	if err := h.src.Determined(); err != nil {
-		undetermined("this process cannot tell who holds what: " + err.Error())
-		return
+		return undetermined("this process cannot tell who holds what: " + err.Error())
 	}
-	ctx, cancel := h.ReadContext(r)
-	defer cancel()
 	if name == "" {
 		infos, err := h.src.Leases(ctx)
 		if err != nil {
-			undetermined("reading the lease table: " + err.Error())
-			return
+			return undetermined("reading the lease table: " + err.Error())
 		}
 		if len(infos) != 1 {
 			names := make([]string, 0, len(infos))
@@ -130,29 +122,27 @@ func (h *Handler) serveHealth(w http.ResponseWriter, r *http.Request) {
 			if len(names) > 1 {
 				reason = fmt.Sprintf("the group has %d leases: name one with ?lease=NAME (%s)", len(names), strings.Join(names, ", "))
 			}
-			WriteJSON(w, http.StatusBadRequest, healthBody{Status: "undetermined", Reason: reason, Leases: names})
-			return
+			return health.Answer{Status: health.Undetermined, Reason: reason, Leases: names, NameLease: true}
 		}
 		name = infos[0].Name
 	}
 	in, err := h.src.Lease(ctx, name)
 	switch {
 	case isNoLeader(err) || (err == nil && in.Holder == ""):
-		undetermined(fmt.Sprintf("nobody holds lease %q", name))
+		return undetermined(fmt.Sprintf("nobody holds lease %q", name))
 	case err != nil:
-		undetermined(fmt.Sprintf("reading lease %q: %v", name, err))
+		return undetermined(fmt.Sprintf("reading lease %q: %v", name, err))
 	case heldHere(h.src, in.Holder, in.Member):
-		WriteJSON(w, http.StatusOK, healthBody{Status: "leader", Lease: name, Holder: in.Holder, Token: in.Token, Member: in.Member,
-			Reason: fmt.Sprintf("%s, %s, holds lease %q", in.Holder, h.opts.Here, name)})
-	default:
-		WriteJSON(w, http.StatusTooManyRequests, healthBody{Status: "standby", Lease: name, Holder: in.Holder, Token: in.Token, Member: in.Member,
-			Reason: fmt.Sprintf("%s holds lease %q%s, not %s", in.Holder, name, h.via(in), h.opts.Here)})
+		return health.Answer{Status: health.Leader, Lease: name, Holder: in.Holder, Token: in.Token, Member: in.Member,
+			Reason: fmt.Sprintf("%s, %s, holds lease %q", in.Holder, h.opts.Here, name)}
 	}
+	return health.Answer{Status: health.Standby, Lease: name, Holder: in.Holder, Token: in.Token, Member: in.Member,
+		Reason: fmt.Sprintf("%s holds lease %q%s, not %s", in.Holder, name, h.via(in), h.opts.Here)}
 }
 
 // via names the member a lease is held through, when that is not the
 // holder itself.
-func (h *Handler) via(in LeaseInfo) string {
+func (h *Handler) via(in raft.LeaseInfo) string {
 	if in.Member == "" || in.Member == in.Holder {
 		return ""
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/batonhq/baton/backend/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
@@ -110,7 +111,7 @@ func (m *Metrics) OnRenew(took time.Duration, err error) {
 	m.renewLatency.Observe(took.Seconds())
 }
 
-func (m *Metrics) transition(ev Event) {
+func (m *Metrics) transition(ev raft.LeaseEvent) {
 	m.transitions.WithLabelValues(ev.Lease, string(ev.Kind), ev.Reason).Inc()
 }
 

@@ -10,7 +10,8 @@
 //	GET /v1/leases/NAME        one lease; 404 when the source has no record of it
 //	GET /v1/health/leader      200 this process (or a client of this agent)
 //	                           holds the lease, 429 another does (standby),
-//	                           503 undetermined; HEAD too
+//	                           503 undetermined; HEAD too (package health's
+//	                           Handler, answering as the source decides)
 //	GET /v1/group              the raft group as this member sees it (only for
 //	                           a Source that is a member: GroupSource)
 //	GET /metrics               Prometheus metrics (see Metrics)
@@ -41,7 +42,6 @@ package statusapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -51,69 +51,31 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend/raft"
+	"github.com/batonhq/baton/health"
+	"github.com/batonhq/baton/internal/httpjson"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// LeaseInfo is one lease as a Source knows it.
-type LeaseInfo struct {
-	Name      string    // lease name
-	Holder    string    // candidate ID of the holder; "" when free
-	Token     uint64    // the holder's fencing token (the latest token when free)
-	Since     time.Time // wall-clock start of the term (informational); zero when unknown
-	SafeUntil time.Time // until when the lease is the holder's without another renewal; zero when unknown
-	// Member is the process the holder campaigns through: a raft member's
-	// node ID, or, for an ElectorSource on another backend, the holder
-	// itself. A lease whose Member is Source.ID is "held here", unless
-	// the Source decides that itself (HereSource).
-	Member string
-	// Waiters counts the candidates queued, where the source knows it.
-	Waiters int
-	// ResignRequested reports that a resign was requested and the holder
-	// has not yet released.
-	ResignRequested bool
-}
-
-// Event is one change to a lease that a Source reports.
-type Event struct {
-	Lease   string
-	Kind    EventKind
-	Holder  string // the candidate concerned
-	Session string // its session, where the backend has one; "" otherwise
-	Member  string // as LeaseInfo.Member
-	Token   uint64 // the term's token (Elected, Released, Lost)
-	// Reason says, for Released and Lost, why the term ended (the source's
-	// words: "resigned", "session-expired", ...).
-	Reason string
-}
-
-// EventKind says what an Event is.
-type EventKind string
-
-// The kinds of Event.
-const (
-	EventQueued   EventKind = "queued"   // a candidate started waiting
-	EventDequeued EventKind = "dequeued" // a waiting candidate gave up
-	EventElected  EventKind = "elected"  // a candidate got the lease
-	EventReleased EventKind = "released" // the holder gave it up
-	EventLost     EventKind = "lost"     // the holder lost it (its session expired)
-)
-
 // Source is what a Handler reads: a raft member (raftagent's), or one
-// process's campaign (ElectorSource).
+// process's campaign (ElectorSource). Leases and lease events are the raft
+// group's own types, raft.LeaseInfo and raft.LeaseEvent: a member reports
+// them as the group has them; an ElectorSource on another backend fills
+// the fields its backend knows (Member is then the holder's ID, Waiters 0).
 type Source interface {
-	// ID returns the ID that leases held here have as LeaseInfo.Member.
+	// ID returns the ID that leases held here have as raft.LeaseInfo.Member.
 	ID() string
 	// Determined returns nil when the source can answer who holds what,
 	// else why not.
 	Determined() error
 	// Leases returns the leases the source knows, sorted by name.
-	Leases(ctx context.Context) ([]LeaseInfo, error)
+	Leases(ctx context.Context) ([]raft.LeaseInfo, error)
 	// Lease returns one lease; an error wrapping baton.ErrNoLeader when the
 	// source has no record of it.
-	Lease(ctx context.Context, name string) (LeaseInfo, error)
+	Lease(ctx context.Context, name string) (raft.LeaseInfo, error)
 	// WatchLeases calls fn for each lease event, in order, from one
 	// goroutine at a time; stop ends that.
-	WatchLeases(fn func(Event)) (stop func())
+	WatchLeases(fn func(raft.LeaseEvent)) (stop func())
 }
 
 // HereSource is implemented by a Source that decides itself which leases
@@ -255,10 +217,11 @@ func (o *Options) fill() error {
 // Handler serves the read-only API. It answers 404 for paths it does not
 // serve. Close it when done. Safe for concurrent use.
 type Handler struct {
-	src  Source
-	opts Options
-	log  *slog.Logger
-	hist *history
+	src    Source
+	opts   Options
+	log    *slog.Logger
+	hist   *history
+	health *health.Handler // GET /v1/health/leader
 
 	stopWatch func()
 	ctx       context.Context
@@ -285,6 +248,12 @@ func New(src Source, opts Options) (*Handler, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Handler{src: src, opts: opts, log: log, hist: hist, ctx: ctx, cancel: cancel}
+	var err error
+	h.health, err = health.NewHandler(checker{h}, health.Options{ReadTimeout: opts.ReadTimeout})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
 	// Subscribe before reading the leases, so that no term falls between.
 	h.stopWatch = src.WatchLeases(h.hist.apply)
 	h.wg.Add(1)
@@ -301,7 +270,7 @@ func (h *Handler) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /ui/live", h.serveLive)
 	mux.HandleFunc("GET /v1/leases", h.serveLeases)
 	mux.HandleFunc("GET /v1/leases/{name}", h.serveLease)
-	mux.HandleFunc("GET /v1/health/leader", h.serveHealth)
+	mux.Handle("GET "+health.Path, h.health)
 	mux.HandleFunc("GET /v1/group", h.serveGroup)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(h.opts.Metrics.gatherer(), promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(h.log.Handler(), slog.LevelWarn), Timeout: h.opts.ReadTimeout + 5*time.Second,
@@ -356,40 +325,19 @@ func (h *Handler) AwaitEnd(lease string, token uint64) (ended <-chan Ended, forg
 	return h.hist.awaitEnd(lease, token)
 }
 
-// WriteJSON writes v as indented JSON with status, uncached.
-func WriteJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
-
-// WriteError writes {"error": msg} with status.
-func WriteError(w http.ResponseWriter, status int, msg string) {
-	WriteJSON(w, status, ErrorBody{Error: msg})
-}
-
-// ErrorBody is the JSON of an error answer.
-type ErrorBody struct {
-	Error string `json:"error"`
-	Lease string `json:"lease,omitempty"`
-}
-
 // GET /v1/group
 func (h *Handler) serveGroup(w http.ResponseWriter, _ *http.Request) {
 	gs, ok := h.src.(GroupSource)
 	if !ok {
-		WriteError(w, http.StatusNotFound, "this process is not a member of a raft group: /v1/group is served by raft:// members and baton agent")
+		httpjson.Error(w, http.StatusNotFound, "this process is not a member of a raft group: /v1/group is served by raft:// members and baton agent")
 		return
 	}
 	g, ok := gs.Group()
 	if !ok {
-		WriteError(w, http.StatusServiceUnavailable, "this process is not in its raft group yet")
+		httpjson.Error(w, http.StatusServiceUnavailable, "this process is not in its raft group yet")
 		return
 	}
-	WriteJSON(w, http.StatusOK, g)
+	httpjson.Write(w, http.StatusOK, g)
 }
 
 // isNoLeader reports whether err says the source has no record of a lease.

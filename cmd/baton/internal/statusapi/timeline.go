@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/batonhq/baton/backend/raft"
 )
 
 // The timeline is an SVG drawn on the server: one row per lease, one bar per
@@ -138,7 +140,7 @@ type timeline struct {
 // buildTimeline lays out the terms of [now-window, now]. table adds the
 // running terms the history lacks (before its seed) and rows for leases
 // with waiters but no term.
-func buildTimeline(now time.Time, window time.Duration, started time.Time, hist map[string][]term, untracked int, table []LeaseInfo) timeline {
+func buildTimeline(now time.Time, window time.Duration, started time.Time, hist map[string][]term, untracked int, table []raft.LeaseInfo) timeline {
 	from := now.Add(-window)
 	x := func(t time.Time) float64 {
 		if t.Before(from) {
@@ -198,7 +200,7 @@ func buildTimeline(now time.Time, window time.Duration, started time.Time, hist 
 			b := tlBar{
 				X: round1(x1), Y: y + (rowHeight-barHeight)/2, W: round1(max(x2-x1, 2)), H: barHeight,
 				Fill: col[t.Holder], Lease: n, Holder: t.Holder, Token: t.Token,
-				Running: t.ongoing(), Lost: t.Kind == EventLost, StartUnknown: !t.StartKnown,
+				Running: t.ongoing(), Lost: t.Kind == raft.EventLost, StartUnknown: !t.StartKnown,
 			}
 			b.Ink = textOn(b.Fill)
 			b.Title = termTitle(n, t, now)

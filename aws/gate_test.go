@@ -1,9 +1,10 @@
-package main
+package aws
 
 import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/internal/testkit"
+	"github.com/batonhq/baton/internal/testserver"
 )
 
 // fakeState is an instance whose InService the test sets.
@@ -50,13 +52,19 @@ func (f *fakeState) set(in bool) {
 	}
 }
 
-// TestAWSGateCampaignsOnlyInService: through the gate, an Elector does not
-// campaign while its instance is out of service; once it is, it leads; when
-// the instance leaves service the work is stopped first and only then is
-// the lease released, to the other candidate; the term keeps its lease
-// state (cron's slots).
-func TestAWSGateCampaignsOnlyInService(t *testing.T) {
+// parked is what the gate logs when a campaign waits for InService.
+const parked = "instance not InService: not campaigning until it is"
+
+// TestGateCampaignsOnlyInService: through the gate, an Elector does not
+// campaign while its instance is out of service; once it is, it leads and
+// its instance carries the leader tag; when the instance leaves service
+// the work is stopped first and only then is the lease released, to the
+// other candidate; the term keeps its lease state (cron's slots); the
+// Elector does not campaign again until the instance is back, and Wait
+// returns once the tag is gone.
+func TestGateCampaignsOnlyInService(t *testing.T) {
 	t.Parallel()
+	f := webGroup(t, "i-a", "i-b")
 	store := memory.NewStore()
 	newBackend := func() baton.Backend {
 		b, err := memory.New(store, memory.Options{Config: backend.Config{TTL: 2 * time.Second}})
@@ -66,11 +74,9 @@ func TestAWSGateCampaignsOnlyInService(t *testing.T) {
 		return b
 	}
 	st := newFakeState(false)
-	var tagged []uint64
-	var mu sync.Mutex
-	gated := &gatedBackend{Backend: newBackend(), st: st, log: slog.New(slog.DiscardHandler),
-		tag: func(t baton.Term) { mu.Lock(); tagged = append(tagged, t.Token()); mu.Unlock() }}
-	e, err := baton.NewElector(gated, baton.ElectorConfig{Lease: "work", Candidate: baton.Candidate{ID: "gated"}})
+	logs := new(testserver.SyncBuffer)
+	gate := NewGate(st, GateOptions{Tagger: newTestTagger(t, f.URL(), "i-a"), Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	e, err := baton.NewElector(gate.Backend(newBackend()), baton.ElectorConfig{Lease: "work", Candidate: baton.Candidate{ID: "gated"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,20 +98,19 @@ func TestAWSGateCampaignsOnlyInService(t *testing.T) {
 		})
 	}()
 
-	// Out of service, alone: nobody leads, however long.
+	// Out of service, alone: the campaign waits for InService, and nobody
+	// leads.
 	other := newBackend()
-	time.Sleep(500 * time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, "the campaign to wait for InService", func() bool { return strings.Count(logs.String(), parked) == 1 })
 	if _, err := other.Leader(t.Context(), "work"); !errors.Is(err, baton.ErrNoLeader) {
 		t.Fatalf("out of service, yet the lease is held (%v)", err)
 	}
 
 	st.set(true)
 	testkit.Eventually(t, 10*time.Second, "the gated candidate to lead", func() bool { return e.Status().Leader })
-	mu.Lock()
-	if len(tagged) != 1 {
-		t.Errorf("tag ran %d times for one term", len(tagged))
-	}
-	mu.Unlock()
+	testkit.Eventually(t, 10*time.Second, "the leader tag on i-a", func() bool {
+		return f.Tags("i-a")[leaderKey] == "true" && f.Tags("i-a")[leaderKey+"-token"] != ""
+	})
 
 	// Another candidate waits; the instance leaves service.
 	won := make(chan time.Time, 1)
@@ -137,10 +142,15 @@ func TestAWSGateCampaignsOnlyInService(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the other candidate did not get the lease")
 	}
-	time.Sleep(300 * time.Millisecond)
+	// The Elector campaigns again, and the gate holds the campaign back.
+	testkit.Eventually(t, 10*time.Second, "the next campaign to wait for InService", func() bool { return strings.Count(logs.String(), parked) == 2 })
 	if e.Status().Leader {
 		t.Error("out of service, and leading again")
 	}
 	cancel()
 	<-done
+	gate.Wait()
+	if got := f.Tags("i-a"); got[leaderKey] != "" || got[leaderKey+"-token"] != "" {
+		t.Errorf("after the term and Wait, i-a still carries the leader tag: %v", got)
+	}
 }
