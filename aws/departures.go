@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/batonhq/baton/backend/raft"
 )
 
 // Departures and bootstrap-expect for a raft group that lives on an Auto
@@ -25,11 +27,20 @@ import (
 // 2 + 2 = 4 calls a minute for the whole group, 0.04 per instance per
 // minute (TestDeparturesCallRate checks it; BenchmarkSteadyStateCalls
 // reports it for 3, 30 and 100). A Departed call about an address the
-// cache cannot place (a member that joined since) brings one refresh
-// forward, at most one per CacheTTL/6. EC2 allows Describe* calls
+// cache cannot place (a member that joined since), or about a member that
+// went quiet after the cached answer was fetched (DepartedSince), brings
+// one refresh forward, at most one per CacheTTL/6. EC2 allows Describe* calls
 // at a sustained 20 a second per account and region (a bucket of 100),
 // and Auto Scaling throttles all its actions from one bucket per account
 // and region; the adaptive retryer backs off when either throttles.
+
+// An *ASG is the raft package's Departures (with DeparturesSince),
+// ExpectCounter and Terminations for a group on an Auto Scaling group.
+var (
+	_ raft.DeparturesSince = (*ASG)(nil)
+	_ raft.ExpectCounter   = (*ASG)(nil)
+	_ raft.Terminations    = (*ASG)(nil)
+)
 
 // departuresFreshDiv sets the age of a cached answer after which Departed,
 // asked about an address it cannot place, refreshes before answering, as a
@@ -105,12 +116,30 @@ func (a *ASG) place(g Group, now time.Time) {
 // cache cannot place and that is newer than the cache brings one refresh
 // forward, once the cache is CacheTTL/6 old. Safe for concurrent use.
 func (a *ASG) Departed(ctx context.Context, addrs []string) (map[string]string, error) {
+	return a.departed(ctx, addrs, time.Time{})
+}
+
+// DepartedSince is Departed from an answer fetched after since: the raft
+// leader asks it when a member has gone quiet, with the time that member
+// last answered, since an answer fetched before then cannot show that its
+// instance went away. A cached answer older than since is refreshed once
+// it is CacheTTL/6 old, the same bound as for a new member's address, so a
+// member that stays quiet without departing (cut off, not terminated)
+// costs at most one refresh per CacheTTL/6 (5 s by default). It implements
+// the raft package's DeparturesSince. Safe for concurrent use.
+func (a *ASG) DepartedSince(ctx context.Context, addrs []string, since time.Time) (map[string]string, error) {
+	return a.departed(ctx, addrs, since)
+}
+
+// departed is Departed and DepartedSince; a zero since accepts any cached
+// answer.
+func (a *ASG) departed(ctx context.Context, addrs []string, since time.Time) (map[string]string, error) {
 	asked := a.now()
 	g, err := a.get(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if a.newUnplaced(addrs, asked, g.FetchedAt) {
+	if a.newUnplaced(addrs, asked, g.FetchedAt) || g.FetchedAt.Before(since) {
 		if g, err = a.getFresh(ctx, a.opts.CacheTTL/departuresFreshDiv); err != nil {
 			return nil, err
 		}

@@ -13,19 +13,6 @@ import (
 	"github.com/batonhq/baton/internal/awsfake"
 )
 
-// The raft package's Departures and ExpectCounter, restated: this module
-// does not import backend/raft (it would pull raft into every user's
-// module graph); cmd/baton, which passes an *ASG as both, checks the real
-// ones when it compiles.
-var (
-	_ interface {
-		Departed(ctx context.Context, addrs []string) (map[string]string, error)
-	} = (*ASG)(nil)
-	_ interface {
-		BootstrapExpect(ctx context.Context) (int, error)
-	} = (*ASG)(nil)
-)
-
 func mustDeparted(t *testing.T, a *ASG, addrs ...string) map[string]string {
 	t.Helper()
 	got, err := a.Departed(context.Background(), addrs)
@@ -134,6 +121,56 @@ func TestDepartedRefreshesForNewMember(t *testing.T) {
 	}
 	if n := refreshes(); n != 3 {
 		t.Fatalf("%d refreshes, want still 3 within the cache's life", n)
+	}
+}
+
+// TestDepartedSinceRefreshes: a member that went quiet after the cached
+// answer was fetched brings one refresh forward (once the cache is
+// CacheTTL/6 old), so that its terminated instance is seen well before the
+// cache expires; plain Departed keeps answering from the cache, and an
+// answer newer than since is not refreshed again.
+func TestDepartedSinceRefreshes(t *testing.T) {
+	f := awsfake.Start(t)
+	f.AddGroup("web")
+	f.Launch("i-0a", "web", "InService", "Healthy", "10.0.0.1")
+	f.Launch("i-0b", "web", "InService", "Healthy", "10.0.0.2")
+	a, clock := newTestASG(t, fakeAWSOptions(t, f))
+	refreshes := func() int { return f.CallCount("DescribeAutoScalingGroups") }
+	addrs := []string{"10.0.0.1:7000", "10.0.0.2:7000"}
+	since := func(since time.Time) map[string]string {
+		t.Helper()
+		got, err := a.DepartedSince(context.Background(), addrs, since)
+		if err != nil {
+			t.Fatalf("DepartedSince: %v", err)
+		}
+		return got
+	}
+
+	mustDeparted(t, a, addrs...)
+	clock.Advance(time.Second)
+	lastHeard := clock.Now() // i-0b's member answers, then its instance goes
+	f.Terminate("i-0b")
+	clock.Advance(time.Second)
+	if got := since(lastHeard); len(got) != 0 || refreshes() != 1 {
+		t.Fatalf("DepartedSince = %q after %d refreshes, want none, from the cache (younger than CacheTTL/6)", got, refreshes())
+	}
+	clock.Advance(DefaultCacheTTL / 6)
+	if got := mustDeparted(t, a, addrs...); len(got) != 0 || refreshes() != 1 {
+		t.Fatalf("Departed = %q after %d refreshes, want none: plain Departed answers from the cache", got, refreshes())
+	}
+	got := since(lastHeard)
+	if n := refreshes(); n != 2 {
+		t.Fatalf("%d refreshes, want 2: an answer older than since brings one forward", n)
+	}
+	if !strings.Contains(got["10.0.0.2:7000"], "no longer in") || len(got) != 1 {
+		t.Fatalf("DepartedSince = %q, want i-0b gone", got)
+	}
+	for range 3 {
+		clock.Advance(DefaultCacheTTL / 6)
+		since(lastHeard)
+	}
+	if n := refreshes(); n != 2 {
+		t.Fatalf("%d refreshes, want still 2: the answer is newer than since", n)
 	}
 }
 

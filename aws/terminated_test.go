@@ -12,13 +12,6 @@ import (
 	"github.com/batonhq/baton/internal/awsfake"
 )
 
-// The raft package's Terminations, restated (see departures_test.go for
-// why).
-var _ interface {
-	Place(ctx context.Context, addrs []string) error
-	Terminated(ctx context.Context, addrs []string) (map[string]string, error)
-} = (*ASG)(nil)
-
 func mustTerminated(t *testing.T, a *ASG, addrs ...string) map[string]string {
 	t.Helper()
 	got, err := a.Terminated(context.Background(), addrs)

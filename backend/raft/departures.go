@@ -26,6 +26,20 @@ type Departures interface {
 	Departed(ctx context.Context, addrs []string) (map[string]string, error)
 }
 
+// DeparturesSince is a Departures that can answer from a view of the
+// platform fetched after a given time. When a member has gone quiet, the
+// raft leader asks it with the time that member last answered, so that a
+// cached view from before the member's instance went away does not keep
+// the member in the configuration until autopilot's dead-server timeout.
+// The aws package's ASG implements it.
+type DeparturesSince interface {
+	Departures
+	// DepartedSince is Departed, from a view fetched after since where
+	// the implementation's own limit on calls to the platform allows; it
+	// may answer from an older view until then.
+	DepartedSince(ctx context.Context, addrs []string, since time.Time) (map[string]string, error)
+}
+
 // ExpectCounter decides how many members a new group waits for before it
 // bootstraps, from the platform the members run on (the aws package's ASG:
 // min(desired capacity, 3) once that many instances are InService). See
@@ -111,7 +125,10 @@ func (n *Node) followDepartures(ctx context.Context) {
 	var askedOn string
 	for {
 		if servers, ok := n.configServers(); ok {
-			if on := w.situation(servers); on != askedOn || time.Since(asked) >= n.opts.DeparturesEvery {
+			// While a member is quiet and not reported, ask at every tick:
+			// a DeparturesSince brings its view up to date as its own
+			// limit allows, and a plain Departures answers from its cache.
+			if on := w.situation(servers); on != askedOn || time.Since(asked) >= n.opts.DeparturesEvery || !w.quietSince(servers).IsZero() {
 				w.ask(ctx, servers)
 				asked, askedOn = time.Now(), on
 			}
@@ -153,6 +170,12 @@ func (w *departureWatch) situation(servers []hraft.Server) string {
 // quiet reports whether member id has not answered the leader, to
 // autopilot's probes or this watch's, for a full window of this term.
 func (w *departureWatch) quiet(id hraft.ServerID, now time.Time) bool {
+	return now.Sub(w.lastHeard(id)) > w.window
+}
+
+// lastHeard is when member id last answered the leader, to autopilot's
+// probes or this watch's, or the watch's start if not since.
+func (w *departureWatch) lastHeard(id hraft.ServerID) time.Time {
 	last := w.start
 	w.n.mu.Lock()
 	if seen := w.n.lastSeen[id]; seen.After(last) {
@@ -162,7 +185,28 @@ func (w *departureWatch) quiet(id hraft.ServerID, now time.Time) bool {
 	if a := w.answered[id]; a.After(last) {
 		last = a
 	}
-	return now.Sub(last) > w.window
+	return last
+}
+
+// quietSince returns the latest time at which a quiet member that the
+// last answer did not report answered: the view of the platform must be
+// newer than that to tell whether its instance went away. Zero when no
+// member is quiet and unreported.
+func (w *departureWatch) quietSince(servers []hraft.Server) time.Time {
+	now := time.Now()
+	var since time.Time
+	for _, s := range servers {
+		if string(s.ID) == w.n.id || !w.quiet(s.ID, now) {
+			continue
+		}
+		if _, ok := w.reported[string(s.Address)]; ok {
+			continue
+		}
+		if last := w.lastHeard(s.ID); last.After(since) {
+			since = last
+		}
+	}
+	return since
 }
 
 // ask asks Departures about every other member. A failed call keeps the
@@ -179,7 +223,13 @@ func (w *departureWatch) ask(ctx context.Context, servers []hraft.Server) {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, departuresCallTimeout)
-	got, err := w.n.opts.Departures.Departed(cctx, addrs)
+	var got map[string]string
+	var err error
+	if ds, ok := w.n.opts.Departures.(DeparturesSince); ok {
+		got, err = ds.DepartedSince(cctx, addrs, w.quietSince(servers))
+	} else {
+		got, err = w.n.opts.Departures.Departed(cctx, addrs)
+	}
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {

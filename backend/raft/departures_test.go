@@ -344,3 +344,69 @@ func TestExpectCounterOptions(t *testing.T) {
 		}
 	}
 }
+
+// freshWord is a groupWord that implements DeparturesSince and records the
+// since of each call.
+type freshWord struct {
+	*groupWord
+	sinces []time.Time
+}
+
+func (f *freshWord) DepartedSince(ctx context.Context, addrs []string, since time.Time) (map[string]string, error) {
+	f.mu.Lock()
+	f.sinces = append(f.sinces, since)
+	f.mu.Unlock()
+	return f.Departed(ctx, addrs)
+}
+
+// latestSince returns the last non-zero since asked for.
+func (f *freshWord) latestSince() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range slices.Backward(f.sinces) {
+		if !s.IsZero() {
+			return s
+		}
+	}
+	return time.Time{}
+}
+
+// TestDeparturesSinceAsksForQuietMember: once a voter goes quiet, the
+// leader asks a DeparturesSince for a view newer than the voter's last
+// answer (a time before it died, and not long before), so that a cache
+// filled before its instance went away cannot keep it until autopilot's
+// dead-server timeout.
+func TestDeparturesSinceAsksForQuietMember(t *testing.T) {
+	word, logs := &freshWord{groupWord: newGroupWord()}, &logRecorder{}
+	opt := departureOptions(word.groupWord, logs)
+	g := newMembershipGroup(t, 3, func(_ int, o *NodeOptions) { opt(o); o.Departures = word })
+	leader := readyLeaderOf(t, g)
+	var victim *Node
+	var live []*Node
+	for _, n := range g.members() {
+		if n != leader && victim == nil {
+			victim = n
+		} else {
+			live = append(live, n)
+		}
+	}
+	if !word.latestSince().IsZero() {
+		t.Fatalf("asked for a view since %v while every member answers", word.latestSince())
+	}
+	killedAt := time.Now()
+	if err := victim.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	g.forget(victim)
+	waitState(t, 10*time.Second, "the leader asks for a view newer than the quiet voter's last answer", func() (bool, string) {
+		s := word.latestSince()
+		return !s.IsZero(), fmt.Sprintf("since %v", s)
+	})
+	if s := word.latestSince(); s.After(killedAt) || s.Before(killedAt.Add(-3*time.Second)) {
+		t.Errorf("asked for a view since %v; want the victim's last answer, just before it was killed at %v", s, killedAt)
+	}
+	word.depart(victim.Addr(), "instance i-0c is no longer in Auto Scaling group web")
+	waitState(t, 10*time.Second, "the departed, dead voter is removed", func() (bool, string) {
+		return settledOn(g, live)
+	})
+}
