@@ -54,7 +54,8 @@
 //     reader is slow, and a hook cannot.
 //   - Does this instance lead now, and with which term (a health check, a
 //     status page): Elector.Status; Status.Leader and Status.Term. It does
-//     not contact the backend.
+//     not contact the backend. Package health serves it over HTTP
+//     (/v1/health/leader: 200, 429, 503).
 //   - Wait until this instance leads (a leader-only endpoint that blocks):
 //     Elector.Await.
 //   - Who leads, from any instance: Elector.Leader asks the backend once;
@@ -62,6 +63,8 @@
 //     proxy to the leader).
 //   - A program that holds a Term itself: Term.Done and Term.Err.
 //
-// Backend authors: package backend holds the kit (BasicTerm, Config) and
-// batontest the conformance suite. Package baton imports no backend.
+// Backend authors: package backend holds the kit (the record-store loop,
+// the session skeleton, epoch tokens, BasicTerm, Config) and batontest the
+// conformance suite; docs/backends/writing.md works an example through.
+// Package baton imports no backend.
 package baton
