@@ -67,6 +67,8 @@ func (b *Backoff) Reset() { b.cur = 0 }
 // closed) or matching *ConfigError (a configuration the backend refuses,
 // such as a TTL below Consul's session_ttl_min).
 //
+// A nil bo counts as a zero Backoff of this call's own.
+//
 // Before each wait Campaign calls failed, when not nil, with the error and
 // the wait, to log it or to record it. When failed returns false, Campaign
 // returns the error after the wait instead of trying again, so that two
@@ -75,6 +77,9 @@ func (b *Backoff) Reset() { b.cur = 0 }
 // went well.
 func Campaign(ctx context.Context, b Backend, lease string, c Candidate, bo *Backoff,
 	failed func(err error, wait time.Duration) (retry bool)) (Term, error) {
+	if bo == nil {
+		bo = new(Backoff)
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -112,8 +117,8 @@ type LeadConfig struct {
 	// safe-until when renewals lag, instead of at safe-until, so that work
 	// which needs time to wind down is over before another candidate can
 	// take over. It must be below the backend's renewal window
-	// (RenewalWindower), or every term stops as soon as it begins. Zero
-	// means at safe-until.
+	// (RenewalWindower), or every term stops as soon as it begins. Zero,
+	// or a negative value, means at safe-until.
 	StopEarly time.Duration
 
 	// ResignTimeout bounds the release of the lease after the work
@@ -157,6 +162,8 @@ func Lead(ctx context.Context, t Term, cfg LeadConfig, fn func(ctx context.Conte
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("token", t.Token())
+	// The work never runs past safe-until, whatever StopEarly says.
+	cfg.StopEarly = max(cfg.StopEarly, 0)
 	if left := time.Until(t.SafeUntil()); left <= cfg.StopEarly {
 		log.Warn("elected with too little time before safe-until; resigning", "left", left, "stop_early", cfg.StopEarly)
 		resign(ctx, t, cfg.ResignTimeout, log)

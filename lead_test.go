@@ -234,3 +234,58 @@ func newTextLogger(w io.Writer) *slog.Logger {
 		return a
 	}}))
 }
+
+// shortTerm is a term whose SafeUntil is earlier than the moment it ends
+// itself: a third-party Term that relies on Lead to stop the work by its
+// safe-until.
+type shortTerm struct {
+	baton.Term
+	safeUntil time.Time
+}
+
+func (t shortTerm) SafeUntil() time.Time { return t.safeUntil }
+
+// A negative StopEarly counts as zero: the work still stops at
+// safe-until, never after it.
+func TestLeadNegativeStopEarlyStopsBySafeUntil(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		term := shortTerm{backend.NewBasicTerm("l", 1, start.Add(time.Hour), nil), start.Add(time.Second)}
+		var stopped time.Time
+		err := baton.Lead(context.Background(), term, baton.LeadConfig{StopEarly: -time.Minute}, func(ctx context.Context, _ baton.Term) error {
+			<-ctx.Done()
+			stopped = time.Now()
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := stopped.Sub(start); got != time.Second {
+			t.Errorf("the work stopped %s after it began, want at safe-until, 1s", got)
+		}
+	})
+}
+
+// A nil *Backoff is a zero Backoff: Campaign retries with the default
+// waits.
+func TestCampaignNilBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mb, err := memory.New(memory.NewStore(), memory.Options{Config: testCfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mb.Close(context.Background())
+		b := &refusingBackend{Backend: mb, err: baton.ErrBackendUnavailable}
+		var waits []time.Duration
+		_, err = baton.Campaign(t.Context(), b, "l", baton.Candidate{ID: "a"}, nil, func(_ error, wait time.Duration) bool {
+			waits = append(waits, wait)
+			return len(waits) < 2
+		})
+		if !errors.Is(err, baton.ErrBackendUnavailable) || b.tries != 2 {
+			t.Fatalf("Campaign = %v after %d tries, want ErrBackendUnavailable after 2", err, b.tries)
+		}
+		if waits[0] < baton.DefaultRetryMin/2 || waits[0] > baton.DefaultRetryMin {
+			t.Errorf("first wait %s, want within [%s, %s]", waits[0], baton.DefaultRetryMin/2, baton.DefaultRetryMin)
+		}
+	})
+}

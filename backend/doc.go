@@ -129,9 +129,10 @@
 // across such a loss.
 //
 // A token is epoch<<32 + counter, where the epoch is the whole seconds
-// since EpochBase of the wall-clock time at which this incarnation of the
-// store was created (EpochOf), recorded in the store (FormatEpoch,
-// ParseEpoch) so that every candidate computes the same token for a term.
+// since 2025-01-01T00:00:00Z (EpochTime(0)) of the wall-clock time at
+// which this incarnation of the store was created (EpochOf), recorded in
+// the store (FormatEpoch, ParseEpoch) so that every candidate computes the
+// same token for a term.
 // The sum (not a bitwise or) keeps counters of 2^32 and more working:
 // ZooKeeper's zxid is its own epoch<<32 | n.
 //

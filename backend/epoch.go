@@ -8,15 +8,18 @@ import (
 	"time"
 )
 
-// EpochBase is epoch 0: 2025-01-01T00:00:00Z.
-var EpochBase = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+// epochBase is the start of epoch 0, EpochTime(0): 2025-01-01T00:00:00Z.
+// Unexported and never written: every process that shares a store must
+// compute the same epochs.
+var epochBase = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// EpochOf returns the epoch of wall-clock time t: whole seconds since EpochBase, at
-// least 1, so that a clock set before EpochBase still gives an epoch that beats
-// a store without one, and below 2^32, so that epoch<<32 cannot overflow
-// (a clock past the year 2161 gets the last epoch).
+// EpochOf returns the epoch of wall-clock time t: whole seconds since
+// 2025-01-01T00:00:00Z (EpochTime(0)), at least 1, so that a clock set
+// before then still gives an epoch that beats a store without one, and
+// below 2^32, so that epoch<<32 cannot overflow (a clock past the year 2161
+// gets the last epoch).
 func EpochOf(t time.Time) uint64 {
-	s := t.Sub(EpochBase) / time.Second
+	s := t.Sub(epochBase) / time.Second
 	if s < 1 {
 		return 1
 	}
@@ -24,7 +27,7 @@ func EpochOf(t time.Time) uint64 {
 }
 
 // EpochTime returns the start of epoch e.
-func EpochTime(e uint64) time.Time { return EpochBase.Add(time.Duration(e) * time.Second) }
+func EpochTime(e uint64) time.Time { return epochBase.Add(time.Duration(e) * time.Second) }
 
 // EpochToken returns the fencing token of counter in epoch e: e<<32 + counter.
 func EpochToken(e, counter uint64) uint64 { return e<<32 + counter }
@@ -46,7 +49,7 @@ func ParseEpoch(s string) (uint64, error) {
 	}
 	e, err := strconv.ParseUint(num, 10, 32)
 	if err != nil || e == 0 {
-		return 0, fmt.Errorf("epoch %q is not a positive whole number of seconds since %s below 2^32", s, EpochBase.Format(time.RFC3339))
+		return 0, fmt.Errorf("epoch %q is not a positive whole number of seconds since %s below 2^32", s, epochBase.Format(time.RFC3339))
 	}
 	return e, nil
 }

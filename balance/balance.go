@@ -97,8 +97,8 @@ type Config struct {
 	StopEarly time.Duration
 
 	// ResignTimeout bounds the release of a lease after its Func returned.
-	// Zero means baton.DefaultResignTimeout (5 s). A release that times out is logged; the lease then
-	// expires after its TTL.
+	// Zero means baton.DefaultResignTimeout (5 s). A release that times out
+	// is logged; the lease then expires after its TTL.
 	ResignTimeout time.Duration
 
 	// Logger receives the Group's log lines (group "balance"). Nil means

@@ -178,8 +178,8 @@ func (l *Locker) ID() string { return l.opts.Candidate.ID }
 // matching *baton.ConfigError when the backend refuses the configuration,
 // which no retry fixes (then for every later Lock of the key too, without
 // a campaign); and baton.ErrClosed after Close. Failed campaigns are a
-// back-off apart (baton.Backoff's defaults: up to baton.DefaultRetryMax). ctx bounds the wait too. gocron skips the run
-// on any error.
+// back-off apart (baton.Backoff's defaults: up to baton.DefaultRetryMax).
+// ctx bounds the wait too. gocron skips the run on any error.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	l.mu.Lock()
 	if l.closed {

@@ -229,13 +229,14 @@ func (r *Runner) prepareNext() {
 }
 
 // Close stops preparing guards and waits for the Runner's background
-// work. It does not Discard a guard already prepared.
+// work. It does not Discard a guard already prepared. Calling it again
+// does nothing more.
 func (r *Runner) Close() {
 	r.mu.Lock()
-	r.closing = true
-	if r.quit != nil {
+	if !r.closing && r.quit != nil {
 		close(r.quit)
 	}
+	r.closing = true
 	r.mu.Unlock()
 	r.bg.Wait()
 }

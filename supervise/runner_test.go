@@ -83,3 +83,16 @@ func TestRunnerLeadTermEnds(t *testing.T) {
 		})
 	}
 }
+
+// Close may be called more than once, also on a Runner that never started
+// a command: each call returns once the background work is over.
+func TestRunnerCloseTwice(t *testing.T) {
+	defer Discard() // should the delay pass before Close on a slow machine
+	r := &Runner{Config: Config{Command: []string{"true"}}, Prepare: true}
+	r.prepareNext() // as Start does after a command started
+	r.Close()
+	r.Close()
+	var zero Runner
+	zero.Close()
+	zero.Close()
+}

@@ -78,7 +78,7 @@ func TestEpochInTheLog(t *testing.T) {
 	if r := apply(f, command{Op: opAcquire, Session: "s1", Lease: "job", Candidate: "a"}); r.Holder || r.Err != errNoEpoch {
 		t.Fatalf("acquire without a time in a group without an epoch: %+v", r)
 	}
-	at := backend.EpochBase.Add(1000 * time.Second)
+	at := backend.EpochTime(1000)
 	r := apply(f, command{Op: opAcquire, Session: "s1", Lease: "job", Candidate: "a", Time: at})
 	if want := uint64(1000)<<32 + log.index; !r.Holder || r.Token != want {
 		t.Fatalf("acquire: %+v, want token %d", r, want)
