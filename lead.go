@@ -181,8 +181,28 @@ func Lead(ctx context.Context, t Term, cfg LeadConfig, fn func(ctx context.Conte
 	stopReq()
 	stop()
 	cancel(nil)
+	if !time.Now().Before(t.SafeUntil()) {
+		// Past safe-until the term is over whether or not it has said so:
+		// let it end with its own reason (ErrExpired, ErrLeaseLost), which
+		// the backend gives at safe-until, rather than ErrResigned.
+		awaitEnd(t, cfg.ResignTimeout)
+	}
 	resign(ctx, t, cfg.ResignTimeout, log)
 	return ferr
+}
+
+// awaitEnd waits until t has ended, for at most timeout (zero:
+// DefaultResignTimeout).
+func awaitEnd(t Term, timeout time.Duration) {
+	if timeout <= 0 {
+		timeout = DefaultResignTimeout
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-t.Done():
+	case <-timer.C:
+	}
 }
 
 // resign releases t within timeout (zero: DefaultResignTimeout), also when

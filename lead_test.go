@@ -266,6 +266,26 @@ func TestLeadNegativeStopEarlyStopsBySafeUntil(t *testing.T) {
 	})
 }
 
+// Work stopped at safe-until leaves the term to end with its own reason:
+// Lead does not resign a term whose safe-until has passed before the term
+// says how it ended (a lock that expired must not read "resigned").
+func TestLeadPastSafeUntilKeepsTheTermsReason(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		term := shortTerm{backend.NewBasicTerm("l", 1, start.Add(time.Second+10*time.Millisecond), nil), start.Add(time.Second)}
+		err := baton.Lead(context.Background(), term, baton.LeadConfig{}, func(ctx context.Context, _ baton.Term) error {
+			<-ctx.Done()
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(term.Err(), baton.ErrExpired) {
+			t.Errorf("the term ended with %v, want its own ErrExpired", term.Err())
+		}
+	})
+}
+
 // A nil *Backoff is a zero Backoff: Campaign retries with the default
 // waits.
 func TestCampaignNilBackoff(t *testing.T) {

@@ -414,16 +414,29 @@ func (l *Locker) failed(ks *keyState, err, fatal error) bool {
 // for the run that uses t to return, so the lease is released only after
 // the job stopped.
 func (l *Locker) hold(ctx context.Context, ks *keyState, t baton.Term) {
+	// Whatever ends the hold, t is on its way to release: no Lock may
+	// claim it from here on.
+	defer func() {
+		l.mu.Lock()
+		if ks.term == t {
+			ks.term = nil
+		}
+		l.mu.Unlock()
+	}()
 	requested := false
 	done := ctx.Done()
 	for {
 		l.mu.Lock()
 		busy := ks.user != nil && ks.user.t == t
 		left := time.Until(ks.until)
-		l.mu.Unlock()
 		if !busy && (left <= 0 || requested) {
+			// Decided under the same lock as claimLocked's check, so that
+			// a Lock cannot claim t between this decision and the resign.
+			ks.term = nil
+			l.mu.Unlock()
 			return
 		}
+		l.mu.Unlock()
 		var timeout <-chan time.Time
 		var timer *time.Timer
 		if !busy {

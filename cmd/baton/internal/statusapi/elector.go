@@ -25,7 +25,7 @@ import (
 // What it answers:
 //
 //   - Held here: while the Elector's current term has not ended and is
-//     before its safe-until (Elector.IsLeader), without asking the backend.
+//     before its safe-until (Elector.Status), without asking the backend.
 //   - Otherwise it asks the backend (Backend.Leader) at each read: another
 //     holder is a standby answer; a record naming this process while its
 //     Elector does not lead (a term just ended here, or not yet begun) is
