@@ -27,7 +27,7 @@ func Fence(ctx context.Context, tx pgx.Tx, schema, lease string, token uint64) e
 	if token > math.MaxInt64 {
 		return &FencedError{Lease: lease, Token: token, Err: fmt.Errorf("token above the bigint range")}
 	}
-	_, err := tx.Exec(ctx, FenceSQL(schema), lease, int64(token))
+	_, err := tx.Exec(ctx, FenceSQL(schema), pgx.QueryExecModeExec, lease, int64(token))
 	if err != nil {
 		if IsFenced(err) {
 			return &FencedError{Lease: lease, Token: token, Err: err}

@@ -172,7 +172,7 @@ func (l *listener) session(ctx context.Context) error {
 	}
 	// The probe goes through the pool: what a release does.
 	probe := "\x00probe " + randomID()
-	if _, err := b.pool.Exec(cctx, "SELECT pg_notify($1, $2)", b.q.channel, probe); err != nil {
+	if _, err := b.exec(cctx, "SELECT pg_notify($1, $2)", b.q.channel, probe); err != nil {
 		cancel()
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -27,6 +28,7 @@ type Backend struct {
 	sessions *backend.SessionManager[string]
 	epochs   backend.EpochTracker
 	listen   *listener
+	ops      chan struct{} // admits statements other than renewals; see exec
 }
 
 var (
@@ -48,7 +50,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Backend, error
 	if pool == nil {
 		return nil, &baton.ConfigError{Problems: []string{"postgres: the pool is nil: pass a *pgxpool.Pool from pgxpool.New"}}
 	}
-	b := &Backend{pool: pool, o: o, q: newQueries(o.schema)}
+	b := &Backend{pool: pool, o: o, q: newQueries(o.schema), ops: make(chan struct{}, max(1, pool.Config().MaxConns-1))}
 	if err := b.ensureSchema(ctx); err != nil {
 		return nil, err
 	}
@@ -91,7 +93,7 @@ func (b *Backend) Close(ctx context.Context) error {
 // when they do not and it may.
 func (b *Backend) ensureSchema(ctx context.Context) error {
 	var ok bool
-	err := b.pool.QueryRow(ctx, b.q.exists).Scan(&ok)
+	err := b.scan(ctx, b.q.exists, nil, &ok)
 	if err != nil {
 		return fmt.Errorf("%w: postgres: check schema %q: %w", baton.ErrBackendUnavailable, b.o.schema, b.safeErr(err))
 	}
@@ -127,6 +129,46 @@ func (b *Backend) safeErr(err error) error {
 	}
 	return err
 }
+
+// exec and scan run a statement of the Backend's in pgx's exec mode: one
+// round trip on an unnamed statement, which works through PgBouncer in
+// transaction-pooling mode whatever the pool's default_query_exec_mode (a
+// named, cached statement does not: the next transaction may run on
+// another server connection). Each takes one of the pool's connections
+// but one (ops), so that the session's renewal (renewExec) always finds a
+// connection, however many campaigns run: a renewal queued behind a
+// thousand campaigns would let every term expire.
+func (b *Backend) exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := b.op(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	defer b.done()
+	return b.pool.Exec(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...)
+}
+
+func (b *Backend) scan(ctx context.Context, sql string, args []any, dest ...any) error {
+	if err := b.op(ctx); err != nil {
+		return err
+	}
+	defer b.done()
+	return b.pool.QueryRow(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...).Scan(dest...)
+}
+
+// renewExec runs the session's renewal, outside ops.
+func (b *Backend) renewExec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return b.pool.Exec(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...)
+}
+
+func (b *Backend) op(ctx context.Context) error {
+	select {
+	case b.ops <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (b *Backend) done() { <-b.ops }
 
 // stmtCtx bounds one statement of a campaign or a release: never longer
 // than the TTL, so that a hung query or connection cannot hold a campaign
@@ -231,24 +273,16 @@ func (b *Backend) acquire(ctx context.Context, s *backend.Session[string], sl *b
 	sctx, cancel := b.stmtCtx(ctx)
 	defer cancel()
 	var (
-		rows pgx.Rows
-		err  error
+		tag pgconn.CommandTag
+		err error
 	)
 	switch {
 	case !r.exists:
-		rows, err = b.pool.Query(sctx, b.q.insert, name, id, s.ID, int64(token), b.o.cfg.TTL.Milliseconds(), b.q.channel)
+		tag, err = b.exec(sctx, b.q.insert, name, id, s.ID, int64(token), b.o.cfg.TTL.Milliseconds(), b.q.channel)
 	case dead != "":
-		rows, err = b.pool.Query(sctx, b.q.takeOver, name, id, s.ID, int64(token), b.o.cfg.TTL.Milliseconds(), int64(r.token), b.q.channel, dead, renewals)
+		tag, err = b.exec(sctx, b.q.takeOver, name, id, s.ID, int64(token), b.o.cfg.TTL.Milliseconds(), int64(r.token), b.q.channel, dead, renewals)
 	default:
-		rows, err = b.pool.Query(sctx, b.q.takeFree, name, id, s.ID, int64(token), b.o.cfg.TTL.Milliseconds(), int64(r.token), b.q.channel)
-	}
-	var n int
-	if err == nil {
-		for rows.Next() {
-			n++
-		}
-		rows.Close()
-		err = rows.Err()
+		tag, err = b.exec(sctx, b.q.takeFree, name, id, s.ID, int64(token), b.o.cfg.TTL.Milliseconds(), int64(r.token), b.q.channel)
 	}
 	if err != nil {
 		// It may have landed: release whatever our session holds of name,
@@ -256,7 +290,7 @@ func (b *Backend) acquire(ctx context.Context, s *backend.Session[string], sl *b
 		b.sessions.CleanClaimed(sl, func() { b.dropLeftover(s, name) })
 		return nil, b.sessions.CampaignErr(ctx, s, name, "acquire lease", b.safeErr(err))
 	}
-	if n == 0 {
+	if tag.RowsAffected() == 0 {
 		return nil, nil
 	}
 	if prev, e := b.epochs.Saw(name, token>>32), token>>32; prev != 0 && e != prev {
@@ -278,7 +312,7 @@ func (b *Backend) acquire(ctx context.Context, s *backend.Session[string], sl *b
 // after a failed acquisition or start.
 func (b *Backend) dropLeftover(s *backend.Session[string], name string) {
 	backend.Retry(b.sessions.Context(), b.o.cfg.RenewInterval/4, b.o.cfg.RenewInterval, true, func(ctx context.Context) error {
-		_, err := b.pool.Exec(ctx, b.q.dropSession, name, s.ID, b.q.channel)
+		_, err := b.exec(ctx, b.q.dropSession, name, s.ID, b.q.channel)
 		if missingObject(err) {
 			return nil
 		}
@@ -315,7 +349,7 @@ func (b *Backend) read(ctx context.Context, name string) (leaseRow, error) {
 		r   leaseRow
 		tok int64
 	)
-	err := b.pool.QueryRow(sctx, b.q.read, name).Scan(&r.holder, &r.session, &tok, &r.ttlMS, &r.renewals, &r.sessionTTL, &r.since)
+	err := b.scan(sctx, b.q.read, []any{name}, &r.holder, &r.session, &tok, &r.ttlMS, &r.renewals, &r.sessionTTL, &r.since)
 	if errors.Is(err, pgx.ErrNoRows) || missingObject(err) && !b.o.NoCreate {
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			// The database lost baton's schema (restored, wiped): make it
@@ -368,7 +402,7 @@ type term struct {
 func (t *term) release(ctx context.Context) error {
 	sctx, cancel := t.b.stmtCtx(ctx)
 	defer cancel()
-	if _, err := t.b.pool.Exec(sctx, t.b.q.release, t.name, int64(t.Token()), t.s.ID, t.b.q.channel); err != nil && !missingObject(err) {
+	if _, err := t.b.exec(sctx, t.b.q.release, t.name, int64(t.Token()), t.s.ID, t.b.q.channel); err != nil && !missingObject(err) {
 		return fmt.Errorf("postgres: release lease %q (it frees itself a TTL after the session's last renewal): %w", t.name, t.b.safeErr(err))
 	}
 	return nil
@@ -379,7 +413,7 @@ func (t *term) LoadState(ctx context.Context) ([]byte, error) {
 	sctx, cancel := t.b.stmtCtx(ctx)
 	defer cancel()
 	var v []byte
-	err := t.b.pool.QueryRow(sctx, t.b.q.loadState, t.name).Scan(&v)
+	err := t.b.scan(sctx, t.b.q.loadState, []any{t.name}, &v)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -398,7 +432,7 @@ func (t *term) StoreState(ctx context.Context, value []byte) error {
 		}
 		sctx, cancel := context.WithDeadline(ctx, t.SafeUntil())
 		defer cancel()
-		tag, err := t.b.pool.Exec(sctx, t.b.q.storeState, t.name, int64(t.Token()), t.s.ID, value)
+		tag, err := t.b.exec(sctx, t.b.q.storeState, t.name, int64(t.Token()), t.s.ID, value)
 		if err != nil {
 			if e := t.Err(); e != nil {
 				return backend.EndedError(t)

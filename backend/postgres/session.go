@@ -26,7 +26,7 @@ func (d driver) Grant(ctx context.Context) (backend.SessionGrant[string], error)
 	id := randomID()
 	for tries := 0; ; tries++ {
 		start := time.Now()
-		_, err := b.pool.Exec(ctx, b.q.grant, id, b.o.Owner, b.o.cfg.TTL.Milliseconds())
+		_, err := b.exec(ctx, b.q.grant, id, b.o.Owner, b.o.cfg.TTL.Milliseconds())
 		if err == nil {
 			return backend.SessionGrant[string]{
 				ID: id, SafeUntil: b.o.cfg.SafeUntil(start, b.o.cfg.TTL), TTL: b.o.cfg.TTL,
@@ -50,7 +50,7 @@ func (d driver) Grant(ctx context.Context) (backend.SessionGrant[string], error)
 func (d driver) Renew(ctx context.Context, id string) (time.Time, error) {
 	b := d.b
 	start := time.Now()
-	tag, err := b.pool.Exec(ctx, b.q.renew, id)
+	tag, err := b.renewExec(ctx, b.q.renew, id)
 	if err != nil {
 		if missingObject(err) {
 			return time.Time{}, fmt.Errorf("%w: %w", errSessionGone, b.safeErr(err))
@@ -67,7 +67,7 @@ func (d driver) Renew(ctx context.Context, id string) (time.Time, error) {
 // frees its leases, notifying their waiters, in one statement.
 func (d driver) Revoke(ctx context.Context, id string, _ bool) error {
 	b := d.b
-	if _, err := b.pool.Exec(ctx, b.q.revoke, id, b.q.channel); err != nil && !missingObject(err) {
+	if _, err := b.exec(ctx, b.q.revoke, id, b.q.channel); err != nil && !missingObject(err) {
 		return fmt.Errorf("postgres: delete session %s (its leases free themselves a TTL after its last renewal): %w", id, b.safeErr(err))
 	}
 	return nil

@@ -374,7 +374,6 @@ pool_mode = transaction
 max_client_conn = 1000
 default_pool_size = 20
 ignore_startup_parameters = extra_float_digits,statement_timeout,idle_in_transaction_session_timeout
-server_check_delay = 0
 `, pg.port, port, users)
 		if err := os.WriteFile(ini, []byte(conf), 0o644); err != nil {
 			return nil, err
