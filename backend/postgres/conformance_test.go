@@ -19,6 +19,9 @@ import (
 
 // TestMain stops the PostgreSQL cluster the package's tests share.
 func TestMain(m *testing.M) {
+	if mode := os.Getenv(childEnv); mode != "" {
+		os.Exit(childMain(mode))
+	}
 	code := m.Run()
 	testserver.StopSharedPostgres()
 	os.Exit(code)
