@@ -13,6 +13,7 @@ import (
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/postgres"
 	"github.com/batonhq/baton/batontest"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -31,7 +32,9 @@ func TestMain(m *testing.M) {
 // each process through a proxy of its own (to cut it off).
 func TestConformance(t *testing.T) {
 	pg := testserver.StartPostgres(t)
-	batontest.Run(t, target(t, pg.NewDatabase(t), nil))
+	batontest.Run(t, target(t, pg.NewDatabase(t), func(t *testing.T, b *postgres.Backend) {
+		testkit.Eventually(t, 30*time.Second, "LISTEN on a direct connection", func() bool { return b.Notifications().Listening })
+	}))
 }
 
 // TestConformanceThroughPgBouncer runs it again through PgBouncer in

@@ -4,7 +4,7 @@ import "strings"
 
 // queries are the statements of one schema.
 type queries struct {
-	channel string
+	channel, probe string
 
 	exists                           string
 	grant, renew, revoke             string
@@ -17,6 +17,7 @@ func newQueries(schema string) queries {
 	r := strings.NewReplacer("@", schema)
 	return queries{
 		channel: Channel(schema),
+		probe:   schema + "_probe",
 		exists: r.Replace(`SELECT to_regclass('@.sessions') IS NOT NULL AND to_regclass('@.leases') IS NOT NULL
 			AND to_regprocedure('@.fence(text,bigint)') IS NOT NULL`),
 		grant: r.Replace(`INSERT INTO @.sessions (id, owner, ttl_ms) VALUES ($1, $2, $3)`),
