@@ -2,11 +2,13 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/postgres"
 	"github.com/batonhq/baton/batontest"
@@ -97,5 +99,25 @@ func TestPgBouncerFallsBackToPolling(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("%d log lines about polling, want 1: %q", n, logs.Messages())
+	}
+}
+
+// TestSessionDeletedByOperator: an operator deletes a process's session
+// row; its held term ends with ErrLeaseLost, and its next campaign, on a
+// free lease, starts a new session and wins rather than spin on the
+// acquisition that needs the old one.
+func TestSessionDeletedByOperator(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	pool := newPool(t, pg.NewDatabase(t))
+	b := newBackend(t, pool, 2*time.Second)
+	held := testkit.Campaign(t, b, testkit.Unique("op"), "a")
+	mustExec(t, pool, "DELETE FROM baton.sessions")
+	term := testkit.CampaignWithin(t, b, testkit.Unique("op"), "a", 30*time.Second)
+	testkit.WaitDone(t, held, 30*time.Second)
+	if !errors.Is(held.Err(), baton.ErrLeaseLost) {
+		t.Errorf("the held term ended with %v, want ErrLeaseLost", held.Err())
+	}
+	if term.Err() != nil {
+		t.Errorf("the new term: %v", term.Err())
 	}
 }

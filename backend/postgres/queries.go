@@ -11,6 +11,7 @@ type queries struct {
 	read, insert, takeFree, takeOver string
 	release, dropSession             string
 	loadState, storeState            string
+	sessionExists                    string
 }
 
 func newQueries(schema string) queries {
@@ -62,7 +63,8 @@ func newQueries(schema string) queries {
 		dropSession: r.Replace(`UPDATE @.leases SET holder = NULL, session = NULL, since = NULL
 			WHERE name = $1 AND session = $2
 			RETURNING pg_notify($3, name)`),
-		loadState:  r.Replace(`SELECT state FROM @.leases WHERE name = $1`),
-		storeState: r.Replace(`UPDATE @.leases SET state = $4 WHERE name = $1 AND token = $2 AND session = $3 AND holder IS NOT NULL`),
+		sessionExists: r.Replace(`SELECT count(*)::int FROM @.sessions WHERE id = $1`),
+		loadState:     r.Replace(`SELECT state FROM @.leases WHERE name = $1`),
+		storeState:    r.Replace(`UPDATE @.leases SET state = $4 WHERE name = $1 AND token = $2 AND session = $3 AND holder IS NOT NULL`),
 	}
 }
