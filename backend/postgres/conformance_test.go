@@ -37,6 +37,22 @@ func TestConformance(t *testing.T) {
 	}))
 }
 
+// TestLeaderWatch: a process that only watches hears each holder in turn,
+// from NOTIFY (a killed holder until its successor took over).
+func TestLeaderWatch(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	batontest.LeaderWatch(t, target(t, pg.NewDatabase(t), func(t *testing.T, b *postgres.Backend) {
+		testkit.Eventually(t, 30*time.Second, "LISTEN on a direct connection", func() bool { return b.Notifications().Listening })
+	}))
+}
+
+// TestLeaderWatchThroughPgBouncer: the same by polling.
+func TestLeaderWatchThroughPgBouncer(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	bouncer := testserver.StartPgBouncer(t, pg)
+	batontest.LeaderWatch(t, target(t, bouncer.Via(pg.NewDatabase(t)), nil))
+}
+
 // TestConformanceThroughPgBouncer runs it again through PgBouncer in
 // transaction-pooling mode, where LISTEN cannot work: every process must
 // find that out and poll.
