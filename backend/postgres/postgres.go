@@ -214,20 +214,31 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 			dead string
 			left time.Duration
 		)
+		// A session row that is gone reads as renewal count -1: it went
+		// with its process's Close, which freed its leases too, so a lease
+		// still naming it was left by an operator's DELETE or a restore
+		// from a backup, and its holder may not know yet. It is timed like
+		// a live one.
+		count := int64(-1)
+		if r.renewals != nil {
+			count = *r.renewals
+		}
 		switch {
-		case !r.exists, r.holder == nil, r.session == nil, *r.session == s.ID, r.renewals == nil:
-			// Free, left by our own session, or its holder's session is
-			// gone: nobody acts on it.
+		case !r.exists, r.holder == nil, r.session == nil, *r.session == s.ID:
+			// Free, or left by our own session: nobody acts on it.
 			take = true
-		case last.session != *r.session || last.renewals != *r.renewals:
-			last = seen{session: *r.session, renewals: *r.renewals, at: now}
+		case last.session != *r.session || last.renewals != count:
+			last = seen{session: *r.session, renewals: count, at: now}
 			left = r.ttl(b.o.cfg.TTL)
 		default:
 			left = r.ttl(b.o.cfg.TTL) - now.Sub(last.at)
 			if left <= 0 {
 				b.o.log.Info("taking over a lease whose holder's session went unrenewed for a full TTL",
 					"lease", name, "from", *r.holder, "session", *r.session, "ttl", r.ttl(b.o.cfg.TTL))
-				take, dead = true, *r.session
+				take = true
+				if count >= 0 {
+					dead = *r.session
+				}
 			}
 		}
 		if take {
