@@ -5,13 +5,15 @@
 //
 // # Guarantees
 //
-//   - One holder per lease at a time, under the clock assumption below. A
-//     contender takes a lease over only after it has itself seen the
+//   - One holder per lease at a time, under the clock assumption below.
+//     A contender takes a held lease over only after it has itself seen the
 //     holder's session row unrenewed for a full TTL (the longer of the
-//     holder's and its own) on its own monotonic clock, or the session row
-//     is gone (its process closed, or revoked it). No two hosts' wall
-//     clocks are ever compared; the database server's clock is read for
-//     humans only (since, renewed_at).
+//     holder's and its own) on its own monotonic clock; a lease whose
+//     session row vanished (an operator's DELETE, a restore) is timed the
+//     same way. A lease its holder released, or whose process closed its
+//     Backend, is free at once. No two hosts' wall clocks are ever
+//     compared; the database server's clock is read for humans only
+//     (since, renewed_at).
 //   - A term's SafeUntil is the send time of the last confirmed renewal of
 //     the process's session + TTL − DriftMargin, on the holder's monotonic
 //     clock; the term ends by itself there, even when the database cannot
