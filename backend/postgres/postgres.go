@@ -296,11 +296,11 @@ func (b *Backend) acquire(ctx context.Context, s *backend.Session[string], sl *b
 	)
 	switch {
 	case !r.exists:
-		tag, err = b.exec(sctx, b.q.insert, name, id, s.ID, int64(token), b.o.cfg.TTL.Milliseconds(), b.q.channel)
+		tag, err = b.exec(sctx, b.q.insert, name, id, s.ID, int64(token), b.ttlMS(), b.q.channel)
 	case dead != "":
-		tag, err = b.exec(sctx, b.q.takeOver, name, id, s.ID, int64(token), b.o.cfg.TTL.Milliseconds(), int64(r.token), b.q.channel, dead, renewals)
+		tag, err = b.exec(sctx, b.q.takeOver, name, id, s.ID, int64(token), b.ttlMS(), int64(r.token), b.q.channel, dead, renewals)
 	default:
-		tag, err = b.exec(sctx, b.q.takeFree, name, id, s.ID, int64(token), b.o.cfg.TTL.Milliseconds(), int64(r.token), b.q.channel)
+		tag, err = b.exec(sctx, b.q.takeFree, name, id, s.ID, int64(token), b.ttlMS(), int64(r.token), b.q.channel)
 	}
 	if err != nil {
 		// It may have landed: release whatever our session holds of name,
@@ -491,4 +491,10 @@ func randomID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// ttlMS is the TTL in whole milliseconds, rounded up: contenders wait at
+// least that long, never less than the TTL.
+func (b *Backend) ttlMS() int64 {
+	return int64((b.o.cfg.TTL + time.Millisecond - 1) / time.Millisecond)
 }
