@@ -43,7 +43,8 @@
 //     rest of its transaction, statement_timeout and
 //     idle_in_transaction_session_timeout to the lease's TTL (or lower, if
 //     they were lower), so the server ends a paused fenced transaction at
-//     most a TTL after it went quiet. See docs/backends/postgres.md.
+//     most a TTL after it went quiet (two, if a statement was running). See
+//     docs/backends/postgres.md.
 //   - Renewals cost one statement per process per RenewInterval, however
 //     many leases the process holds: its leases point at one session row,
 //     and a renewal bumps that row's counter.

@@ -288,7 +288,10 @@ func (b *Backend) acquire(ctx context.Context, s *backend.Session[string], sl *b
 	if token > math.MaxInt64 {
 		return nil, fmt.Errorf("postgres: lease %q: token %d does not fit a bigint", name, token)
 	}
-	sctx, cancel := b.stmtCtx(ctx)
+	// The acquisition waits for the old term's open fenced transactions
+	// (baton.fence's row lock): a statement in flight may run a TTL, and
+	// the transaction then sit idle a TTL, before the server ends it.
+	sctx, cancel := context.WithTimeout(ctx, 2*b.o.cfg.TTL+b.o.cfg.RenewInterval)
 	defer cancel()
 	var (
 		tag pgconn.CommandTag
