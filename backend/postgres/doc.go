@@ -80,6 +80,6 @@
 // New creates the schema (SchemaSQL) when it is missing and the role may;
 // otherwise it fails with a *SchemaError (which matches *baton.ConfigError)
 // naming the DDL and GRANTs (SchemaSQL, GrantSQL) a DBA must apply. The
-// Backend's Terms also have a method Fence(ctx, tx pgx.Tx) error, which is
+// Backend's Terms are FenceTerms: t.(postgres.FenceTerm).Fence(ctx, tx) is
 // Fence with their own schema, lease and token.
 package postgres
