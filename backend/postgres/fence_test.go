@@ -58,16 +58,24 @@ func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 func TestFence(t *testing.T) {
 	pg := testserver.StartPostgres(t)
 	bouncer := testserver.StartPgBouncer(t, pg)
-	t.Run("direct", func(t *testing.T) { fence(t, pg.NewDatabase(t)) })
+	t.Run("direct", func(t *testing.T) {
+		db := pg.NewDatabase(t)
+		fence(t, db, db)
+	})
 	// The test's own statements (pgx caches prepared statements by
 	// default, which PgBouncer 1.18's transaction pooling cannot carry
 	// across transactions) run in exec mode; baton's need no setting.
-	t.Run("pgbouncer", func(t *testing.T) { fence(t, bouncer.Via(pg.NewDatabase(t))+"&default_query_exec_mode=exec") })
+	t.Run("pgbouncer", func(t *testing.T) {
+		db := bouncer.Via(pg.NewDatabase(t))
+		fence(t, db, db+"&default_query_exec_mode=exec")
+	})
 }
 
-func fence(t *testing.T, dbURL string) {
-	pool := newPool(t, dbURL)
-	a, b := newBackend(t, pool, 2*time.Second), newBackend(t, newPool(t, dbURL), 2*time.Second)
+// fence runs TestFence on database dbURL (psql's) and poolURL (the Go
+// side's: the same, with pgx's settings).
+func fence(t *testing.T, dbURL, poolURL string) {
+	pool := newPool(t, poolURL)
+	a, b := newBackend(t, pool, 2*time.Second), newBackend(t, newPool(t, poolURL), 2*time.Second)
 	mustExec(t, pool, "CREATE TABLE report_runs (lease text, token bigint, note text)")
 	lease := testkit.Unique("fence")
 	write := func(term baton.Term, note string) error {
