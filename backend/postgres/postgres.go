@@ -177,10 +177,18 @@ func (b *Backend) stmtCtx(ctx context.Context) (context.Context, context.CancelF
 	return context.WithTimeout(ctx, b.o.cfg.TTL)
 }
 
+// MaxNameLen is the longest lease name, in bytes, that Campaign takes: the
+// name is a NOTIFY payload (under 8,000 bytes) and the leases table's
+// primary key (a B-tree entry must fit a third of a page).
+const MaxNameLen = 1000
+
 // Campaign implements baton.Backend.
 func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) (baton.Term, error) {
 	if name == "" || c.ID == "" {
 		return nil, fmt.Errorf("postgres: lease name and candidate ID must not be empty (name %q, id %q)", name, c.ID)
+	}
+	if len(name) > MaxNameLen {
+		return nil, fmt.Errorf("postgres: lease name of %d bytes is longer than %d (postgres.MaxNameLen): it is a NOTIFY payload and a primary key", len(name), MaxNameLen)
 	}
 	return b.sessions.Campaign(ctx, name, c.ID, func(sl *backend.Slot) (baton.Term, error) {
 		return b.campaign(ctx, sl, name, c.ID)
