@@ -137,3 +137,18 @@ func TestSessionDeletedByOperator(t *testing.T) {
 		t.Errorf("the new term: %v", term.Err())
 	}
 }
+
+// TestLongLeaseName: a name too long for a NOTIFY payload is refused up
+// front, naming the limit; one at the limit works.
+func TestLongLeaseName(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	b := newBackend(t, newPool(t, pg.NewDatabase(t)), time.Second)
+	_, err := b.Campaign(context.Background(), strings.Repeat("x", postgres.MaxNameLen+1), baton.Candidate{ID: "a"})
+	if err == nil || !strings.Contains(err.Error(), "MaxNameLen") {
+		t.Errorf("a name of %d bytes: %v; want an error naming MaxNameLen", postgres.MaxNameLen+1, err)
+	}
+	term := testkit.Campaign(t, b, strings.Repeat("y", postgres.MaxNameLen), "a")
+	if err := term.Resign(context.Background()); err != nil {
+		t.Errorf("resign: %v", err)
+	}
+}
