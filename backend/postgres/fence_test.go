@@ -56,7 +56,7 @@ func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 // IsFenced) and writes nothing, through the Go helper and through psql
 // with BATON_TOKEN as a `baton run` child would.
 func TestFence(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	bouncer := testserver.StartPgBouncer(t, pg)
 	t.Run("direct", func(t *testing.T) {
 		db := pg.NewDatabase(t)

@@ -23,7 +23,7 @@ import (
 // in transaction-pooling mode with a direct connection for LISTEN
 // (Options.Listen).
 func TestReleaseWakesWaiter(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	bouncer := testserver.StartPgBouncer(t, pg)
 	for _, viaBouncer := range []bool{false, true} {
 		name := "direct"
@@ -78,7 +78,7 @@ func TestReleaseWakesWaiter(t *testing.T) {
 // Backend says so once in its log and in Notifications, and its waiters
 // poll.
 func TestPgBouncerFallsBackToPolling(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	bouncer := testserver.StartPgBouncer(t, pg)
 	logs := &batontest.Log{Level: slog.LevelWarn}
 	b, err := postgres.New(context.Background(), newPool(t, bouncer.Via(pg.NewDatabase(t))), postgres.Options{Logger: slog.New(logs)})
@@ -109,7 +109,7 @@ func TestPgBouncerFallsBackToPolling(t *testing.T) {
 // on a free lease, starts a new session and wins rather than spin on the
 // acquisition that needs the old one.
 func TestSessionDeletedByOperator(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	dbURL := pg.NewDatabase(t)
 	pool := newPool(t, dbURL)
 	const ttl = 3 * time.Second
@@ -141,7 +141,7 @@ func TestSessionDeletedByOperator(t *testing.T) {
 // TestLongLeaseName: a name too long for a NOTIFY payload is refused up
 // front, naming the limit; one at the limit works.
 func TestLongLeaseName(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	b := newBackend(t, newPool(t, pg.NewDatabase(t)), time.Second)
 	_, err := b.Campaign(context.Background(), strings.Repeat("x", postgres.MaxNameLen+1), baton.Candidate{ID: "a"})
 	if err == nil || !strings.Contains(err.Error(), "MaxNameLen") {

@@ -111,7 +111,7 @@ func TestPausedHolderCannotCommit(t *testing.T) {
 }
 
 func pausedHolder(t *testing.T, mode string) {
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	dbURL := pg.NewDatabase(t)
 	pool := newPool(t, dbURL)
 	const ttl = time.Second
