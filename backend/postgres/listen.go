@@ -1,0 +1,209 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// NotifyStatus says how this process's waiters learn of releases.
+type NotifyStatus struct {
+	// Listening is true while a LISTEN connection delivers notifications:
+	// waiters wake at once on a release or hand-over.
+	Listening bool
+	// Polling is true once notifications were found not to work (or were
+	// turned off): waiters read their leases every PollInterval.
+	Polling bool
+	// Reason says why Polling, for logs and `baton leader`.
+	Reason string
+}
+
+// Notifications reports how waiters learn of releases: through LISTEN, or
+// by polling (and why). Before the first probe finished, and while the
+// LISTEN connection is being re-established, neither field is true and
+// waiters poll.
+func (b *Backend) Notifications() NotifyStatus {
+	b.listen.mu.Lock()
+	defer b.listen.mu.Unlock()
+	return NotifyStatus{Listening: b.listen.up, Polling: b.listen.polling, Reason: b.listen.reason}
+}
+
+// probeTimeout is how long the probe waits for its own notification. On a
+// direct connection it arrives in a round trip; through PgBouncer in
+// transaction-pooling mode it never does.
+const probeTimeout = 5 * time.Second
+
+// listener is a Backend's one LISTEN connection and the waiters it wakes.
+type listener struct {
+	b *Backend
+
+	mu      sync.Mutex
+	waiters map[string]map[chan struct{}]struct{}
+	up      bool // notifications flow now
+	polling bool // they never will: LISTEN does not work here
+	reason  string
+}
+
+func newListener(b *Backend) *listener {
+	return &listener{b: b, waiters: map[string]map[chan struct{}]struct{}{}}
+}
+
+// subscribe returns a channel that receives a value after each
+// notification about lease name (and whenever notifications may have been
+// missed), until cancel.
+func (l *listener) subscribe(name string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	l.mu.Lock()
+	if l.waiters[name] == nil {
+		l.waiters[name] = map[chan struct{}]struct{}{}
+	}
+	l.waiters[name][ch] = struct{}{}
+	l.mu.Unlock()
+	return ch, func() {
+		l.mu.Lock()
+		delete(l.waiters[name], ch)
+		if len(l.waiters[name]) == 0 {
+			delete(l.waiters, name)
+		}
+		l.mu.Unlock()
+	}
+}
+
+func (l *listener) listening() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.up
+}
+
+// wake signals the waiters of name, or every waiter when all is true.
+func (l *listener) wake(name string, all bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for n, chans := range l.waiters {
+		if !all && n != name {
+			continue
+		}
+		for ch := range chans {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+func (l *listener) setUp(up bool) {
+	l.mu.Lock()
+	l.up = up
+	l.mu.Unlock()
+	if !up {
+		l.wake("", true) // they may have missed a notification: read again
+	}
+}
+
+// off switches to polling for good, saying why once.
+func (l *listener) off(reason string) {
+	l.mu.Lock()
+	l.up, l.polling, l.reason = false, true, reason
+	l.mu.Unlock()
+	l.b.o.log.Warn("waiters poll for releases instead of being notified", "reason", reason, "poll_interval", l.b.o.poll)
+	l.wake("", true)
+}
+
+// run keeps one LISTEN connection until ctx ends, reconnecting after
+// failures, and stops for good if a probe shows that notifications do not
+// arrive.
+func (l *listener) run(ctx context.Context) {
+	retry := l.b.o.cfg.RenewInterval / 4
+	for ctx.Err() == nil {
+		err := l.session(ctx)
+		l.setUp(false)
+		if errors.Is(err, errNoDelivery) {
+			l.off("LISTEN does not deliver notifications on this connection (PgBouncer in transaction-pooling mode?); set Options.Listen (the CLI: listen_url) to a direct connection to be woken at once")
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		l.b.o.log.Debug("LISTEN connection failed; waiters poll until it is back", "err", l.b.safeErr(err))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(retry):
+		}
+	}
+}
+
+var errNoDelivery = errors.New("postgres: LISTEN delivered no notification")
+
+// session runs one LISTEN connection: it connects, listens, checks with a
+// probe that notifications arrive, and dispatches them until an error.
+func (l *listener) session(ctx context.Context) error {
+	b := l.b
+	cctx, cancel := context.WithTimeout(ctx, b.o.cfg.TTL)
+	var conn *pgx.Conn
+	var err error
+	if b.o.Listen != nil {
+		conn, err = pgx.ConnectConfig(cctx, b.o.Listen)
+	} else {
+		var pc interface{ Hijack() *pgx.Conn }
+		c, aerr := b.pool.Acquire(cctx)
+		if aerr == nil {
+			pc = c
+			conn = pc.Hijack() // ours alone, never returned to the pool
+		}
+		err = aerr
+	}
+	if err != nil {
+		cancel()
+		return err
+	}
+	defer func() {
+		cl, ccancel := context.WithTimeout(context.Background(), time.Second)
+		_ = conn.Close(cl)
+		ccancel()
+	}()
+	if _, err := conn.Exec(cctx, "LISTEN "+b.q.channel+"; LISTEN "+b.q.probe, pgx.QueryExecModeSimpleProtocol); err != nil {
+		cancel()
+		return err
+	}
+	// The probe goes through the pool, as a release does, on a channel of
+	// its own (a lease may have any name).
+	probe := randomID()
+	if _, err := b.exec(cctx, "SELECT pg_notify($1, $2)", b.q.probe, probe); err != nil {
+		cancel()
+		return err
+	}
+	cancel()
+	pctx, pcancel := context.WithTimeout(ctx, probeTimeout)
+	for {
+		n, err := conn.WaitForNotification(pctx)
+		if err != nil {
+			pcancel()
+			if ctx.Err() == nil && pctx.Err() != nil {
+				return errNoDelivery
+			}
+			return err
+		}
+		if n.Channel == b.q.probe && n.Payload == probe {
+			break
+		}
+	}
+	pcancel()
+	l.setUp(true)
+	l.wake("", true) // a release may have come before we listened
+	b.o.log.Debug("listening for releases", "channel", b.q.channel)
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if n.Channel != b.q.channel {
+			continue // a probe
+		}
+		l.wake(n.Payload, false)
+	}
+}
