@@ -13,12 +13,16 @@ import (
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/postgres"
 	"github.com/batonhq/baton/batontest"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestMain stops the PostgreSQL cluster the package's tests share.
 func TestMain(m *testing.M) {
+	if mode := os.Getenv(childEnv); mode != "" {
+		os.Exit(childMain(mode))
+	}
 	code := m.Run()
 	testserver.StopSharedPostgres()
 	os.Exit(code)
@@ -28,7 +32,25 @@ func TestMain(m *testing.M) {
 // each process through a proxy of its own (to cut it off).
 func TestConformance(t *testing.T) {
 	pg := testserver.StartPostgres(t)
-	batontest.Run(t, target(t, pg.NewDatabase(t), nil))
+	batontest.Run(t, target(t, pg.NewDatabase(t), func(t *testing.T, b *postgres.Backend) {
+		testkit.Eventually(t, 30*time.Second, "LISTEN on a direct connection", func() bool { return b.Notifications().Listening })
+	}))
+}
+
+// TestLeaderWatch: a process that only watches hears each holder in turn,
+// from NOTIFY (a killed holder until its successor took over).
+func TestLeaderWatch(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	batontest.LeaderWatch(t, target(t, pg.NewDatabase(t), func(t *testing.T, b *postgres.Backend) {
+		testkit.Eventually(t, 30*time.Second, "LISTEN on a direct connection", func() bool { return b.Notifications().Listening })
+	}))
+}
+
+// TestLeaderWatchThroughPgBouncer: the same by polling.
+func TestLeaderWatchThroughPgBouncer(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	bouncer := testserver.StartPgBouncer(t, pg)
+	batontest.LeaderWatch(t, target(t, bouncer.Via(pg.NewDatabase(t)), nil))
 }
 
 // TestConformanceThroughPgBouncer runs it again through PgBouncer in

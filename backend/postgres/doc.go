@@ -15,8 +15,9 @@
 //   - A term's SafeUntil is the send time of the last confirmed renewal of
 //     the process's session + TTL − DriftMargin, on the holder's monotonic
 //     clock; the term ends by itself there, even when the database cannot
-//     be reached. Every statement runs under a context that ends no later
-//     than safe-until, so a hung query or connection never stretches a term.
+//     be reached. A renewal runs under a context that ends at safe-until, and
+//     every other statement under one that ends within a TTL, so a hung query
+//     or connection never stretches a term.
 //     Safe while the holder's and the contenders' clock rates differ by less
 //     than DriftMargin over a TTL.
 //   - Fencing tokens strictly increase across the terms of a lease: every
@@ -59,14 +60,23 @@
 //
 // # Use
 //
-// The caller owns the *pgxpool.Pool and closes it after the Backend:
+// The caller owns the *pgxpool.Pool and closes it after the Backend
+// (ParseURL reads a connection string with baton's own parameters):
 //
 //	pool, err := pgxpool.New(ctx, "postgres://baton@db.internal/app")
 //	b, err := postgres.New(ctx, pool, postgres.Options{})
 //	defer b.Close(ctx)
-//	e := baton.NewElector(b, "nightly-report", baton.Candidate{ID: host})
+//	e, err := baton.NewElector(b, baton.ElectorConfig{Lease: "nightly-report", Candidate: baton.Candidate{ID: host}})
+//	err = e.Run(ctx, func(ctx context.Context, t baton.Term) error {
+//		return postgres.Fenced(ctx, pool, "", t, func(tx pgx.Tx) error {
+//			_, err := tx.Exec(ctx, "INSERT INTO report_runs (token) VALUES ($1)", int64(t.Token()))
+//			return err
+//		})
+//	})
 //
 // New creates the schema (SchemaSQL) when it is missing and the role may;
 // otherwise it fails with a *SchemaError (which matches *baton.ConfigError)
-// naming the DDL and GRANTs (SchemaSQL, GrantSQL) a DBA must apply.
+// naming the DDL and GRANTs (SchemaSQL, GrantSQL) a DBA must apply. The
+// Backend's Terms also have a method Fence(ctx, tx pgx.Tx) error, which is
+// Fence with their own schema, lease and token.
 package postgres

@@ -166,13 +166,14 @@ func (l *listener) session(ctx context.Context) error {
 		_ = conn.Close(cl)
 		ccancel()
 	}()
-	if _, err := conn.Exec(cctx, "LISTEN "+b.q.channel); err != nil {
+	if _, err := conn.Exec(cctx, "LISTEN "+b.q.channel+"; LISTEN "+b.q.probe, pgx.QueryExecModeSimpleProtocol); err != nil {
 		cancel()
 		return err
 	}
-	// The probe goes through the pool: what a release does.
-	probe := "\x00probe " + randomID()
-	if _, err := b.exec(cctx, "SELECT pg_notify($1, $2)", b.q.channel, probe); err != nil {
+	// The probe goes through the pool, as a release does, on a channel of
+	// its own (a lease may have any name).
+	probe := randomID()
+	if _, err := b.exec(cctx, "SELECT pg_notify($1, $2)", b.q.probe, probe); err != nil {
 		cancel()
 		return err
 	}
@@ -187,7 +188,7 @@ func (l *listener) session(ctx context.Context) error {
 			}
 			return err
 		}
-		if n.Payload == probe {
+		if n.Channel == b.q.probe && n.Payload == probe {
 			break
 		}
 	}
@@ -200,7 +201,7 @@ func (l *listener) session(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if len(n.Payload) > 0 && n.Payload[0] == 0 {
+		if n.Channel != b.q.channel {
 			continue // a probe
 		}
 		l.wake(n.Payload, false)

@@ -235,6 +235,13 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 			if t != nil || err != nil {
 				return t, err
 			}
+			// Another contender won the race, or our own session row is
+			// gone (taken over while this process was paused) and the
+			// acquisition, which requires it, did nothing. The latter
+			// would loop here until the next renewal noticed.
+			if err := b.checkSession(ctx, s); err != nil {
+				return nil, b.sessions.CampaignErr(ctx, s, name, "check session", err)
+			}
 			last = seen{}
 			continue
 		}
@@ -306,6 +313,20 @@ func (b *Backend) acquire(ctx context.Context, s *backend.Session[string], sl *b
 	t.BasicTerm = bt
 	b.o.log.Debug("acquired", "lease", name, "token", token, "session", s.ID)
 	return t, nil
+}
+
+// checkSession ends s (baton.ErrLeaseLost) if its row is gone.
+func (b *Backend) checkSession(ctx context.Context, s *backend.Session[string]) error {
+	sctx, cancel := b.stmtCtx(ctx)
+	defer cancel()
+	var n int
+	if err := b.scan(sctx, b.q.sessionExists, []any{s.ID}, &n); err != nil {
+		return b.safeErr(err)
+	}
+	if n == 0 {
+		b.sessions.Lost(s)
+	}
+	return nil
 }
 
 // dropLeftover frees lease name if session s holds it, in the background

@@ -4,19 +4,21 @@ import "strings"
 
 // queries are the statements of one schema.
 type queries struct {
-	channel string
+	channel, probe string
 
 	exists                           string
 	grant, renew, revoke             string
 	read, insert, takeFree, takeOver string
 	release, dropSession             string
 	loadState, storeState            string
+	sessionExists                    string
 }
 
 func newQueries(schema string) queries {
 	r := strings.NewReplacer("@", schema)
 	return queries{
 		channel: Channel(schema),
+		probe:   schema + "_probe",
 		exists: r.Replace(`SELECT to_regclass('@.sessions') IS NOT NULL AND to_regclass('@.leases') IS NOT NULL
 			AND to_regprocedure('@.fence(text,bigint)') IS NOT NULL`),
 		grant: r.Replace(`INSERT INTO @.sessions (id, owner, ttl_ms) VALUES ($1, $2, $3)`),
@@ -61,7 +63,8 @@ func newQueries(schema string) queries {
 		dropSession: r.Replace(`UPDATE @.leases SET holder = NULL, session = NULL, since = NULL
 			WHERE name = $1 AND session = $2
 			RETURNING pg_notify($3, name)`),
-		loadState:  r.Replace(`SELECT state FROM @.leases WHERE name = $1`),
-		storeState: r.Replace(`UPDATE @.leases SET state = $4 WHERE name = $1 AND token = $2 AND session = $3 AND holder IS NOT NULL`),
+		sessionExists: r.Replace(`SELECT count(*)::int FROM @.sessions WHERE id = $1`),
+		loadState:     r.Replace(`SELECT state FROM @.leases WHERE name = $1`),
+		storeState:    r.Replace(`UPDATE @.leases SET state = $4 WHERE name = $1 AND token = $2 AND session = $3 AND holder IS NOT NULL`),
 	}
 }

@@ -59,7 +59,9 @@ func postgresBin(name string) (string, error) {
 // Postgres is a throw-away PostgreSQL cluster: initdb in a temporary
 // directory, the server listening on 127.0.0.1 and a port picked by
 // net.Listen, no Unix socket, SCRAM password authentication for the
-// superuser "postgres" with a random password. When the test runs as root
+// superuser "postgres" with a random password, pg_stat_statements loaded
+// (CREATE EXTENSION pg_stat_statements in a database to count statements),
+// fsync off. When the test runs as root
 // the cluster runs as nobody. Its methods are safe for concurrent use.
 type Postgres struct {
 	dir      string
@@ -113,7 +115,9 @@ func NewPostgres(dir string) (*Postgres, error) {
 		p.port = port
 		p.cmd = exec.Command(server, "-D", data, "-h", "127.0.0.1", "-p", strconv.Itoa(port), "-k", "",
 			"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-			"-c", "max_connections=300", "-c", "log_min_messages=warning")
+			"-c", "max_connections=300", "-c", "log_min_messages=warning",
+			// Tests count the statements a backend sends.
+			"-c", "shared_preload_libraries=pg_stat_statements", "-c", "pg_stat_statements.track=all")
 		p.cmd.SysProcAttr = unprivileged()
 		p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 		if err := p.cmd.Start(); err != nil {

@@ -1,0 +1,123 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
+	"github.com/batonhq/baton/backend/postgres"
+	"github.com/batonhq/baton/batontest"
+	"github.com/batonhq/baton/internal/testkit"
+	"github.com/batonhq/baton/internal/testserver"
+	"github.com/jackc/pgx/v5"
+)
+
+// TestReleaseWakesWaiter: with a TTL of 30 s and a poll interval of a
+// minute, a waiter can take a released lease within 15 s only if the
+// release's NOTIFY woke it: on a direct connection, and through PgBouncer
+// in transaction-pooling mode with a direct connection for LISTEN
+// (Options.Listen).
+func TestReleaseWakesWaiter(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	bouncer := testserver.StartPgBouncer(t, pg)
+	for _, viaBouncer := range []bool{false, true} {
+		name := "direct"
+		if viaBouncer {
+			name = "pgbouncer+direct-listen"
+		}
+		t.Run(name, func(t *testing.T) {
+			dbURL := pg.NewDatabase(t)
+			check := newPool(t, dbURL)
+			mustExec(t, check, "CREATE EXTENSION pg_stat_statements")
+			opts := postgres.Options{Config: backend.Config{TTL: 30 * time.Second}, PollInterval: time.Minute}
+			url := dbURL
+			if viaBouncer {
+				direct, err := pgx.ParseConfig(dbURL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				url, opts.Listen = bouncer.Via(dbURL), direct
+			}
+			a, err := postgres.New(context.Background(), newPool(t, url), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close(context.Background())
+			w, err := postgres.New(context.Background(), newPool(t, url), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close(context.Background())
+			testkit.Eventually(t, 30*time.Second, "LISTEN", func() bool { return w.Notifications().Listening })
+			lease := testkit.Unique("wake")
+			ta := testkit.Campaign(t, a, lease, "a")
+			reads := statements(t, check, "SELECT l.holder")
+			got := testkit.CampaignAsync(t, w, lease, "w")
+			// The waiter read the lease, held, and waits.
+			testkit.Eventually(t, 30*time.Second, "the waiter's read", func() bool {
+				return statements(t, check, "SELECT l.holder") > reads
+			})
+			if err := ta.Resign(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			won := testkit.WaitTerm(t, got, 15*time.Second)
+			if won.Term.Token() <= ta.Token() {
+				t.Errorf("token %d after %d", won.Term.Token(), ta.Token())
+			}
+		})
+	}
+}
+
+// TestPgBouncerFallsBackToPolling: through PgBouncer in transaction-pooling
+// mode, the LISTEN probe finds that notifications never arrive; the
+// Backend says so once in its log and in Notifications, and its waiters
+// poll.
+func TestPgBouncerFallsBackToPolling(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	bouncer := testserver.StartPgBouncer(t, pg)
+	logs := &batontest.Log{Level: slog.LevelWarn}
+	b, err := postgres.New(context.Background(), newPool(t, bouncer.Via(pg.NewDatabase(t))), postgres.Options{Logger: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	testkit.Eventually(t, 30*time.Second, "the switch to polling", func() bool { return b.Notifications().Polling })
+	st := b.Notifications()
+	if st.Listening || !strings.Contains(st.Reason, "PgBouncer") {
+		t.Errorf("Notifications = %+v", st)
+	}
+	n := 0
+	for _, m := range logs.Messages() {
+		if strings.Contains(m, "poll") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d log lines about polling, want 1: %q", n, logs.Messages())
+	}
+}
+
+// TestSessionDeletedByOperator: an operator deletes a process's session
+// row; its held term ends with ErrLeaseLost, and its next campaign, on a
+// free lease, starts a new session and wins rather than spin on the
+// acquisition that needs the old one.
+func TestSessionDeletedByOperator(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	pool := newPool(t, pg.NewDatabase(t))
+	b := newBackend(t, pool, 2*time.Second)
+	held := testkit.Campaign(t, b, testkit.Unique("op"), "a")
+	mustExec(t, pool, "DELETE FROM baton.sessions")
+	term := testkit.CampaignWithin(t, b, testkit.Unique("op"), "a", 30*time.Second)
+	testkit.WaitDone(t, held, 30*time.Second)
+	if !errors.Is(held.Err(), baton.ErrLeaseLost) {
+		t.Errorf("the held term ended with %v, want ErrLeaseLost", held.Err())
+	}
+	if term.Err() != nil {
+		t.Errorf("the new term: %v", term.Err())
+	}
+}
