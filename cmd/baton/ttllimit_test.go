@@ -40,6 +40,8 @@ func TestRunTTLAtBackendLimits(t *testing.T) {
 		{"kubernetes above max", k8sArgs, "2147483648s", []string{"--ttl 596523h14m8s", "leaseDurationSeconds is an int32 of seconds"}},
 		{"raft max", raftArgs, "30s", nil},
 		{"raft above max", raftArgs, maxDuration, []string{"above the group's longest, 30s", "--max-ttl"}},
+		// ttl_ms is a bigint: any Duration fits.
+		{"postgres largest duration", func(t *testing.T) ([]string, map[string]string) { return []string{"--backend", pgURL(t)}, nil }, maxDuration, nil},
 		{"memory largest duration", func(*testing.T) ([]string, map[string]string) { return []string{"--backend", "memory://"}, nil }, maxDuration, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
