@@ -172,3 +172,23 @@ func TestPostgresSchemaCommand(t *testing.T) {
 	r = runApp(t.Context(), nil, "postgres", "schema", "--schema", "Ops", "--role", "app; DROP TABLE x")
 	checkUsageError(t, r, []string{`--schema "Ops"`, "plain SQL identifier", `--role "app; DROP TABLE x"`})
 }
+
+// TestPostgresPasswordNotLogged: a run whose URL carries the password as a
+// parameter, and a listen_url with its own, logs neither at debug level.
+func TestPostgresPasswordNotLogged(t *testing.T) {
+	t.Parallel()
+	pg := testserver.StartPostgres(t)
+	direct := pg.NewDatabase(t)
+	noPass := strings.Replace(direct, ":"+pg.Password()+"@", "@", 1)
+	u := withParam(t, withParam(t, noPass, "password", pg.Password()), "listen_url", direct)
+	r := runApp(t.Context(), nil, "run", "--backend", u, "--lease", "quiet", "--log-level", "debug", "--timeout", "30s", "--once", "--", "true")
+	if r.code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "campaigning") {
+		t.Fatalf("no campaigning line at debug level, which names the backend:\n%s", r.stderr)
+	}
+	if strings.Contains(r.stderr+r.stdout, pg.Password()) {
+		t.Errorf("the password shows:\n%s", r.stderr)
+	}
+}
