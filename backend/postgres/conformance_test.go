@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 // TestConformance runs the whole conformance suite on a direct connection,
 // each process through a proxy of its own (to cut it off).
 func TestConformance(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	batontest.Run(t, target(t, pg.NewDatabase(t), func(t *testing.T, b *postgres.Backend) {
 		testkit.Eventually(t, 30*time.Second, "LISTEN on a direct connection", func() bool { return b.Notifications().Listening })
 	}))
@@ -40,7 +40,7 @@ func TestConformance(t *testing.T) {
 // TestLeaderWatch: a process that only watches hears each holder in turn,
 // from NOTIFY (a killed holder until its successor took over).
 func TestLeaderWatch(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	batontest.LeaderWatch(t, target(t, pg.NewDatabase(t), func(t *testing.T, b *postgres.Backend) {
 		testkit.Eventually(t, 30*time.Second, "LISTEN on a direct connection", func() bool { return b.Notifications().Listening })
 	}))
@@ -48,7 +48,7 @@ func TestLeaderWatch(t *testing.T) {
 
 // TestLeaderWatchThroughPgBouncer: the same by polling.
 func TestLeaderWatchThroughPgBouncer(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	bouncer := testserver.StartPgBouncer(t, pg)
 	batontest.LeaderWatch(t, target(t, bouncer.Via(pg.NewDatabase(t)), nil))
 }
@@ -57,7 +57,7 @@ func TestLeaderWatchThroughPgBouncer(t *testing.T) {
 // transaction-pooling mode, where LISTEN cannot work: every process must
 // find that out and poll.
 func TestConformanceThroughPgBouncer(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	bouncer := testserver.StartPgBouncer(t, pg)
 	db := bouncer.Via(pg.NewDatabase(t))
 	var checks []func(t *testing.T)
@@ -76,7 +76,7 @@ func TestConformanceThroughPgBouncer(t *testing.T) {
 // TestTokensRiseAcrossDataLoss: the cluster loses all its data (a new
 // initdb behind the same address); tokens still rise.
 func TestTokensRiseAcrossDataLoss(t *testing.T) {
-	pg := testserver.StartOwnPostgres(t)
+	pg := testserver.StartPostgres(t)
 	dbURL := pg.URL("postgres")
 	batontest.TokensRiseAcrossDataLoss(t, batontest.DataLoss{
 		New: func(t *testing.T, logger *slog.Logger) baton.Backend {

@@ -5,13 +5,15 @@
 //
 // # Guarantees
 //
-//   - One holder per lease at a time, under the clock assumption below. A
-//     contender takes a lease over only after it has itself seen the
+//   - One holder per lease at a time, under the clock assumption below.
+//     A contender takes a held lease over only after it has itself seen the
 //     holder's session row unrenewed for a full TTL (the longer of the
-//     holder's and its own) on its own monotonic clock, or the session row
-//     is gone (its process closed, or revoked it). No two hosts' wall
-//     clocks are ever compared; the database server's clock is read for
-//     humans only (since, renewed_at).
+//     holder's and its own) on its own monotonic clock; a lease whose
+//     session row vanished (an operator's DELETE, a restore) is timed the
+//     same way. A lease its holder released, or whose process closed its
+//     Backend, is free at once. No two hosts' wall clocks are ever
+//     compared; the database server's clock is read for humans only
+//     (since, renewed_at).
 //   - A term's SafeUntil is the send time of the last confirmed renewal of
 //     the process's session + TTL − DriftMargin, on the holder's monotonic
 //     clock; the term ends by itself there, even when the database cannot
@@ -41,7 +43,8 @@
 //     rest of its transaction, statement_timeout and
 //     idle_in_transaction_session_timeout to the lease's TTL (or lower, if
 //     they were lower), so the server ends a paused fenced transaction at
-//     most a TTL after it went quiet. See docs/backends/postgres.md.
+//     most a TTL after it went quiet (two, if a statement was running). See
+//     docs/backends/postgres.md.
 //   - Renewals cost one statement per process per RenewInterval, however
 //     many leases the process holds: its leases point at one session row,
 //     and a renewal bumps that row's counter.
@@ -77,6 +80,6 @@
 // New creates the schema (SchemaSQL) when it is missing and the role may;
 // otherwise it fails with a *SchemaError (which matches *baton.ConfigError)
 // naming the DDL and GRANTs (SchemaSQL, GrantSQL) a DBA must apply. The
-// Backend's Terms also have a method Fence(ctx, tx pgx.Tx) error, which is
+// Backend's Terms are FenceTerms: t.(postgres.FenceTerm).Fence(ctx, tx) is
 // Fence with their own schema, lease and token.
 package postgres

@@ -37,6 +37,15 @@ func Fence(ctx context.Context, tx pgx.Tx, schema, lease string, token uint64) e
 	return nil
 }
 
+// FenceTerm is implemented by the Terms of a Backend: Fence(ctx, tx) is
+// Fence with the Backend's schema and the term's lease and token.
+type FenceTerm interface {
+	baton.Term
+	Fence(ctx context.Context, tx pgx.Tx) error
+}
+
+var _ FenceTerm = (*term)(nil)
+
 // Beginner starts transactions: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
 type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)

@@ -56,10 +56,26 @@ func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 // IsFenced) and writes nothing, through the Go helper and through psql
 // with BATON_TOKEN as a `baton run` child would.
 func TestFence(t *testing.T) {
-	pg := testserver.StartPostgres(t)
-	dbURL := pg.NewDatabase(t)
-	pool := newPool(t, dbURL)
-	a, b := newBackend(t, pool, 2*time.Second), newBackend(t, newPool(t, dbURL), 2*time.Second)
+	pg := testserver.SharedPostgres(t)
+	bouncer := testserver.StartPgBouncer(t, pg)
+	t.Run("direct", func(t *testing.T) {
+		db := pg.NewDatabase(t)
+		fence(t, db, db)
+	})
+	// The test's own statements (pgx caches prepared statements by
+	// default, which PgBouncer 1.18's transaction pooling cannot carry
+	// across transactions) run in exec mode; baton's need no setting.
+	t.Run("pgbouncer", func(t *testing.T) {
+		db := bouncer.Via(pg.NewDatabase(t))
+		fence(t, db, db+"&default_query_exec_mode=exec")
+	})
+}
+
+// fence runs TestFence on database dbURL (psql's) and poolURL (the Go
+// side's: the same, with pgx's settings).
+func fence(t *testing.T, dbURL, poolURL string) {
+	pool := newPool(t, poolURL)
+	a, b := newBackend(t, pool, 2*time.Second), newBackend(t, newPool(t, poolURL), 2*time.Second)
 	mustExec(t, pool, "CREATE TABLE report_runs (lease text, token bigint, note text)")
 	lease := testkit.Unique("fence")
 	write := func(term baton.Term, note string) error {
@@ -102,6 +118,21 @@ func TestFence(t *testing.T) {
 	}
 	if err := write(tb, "b current"); err != nil {
 		t.Fatalf("the new holder's fenced write: %v", err)
+	}
+	// The Term's own Fence method.
+	ft, ok := tb.(postgres.FenceTerm)
+	if !ok {
+		t.Fatalf("%T is not a postgres.FenceTerm", tb)
+	}
+	tx, err := pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ft.Fence(context.Background(), tx); err != nil {
+		t.Fatalf("FenceTerm.Fence: %v", err)
+	}
+	if err := tx.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 	if n := count(t, pool, "SELECT count(*) FROM report_runs WHERE note LIKE '%stale' OR note LIKE '%released'"); n != 0 {
 		t.Errorf("%d stale writes committed", n)

@@ -23,7 +23,7 @@ import (
 // in transaction-pooling mode with a direct connection for LISTEN
 // (Options.Listen).
 func TestReleaseWakesWaiter(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	bouncer := testserver.StartPgBouncer(t, pg)
 	for _, viaBouncer := range []bool{false, true} {
 		name := "direct"
@@ -78,7 +78,7 @@ func TestReleaseWakesWaiter(t *testing.T) {
 // Backend says so once in its log and in Notifications, and its waiters
 // poll.
 func TestPgBouncerFallsBackToPolling(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	bouncer := testserver.StartPgBouncer(t, pg)
 	logs := &batontest.Log{Level: slog.LevelWarn}
 	b, err := postgres.New(context.Background(), newPool(t, bouncer.Via(pg.NewDatabase(t))), postgres.Options{Logger: slog.New(logs)})
@@ -103,21 +103,52 @@ func TestPgBouncerFallsBackToPolling(t *testing.T) {
 }
 
 // TestSessionDeletedByOperator: an operator deletes a process's session
-// row; its held term ends with ErrLeaseLost, and its next campaign, on a
-// free lease, starts a new session and wins rather than spin on the
+// row. A contender does not take its lease at once (the holder learns of
+// it only at its next renewal): the holder's term ends, with
+// ErrLeaseLost, before the contender's begins. The holder's next campaign,
+// on a free lease, starts a new session and wins rather than spin on the
 // acquisition that needs the old one.
 func TestSessionDeletedByOperator(t *testing.T) {
-	pg := testserver.StartPostgres(t)
-	pool := newPool(t, pg.NewDatabase(t))
-	b := newBackend(t, pool, 2*time.Second)
-	held := testkit.Campaign(t, b, testkit.Unique("op"), "a")
-	mustExec(t, pool, "DELETE FROM baton.sessions")
-	term := testkit.CampaignWithin(t, b, testkit.Unique("op"), "a", 30*time.Second)
-	testkit.WaitDone(t, held, 30*time.Second)
+	pg := testserver.SharedPostgres(t)
+	dbURL := pg.NewDatabase(t)
+	pool := newPool(t, dbURL)
+	const ttl = 3 * time.Second
+	b, other := newBackend(t, pool, ttl), newBackend(t, newPool(t, dbURL), ttl)
+	lease := testkit.Unique("op")
+	held := testkit.Campaign(t, b, lease, "a")
+	// The contender reads the lease, held, before the row goes.
+	got := testkit.CampaignAsync(t, other, lease, "b")
+	mustExec(t, pool, "DELETE FROM baton.sessions WHERE id = (SELECT session FROM baton.leases WHERE name = $1)", lease)
+	won := testkit.WaitTerm(t, got, 30*time.Second)
+	wonAt := time.Now()
+	select {
+	case <-held.Done():
+	default:
+		t.Fatalf("the contender won at %s while the holder's term was still running", wonAt)
+	}
 	if !errors.Is(held.Err(), baton.ErrLeaseLost) {
 		t.Errorf("the held term ended with %v, want ErrLeaseLost", held.Err())
 	}
+	if won.Term.Token() <= held.Token() {
+		t.Errorf("token %d after %d", won.Term.Token(), held.Token())
+	}
+	term := testkit.CampaignWithin(t, b, testkit.Unique("op"), "a", 30*time.Second)
 	if term.Err() != nil {
 		t.Errorf("the new term: %v", term.Err())
+	}
+}
+
+// TestLongLeaseName: a name too long for a NOTIFY payload is refused up
+// front, naming the limit; one at the limit works.
+func TestLongLeaseName(t *testing.T) {
+	pg := testserver.SharedPostgres(t)
+	b := newBackend(t, newPool(t, pg.NewDatabase(t)), time.Second)
+	_, err := b.Campaign(context.Background(), strings.Repeat("x", postgres.MaxNameLen+1), baton.Candidate{ID: "a"})
+	if err == nil || !strings.Contains(err.Error(), "MaxNameLen") {
+		t.Errorf("a name of %d bytes: %v; want an error naming MaxNameLen", postgres.MaxNameLen+1, err)
+	}
+	term := testkit.Campaign(t, b, strings.Repeat("y", postgres.MaxNameLen), "a")
+	if err := term.Resign(context.Background()); err != nil {
+		t.Errorf("resign: %v", err)
 	}
 }

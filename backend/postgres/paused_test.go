@@ -61,7 +61,7 @@ func childMain(mode string) int {
 	}
 	var result error
 	switch mode {
-	case "after-fence":
+	case "after-fence", "in-statement":
 		tx, err := pool.Begin(ctx)
 		if err != nil {
 			return fail(err)
@@ -70,8 +70,15 @@ func childMain(mode string) int {
 			return fail(err)
 		}
 		fmt.Println("fenced")
+		if mode == "in-statement" {
+			// Stopped while this runs on the server (the test waits to
+			// see it in pg_stat_activity).
+			_, result = tx.Exec(ctx, "SELECT pg_sleep(3600)")
+		}
 		_, _ = in.ReadString('\n')
-		result = insert(tx)
+		if result == nil {
+			result = insert(tx)
+		}
 		if result == nil {
 			result = tx.Commit(ctx)
 		}
@@ -90,19 +97,21 @@ func childMain(mode string) int {
 
 // TestPausedHolderCannotCommit is the paused-holder attack with real
 // processes: a holder process is stopped (SIGSTOP, its whole process
-// group) after it fenced its transaction, or before it did; a new holder
+// group) after it fenced its transaction, while a statement of that
+// transaction runs on the server (an hour's pg_sleep), or before it
+// fenced; a new holder
 // takes the lease over and commits a fenced write; the old one is
 // continued (SIGCONT) and tries to commit. Its write must not commit, and
 // the new holder must not wait for the paused transaction more than about
 // the lease's TTL (the fence's idle_in_transaction_session_timeout).
 func TestPausedHolderCannotCommit(t *testing.T) {
-	for _, mode := range []string{"after-fence", "before-fence"} {
+	for _, mode := range []string{"after-fence", "in-statement", "before-fence"} {
 		t.Run(mode, func(t *testing.T) { pausedHolder(t, mode) })
 	}
 }
 
 func pausedHolder(t *testing.T, mode string) {
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	dbURL := pg.NewDatabase(t)
 	pool := newPool(t, dbURL)
 	const ttl = time.Second
@@ -159,6 +168,11 @@ func pausedHolder(t *testing.T, mode string) {
 	}
 	if l := next("that it is ready"); l != "fenced" && l != "ready" {
 		t.Fatalf("holder: %q", l)
+	}
+	if mode == "in-statement" {
+		testkit.Eventually(t, 30*time.Second, "the holder's statement running on the server", func() bool {
+			return count(t, pool, "SELECT count(*)::int FROM pg_stat_activity WHERE state = 'active' AND query = 'SELECT pg_sleep(3600)'") == 1
+		})
 	}
 	if err := syscall.Kill(-pgid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)

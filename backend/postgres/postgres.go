@@ -177,10 +177,18 @@ func (b *Backend) stmtCtx(ctx context.Context) (context.Context, context.CancelF
 	return context.WithTimeout(ctx, b.o.cfg.TTL)
 }
 
+// MaxNameLen is the longest lease name, in bytes, that Campaign takes: the
+// name is a NOTIFY payload (under 8,000 bytes) and the leases table's
+// primary key (a B-tree entry must fit a third of a page).
+const MaxNameLen = 1000
+
 // Campaign implements baton.Backend.
 func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) (baton.Term, error) {
 	if name == "" || c.ID == "" {
 		return nil, fmt.Errorf("postgres: lease name and candidate ID must not be empty (name %q, id %q)", name, c.ID)
+	}
+	if len(name) > MaxNameLen {
+		return nil, fmt.Errorf("postgres: lease name of %d bytes is longer than %d (postgres.MaxNameLen): it is a NOTIFY payload and a primary key", len(name), MaxNameLen)
 	}
 	return b.sessions.Campaign(ctx, name, c.ID, func(sl *backend.Slot) (baton.Term, error) {
 		return b.campaign(ctx, sl, name, c.ID)
@@ -214,20 +222,31 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 			dead string
 			left time.Duration
 		)
+		// A session row that is gone reads as renewal count -1: it went
+		// with its process's Close, which freed its leases too, so a lease
+		// still naming it was left by an operator's DELETE or a restore
+		// from a backup, and its holder may not know yet. It is timed like
+		// a live one.
+		count := int64(-1)
+		if r.renewals != nil {
+			count = *r.renewals
+		}
 		switch {
-		case !r.exists, r.holder == nil, r.session == nil, *r.session == s.ID, r.renewals == nil:
-			// Free, left by our own session, or its holder's session is
-			// gone: nobody acts on it.
+		case !r.exists, r.holder == nil, r.session == nil, *r.session == s.ID:
+			// Free, or left by our own session: nobody acts on it.
 			take = true
-		case last.session != *r.session || last.renewals != *r.renewals:
-			last = seen{session: *r.session, renewals: *r.renewals, at: now}
+		case last.session != *r.session || last.renewals != count:
+			last = seen{session: *r.session, renewals: count, at: now}
 			left = r.ttl(b.o.cfg.TTL)
 		default:
 			left = r.ttl(b.o.cfg.TTL) - now.Sub(last.at)
 			if left <= 0 {
 				b.o.log.Info("taking over a lease whose holder's session went unrenewed for a full TTL",
 					"lease", name, "from", *r.holder, "session", *r.session, "ttl", r.ttl(b.o.cfg.TTL))
-				take, dead = true, *r.session
+				take = true
+				if count >= 0 {
+					dead = *r.session
+				}
 			}
 		}
 		if take {
@@ -277,7 +296,10 @@ func (b *Backend) acquire(ctx context.Context, s *backend.Session[string], sl *b
 	if token > math.MaxInt64 {
 		return nil, fmt.Errorf("postgres: lease %q: token %d does not fit a bigint", name, token)
 	}
-	sctx, cancel := b.stmtCtx(ctx)
+	// The acquisition waits for the old term's open fenced transactions
+	// (baton.fence's row lock): a statement in flight may run a TTL, and
+	// the transaction then sit idle a TTL, before the server ends it.
+	sctx, cancel := context.WithTimeout(ctx, 2*b.o.cfg.TTL+b.o.cfg.RenewInterval)
 	defer cancel()
 	var (
 		tag pgconn.CommandTag
@@ -285,11 +307,11 @@ func (b *Backend) acquire(ctx context.Context, s *backend.Session[string], sl *b
 	)
 	switch {
 	case !r.exists:
-		tag, err = b.exec(sctx, b.q.insert, name, id, s.ID, int64(token), b.o.cfg.TTL.Milliseconds(), b.q.channel)
+		tag, err = b.exec(sctx, b.q.insert, name, id, s.ID, int64(token), b.ttlMS(), b.q.channel)
 	case dead != "":
-		tag, err = b.exec(sctx, b.q.takeOver, name, id, s.ID, int64(token), b.o.cfg.TTL.Milliseconds(), int64(r.token), b.q.channel, dead, renewals)
+		tag, err = b.exec(sctx, b.q.takeOver, name, id, s.ID, int64(token), b.ttlMS(), int64(r.token), b.q.channel, dead, renewals)
 	default:
-		tag, err = b.exec(sctx, b.q.takeFree, name, id, s.ID, int64(token), b.o.cfg.TTL.Milliseconds(), int64(r.token), b.q.channel)
+		tag, err = b.exec(sctx, b.q.takeFree, name, id, s.ID, int64(token), b.ttlMS(), int64(r.token), b.q.channel)
 	}
 	if err != nil {
 		// It may have landed: release whatever our session holds of name,
@@ -480,4 +502,10 @@ func randomID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// ttlMS is the TTL in whole milliseconds, rounded up: contenders wait at
+// least that long, never less than the TTL.
+func (b *Backend) ttlMS() int64 {
+	return int64((b.o.cfg.TTL + time.Millisecond - 1) / time.Millisecond)
 }

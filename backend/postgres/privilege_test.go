@@ -23,7 +23,7 @@ import (
 // applied SchemaSQL and GrantSQL, the same role campaigns, and a fencer
 // role may fence but not move a lease.
 func TestLeastPrivilege(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	dbURL := pg.NewDatabase(t)
 	db := strings.TrimPrefix(mustURL(t, dbURL).Path, "/")
 	role, rolePW := pg.NewRole(t)
@@ -94,7 +94,7 @@ func mustURL(t testing.TB, raw string) *url.URL {
 // parameter) and in no log line, at Debug, of a Backend cut off from its
 // server.
 func TestNoPasswordInErrorsOrLogs(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	dbURL := pg.NewDatabase(t)
 	const wrong = "Wr0ng-pa55word-7731"
 	u := mustURL(t, dbURL)

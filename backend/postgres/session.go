@@ -26,7 +26,7 @@ func (d driver) Grant(ctx context.Context) (backend.SessionGrant[string], error)
 	id := randomID()
 	for tries := 0; ; tries++ {
 		start := time.Now()
-		_, err := b.exec(ctx, b.q.grant, id, b.o.Owner, b.o.cfg.TTL.Milliseconds())
+		_, err := b.exec(ctx, b.q.grant, id, b.o.Owner, b.ttlMS())
 		if err == nil {
 			return backend.SessionGrant[string]{
 				ID: id, SafeUntil: b.o.cfg.SafeUntil(start, b.o.cfg.TTL), TTL: b.o.cfg.TTL,

@@ -32,7 +32,7 @@ func renewals(t *testing.T, pool *pgxpool.Pool) int {
 // pg_stat_statements on the server.
 func TestOneRenewalPerProcess(t *testing.T) {
 	const held, waiting = 200, 20
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	dbURL := pg.NewDatabase(t)
 	check := newPool(t, dbURL)
 	mustExec(t, check, "CREATE EXTENSION pg_stat_statements")

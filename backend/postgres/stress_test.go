@@ -31,7 +31,7 @@ func TestFencedWritersAcrossHandOvers(t *testing.T) {
 		writers   = 4
 		handOvers = 40
 	)
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	dbURL := pg.NewDatabase(t)
 	check := newPool(t, dbURL)
 	newBackend(t, check, time.Second) // the schema

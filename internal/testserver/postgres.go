@@ -231,24 +231,12 @@ func (p *Postgres) stop() {
 	}
 }
 
-// StartPostgres returns the cluster shared by every test of the test
-// binary, started on first use; it skips the test when PostgreSQL is not
-// installed (fails it under BATON_REQUIRE_SERVERS=1). A test package that
-// uses it must call StopSharedPostgres from TestMain after m.Run. Each test
-// takes a database of its own with NewDatabase.
+// StartPostgres starts a cluster for t alone in a fresh t.TempDir and
+// closes it when the test ends, showing its log if the test failed: for
+// tests that stop, wipe or replace the server. Missing programs go through
+// Unavailable (skip, or fail under BATON_REQUIRE_SERVERS=1); an installed
+// server that fails to start fails the test.
 func StartPostgres(t testing.TB) *Postgres {
-	t.Helper()
-	return sharedPostgres.get(t, "postgres", NewPostgres, missing(ErrPostgresMissing))
-}
-
-var sharedPostgres sharedServer[*Postgres]
-
-// StopSharedPostgres stops the cluster StartPostgres started, if any.
-func StopSharedPostgres() { sharedPostgres.stop() }
-
-// StartOwnPostgres starts a cluster for t alone, closed at t's end: for
-// tests that stop, wipe or replace the server.
-func StartOwnPostgres(t testing.TB) *Postgres {
 	t.Helper()
 	p, err := NewPostgres(t.TempDir())
 	if err != nil {
@@ -257,9 +245,30 @@ func StartOwnPostgres(t testing.TB) *Postgres {
 		}
 		t.Fatalf("start postgres: %v", err)
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("postgres log:\n%s", p.Log())
+		}
+	})
 	t.Cleanup(p.Close)
 	return p
 }
+
+var sharedPostgres sharedServer[*Postgres]
+
+// SharedPostgres returns the cluster shared by every test of the test
+// binary, starting it on first use (initdb costs a second or two); each
+// test takes a database of its own with NewDatabase. A test package that
+// uses it must call StopSharedPostgres from TestMain after m.Run. Missing
+// programs go through Unavailable, as for StartPostgres.
+func SharedPostgres(t testing.TB) *Postgres {
+	t.Helper()
+	return sharedPostgres.get(t, "postgres", NewPostgres, missing(ErrPostgresMissing))
+}
+
+// StopSharedPostgres stops the cluster SharedPostgres started, if any, and
+// removes its directory.
+func StopSharedPostgres() { sharedPostgres.stop() }
 
 // Restart stops the server and starts it again on the same port and data
 // directory; with wipe, the data directory is made afresh first (a server

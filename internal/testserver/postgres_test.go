@@ -9,7 +9,7 @@ import (
 // and checks that the server runs unprivileged, answers on its own address
 // and through PgBouncer, and comes back empty after a wipe.
 func TestPostgresAndPgBouncer(t *testing.T) {
-	pg := StartOwnPostgres(t)
+	pg := StartPostgres(t)
 	out, err := pg.SQL("postgres", "SHOW server_version_num")
 	if err != nil {
 		t.Fatal(err)
