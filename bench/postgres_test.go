@@ -58,7 +58,7 @@ func pgPool(b *testing.B, dbURL string, n *atomic.Int64) (*pgxpool.Pool, *testse
 // closes its connections (the server sees them end, as after kill -9)
 // without deleting its session row.
 func postgresTarget(b *testing.B) target {
-	db := testserver.StartPostgres(b).NewDatabase(b)
+	db := testserver.SharedPostgres(b).NewDatabase(b)
 	var n atomic.Int64
 	return target{
 		name: "postgres",
@@ -141,7 +141,7 @@ func (p *advisoryProcess) wait(ctx context.Context, key int64) bool {
 // and a graceful release. A failover that does not happen within
 // advisoryLimit is reported as advisoryLimit ("timeouts" counts them).
 func BenchmarkPostgresVsAdvisoryLock(b *testing.B) {
-	db := testserver.StartPostgres(b).NewDatabase(b)
+	db := testserver.SharedPostgres(b).NewDatabase(b)
 	cfg := backend.Config{TTL: time.Second}
 	for _, event := range []string{"crash", "cut", "graceful"} {
 		b.Run("baton/"+event, func(b *testing.B) {

@@ -23,7 +23,7 @@ JSON output:  {"lease":"L","holder":"ID","token":"N"[,"since":"RFC3339"]}
 
 With --backend postgres://, baton also says how waiters learn of a release:
 when notifications are off (LISTEN does not work through PgBouncer in
-transaction-pooling mode; or listen_url=off), a line on stderr says that
+transaction-pooling mode; or baton_listen=off), a line on stderr says that
 waiters poll, how often, and why; JSON adds "notifications":"listen", "poll"
 or "undetermined" (the probe, 5 s through PgBouncer, outlasted --timeout)
 and "notifications_reason".

@@ -21,7 +21,7 @@ that may create the schema.
 
 baton run (and cron, is-leader, leader) with --backend postgres://... creates
 the schema itself when its role may; when the schema is missing and it may
-not (or the URL says create_schema=false), it exits 2 and prints this DDL.
+not (or the URL says baton_create=false), it exits 2 and prints this DDL.
 
 The baton role needs USAGE on the schema, SELECT, INSERT, UPDATE, DELETE on
 its two tables and EXECUTE on baton.fence; no right to create or drop
@@ -61,7 +61,7 @@ func (a *App) newPostgresCommand() *cobra.Command {
 		RunE:  wrapRunE(func(cmd *cobra.Command, _ []string) error { return c.Run(cmd.Context()) }),
 	}
 	c.fs = sc.Flags()
-	c.fs.StringVar(&c.schema, "schema", postgres.DefaultSchema, "the schema of baton's tables (the schema= of the postgres:// URL)")
+	c.fs.StringVar(&c.schema, "schema", postgres.DefaultSchema, "the schema of baton's tables (the baton_schema= of the postgres:// URL)")
 	c.fs.StringVar(&c.role, "role", "baton", "the role that runs baton (campaigns, renews, releases)")
 	c.fs.StringVar(&c.fencer, "fencer", "", "a role whose jobs may only call baton.fence (none if empty)")
 	cmd.AddCommand(sc)

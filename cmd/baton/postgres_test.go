@@ -13,13 +13,13 @@ import (
 // pgURL returns a postgres:// URL of a database of the test's own on the
 // shared test cluster, as its superuser.
 func pgURL(t *testing.T) string {
-	return testserver.StartPostgres(t).NewDatabase(t)
+	return testserver.SharedPostgres(t).NewDatabase(t)
 }
 
 // pgBouncerURL returns a postgres:// URL of a database of the test's own,
 // through a PgBouncer in transaction-pooling mode.
 func pgBouncerURL(t *testing.T) string {
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	db := pg.NewDatabase(t)
 	return testserver.StartPgBouncer(t, pg).Via(db)
 }
@@ -42,7 +42,7 @@ func withParam(t *testing.T, raw, k, v string) string {
 // GRANTs, the same role runs. The password shows nowhere.
 func TestPostgresSchemaMissing(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	admin := pg.NewDatabase(t)
 	u, _ := url.Parse(admin)
 	db := strings.TrimPrefix(u.Path, "/")
@@ -59,8 +59,8 @@ func TestPostgresSchemaMissing(t *testing.T) {
 		t.Errorf("the missing schema was retried as an outage:\n%s", r.stderr)
 	}
 
-	// create_schema=false refuses even a role that may create it.
-	r = runApp(t.Context(), nil, "run", "--backend", withParam(t, admin, "create_schema", "false"), "--lease", "schema", "--timeout", "30s", "--once", "--", "true")
+	// baton_create=false refuses even a role that may create it.
+	r = runApp(t.Context(), nil, "run", "--backend", withParam(t, admin, "baton_create", "false"), "--lease", "schema", "--timeout", "30s", "--once", "--", "true")
 	checkUsageError(t, r, []string{"NoCreate", "CREATE SCHEMA IF NOT EXISTS baton"})
 
 	// The DBA applies the printed DDL and GRANTs.
@@ -85,7 +85,7 @@ func TestPostgresSchemaMissing(t *testing.T) {
 // once, and neither the password nor a retry shows.
 func TestPostgresBadCredentials(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	good := pg.NewDatabase(t)
 	const wrong = "WrongPassword1234"
 	u, _ := url.Parse(good)
@@ -120,16 +120,16 @@ func TestPostgresBadCredentials(t *testing.T) {
 func TestPostgresLeaderNotifications(t *testing.T) {
 	t.Parallel()
 	direct := pgURL(t)
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	bouncer := testserver.StartPgBouncer(t, pg).Via(direct)
 	for _, tc := range []struct {
 		name, url, mode, stderr string
 	}{
 		{"direct", direct, "listen", ""},
 		{"pgbouncer", bouncer, "poll", "notifications are off: waiters poll every"},
-		{"listen_url off", withParam(t, direct, "listen_url", "off"), "poll", "NoListen"},
-		// A direct listen_url beside PgBouncer: waiters wake at once.
-		{"pgbouncer with listen_url", withParam(t, bouncer, "listen_url", direct), "listen", ""},
+		{"baton_listen off", withParam(t, direct, "baton_listen", "off"), "poll", "NoListen"},
+		// A direct baton_listen beside PgBouncer: waiters wake at once.
+		{"pgbouncer with baton_listen", withParam(t, bouncer, "baton_listen", direct), "listen", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runApp(t.Context(), nil, "leader", "--backend", tc.url, "--lease", "notes", "--timeout", "60s", "--json")
@@ -174,13 +174,13 @@ func TestPostgresSchemaCommand(t *testing.T) {
 }
 
 // TestPostgresPasswordNotLogged: a run whose URL carries the password as a
-// parameter, and a listen_url with its own, logs neither at debug level.
+// parameter, and a baton_listen with its own, logs neither at debug level.
 func TestPostgresPasswordNotLogged(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := testserver.SharedPostgres(t)
 	direct := pg.NewDatabase(t)
 	noPass := strings.Replace(direct, ":"+pg.Password()+"@", "@", 1)
-	u := withParam(t, withParam(t, noPass, "password", pg.Password()), "listen_url", direct)
+	u := withParam(t, withParam(t, noPass, "password", pg.Password()), "baton_listen", direct)
 	r := runApp(t.Context(), nil, "run", "--backend", u, "--lease", "quiet", "--log-level", "debug", "--timeout", "30s", "--once", "--", "true")
 	if r.code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", r.code, r.stderr)

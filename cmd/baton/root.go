@@ -58,10 +58,10 @@ Backends (--backend URL):
   postgres://[user[:password]@]host[:port][,host:port][/db][?param=value&...]
                                  PostgreSQL (postgresql:// too): libpq's URL as pgx
                                  takes it (sslmode up to verify-full, PG* variables,
-                                 passfile) plus baton's schema=NAME (default baton),
-                                 create_schema=false, listen_url=URL (a direct
-                                 connection for LISTEN behind PgBouncer) or
-                                 listen_url=off (waiters poll); see 'baton postgres schema'
+                                 passfile) plus baton's baton_schema=NAME (default
+                                 baton), baton_create=false, baton_listen=URL (a
+                                 direct connection for LISTEN behind PgBouncer) or
+                                 baton_listen=off (waiters poll); see 'baton postgres schema'
   memory://                      in-process only; lets you try 'baton run' alone
   aws-asg://[GROUP]              is-leader and leader only: the Auto Scaling group's
                                  own rule, the InService, Healthy instance with the

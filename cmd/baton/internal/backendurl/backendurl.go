@@ -364,7 +364,7 @@ func Redact(raw string) string {
 }
 
 // redactQuery hides the values of password parameters in a raw query, and
-// the passwords of URLs in its values (postgres:// takes a listen_url).
+// the passwords of URLs in its values (postgres:// takes a baton_listen).
 func redactQuery(q string) string {
 	parts := strings.Split(q, "&")
 	for i, p := range parts {

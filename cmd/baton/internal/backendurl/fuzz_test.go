@@ -25,9 +25,9 @@ func FuzzParseBackend(f *testing.F) {
 		"etcd://user:pass@h1:2379,h2", "zk://h/x?ca-file=%zz", "consul://h/%zz", "agent://h%41:1",
 		"etcd://[::1", "etcd://[::1]x", "etcd://hé:2379", "etcd://::1", "agent://[::1]:8790",
 		"agent:///run/baton/agent.sock", "agent://tok@/run/x.sock", "agent:///", "agent:///a/../b", "agent://tok@10.0.0.1:8790",
-		"postgres://u:pw@h1:5432,h2/db?sslmode=verify-full&schema=s", "postgresql://", "postgres://u:pw%zz@h",
-		"postgres://u@h/db?password=pw&sslmode=x", "postgres://h/db?listen_url=postgres://u:pw@d/db", "postgres://h:99999",
-		"postgres://u:pw@[::1]:5432/db?schema=BAD", "postgres://h/db?create_schema=no&listen_url=off", "postgres://u:p@h#x",
+		"postgres://u:pw@h1:5432,h2/db?sslmode=verify-full&baton_schema=s", "postgresql://", "postgres://u:pw%zz@h",
+		"postgres://u@h/db?password=pw&sslmode=x", "postgres://h/db?baton_listen=postgres://u:pw@d/db", "postgres://h:99999",
+		"postgres://u:pw@[::1]:5432/db?baton_schema=BAD", "postgres://h/db?baton_create=no&baton_listen=off", "postgres://u:p@h#x",
 	} {
 		f.Add(seed)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"slices"
 	"strconv"
@@ -24,7 +25,7 @@ const PostgresForm = "postgres://[user[:password]@]host[:port][,host[:port]...][
 // postgresParams are baton's own query parameters of a postgres:// URL,
 // taken out before pgx sees the rest (pgx would send an unknown one to the
 // server as a run-time setting, which the server refuses).
-var postgresParams = []string{"schema", "listen_url", "create_schema"}
+var postgresParams = []string{postgres.ParamSchema, postgres.ParamListen, postgres.ParamCreate}
 
 // postgresRetry is the pause between attempts to reach the database when
 // the CLI starts: `baton run` keeps trying, the short-lived commands give
@@ -35,11 +36,14 @@ const postgresRetry = time.Second
 // libpq and pgx take it (host lists, sslmode up to verify-full, the PG*
 // environment variables, passfile, service), plus baton's parameters:
 //
-//	schema=NAME          the schema of baton's tables (default baton)
-//	listen_url=URL|off   a direct connection for LISTEN when the URL goes
-//	                     through PgBouncer in transaction-pooling mode (its
-//	                     password defaults to the main URL's); off: poll
-//	create_schema=false  never create the schema: refuse to start without it
+//	baton_schema=NAME     the schema of baton's tables (default baton)
+//	baton_listen=URL|off  a direct connection for LISTEN when the URL goes
+//	                      through PgBouncer in transaction-pooling mode (its
+//	                      password defaults to the main URL's); off: poll
+//	baton_create=false    never create the schema: refuse to start without it
+//
+// (postgres.ParseURL reads the same parameters; this parser also takes
+// host lists, which net/url refuses, and never hands pgx the password.)
 //
 // It checks the URL as pgx.ParseConfig does (which reads the PG* variables
 // and the passfile, and any certificate files named), without connecting.
@@ -61,32 +65,32 @@ func parsePostgresURL(raw string) (opener, []string, error) {
 		}
 		v := vs[0]
 		switch k {
-		case "schema":
+		case postgres.ParamSchema:
 			opts.Schema = v
 			if err := checkPostgresSchema(v); err != nil {
 				return nil, nil, err
 			}
-		case "create_schema":
+		case postgres.ParamCreate:
 			b, err := strconv.ParseBool(v)
 			if err != nil {
-				return nil, nil, fmt.Errorf("create_schema=%q: want true or false (false: refuse to start when the schema is missing, rather than create it)", v)
+				return nil, nil, fmt.Errorf("%s=%q: want true or false (false: refuse to start when the schema is missing, rather than create it)", k, v)
 			}
 			opts.NoCreate = !b
-		case "listen_url":
+		case postgres.ParamListen:
 			if v == "off" {
 				opts.NoListen = true
 				break
 			}
 			if !strings.HasPrefix(v, "postgres://") && !strings.HasPrefix(v, "postgresql://") {
-				return nil, nil, fmt.Errorf("listen_url: want a postgres:// URL of a direct connection to the server (not through PgBouncer), %%-escaped in the query, or off to poll")
+				return nil, nil, fmt.Errorf("%s: want a postgres:// URL of a direct connection to the server (not through PgBouncer), %%-escaped in the query, or off to poll", k)
 			}
 			lcfg, lrest, err := parsePostgresConn(v, cfg.ConnConfig.Password)
 			if err != nil {
-				return nil, nil, fmt.Errorf("listen_url: %w", err)
+				return nil, nil, fmt.Errorf("%s: %w", k, err)
 			}
 			for _, k := range postgresParams {
 				if _, ok := lrest[k]; ok {
-					return nil, nil, fmt.Errorf("listen_url: parameter %s belongs on the main URL, not on listen_url", k)
+					return nil, nil, fmt.Errorf("%s: parameter %s belongs on the main URL, not on %s", postgres.ParamListen, k, postgres.ParamListen)
 				}
 			}
 			opts.Listen = lcfg.ConnConfig
@@ -109,7 +113,7 @@ func parsePostgresURL(raw string) (opener, []string, error) {
 
 // parsePostgresConn parses a connection URL with pgx, its password taken
 // out first (and defaulting to password when the URL names none, for a
-// listen_url). It returns the configuration and baton's parameters.
+// baton_listen). It returns the configuration and baton's parameters.
 func parsePostgresConn(raw, password string) (*pgxpool.Config, url.Values, error) {
 	scheme, rest, _ := strings.Cut(raw, "://")
 	scheme = strings.ToLower(scheme)
@@ -145,7 +149,7 @@ func parsePostgresConn(raw, password string) (*pgxpool.Config, url.Values, error
 		delete(q, "password")
 	}
 	for k := range q {
-		if strings.HasPrefix(k, "baton") || k == "listen" || k == "listenurl" {
+		if strings.HasPrefix(k, "baton") && !slices.Contains(postgresParams, k) || k == "schema" || k == "listen_url" {
 			return nil, nil, fmt.Errorf("unknown parameter %q: baton's own parameters are %s (%s)", k, strings.Join(postgresParams, ", "), PostgresForm)
 		}
 	}
@@ -169,7 +173,7 @@ func parsePostgresConn(raw, password string) (*pgxpool.Config, url.Values, error
 		return nil, nil, postgresParseError(err, password)
 	}
 	// The URL's password comes first; else the passfile's or PGPASSWORD's,
-	// which pgx found; else, for a listen_url, the main URL's.
+	// which pgx found; else, for a baton_listen, the main URL's.
 	if password != "" && (hasPass || fromQuery || cfg.ConnConfig.Password == "") {
 		cfg.ConnConfig.Password = password
 	}
@@ -200,7 +204,7 @@ func postgresParseError(err error, password string) error {
 	if password != "" {
 		msg = strings.ReplaceAll(msg, password, "xxxxx")
 	}
-	return fmt.Errorf("%s (%s; libpq's parameters as pgx takes them, and baton's schema, listen_url, create_schema)", msg, PostgresForm)
+	return fmt.Errorf("%s (%s; libpq's parameters as pgx takes them, and baton's %s)", msg, PostgresForm, strings.Join(postgresParams, ", "))
 }
 
 // checkPostgresSchema is the backend's schema-name rule (SchemaSQL's), in
@@ -208,7 +212,7 @@ func postgresParseError(err error, password string) error {
 func checkPostgresSchema(name string) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("schema=%s: %s (%s)", name, strings.TrimPrefix(fmt.Sprint(r), "postgres: "), PostgresForm)
+			err = fmt.Errorf("%s=%s: %s (%s)", postgres.ParamSchema, name, strings.TrimPrefix(fmt.Sprint(r), "postgres: "), PostgresForm)
 		}
 	}()
 	postgres.SchemaSQL(name)
@@ -288,9 +292,19 @@ func redactPassword(err error, password string) error {
 	return err
 }
 
-// postgresWindow is the renewal window of a PostgreSQL holder at ttl: the
-// backend.Config defaults, which the backend runs at.
+// PostgresMaxTTL is the longest TTL baton.fence can honour: it sets the
+// fenced transaction's statement_timeout and
+// idle_in_transaction_session_timeout to the TTL in milliseconds, settings
+// PostgreSQL bounds by 2^31-1 ms.
+const PostgresMaxTTL = math.MaxInt32 * time.Millisecond
+
+// postgresWindow is the renewal window of a PostgreSQL holder at ttl (the
+// backend.Config defaults, which the backend runs at), or why ttl is beyond
+// PostgresMaxTTL.
 func postgresWindow(ttl time.Duration) (time.Duration, error) {
+	if ttl > PostgresMaxTTL {
+		return 0, fmt.Errorf("above %s, the longest TTL PostgreSQL can honour: baton.fence sets the fenced transaction's statement_timeout to the TTL, and PostgreSQL takes at most 2147483647 ms; use --ttl %s or less", PostgresMaxTTL, PostgresMaxTTL)
+	}
 	timing, err := (backend.Config{TTL: ttl}).WithDefaults()
 	if err != nil {
 		return 0, err

@@ -15,7 +15,7 @@ func TestPostgresURL(t *testing.T) {
 		os.Unsetenv(v)
 	}
 	t.Run("host list", func(t *testing.T) {
-		spec, err := Parse("postgresql://app:s3cret@db1:5433,db2,[::1]:5434/jobs?sslmode=disable&schema=ops&application_name=x")
+		spec, err := Parse("postgresql://app:s3cret@db1:5433,db2,[::1]:5434/jobs?sslmode=disable&baton_schema=ops&application_name=x")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -25,7 +25,7 @@ func TestPostgresURL(t *testing.T) {
 		if got := strings.Join(spec.Hosts, " "); got != "db1 db2 ::1" {
 			t.Errorf("Hosts = %q, want db1 db2 ::1", got)
 		}
-		cfg, ours, err := parsePostgresConn("postgres://app:s3cret@db1:5433,db2/jobs?sslmode=disable&schema=ops&application_name=x", "")
+		cfg, ours, err := parsePostgresConn("postgres://app:s3cret@db1:5433,db2/jobs?sslmode=disable&baton_schema=ops&application_name=x", "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -36,14 +36,14 @@ func TestPostgresURL(t *testing.T) {
 		if len(c.Fallbacks) == 0 || c.Fallbacks[len(c.Fallbacks)-1].Host != "db2" || c.Fallbacks[len(c.Fallbacks)-1].Port != 5432 {
 			t.Errorf("fallbacks %+v: want db2:5432 last", c.Fallbacks)
 		}
-		if _, ok := c.RuntimeParams["schema"]; ok {
-			t.Error("baton's schema= reached pgx as a run-time parameter: the server would refuse it")
+		if _, ok := c.RuntimeParams["baton_schema"]; ok {
+			t.Error("baton's baton_schema= reached pgx as a run-time parameter: the server would refuse it")
 		}
 		if c.RuntimeParams["application_name"] != "x" {
 			t.Errorf("application_name = %q: libpq's parameters must reach pgx", c.RuntimeParams["application_name"])
 		}
-		if ours.Get("schema") != "ops" {
-			t.Errorf("schema = %q, want ops", ours.Get("schema"))
+		if ours.Get("baton_schema") != "ops" {
+			t.Errorf("schema = %q, want ops", ours.Get("baton_schema"))
 		}
 	})
 	t.Run("password parameter", func(t *testing.T) {
@@ -99,11 +99,11 @@ func TestPostgresURL(t *testing.T) {
 			t.Errorf("sslmode=verify-full: TLS config %+v, want verification of db.example.com", tc)
 		}
 	})
-	t.Run("listen_url", func(t *testing.T) {
-		if _, err := Parse("postgres://app:pw@bouncer:6432/jobs?listen_url=postgres://app@db:5432/jobs%3Fsslmode%3Ddisable"); err != nil {
+	t.Run("baton_listen", func(t *testing.T) {
+		if _, err := Parse("postgres://app:pw@bouncer:6432/jobs?baton_listen=postgres://app@db:5432/jobs%3Fsslmode%3Ddisable"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Parse("postgres://app:pw@bouncer:6432/jobs?listen_url=off"); err != nil {
+		if _, err := Parse("postgres://app:pw@bouncer:6432/jobs?baton_listen=off"); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -118,11 +118,12 @@ func TestPostgresURLErrors(t *testing.T) {
 		{"postgres://app:" + pw + "@db:notaport/jobs", "invalid port"},
 		{"postgres://app:" + pw + "@db:99999/jobs", "port"},
 		{"postgres://app:" + pw + "@db/jobs?sslmode=sometimes", "sslmode"},
-		{"postgres://app:" + pw + "@db/jobs?schema=Ops", "schema=Ops"},
-		{"postgres://app:" + pw + "@db/jobs?create_schema=maybe", "create_schema"},
-		{"postgres://app:" + pw + "@db/jobs?baton_schema=x", "baton's own parameters are schema, listen_url, create_schema"},
-		{"postgres://app:" + pw + "@db/jobs?listen_url=http://db", "listen_url"},
-		{"postgres://app:" + pw + "@db/jobs?listen_url=postgres://app:" + pw + "@db:bad/jobs", "listen_url"},
+		{"postgres://app:" + pw + "@db/jobs?baton_schema=Ops", "baton_schema=Ops"},
+		{"postgres://app:" + pw + "@db/jobs?baton_create=maybe", "baton_create"},
+		{"postgres://app:" + pw + "@db/jobs?baton_scheme=x", "baton's own parameters are baton_schema, baton_listen, baton_create"},
+		{"postgres://app:" + pw + "@db/jobs?schema=x", "baton_schema"},
+		{"postgres://app:" + pw + "@db/jobs?baton_listen=http://db", "baton_listen"},
+		{"postgres://app:" + pw + "@db/jobs?baton_listen=postgres://app:" + pw + "@db:bad/jobs", "baton_listen"},
 		{"postgres://app:" + pw + "%zz@db/jobs", "malformed % escape"},
 		{"postgres://app@db/jobs?password=" + pw + "&sslmode=bad", "sslmode"},
 		{"postgres://app:" + pw + "@db/jobs?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem", "ca.pem"},
@@ -144,15 +145,15 @@ func TestPostgresURLErrors(t *testing.T) {
 }
 
 // TestRedactPostgres: Redact hides the user-information password, the
-// password parameters and a listen_url's password.
+// password parameters and a baton_listen's password.
 func TestRedactPostgres(t *testing.T) {
 	const pw = "Hunter2Secret"
 	for _, raw := range []string{
 		"postgres://app:" + pw + "@db/jobs",
 		"postgres://app@db/jobs?sslmode=disable&password=" + pw,
 		"postgres://app@db/jobs?sslpassword=" + pw,
-		"postgres://app@db/jobs?listen_url=postgres://app:" + pw + "@direct/jobs",
-		"postgres://app@db/jobs?listen_url=postgres%3A%2F%2Fapp%3A" + pw + "%40direct%2Fjobs",
+		"postgres://app@db/jobs?baton_listen=postgres://app:" + pw + "@direct/jobs",
+		"postgres://app@db/jobs?baton_listen=postgres%3A%2F%2Fapp%3A" + pw + "%40direct%2Fjobs",
 	} {
 		got := Redact(raw)
 		if strings.Contains(got, pw) {
