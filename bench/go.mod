@@ -3,14 +3,16 @@ module github.com/batonhq/baton/bench
 go 1.26.7
 
 require (
-	github.com/batonhq/baton v0.0.0-00010101000000-000000000000
+	github.com/batonhq/baton v0.0.0
 	github.com/batonhq/baton/backend/consul v0.0.0-00010101000000-000000000000
 	github.com/batonhq/baton/backend/etcd v0.0.0-00010101000000-000000000000
+	github.com/batonhq/baton/backend/postgres v0.0.0-00010101000000-000000000000
 	github.com/batonhq/baton/backend/raft v0.0.0-00010101000000-000000000000
 	github.com/batonhq/baton/backend/zookeeper v0.0.0-00010101000000-000000000000
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/hashicorp/consul/api v1.34.5
 	github.com/hashicorp/go-metrics v0.6.0
+	github.com/jackc/pgx/v5 v5.13.0
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.uber.org/zap v1.27.1
 	golang.org/x/net v0.61.0
@@ -39,6 +41,9 @@ require (
 	github.com/hashicorp/raft-autopilot v0.3.0 // indirect
 	github.com/hashicorp/raft-boltdb/v2 v2.3.1 // indirect
 	github.com/hashicorp/serf v0.10.4 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/mattn/go-colorable v0.1.15 // indirect
 	github.com/mattn/go-isatty v0.0.22 // indirect
 	github.com/mitchellh/go-homedir v1.1.0 // indirect
@@ -66,6 +71,7 @@ replace (
 	github.com/batonhq/baton => ..
 	github.com/batonhq/baton/backend/consul => ../backend/consul
 	github.com/batonhq/baton/backend/etcd => ../backend/etcd
+	github.com/batonhq/baton/backend/postgres => ../backend/postgres
 	github.com/batonhq/baton/backend/raft => ../backend/raft
 	github.com/batonhq/baton/backend/zookeeper => ../backend/zookeeper
 )

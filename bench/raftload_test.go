@@ -21,6 +21,7 @@ import (
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/internal/certs"
+	"github.com/batonhq/baton/internal/testserver"
 )
 
 // The environment variables that make this test binary a raft member
@@ -42,7 +43,9 @@ func TestMain(m *testing.M) {
 	case os.Getenv(envHog) != "":
 		hogMain()
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	testserver.StopSharedPostgres()
+	os.Exit(code)
 }
 
 // hogMain spins envHog threads until it is killed: a CPU-bound

@@ -63,6 +63,9 @@ func TestCronOncePerSlot(t *testing.T) {
 		// The embedded raft group, through a `baton agent`: a kill -9 of a
 		// cron process is a session's death, not a member's.
 		{"raft", startCronAgent, "2.5s"},
+		// The last slot run is the term's state in the lease's row.
+		{"postgres", pgURL, "2s"},
+		{"pgbouncer", pgBouncerURL, "2s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -16,8 +16,10 @@ require (
 	github.com/batonhq/baton/backend/consul v0.0.0-00010101000000-000000000000
 	github.com/batonhq/baton/backend/etcd v0.0.0-00010101000000-000000000000
 	github.com/batonhq/baton/backend/kubernetes v0.0.0-00010101000000-000000000000
+	github.com/batonhq/baton/backend/postgres v0.0.0-00010101000000-000000000000
 	github.com/batonhq/baton/backend/raft v0.0.0-00010101000000-000000000000
 	github.com/batonhq/baton/backend/zookeeper v0.0.0-00010101000000-000000000000
+	github.com/jackc/pgx/v5 v5.13.0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.67.5
@@ -31,7 +33,12 @@ require (
 	k8s.io/client-go v0.37.2
 )
 
-require github.com/kylelemons/godebug v1.1.0 // indirect
+require (
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/kylelemons/godebug v1.1.0 // indirect
+)
 
 require (
 	github.com/armon/go-metrics v0.4.1 // indirect
@@ -140,6 +147,7 @@ replace (
 	github.com/batonhq/baton/backend/consul => ../../backend/consul
 	github.com/batonhq/baton/backend/etcd => ../../backend/etcd
 	github.com/batonhq/baton/backend/kubernetes => ../../backend/kubernetes
+	github.com/batonhq/baton/backend/postgres => ../../backend/postgres
 	github.com/batonhq/baton/backend/raft => ../../backend/raft
 	github.com/batonhq/baton/backend/zookeeper => ../../backend/zookeeper
 )

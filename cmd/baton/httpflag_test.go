@@ -295,6 +295,8 @@ func TestRunHTTP(t *testing.T) {
 		{"etcd", func(t *testing.T) (func(int) []string, []string) { return sameBackend(etcdURL(t)) }, "1s", 3},
 		{"zookeeper", func(t *testing.T) (func(int) []string, []string) { return sameBackend(zkURL(t, "/services/http")) }, "2s", 3},
 		{"consul", func(t *testing.T) (func(int) []string, []string) { return sameBackend(consulURL(t, "/services")) }, "3s", 3},
+		{"postgres", func(t *testing.T) (func(int) []string, []string) { return sameBackend(pgURL(t)) }, "2s", 3},
+		{"pgbouncer", func(t *testing.T) (func(int) []string, []string) { return sameBackend(pgBouncerURL(t)) }, "2s", 3},
 		// The kubeconfig through KUBECONFIG, as in a shell, not in the URL.
 		{"kubernetes", func(t *testing.T) (func(int) []string, []string) {
 			return func(int) []string { return []string{"--backend", "k8s://http"} }, []string{"KUBECONFIG=" + kubeconfigFor(t, "http")}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend/postgres"
 	"github.com/batonhq/baton/cmd/baton/internal/backendurl"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -107,7 +108,7 @@ func (c *isLeaderCommand) Run(ctx context.Context, _ []string) error {
 	if err != nil {
 		return err
 	}
-	rec, err := queryLeader(ctx, spec, &c.common, c.timeout, c.app)
+	rec, err := queryLeader(ctx, spec, &c.common, c.timeout, c.app, nil)
 	out := c.app.stdout()
 	switch {
 	case errors.Is(err, baton.ErrNoLeader):
@@ -155,7 +156,7 @@ func hostOf(id string) string {
 
 // queryLeader opens the backend and asks it for the holder of the lease,
 // all within timeout. Failing to get an answer is exit status 3.
-func queryLeader(ctx context.Context, spec *backendurl.Spec, common *commonFlags, timeout time.Duration, app *App) (baton.Record, error) {
+func queryLeader(ctx context.Context, spec *backendurl.Spec, common *commonFlags, timeout time.Duration, app *App, notes *notifications) (baton.Record, error) {
 	log := common.logger(app.stderr())
 	qctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -180,6 +181,9 @@ func queryLeader(ctx context.Context, spec *backendurl.Spec, common *commonFlags
 		}
 	}()
 	rec, err := b.Leader(qctx, common.lease)
+	if notes != nil && (err == nil || errors.Is(err, baton.ErrNoLeader)) {
+		*notes = notificationsOf(qctx, b.Backend)
+	}
 	if ce := (*baton.ConfigError)(nil); errors.As(err, &ce) {
 		// An answer that retrying cannot change: agent:// at a process
 		// that serves no raft reads, say.
@@ -202,4 +206,42 @@ func undetermined(ctx context.Context, common *commonFlags, timeout time.Duratio
 		err = fmt.Errorf("asking %s who holds lease %q: %w", redactURL(common.backend), common.lease, err)
 	}
 	return &exitError{code: exitUndetermined, err: err}
+}
+
+// notifications says how a backend's waiters learn of a release, for
+// `baton leader`: on PostgreSQL, by LISTEN/NOTIFY, or by polling when
+// notifications do not work (through PgBouncer in transaction-pooling
+// mode) or are turned off. Mode is "" for backends without the choice.
+type notifications struct {
+	Mode   string // "listen", "poll", or "undetermined"
+	Reason string // why "poll" or "undetermined"
+	Poll   time.Duration
+}
+
+// notificationsOf waits, within ctx, until b (a PostgreSQL backend) knows
+// whether notifications reach it: one round trip on a direct connection,
+// the probe's timeout through PgBouncer.
+func notificationsOf(ctx context.Context, b baton.Backend) notifications {
+	pb, ok := b.(*postgres.Backend)
+	if !ok {
+		return notifications{}
+	}
+	poll := pb.Config().RenewInterval
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		st := pb.Notifications()
+		switch {
+		case st.Listening:
+			return notifications{Mode: "listen"}
+		case st.Polling:
+			return notifications{Mode: "poll", Reason: st.Reason, Poll: poll}
+		}
+		select {
+		case <-ctx.Done():
+			return notifications{Mode: "undetermined", Poll: poll,
+				Reason: "the LISTEN probe did not finish within --timeout (through PgBouncer it takes 5 s to fail); raise --timeout to know"}
+		case <-t.C:
+		}
+	}
 }

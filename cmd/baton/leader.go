@@ -21,6 +21,13 @@ JSON output:  {"lease":"L","holder":"ID","token":"N"[,"since":"RFC3339"]}
               (the token is a decimal string: tokens exceed 2^53, past which
               JSON numbers lose digits in JavaScript and jq 1.6)
 
+With --backend postgres://, baton also says how waiters learn of a release:
+when notifications are off (LISTEN does not work through PgBouncer in
+transaction-pooling mode; or baton_listen=off), a line on stderr says that
+waiters poll, how often, and why; JSON adds "notifications":"listen", "poll"
+or "undetermined" (the probe, 5 s through PgBouncer, outlasted --timeout)
+and "notifications_reason".
+
 With --backend agent://HOST:PORT, HOST:PORT may be the --http of any member
 of a raft group, a 'baton agent' or a 'baton run --backend raft://' (see
 is-leader --help).
@@ -77,6 +84,24 @@ type leaderJSON struct {
 	Holder *string `json:"holder"`
 	Token  string  `json:"token,omitempty"` // decimal: tokens exceed 2^53, past which JSON numbers lose digits in many readers
 	Since  string  `json:"since,omitempty"`
+	// Notifications (postgres:// only) is how waiters learn of a
+	// release: "listen", "poll" or "undetermined"; the reason says why not
+	// "listen".
+	Notifications       string `json:"notifications,omitempty"`
+	NotificationsReason string `json:"notifications_reason,omitempty"`
+}
+
+// sayNotifications tells, on stderr, that waiters poll rather than wake on
+// a release: hand-overs then take up to a poll interval longer.
+func (c *leaderCommand) sayNotifications(n notifications) {
+	if n.Mode == "" || n.Mode == "listen" {
+		return
+	}
+	if n.Mode == "poll" {
+		fmt.Fprintf(c.app.stderr(), "baton: notifications are off: waiters poll every %s, so a hand-over takes up to that long (%s)\n", n.Poll, n.Reason)
+		return
+	}
+	fmt.Fprintf(c.app.stderr(), "baton: notifications undetermined: %s; waiters poll every %s until LISTEN works\n", n.Reason, n.Poll)
 }
 
 // Run prints the holder of the lease.
@@ -91,11 +116,13 @@ func (c *leaderCommand) Run(ctx context.Context, _ []string) error {
 	if c.common.isRule {
 		return c.ruleLeader(ctx)
 	}
-	rec, err := queryLeader(ctx, spec, &c.common, c.timeout, c.app)
+	var notes notifications
+	rec, err := queryLeader(ctx, spec, &c.common, c.timeout, c.app, &notes)
 	out := c.app.stdout()
+	c.sayNotifications(notes)
 	if errors.Is(err, baton.ErrNoLeader) {
 		if c.json {
-			b, _ := json.Marshal(leaderJSON{Lease: c.common.lease})
+			b, _ := json.Marshal(leaderJSON{Lease: c.common.lease, Notifications: notes.Mode, NotificationsReason: notes.Reason})
 			fmt.Fprintf(out, "%s\n", b)
 		}
 		return &exitError{code: exitFailure, err: fmt.Errorf("nobody holds lease %q", c.common.lease)}
@@ -108,7 +135,8 @@ func (c *leaderCommand) Run(ctx context.Context, _ []string) error {
 		since = rec.Since.Format(time.RFC3339Nano)
 	}
 	if c.json {
-		b, err := json.Marshal(leaderJSON{Lease: c.common.lease, Holder: &rec.Holder, Token: strconv.FormatUint(rec.Token, 10), Since: since})
+		b, err := json.Marshal(leaderJSON{Lease: c.common.lease, Holder: &rec.Holder, Token: strconv.FormatUint(rec.Token, 10), Since: since,
+			Notifications: notes.Mode, NotificationsReason: notes.Reason})
 		if err != nil {
 			return err
 		}

@@ -71,6 +71,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	testserver.StopSharedKubeAPIServer()
+	testserver.StopSharedPostgres()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

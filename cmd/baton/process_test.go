@@ -196,6 +196,10 @@ func TestRunFailover(t *testing.T) {
 		// 0.67 s) delayed by the loaded test server does not look like a
 		// dead holder, and the renewal window (1.1 s) fits --grace 300ms.
 		{"kubernetes", func(t *testing.T) string { return k8sURL(t, "failover") }, "2s"},
+		// A renewal window of 1.1 s at 2 s, which --grace 300ms fits in.
+		{"postgres", pgURL, "2s"},
+		// Through PgBouncer in transaction-pooling mode: waiters poll.
+		{"pgbouncer", pgBouncerURL, "2s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -55,6 +55,13 @@ Backends (--backend URL):
                                  NAME; server and credentials from the kubeconfig
                                  (?kubeconfig=F, else KUBECONFIG, else ~/.kube/config),
                                  else the pod's service account
+  postgres://[user[:password]@]host[:port][,host:port][/db][?param=value&...]
+                                 PostgreSQL (postgresql:// too): libpq's URL as pgx
+                                 takes it (sslmode up to verify-full, PG* variables,
+                                 passfile) plus baton's baton_schema=NAME (default
+                                 baton), baton_create=false, baton_listen=URL (a
+                                 direct connection for LISTEN behind PgBouncer) or
+                                 baton_listen=off (waiters poll); see 'baton postgres schema'
   memory://                      in-process only; lets you try 'baton run' alone
   aws-asg://[GROUP]              is-leader and leader only: the Auto Scaling group's
                                  own rule, the InService, Healthy instance with the
@@ -109,7 +116,7 @@ func (a *App) newRootCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cmd.SetOut(a.stderr())
 			_ = cmd.Usage()
-			return usageErrorf("no command given: use one of run, cron, is-leader, leader, agent, tls, raft, demo, version")
+			return usageErrorf("no command given: use one of run, cron, is-leader, leader, agent, tls, raft, postgres, demo, version")
 		},
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 		Version:           buildVersion(),
@@ -138,6 +145,7 @@ func (a *App) newRootCommand() *cobra.Command {
 		a.newAgentCommand(),
 		a.newTLSCommand(),
 		a.newRaftCommand(),
+		a.newPostgresCommand(),
 		a.newDemoCommand(),
 		a.newDemoJobCommand(),
 		a.newVersionCommand(),
@@ -252,7 +260,7 @@ type commonFlags struct {
 
 func (c *commonFlags) register(fs *pflag.FlagSet, idUsage string) {
 	c.fs = fs
-	fs.StringVar(&c.backend, "backend", "", "backend URL: raft:// (this process is a member), agent://host:port or agent:///SOCKET, etcd://host:port[,host:port], zk://host:port[,host:port][/root], consul://host:port[/prefix], k8s://[namespace], memory://, or aws-asg://[GROUP] (is-leader and leader only) (required)")
+	fs.StringVar(&c.backend, "backend", "", "backend URL: raft:// (this process is a member), agent://host:port or agent:///SOCKET, etcd://host:port[,host:port], zk://host:port[,host:port][/root], consul://host:port[/prefix], k8s://[namespace], postgres://..., memory://, or aws-asg://[GROUP] (is-leader and leader only) (required)")
 	fs.StringVar(&c.lease, "lease", "", "name of the lease (required, except with aws-asg://)")
 	fs.StringVar(&c.id, "id", "", idUsage)
 	fs.DurationVar(&c.ttl, "ttl", backend.DefaultTTL, "lease time-to-live: how long a dead leader keeps the lease before a standby takes over (default 20s with consul://, 5s with raft:// and agent://)")

@@ -40,6 +40,9 @@ func TestRunTTLAtBackendLimits(t *testing.T) {
 		{"kubernetes above max", k8sArgs, "2147483648s", []string{"--ttl 596523h14m8s", "leaseDurationSeconds is an int32 of seconds"}},
 		{"raft max", raftArgs, "30s", nil},
 		{"raft above max", raftArgs, maxDuration, []string{"above the group's longest, 30s", "--max-ttl"}},
+		// baton.fence sets statement_timeout to the TTL: at most 2^31-1 ms.
+		{"postgres max", pgArgs, "2147483647ms", nil},
+		{"postgres above max", pgArgs, "2147483648ms", []string{"--ttl 596h31m23.648s", "statement_timeout", "2147483647 ms"}},
 		{"memory largest duration", func(*testing.T) ([]string, map[string]string) { return []string{"--backend", "memory://"}, nil }, maxDuration, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,6 +62,10 @@ func TestRunTTLAtBackendLimits(t *testing.T) {
 			}
 		})
 	}
+}
+
+func pgArgs(t *testing.T) ([]string, map[string]string) {
+	return []string{"--backend", pgURL(t)}, nil
 }
 
 func etcdArgs(t *testing.T) ([]string, map[string]string) {

@@ -4,6 +4,7 @@
 //	etcd://[user:password@]host[:port][,host[:port]...]      port 2379
 //	zk://[user:password@]host[:port][,...][/root][?tls params] port 2181
 //	consul://host[:port][/prefix][?params]                   port 8500
+//	postgres://[user[:password]@]host[:port][,...][/db][?params]  libpq's URL; postgresql:// too
 //	agent://[token@]/path/to/agent.sock                       a raft agent's Unix socket
 //	agent://[token@]host:port                                 a raft agent (its socket on this host)
 //	raft://                                                   a raft member
@@ -20,7 +21,7 @@
 //
 // A program that names its backend in code needs none of this: it calls
 // the backend package's New. This package imports the etcd, ZooKeeper,
-// Consul and raft backends, each a module of its own with its client, which
+// Consul, PostgreSQL and raft backends, each a module of its own with its client, which
 // is why it is part of the CLI's module and of no library module.
 package backendurl
 
@@ -48,11 +49,17 @@ var schemes = map[string]scheme{
 	"agent":  {form: "agent:///path/to/agent.sock or agent://host:port", parse: parseAgentURL, window: raftWindow},
 	"zk":     {form: "zk://host:port[,host:port][/root]", parse: parseZooKeeperURL, checkLease: zooKeeperLease, window: zooKeeperWindow},
 	"consul": {form: "consul://host:port[/prefix]", parse: parseConsulURL, checkLease: consulLease, window: consulWindow},
+	// libpq's URLs, which net/url cannot split (host lists), go to pgx whole.
+	"postgres":   {form: "postgres://[user[:password]@]host[:port][,host:port][/db][?params]", parseRaw: parsePostgresURL, window: postgresWindow},
+	"postgresql": {form: "postgresql://... (as postgres://)", parseRaw: parsePostgresURL, window: postgresWindow},
 }
 
 type scheme struct {
 	form  string                         // the URL form, for messages
 	parse func(*url.URL) (opener, error) // checks the URL without connecting
+	// parseRaw, if set instead of parse, checks the URL as a whole
+	// string, and returns its hosts too.
+	parseRaw func(raw string) (opener, []string, error)
 	// checkLease rejects lease names the backend cannot take, so that the
 	// mistake is a usage error rather than a campaign retried forever. Nil
 	// accepts any non-empty name.
@@ -128,7 +135,8 @@ func settingsErrorf(format string, args ...any) error {
 // the same Spec.
 type Spec struct {
 	// Scheme is the URL's scheme in lower case: etcd, zk, consul, agent,
-	// raft, memory, or the Name of a Scheme given to Parse.
+	// raft, memory, postgres (for postgresql:// too), or the Name of a
+	// Scheme given to Parse.
 	Scheme string
 	// Hosts are the servers' hosts named in the URL (none for raft://,
 	// memory:// and agent:///PATH).
@@ -277,6 +285,14 @@ func parse(raw string, extra []Scheme) (*Spec, error) {
 		}
 		return nil, fmt.Errorf("unknown backend scheme %q: supported are %s", name, forms(extra))
 	}
+	if s.parseRaw != nil {
+		open, hosts, err := s.parseRaw(raw)
+		if err != nil {
+			return nil, err
+		}
+		// postgresql:// is postgres:// by another name.
+		return &Spec{Scheme: strings.TrimSuffix(strings.ToLower(name), "ql"), Hosts: hosts, s: s, open: open}, nil
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		// url.Parse refuses some forms that the scheme parsers explain
@@ -322,11 +338,15 @@ func parseExtra(raw string, x Scheme) (*Spec, error) {
 }
 
 // Redact hides the password of a URL's user information
-// (scheme://user:password@host), for messages and logs.
+// (scheme://user:password@host) and the values of its password and
+// sslpassword query parameters (libpq's), for messages and logs.
 func Redact(raw string) string {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
 		return raw
+	}
+	if i := strings.Index(rest, "?"); i >= 0 {
+		rest = rest[:i+1] + redactQuery(rest[i+1:])
 	}
 	authority := rest
 	if i := strings.IndexAny(rest, "/?"); i >= 0 {
@@ -334,11 +354,32 @@ func Redact(raw string) string {
 	}
 	at := strings.LastIndexByte(authority, '@')
 	if at < 0 {
-		return raw
+		return scheme + "://" + rest
 	}
 	user, _, hasPass := strings.Cut(authority[:at], ":")
 	if !hasPass {
-		return raw
+		return scheme + "://" + rest
 	}
 	return scheme + "://" + user + ":xxxxx" + rest[at:]
+}
+
+// redactQuery hides the values of password parameters in a raw query, and
+// the passwords of URLs in its values (postgres:// takes a baton_listen).
+func redactQuery(q string) string {
+	parts := strings.Split(q, "&")
+	for i, p := range parts {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok {
+			continue
+		}
+		key, kerr := url.QueryUnescape(k)
+		val, verr := url.QueryUnescape(v)
+		switch {
+		case kerr != nil || verr != nil || strings.Contains(strings.ToLower(key), "password"):
+			parts[i] = k + "=xxxxx"
+		case strings.Contains(val, "://"):
+			parts[i] = k + "=" + url.QueryEscape(Redact(val))
+		}
+	}
+	return strings.Join(parts, "&")
 }

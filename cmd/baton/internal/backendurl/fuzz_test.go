@@ -25,6 +25,9 @@ func FuzzParseBackend(f *testing.F) {
 		"etcd://user:pass@h1:2379,h2", "zk://h/x?ca-file=%zz", "consul://h/%zz", "agent://h%41:1",
 		"etcd://[::1", "etcd://[::1]x", "etcd://hé:2379", "etcd://::1", "agent://[::1]:8790",
 		"agent:///run/baton/agent.sock", "agent://tok@/run/x.sock", "agent:///", "agent:///a/../b", "agent://tok@10.0.0.1:8790",
+		"postgres://u:pw@h1:5432,h2/db?sslmode=verify-full&baton_schema=s", "postgresql://", "postgres://u:pw%zz@h",
+		"postgres://u@h/db?password=pw&sslmode=x", "postgres://h/db?baton_listen=postgres://u:pw@d/db", "postgres://h:99999",
+		"postgres://u:pw@[::1]:5432/db?baton_schema=BAD", "postgres://h/db?baton_create=no&baton_listen=off", "postgres://u:p@h#x",
 	} {
 		f.Add(seed)
 	}
@@ -36,6 +39,9 @@ func FuzzParseBackend(f *testing.F) {
 		if err != nil {
 			if strings.TrimSpace(err.Error()) == "" {
 				t.Fatalf("Parse(%q): empty error", raw)
+			}
+			if pw := postgresPassword(raw); len(pw) >= 4 && strings.Contains(err.Error(), pw) && !strings.Contains(Redact(raw), pw) {
+				t.Fatalf("Parse(%q): the error holds the password %q: %v", raw, pw, err)
 			}
 			return
 		}
@@ -67,4 +73,23 @@ func FuzzParseBackend(f *testing.F) {
 			}
 		}
 	})
+}
+
+// postgresPassword returns the password of a postgres:// URL's user
+// information, as pgx reads it (the user information ends at the first @
+// before any /), or "".
+func postgresPassword(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok || !strings.HasPrefix(strings.ToLower(scheme), "postgres") {
+		return ""
+	}
+	i := strings.IndexAny(rest, "@/")
+	if i < 0 || rest[i] != '@' {
+		return ""
+	}
+	_, pw, _ := strings.Cut(rest[:i], ":")
+	if p, err := url.PathUnescape(pw); err == nil {
+		return p
+	}
+	return pw
 }

@@ -34,7 +34,8 @@ func TestParseSuggestions(t *testing.T) {
 		{"//h:2379", "etcd://h:2379"},
 		{"user:pa%25zz@h:2379", "etcd://user:xxxxx@h:2379"},
 		{"http://h:2379", ""},
-		{"postgres://db/x", ""},
+		{"mysql://db/x", ""},
+		{"postgress://db/x", "postgres://db/x"},
 		{"raft:/x/y?z", ""}, // raft:// takes nothing: raft://x/y?z is no URL to suggest
 		{"", ""},
 		{"h:99999", ""},
