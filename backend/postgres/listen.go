@@ -122,7 +122,7 @@ func (l *listener) run(ctx context.Context) {
 		err := l.session(ctx)
 		l.setUp(false)
 		if errors.Is(err, errNoDelivery) {
-			l.off("LISTEN does not deliver notifications on this connection (PgBouncer in transaction-pooling mode?); set Options.Listen (the CLI: listen_url) to a direct connection to be woken at once")
+			l.off("LISTEN does not deliver notifications on this connection (PgBouncer in transaction-pooling mode?); set Options.Listen (the CLI: ?baton_listen=URL) to a direct connection to be woken at once")
 			return
 		}
 		if ctx.Err() != nil {
