@@ -163,6 +163,14 @@ func TestParseURL(t *testing.T) {
 	if _, ok := c.Pool.ConnConfig.RuntimeParams["baton_schema"]; ok || c.Pool.ConnConfig.Host != "bouncer" || c.Pool.ConnConfig.TLSConfig == nil {
 		t.Errorf("pool config: host %q, runtime params %v, TLS %v", c.Pool.ConnConfig.Host, c.Pool.ConnConfig.RuntimeParams, c.Pool.ConnConfig.TLSConfig != nil)
 	}
+	// A host list, as libpq and pgx take it, with baton's parameters.
+	c, err = postgres.ParseURL("postgres://u:p@db1:5433,db2/app?baton_schema=leases&sslmode=disable")
+	if err != nil {
+		t.Fatalf("host list: %v", err)
+	}
+	if c.Options.Schema != "leases" || len(c.Pool.ConnConfig.Fallbacks) != 1 || c.Pool.ConnConfig.Host != "db1" || c.Pool.ConnConfig.Port != 5433 || c.Pool.ConnConfig.Fallbacks[0].Host != "db2" {
+		t.Errorf("host list: schema %q, host %q, fallbacks %+v", c.Options.Schema, c.Pool.ConnConfig.Host, c.Pool.ConnConfig.Fallbacks)
+	}
 	var ce *baton.ConfigError
 	if _, err := postgres.ParseURL("postgres://u:p@h/db?baton_create=maybe"); !errors.As(err, &ce) {
 		t.Errorf("bad baton_create: %v; want a *baton.ConfigError", err)

@@ -49,11 +49,13 @@ func ParseURL(raw string) (URLConfig, error) {
 	)
 	conn := raw
 	if strings.HasPrefix(raw, "postgres://") || strings.HasPrefix(raw, "postgresql://") {
-		u, err := url.Parse(raw)
+		// Only the query is parsed here: the authority may be a host list
+		// (h1:5432,h2:5433), which url.Parse refuses and pgx reads.
+		base, query, _ := strings.Cut(raw, "?")
+		q, err := url.ParseQuery(query)
 		if err != nil {
-			return out, &baton.ConfigError{Problems: []string{"postgres: the connection string is not a valid URL: " + redactURLError(err)}}
+			return out, &baton.ConfigError{Problems: []string{"postgres: the connection string's parameters (after ?) are not valid URL query syntax: " + redactURLError(err)}}
 		}
-		q := u.Query()
 		if v, ok := q[ParamSchema]; ok {
 			out.Options.Schema = v[0]
 			if err := checkSchema(v[0]); err != nil {
@@ -78,8 +80,10 @@ func ParseURL(raw string) (URLConfig, error) {
 		q.Del(ParamSchema)
 		q.Del(ParamCreate)
 		q.Del(ParamListen)
-		u.RawQuery = q.Encode()
-		conn = u.String()
+		conn = base
+		if len(q) > 0 {
+			conn += "?" + q.Encode()
+		}
 	} else if strings.Contains(raw, "baton_") {
 		problems = append(problems, "postgres: baton's parameters ("+ParamSchema+", "+ParamListen+", "+ParamCreate+") are read from the postgres:// URL form only; write the connection string as a URL")
 	}
