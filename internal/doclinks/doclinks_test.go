@@ -182,6 +182,14 @@ func TestAnchorsAndLinks(t *testing.T) {
 	}
 }
 
+// relativeTo names the directory a page's relative links start from.
+func relativeTo(page string) string {
+	if dir := filepath.ToSlash(filepath.Dir(page)); dir != "." {
+		return dir + "/"
+	}
+	return "the repository's root"
+}
+
 // TestDocLinks checks every relative link of README.md and docs/**/*.md.
 func TestDocLinks(t *testing.T) {
 	cache := map[string]map[string]bool{}
@@ -217,7 +225,7 @@ func TestDocLinks(t *testing.T) {
 				}
 				fi, err := os.Stat(filepath.Join(repoRoot, target))
 				if err != nil {
-					t.Errorf("%s:%d: link %q: %s does not exist; fix the path (it is relative to %s)", page, l.line, l.target, target, filepath.Dir(page)+"/")
+					t.Errorf("%s:%d: link %q: %s does not exist; fix the path (it is relative to %s)", page, l.line, l.target, target, relativeTo(page))
 					continue
 				}
 				if fi.IsDir() {
