@@ -154,7 +154,7 @@ metadata:
 			{[]string{"delete", "pods"}, false},
 			{[]string{"create", "pods"}, false},
 			{[]string{"patch", "pods", "-n", "default"}, false},
-			{[]string{"patch", "pods/status"}, false},
+			{[]string{"patch", "pods", "--subresource=status"}, false},
 			// Nothing else in its own namespace.
 			{[]string{"get", "secrets"}, false},
 			{[]string{"get", "configmaps"}, false},
