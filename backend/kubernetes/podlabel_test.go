@@ -86,7 +86,11 @@ func TestLeaderLabelFollowsTheHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := testkit.Context(t, 3*time.Minute)
-	admin, err := k8s.NewForConfig(restConfig(srv, srv.Host(), testserver.KubeAdminUser))
+	// The test's own polls are not rate-limited as a client's are (5
+	// requests a second), so that they see a change when it happens.
+	adminConfig := restConfig(srv, srv.Host(), testserver.KubeAdminUser)
+	adminConfig.QPS, adminConfig.Burst = 1000, 1000
+	admin, err := k8s.NewForConfig(adminConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +142,13 @@ func TestLeaderLabelFollowsTheHolder(t *testing.T) {
 		cancel context.CancelFunc
 		done   chan struct{}
 	}
+	// Each candidate has a client of its own, as each pod's process does
+	// (client-go limits each client to 5 requests a second).
 	start := func(name string) *candidate {
+		cs, err := k8s.NewForConfig(user)
+		if err != nil {
+			t.Fatal(err)
+		}
 		b, err := kubernetes.New(cs, kubernetes.Options{Namespace: ns, RecordOptions: backend.RecordOptions{Config: backend.Config{TTL: 10 * time.Second}}})
 		if err != nil {
 			t.Fatal(err)
