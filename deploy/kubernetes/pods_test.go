@@ -47,6 +47,9 @@ type podMeta struct {
 		Labels            map[string]string `json:"labels"`
 		DeletionTimestamp *string           `json:"deletionTimestamp"`
 	} `json:"metadata"`
+	Spec struct {
+		NodeName string `json:"nodeName"`
+	} `json:"spec"`
 }
 
 func (c *apiClient) do(ctx context.Context, method, path string, body any, out any) error {
@@ -128,6 +131,38 @@ func (c *apiClient) createPod(ctx context.Context, ns, name string, labels map[s
 		},
 	}
 	return c.do(ctx, http.MethodPost, "/api/v1/namespaces/"+ns+"/pods", pod, nil)
+}
+
+// endpoints returns the names of the pods that the EndpointSlices of
+// Service svc in ns list as ready endpoints, sorted; nil when it cannot
+// read them.
+func (c *apiClient) endpoints(ctx context.Context, ns, svc string) []string {
+	var list struct {
+		Items []struct {
+			Endpoints []struct {
+				Conditions struct {
+					Ready *bool `json:"ready"`
+				} `json:"conditions"`
+				TargetRef struct {
+					Kind, Name string
+				} `json:"targetRef"`
+			} `json:"endpoints"`
+		} `json:"items"`
+	}
+	path := "/apis/discovery.k8s.io/v1/namespaces/" + ns + "/endpointslices?labelSelector=" + url.QueryEscape("kubernetes.io/service-name="+svc)
+	if err := c.do(ctx, http.MethodGet, path, nil, &list); err != nil {
+		return nil
+	}
+	var names []string
+	for _, s := range list.Items {
+		for _, e := range s.Endpoints {
+			if e.TargetRef.Kind == "Pod" && (e.Conditions.Ready == nil || *e.Conditions.Ready) {
+				names = append(names, e.TargetRef.Name)
+			}
+		}
+	}
+	sort.Strings(names)
+	return names
 }
 
 // selectorWatch follows the pods of ns with a watch and records the

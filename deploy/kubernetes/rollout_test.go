@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,12 +19,13 @@ import (
 	"github.com/batonhq/baton/internal/testserver"
 )
 
-// kubelet stands in for the kubelets of a cluster without nodes: for each
-// pod of the Deployment that the ReplicaSet controller creates, it runs the
-// pod's baton command line (startBaton) and sets the pod's Ready condition
-// from the readiness probe, as a kubelet does; when the controller deletes
-// a pod (an unscheduled pod is deleted at once), it sends its baton
-// SIGTERM, as a kubelet does before it stops a container.
+// kubelet stands in for the scheduler and the kubelet of a cluster whose
+// one Node is an API object: for each pod of the Deployment that the
+// ReplicaSet controller creates, it binds the pod to the node, runs the
+// pod's baton command line (startBaton), and reports the pod Running with
+// an IP and its Ready condition from the readiness probe, as a kubelet
+// does; when the controller deletes a pod, it sends its baton SIGTERM, as a
+// kubelet stops a container, and confirms the deletion once it has exited.
 type kubelet struct {
 	t          *testing.T
 	api        *apiClient
@@ -32,15 +34,19 @@ type kubelet struct {
 	c          container
 	program    []string
 	selector   string // the Deployment's pods
+	node       string // the Node object the pods are bound to
 
 	mu   sync.Mutex
 	pods map[string]*fakePod
 	gone []*fakePod // deleted pods, their baton sent SIGTERM
+	ips  int        // pod IPs handed out: 10.244.0.1, .2, ...
 }
 
 // run syncs the pods every 100 ms until ctx ends.
 func (k *kubelet) run(ctx context.Context) {
 	ready := map[string]bool{}
+	ip := map[string]string{}
+	stopping := map[string]*fakePod{} // deleted gracefully, baton sent SIGTERM
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -53,7 +59,40 @@ func (k *kubelet) run(ctx context.Context) {
 			live := map[string]bool{}
 			for _, p := range list.Items {
 				name := p.Metadata.Name
+				if p.Metadata.DeletionTimestamp != nil {
+					// Deleted gracefully (a bound pod): SIGTERM to its
+					// baton, as a kubelet stops the container, and once it
+					// has exited, the deletion confirmed.
+					k.mu.Lock()
+					if fp := k.pods[name]; fp != nil {
+						_ = fp.cmd.Process.Signal(syscall.SIGTERM)
+						k.gone = append(k.gone, fp)
+						delete(k.pods, name)
+						stopping[name] = fp
+					}
+					k.mu.Unlock()
+					done := true
+					if fp := stopping[name]; fp != nil {
+						select {
+						case <-fp.exited:
+						default:
+							done = false
+						}
+					}
+					if done {
+						_ = k.api.do(ctx, http.MethodDelete, "/api/v1/namespaces/"+k.ns+"/pods/"+name, map[string]any{"gracePeriodSeconds": 0}, nil)
+					}
+					continue
+				}
 				live[name] = true
+				if p.Spec.NodeName == "" {
+					// The scheduler's part: bind it to the node.
+					binding := map[string]any{"apiVersion": "v1", "kind": "Binding", "metadata": map[string]any{"name": name},
+						"target": map[string]any{"apiVersion": "v1", "kind": "Node", "name": k.node}}
+					if err := k.api.do(ctx, http.MethodPost, "/api/v1/namespaces/"+k.ns+"/pods/"+name+"/binding", binding, nil); err != nil {
+						continue
+					}
+				}
 				k.mu.Lock()
 				fp := k.pods[name]
 				if fp == nil {
@@ -66,16 +105,27 @@ func (k *kubelet) run(ctx context.Context) {
 				if err == nil {
 					resp.Body.Close()
 				}
-				if ok != ready[name] {
+				if _, seen := ip[name]; !seen || ok != ready[name] {
 					status := "False"
 					if ok {
 						status = "True"
 					}
-					patch := map[string]any{"status": map[string]any{"conditions": []map[string]any{{
-						"type": "Ready", "status": status, "lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
-					}}}}
+					// An IP, as a kubelet reports its pod's: the EndpointSlice
+					// controller lists no pod without one.
+					if !seen {
+						k.ips++
+						ip[name] = fmt.Sprintf("10.244.0.%d", k.ips)
+					}
+					patch := map[string]any{"status": map[string]any{
+						"phase": "Running", "podIP": ip[name], "podIPs": []map[string]any{{"ip": ip[name]}},
+						"conditions": []map[string]any{{
+							"type": "Ready", "status": status, "lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
+						}},
+					}}
 					if k.api.do(ctx, http.MethodPatch, "/api/v1/namespaces/"+k.ns+"/pods/"+name+"/status", patch, nil) == nil {
 						ready[name] = ok
+					} else if !seen {
+						delete(ip, name)
 					}
 				}
 			}
@@ -86,6 +136,7 @@ func (k *kubelet) run(ctx context.Context) {
 					k.gone = append(k.gone, fp)
 					delete(k.pods, name)
 					delete(ready, name)
+					delete(ip, name)
 				}
 			}
 			k.mu.Unlock()
@@ -119,12 +170,15 @@ func (k *kubelet) running() []string {
 // `kubectl rollout restart` makes) completes: every pod is replaced, the
 // holder's too, the lease goes to a new pod, and the leader Service's
 // selector ends up picking the new holder alone, never two pods at once.
+// The EndpointSlice controller runs too (the stand-in kubelet gives each
+// pod an IP), and the leader Service's EndpointSlices name the holder's
+// pod alone, before and after the rollout.
 // The same manifest with the readiness probe on /v1/health/leader alone
 // (200 for the leader only) never becomes available: rollout status times
 // out.
 func TestRolloutCompletes(t *testing.T) {
 	k := testserver.SharedKubeAPIServer(t)
-	testserver.StartKubeControllers(t, k, "deployment-controller", "replicaset-controller")
+	testserver.StartKubeControllers(t, k, "deployment-controller", "replicaset-controller", "endpointslice-controller")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	bin := buildBaton(ctx, t)
@@ -160,6 +214,7 @@ func TestRolloutCompletes(t *testing.T) {
 			// The ServiceAccount first: the server refuses pods that name a
 			// missing one.
 			kc("apply", "--server-side", "-f", filepath.Join("base", "rbac.yaml"))
+			kc("apply", "--server-side", "-f", filepath.Join("base", "service.yaml"))
 			kubeconfig := serviceAccountKubeconfig(ctx, t, k, admin, t.TempDir())
 			api := newAPIClient(t, k)
 			selector := serviceSelector(t)
@@ -169,7 +224,14 @@ func TestRolloutCompletes(t *testing.T) {
 			if err := yaml.Unmarshal([]byte(tc.manifest), &md); err != nil {
 				t.Fatal(err)
 			}
-			kl := &kubelet{t: t, api: api, ns: ns, bin: bin, kubeconfig: kubeconfig, c: batonContainer(md),
+			// A Node for the pods: the EndpointSlice controller lists only
+			// pods on a node it knows.
+			node := ns + "-node"
+			if err := api.do(ctx, http.MethodPost, "/api/v1/nodes", map[string]any{"apiVersion": "v1", "kind": "Node", "metadata": map[string]any{"name": node}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = api.do(context.Background(), http.MethodDelete, "/api/v1/nodes/"+node, nil, nil) })
+			kl := &kubelet{t: t, api: api, ns: ns, bin: bin, kubeconfig: kubeconfig, c: batonContainer(md), node: node,
 				program: []string{"sleep", "1000"}, selector: "app.kubernetes.io%2Fname%3Dmy-service", pods: map[string]*fakePod{}}
 			kctx, kcancel := context.WithCancel(ctx)
 			kdone := make(chan struct{})
@@ -205,7 +267,42 @@ func TestRolloutCompletes(t *testing.T) {
 				got, err := api.selected(ctx, ns, selector)
 				return err == nil && slices.Equal(got, []string{holder})
 			})
+			testkit.Eventually(t, time.Minute, "the leader Service's EndpointSlices to name the holder's pod alone", func() bool {
+				return slices.Equal(api.endpoints(ctx, ns, "my-service-leader"), []string{holder})
+			})
 
+			// Through the rollout, every 10 ms: the Lease's holder and the
+			// leader Service's ready endpoints. Each time the holder changes,
+			// how long until the endpoints name it alone; and whether they
+			// ever named two pods.
+			var (
+				lags   []time.Duration
+				two    []string
+				mctx   context.Context
+				mstop  context.CancelFunc
+				mdone  = make(chan struct{})
+				follow = holder
+			)
+			mctx, mstop = context.WithCancel(ctx)
+			go func() {
+				defer close(mdone)
+				var changed time.Time
+				for mctx.Err() == nil {
+					h := api.leaseHolder(mctx, ns, "my-service")
+					eps := api.endpoints(mctx, ns, "my-service-leader")
+					if len(eps) > 1 && two == nil {
+						two = eps
+					}
+					if h != "" && h != follow {
+						follow, changed = h, time.Now()
+					}
+					if !changed.IsZero() && slices.Equal(eps, []string{follow}) {
+						lags = append(lags, time.Since(changed))
+						changed = time.Time{}
+					}
+					time.Sleep(testkit.PollInterval)
+				}
+			}()
 			kc("patch", "deployment", "my-service", "--type=merge", "-p", `{"spec":{"template":{"metadata":{"annotations":{"rollout":"2"}}}}}`)
 			if err := rollout("3m"); err != nil {
 				t.Fatalf("rollout status of the rollout: %v; pods running: %v", err, kl.running())
@@ -218,14 +315,24 @@ func TestRolloutCompletes(t *testing.T) {
 				return len(now) == 3 && !slices.ContainsFunc(now, func(n string) bool { return slices.Contains(first, n) })
 			})
 			var next string
-			testkit.Eventually(t, time.Minute, "a new pod to hold the lease, and the selector to pick it alone", func() bool {
+			testkit.Eventually(t, time.Minute, "a new pod to hold the lease, and the selector and the EndpointSlices to name it alone", func() bool {
 				next = api.leaseHolder(ctx, ns, "my-service")
 				got, err := api.selected(ctx, ns, selector)
-				return err == nil && slices.Contains(now, next) && slices.Equal(got, []string{next})
+				return err == nil && slices.Contains(now, next) && slices.Equal(got, []string{next}) &&
+					slices.Equal(api.endpoints(ctx, ns, "my-service-leader"), []string{next})
 			})
+			mstop()
+			<-mdone
 			if most := watch.mostAtOnce(); len(most) > 1 {
 				t.Errorf("the leader Service's selector picked %v at once", most)
 			}
+			if two != nil {
+				t.Errorf("the leader Service's EndpointSlices named %v as ready at once", two)
+			}
+			if len(lags) == 0 {
+				t.Error("the lease changed hands in the rollout, but the EndpointSlices were never seen naming the new holder alone")
+			}
+			t.Logf("the leader Service's EndpointSlices named the new holder alone %v after the Lease named it (polled every %s)", lags, testkit.PollInterval)
 			// Each replaced pod's baton exited 0 on its SIGTERM.
 			kl.mu.Lock()
 			gone := slices.Clone(kl.gone)
