@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
-	k8s "k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/batonhq/baton"
 )
@@ -52,7 +52,7 @@ import (
 // patch to one label, so the holder's ServiceAccount may change any pod of
 // its namespace.
 type LeaderLabel struct {
-	client k8s.Interface
+	pods   corev1client.PodsGetter
 	opts   LeaderLabelOptions
 	log    *slog.Logger
 
@@ -103,12 +103,13 @@ func CheckLabel(key, value string) error {
 	return nil
 }
 
-// NewLeaderLabel returns a LeaderLabel that patches pods with client, which
-// stays the caller's. Nothing is patched before Run.
-func NewLeaderLabel(client k8s.Interface, opts LeaderLabelOptions) (*LeaderLabel, error) {
+// NewLeaderLabel returns a LeaderLabel that lists and patches pods through
+// pods (a clientset's CoreV1()), which stays the caller's. Nothing is
+// patched before Run.
+func NewLeaderLabel(pods corev1client.PodsGetter, opts LeaderLabelOptions) (*LeaderLabel, error) {
 	var problems []string
-	if client == nil {
-		problems = append(problems, "kubernetes: client is nil: make one with kubernetes.NewForConfig (k8s.io/client-go)")
+	if pods == nil {
+		problems = append(problems, "kubernetes: pods is nil: pass a clientset's CoreV1() (k8s.io/client-go)")
 	}
 	if opts.Pod == "" {
 		problems = append(problems, "kubernetes: LeaderLabelOptions.Pod is empty: name this process's pod (in a pod, the downward API's metadata.name)")
@@ -139,7 +140,7 @@ func NewLeaderLabel(client k8s.Interface, opts LeaderLabelOptions) (*LeaderLabel
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.WithGroup("leaderlabel").With("pod", opts.Namespace+"/"+opts.Pod, "label", opts.Key+"="+opts.Value)
-	return &LeaderLabel{client: client, opts: opts, log: log, changed: make(chan struct{}, 1)}, nil
+	return &LeaderLabel{pods: pods, opts: opts, log: log, changed: make(chan struct{}, 1)}, nil
 }
 
 // Elected asks for the label on this pod for term t. It returns at once;
@@ -253,7 +254,7 @@ func (l *LeaderLabel) Run(ctx context.Context) error {
 // it on this one.
 func (l *LeaderLabel) label(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, l.opts.RequestTimeout)
-	pods, err := l.client.CoreV1().Pods(l.opts.Namespace).List(rctx, metav1.ListOptions{LabelSelector: l.opts.Key + "=" + l.opts.Value})
+	pods, err := l.pods.Pods(l.opts.Namespace).List(rctx, metav1.ListOptions{LabelSelector: l.opts.Key + "=" + l.opts.Value})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("listing the pods labelled %s=%s: %w", l.opts.Key, l.opts.Value, err)
@@ -292,6 +293,6 @@ func (l *LeaderLabel) patch(ctx context.Context, pod string, value *string) erro
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.opts.RequestTimeout)
 	defer cancel()
-	_, err = l.client.CoreV1().Pods(l.opts.Namespace).Patch(ctx, pod, types.MergePatchType, body, metav1.PatchOptions{})
+	_, err = l.pods.Pods(l.opts.Namespace).Patch(ctx, pod, types.MergePatchType, body, metav1.PatchOptions{})
 	return err
 }

@@ -153,7 +153,7 @@ func TestLeaderLabelFollowsTheHolder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := kubernetes.NewLeaderLabel(cs, kubernetes.LeaderLabelOptions{Namespace: ns, Pod: name, Key: leaderKey, Value: leaderValue, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+		l, err := kubernetes.NewLeaderLabel(cs.CoreV1(), kubernetes.LeaderLabelOptions{Namespace: ns, Pod: name, Key: leaderKey, Value: leaderValue, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +232,7 @@ func TestLeaderLabelFollowsTheHolder(t *testing.T) {
 	if _, err := admin.CoreV1().Pods(ns).Patch(ctx, "pod-1", types.MergePatchType, []byte(`{"metadata":{"labels":{"`+leaderKey+`":"`+leaderValue+`"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	l, err := kubernetes.NewLeaderLabel(cs, kubernetes.LeaderLabelOptions{Namespace: ns, Pod: "pod-1", Key: leaderKey, Value: leaderValue})
+	l, err := kubernetes.NewLeaderLabel(cs.CoreV1(), kubernetes.LeaderLabelOptions{Namespace: ns, Pod: "pod-1", Key: leaderKey, Value: leaderValue})
 	if err != nil {
 		t.Fatal(err)
 	}

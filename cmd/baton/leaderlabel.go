@@ -93,7 +93,7 @@ func (f *leaderLabelFlag) start(ctx context.Context, spec *backendurl.Spec, back
 	if err := checkPodAccess(ctx, cs, ns); err != nil {
 		return nil, err
 	}
-	l, err := kubernetes.NewLeaderLabel(cs, kubernetes.LeaderLabelOptions{Namespace: ns, Pod: pod, Key: f.key, Value: f.value, Logger: log})
+	l, err := kubernetes.NewLeaderLabel(cs.CoreV1(), kubernetes.LeaderLabelOptions{Namespace: ns, Pod: pod, Key: f.key, Value: f.value, Logger: log})
 	if err != nil {
 		return nil, err
 	}
