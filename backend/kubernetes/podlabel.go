@@ -52,9 +52,9 @@ import (
 // patch to one label, so the holder's ServiceAccount may change any pod of
 // its namespace.
 type LeaderLabel struct {
-	pods   corev1client.PodsGetter
-	opts   LeaderLabelOptions
-	log    *slog.Logger
+	pods corev1client.PodsGetter
+	opts LeaderLabelOptions
+	log  *slog.Logger
 
 	mu      sync.Mutex
 	want    baton.Term // the term to label for; nil: unlabelled
