@@ -352,10 +352,11 @@ func procs(dir string) []int {
 // its own, as the service's, and the guard makes the command's cgroup
 // below it, as Delegate=yes allows; then every process of that cgroup tree
 // gets SIGTERM and SIGCONT at once, as KillMode=control-group sends them.
-// The command (a shell that has started a background sleep) gets its
-// SIGTERM, baton exits 0 within the unit's TimeoutStopSec, having stopped
-// the command and released the lease, and the cgroup is empty by then:
-// systemd's final SIGKILL would find nothing. Needs root (or a delegated
+// The command (a shell that notes SIGTERM and goes on, with a background
+// sleep) gets SIGTERM, the guard kills it and its child after --grace,
+// baton exits 0 within the unit's TimeoutStopSec, having released the
+// lease, and the cgroup is empty by then: systemd's final SIGKILL would
+// find nothing. Needs root (or a delegated
 // cgroup) and cgroup v2.
 func TestControlGroupStop(t *testing.T) {
 	own := cgroup2()
@@ -368,9 +369,17 @@ func TestControlGroupStop(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		_ = os.WriteFile(filepath.Join(svc, "cgroup.kill"), []byte("1"), 0)
-		for i := 0; i < 100 && os.Remove(svc) != nil; i++ {
+		for i := 0; i < 100; i++ {
+			children, _ := filepath.Glob(filepath.Join(svc, "baton-guard-*"))
+			for _, c := range children {
+				_ = os.Remove(c)
+			}
+			if os.Remove(svc) == nil {
+				return
+			}
 			time.Sleep(10 * time.Millisecond)
 		}
+		t.Logf("could not remove the test's cgroup %s", svc)
 	})
 	stop, err := time.ParseDuration(readUnit(t, "baton.service").get("TimeoutStopSec"))
 	if err != nil {
@@ -392,8 +401,11 @@ func TestControlGroupStop(t *testing.T) {
 	}
 	defer out.Close()
 	log := func() string { b, _ := os.ReadFile(out.Name()); return string(b) }
+	// A command that notes each SIGTERM and goes on, so that the guard's
+	// SIGKILL (after --grace, through the command's cgroup) must end it
+	// and the child it started in the background.
 	cmd := exec.Command(bin, "run", "--", "sh", "-c",
-		`trap 'echo got-term >> `+marks+`; exit 0' TERM; sleep 1000 & echo started >> `+marks+`; wait`)
+		`trap 'echo got-term >> `+marks+`' TERM; sleep 1000 & echo started >> `+marks+`; while :; do sleep 0.05; done`)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "BATON_BACKEND=memory://", "BATON_LEASE=unit-test", "BATON_GRACE=2s"}
 	cmd.Stdout, cmd.Stderr = out, out
 	// In the service's cgroup from its first instruction, as systemd
@@ -454,11 +466,16 @@ func TestControlGroupStop(t *testing.T) {
 	if guards, _ := filepath.Glob(filepath.Join(svc, "baton-guard-*")); len(guards) > 0 {
 		t.Errorf("the guard's cgroup outlived it: %v", guards)
 	}
-	if b, _ := os.ReadFile(marks); !strings.Contains(string(b), "got-term") {
+	b, _ := os.ReadFile(marks)
+	terms := strings.Count(string(b), "got-term")
+	if terms == 0 {
 		t.Errorf("the command never got SIGTERM: %q", b)
 	}
 	if l := log(); !strings.Contains(l, "term ended") || !strings.Contains(l, "resigned") {
 		t.Errorf("baton did not release the lease (no \"term ended ... resigned\" in its log)")
 	}
-	t.Logf("stopped in %s; processes in the service's cgroup before: %d", took.Round(time.Millisecond), len(before))
+	// systemd's SIGTERM and the guard's both reach the command, unless
+	// they coalesce while the first is pending (docs/install.md).
+	t.Logf("stopped in %s (the command ignoring SIGTERM, killed after --grace 2s); processes in the service's cgroup before: %d; SIGTERMs the command saw: %d",
+		took.Round(time.Millisecond), len(before), terms)
 }
