@@ -8,6 +8,10 @@
 //	                  or nobody holds the lease)
 //
 // with a JSON body (Answer) that names the holder, its token and why.
+// With ?standbyok=true a standby answers 200 instead of 429 (its body still
+// says standby), as Vault's /v1/sys/health?standbyok=true does: for
+// readiness probes, where a healthy standby is ready too, and a probe
+// counts only 2xx and 3xx as success.
 // NewLeader makes the handler for any baton.Elector; the same answers, for
 // a raft agent's many leases, come from `baton agent`, which mounts
 // NewHandler over a Checker of its own.
@@ -44,6 +48,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/batonhq/baton"
@@ -155,6 +160,10 @@ func NewHandler(c Checker, opts Options) (*Handler, error) {
 	return &Handler{c: c, timeout: opts.ReadTimeout}, nil
 }
 
+// StandbyOK is the query parameter that makes a standby's answer 200
+// (GET Path?standbyok=true): "this process is healthy", leader or standby.
+const StandbyOK = "standbyok"
+
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -162,10 +171,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: the leader health check answers GET and HEAD only", r.Method, r.URL.Path))
 		return
 	}
+	q := r.URL.Query()
+	standbyOK := false
+	if v := q.Get(StandbyOK); v != "" || q.Has(StandbyOK) {
+		ok, err := strconv.ParseBool(v)
+		if err != nil {
+			httpjson.Error(w, http.StatusBadRequest, fmt.Sprintf("?%s=%q: want true or false (true: a standby answers 200, for readiness probes)", StandbyOK, v))
+			return
+		}
+		standbyOK = ok
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
 	defer cancel()
-	a := h.c.CheckLeader(ctx, r.URL.Query().Get("lease"))
-	httpjson.Write(w, a.Code(), a)
+	a := h.c.CheckLeader(ctx, q.Get("lease"))
+	code := a.Code()
+	if standbyOK && a.Status == Standby && !a.NameLease {
+		code = http.StatusOK
+	}
+	httpjson.Write(w, code, a)
 }
 
 // Elector is what NewLeader reads of an Elector: *baton.Elector implements

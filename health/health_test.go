@@ -108,6 +108,13 @@ func TestLeaderAnswers(t *testing.T) {
 	if g := check(t, "HEAD", url); g.code != http.StatusTooManyRequests || g.raw != "" {
 		t.Errorf("HEAD: %d %q", g.code, g.raw)
 	}
+	// ?standbyok=true: a standby is healthy, 200, its body still standby.
+	if g := check(t, "GET", url+"?standbyok=true"); g.code != http.StatusOK || g.body.Status != health.Standby || g.body.Holder != "other" {
+		t.Errorf("standby, ?standbyok=true: %d %s", g.code, g.raw)
+	}
+	if g := check(t, "GET", url+"?standbyok=false"); g.code != http.StatusTooManyRequests {
+		t.Errorf("standby, ?standbyok=false: %d %s", g.code, g.raw)
+	}
 
 	// This process leads.
 	ctx, cancel := context.WithCancel(t.Context())
@@ -127,6 +134,9 @@ func TestLeaderAnswers(t *testing.T) {
 		!strings.Contains(g.raw, `"token": "`+itoa(term.Token())+`"`) {
 		t.Errorf("leading with token %d: %d %s", term.Token(), g.code, g.raw)
 	}
+	if g := check(t, "GET", url+"?standbyok=true"); g.code != http.StatusOK || g.body.Status != health.Leader {
+		t.Errorf("leading, ?standbyok=true: %d %s", g.code, g.raw)
+	}
 	// Leading, it answers without the backend.
 	mine.Disconnect()
 	if g := check(t, "GET", url); g.code != http.StatusOK {
@@ -138,10 +148,13 @@ func TestLeaderAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Not leading, the backend cut off: undetermined.
+	// Not leading, the backend cut off: undetermined, with ?standbyok too.
 	mine.Disconnect()
 	if g := check(t, "GET", url); g.code != http.StatusServiceUnavailable || !strings.Contains(g.body.Reason, "reading lease") {
 		t.Errorf("backend cut off: %d %s", g.code, g.raw)
+	}
+	if g := check(t, "GET", url+"?standbyok=true"); g.code != http.StatusServiceUnavailable {
+		t.Errorf("backend cut off, ?standbyok=true: %d %s", g.code, g.raw)
 	}
 	mine.Reconnect()
 
@@ -159,7 +172,8 @@ func itoa(u uint64) string {
 }
 
 // TestLeaderRequests: a request for another lease is undetermined and
-// lists the Elector's lease; methods other than GET and HEAD get 405.
+// lists the Elector's lease; a ?standbyok that is not a boolean gets 400;
+// methods other than GET and HEAD get 405.
 func TestLeaderRequests(t *testing.T) {
 	t.Parallel()
 	e, err := baton.NewElector(newBackend(t, memory.NewStore()), baton.ElectorConfig{Lease: "work", Candidate: baton.Candidate{ID: "me"}})
@@ -173,6 +187,19 @@ func TestLeaderRequests(t *testing.T) {
 	base := "http://" + testkit.ServeHTTP(t, h)
 	if g := check(t, "GET", base+health.Path+"?lease=other"); g.code != http.StatusServiceUnavailable || !strings.Contains(g.raw, `"work"`) {
 		t.Errorf("?lease=other: %d %s", g.code, g.raw)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), "GET", base+health.Path+"?standbyok=maybe", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(raw), "standbyok") {
+		t.Errorf("?standbyok=maybe: %d %s", resp.StatusCode, raw)
 	}
 	if g := check(t, "POST", base+health.Path); g.code != http.StatusMethodNotAllowed {
 		t.Errorf("POST: %d %s", g.code, g.raw)

@@ -91,7 +91,8 @@ and Prometheus work; they show no credentials:
                                 429 another process holds it (standby),
                                 503 undetermined (no quorum, nobody holds it,
                                 or the read failed); HEAD too. Without
-                                ?lease: the group's only lease (400 if several)
+                                ?lease: the group's only lease (400 if several).
+                                ?standbyok=true: 429 becomes 200
   GET  /metrics                 Prometheus metrics: baton_is_leader,
                                 baton_transitions_total, term duration, renew
                                 latency, safe-until margin, campaign wait

@@ -32,7 +32,9 @@ probes, Prometheus and people, on every backend:
                           process's term just ended or is just beginning, it
                           is stopping, or (raft://) the member hears from no
                           raft leader; HEAD too. JSON: status (leader,
-                          standby, undetermined), holder, token, reason
+                          standby, undetermined), holder, token, reason.
+                          ?standbyok=true: a standby answers 200 too, for
+                          a readiness probe that means "healthy"
   GET /v1/leases/NAME     the lease (JSON): holder, token (a decimal string),
                           since, safe_until (when held here), held_here; 404
                           for another lease than --lease

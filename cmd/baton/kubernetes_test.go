@@ -258,3 +258,23 @@ func TestKubernetesAccessRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaderLabelAccessRefused: run --leader-label for a user whose Role
+// grants the Leases but not list and patch on pods is a usage error (exit
+// 2) naming the rule to add, found before campaigning.
+func TestLeaderLabelAccessRefused(t *testing.T) {
+	t.Parallel()
+	ns := testkit.Unique("leaderlabel-refused")
+	kubeconfig := kubeconfigFor(t, ns)
+	r := runApp(t.Context(), map[string]string{"POD_NAME": "my-service-0"}, "run",
+		"--backend", "k8s://"+ns+"?"+url.Values{"kubeconfig": {kubeconfig}}.Encode(), "--lease", "x", "--timeout", "30s",
+		"--leader-label", "baton.io/leader=x", "--", "true")
+	if r.code != exitUsage {
+		t.Fatalf("exit status %d, want %d; stderr:\n%s", r.code, exitUsage, r.stderr)
+	}
+	for _, w := range []string{"--leader-label", "may not list, patch pods", `namespace "` + ns + `"`, `resources [pods], verbs [list, patch]`} {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("stderr does not mention %q:\n%s", w, r.stderr)
+		}
+	}
+}

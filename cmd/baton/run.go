@@ -100,6 +100,7 @@ type leaderFlags struct {
 	raft   raftFlags
 	aws    awsFlags
 	http   httpFlag
+	label  leaderLabelFlag // run only
 }
 
 type runCommand struct {
@@ -132,6 +133,7 @@ func (a *App) newRunCommand() *cobra.Command {
 	c.raft.register(c.fs)
 	c.aws.register(c.fs)
 	c.http.register(c.fs, "run")
+	c.label.register(c.fs)
 	c.common.member = true
 	return cmd
 }
@@ -148,6 +150,7 @@ func (c *leaderFlags) validate() (problems []string, spec *backendurl.Spec, ttl 
 		problems = append(problems, c.raft.validateUnused(spec.Scheme)...)
 	}
 	problems = append(problems, c.aws.validate()...)
+	problems = append(problems, c.label.validate(c.app.lookupEnv)...)
 	// The renewal window: how far ahead safe-until stays while renewals are
 	// healthy. A grace as long as that would stop every term at once.
 	window := time.Duration(0)
@@ -284,6 +287,18 @@ func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.
 		StopEarly: c.grace,
 	}
 	hs.hooks(&cfg)
+	// --leader-label: the pod's label follows the terms, and comes off at
+	// once when ctx ends (SIGTERM), before the command has stopped.
+	label, err := c.label.start(ctx, spec, c.common.backend, c.app.lookupEnv, log, &cfg)
+	if err != nil {
+		return err
+	}
+	if label != nil {
+		lctx, lcancel := context.WithCancel(ctx)
+		labelled := make(chan struct{})
+		go func() { defer close(labelled); _ = label.Run(lctx) }()
+		defer func() { lcancel(); <-labelled }()
+	}
 	e, err := baton.NewElector(inst.backend(b.Backend), cfg)
 	if err != nil {
 		return err

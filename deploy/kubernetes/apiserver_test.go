@@ -144,11 +144,20 @@ metadata:
 			{[]string{"get", "leases.coordination.k8s.io", "-n", "default"}, false},
 			{[]string{"update", "leases.coordination.k8s.io", "-n", "kube-system"}, false},
 			{[]string{"create", "leases.coordination.k8s.io", "--all-namespaces"}, false},
-			// Nothing else in its own namespace.
+			// The leader label: list the pods, patch them.
+			{[]string{"list", "pods"}, true},
+			{[]string{"patch", "pods"}, true},
+			// Nothing else on pods, nor in other namespaces.
 			{[]string{"get", "pods"}, false},
+			{[]string{"watch", "pods"}, false},
+			{[]string{"update", "pods"}, false},
+			{[]string{"delete", "pods"}, false},
+			{[]string{"create", "pods"}, false},
+			{[]string{"patch", "pods", "-n", "default"}, false},
+			{[]string{"patch", "pods", "--subresource=status"}, false},
+			// Nothing else in its own namespace.
 			{[]string{"get", "secrets"}, false},
 			{[]string{"get", "configmaps"}, false},
-			{[]string{"patch", "pods"}, false},
 			{[]string{"create", "events"}, false},
 		} {
 			out, _, err := sa.run(ctx, append([]string{"auth", "can-i"}, c.args...)...)

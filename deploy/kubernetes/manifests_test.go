@@ -298,9 +298,10 @@ type (
 )
 
 // TestRBACIsMinimal checks the permissions the manifests grant: one Role,
-// on Leases of its own namespace only, with exactly the verbs the
-// Kubernetes backend uses (get, watch, create, update), bound to the
-// ServiceAccount the Deployments run as; nothing cluster-wide.
+// in its own namespace only, with exactly the verbs baton uses: get, watch,
+// create and update on Leases (the Kubernetes backend) and list and patch
+// on pods (the leader label), bound to the ServiceAccount the Deployments
+// run as; nothing cluster-wide.
 func TestRBACIsMinimal(t *testing.T) {
 	ms := loadManifests(t)
 	var roles, bindings []manifest
@@ -308,7 +309,7 @@ func TestRBACIsMinimal(t *testing.T) {
 	for _, m := range ms {
 		switch m.kind() {
 		case "ClusterRole", "ClusterRoleBinding":
-			t.Errorf("%s: nothing cluster-wide: the backend needs Leases of one namespace only", m)
+			t.Errorf("%s: nothing cluster-wide: baton needs Leases and pods of one namespace only", m)
 		case "Role":
 			roles = append(roles, m)
 		case "RoleBinding":
@@ -322,15 +323,19 @@ func TestRBACIsMinimal(t *testing.T) {
 	}
 	var r role
 	roles[0].decode(t, &r)
-	want := policyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create", "get", "update", "watch"}}
-	if len(r.Rules) != 1 {
-		t.Fatalf("%s: %d rules, want one: %+v", roles[0], len(r.Rules), want)
+	want := []policyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create", "get", "update", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "patch"}},
 	}
-	got := r.Rules[0]
-	slices.Sort(got.Verbs)
-	if !slices.Equal(got.APIGroups, want.APIGroups) || !slices.Equal(got.Resources, want.Resources) ||
-		!slices.Equal(got.Verbs, want.Verbs) || len(got.ResourceNames) != 0 {
-		t.Errorf("%s: rule %+v, want %+v", roles[0], got, want)
+	if len(r.Rules) != len(want) {
+		t.Fatalf("%s: %d rules, want %d: %+v", roles[0], len(r.Rules), len(want), want)
+	}
+	for i, got := range r.Rules {
+		slices.Sort(got.Verbs)
+		if !slices.Equal(got.APIGroups, want[i].APIGroups) || !slices.Equal(got.Resources, want[i].Resources) ||
+			!slices.Equal(got.Verbs, want[i].Verbs) || len(got.ResourceNames) != 0 {
+			t.Errorf("%s: rule %d %+v, want %+v", roles[0], i, got, want[i])
+		}
 	}
 	var b roleBinding
 	bindings[0].decode(t, &b)
@@ -388,19 +393,22 @@ const shutdownBudget = (5 + 5 + 5 + 2) * time.Second
 
 // TestDeployments checks what docs/kubernetes.md promises of each
 // Deployment: baton run on k8s:// with --id from the pod name, its HTTP
-// health check served where the kubelet can reach it and used as the
-// readiness probe (and not as a liveness probe), a grace period that
-// covers baton's shutdown, a rollout that does not wait for standbys to
-// become Ready, and containers that run as non-root, on a read-only root
-// filesystem, without privilege escalation or capabilities.
+// health check served where the kubelet can reach it and used, with
+// ?standbyok=true, as the readiness probe (and not as a liveness probe),
+// the leader label that the leader Service selects, a disruption budget
+// over the pods, a grace period that covers baton's shutdown, and
+// containers that run as non-root, on a read-only root filesystem, without
+// privilege escalation or capabilities.
 func TestDeployments(t *testing.T) {
 	ms := loadManifests(t)
 	var deployments []manifest
-	var svc *manifest
+	var svc, pdb *manifest
 	for i, m := range ms {
 		switch m.kind() {
 		case "Deployment":
 			deployments = append(deployments, m)
+		case "PodDisruptionBudget":
+			pdb = &ms[i]
 		case "Service":
 			if svc != nil {
 				t.Fatalf("two Services: %s and %s", svc, m)
@@ -417,10 +425,25 @@ func TestDeployments(t *testing.T) {
 	var s service
 	svc.decode(t, &s)
 	if s.Spec.PublishNotReadyAddresses == nil || *s.Spec.PublishNotReadyAddresses {
-		t.Errorf("%s: publishNotReadyAddresses must be spelt out false: only the Ready pod (the leader) is an endpoint", svc)
+		t.Errorf("%s: publishNotReadyAddresses must be spelt out false: a labelled pod that is not Ready is no endpoint", svc)
 	}
 	if len(s.Spec.Selector) == 0 {
 		t.Errorf("%s: no selector", svc)
+	}
+	if pdb == nil {
+		t.Fatal("no PodDisruptionBudget")
+	}
+	var budget struct {
+		Spec struct {
+			MaxUnavailable any `yaml:"maxUnavailable"`
+			Selector       struct {
+				MatchLabels map[string]string `yaml:"matchLabels"`
+			} `yaml:"selector"`
+		} `yaml:"spec"`
+	}
+	pdb.decode(t, &budget)
+	if fmt.Sprint(budget.Spec.MaxUnavailable) != "1" || len(budget.Spec.Selector.MatchLabels) == 0 {
+		t.Errorf("%s: %+v, want maxUnavailable 1 over the Deployment's pods", pdb, budget.Spec)
 	}
 
 	for _, m := range deployments {
@@ -428,13 +451,13 @@ func TestDeployments(t *testing.T) {
 			var d deployment
 			m.decode(t, &d)
 			pod := d.Spec.Template.Spec
-			for k, v := range s.Spec.Selector {
+			for k, v := range budget.Spec.Selector.MatchLabels {
 				if d.Spec.Template.Metadata.Labels[k] != v {
-					t.Errorf("the leader Service selects %s=%s, which the pod template's labels %v lack", k, v, d.Spec.Template.Metadata.Labels)
+					t.Errorf("the disruption budget selects %s=%s, which the pod template's labels %v lack", k, v, d.Spec.Template.Metadata.Labels)
 				}
 			}
-			if d.Spec.Strategy.Type != "RollingUpdate" || fmt.Sprint(d.Spec.Strategy.RollingUpdate.MaxUnavailable) != "100%" {
-				t.Errorf("strategy %+v: want RollingUpdate with maxUnavailable 100%%: only the leader is ever available, so a rollout that keeps any pod available never finishes", d.Spec.Strategy)
+			if d.Spec.Strategy.Type != "RollingUpdate" || fmt.Sprint(d.Spec.Strategy.RollingUpdate.MaxUnavailable) != "0" {
+				t.Errorf("strategy %+v: want RollingUpdate with maxUnavailable 0: every healthy pod is Ready, so a rollout can keep them all available", d.Spec.Strategy)
 			}
 			if pod.AutomountServiceAccountToken != nil && !*pod.AutomountServiceAccountToken {
 				t.Error("automountServiceAccountToken false: baton needs the token for the in-cluster configuration")
@@ -472,13 +495,33 @@ func TestDeployments(t *testing.T) {
 			if flags["lease"] == "" {
 				t.Error("no --lease")
 			}
+			// The leader Service selects the app's pods that carry the
+			// leader label, and nothing else.
+			key, value, ok := strings.Cut(flags["leader-label"], "=")
+			if !ok {
+				t.Errorf("--leader-label=%q: want KEY=VALUE, the label the leader Service selects", flags["leader-label"])
+			}
+			for k, v := range s.Spec.Selector {
+				if d.Spec.Template.Metadata.Labels[k] != v && k != key {
+					t.Errorf("the leader Service selects %s=%s, which the pod template's labels %v lack", k, v, d.Spec.Template.Metadata.Labels)
+				}
+			}
+			if s.Spec.Selector[key] != value {
+				t.Errorf("the leader Service's selector %v lacks the leader label %s=%s", s.Spec.Selector, key, value)
+			}
+			if _, ok := d.Spec.Template.Metadata.Labels[key]; ok {
+				t.Errorf("the pod template carries the leader label %s itself: every pod would be selected", key)
+			}
+			if env["POD_NAMESPACE"] != "metadata.namespace" {
+				t.Errorf("POD_NAMESPACE from %q: --leader-label needs it from the downward API's metadata.namespace", env["POD_NAMESPACE"])
+			}
 
 			host, port, ok := strings.Cut(flags["http"], ":")
 			if !ok || host != "0.0.0.0" {
 				t.Errorf("--http=%s: want 0.0.0.0:PORT: the kubelet probes the pod's IP, and a port alone is loopback", flags["http"])
 			}
-			if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/v1/health/leader" {
-				t.Fatal("no readiness probe on /v1/health/leader")
+			if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/v1/health/leader?standbyok=true" {
+				t.Fatal("no readiness probe on /v1/health/leader?standbyok=true: a healthy standby must be Ready too")
 			}
 			probePort := fmt.Sprint(c.ReadinessProbe.HTTPGet.Port)
 			found := false

@@ -2,8 +2,6 @@ package kubernetes
 
 import (
 	"context"
-	"encoding/base64"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -20,28 +18,29 @@ import (
 )
 
 // TestDeploymentRunsBaton runs the command line of each variant's baton
-// container, as the kubelet would start it in two pods, with a real baton
+// container, as the kubelet would start it in three pods, with a real baton
 // against a real kube-apiserver, as the manifests' ServiceAccount (its own
-// token, granted by base/rbac.yaml and nothing else). What differs from a
-// pod: the credentials come from a kubeconfig holding that token instead
-// of the mounted service account, and --http listens on loopback (tests
-// bind nothing else). In run/, the program after -- is a stand-in that
-// ignores SIGTERM, so that stopping it takes the whole --grace; the
-// sidecar's placeholder is its own. It checks what docs/kubernetes.md says
-// of the Deployments: the first pod leads (200 on the readiness probe's
-// path, its pod name the Lease's holder), the second stands by (429), and a
-// SIGTERM, as the kubelet sends at a rollout or a scale-down, hands over
-// without waiting out the lease duration and ends baton, with status 0,
-// within the pod's terminationGracePeriodSeconds.
+// token, granted by base/rbac.yaml and nothing else), each beside a Pod
+// object of its name (no kubelet runs them: only their labels matter). What
+// differs from a pod: the credentials come from a kubeconfig holding that
+// token instead of the mounted service account, and --http listens on
+// loopback (tests bind nothing else). In run/, the program after -- is a
+// stand-in that ignores SIGTERM, so that stopping it takes the whole
+// --grace; the sidecar's placeholder is its own. It checks what
+// docs/kubernetes.md says of the Deployments: the first pod leads (200 on
+// /v1/health/leader, its pod name the Lease's holder), the others stand by
+// (429); the readiness probe's path answers 200 in all three, so all would
+// be Ready; the leader Service's selector picks the holder's pod alone (a
+// watch of the pods checks that it never picks two); and a SIGTERM to the
+// holder, as the kubelet sends at a rollout or a scale-down, hands over
+// without waiting out the lease duration, moves the label to the new
+// holder, and ends baton, with status 0, within the pod's
+// terminationGracePeriodSeconds.
 func TestDeploymentRunsBaton(t *testing.T) {
 	k := testserver.SharedKubeAPIServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "baton")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/batonhq/baton/cmd/baton").CombinedOutput(); err != nil {
-		t.Fatalf("build baton: %v\n%s", err, out)
-	}
+	bin := buildBaton(ctx, t)
 	deployments := map[string]manifest{}
 	for _, m := range loadManifests(t) {
 		if m.kind() == "Deployment" {
@@ -56,12 +55,7 @@ func TestDeploymentRunsBaton(t *testing.T) {
 			}
 			var d deployment
 			m.decode(t, &d)
-			var c container
-			for _, cc := range append(append([]container(nil), d.Spec.Template.Spec.InitContainers...), d.Spec.Template.Spec.Containers...) {
-				if slices.Equal(cc.Command, []string{"baton"}) {
-					c = cc
-				}
-			}
+			c := batonContainer(d)
 			flags := batonFlags(t, m, c)
 			ttl, err := time.ParseDuration(flags["ttl"])
 			if err != nil {
@@ -72,15 +66,118 @@ func TestDeploymentRunsBaton(t *testing.T) {
 			if v == "run" {
 				program = []string{"sh", "-c", `trap "" TERM; sleep 1000`}
 			}
-			runPods(ctx, t, k, bin, testkit.Unique("deploy-"+v), c, flags["lease"], program, ttl, tgp)
+			runPods(ctx, t, k, bin, testkit.Unique("deploy-"+v), c, d.Spec.Template.Metadata.Labels, flags["lease"], program, ttl, tgp)
 		})
 	}
 }
 
-// runPods runs c's baton command line in two pods' stead in namespace ns,
-// with program after --, and checks the leader, the standby and the
-// hand-over on SIGTERM (TestDeploymentRunsBaton).
-func runPods(ctx context.Context, t *testing.T, k *testserver.KubeAPIServer, bin, ns string, c container, lease string, program []string, ttl, tgp time.Duration) {
+// buildBaton builds the baton binary into a temporary directory.
+func buildBaton(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "baton")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/batonhq/baton/cmd/baton").CombinedOutput(); err != nil {
+		t.Fatalf("build baton: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// batonContainer returns the container of d that runs baton.
+func batonContainer(d deployment) container {
+	var c container
+	for _, cc := range append(append([]container(nil), d.Spec.Template.Spec.InitContainers...), d.Spec.Template.Spec.Containers...) {
+		if slices.Equal(cc.Command, []string{"baton"}) {
+			c = cc
+		}
+	}
+	return c
+}
+
+// fakePod is a Pod object and the baton its container would run.
+type fakePod struct {
+	name   string
+	http   string // baton's --http address
+	cmd    *exec.Cmd
+	out    *testserver.SyncBuffer
+	exited chan struct{}
+}
+
+// startBaton runs c's baton command line as the kubelet would expand it
+// for pod name in ns (POD_NAME and POD_NAMESPACE set, --http on a loopback
+// port), with program after --, as the ServiceAccount of kubeconfig.
+func startBaton(t *testing.T, bin, kubeconfig, ns, name string, c container, program []string) *fakePod {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	var args []string
+	for _, a := range c.Args[:slices.Index(c.Args, "--")] {
+		a = strings.NewReplacer("$(POD_NAME)", name, "$(POD_NAMESPACE)", ns).Replace(a)
+		if strings.HasPrefix(a, "--http=") {
+			a = "--http=" + addr
+		}
+		args = append(args, a)
+	}
+	args = append(append(args, "--"), program...)
+	p := &fakePod{name: name, http: "http://" + addr, out: new(testserver.SyncBuffer), exited: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + filepath.Dir(kubeconfig), "KUBECONFIG=" + kubeconfig,
+		"POD_NAME=" + name, "POD_NAMESPACE=" + ns}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		if t.Failed() {
+			t.Logf("%s (baton %s):\n%s", name, strings.Join(args, " "), p.out)
+		}
+	})
+	return p
+}
+
+var probeClient = &http.Client{Timeout: 5 * time.Second}
+
+// get returns the status of GET path on p's baton, 0 if it does not
+// answer; it fails the test if baton has exited.
+func (p *fakePod) get(t *testing.T, path string) int {
+	t.Helper()
+	select {
+	case <-p.exited:
+		t.Fatalf("baton of %s exited (%v):\n%s", p.name, p.cmd.ProcessState, p.out)
+	default:
+	}
+	resp, err := probeClient.Get(p.http + path)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// leaseHolder returns the holderIdentity of Lease lease in ns, "" if none.
+func (c *apiClient) leaseHolder(ctx context.Context, ns, lease string) string {
+	var l struct {
+		Spec struct {
+			HolderIdentity string `json:"holderIdentity"`
+		} `json:"spec"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/apis/coordination.k8s.io/v1/namespaces/"+ns+"/leases/"+lease, nil, &l); err != nil {
+		return ""
+	}
+	return l.Spec.HolderIdentity
+}
+
+// runPods runs c's baton command line in three pods' stead in namespace
+// ns, with program after --, and checks the leader, the standbys, the
+// leader Service's selector and the hand-over on SIGTERM
+// (TestDeploymentRunsBaton).
+func runPods(ctx context.Context, t *testing.T, k *testserver.KubeAPIServer, bin, ns string, c container, labels map[string]string, lease string, program []string, ttl, tgp time.Duration) {
 	admin := testserver.NewKubectl(t, k, testserver.KubeAdminUser, ns)
 	for _, args := range [][]string{
 		{"create", "namespace", ns},
@@ -90,118 +187,68 @@ func runPods(ctx context.Context, t *testing.T, k *testserver.KubeAPIServer, bin
 			t.Fatal(err)
 		}
 	}
-	token, _, err := admin.Run(ctx, nil, "create", "token", "my-service", "--duration=1h")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, fmt.Appendf(nil, `apiVersion: v1
-kind: Config
-clusters:
-- name: test
-  cluster:
-    server: %s
-    certificate-authority-data: %s
-users:
-- name: my-service
-  user:
-    token: %s
-contexts:
-- name: test
-  context:
-    cluster: test
-    user: my-service
-current-context: test
-`, k.Host(), base64.StdEncoding.EncodeToString(k.CAData()), strings.TrimSpace(token)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	probe := c.ReadinessProbe.HTTPGet.Path
-
-	type pod struct {
-		name   string
-		health string
-		cmd    *exec.Cmd
-		out    *testserver.SyncBuffer
-		exited chan struct{}
-	}
-	start := func(name string) *pod {
+	kubeconfig := serviceAccountKubeconfig(ctx, t, k, admin, t.TempDir())
+	api := newAPIClient(t, k)
+	readiness := c.ReadinessProbe.HTTPGet.Path
+	leader, _, _ := strings.Cut(readiness, "?")
+	selector := serviceSelector(t)
+	watch := api.watchSelector(t, ns, selector)
+	start := func(name string) *fakePod {
 		t.Helper()
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err := api.createPod(ctx, ns, name, labels); err != nil {
+			t.Fatal(err)
+		}
+		return startBaton(t, bin, kubeconfig, ns, name, c, program)
+	}
+	picked := func() []string {
+		got, err := api.selected(ctx, ns, selector)
 		if err != nil {
 			t.Fatal(err)
 		}
-		addr := ln.Addr().String()
-		ln.Close()
-		// The container's args as the kubelet expands them, --http on
-		// loopback, and program after --.
-		var args []string
-		for _, a := range c.Args[:slices.Index(c.Args, "--")] {
-			a = strings.NewReplacer("$(POD_NAME)", name, "$(POD_NAMESPACE)", ns).Replace(a)
-			if strings.HasPrefix(a, "--http=") {
-				a = "--http=" + addr
-			}
-			args = append(args, a)
-		}
-		args = append(append(args, "--"), program...)
-		p := &pod{name: name, health: "http://" + addr + probe, out: new(testserver.SyncBuffer), exited: make(chan struct{})}
-		p.cmd = exec.Command(bin, args...)
-		p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "KUBECONFIG=" + kubeconfig}
-		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-		p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := p.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = p.cmd.Wait(); close(p.exited) }()
-		t.Cleanup(func() {
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-			if t.Failed() {
-				t.Logf("%s (baton %s):\n%s", name, strings.Join(args, " "), p.out)
-			}
-		})
-		return p
-	}
-	hc := &http.Client{Timeout: 2 * time.Second}
-	status := func(p *pod) int {
-		select {
-		case <-p.exited:
-			t.Fatalf("baton of %s exited (%v):\n%s", p.name, p.cmd.ProcessState, p.out)
-		default:
-		}
-		resp, err := hc.Get(p.health)
-		if err != nil {
-			return 0
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	holder := func() string {
-		out, _, err := admin.Run(ctx, nil, "get", "lease", lease, "-o", "jsonpath={.spec.holderIdentity}")
-		if err != nil {
-			return ""
-		}
-		return out
+		return got
 	}
 
 	a := start("my-service-a")
-	testkit.Eventually(t, time.Minute, "the first pod to lead (200 on "+probe+")", func() bool { return status(a) == http.StatusOK })
-	if h := holder(); h != a.name {
+	testkit.Eventually(t, time.Minute, "the first pod to lead (200 on "+leader+")", func() bool { return a.get(t, leader) == http.StatusOK })
+	if h := api.leaseHolder(ctx, ns, lease); h != a.name {
 		t.Fatalf("the Lease's holder is %q, want the pod name %q", h, a.name)
 	}
-	b := start("my-service-b")
-	testkit.Eventually(t, time.Minute, "the second pod to stand by (429)", func() bool { return status(b) == http.StatusTooManyRequests })
-	if got := status(a); got != http.StatusOK {
-		t.Fatalf("the leader answers %d beside a standby", got)
+	pods := []*fakePod{a, start("my-service-b"), start("my-service-c")}
+	for _, p := range pods[1:] {
+		testkit.Eventually(t, time.Minute, p.name+" to stand by (429 on "+leader+")", func() bool { return p.get(t, leader) == http.StatusTooManyRequests })
 	}
+	// Ready: the readiness probe's path answers 2xx in every pod, the
+	// leader's and the standbys'.
+	for _, p := range pods {
+		if got := p.get(t, readiness); got != http.StatusOK {
+			t.Errorf("%s: the readiness probe %s answers %d, want 200: the pod would not be Ready", p.name, readiness, got)
+		}
+	}
+	testkit.Eventually(t, time.Minute, "the leader Service's selector to pick the holder's pod alone", func() bool {
+		return slices.Equal(picked(), []string{a.name})
+	})
 
 	// The kubelet's SIGTERM to the leader's pod.
 	stopped := time.Now()
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, ttl, "the standby to lead within a lease duration of the SIGTERM (a released Lease, not an expired one)",
-		func() bool { return status(b) == http.StatusOK })
+	var next *fakePod
+	testkit.Eventually(t, ttl, "a standby to lead within a lease duration of the SIGTERM (a released Lease, not an expired one)", func() bool {
+		for _, p := range pods[1:] {
+			if p.get(t, leader) == http.StatusOK {
+				next = p
+				return true
+			}
+		}
+		return false
+	})
+	led := time.Now()
+	testkit.Eventually(t, time.Minute, "the leader Service's selector to pick the new holder alone", func() bool {
+		return slices.Equal(picked(), []string{next.name})
+	})
+	t.Logf("hand-over %s -> %s: the new holder led %s after the SIGTERM; the selector picked it alone %s after that (polled every %s)",
+		a.name, next.name, led.Sub(stopped).Round(time.Millisecond), time.Since(led).Round(time.Millisecond), testkit.PollInterval)
 	select {
 	case <-a.exited:
 	case <-time.After(tgp - time.Since(stopped)):
@@ -210,7 +257,15 @@ current-context: test
 	if code := a.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Errorf("baton exited %d on SIGTERM, want 0", code)
 	}
-	if h := holder(); h != b.name {
-		t.Errorf("after the hand-over the Lease's holder is %q, want %q", h, b.name)
+	if h := api.leaseHolder(ctx, ns, lease); h != next.name {
+		t.Errorf("after the hand-over the Lease's holder is %q, want %q", h, next.name)
+	}
+	for _, p := range pods[1:] {
+		if got := p.get(t, readiness); got != http.StatusOK {
+			t.Errorf("%s after the hand-over: the readiness probe answers %d, want 200", p.name, got)
+		}
+	}
+	if most := watch.mostAtOnce(); len(most) > 1 {
+		t.Errorf("the leader Service's selector picked %v at once", most)
 	}
 }
