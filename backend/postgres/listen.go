@@ -245,7 +245,8 @@ func (l *listener) session(ctx context.Context) (probed bool, err error) {
 				return true, err
 			}
 			pctx, pcancel := context.WithTimeout(ctx, lt.pingTimeout)
-			err := conn.Ping(pctx)
+			// An empty statement, through pgx so that a tracer counts it.
+			_, err := conn.Exec(pctx, "-- ping", pgx.QueryExecModeSimpleProtocol)
 			pcancel()
 			if err != nil {
 				return true, fmt.Errorf("the LISTEN connection did not answer a ping within %s: %w", lt.pingTimeout, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestReleaseWakesWaiter: with a TTL of 30 s and a poll interval of a
@@ -162,6 +163,33 @@ func TestLongLeaseName(t *testing.T) {
 // 15 s only if the silent connection was pinged, given up and replaced
 // (and its waiters told to read again).
 func TestHalfOpenListenConnectionReplaced(t *testing.T) {
+	listenConnectionLost(t, func(t *testing.T, check *pgxpool.Pool, pid int) {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatalf("stop the LISTEN connection's server process %d: %v", pid, err)
+		}
+		t.Cleanup(func() {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+			mustExec(t, check, "SELECT pg_terminate_backend($1)", pid)
+		})
+	})
+}
+
+// TestTerminatedListenConnectionReplaced: the server ends the waiter's
+// LISTEN connection (pg_terminate_backend); the waiter takes the released
+// lease within 15 s (TTL 30 s, a poll interval of a minute) only if the
+// lost connection made its waiters read again, or it was opened again in
+// time for the release's NOTIFY.
+func TestTerminatedListenConnectionReplaced(t *testing.T) {
+	listenConnectionLost(t, func(t *testing.T, check *pgxpool.Pool, pid int) {
+		mustExec(t, check, "SELECT pg_terminate_backend($1)", pid)
+	})
+}
+
+// listenConnectionLost: a holder and a waiter on a lease; once the waiter
+// waits, lose hurts the server process of the waiter's LISTEN connection
+// (pid), and the holder resigns; the waiter must win within 15 s, half its
+// TTL, with a poll interval of a minute.
+func listenConnectionLost(t *testing.T, lose func(t *testing.T, check *pgxpool.Pool, pid int)) {
 	pg := testserver.SharedPostgres(t)
 	dbURL := pg.NewDatabase(t)
 	check := newPool(t, dbURL)
@@ -193,13 +221,7 @@ func TestHalfOpenListenConnectionReplaced(t *testing.T) {
 	testkit.Eventually(t, 30*time.Second, "the waiter's read", func() bool {
 		return statements(t, check, "SELECT l.holder") > reads
 	})
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatalf("stop the LISTEN connection's server process %d: %v", pid, err)
-	}
-	defer func() {
-		_ = syscall.Kill(pid, syscall.SIGCONT)
-		mustExec(t, check, "SELECT pg_terminate_backend($1)", pid)
-	}()
+	lose(t, check, pid)
 	if err := ta.Resign(context.Background()); err != nil {
 		t.Fatal(err)
 	}
