@@ -174,7 +174,7 @@ func advisoryStandby(ctx context.Context, pool *pgxpool.Pool, keys []int64) *syn
 	return &wg
 }
 
-// BenchmarkPostgresVsAdvisoryLockLoad: what leading costs, baton beside
+// BenchmarkPostgresLoadVsAdvisoryLock: what leading costs, baton beside
 // the hand-rolled pg_try_advisory_lock loop, on one server in one run.
 //
 // steady: one holder of one lease and one standby, statements per second
@@ -189,7 +189,7 @@ func advisoryStandby(ctx context.Context, pool *pgxpool.Pool, keys []int64) *syn
 // the difference) and of the server. The loop keeps all 10,000 locks on
 // one pooled connection's session, nothing else, and its standby polls
 // each key every second, one loop per key, as the pattern does for one.
-func BenchmarkPostgresVsAdvisoryLockLoad(b *testing.B) {
+func BenchmarkPostgresLoadVsAdvisoryLock(b *testing.B) {
 	db := testserver.SharedPostgres(b).NewDatabase(b)
 	cfg := backend.Config{TTL: loadTTL}
 	b.Run("steady/baton", func(b *testing.B) {
