@@ -15,8 +15,9 @@ type NotifyStatus struct {
 	// Listening is true while a LISTEN connection delivers notifications:
 	// waiters wake at once on a release or hand-over.
 	Listening bool
-	// Polling is true once notifications were found not to work (or were
-	// turned off): waiters read their leases every PollInterval.
+	// Polling is true while notifications are found not to work (the last
+	// LISTEN probe failed; it is tried again later) or are turned off:
+	// waiters read their leases every PollInterval.
 	Polling bool
 	// Reason says why Polling, for logs and `baton leader`.
 	Reason string
