@@ -119,6 +119,7 @@ what a run that died leaves) and the candidates' logs.
 Exit status: 0 passed; 1 failed its checks; 2 bad flags; 3 the run could not
 be carried out.`,
 		Example: `  go run ./chaos --backend etcd --faults 30 --seed 1
+  go run ./chaos --backend postgres --pgbouncer --wipe --faults 100
   go run ./chaos --backend raft --faults 1000 --interval 1.5s --seed 7 --min-availability 0.999
   go run ./chaos --backend etcd --broken ignore-deadline --kinds stop-baton --faults 5`,
 		SilenceUsage:  true,
@@ -131,6 +132,7 @@ be carried out.`,
 	}
 	fs := root.Flags()
 	fs.StringVar(&o.cfg.Backend, "backend", "", "backend: "+strings.Join(harness.Backends, ", ")+" (required)")
+	fs.BoolVar(&o.cfg.PgBouncer, "pgbouncer", false, "postgres only: the candidates go through a real PgBouncer in transaction-pooling mode (waiters poll)")
 	fs.IntVar(&o.cfg.Candidates, "candidates", 3, "number of baton run candidates")
 	fs.IntVar(&o.cfg.Faults, "faults", 30, "number of faults to inject")
 	fs.DurationVar(&o.cfg.Interval, "interval", 2*time.Second, "mean time between injections (exponentially distributed)")
@@ -217,9 +219,13 @@ func (o *options) run(ctx context.Context, stdout, stderr io.Writer) error {
 // command returns the command line that reproduces the run.
 func (o *options) command() string {
 	c := o.cfg
-	parts := []string{"go run ./chaos", "--backend", c.Backend, "--seed", fmt.Sprint(c.Seed),
+	parts := []string{"go run ./chaos", "--backend", c.Backend}
+	if c.PgBouncer {
+		parts = append(parts, "--pgbouncer")
+	}
+	parts = append(parts, "--seed", fmt.Sprint(c.Seed),
 		"--faults", fmt.Sprint(c.Faults), "--interval", c.Interval.String(), "--max-active", fmt.Sprint(c.MaxActive),
-		"--candidates", fmt.Sprint(c.Candidates), "--ttl", c.TTL.String(), "--heartbeat", c.Heartbeat.String()}
+		"--candidates", fmt.Sprint(c.Candidates), "--ttl", c.TTL.String(), "--heartbeat", c.Heartbeat.String())
 	if c.Grace > 0 {
 		parts = append(parts, "--grace", c.Grace.String())
 	}

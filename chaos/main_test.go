@@ -21,6 +21,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--backend", "etcd", "--broken", "slow"}, `broken build "slow"`},
 		{[]string{"--backend", "etcd", "--min-availability", "99.9"}, "--min-availability 99.9: want a fraction"},
 		{[]string{"--backend", "etcd", "--faults", "x"}, `invalid argument "x"`},
+		{[]string{"--backend", "etcd", "--pgbouncer"}, "only the postgres backend goes through PgBouncer"},
 		{[]string{"check", "/nonexistent"}, "no such file"},
 	} {
 		args := tc.args

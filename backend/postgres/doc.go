@@ -52,7 +52,10 @@
 //     each process LISTENs on one connection, so waiters wake at once.
 //     Where LISTEN cannot work (PgBouncer in transaction-pooling mode, which
 //     this package detects by a probe), waiters poll every PollInterval, and
-//     the Backend logs that once (Notifications reports it).
+//     the Backend logs that once (Notifications reports it); the probe is
+//     tried again later (after a minute, doubling up to 16 minutes). A
+//     LISTEN connection silent for a TTL is pinged, and replaced when the
+//     ping goes unanswered (a half-open connection).
 //
 // Not guaranteed: Leader may name a holder that died, until a campaigning
 // contender has seen its session unrenewed for a TTL and taken the lease

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestReleaseWakesWaiter: with a TTL of 30 s and a poll interval of a
@@ -150,5 +152,123 @@ func TestLongLeaseName(t *testing.T) {
 	term := testkit.Campaign(t, b, strings.Repeat("y", postgres.MaxNameLen), "a")
 	if err := term.Resign(context.Background()); err != nil {
 		t.Errorf("resign: %v", err)
+	}
+}
+
+// TestHalfOpenListenConnectionReplaced: the server process behind the
+// waiter's LISTEN connection is stopped (SIGSTOP): its socket stays open
+// and silent, as a half-open connection is, so the release's NOTIFY never
+// reaches the waiter and nothing reports an error. With a TTL of 30 s and
+// a poll interval of a minute, the waiter takes the released lease within
+// 15 s only if the silent connection was pinged, given up and replaced
+// (and its waiters told to read again).
+func TestHalfOpenListenConnectionReplaced(t *testing.T) {
+	listenConnectionLost(t, func(t *testing.T, check *pgxpool.Pool, pid int) {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatalf("stop the LISTEN connection's server process %d: %v", pid, err)
+		}
+		t.Cleanup(func() {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+			mustExec(t, check, "SELECT pg_terminate_backend($1)", pid)
+		})
+	})
+}
+
+// TestTerminatedListenConnectionReplaced: the server ends the waiter's
+// LISTEN connection (pg_terminate_backend); the waiter takes the released
+// lease within 15 s (TTL 30 s, a poll interval of a minute) only if the
+// lost connection made its waiters read again, or it was opened again in
+// time for the release's NOTIFY.
+func TestTerminatedListenConnectionReplaced(t *testing.T) {
+	listenConnectionLost(t, func(t *testing.T, check *pgxpool.Pool, pid int) {
+		mustExec(t, check, "SELECT pg_terminate_backend($1)", pid)
+	})
+}
+
+// listenConnectionLost: a holder and a waiter on a lease; once the waiter
+// waits, lose hurts the server process of the waiter's LISTEN connection
+// (pid), and the holder resigns; the waiter must win within 15 s, half its
+// TTL, with a poll interval of a minute.
+func listenConnectionLost(t *testing.T, lose func(t *testing.T, check *pgxpool.Pool, pid int)) {
+	pg := testserver.SharedPostgres(t)
+	dbURL := pg.NewDatabase(t)
+	check := newPool(t, dbURL)
+	mustExec(t, check, "CREATE EXTENSION pg_stat_statements")
+	base := postgres.Options{Config: backend.Config{TTL: 30 * time.Second}, PollInterval: time.Minute}
+	holderOpts := base
+	holderOpts.NoListen = true // the waiter's is the database's only LISTEN connection
+	a, err := postgres.New(context.Background(), newPool(t, dbURL), holderOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	w, err := postgres.New(context.Background(), newPool(t, dbURL),
+		postgres.WithListenTiming(base, 500*time.Millisecond, 2*time.Second, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(context.Background())
+	testkit.Eventually(t, 30*time.Second, "LISTEN", func() bool { return w.Notifications().Listening })
+	var pid int
+	if err := check.QueryRow(context.Background(), `SELECT pid FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid() AND (query LIKE 'LISTEN%' OR query = '-- ping')`).Scan(&pid); err != nil {
+		t.Fatalf("the LISTEN connection's server process: %v", err)
+	}
+	lease := testkit.Unique("halfopen")
+	ta := testkit.Campaign(t, a, lease, "a")
+	reads := statements(t, check, "SELECT l.holder")
+	got := testkit.CampaignAsync(t, w, lease, "w")
+	testkit.Eventually(t, 30*time.Second, "the waiter's read", func() bool {
+		return statements(t, check, "SELECT l.holder") > reads
+	})
+	lose(t, check, pid)
+	if err := ta.Resign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	won := testkit.WaitTerm(t, got, 15*time.Second)
+	if won.Term.Token() <= ta.Token() {
+		t.Errorf("token %d after %d", won.Term.Token(), ta.Token())
+	}
+}
+
+// TestFailedProbeRetried: the LISTEN connection first leads to PgBouncer
+// in transaction-pooling mode (a listen URL that points at the pooler), so
+// the probe finds that notifications do not arrive and waiters poll; then
+// the same address leads to the server itself. The probe is tried again,
+// notifications are used again, and the Backend says so in its log and in
+// Notifications. The switch to polling is logged once.
+func TestFailedProbeRetried(t *testing.T) {
+	pg := testserver.SharedPostgres(t)
+	bouncer := testserver.StartPgBouncer(t, pg)
+	dbURL := pg.NewDatabase(t)
+	listenProxy := testserver.StartProxy(t, bouncer.Addr())
+	listen, err := pgx.ParseConfig(withHost(t, dbURL, listenProxy.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &batontest.Log{Level: slog.LevelInfo}
+	opts := postgres.Options{Config: backend.Config{TTL: 3 * time.Second}, Listen: listen, Logger: slog.New(logs)}
+	b, err := postgres.New(context.Background(), newPool(t, dbURL), postgres.WithListenTiming(opts, 0, 0, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	testkit.Eventually(t, 30*time.Second, "the switch to polling", func() bool { return b.Notifications().Polling })
+	listenProxy.Retarget(pg.Addr())
+	testkit.Eventually(t, 60*time.Second, "notifications again", func() bool { return b.Notifications().Listening })
+	if st := b.Notifications(); st.Polling || st.Reason != "" {
+		t.Errorf("Notifications = %+v after the probe succeeded", st)
+	}
+	polling, again := 0, 0
+	for _, m := range logs.Messages() {
+		if strings.Contains(m, "waiters poll") {
+			polling++
+		}
+		if strings.Contains(m, "notifications arrive again") {
+			again++
+		}
+	}
+	if polling != 1 || again != 1 {
+		t.Errorf("%d lines about polling and %d about notifications again, want 1 each: %q", polling, again, logs.Messages())
 	}
 }

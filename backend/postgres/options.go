@@ -52,6 +52,18 @@ type Options struct {
 
 	// Logger receives log lines (group "postgres"). Nil means silent.
 	Logger *slog.Logger
+
+	// listenTiming, zero but in tests (export_test.go), replaces the
+	// LISTEN connection's health timing.
+	listenTiming listenTiming
+}
+
+// listenTiming is how the LISTEN connection is kept healthy: a connection
+// silent for ping is pinged, and replaced when the ping is not answered
+// within pingTimeout; a probe that found notifications not delivered is
+// tried again after retry, doubling up to retryMax.
+type listenTiming struct {
+	ping, pingTimeout, retry, retryMax time.Duration
 }
 
 // options are Options with the defaults filled in.
@@ -100,5 +112,19 @@ func (o Options) withDefaults() (options, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	lt := o.listenTiming
+	if lt.ping <= 0 {
+		lt.ping = cfg.TTL
+	}
+	if lt.pingTimeout <= 0 {
+		lt.pingTimeout = min(probeTimeout, cfg.TTL)
+	}
+	if lt.retry <= 0 {
+		lt.retry = probeRetry
+	}
+	if lt.retryMax < lt.retry {
+		lt.retryMax = max(probeRetryMax, lt.retry)
+	}
+	o.listenTiming = lt
 	return options{Options: o, cfg: cfg, schema: schema, poll: poll, log: log.WithGroup("postgres")}, nil
 }

@@ -175,4 +175,31 @@ func TestParseURL(t *testing.T) {
 	if _, err := postgres.ParseURL("postgres://u:p@h/db?baton_create=maybe"); !errors.As(err, &ce) {
 		t.Errorf("bad baton_create: %v; want a *baton.ConfigError", err)
 	}
+	if c, err := postgres.ParseURL("postgres://u:p@h/db?baton_listen=off"); err != nil || !c.Options.NoListen || c.Options.Listen != nil {
+		t.Errorf("baton_listen=off: %+v, %v; want NoListen", c.Options, err)
+	}
+	// Refused, naming what is wrong, never the password (a host list
+	// included, which url.Parse cannot read to redact it).
+	const pw = "Hunter2Secret"
+	for _, tc := range []struct{ raw, want string }{
+		{"postgres://u:" + pw + "@h/db?baton_schema=a&baton_schema=b", "baton_schema given 2 times"},
+		{"postgres://u:" + pw + "@h/db?baton_scheme=a", "baton's own parameters are baton_schema"},
+		{"postgres://u:" + pw + "%zz@h1:5432,h2/db", "malformed % escape"},
+		{"postgres://u:" + pw + "@h1:5432,h2:x/db", "h2"},
+		{"postgres://u@h1,h2/db?password=" + pw + "&sslmode=sometimes", "sslmode"},
+		{"postgres://u:p@h/db?baton_listen=" + url.QueryEscape("postgres://u:"+pw+"@d:bad/db"), "baton_listen"},
+		{"postgres://u:p@h/db?baton_listen=" + url.QueryEscape("postgres://u@d/db?baton_schema=x"), "belongs on the main URL"},
+	} {
+		_, err := postgres.ParseURL(tc.raw)
+		if err == nil || !errors.As(err, &ce) {
+			t.Errorf("ParseURL(%q) = %v; want a *baton.ConfigError", tc.raw, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseURL(%q) = %q; want it to say %q", tc.raw, err, tc.want)
+		}
+		if strings.Contains(err.Error(), pw) {
+			t.Errorf("ParseURL(%q) error holds the password: %q", tc.raw, err)
+		}
+	}
 }

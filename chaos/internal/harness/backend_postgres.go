@@ -21,11 +21,19 @@ import (
 // wipe starts it on a new cluster (initdb): baton's schema, sessions,
 // leases and their tokens are gone, as after a failover to a replica that
 // never got them.
+//
+// With bouncer, a real PgBouncer in transaction-pooling mode stands between
+// the proxies and the server (candidate → its proxy → PgBouncer →
+// PostgreSQL), as a platform team runs it: the candidates' LISTEN probe
+// fails there and their waiters poll. PgBouncer keeps running through the
+// server's restarts and wipes, as it would in production.
 type pgBackend struct {
-	dir string
-	n   int
+	dir     string
+	n       int
+	bouncer bool
 
 	pg      *testserver.Postgres
+	pgb     *testserver.PgBouncer
 	proxies []*testserver.Proxy
 
 	mu   sync.Mutex
@@ -42,8 +50,21 @@ func (b *pgBackend) start() error {
 		return fmt.Errorf("start postgres: %w", err)
 	}
 	b.pg = pg
+	target := pg.Addr()
+	if b.bouncer {
+		dir := filepath.Join(b.dir, "pgbouncer")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		pgb, err := testserver.NewPgBouncer(pg, dir)
+		if err != nil {
+			return fmt.Errorf("start pgbouncer: %w", err)
+		}
+		b.pgb = pgb
+		target = pgb.Addr()
+	}
 	for range b.n {
-		p, err := testserver.NewProxy(pg.Addr())
+		p, err := testserver.NewProxy(target)
 		if err != nil {
 			return err
 		}
@@ -89,10 +110,13 @@ func (b *pgBackend) up() error {
 	return nil
 }
 
-// close stops the proxies and the server.
+// close stops the proxies, PgBouncer and the server.
 func (b *pgBackend) close() {
 	for _, p := range b.proxies {
 		p.Close()
+	}
+	if b.pgb != nil {
+		b.pgb.Close()
 	}
 	if b.pg != nil {
 		b.pg.Close()

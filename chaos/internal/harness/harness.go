@@ -28,6 +28,10 @@ import (
 type Config struct {
 	// Backend is one of Backends.
 	Backend string
+	// PgBouncer sends the postgres backend's candidates through a real
+	// PgBouncer in transaction-pooling mode (each candidate's proxy in
+	// front of it), where LISTEN cannot work and waiters poll.
+	PgBouncer bool
 	// Candidates is the number of `baton run` candidates (3).
 	Candidates int
 	// Faults is the number of faults to inject (30).
@@ -101,6 +105,15 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// backendName is the backend's name in the record: Backend, with
+// "+pgbouncer" when the candidates go through PgBouncer.
+func (c Config) backendName() string {
+	if c.PgBouncer {
+		return c.Backend + "+pgbouncer"
+	}
+	return c.Backend
+}
+
 // Validate returns every problem with c, each saying how to fix it.
 func (c Config) Validate() error {
 	var errs []error
@@ -109,6 +122,9 @@ func (c Config) Validate() error {
 	}
 	if c.Candidates < 2 {
 		errs = append(errs, fmt.Errorf("candidates %d: want at least 2 (one leads, one waits)", c.Candidates))
+	}
+	if c.PgBouncer && c.Backend != "postgres" {
+		errs = append(errs, fmt.Errorf("pgbouncer: only the postgres backend goes through PgBouncer, not %s; drop --pgbouncer", c.Backend))
 	}
 	if c.Backend == "raft" && c.Candidates < 3 {
 		errs = append(errs, fmt.Errorf("candidates %d: raft needs at least 3 (its voters)", c.Candidates))
@@ -254,6 +270,9 @@ func (h *Harness) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if pb, ok := be.(*pgBackend); ok {
+		pb.bouncer = h.cfg.PgBouncer
+	}
 	h.be = be
 	h.log.Info("starting the backend", "backend", h.cfg.Backend)
 	if err := be.start(); err != nil {
@@ -377,7 +396,7 @@ func (h *Harness) cleanup() {
 // history returns what the run recorded so far.
 func (h *Harness) history() record.History {
 	hist := record.History{Run: record.Run{
-		Backend:        h.cfg.Backend,
+		Backend:        h.cfg.backendName(),
 		Seed:           h.cfg.Seed,
 		Command:        h.cfg.Command,
 		Candidates:     h.cfg.Candidates,

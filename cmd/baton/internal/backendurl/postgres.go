@@ -7,7 +7,6 @@ import (
 	"math"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -23,8 +22,7 @@ import (
 const PostgresForm = "postgres://[user[:password]@]host[:port][,host[:port]...][/database][?param=value&...]"
 
 // postgresParams are baton's own query parameters of a postgres:// URL,
-// taken out before pgx sees the rest (pgx would send an unknown one to the
-// server as a run-time setting, which the server refuses).
+// which postgres.ParseURL takes out before pgx sees the rest.
 var postgresParams = []string{postgres.ParamSchema, postgres.ParamListen, postgres.ParamCreate}
 
 // postgresRetry is the pause between attempts to reach the database when
@@ -33,68 +31,50 @@ var postgresParams = []string{postgres.ParamSchema, postgres.ParamListen, postgr
 const postgresRetry = time.Second
 
 // parsePostgresURL accepts a postgres:// or postgresql:// connection URL as
-// libpq and pgx take it (host lists, sslmode up to verify-full, the PG*
-// environment variables, passfile, service), plus baton's parameters:
+// postgres.ParseURL reads it (libpq's URL as pgx takes it: host lists,
+// sslmode up to verify-full, the PG* environment variables, passfile,
+// service; and baton's parameters):
 //
 //	baton_schema=NAME     the schema of baton's tables (default baton)
 //	baton_listen=URL|off  a direct connection for LISTEN when the URL goes
-//	                      through PgBouncer in transaction-pooling mode (its
-//	                      password defaults to the main URL's); off: poll
+//	                      through PgBouncer in transaction-pooling mode; off: poll
 //	baton_create=false    never create the schema: refuse to start without it
 //
-// (postgres.ParseURL reads the same parameters; this parser also takes
-// host lists, which net/url refuses, and never hands pgx the password.)
-//
-// It checks the URL as pgx.ParseConfig does (which reads the PG* variables
-// and the passfile, and any certificate files named), without connecting.
-// The password is taken out of the URL before pgx parses it, so that no
-// error of pgx's can quote it, and set on the parsed configuration.
+// On top of it, the CLI's own rules: every host must be one a client can
+// dial (CheckHost); baton_listen must be a postgres:// URL, and its
+// password defaults to the main URL's; schema= and listen_url= (other
+// tools' names) and a # get a hint. It reads the PG* variables and the
+// passfile, and any certificate files named, without connecting.
 func parsePostgresURL(raw string) (opener, []string, error) {
-	cfg, rest, err := parsePostgresConn(raw, "")
+	cfg, opts, hosts, err := postgresConfig(raw)
 	if err != nil {
 		return nil, nil, err
 	}
-	opts := postgres.Options{}
-	for _, k := range postgresParams {
-		vs, ok := rest[k]
-		if !ok {
-			continue
-		}
-		if len(vs) != 1 {
-			return nil, nil, fmt.Errorf("parameter %s given %d times: give it once (%s)", k, len(vs), PostgresForm)
-		}
-		v := vs[0]
-		switch k {
-		case postgres.ParamSchema:
-			opts.Schema = v
-			if err := checkPostgresSchema(v); err != nil {
-				return nil, nil, err
-			}
-		case postgres.ParamCreate:
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return nil, nil, fmt.Errorf("%s=%q: want true or false (false: refuse to start when the schema is missing, rather than create it)", k, v)
-			}
-			opts.NoCreate = !b
-		case postgres.ParamListen:
-			if v == "off" {
-				opts.NoListen = true
-				break
-			}
-			if !strings.HasPrefix(v, "postgres://") && !strings.HasPrefix(v, "postgresql://") {
-				return nil, nil, fmt.Errorf("%s: want a postgres:// URL of a direct connection to the server (not through PgBouncer), %%-escaped in the query, or off to poll", k)
-			}
-			lcfg, lrest, err := parsePostgresConn(v, cfg.ConnConfig.Password)
-			if err != nil {
-				return nil, nil, fmt.Errorf("%s: %w", k, err)
-			}
-			for _, k := range postgresParams {
-				if _, ok := lrest[k]; ok {
-					return nil, nil, fmt.Errorf("%s: parameter %s belongs on the main URL, not on %s", postgres.ParamListen, k, postgres.ParamListen)
-				}
-			}
-			opts.Listen = lcfg.ConnConfig
-		}
+	return func(ctx context.Context, o Options) (*Backend, error) {
+		return openPostgres(ctx, cfg, opts, o)
+	}, hosts, nil
+}
+
+// postgresConfig is parsePostgresURL's work: the pool's configuration,
+// the backend's options from baton's parameters, and the hosts.
+func postgresConfig(raw string) (*pgxpool.Config, postgres.Options, []string, error) {
+	scheme, rest, _ := strings.Cut(raw, "://")
+	scheme = strings.ToLower(scheme)
+	if scheme != "postgres" && scheme != "postgresql" {
+		return nil, postgres.Options{}, nil, fmt.Errorf("unknown scheme %q: use %s", scheme, PostgresForm)
+	}
+	raw = scheme + "://" + rest
+	if err := postgresHints(raw); err != nil {
+		return nil, postgres.Options{}, nil, err
+	}
+	uc, err := postgres.ParseURL(raw)
+	if err != nil {
+		return nil, postgres.Options{}, nil, postgresParseError(err)
+	}
+	cfg, opts := uc.Pool, uc.Options
+	if opts.Listen != nil && opts.Listen.Password == "" {
+		// Neither the listen URL nor the passfile or PGPASSWORD gave one.
+		opts.Listen.Password = cfg.ConnConfig.Password
 	}
 	var hosts []string
 	for _, h := range append([]string{cfg.ConnConfig.Host}, fallbackHosts(cfg.ConnConfig)...) {
@@ -102,82 +82,37 @@ func parsePostgresURL(raw string) (opener, []string, error) {
 			continue // a Unix socket's directory, or a host named twice
 		}
 		if err := CheckHost(h); err != nil {
-			return nil, nil, fmt.Errorf("server %q: %v: use %s", h, err, PostgresForm)
+			return nil, postgres.Options{}, nil, fmt.Errorf("server %q: %v: use %s", h, err, PostgresForm)
 		}
 		hosts = append(hosts, h)
 	}
-	return func(ctx context.Context, o Options) (*Backend, error) {
-		return openPostgres(ctx, cfg, opts, o)
-	}, hosts, nil
+	return cfg, opts, hosts, nil
 }
 
-// parsePostgresConn parses a connection URL with pgx, its password taken
-// out first (and defaulting to password when the URL names none, for a
-// baton_listen). It returns the configuration and baton's parameters.
-func parsePostgresConn(raw, password string) (*pgxpool.Config, url.Values, error) {
-	scheme, rest, _ := strings.Cut(raw, "://")
-	scheme = strings.ToLower(scheme)
-	if scheme != "postgres" && scheme != "postgresql" {
-		return nil, nil, fmt.Errorf("unknown scheme %q: use %s", scheme, PostgresForm)
+// postgresHints refuses, with a hint, what postgres.ParseURL would take
+// but a CLI user most likely did not mean: a # (a fragment pgx ignores),
+// the parameter names other tools use for baton's, and a baton_listen that
+// is not a postgres:// URL.
+func postgresHints(raw string) error {
+	if strings.Contains(raw, "#") {
+		return fmt.Errorf("a # in the URL: escape it as %%23 (%s)", PostgresForm)
 	}
-	if strings.ContainsAny(raw, "#") {
-		return nil, nil, fmt.Errorf("a # in the URL: escape it as %%23 (%s)", PostgresForm)
-	}
-	// The user information ends at the first @ before any /, as pgx reads it.
-	var userinfo string
-	if i := strings.IndexAny(rest, "@/"); i >= 0 && rest[i] == '@' {
-		userinfo, rest = rest[:i], rest[i+1:]
-	}
-	user, pass, hasPass := strings.Cut(userinfo, ":")
-	if hasPass {
-		p, err := url.PathUnescape(pass)
-		if err != nil {
-			return nil, nil, fmt.Errorf("the password has a malformed %% escape: write %%25 for a %% and %%40 for an @ in it (%s)", PostgresForm)
-		}
-		password = p
-	}
-	authority, query, _ := strings.Cut(rest, "?")
+	_, query, _ := strings.Cut(raw, "?")
 	q, err := url.ParseQuery(query)
 	if err != nil {
-		return nil, nil, fmt.Errorf("query: %v: %s (%s)", err, escapeHint, PostgresForm)
+		return nil // postgres.ParseURL says what is wrong with it
 	}
-	fromQuery := false
-	if pw, ok := q["password"]; ok {
-		if len(pw) > 0 {
-			password, fromQuery = pw[len(pw)-1], true
-		}
-		delete(q, "password")
-	}
-	for k := range q {
-		if strings.HasPrefix(k, "baton") && !slices.Contains(postgresParams, k) || k == "schema" || k == "listen_url" {
-			return nil, nil, fmt.Errorf("unknown parameter %q: baton's own parameters are %s (%s)", k, strings.Join(postgresParams, ", "), PostgresForm)
+	for _, k := range []string{"schema", "listen_url"} {
+		if _, ok := q[k]; ok {
+			return fmt.Errorf("unknown parameter %q: baton's own parameters are %s (%s)", k, strings.Join(postgresParams, ", "), PostgresForm)
 		}
 	}
-	ours := url.Values{}
-	for _, k := range postgresParams {
-		if v, ok := q[k]; ok {
-			ours[k] = v
-			delete(q, k)
+	for _, v := range q[postgres.ParamListen] {
+		if v != "off" && !strings.HasPrefix(v, "postgres://") && !strings.HasPrefix(v, "postgresql://") {
+			return fmt.Errorf("%s: want a postgres:// URL of a direct connection to the server (not through PgBouncer), %%-escaped in the query, or off to poll", postgres.ParamListen)
 		}
 	}
-	clean := scheme + "://"
-	if userinfo != "" {
-		clean += user + "@"
-	}
-	clean += authority
-	if len(q) > 0 {
-		clean += "?" + q.Encode()
-	}
-	cfg, err := pgxpool.ParseConfig(clean)
-	if err != nil {
-		return nil, nil, postgresParseError(err, password)
-	}
-	// The URL's password comes first; else the passfile's or PGPASSWORD's,
-	// which pgx found; else, for a baton_listen, the main URL's.
-	if password != "" && (hasPass || fromQuery || cfg.ConnConfig.Password == "") {
-		cfg.ConnConfig.Password = password
-	}
-	return cfg, ours, nil
+	return nil
 }
 
 // fallbackHosts returns the hosts of cfg's fallbacks (the URL's host list
@@ -190,33 +125,16 @@ func fallbackHosts(cfg *pgx.ConnConfig) []string {
 	return hosts
 }
 
-// postgresParseError rewords pgx's parse error: its message quotes the
-// connection string (which holds no password, as parsePostgresConn takes
-// it out), and the password is removed again should it appear anyway.
-func postgresParseError(err error, password string) error {
+// postgresParseError is postgres.ParseURL's error (which holds no
+// password) in the CLI's words: its problems, and the URL's form.
+func postgresParseError(err error) error {
 	msg := err.Error()
-	var pe *pgconn.ParseConfigError
-	if errors.As(err, &pe) {
-		if i := strings.LastIndex(msg, "`: "); i >= 0 {
-			msg = msg[i+3:]
-		}
+	var ce *baton.ConfigError
+	if errors.As(err, &ce) {
+		msg = strings.Join(ce.Problems, "; ")
 	}
-	if password != "" {
-		msg = strings.ReplaceAll(msg, password, "xxxxx")
-	}
+	msg = strings.ReplaceAll(msg, "postgres: ", "")
 	return fmt.Errorf("%s (%s; libpq's parameters as pgx takes them, and baton's %s)", msg, PostgresForm, strings.Join(postgresParams, ", "))
-}
-
-// checkPostgresSchema is the backend's schema-name rule (SchemaSQL's), in
-// the words of a URL user.
-func checkPostgresSchema(name string) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%s=%s: %s (%s)", postgres.ParamSchema, name, strings.TrimPrefix(fmt.Sprint(r), "postgres: "), PostgresForm)
-		}
-	}()
-	postgres.SchemaSQL(name)
-	return nil
 }
 
 // openPostgres opens a pool on cfg and the backend on it, retrying while

@@ -25,7 +25,7 @@ func TestPostgresURL(t *testing.T) {
 		if got := strings.Join(spec.Hosts, " "); got != "db1 db2 ::1" {
 			t.Errorf("Hosts = %q, want db1 db2 ::1", got)
 		}
-		cfg, ours, err := parsePostgresConn("postgres://app:s3cret@db1:5433,db2/jobs?sslmode=disable&baton_schema=ops&application_name=x", "")
+		cfg, opts, _, err := postgresConfig("postgres://app:s3cret@db1:5433,db2/jobs?sslmode=disable&baton_schema=ops&application_name=x")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,12 +42,12 @@ func TestPostgresURL(t *testing.T) {
 		if c.RuntimeParams["application_name"] != "x" {
 			t.Errorf("application_name = %q: libpq's parameters must reach pgx", c.RuntimeParams["application_name"])
 		}
-		if ours.Get("baton_schema") != "ops" {
-			t.Errorf("schema = %q, want ops", ours.Get("baton_schema"))
+		if opts.Schema != "ops" {
+			t.Errorf("schema = %q, want ops", opts.Schema)
 		}
 	})
 	t.Run("password parameter", func(t *testing.T) {
-		cfg, _, err := parsePostgresConn("postgres://app@db/jobs?password=p%26w&sslmode=disable", "")
+		cfg, _, _, err := postgresConfig("postgres://app@db/jobs?password=p%26w&sslmode=disable")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +73,7 @@ func TestPostgresURL(t *testing.T) {
 		if len(spec.Hosts) != 1 || spec.Hosts[0] != "envhost" {
 			t.Errorf("Hosts = %q, want PGHOST's envhost", spec.Hosts)
 		}
-		cfg, _, err := parsePostgresConn("postgres://", "")
+		cfg, _, _, err := postgresConfig("postgres://")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +81,7 @@ func TestPostgresURL(t *testing.T) {
 			t.Errorf("from the environment: port %d user %q db %q password %q", c.Port, c.User, c.Database, c.Password)
 		}
 		// The URL's password wins over the passfile's.
-		cfg, _, err = parsePostgresConn("postgres://envuser:fromurl@", "")
+		cfg, _, _, err = postgresConfig("postgres://envuser:fromurl@")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,7 +90,7 @@ func TestPostgresURL(t *testing.T) {
 		}
 	})
 	t.Run("verify-full", func(t *testing.T) {
-		cfg, _, err := parsePostgresConn("postgres://db.example.com/jobs?sslmode=verify-full", "")
+		cfg, _, _, err := postgresConfig("postgres://db.example.com/jobs?sslmode=verify-full")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,6 +105,24 @@ func TestPostgresURL(t *testing.T) {
 		}
 		if _, err := Parse("postgres://app:pw@bouncer:6432/jobs?baton_listen=off"); err != nil {
 			t.Fatal(err)
+		}
+		// The listen URL's password defaults to the main URL's; its own wins.
+		_, opts, _, err := postgresConfig("postgres://app:pw@bouncer:6432/jobs?baton_listen=postgres://app@db:5432/jobs%3Fsslmode%3Ddisable")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if opts.Listen == nil || opts.Listen.Host != "db" || opts.Listen.Password != "pw" {
+			t.Errorf("listen config %+v: want host db with the main URL's password", opts.Listen)
+		}
+		_, opts, _, err = postgresConfig("postgres://app:pw@bouncer:6432/jobs?baton_listen=postgres://app:own@db:5432/jobs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if opts.Listen == nil || opts.Listen.Password != "own" {
+			t.Errorf("listen config %+v: want its own password", opts.Listen)
+		}
+		if _, opts, _, err = postgresConfig("postgres://app:pw@bouncer:6432/jobs?baton_listen=off"); err != nil || !opts.NoListen {
+			t.Errorf("baton_listen=off: NoListen %v, err %v", opts.NoListen, err)
 		}
 	})
 }
