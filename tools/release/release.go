@@ -44,6 +44,7 @@ type config struct {
 	dist      string     // output directory
 	platforms []platform // binaries to build
 	log       io.Writer  // progress
+	keepBins  string     // when set, each binary is copied to keepBins/OS_ARCH/baton
 }
 
 // result names what a release made, for its callers (the test).
@@ -52,7 +53,7 @@ type result struct {
 	commit    string              // the tag's commit, stamped into the binaries
 	modules   []string            // module paths released
 	archives  map[platform]string // archive path per platform
-	binaries  map[platform]string // the binary inside each archive, kept in a work dir
+	binaries  map[platform]string // the binary inside each archive, under keepBins
 	debs      map[string]string   // package path per Debian architecture
 	imageDir  string              // the OCI layout
 	proxyDir  string              // the GOPROXY=file:// directory
@@ -203,10 +204,12 @@ func (c *config) run(ctx context.Context) (*result, error) {
 	if err := writeChecksums(filepath.Join(c.dist, "checksums.txt"), checksummed); err != nil {
 		return nil, err
 	}
-	// The binaries stay readable for the caller after the work dir goes.
-	binDir := filepath.Join(c.dist, ".bin")
 	for p, bin := range res.binaries {
-		dst := filepath.Join(binDir, p.os+"_"+p.arch, "baton")
+		if c.keepBins == "" {
+			delete(res.binaries, p)
+			continue
+		}
+		dst := filepath.Join(c.keepBins, p.os+"_"+p.arch, "baton")
 		if err := copyFile(bin, dst, 0o755); err != nil {
 			return nil, err
 		}
