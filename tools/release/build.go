@@ -60,6 +60,15 @@ func (c *config) proxyEnv(ctx context.Context, gopath string) ([]string, error) 
 	}, nil
 }
 
+// buildTags leave out of the release binary what only costs size:
+// grpcnotrace drops gRPC's golang.org/x/net/trace (etcd's client uses
+// gRPC), whose debug pages render with html/template at init; a reachable
+// template execution makes the linker keep every exported method of every
+// type stored in an interface (it cannot tell which methods a template
+// calls by name), and with them the whole EC2, SSM and Kubernetes API
+// clients.
+const buildTags = "grpcnotrace"
+
 // build runs `go install …/cmd/baton@version` for p from dist/proxy, in a
 // GOPATH of its own, so that the archives carry what users of go install
 // build, stamped with the commit. It returns the binary's path.
@@ -70,7 +79,7 @@ func (c *config) build(ctx context.Context, work string, p platform, commit stri
 		return "", err
 	}
 	ldflags := fmt.Sprintf("-s -w -X main.releaseCommit=%s -X main.releaseCommitTime=%s", commit, commitTime.Format(time.RFC3339))
-	cmd := exec.CommandContext(ctx, "go", "install", "-trimpath", "-ldflags="+ldflags, cliPackage+"@"+c.tag)
+	cmd := exec.CommandContext(ctx, "go", "install", "-trimpath", "-tags="+buildTags, "-ldflags="+ldflags, cliPackage+"@"+c.tag)
 	cmd.Dir = work
 	cmd.Env = append(os.Environ(), env...)
 	// CGO_ENABLED=0: a static binary, which runs in an image without libc
