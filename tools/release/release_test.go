@@ -5,6 +5,7 @@ import (
 	"bufio"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -512,5 +513,27 @@ func checkDeb(t *testing.T, res *result, commit string) {
 	query.Env = append(os.Environ(), env...)
 	if out, err := query.Output(); err == nil && !strings.HasPrefix(string(out), "un") && !strings.HasPrefix(string(out), "pn") {
 		t.Errorf("after purge dpkg-query says %q", out)
+	}
+}
+
+// TestPlatformsFlag: a platform the CLI cannot be built for is a usage
+// error that says why, before anything is built.
+func TestPlatformsFlag(t *testing.T) {
+	for _, tt := range []struct{ flag, want string }{
+		{"darwin/arm64", "Linux-only"},
+		{"windows/amd64", "linux only"},
+		{"linux/386", "amd64 and arm64 only"},
+		{"linux", "not GOOS/GOARCH"},
+	} {
+		err := runMain(t.Context(), []string{"-tag", "v1.0.0", "-platforms", tt.flag}, io.Discard)
+		var ue *usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("-platforms %s: %v, want a usage error saying %q", tt.flag, err, tt.want)
+		}
+	}
+	err := runMain(t.Context(), []string{"-repo", t.TempDir(), "-tag", "1.0"}, io.Discard)
+	var ue *usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "semantic version") {
+		t.Errorf("-tag 1.0: %v, want a usage error", err)
 	}
 }
