@@ -476,8 +476,13 @@ func checkDeb(t *testing.T, res *result, commit string) {
 		t.Errorf("dpkg-query: %q", status)
 	}
 	checkVersion(t, filepath.Join(root, "usr/bin/baton"), commit)
-	if _, err := os.Stat(filepath.Join(root, "etc/default/baton")); err != nil {
-		t.Errorf("the environment file: %v", err)
+	unit, err := os.ReadFile(filepath.Join(root, "lib/systemd/system/baton.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	envFile := filepath.Join(root, debEnvFile(unit))
+	if _, err := os.Stat(envFile); err != nil {
+		t.Errorf("the environment file baton.service names: %v", err)
 	}
 	run(t, "", nil, "cp", "-R", "/usr/lib/systemd/system", filepath.Join(root, "usr/lib/systemd/"))
 	verify := append([]string{"verify", "--root=" + root}, debUnits...)
@@ -500,12 +505,12 @@ func checkDeb(t *testing.T, res *result, commit string) {
 			t.Errorf("after dpkg -r, %s: %v", f, err)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(root, "etc/default/baton")); err != nil {
+	if _, err := os.Stat(envFile); err != nil {
 		t.Errorf("dpkg -r removed the environment file, a conffile that stays until purge: %v", err)
 	}
 	run(t, "", env, "dpkg", append(dpkg, "--purge", "baton")...)
-	if _, err := os.Stat(filepath.Join(root, "etc/default/baton")); !os.IsNotExist(err) {
-		t.Errorf("after dpkg --purge, etc/default/baton: %v", err)
+	if _, err := os.Stat(envFile); !os.IsNotExist(err) {
+		t.Errorf("after dpkg --purge, %s: %v", envFile, err)
 	}
 	// Purged, dpkg knows the package no more (dpkg-query exits 1) or
 	// records it as not installed.
@@ -535,5 +540,20 @@ func TestPlatformsFlag(t *testing.T) {
 	var ue *usageError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "semantic version") {
 		t.Errorf("-tag 1.0: %v, want a usage error", err)
+	}
+}
+
+// TestDebEnvFile: the package puts the environment file where baton.service
+// reads it.
+func TestDebEnvFile(t *testing.T) {
+	for unit, want := range map[string]string{
+		"[Service]\nEnvironmentFile=-/etc/baton/baton.env\nExecStart=/usr/bin/baton run\n": "/etc/baton/baton.env",
+		"[Service]\nEnvironmentFile = /etc/default/baton-x\n":                              "/etc/default/baton-x",
+		"[Service]\nExecStart=/usr/bin/baton run\n":                                        debEnvDefault,
+		"[Service]\nEnvironmentFile=%E/baton.env\n":                                        debEnvDefault,
+	} {
+		if got := debEnvFile([]byte(unit)); got != want {
+			t.Errorf("debEnvFile(%q) = %q, want %q", unit, got, want)
+		}
 	}
 }
