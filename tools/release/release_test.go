@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -90,6 +91,7 @@ func TestRelease(t *testing.T) {
 	t.Run("checksums", func(t *testing.T) { checkChecksums(t, res) })
 	t.Run("modules", func(t *testing.T) { checkModules(t, clone, res) })
 	t.Run("go install", func(t *testing.T) { checkGoInstall(t, res) })
+	t.Run("dead code", func(t *testing.T) { checkDeadCode(t, res) })
 	t.Run("archive", func(t *testing.T) {
 		for p, a := range res.archives {
 			files := readTarGz(t, a)
@@ -273,6 +275,40 @@ func checkGoInstall(t *testing.T, res *result) {
 	consumer := t.TempDir()
 	run(t, consumer, env, "go", "mod", "init", "example.com/consumer")
 	run(t, consumer, env, "go", "get", rootModule+"/backend/etcd@"+testTag)
+}
+
+// checkDeadCode links the release binary again with the linker's
+// dependency dump and wants no function in it that makes the linker keep
+// every exported method of every type stored in an interface (a
+// reflective call by method name, as text/template and html/template
+// make): with one, the binary carried the whole EC2 and Kubernetes API
+// clients and was more than twice its size.
+func checkDeadCode(t *testing.T, res *result) {
+	modcache := strings.TrimSpace(run(t, "", nil, "go", "env", "GOMODCACHE"))
+	gopath := t.TempDir()
+	t.Cleanup(func() { removeAll(gopath) })
+	cmd := exec.Command("go", "install", "-trimpath", "-tags="+buildTags, "-ldflags=-dumpdep", cliPackage+"@"+testTag)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(),
+		"GOPROXY=file://"+filepath.ToSlash(res.proxyDir)+",file://"+filepath.ToSlash(filepath.Join(modcache, "cache", "download")),
+		"GOSUMDB=off", "GOPATH="+gopath, "GOMODCACHE=", "GOBIN=", "GOWORK=off", "GOFLAGS=-modcacherw",
+		"GOTOOLCHAIN=local", "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go install -ldflags=-dumpdep: %v\n%.4000s", err, out)
+	}
+	var culprits []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if from, _, ok := strings.Cut(line, " <ReflectMethod> ->"); ok && !slices.Contains(culprits, from) {
+			culprits = append(culprits, from)
+		}
+	}
+	if len(culprits) > 0 {
+		t.Errorf("the linker keeps every method of interface-stored types because of %v (a template execution? see docs/install.md, Binary size)", culprits)
+	}
+	if !strings.Contains(string(out), "main.main") {
+		t.Fatalf("go install -ldflags=-dumpdep printed no dependency dump:\n%.2000s", out)
+	}
 }
 
 func readTarGz(t *testing.T, file string) map[string][]byte {
