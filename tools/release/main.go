@@ -1,6 +1,9 @@
 // Command release makes a baton release from a clean checkout at a tag.
 //
-//	git tag v1.2.3 && go run ./tools/release -tag v1.2.3   (from tools/release: go run . -repo ../..)
+//	git tag v1.2.3
+//	cd tools/release && GOWORK=off go run . -repo ../.. -tag v1.2.3
+//
+// (tools/release is a module of its own, outside the repository's go.work.)
 //
 // It fills dist/ with:
 //
