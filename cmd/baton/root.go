@@ -114,16 +114,23 @@ func (a *App) newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if v, _ := cmd.Flags().GetBool("version"); v {
+				_, err := fmt.Fprint(a.stdout(), buildVersion())
+				return err
+			}
 			cmd.SetOut(a.stderr())
 			_ = cmd.Usage()
 			return usageErrorf("no command given: use one of run, cron, is-leader, leader, agent, tls, raft, postgres, demo, version")
 		},
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
-		Version:           buildVersion(),
 	}
-	root.SetVersionTemplate("{{.Version}}")
-	// Defined here so that cobra does not add its own with a -v shorthand,
-	// which other commands use for --verbose.
+	// --version is a flag of the root command, handled by its RunE rather
+	// than by cobra's Version field: cobra prints that through a
+	// text/template, whose reflective method calls keep every exported
+	// method of every type in the binary (the linker cannot tell which a
+	// template calls), the whole AWS EC2 and Kubernetes API clients among
+	// them. Defined here also so that it has no -v shorthand, which other
+	// commands use for --verbose.
 	root.Flags().Bool("version", false, "print baton's version and the commit it was built from (as baton version)")
 	root.SetIn(a.Stdin)
 	root.SetOut(a.stdout())

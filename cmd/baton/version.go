@@ -56,10 +56,36 @@ func versionText(bi *debug.BuildInfo, ok bool) string {
 	return b.String()
 }
 
+// releaseCommit and releaseCommitTime (RFC 3339) name the commit a
+// release binary was built from. tools/release sets them with -ldflags -X:
+// it builds with go install from the release's module zips, which carry no
+// version control information, so the build information names the module
+// version but not the commit.
+var releaseCommit, releaseCommitTime string
+
 // buildVersion is versionText of this binary.
 func buildVersion() string {
 	bi, ok := debug.ReadBuildInfo()
-	return versionText(bi, ok)
+	return versionText(withReleaseCommit(bi, releaseCommit, releaseCommitTime), ok)
+}
+
+// withReleaseCommit returns bi with commit and at as its VCS settings when
+// bi has none of its own and commit is set.
+func withReleaseCommit(bi *debug.BuildInfo, commit, at string) *debug.BuildInfo {
+	if bi == nil || commit == "" {
+		return bi
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" {
+			return bi
+		}
+	}
+	c := *bi
+	c.Settings = append(append([]debug.BuildSetting(nil), bi.Settings...), debug.BuildSetting{Key: "vcs.revision", Value: commit})
+	if at != "" {
+		c.Settings = append(c.Settings, debug.BuildSetting{Key: "vcs.time", Value: at})
+	}
+	return &c
 }
 
 func (a *App) newVersionCommand() *cobra.Command {

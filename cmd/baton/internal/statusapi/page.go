@@ -1,13 +1,11 @@
 package statusapi
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"embed"
 	"encoding/base64"
 	"fmt"
-	"html/template"
 	"net/http"
 	"net/url"
 	"slices"
@@ -15,22 +13,21 @@ import (
 	"time"
 )
 
-// The status page is server-rendered (html/template, which escapes lease
-// names and candidate IDs) with its CSS and a 20-line script inline, and no
+// The status page is server-rendered (pagehtml.go, which escapes lease
+// names and candidate IDs as html/template does) with its CSS and a 20-line script inline, and no
 // other resource: it works offline, behind any proxy, and needs no build
 // step. The script refreshes the page's live part every Options.Refresh by
-// fetching ui/live (the same template, server-rendered) and swapping it in:
+// fetching ui/live (the same markup, server-rendered) and swapping it in:
 // unlike a meta refresh it keeps the scroll position and an open tooltip,
 // pauses while the tab is hidden, and says so when the process stops
 // answering. Without JavaScript a <noscript> meta refresh reloads the page.
 // A Content-Security-Policy allows that one script and style block by hash
 // and nothing else, so even a name that escaped escaping could not run.
 
-//go:embed page.html style.css refresh.js
+//go:embed style.css refresh.js
 var assets embed.FS
 
 var (
-	pageTmpl  = template.Must(template.New("page.html").ParseFS(assets, "page.html"))
 	styleCSS  = mustRead("style.css")
 	refreshJS = mustRead("refresh.js")
 	pageCSP   = fmt.Sprintf("default-src 'none'; script-src '%s'; style-src '%s'; connect-src 'self'; img-src data:; "+
@@ -52,8 +49,8 @@ func hashSource(s string) string {
 
 // pageData is the model of the page and of its live part.
 type pageData struct {
-	Style     template.CSS
-	Script    template.JS
+	Style     string // this package's style.css, written as it is
+	Script    string // this package's refresh.js, written as it is
 	RefreshMS int64
 	// RefreshSeconds is the no-script meta refresh, rounded up.
 	RefreshSeconds int64
@@ -150,7 +147,7 @@ func (h *Handler) pageData(r *http.Request) pageData {
 	ctx := r.Context()
 	now := h.opts.Now()
 	d := pageData{
-		Style: template.CSS(styleCSS), Script: template.JS(refreshJS), RefreshMS: h.opts.Refresh.Milliseconds(),
+		Style: styleCSS, Script: refreshJS, RefreshMS: h.opts.Refresh.Milliseconds(),
 		RefreshSeconds: int64((h.opts.Refresh + time.Second - 1) / time.Second), Resign: h.opts.Resign,
 		Kind: h.opts.Kind, Here: h.opts.Here, Backend: h.opts.Backend,
 		Member: h.src.ID(), Now: now.UTC().Format("2006-01-02 15:04:05 UTC"),
@@ -223,11 +220,12 @@ func (h *Handler) serveLive(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, name string) {
-	var buf bytes.Buffer
-	if err := pageTmpl.ExecuteTemplate(&buf, name, h.pageData(r)); err != nil {
-		h.log.Warn("rendering the status page", "err", err)
-		http.Error(w, "rendering the status page: "+err.Error(), http.StatusInternalServerError)
-		return
+	var buf pageWriter
+	d := h.pageData(r)
+	if name == "live" {
+		buf.writeLive(&d)
+	} else {
+		buf.writePage(&d)
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
