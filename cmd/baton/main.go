@@ -10,6 +10,8 @@
 //     HTTP API and status page
 //   - tls: make the CA and member certificates of a raft group
 //   - demo: a self-contained failover demo on this machine
+//   - idle: do nothing until SIGTERM, the command of a baton run that only
+//     holds the lease (a Kubernetes sidecar)
 //   - version: print the version and the commit it was built from
 //
 // demo-job (hidden) is the job that demo's members run.

@@ -120,7 +120,7 @@ func (a *App) newRootCommand() *cobra.Command {
 			}
 			cmd.SetOut(a.stderr())
 			_ = cmd.Usage()
-			return usageErrorf("no command given: use one of run, cron, is-leader, leader, agent, tls, raft, postgres, demo, version")
+			return usageErrorf("no command given: use one of run, cron, is-leader, leader, agent, tls, raft, postgres, demo, idle, version")
 		},
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
@@ -155,6 +155,7 @@ func (a *App) newRootCommand() *cobra.Command {
 		a.newPostgresCommand(),
 		a.newDemoCommand(),
 		a.newDemoJobCommand(),
+		a.newIdleCommand(),
 		a.newVersionCommand(),
 	)
 	return root

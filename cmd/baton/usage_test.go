@@ -242,7 +242,7 @@ func TestUsageErrors(t *testing.T) {
 			[]string{`unknown command "elect"`, "baton --help"}},
 		{"no command", nil,
 			nil,
-			[]string{"no command given", "run, cron, is-leader, leader, agent, tls, raft, postgres, demo, version"}},
+			[]string{"no command given", "run, cron, is-leader, leader, agent, tls, raft, postgres, demo, idle, version"}},
 		{"demo nodes", nil,
 			[]string{"demo", "--nodes", "10"},
 			[]string{"--nodes 10", "3 to 9"}},

@@ -134,6 +134,12 @@ func loadManifests(t *testing.T) []manifest {
 type kustomization struct {
 	Namespace string   `yaml:"namespace"`
 	Resources []string `yaml:"resources"`
+	Images    []struct {
+		Name    string `yaml:"name"`
+		NewName string `yaml:"newName"`
+		NewTag  string `yaml:"newTag"`
+		Digest  string `yaml:"digest"`
+	} `yaml:"images"`
 }
 
 func loadKustomization(t *testing.T, dir string) kustomization {
@@ -251,6 +257,7 @@ type (
 	}
 	container struct {
 		Name          string   `yaml:"name"`
+		Image         string   `yaml:"image"`
 		Command       []string `yaml:"command"`
 		Args          []string `yaml:"args"`
 		RestartPolicy string   `yaml:"restartPolicy"`
@@ -596,5 +603,60 @@ func checkSecurity(t *testing.T, c container, pod securityContext) {
 	}
 	if sc.SeccompProfile.Type == "" && pod.SeccompProfile.Type != "RuntimeDefault" {
 		t.Errorf("container %s: no seccomp profile (want RuntimeDefault)", c.Name)
+	}
+}
+
+// releaseImage is the repository baton's release image is published to:
+// tools/release's OCI image, /usr/local/bin/baton and CA certificates
+// alone, run as user 65532 (docs/install.md).
+const releaseImage = "ghcr.io/batonhq/baton"
+
+// TestReleaseImage checks that the sidecar runs baton's release image and
+// nothing in it but baton: the container names releaseImage at the
+// placeholder tag VERSION, its kustomization.yaml sets that tag in one
+// images: entry, and the command baton run starts for the term is baton
+// itself (the image has no shell and no sleep; TestDeploymentRunsBaton
+// runs it with baton alone on the PATH). No file names another baton
+// image.
+func TestReleaseImage(t *testing.T) {
+	for _, m := range loadManifests(t) {
+		if m.kind() != "Deployment" || filepath.Dir(m.file) != "sidecar" {
+			continue
+		}
+		var d deployment
+		m.decode(t, &d)
+		c := batonContainer(d)
+		if want := releaseImage + ":VERSION"; c.Image != want {
+			t.Errorf("%s: the baton sidecar's image is %q, want the release image %q", m, c.Image, want)
+		}
+		program := c.Args[slices.Index(c.Args, "--")+1:]
+		if !slices.Equal(program, []string{"baton", "idle"}) {
+			t.Errorf("%s: the sidecar's command is %q, want baton idle: the release image holds baton alone", m, program)
+		}
+		k := loadKustomization(t, "sidecar")
+		found := false
+		for _, im := range k.Images {
+			if im.Name == releaseImage {
+				found = true
+				if im.NewName != "" || (im.NewTag == "") == (im.Digest == "") {
+					t.Errorf("sidecar/kustomization.yaml: images entry %+v: want a newTag (or a digest) for %s, and no newName", im, releaseImage)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("sidecar/kustomization.yaml: no images: entry for %s, where users set the release", releaseImage)
+		}
+	}
+	for _, f := range yamlFiles(t) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			_, image, ok := strings.Cut(line, "image: ")
+			if ok && strings.Contains(image, "baton") && !strings.HasPrefix(image, releaseImage+":") {
+				t.Errorf("%s: %q: a baton image other than the release image %s", f, strings.TrimSpace(line), releaseImage)
+			}
+		}
 	}
 }

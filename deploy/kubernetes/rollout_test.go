@@ -96,7 +96,7 @@ func (k *kubelet) run(ctx context.Context) {
 				k.mu.Lock()
 				fp := k.pods[name]
 				if fp == nil {
-					fp = startBaton(k.t, k.bin, k.kubeconfig, k.ns, name, k.c, k.program)
+					fp = startBaton(k.t, k.bin, os.Getenv("PATH"), k.kubeconfig, k.ns, name, k.c, k.program)
 					k.pods[name] = fp
 				}
 				k.mu.Unlock()

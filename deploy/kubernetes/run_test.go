@@ -26,7 +26,9 @@ import (
 // token instead of the mounted service account, and --http listens on
 // loopback (tests bind nothing else). In run/, the program after -- is a
 // stand-in that ignores SIGTERM, so that stopping it takes the whole
-// --grace; the sidecar's placeholder is its own. It checks what
+// --grace. In sidecar/, the command after -- is the manifest's own, run
+// as in the release image the sidecar names: with a PATH that holds baton
+// and nothing else (no shell, no sleep). It checks what
 // docs/kubernetes.md says of the Deployments: the first pod leads (200 on
 // /v1/health/leader, its pod name the Lease's holder), the others stand by
 // (429); the readiness probe's path answers 200 in all three, so all would
@@ -63,15 +65,21 @@ func TestDeploymentRunsBaton(t *testing.T) {
 			}
 			tgp := time.Duration(*d.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
 			program := c.Args[slices.Index(c.Args, "--")+1:]
+			// The release image: baton alone on the PATH.
+			path := filepath.Dir(bin)
 			if v == "run" {
+				// The program's own image, with a shell.
 				program = []string{"sh", "-c", `trap "" TERM; sleep 1000`}
+				path = os.Getenv("PATH")
 			}
-			runPods(ctx, t, k, bin, testkit.Unique("deploy-"+v), c, d.Spec.Template.Metadata.Labels, flags["lease"], program, ttl, tgp)
+			runPods(ctx, t, k, bin, path, testkit.Unique("deploy-"+v), c, d.Spec.Template.Metadata.Labels, flags["lease"], program, ttl, tgp)
 		})
 	}
 }
 
-// buildBaton builds the baton binary into a temporary directory.
+// buildBaton builds the baton binary into a temporary directory of its
+// own, named baton, so that the directory alone on a PATH is the release
+// image's (/usr/local/bin/baton and nothing else).
 func buildBaton(ctx context.Context, t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "baton")
@@ -103,8 +111,9 @@ type fakePod struct {
 
 // startBaton runs c's baton command line as the kubelet would expand it
 // for pod name in ns (POD_NAME and POD_NAMESPACE set, --http on a loopback
-// port), with program after --, as the ServiceAccount of kubeconfig.
-func startBaton(t *testing.T, bin, kubeconfig, ns, name string, c container, program []string) *fakePod {
+// port), with program after --, as the ServiceAccount of kubeconfig, with
+// path as the container's PATH.
+func startBaton(t *testing.T, bin, path, kubeconfig, ns, name string, c container, program []string) *fakePod {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -123,7 +132,7 @@ func startBaton(t *testing.T, bin, kubeconfig, ns, name string, c container, pro
 	args = append(append(args, "--"), program...)
 	p := &fakePod{name: name, http: "http://" + addr, out: new(testserver.SyncBuffer), exited: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + filepath.Dir(kubeconfig), "KUBECONFIG=" + kubeconfig,
+	p.cmd.Env = []string{"PATH=" + path, "HOME=" + filepath.Dir(kubeconfig), "KUBECONFIG=" + kubeconfig,
 		"POD_NAME=" + name, "POD_NAMESPACE=" + ns}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -174,10 +183,10 @@ func (c *apiClient) leaseHolder(ctx context.Context, ns, lease string) string {
 }
 
 // runPods runs c's baton command line in three pods' stead in namespace
-// ns, with program after --, and checks the leader, the standbys, the
+// ns, with program after -- and path as the PATH, and checks the leader, the standbys, the
 // leader Service's selector and the hand-over on SIGTERM
 // (TestDeploymentRunsBaton).
-func runPods(ctx context.Context, t *testing.T, k *testserver.KubeAPIServer, bin, ns string, c container, labels map[string]string, lease string, program []string, ttl, tgp time.Duration) {
+func runPods(ctx context.Context, t *testing.T, k *testserver.KubeAPIServer, bin, path, ns string, c container, labels map[string]string, lease string, program []string, ttl, tgp time.Duration) {
 	admin := testserver.NewKubectl(t, k, testserver.KubeAdminUser, ns)
 	for _, args := range [][]string{
 		{"create", "namespace", ns},
@@ -198,7 +207,7 @@ func runPods(ctx context.Context, t *testing.T, k *testserver.KubeAPIServer, bin
 		if err := api.createPod(ctx, ns, name, labels); err != nil {
 			t.Fatal(err)
 		}
-		return startBaton(t, bin, kubeconfig, ns, name, c, program)
+		return startBaton(t, bin, path, kubeconfig, ns, name, c, program)
 	}
 	picked := func() []string {
 		got, err := api.selected(ctx, ns, selector)
