@@ -455,7 +455,9 @@ func (b *Backend) ttlMS() int64 {
 }
 
 func str(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
-func num(n int64) types.AttributeValue  { return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)} }
+func num(n int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
 func numU(n uint64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatUint(n, 10)}
 }

@@ -56,7 +56,7 @@ type options struct {
 	cfg         backend.Config
 	poll        time.Duration
 	maxRequests int
-	log  *slog.Logger
+	log         *slog.Logger
 }
 
 // withDefaults fills in o's defaults, or returns a *baton.ConfigError naming
