@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -36,6 +37,14 @@ type Backend struct {
 	o        options
 	sessions *backend.SessionManager[string]
 	epochs   backend.EpochTracker
+
+	// checked is the last check that this process's session item exists,
+	// made before creating a lease's item (see acquire).
+	checkMu sync.Mutex
+	checked struct {
+		session string
+		sent    time.Time
+	}
 }
 
 var (
@@ -140,10 +149,12 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 		if err != nil {
 			return nil, err
 		}
+		readAt := time.Now()
 		r, err := b.read(ctx, name)
 		if err != nil {
 			return nil, b.campaignErr(ctx, s, name, "read lease", err)
 		}
+		r.readAt = readAt
 		now := time.Now()
 		var (
 			take bool
@@ -227,6 +238,16 @@ func (b *Backend) acquire(ctx context.Context, s *backend.Session[string], sl *b
 			return nil, nil
 		}
 	}
+	if !r.exists {
+		ok, err := b.sessionExists(ctx, s, r.readAt)
+		if err != nil {
+			return nil, b.campaignErr(ctx, s, name, "check session", err)
+		}
+		if !ok {
+			b.sessions.Lost(s)
+			return nil, nil
+		}
+	}
 	token := r.token + 1
 	if !r.exists || r.token>>32 == 0 {
 		// A new item: the table may have lost an older one, whose tokens
@@ -293,6 +314,35 @@ func (b *Backend) acquire(ctx context.Context, s *backend.Session[string], sl *b
 	return t, nil
 }
 
+// sessionExists reports whether session s's item exists and is not dead,
+// before a lease's item is created: a missing lease item may mean that the
+// table lost its data, and our session item with it, and a lease taken on
+// a lost session would end at its next renewal. A check sent after
+// readAt (when the caller read the lease item) answers for it too, so that
+// a burst of new leases costs one read, not one each.
+func (b *Backend) sessionExists(ctx context.Context, s *backend.Session[string], readAt time.Time) (bool, error) {
+	b.checkMu.Lock()
+	reuse := b.checked.session == s.ID && b.checked.sent.After(readAt)
+	b.checkMu.Unlock()
+	if reuse {
+		return true, nil
+	}
+	sent := time.Now()
+	sess, err := b.readSession(ctx, s.ID)
+	if err != nil {
+		return false, err
+	}
+	if sess.dead || sess.renewals < 0 {
+		return false, nil
+	}
+	b.checkMu.Lock()
+	if sent.After(b.checked.sent) || b.checked.session != s.ID {
+		b.checked.session, b.checked.sent = s.ID, sent
+	}
+	b.checkMu.Unlock()
+	return true, nil
+}
+
 // landed reads lease name back and reports whether it names candidate id
 // on session, with token: an acquisition whose reply was lost landed.
 func (b *Backend) landed(ctx context.Context, name, id, session string, token uint64) (bool, error) {
@@ -353,7 +403,9 @@ func (b *Backend) dropLeftover(s *backend.Session[string], name, id string) {
 // Leader implements baton.Backend. It reports what the lease's item says,
 // which may name a holder that died, until a campaigning contender has seen
 // its session unrenewed for a TTL; a lease whose holder's session item is
-// dead or gone has no leader.
+// marked dead has no leader. A session item that is gone (deleted by
+// DynamoDB's Time to Live an hour after its last renewal, or by hand) is
+// taken for live, as campaigns time it.
 func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error) {
 	r, err := b.read(ctx, name)
 	if err != nil {
@@ -362,7 +414,7 @@ func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error)
 		}
 		return baton.Record{}, backend.Unavailable(ctx, "dynamodb: read lease "+name, err)
 	}
-	if !r.exists || r.holder == "" || r.session == "" || r.sessionDead || r.renewals < 0 {
+	if !r.exists || r.holder == "" || r.session == "" || r.sessionDead {
 		return baton.Record{}, fmt.Errorf("%w for lease %q", baton.ErrNoLeader, name)
 	}
 	return baton.Record{Lease: name, Holder: r.holder, Token: r.token, Since: r.since}, nil

@@ -44,6 +44,8 @@ type leaseItem struct {
 	ttlMS   int64
 	since   time.Time
 
+	readAt time.Time // when the read was sent
+
 	renewals    int64 // -1: no session item
 	sessionTTL  int64
 	sessionDead bool

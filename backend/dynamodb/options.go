@@ -34,7 +34,7 @@ type Options struct {
 	// MaxRequests is how many requests other than the session's renewals
 	// the Backend has in flight at most; the others wait their turn, so
 	// that a burst of campaigns cannot delay a renewal past its deadline.
-	// Zero means 8.
+	// Zero means 4.
 	MaxRequests int
 
 	// NoCheck skips New's DescribeTable, for a role without
@@ -78,7 +78,7 @@ func (o Options) withDefaults() (options, error) {
 		problems = append(problems, fmt.Sprintf("PollInterval (%s) must be positive, or zero for RenewInterval", o.PollInterval))
 	}
 	if o.MaxRequests < 0 {
-		problems = append(problems, fmt.Sprintf("MaxRequests (%d) must be positive, or zero for 8", o.MaxRequests))
+		problems = append(problems, fmt.Sprintf("MaxRequests (%d) must be positive, or zero for 4", o.MaxRequests))
 	}
 	if len(problems) > 0 {
 		return options{}, &baton.ConfigError{Problems: problems}
@@ -97,7 +97,7 @@ func (o Options) withDefaults() (options, error) {
 	}
 	maxRequests := o.MaxRequests
 	if maxRequests == 0 {
-		maxRequests = 8
+		maxRequests = 4
 	}
 	return options{Options: o, cfg: cfg, poll: poll, maxRequests: maxRequests, log: log.WithGroup("dynamodb")}, nil
 }
