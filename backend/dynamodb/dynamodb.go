@@ -86,7 +86,7 @@ func New(ctx context.Context, client API, opts Options) (*Backend, error) {
 		Describe:   func(id string) string { return "dynamodb session " + id },
 		Lost:       "was marked dead by a contender that saw it unrenewed for a TTL, or deleted from table " + o.Table,
 		Unavailable: func(ctx context.Context, what string, err error) error {
-			if reason := configProblem(err); reason != "" {
+			if reason := configProblem(err); reason != "" && !tableMissing(err) {
 				return &TableError{Table: o.Table, Reason: reason, Err: err}
 			}
 			return backend.Unavailable(ctx, what, err)
@@ -210,10 +210,12 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 	}
 }
 
-// campaignErr is SessionManager.CampaignErr, except that a missing table
-// or a denied access is a *TableError, which stops the Elector.
+// campaignErr is SessionManager.CampaignErr, except that a denied access
+// or refused credentials is a *TableError, which stops the Elector. A
+// table that went missing after New found it is an outage (being made
+// again, say), retried.
 func (b *Backend) campaignErr(ctx context.Context, s *backend.Session[string], name, what string, err error) error {
-	if reason := configProblem(err); reason != "" && ctx.Err() == nil {
+	if reason := configProblem(err); reason != "" && ctx.Err() == nil && !tableMissing(err) {
 		return &TableError{Table: b.o.Table, Reason: reason, Err: err}
 	}
 	return b.sessions.CampaignErr(ctx, s, name, what, err)
@@ -409,7 +411,7 @@ func (b *Backend) dropLeftover(s *backend.Session[string], name, id string) {
 func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error) {
 	r, err := b.read(ctx, name)
 	if err != nil {
-		if reason := configProblem(err); reason != "" {
+		if reason := configProblem(err); reason != "" && !tableMissing(err) {
 			return baton.Record{}, &TableError{Table: b.o.Table, Reason: reason, Err: err}
 		}
 		return baton.Record{}, backend.Unavailable(ctx, "dynamodb: read lease "+name, err)

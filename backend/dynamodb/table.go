@@ -159,6 +159,12 @@ func configProblem(err error) string {
 	return ""
 }
 
+// tableMissing reports whether err says that the table does not exist.
+func tableMissing(err error) bool {
+	var nf *types.ResourceNotFoundException
+	return errors.As(err, &nf)
+}
+
 // TableError is New's and CreateTable's error when the table is missing,
 // has another key, or the role may not use it. It matches
 // *baton.ConfigError (errors.As), so the CLI exits 2.
