@@ -98,3 +98,10 @@ func testLogger(t *testing.T) *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+// TestLeaderWatch: a process that only watches hears each holder in turn,
+// by polling (a killed holder until its successor took over).
+func TestLeaderWatch(t *testing.T) {
+	d, table := startTable(t)
+	batontest.LeaderWatch(t, target(d, table))
+}

@@ -38,6 +38,11 @@ type Backend struct {
 	sessions *backend.SessionManager[string]
 	epochs   backend.EpochTracker
 
+	// held is the latest term this Backend won of each lease name, until
+	// it resigns, for Close to free (releases are conditional on the
+	// term's token, so a term that ended otherwise frees nothing).
+	held sync.Map // string → *term
+
 	// checked is the last check that this process's session item exists,
 	// made before creating a lease's item (see acquire).
 	checkMu sync.Mutex
@@ -102,12 +107,26 @@ func (b *Backend) Config() backend.Config { return b.o.cfg }
 // Table returns the table's name.
 func (b *Backend) Table() string { return b.o.Table }
 
-// Close ends every term of this Backend (Err wraps baton.ErrClosed) and
-// marks its session item dead, so that waiters take its leases at their
-// next poll, and waits for its goroutines, within ctx. The client is the
-// caller's.
+// Close ends every term of this Backend (Err wraps baton.ErrClosed),
+// frees its leases and marks its session item dead, so that waiters take
+// them at their next poll, and waits for its goroutines, within ctx. The
+// client is the caller's.
 func (b *Backend) Close(ctx context.Context) error {
-	return b.sessions.Close(ctx, nil)
+	return b.sessions.Close(ctx, func(s *backend.Session[string]) error {
+		if s == nil {
+			return nil
+		}
+		var errs []error
+		b.held.Range(func(_, v any) bool {
+			if t := v.(*term); t.s == s {
+				if err := b.releaseItem(ctx, t.name, t.Token(), s.ID); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			return true
+		})
+		return errors.Join(errs...)
+	})
 }
 
 // reqCtx bounds one request of a campaign or a release: never longer than
@@ -312,6 +331,7 @@ func (b *Backend) acquire(ctx context.Context, s *backend.Session[string], sl *b
 		return nil, err
 	}
 	t.BasicTerm = bt
+	b.held.Store(name, t)
 	b.o.log.Debug("acquired", "lease", name, "token", token, "session", s.ID)
 	return t, nil
 }
@@ -405,7 +425,8 @@ func (b *Backend) dropLeftover(s *backend.Session[string], name, id string) {
 // Leader implements baton.Backend. It reports what the lease's item says,
 // which may name a holder that died, until a campaigning contender has seen
 // its session unrenewed for a TTL; a lease whose holder's session item is
-// marked dead has no leader. A session item that is gone (deleted by
+// marked dead names its holder still: a contender marked it on its way
+// to taking the lease over, which it does next. A session item that is gone (deleted by
 // DynamoDB's Time to Live an hour after its last renewal, or by hand) is
 // taken for live, as campaigns time it.
 func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error) {
@@ -416,7 +437,7 @@ func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error)
 		}
 		return baton.Record{}, backend.Unavailable(ctx, "dynamodb: read lease "+name, err)
 	}
-	if !r.exists || r.holder == "" || r.session == "" || r.sessionDead {
+	if !r.exists || r.holder == "" || r.session == "" {
 		return baton.Record{}, fmt.Errorf("%w for lease %q", baton.ErrNoLeader, name)
 	}
 	return baton.Record{Lease: name, Holder: r.holder, Token: r.token, Since: r.since}, nil
@@ -450,7 +471,11 @@ type term struct {
 
 // release frees the lease if this term still holds it.
 func (t *term) release(ctx context.Context) error {
-	return t.b.releaseItem(ctx, t.name, t.Token(), t.s.ID)
+	err := t.b.releaseItem(ctx, t.name, t.Token(), t.s.ID)
+	if err == nil {
+		t.b.held.CompareAndDelete(t.name, t)
+	}
+	return err
 }
 
 // LoadState implements baton.StateTerm: one strongly consistent GetItem.
