@@ -94,6 +94,12 @@ func noArgs(cmd *cobra.Command, args []string) error {
 
 // Run answers whether this instance leads, through the exit status.
 func (c *isLeaderCommand) Run(ctx context.Context, _ []string) error {
+	if isTagURL(c.common.backend) {
+		if c.timeout <= 0 {
+			return usageErrorf("--timeout %s: must be positive, e.g. --timeout 5s", c.timeout)
+		}
+		return c.tagIsLeader(ctx)
+	}
 	problems, spec := c.common.validate()
 	if c.timeout <= 0 {
 		problems = append(problems, fmt.Sprintf("--timeout %s: must be positive, e.g. --timeout 5s", c.timeout))
