@@ -3,17 +3,18 @@ module github.com/batonhq/baton/cmd/baton
 go 1.26.7
 
 require (
-	github.com/aws/aws-sdk-go-v2 v1.47.7
+	github.com/aws/aws-sdk-go-v2 v1.48.0
 	github.com/aws/aws-sdk-go-v2/config v1.33.15
 	github.com/aws/aws-sdk-go-v2/feature/ec2/imds v1.20.7
 	github.com/aws/aws-sdk-go-v2/service/autoscaling v1.79.4
 	github.com/aws/aws-sdk-go-v2/service/ec2 v1.344.1
 	github.com/aws/aws-sdk-go-v2/service/secretsmanager v1.50.10
 	github.com/aws/aws-sdk-go-v2/service/ssm v1.81.4
-	github.com/aws/smithy-go v1.28.8
+	github.com/aws/smithy-go v1.28.9
 	github.com/batonhq/baton v0.0.0
 	github.com/batonhq/baton/aws v0.0.0-00010101000000-000000000000
 	github.com/batonhq/baton/backend/consul v0.0.0-00010101000000-000000000000
+	github.com/batonhq/baton/backend/dynamodb v0.0.0-00010101000000-000000000000
 	github.com/batonhq/baton/backend/etcd v0.0.0-00010101000000-000000000000
 	github.com/batonhq/baton/backend/kubernetes v0.0.0-00010101000000-000000000000
 	github.com/batonhq/baton/backend/postgres v0.0.0-00010101000000-000000000000
@@ -34,6 +35,8 @@ require (
 )
 
 require (
+	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.74.0 // indirect
+	github.com/aws/aws-sdk-go-v2/service/internal/endpoint-discovery v1.13.12 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
@@ -43,10 +46,10 @@ require (
 require (
 	github.com/armon/go-metrics v0.4.1 // indirect
 	github.com/aws/aws-sdk-go-v2/credentials v1.20.15 // indirect
-	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.10 // indirect
-	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.10 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.12 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.12 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/v4a v1.5.10 // indirect
-	github.com/aws/aws-sdk-go-v2/service/internal/accept-encoding v1.13.24 // indirect
+	github.com/aws/aws-sdk-go-v2/service/internal/accept-encoding v1.13.25 // indirect
 	github.com/aws/aws-sdk-go-v2/service/internal/presigned-url v1.14.10 // indirect
 	github.com/aws/aws-sdk-go-v2/service/signin v1.12.3 // indirect
 	github.com/aws/aws-sdk-go-v2/service/sso v1.39.3 // indirect
@@ -145,6 +148,7 @@ replace (
 	github.com/batonhq/baton => ../..
 	github.com/batonhq/baton/aws => ../../aws
 	github.com/batonhq/baton/backend/consul => ../../backend/consul
+	github.com/batonhq/baton/backend/dynamodb => ../../backend/dynamodb
 	github.com/batonhq/baton/backend/etcd => ../../backend/etcd
 	github.com/batonhq/baton/backend/kubernetes => ../../backend/kubernetes
 	github.com/batonhq/baton/backend/postgres => ../../backend/postgres

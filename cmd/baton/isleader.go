@@ -44,6 +44,12 @@ winner. Two instances asking at different moments may each see itself first
 while the group changes: for work that must never run twice at once, use a
 lease (run --backend raft:// --join aws-asg).
 
+With --backend aws-tag://KEY[=VALUE] the answer is this instance's own tag,
+as baton-lambda or run --aws-tag writes it, read through IMDSv2
+instance-metadata tags (InstanceMetadataTags on): 0 when the tag is there
+(with VALUE, if given), 1 when it is not, 3 when the metadata cannot be
+read. It holds no lease and promises no safe-until (docs/aws.md).
+
 Exit statuses:
   0  this instance leads
   1  another instance leads, or nobody does
@@ -94,6 +100,12 @@ func noArgs(cmd *cobra.Command, args []string) error {
 
 // Run answers whether this instance leads, through the exit status.
 func (c *isLeaderCommand) Run(ctx context.Context, _ []string) error {
+	if isTagURL(c.common.backend) {
+		if c.timeout <= 0 {
+			return usageErrorf("--timeout %s: must be positive, e.g. --timeout 5s", c.timeout)
+		}
+		return c.tagIsLeader(ctx)
+	}
 	problems, spec := c.common.validate()
 	if c.timeout <= 0 {
 		problems = append(problems, fmt.Sprintf("--timeout %s: must be positive, e.g. --timeout 5s", c.timeout))

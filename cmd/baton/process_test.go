@@ -208,7 +208,7 @@ func TestRunFailover(t *testing.T) {
 	}
 }
 
-func testRunFailover(t *testing.T, backend, ttl string) {
+func testRunFailover(t *testing.T, backend, ttl string, extraEnv ...string) {
 	const lease = "failover"
 	file := filepath.Join(t.TempDir(), "events")
 	self, err := os.Executable()
@@ -216,7 +216,7 @@ func testRunFailover(t *testing.T, backend, ttl string) {
 		t.Fatal(err)
 	}
 	killLeftoverChildren(t, file)
-	env := testEnv(childEnv+"=1", childFileEnv+"="+file)
+	env := testEnv(append([]string{childEnv + "=1", childFileEnv + "=" + file}, extraEnv...)...)
 	var procs []*batonProc
 	for i := range 3 {
 		procs = append(procs, startBaton(t, fmt.Sprintf("baton-%d", i+1), env,
@@ -239,17 +239,17 @@ func testRunFailover(t *testing.T, backend, ttl string) {
 
 	t.Run("queries", func(t *testing.T) {
 		q := []string{"--backend", backend, "--lease", lease, "--timeout", "10s"}
-		if r := runBaton(t, 30*time.Second, append([]string{"is-leader", "--id", first.holder}, q...)...); r.code != 0 || r.stdout != "" {
+		if r := runBatonEnv(t, 30*time.Second, testEnv(extraEnv...), append([]string{"is-leader", "--id", first.holder}, q...)...); r.code != 0 || r.stdout != "" {
 			t.Errorf("is-leader --id <holder>: exit %d, stdout %q, stderr %q; want 0 and no output", r.code, r.stdout, r.stderr)
 		}
-		if r := runBaton(t, 30*time.Second, append([]string{"is-leader", "--id", host + "/other"}, q...)...); r.code != 1 {
+		if r := runBatonEnv(t, 30*time.Second, testEnv(extraEnv...), append([]string{"is-leader", "--id", host + "/other"}, q...)...); r.code != 1 {
 			t.Errorf("is-leader --id <other>: exit %d, want 1; stderr %q", r.code, r.stderr)
 		}
 		// Without --id, any holder on this host is "this instance".
-		if r := runBaton(t, 30*time.Second, append([]string{"is-leader", "--verbose"}, q...)...); r.code != 0 || !strings.HasPrefix(r.stdout, "leader: holder="+first.holder) {
+		if r := runBatonEnv(t, 30*time.Second, testEnv(extraEnv...), append([]string{"is-leader", "--verbose"}, q...)...); r.code != 0 || !strings.HasPrefix(r.stdout, "leader: holder="+first.holder) {
 			t.Errorf("is-leader without --id on the leader's host: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
-		r := runBaton(t, 30*time.Second, append([]string{"leader", "--json"}, q...)...)
+		r := runBatonEnv(t, 30*time.Second, testEnv(extraEnv...), append([]string{"leader", "--json"}, q...)...)
 		var got struct {
 			Lease  string  `json:"lease"`
 			Holder *string `json:"holder"`
@@ -261,14 +261,14 @@ func testRunFailover(t *testing.T, backend, ttl string) {
 		if got.Lease != lease || got.Holder == nil || *got.Holder != first.holder || got.Token != first.token {
 			t.Errorf("leader --json = %s, want lease %q holder %q token %d", r.stdout, lease, first.holder, first.token)
 		}
-		r = runBaton(t, 30*time.Second, append([]string{"leader"}, q...)...)
+		r = runBatonEnv(t, 30*time.Second, testEnv(extraEnv...), append([]string{"leader"}, q...)...)
 		// since= follows on the backends that record when the term began.
 		want := fmt.Sprintf("holder=%s token=%d", first.holder, first.token)
 		if rest, ok := strings.CutPrefix(r.stdout, want); r.code != 0 || !ok || (rest != "\n" && !strings.HasPrefix(rest, " since=")) {
 			t.Errorf("leader: exit %d, stdout %q, want %q [since=...]", r.code, r.stdout, want)
 		}
 		// The lease is taken, so a bounded wait ends with 3.
-		r = runBaton(t, 30*time.Second, "run", "--backend", backend, "--lease", lease, "--timeout", "500ms", "--", "true")
+		r = runBatonEnv(t, 30*time.Second, testEnv(extraEnv...), "run", "--backend", backend, "--lease", lease, "--timeout", "500ms", "--", "true")
 		if r.code != exitUndetermined || !strings.Contains(r.stderr, "not elected within --timeout") {
 			t.Errorf("run --timeout on a held lease: exit %d, want 3; stderr:\n%s", r.code, r.stderr)
 		}

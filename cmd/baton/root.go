@@ -62,6 +62,12 @@ Backends (--backend URL):
                                  baton), baton_create=false, baton_listen=URL (a
                                  direct connection for LISTEN behind PgBouncer) or
                                  baton_listen=off (waiters poll); see 'baton postgres schema'
+  dynamodb://TABLE[?region=R&profile=P&endpoint=URL&poll=D]
+                                 a DynamoDB table (see 'baton dynamodb create-table');
+                                 region, credentials and endpoint by the AWS SDK's
+                                 usual resolution (AWS_REGION, AWS_PROFILE, the
+                                 instance role, AWS_ENDPOINT_URL_DYNAMODB); waiters
+                                 poll every D (default the renew interval)
   memory://                      in-process only; lets you try 'baton run' alone
   aws-asg://[GROUP]              is-leader and leader only: the Auto Scaling group's
                                  own rule, the InService, Healthy instance with the
@@ -153,6 +159,7 @@ func (a *App) newRootCommand() *cobra.Command {
 		a.newTLSCommand(),
 		a.newRaftCommand(),
 		a.newPostgresCommand(),
+		a.newDynamoCommand(),
 		a.newDemoCommand(),
 		a.newDemoJobCommand(),
 		a.newIdleCommand(),
@@ -268,7 +275,7 @@ type commonFlags struct {
 
 func (c *commonFlags) register(fs *pflag.FlagSet, idUsage string) {
 	c.fs = fs
-	fs.StringVar(&c.backend, "backend", "", "backend URL: raft:// (this process is a member), agent://host:port or agent:///SOCKET, etcd://host:port[,host:port], zk://host:port[,host:port][/root], consul://host:port[/prefix], k8s://[namespace], postgres://..., memory://, or aws-asg://[GROUP] (is-leader and leader only) (required)")
+	fs.StringVar(&c.backend, "backend", "", "backend URL: raft:// (this process is a member), agent://host:port or agent:///SOCKET, etcd://host:port[,host:port], zk://host:port[,host:port][/root], consul://host:port[/prefix], k8s://[namespace], postgres://..., dynamodb://TABLE, memory://, or aws-asg://[GROUP] (is-leader and leader only) (required)")
 	fs.StringVar(&c.lease, "lease", "", "name of the lease (required, except with aws-asg://)")
 	fs.StringVar(&c.id, "id", "", idUsage)
 	fs.DurationVar(&c.ttl, "ttl", backend.DefaultTTL, "lease time-to-live: how long a dead leader keeps the lease before a standby takes over (default 20s with consul://, 5s with raft:// and agent://)")

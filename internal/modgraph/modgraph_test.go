@@ -83,6 +83,7 @@ var consumers = []consumer{
 	{name: "raft", imports: []string{root + "/backend/raft"}, own: []family{raftLib}, modules: []string{"backend/raft"}},
 	{name: "kubernetes", imports: []string{root + "/backend/kubernetes"}, own: []family{clientGo}, modules: []string{"backend/kubernetes"}},
 	{name: "postgres", imports: []string{root + "/backend/postgres"}, own: []family{pgxDriver}, modules: []string{"backend/postgres"}},
+	{name: "dynamodb", imports: []string{root + "/backend/dynamodb"}, own: []family{awsSDK}, modules: []string{"backend/dynamodb"}},
 	// aws gives raft its peers and its secret, so it brings raft.
 	{name: "aws", imports: []string{root + "/aws"}, own: []family{awsSDK, raftLib}, modules: []string{"aws", "backend/raft"}},
 	{name: "gocronbaton", imports: []string{root + "/gocronbaton"}, own: []family{gocron}, modules: []string{"gocronbaton"}},

@@ -30,6 +30,7 @@ var hints = map[string]string{
 	"consul": "testserver.StartConsul runs `consul agent -dev` (a server with ConsulOptions.Persist), built once from tools/consul " +
 		"(a cold build takes minutes; `go run ./internal/testserver/buildtools` does it up front) " +
 		"into $XDG_CACHE_HOME/baton-tools/consul-v1.20.6 (~/.cache when unset)",
+	"dynalite": dynaliteHint,
 	"kube-apiserver": "testserver.StartKubeAPIServer runs kube-apiserver on an etcd of its own, built once from tools/kubernetes " +
 		"(a cold build takes minutes; `go run ./internal/testserver/buildtools` does it up front) " +
 		"into $XDG_CACHE_HOME/baton-tools/kube-apiserver-v1.37.2 (~/.cache when unset)",

@@ -98,8 +98,20 @@ var MetadataMock = Tool{
 	Dir:     "tools",
 }
 
+// LambdaRIE is the AWS Lambda Runtime Interface Emulator, which runs a
+// provided.al2023 function's bootstrap as Lambda does and takes
+// invocations over HTTP (StartLambdaRIE). Its module publishes no
+// releases: tools/lambdarie pins a pseudo-version.
+var LambdaRIE = Tool{
+	Name:    "aws-lambda-rie",
+	Module:  "github.com/aws/aws-lambda-runtime-interface-emulator",
+	Version: "v0.0.0-20261030222936-bef5c4ba774d",
+	Package: "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie",
+	Dir:     "tools/lambdarie",
+}
+
 // Tools lists every tool the tests run, for buildtools to build up front.
-var Tools = []Tool{MetadataMock, EtcdTool, ChromedpTool, ConsulTool, KubeAPIServerTool, KubectlTool, KubeControllerManagerTool}
+var Tools = []Tool{MetadataMock, EtcdTool, ChromedpTool, ConsulTool, KubeAPIServerTool, KubectlTool, KubeControllerManagerTool, LambdaRIE}
 
 var (
 	toolsMu    sync.Mutex

@@ -5,6 +5,7 @@
 //	zk://[user:password@]host[:port][,...][/root][?tls params] port 2181
 //	consul://host[:port][/prefix][?params]                   port 8500
 //	postgres://[user[:password]@]host[:port][,...][/db][?params]  libpq's URL; postgresql:// too
+//	dynamodb://TABLE[?region=R&profile=P&endpoint=URL&poll=D] a DynamoDB table; the SDK's region, credentials
 //	agent://[token@]/path/to/agent.sock                       a raft agent's Unix socket
 //	agent://[token@]host:port                                 a raft agent (its socket on this host)
 //	raft://                                                   a raft member
@@ -52,6 +53,7 @@ var schemes = map[string]scheme{
 	// libpq's URLs, which net/url cannot split (host lists), go to pgx whole.
 	"postgres":   {form: "postgres://[user[:password]@]host[:port][,host:port][/db][?params]", parseRaw: parsePostgresURL, window: postgresWindow},
 	"postgresql": {form: "postgresql://... (as postgres://)", parseRaw: parsePostgresURL, window: postgresWindow},
+	"dynamodb":   {form: "dynamodb://TABLE[?region=R&profile=P&endpoint=URL&poll=D]", parseRaw: parseDynamoURL, checkLease: dynamoLease},
 }
 
 type scheme struct {

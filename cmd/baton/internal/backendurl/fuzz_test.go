@@ -28,6 +28,7 @@ func FuzzParseBackend(f *testing.F) {
 		"postgres://u:pw@h1:5432,h2/db?sslmode=verify-full&baton_schema=s", "postgresql://", "postgres://u:pw%zz@h",
 		"postgres://u@h/db?password=pw&sslmode=x", "postgres://h/db?baton_listen=postgres://u:pw@d/db", "postgres://h:99999",
 		"postgres://u:pw@[::1]:5432/db?baton_schema=BAD", "postgres://h/db?baton_create=no&baton_listen=off", "postgres://u:p@h#x",
+		"dynamodb://baton-leases?region=eu-west-1&poll=2s", "dynamodb://k:secretpw@t", "dynamodb://t:1?endpoint=%zz", "DynamoDB://ab",
 	} {
 		f.Add(seed)
 	}

@@ -1,0 +1,142 @@
+package bench
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
+	batondynamodb "github.com/batonhq/baton/backend/dynamodb"
+	"github.com/batonhq/baton/internal/testserver"
+)
+
+func init() { targets = append(targets, dynamoTarget) }
+
+// On-demand prices assumed for the cost figures: us-east-1, as AWS
+// published them with the price cut of 1 November 2024 (dollars per
+// request unit). docs/backends/dynamodb.md says where to check them.
+const (
+	dollarsPerWRU = 0.625 / 1e6
+	dollarsPerRRU = 0.125 / 1e6
+)
+
+// dynamoCounts counts a client's requests by kind: reads (GetItem) and
+// writes (PutItem, UpdateItem), as the emulator receives them. Items are
+// all under 1 KB, so each is one request unit.
+type dynamoCounts struct{ reads, writes atomic.Int64 }
+
+type countingTransport struct {
+	next http.RoundTripper
+	c    *dynamoCounts
+}
+
+func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	switch op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "DynamoDB_20120810."); op {
+	case "GetItem":
+		t.c.reads.Add(1)
+	case "PutItem", "UpdateItem":
+		t.c.writes.Add(1)
+	}
+	return t.next.RoundTrip(r)
+}
+
+// dynamoClient returns a client of endpoint with made-up credentials,
+// counting its requests in c.
+func dynamoClient(endpoint string, c *dynamoCounts) *dynamodb.Client {
+	return dynamodb.New(dynamodb.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(endpoint),
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "AKIDBATONBENCH", SecretAccessKey: "secret"}, nil
+		}),
+		HTTPClient: &http.Client{Transport: countingTransport{next: &http.Transport{}, c: c}},
+	})
+}
+
+// dynamoTable starts dynalite with baton's table in it.
+func dynamoTable(b *testing.B) *testserver.DynaliteProc {
+	d := testserver.StartDynalite(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := batondynamodb.CreateTable(ctx, dynamoClient(d.Endpoint, new(dynamoCounts)), "baton-bench"); err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// dynamoTarget runs against one dynalite; every simulated process has its
+// own client behind its own proxy, so that killing a process cuts it off
+// for good without marking its session dead.
+func dynamoTarget(b *testing.B) target {
+	d := dynamoTable(b)
+	var c dynamoCounts
+	return target{
+		name: "dynamodb",
+		new: func(b *testing.B, cfg backend.Config) *process {
+			proxy := testserver.StartProxy(b, d.Addr)
+			be, err := batondynamodb.New(context.Background(), dynamoClient("http://"+proxy.Addr(), &c), batondynamodb.Options{Config: cfg, Table: "baton-bench"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				_ = be.Close(ctx)
+			})
+			return &process{backend: be, kill: proxy.Cut}
+		},
+		requests: func() int64 { return c.reads.Load() + c.writes.Load() },
+	}
+}
+
+// BenchmarkDynamoDBCost measures what a holder of 10 leases and a waiter
+// for one of them cost, in request units per hour and on-demand dollars
+// per hour, at a TTL of 3 s (RenewInterval = PollInterval = 1 s), over the
+// benchmark's time; the figures scale with 1/interval (10 s TTL: a third).
+func BenchmarkDynamoDBCost(b *testing.B) {
+	d := dynamoTable(b)
+	cfg := backend.Config{TTL: 3 * time.Second}
+	var hc, wc dynamoCounts
+	holder, err := batondynamodb.New(context.Background(), dynamoClient(d.Endpoint, &hc), batondynamodb.Options{Config: cfg, Table: "baton-bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	for i := range 10 {
+		t, err := holder.Campaign(context.Background(), "cost-"+string(rune('a'+i)), baton.Candidate{ID: "h"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer t.Resign(context.Background())
+	}
+	waiter, err := batondynamodb.New(context.Background(), dynamoClient(d.Endpoint, &wc), batondynamodb.Options{Config: cfg, Table: "baton-bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer waiter.Close(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _, _ = waiter.Campaign(ctx, "cost-a", baton.Candidate{ID: "w"}) }()
+	time.Sleep(2 * time.Second) // past the waiter's first reads and its session's creation
+	hr, hw, wr, ww := hc.reads.Load(), hc.writes.Load(), wc.reads.Load(), wc.writes.Load()
+	start := time.Now()
+	for b.Loop() {
+		time.Sleep(10 * time.Second)
+	}
+	hours := time.Since(start).Hours()
+	perHour := func(now, before int64) float64 { return float64(now-before) / hours }
+	hW, hR := perHour(hc.writes.Load(), hw), perHour(hc.reads.Load(), hr)
+	wW, wR := perHour(wc.writes.Load(), ww), perHour(wc.reads.Load(), wr)
+	b.ReportMetric(hW, "holder-WRU/h")
+	b.ReportMetric(hR, "holder-RRU/h")
+	b.ReportMetric(wW, "waiter-WRU/h")
+	b.ReportMetric(wR, "waiter-RRU/h")
+	b.ReportMetric((hW*dollarsPerWRU+hR*dollarsPerRRU)*1e6, "holder-µ$/h")
+	b.ReportMetric((wW*dollarsPerWRU+wR*dollarsPerRRU)*1e6, "waiter-µ$/h")
+}
