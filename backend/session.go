@@ -206,6 +206,10 @@ func (m *SessionManager[ID]) Live() *Session[ID] {
 }
 
 // Session returns the live session, granting one first if there is none.
+// While the live session's latest renewal has failed, Session waits, within
+// ctx, for the next confirmed renewal, or for the session's end and then
+// grants a new one: a term started on a lagging session would be safe only
+// until the last confirmed renewal's safe-until.
 func (m *SessionManager[ID]) Session(ctx context.Context) (*Session[ID], error) {
 	select {
 	case m.granting <- struct{}{}:
@@ -213,17 +217,36 @@ func (m *SessionManager[ID]) Session(ctx context.Context) (*Session[ID], error) 
 		return nil, ctx.Err()
 	}
 	defer func() { <-m.granting }()
-	m.mu.Lock()
-	closed, s := m.closed, m.sess
-	m.mu.Unlock()
-	if closed {
-		return nil, baton.ErrClosed
-	}
-	if s != nil && s.ctx.Err() == nil {
-		if c, ok := m.d.(SessionChecker[ID]); !ok || c.Current(s.ID) {
+	for {
+		m.mu.Lock()
+		closed, s := m.closed, m.sess
+		m.mu.Unlock()
+		if closed {
+			return nil, baton.ErrClosed
+		}
+		if s == nil || s.ctx.Err() != nil {
+			break
+		}
+		if c, ok := m.d.(SessionChecker[ID]); ok && !c.Current(s.ID) {
+			m.Lost(s) // the client lost it before a renewal noticed
+			break
+		}
+		lag := s.Lagging()
+		if lag == nil {
 			return s, nil
 		}
-		m.Lost(s) // the client lost it before a renewal noticed
+		// Its latest renewal failed: a term won on it now would be born
+		// with the safe-until of the last confirmed renewal, perhaps too
+		// close for the holder to start work, and a holder that resigns
+		// such a term at once would win it again, and again, each time
+		// taking a token. Wait for the next confirmed renewal, or for the
+		// session's end at its safe-until and then a new session.
+		m.log.Debug("campaign waits for the lagging session's next renewal", "session", m.o.Describe(s.ID))
+		select {
+		case <-lag:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	g, err := m.grant(ctx)
 	if err != nil {
@@ -234,7 +257,7 @@ func (m *SessionManager[ID]) Session(ctx context.Context) (*Session[ID], error) 
 	if interval <= 0 {
 		interval = m.o.Config.RenewInterval
 	}
-	s = &Session[ID]{ID: g.ID, interval: interval, ctx: sctx, cancel: cancel, SessionTerms: NewSessionTerms(g.SafeUntil)}
+	s := &Session[ID]{ID: g.ID, interval: interval, ctx: sctx, cancel: cancel, SessionTerms: NewSessionTerms(g.SafeUntil)}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()

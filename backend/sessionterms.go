@@ -14,6 +14,9 @@ type SessionTerms struct {
 	terms     map[*BasicTerm]struct{}
 	lastErr   error // the latest renewal failure, nil after a success
 	err       error // why the session ended; nil while it lasts
+	// settled, made by Lagging while a renewal failure is the latest, is
+	// closed by the next confirmed renewal or the session's end.
+	settled chan struct{}
 }
 
 // NewSessionTerms returns the state of a session confirmed until safeUntil.
@@ -57,6 +60,7 @@ func (s *SessionTerms) Extend(until time.Time) {
 		s.safeUntil = until
 	}
 	s.lastErr = nil
+	s.settleLocked()
 	for t := range s.terms {
 		if !t.Extend(until) {
 			delete(s.terms, t)
@@ -74,6 +78,33 @@ func (s *SessionTerms) RenewFailed(err error) {
 	}
 }
 
+// Lagging returns nil while the session's latest renewal was confirmed
+// (or none has been tried yet), and otherwise, its latest renewal having
+// failed, a channel that is closed by the next confirmed renewal or by the
+// session's end. A lagging session's safe-until is still measured from
+// its last confirmed renewal, so a term started on it is born with that
+// old deadline: a campaign waits on the channel instead, and rides on the
+// renewed session or, once this one ended, a new one.
+func (s *SessionTerms) Lagging() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lastErr == nil || s.err != nil {
+		return nil
+	}
+	if s.settled == nil {
+		s.settled = make(chan struct{})
+	}
+	return s.settled
+}
+
+// settleLocked wakes whoever waits on Lagging's channel.
+func (s *SessionTerms) settleLocked() {
+	if s.settled != nil {
+		close(s.settled)
+		s.settled = nil
+	}
+}
+
 // End ends the session and its terms with err. It reports false when the
 // session had already ended.
 func (s *SessionTerms) End(err error) bool {
@@ -85,6 +116,7 @@ func (s *SessionTerms) End(err error) bool {
 	s.err = err
 	terms := s.terms
 	s.terms = nil
+	s.settleLocked()
 	s.mu.Unlock()
 	for t := range terms {
 		t.End(err)
