@@ -22,6 +22,7 @@ type memServer struct {
 	expires map[int]time.Time
 	down    bool          // every request fails
 	slow    time.Duration // a grant's reply takes this long
+	stall   chan struct{} // when not nil, a renewal's reply waits for it to close
 	revoked []int
 }
 
@@ -44,6 +45,16 @@ func (s *memServer) Grant(ctx context.Context) (SessionGrant[int], error) {
 
 func (s *memServer) Renew(ctx context.Context, id int) (time.Time, error) {
 	start := time.Now()
+	s.mu.Lock()
+	stall := s.stall
+	s.mu.Unlock()
+	if stall != nil {
+		select {
+		case <-stall:
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.down {
@@ -321,5 +332,41 @@ func TestManagerLaggingSessionExpiresUnderACampaign(t *testing.T) {
 				err, lagging.Sub(time.Now()), s.Err())
 		}
 		_ = m.Close(t.Context(), nil)
+	})
+}
+
+// A renewal that neither fails nor returns leaves the session lagging as
+// much as a failed one: once it is overdue (less than half the span less
+// an interval left), a campaign waits for its reply, and gets a term only
+// from the renewal confirmed then.
+func TestManagerOverdueRenewalHoldsCampaigns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, m, s := newSession(t)
+		t.Cleanup(func() { _ = m.Close(context.Background(), nil) })
+		stall := make(chan struct{})
+		srv.mu.Lock()
+		srv.stall = stall
+		srv.mu.Unlock()
+		time.Sleep(2100 * time.Millisecond) // the renewal sent at 1 s hangs; 0.9 s left of a 3 s span
+		old := s.SessionTerms.safeUntil
+		released := time.Now().Add(300 * time.Millisecond)
+		time.AfterFunc(300*time.Millisecond, func() {
+			srv.mu.Lock()
+			srv.stall = nil
+			srv.mu.Unlock()
+			close(stall)
+		})
+		got, err := m.Session(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		term, ok := got.Start("a", 1, nil)
+		if !ok {
+			t.Fatal("Start refused")
+		}
+		if time.Now().Before(released) || !term.SafeUntil().After(old) {
+			t.Fatalf("a term started %v before the overdue renewal's reply, safe until %v (the lagging safe-until: %v); want one after it, safe for longer",
+				released.Sub(time.Now()), time.Until(term.SafeUntil()), time.Until(old))
+		}
 	})
 }

@@ -78,17 +78,19 @@ func (s *SessionTerms) RenewFailed(err error) {
 	}
 }
 
-// Lagging returns nil while the session's latest renewal was confirmed
-// (or none has been tried yet), and otherwise, its latest renewal having
-// failed, a channel that is closed by the next confirmed renewal or by the
-// session's end. A lagging session's safe-until is still measured from
-// its last confirmed renewal, so a term started on it is born with that
-// old deadline: a campaign waits on the channel instead, and rides on the
-// renewed session or, once this one ended, a new one.
-func (s *SessionTerms) Lagging() <-chan struct{} {
+// Lagging returns nil while the session's renewals keep up: the latest
+// one tried was confirmed (or none has been tried yet) and at least minLeft
+// is left before safe-until. Otherwise (the latest renewal failed, or one
+// is overdue) it returns a channel that is closed by the next confirmed
+// renewal or by the session's end. A lagging session's safe-until is
+// still measured from its last confirmed renewal, so a term started on it
+// is born with that old deadline: a campaign waits on the channel instead,
+// and rides on the renewed session or, once this one ended, a new one.
+// A minLeft of zero or less checks failures only.
+func (s *SessionTerms) Lagging(minLeft time.Duration) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.lastErr == nil || s.err != nil {
+	if s.err != nil || (s.lastErr == nil && time.Until(s.safeUntil) >= minLeft) {
 		return nil
 	}
 	if s.settled == nil {
