@@ -24,8 +24,8 @@ type ElectorConfig struct {
 
 	// RetryMin and RetryMax bound the exponential back-off (with jitter) between
 	// campaigns that failed because the backend was unavailable, or that won
-	// a term with no more than StopEarly left: they are Backoff's Min and Max. Zero means DefaultRetryMin (100 ms) and
-	// DefaultRetryMax (10 s).
+	// a term with no more than StopEarly left: they are Backoff's Min and
+	// Max. Zero means DefaultRetryMin (100 ms) and DefaultRetryMax (10 s).
 	RetryMin, RetryMax time.Duration
 
 	// StopEarly makes the callback's context end this long before the

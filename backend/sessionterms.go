@@ -14,8 +14,8 @@ type SessionTerms struct {
 	terms     map[*BasicTerm]struct{}
 	lastErr   error // the latest renewal failure, nil after a success
 	err       error // why the session ended; nil while it lasts
-	// settled, made by Lagging while a renewal failure is the latest, is
-	// closed by the next confirmed renewal or the session's end.
+	// settled, made by Lagging while the session lags, is closed by the
+	// next confirmed renewal or the session's end.
 	settled chan struct{}
 }
 
