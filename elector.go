@@ -23,9 +23,9 @@ type ElectorConfig struct {
 	Logger *slog.Logger
 
 	// RetryMin and RetryMax bound the exponential back-off (with jitter) between
-	// campaigns that failed because the backend was unavailable: they are
-	// Backoff's Min and Max. Zero means DefaultRetryMin (100 ms) and
-	// DefaultRetryMax (10 s).
+	// campaigns that failed because the backend was unavailable, or that won
+	// a term with no more than StopEarly left: they are Backoff's Min and
+	// Max. Zero means DefaultRetryMin (100 ms) and DefaultRetryMax (10 s).
 	RetryMin, RetryMax time.Duration
 
 	// StopEarly makes the callback's context end this long before the
@@ -156,7 +156,10 @@ func (e *Elector) ID() string { return e.cfg.Candidate.ID }
 // its Funcs the same causes. When fn returns, Run resigns (so
 // a standby takes over at once) and campaigns again. Run always waits for fn
 // to return before it resigns, so that a requested resign, like a stopped
-// Run, hands the lease over only after fn's work has stopped.
+// Run, hands the lease over only after fn's work has stopped. A term won
+// with no more than StopEarly left before its safe-until is resigned
+// without calling fn (see Lead), and Run campaigns again after the same
+// back-off as after a failed campaign, not at once.
 //
 // Run returns when ctx ends (with ctx's error), or when fn returns a non-nil
 // error (with that error, after resigning), or when the backend is closed
@@ -181,7 +184,6 @@ func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t Term) 
 		if err != nil {
 			return err
 		}
-		bo.Reset()
 		led := false
 		ferr := Lead(ctx, t, lc, func(ctx context.Context, t Term) error {
 			led = true
@@ -193,6 +195,21 @@ func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t Term) 
 		}
 		if ferr != nil {
 			return ferr
+		}
+		if led {
+			bo.Reset()
+			continue
+		}
+		// Lead resigned a term born too close to its safe-until: the
+		// backend's renewals lag. Campaigning again at once would win
+		// the same lease, as short, once per round trip, each time
+		// taking a fencing token; back off as after a failed campaign.
+		timer := time.NewTimer(bo.Next())
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-timer.C:
 		}
 	}
 }

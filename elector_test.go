@@ -388,3 +388,54 @@ func TestRequestedResignReleasesAfterCallback(t *testing.T) {
 		}
 	})
 }
+
+// shortBackend wins every campaign at once, with a term whose safe-until
+// is already within the Elector's StopEarly: a session that lags but
+// still hands out terms. After max campaigns it waits for the context.
+type shortBackend struct {
+	left      time.Duration
+	max       int
+	campaigns int
+}
+
+func (b *shortBackend) Campaign(ctx context.Context, name string, _ baton.Candidate) (baton.Term, error) {
+	b.campaigns++
+	if b.campaigns > b.max {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return backend.NewBasicTerm(name, uint64(b.campaigns), time.Now().Add(b.left), nil), nil
+}
+
+func (b *shortBackend) Leader(context.Context, string) (baton.Record, error) {
+	return baton.Record{}, baton.ErrNoLeader
+}
+
+// An Elector that wins only terms too short for its StopEarly resigns each
+// without running the work, and campaigns again after a back-off, as after
+// a failed campaign: not at once, which would take a term (and a fencing
+// token) per round trip for as long as the backend lags.
+func TestRunBacksOffAfterTooShortTerms(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &shortBackend{left: 50 * time.Millisecond, max: 100}
+		e, err := baton.NewElector(b, baton.ElectorConfig{
+			Lease: "job", Candidate: baton.Candidate{ID: "a"},
+			StopEarly: 100 * time.Millisecond, RetryMin: 100 * time.Millisecond, RetryMax: time.Second,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		ran := false
+		err = e.Run(ctx, func(context.Context, baton.Term) error { ran = true; return nil })
+		if !errors.Is(err, context.DeadlineExceeded) || ran {
+			t.Fatalf("Run = %v, work ran %v; want the deadline, no work", err, ran)
+		}
+		// Waits of at least 50, 100, 200, 400, 500 and 500 ms: no more
+		// than seven campaigns fit in 2 s.
+		if b.campaigns > 7 {
+			t.Fatalf("%d campaigns in 2 s, each winning a term too short to lead; want a back-off between them", b.campaigns)
+		}
+	})
+}

@@ -153,7 +153,10 @@ type LeadConfig struct {
 //
 // When no more than StopEarly is left before t's safe-until as Lead begins
 // (a lagging session won), Lead does not call fn: work that could not be
-// stopped in time is not started. It resigns t and returns nil.
+// stopped in time is not started. It resigns t and returns nil. A loop
+// that then campaigns again should wait bo.Next() first, and not reset
+// bo, as Elector.Run does: at once, it could win the lease as short again,
+// once per round trip, each time taking a fencing token.
 //
 // Lead is safe for concurrent use on different terms.
 func Lead(ctx context.Context, t Term, cfg LeadConfig, fn func(ctx context.Context, t Term) error) error {

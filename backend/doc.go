@@ -105,7 +105,10 @@
 //
 // A SessionManager holds what those backends share: the mutex, the closed
 // flag and the wait group of the Backend's goroutines; the one live
-// Session, granted on first use by one caller at a time; the loop that
+// Session, granted on first use by one caller at a time, and handed to a
+// campaign only while its renewals keep up (after a failed or overdue
+// renewal, the campaign waits for the next confirmed one, or for a new
+// session, rather than win a term born near the old safe-until); the loop that
 // renews it every RenewInterval, or every SessionGrant.Interval (sooner
 // when that would leave less than half an interval before safe-until); its
 // end at safe-until (baton.ErrExpired) or when the server dropped it

@@ -109,6 +109,10 @@ type Session[ID comparable] struct {
 	ID ID
 	// interval is the time between renewals.
 	interval time.Duration
+	// keepUp is how far ahead safe-until stays while renewals keep up,
+	// with room for a renewal's round trip: half of the span less an
+	// interval. A campaign waits for a renewal when less is left.
+	keepUp time.Duration
 	// ctx is cancelled when the session ends, stopping everything that
 	// works on its behalf.
 	ctx    context.Context
@@ -206,6 +210,12 @@ func (m *SessionManager[ID]) Live() *Session[ID] {
 }
 
 // Session returns the live session, granting one first if there is none.
+// While the live session lags (its latest renewal failed, or less than
+// half of its span less a renewal interval is left before safe-until, so
+// a renewal is overdue), Session waits, within ctx, for the next confirmed
+// renewal, or for the session's end and then grants a new one: a term
+// started on a lagging session would be safe only until the last
+// confirmed renewal's safe-until.
 func (m *SessionManager[ID]) Session(ctx context.Context) (*Session[ID], error) {
 	select {
 	case m.granting <- struct{}{}:
@@ -213,17 +223,37 @@ func (m *SessionManager[ID]) Session(ctx context.Context) (*Session[ID], error) 
 		return nil, ctx.Err()
 	}
 	defer func() { <-m.granting }()
-	m.mu.Lock()
-	closed, s := m.closed, m.sess
-	m.mu.Unlock()
-	if closed {
-		return nil, baton.ErrClosed
-	}
-	if s != nil && s.ctx.Err() == nil {
-		if c, ok := m.d.(SessionChecker[ID]); !ok || c.Current(s.ID) {
+	for {
+		m.mu.Lock()
+		closed, s := m.closed, m.sess
+		m.mu.Unlock()
+		if closed {
+			return nil, baton.ErrClosed
+		}
+		if s == nil || s.ctx.Err() != nil {
+			break
+		}
+		if c, ok := m.d.(SessionChecker[ID]); ok && !c.Current(s.ID) {
+			m.Lost(s) // the client lost it before a renewal noticed
+			break
+		}
+		lag := s.Lagging(s.keepUp)
+		if lag == nil {
 			return s, nil
 		}
-		m.Lost(s) // the client lost it before a renewal noticed
+		// Its latest renewal failed, or is overdue: a term won on it now
+		// would be born with the safe-until of the last confirmed
+		// renewal, perhaps too close for the holder to start work, and a
+		// holder that resigns such a term at once would win it again,
+		// and again, each time taking a token. Wait for the next
+		// confirmed renewal, or for the session's end at its safe-until
+		// and then a new session.
+		m.log.Debug("campaign waits for the lagging session's next renewal", "session", m.o.Describe(s.ID))
+		select {
+		case <-lag:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	g, err := m.grant(ctx)
 	if err != nil {
@@ -234,7 +264,7 @@ func (m *SessionManager[ID]) Session(ctx context.Context) (*Session[ID], error) 
 	if interval <= 0 {
 		interval = m.o.Config.RenewInterval
 	}
-	s = &Session[ID]{ID: g.ID, interval: interval, ctx: sctx, cancel: cancel, SessionTerms: NewSessionTerms(g.SafeUntil)}
+	s := &Session[ID]{ID: g.ID, interval: interval, keepUp: (g.Span - interval) / 2, ctx: sctx, cancel: cancel, SessionTerms: NewSessionTerms(g.SafeUntil)}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()

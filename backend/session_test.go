@@ -22,6 +22,7 @@ type memServer struct {
 	expires map[int]time.Time
 	down    bool          // every request fails
 	slow    time.Duration // a grant's reply takes this long
+	stall   chan struct{} // when not nil, a renewal's reply waits for it to close
 	revoked []int
 }
 
@@ -44,6 +45,16 @@ func (s *memServer) Grant(ctx context.Context) (SessionGrant[int], error) {
 
 func (s *memServer) Renew(ctx context.Context, id int) (time.Time, error) {
 	start := time.Now()
+	s.mu.Lock()
+	stall := s.stall
+	s.mu.Unlock()
+	if stall != nil {
+		select {
+		case <-stall:
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.down {
@@ -237,5 +248,125 @@ func TestManagerBelievesNoServerAboutTime(t *testing.T) {
 			t.Fatalf("term %v; want ErrExpired by the client's own TTL", term.Err())
 		}
 		_ = m.Close(t.Context(), nil)
+	})
+}
+
+// lagAfterFailedRenewal brings srv down until a renewal of s has failed,
+// and returns s's safe-until then, which no renewal has moved since.
+func lagAfterFailedRenewal(t *testing.T, srv *memServer, s *Session[int]) time.Time {
+	t.Helper()
+	srv.mu.Lock()
+	srv.down = true
+	srv.mu.Unlock()
+	time.Sleep(1100 * time.Millisecond) // past the next renewal, every second
+	synctest.Wait()
+	s.SessionTerms.mu.Lock()
+	defer s.SessionTerms.mu.Unlock()
+	if s.SessionTerms.lastErr == nil {
+		t.Fatal("no renewal failed while the server was down")
+	}
+	return s.SessionTerms.safeUntil
+}
+
+// After a failed renewal, a candidate that campaigns again and again (as
+// an Elector does when each term it wins is too short for its StopEarly,
+// and it resigns it) gets no term on the lagging session: its campaign
+// waits for a confirmed renewal, and its first term is safe until later
+// than the lagging session was.
+func TestManagerLaggingSessionWaitsForARenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, m, s := newSession(t)
+		t.Cleanup(func() { _ = m.Close(context.Background(), nil) })
+		held, _ := s.Start("a", 1, nil)
+		lagging := lagAfterFailedRenewal(t, srv, s)
+		held.End(baton.ErrResigned) // the work stopped early; the lease is released
+		s.Forget(held)
+		time.AfterFunc(time.Second, func() {
+			srv.mu.Lock()
+			srv.down = false
+			srv.mu.Unlock()
+		})
+		const stopEarly = 2 * time.Second
+		for terms := 1; ; terms++ {
+			got, err := m.Session(t.Context())
+			if err != nil {
+				t.Fatalf("campaign %d: %v", terms, err)
+			}
+			term, ok := got.Start("a", uint64(1+terms), nil)
+			if !ok {
+				t.Fatalf("campaign %d: Start refused", terms)
+			}
+			if time.Until(term.SafeUntil()) > stopEarly {
+				if terms > 1 || !term.SafeUntil().After(lagging) {
+					t.Fatalf("took %d terms, the first safe until the lagging %v; want one, after a renewal",
+						terms, lagging.Sub(time.Now()))
+				}
+				break
+			}
+			if terms == 10 {
+				t.Fatalf("took %d terms, each with less than StopEarly (%s) left, on a session whose renewal failed",
+					terms, stopEarly)
+			}
+			term.End(baton.ErrResigned)
+			got.Forget(term)
+		}
+		_ = m.Close(t.Context(), nil)
+	})
+}
+
+// When the renewals of a lagging session go on failing, a campaign on it
+// waits until the session expires, and then for a new one: it fails with
+// baton.ErrBackendUnavailable while the server is down, rather than
+// starting a term that could not outlive the old safe-until.
+func TestManagerLaggingSessionExpiresUnderACampaign(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, m, s := newSession(t)
+		t.Cleanup(func() { _ = m.Close(context.Background(), nil) })
+		lagging := lagAfterFailedRenewal(t, srv, s)
+		got, err := m.Session(t.Context())
+		if err == nil {
+			t.Fatalf("Session on a lagging session = %v (safe for %v); want it to wait and fail", got.ID, time.Until(lagging))
+		}
+		if !errors.Is(err, baton.ErrBackendUnavailable) || time.Now().Before(lagging) || s.Err() == nil {
+			t.Fatalf("Session = %v at %v before safe-until, old session %v; want ErrBackendUnavailable once it expired",
+				err, lagging.Sub(time.Now()), s.Err())
+		}
+		_ = m.Close(t.Context(), nil)
+	})
+}
+
+// A renewal that neither fails nor returns leaves the session lagging as
+// much as a failed one: once it is overdue (less than half the span less
+// an interval left), a campaign waits for its reply, and gets a term only
+// from the renewal confirmed then.
+func TestManagerOverdueRenewalHoldsCampaigns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, m, s := newSession(t)
+		t.Cleanup(func() { _ = m.Close(context.Background(), nil) })
+		stall := make(chan struct{})
+		srv.mu.Lock()
+		srv.stall = stall
+		srv.mu.Unlock()
+		time.Sleep(2100 * time.Millisecond) // the renewal sent at 1 s hangs; 0.9 s left of a 3 s span
+		old := s.SessionTerms.safeUntil
+		released := time.Now().Add(300 * time.Millisecond)
+		time.AfterFunc(300*time.Millisecond, func() {
+			srv.mu.Lock()
+			srv.stall = nil
+			srv.mu.Unlock()
+			close(stall)
+		})
+		got, err := m.Session(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		term, ok := got.Start("a", 1, nil)
+		if !ok {
+			t.Fatal("Start refused")
+		}
+		if time.Now().Before(released) || !term.SafeUntil().After(old) {
+			t.Fatalf("a term started %v before the overdue renewal's reply, safe until %v (the lagging safe-until: %v); want one after it, safe for longer",
+				released.Sub(time.Now()), time.Until(term.SafeUntil()), time.Until(old))
+		}
 	})
 }

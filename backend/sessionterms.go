@@ -14,6 +14,9 @@ type SessionTerms struct {
 	terms     map[*BasicTerm]struct{}
 	lastErr   error // the latest renewal failure, nil after a success
 	err       error // why the session ended; nil while it lasts
+	// settled, made by Lagging while the session lags, is closed by the
+	// next confirmed renewal or the session's end.
+	settled chan struct{}
 }
 
 // NewSessionTerms returns the state of a session confirmed until safeUntil.
@@ -57,6 +60,7 @@ func (s *SessionTerms) Extend(until time.Time) {
 		s.safeUntil = until
 	}
 	s.lastErr = nil
+	s.settleLocked()
 	for t := range s.terms {
 		if !t.Extend(until) {
 			delete(s.terms, t)
@@ -74,6 +78,35 @@ func (s *SessionTerms) RenewFailed(err error) {
 	}
 }
 
+// Lagging returns nil while the session's renewals keep up: the latest
+// one tried was confirmed (or none has been tried yet) and at least minLeft
+// is left before safe-until. Otherwise (the latest renewal failed, or one
+// is overdue) it returns a channel that is closed by the next confirmed
+// renewal or by the session's end. A lagging session's safe-until is
+// still measured from its last confirmed renewal, so a term started on it
+// is born with that old deadline: a campaign waits on the channel instead,
+// and rides on the renewed session or, once this one ended, a new one.
+// A minLeft of zero or less checks failures only.
+func (s *SessionTerms) Lagging(minLeft time.Duration) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil || (s.lastErr == nil && time.Until(s.safeUntil) >= minLeft) {
+		return nil
+	}
+	if s.settled == nil {
+		s.settled = make(chan struct{})
+	}
+	return s.settled
+}
+
+// settleLocked wakes whoever waits on Lagging's channel.
+func (s *SessionTerms) settleLocked() {
+	if s.settled != nil {
+		close(s.settled)
+		s.settled = nil
+	}
+}
+
 // End ends the session and its terms with err. It reports false when the
 // session had already ended.
 func (s *SessionTerms) End(err error) bool {
@@ -85,6 +118,7 @@ func (s *SessionTerms) End(err error) bool {
 	s.err = err
 	terms := s.terms
 	s.terms = nil
+	s.settleLocked()
 	s.mu.Unlock()
 	for t := range terms {
 		t.End(err)

@@ -381,3 +381,65 @@ func TestConfigErrorEndsRun(t *testing.T) {
 		}
 	})
 }
+
+// shortLeaseBackend is a memory backend that wins lease short at once,
+// with a term whose safe-until is already within StopEarly: a backend
+// whose renewals lag but which still hands out terms.
+type shortLeaseBackend struct {
+	baton.Backend
+	left time.Duration
+
+	mu        sync.Mutex
+	campaigns int
+}
+
+func (b *shortLeaseBackend) Campaign(ctx context.Context, name string, c baton.Candidate) (baton.Term, error) {
+	if name != "short" {
+		return b.Backend.Campaign(ctx, name, c)
+	}
+	b.mu.Lock()
+	b.campaigns++
+	n := b.campaigns
+	b.mu.Unlock()
+	if n > 100 {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return backend.NewBasicTerm(name, uint64(n), time.Now().Add(b.left), nil), nil
+}
+
+// A Group that wins only terms too short for its StopEarly resigns each
+// without running the Func, and campaigns again after a back-off, not at
+// once, which would take a term (and a fencing token) per round trip for
+// as long as the backend lags.
+func TestTooShortTermsBackOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem, err := memory.New(memory.NewStore(), memory.Options{Config: testTiming})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mem.Close(context.Background())
+		b := &shortLeaseBackend{Backend: mem, left: 50 * time.Millisecond}
+		cfg := balancetest.Config("solo")
+		cfg.StopEarly, cfg.RetryMin, cfg.RetryMax = 100*time.Millisecond, 100*time.Millisecond, time.Second
+		g, err := balance.New(b, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran := false
+		_ = g.Add("short", func(context.Context, baton.Term) error { ran = true; return nil })
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		if err := g.Run(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Run: %v", err)
+		}
+		b.mu.Lock()
+		n := b.campaigns
+		b.mu.Unlock()
+		// Waits of at least 50, 100, 200, 400, 500 and 500 ms: no more
+		// than seven campaigns fit in 2 s.
+		if n > 7 || ran {
+			t.Fatalf("%d campaigns in 2 s, the Func ran %v; want at most 7, each term resigned unused", n, ran)
+		}
+	})
+}

@@ -23,4 +23,8 @@ var (
 
 	// errRemoved cancels the callback of a lease removed with Remove.
 	errRemoved = errors.New("balance: lease removed")
+
+	// errTooShort is lead's error when baton.Lead resigned a term won with
+	// no more than StopEarly left, without running anything.
+	errTooShort = errors.New("balance: term won too close to its safe-until to lead")
 )

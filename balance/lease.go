@@ -54,10 +54,18 @@ func (g *Group) runJob(ctx context.Context, j *job) {
 		ferr := g.lead(ctx, j, t)
 		if ferr != nil && ctx.Err() == nil {
 			wait := bo.Next()
-			g.mu.Lock()
-			j.lastErr = ferr
-			g.mu.Unlock()
-			g.log.Warn("lease callback failed; campaigning again after a back-off", "lease", j.name, "token", t.Token(), "err", ferr, "retry_in", wait)
+			if errors.Is(ferr, errTooShort) {
+				// The backend's renewals lag (baton.Lead logged it):
+				// campaigning again at once would win the lease as
+				// short, once per round trip, each time taking a
+				// fencing token.
+				g.log.Debug("won a term too short to lead; campaigning again after a back-off", "lease", j.name, "token", t.Token(), "retry_in", wait)
+			} else {
+				g.mu.Lock()
+				j.lastErr = ferr
+				g.mu.Unlock()
+				g.log.Warn("lease callback failed; campaigning again after a back-off", "lease", j.name, "token", t.Token(), "err", ferr, "retry_in", wait)
+			}
 			timer := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
@@ -165,20 +173,21 @@ func (g *Group) campaign(ctx context.Context, j *job, bo *baton.Backoff, failed 
 
 // lead keeps or refuses a term just won and, when it keeps it, runs j's Func
 // for the term (baton.Lead) and resigns afterwards. It returns the Func's
-// error.
+// error, or errTooShort when baton.Lead resigned the term without calling
+// back (too little time was left before its safe-until).
 func (g *Group) lead(ctx context.Context, j *job, t baton.Term) error {
 	// endLead ends the Func with a cause of the Group's (errShed,
 	// errRemoved), which baton.Lead's context passes on.
 	lctx, endLead := context.WithCancelCause(ctx)
 	defer endLead(nil)
-	admitted := false
+	admitted, called := false, false
 	var fctx context.Context // the Func's: its cause says who ended it first
 	ferr := baton.Lead(lctx, t, baton.LeadConfig{
 		StopEarly:     g.cfg.StopEarly,
 		ResignTimeout: g.cfg.ResignTimeout,
 		Logger:        g.log.With("lease", j.name),
 	}, func(ctx context.Context, t baton.Term) error {
-		fctx = ctx
+		fctx, called = ctx, true
 		now := time.Now()
 		g.mu.Lock()
 		admitted = g.admitLocked(j, now)
@@ -201,6 +210,9 @@ func (g *Group) lead(ctx context.Context, j *job, t baton.Term) error {
 		g.log.Info("leading", "lease", j.name, "token", t.Token(), "load", load)
 		return j.fn(fctx, t)
 	})
+	if !called {
+		return errTooShort
+	}
 	if !admitted {
 		return nil
 	}

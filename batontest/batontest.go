@@ -86,6 +86,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("CancelledCampaignLeavesNoTrace", s.cancelledCampaign)
 	t.Run("KilledHolderReplacedAfterTTL", s.killedHolderReplaced)
 	t.Run("CutOffHolderStopsBySafeUntil", s.cutOffHolderStops)
+	t.Run("LaggingHolderTakesNoShortTerms", s.laggingHolderNoShortTerms)
 	t.Run("ThousandLeasesOneSession", s.manyLeases)
 	t.Run("CloseEndsTermsAndRefusesCampaigns", s.closeEndsTerms)
 	t.Run("StateSharedAcrossTerms", s.stateShared)
@@ -608,6 +609,73 @@ func (s *suite) cutOffHolderStops(t *testing.T) {
 		t.Errorf("a's new token %d is not greater than b's %d", ta2.Token(), tb.Token())
 	}
 	resign(t, ta2)
+}
+
+// laggingHolderNoShortTerms: a holder cut off from the store until its
+// renewals lag, then healed, releases its lease and wins it again and
+// again, resigning each term born with too little time left to lead (as
+// an Elector with a StopEarly does), until it wins one long enough. It
+// takes no more than two short terms: its campaigns wait for a confirmed
+// renewal, or a new session, rather than win terms born with the lagging
+// safe-until. Each term costs a fencing token and writes to the store.
+func (s *suite) laggingHolderNoShortTerms(t *testing.T) {
+	cfg, err := s.cfg().WithDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.target.New(t, s.cfg())
+	// How far ahead safe-until stays while renewals keep up (the
+	// backend's renewal window, where it reports one), halved for the
+	// round trips of a loaded machine: a term born with less left was
+	// born lagging.
+	window := cfg.TTL - cfg.DriftMargin - cfg.RenewInterval
+	if w, ok := p.Backend.(baton.RenewalWindower); ok {
+		window = w.RenewalWindow()
+	}
+	short := window / 2
+	lease := leaseName(t)
+	ta := testkit.CampaignWithin(t, p.Backend, lease, "a", 10*time.Second)
+	first := ta.SafeUntil()
+	testkit.Eventually(t, 5*time.Second, "a's first renewal", func() bool { return ta.SafeUntil().After(first) })
+	p.Cut()
+	testkit.Eventually(t, s.hang(), "a's renewals to lag", func() bool {
+		return time.Until(ta.SafeUntil()) < short || ta.Err() != nil
+	})
+	p.Heal()
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = ta.Resign(rctx) // it may have expired, or its release be left to clean up
+	cancel()
+	var shortTerms []uint64
+	deadline := time.Now().Add(s.hang())
+	for {
+		if time.Now().After(deadline) {
+			t.Fatalf("no term long enough to lead within %s of healing (hang bound); short terms: %v", s.hang(), shortTerms)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		tb, err := p.Backend.Campaign(ctx, lease, baton.Candidate{ID: "a"})
+		cancel()
+		if errors.Is(err, baton.ErrBackendUnavailable) || errors.Is(err, baton.ErrAlreadyCampaigning) {
+			// Reconnecting, or cleaning up the release that failed.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("campaign after healing: %v", err)
+		}
+		left := time.Until(tb.SafeUntil())
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = tb.Resign(rctx)
+		cancel()
+		if left >= short {
+			break
+		}
+		shortTerms = append(shortTerms, tb.Token())
+	}
+	t.Logf("%d short terms before one long enough to lead", len(shortTerms))
+	if len(shortTerms) > 2 {
+		t.Errorf("after its renewals lagged, the holder won %d terms with less than %s left (tokens %v); want at most 2",
+			len(shortTerms), short, shortTerms)
+	}
 }
 
 func (s *suite) manyLeases(t *testing.T) {
