@@ -206,7 +206,7 @@ func (c *leaderCommand) tagLeader(ctx context.Context) error {
 		if tagged {
 			why = fmt.Sprintf("this instance (%s) has tag %s=%s, not %s", self, key, value, want)
 		}
-		return &exitError{code: exitFailure, err: fmt.Errorf("%s; another instance may lead, which this instance's metadata cannot name (aws ec2 describe-tags --filters Name=key,Values=%s can)", why, key)}
+		return &exitError{code: exitFailure, err: fmt.Errorf("%s; another instance may lead, which this instance's metadata cannot name (aws ec2 describe-instances --filters Name=tag-key,Values=%s Name=instance-state-name,Values=running can)", why, key)}
 	}
 	if c.json {
 		return nil

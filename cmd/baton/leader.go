@@ -46,8 +46,8 @@ With --backend aws-tag://KEY[=VALUE] (for agentless groups, where
 baton-lambda or run --aws-tag tags the leader): what this instance's own
 metadata (IMDSv2 instance-metadata tags) says. It cannot name another
 instance: when this one is not tagged, baton says so on stderr and exits 1,
-and another instance may lead (aws ec2 describe-tags --filters
-Name=key,Values=KEY names it, with ec2:DescribeTags).
+and another instance may lead (aws ec2 describe-instances --filters
+Name=tag-key,Values=KEY Name=instance-state-name,Values=running names it).
 Text output:  holder=THIS_INSTANCE_ID [token=N] tag=KEY=VALUE
               (token: the KEY-token tag, when the tagger writes one)
 JSON output:  {"backend":"aws-tag","tag":"KEY","instance_id":"ID",
