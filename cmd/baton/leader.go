@@ -42,6 +42,21 @@ JSON output:  {"backend":"aws-asg","group":"G","instance_id":"ID",
                "private_ip":"IP","decided":"HOW"}   (instance_id null: nobody)
 Exit statuses as is-leader's with aws-asg://, 1 meaning nobody qualifies.
 
+With --backend aws-tag://KEY[=VALUE] (for agentless groups, where
+baton-lambda or run --aws-tag tags the leader): what this instance's own
+metadata (IMDSv2 instance-metadata tags) says. It cannot name another
+instance: when this one is not tagged, baton says so on stderr and exits 1,
+and another instance may lead (aws ec2 describe-instances --filters
+Name=tag-key,Values=KEY Name=instance-state-name,Values=running names it).
+Text output:  holder=THIS_INSTANCE_ID [token=N] tag=KEY=VALUE
+              (token: the KEY-token tag, when the tagger writes one)
+JSON output:  {"backend":"aws-tag","tag":"KEY","instance_id":"ID",
+               "holder":"ID","value":"V"[,"token":"N"]}
+              (holder null when this instance is not tagged; value then
+              present only if the tag has another value than VALUE)
+Exit statuses as is-leader's with aws-tag://: 1 this instance is not
+tagged, 3 the metadata cannot be read (tags in metadata off included).
+
 Exit statuses:
   0  printed the holder
   1  nobody holds the lease
@@ -106,6 +121,12 @@ func (c *leaderCommand) sayNotifications(n notifications) {
 
 // Run prints the holder of the lease.
 func (c *leaderCommand) Run(ctx context.Context, _ []string) error {
+	if isTagURL(c.common.backend) {
+		if c.timeout <= 0 {
+			return usageErrorf("--timeout %s: must be positive, e.g. --timeout 5s", c.timeout)
+		}
+		return c.tagLeader(ctx)
+	}
 	problems, spec := c.common.validate()
 	if c.timeout <= 0 {
 		problems = append(problems, fmt.Sprintf("--timeout %s: must be positive, e.g. --timeout 5s", c.timeout))

@@ -404,12 +404,17 @@ func (f *Server) describeTags(w http.ResponseWriter, r *http.Request) {
 // instance's tags, when instance metadata tags are enabled.
 const imdsTagsPath = "/latest/meta-data/tags/instance"
 
+// imdsInstanceIDPath is where the instance metadata service gives the
+// instance's id.
+const imdsInstanceIDPath = "/latest/meta-data/instance-id"
+
 // IMDSFront serves the instance metadata of instance id at the URL it
 // returns, until the test ends. It answers the tags paths (imdsTagsPath
 // lists the keys, one a line; imdsTagsPath/KEY gives a value; 404 for an
 // absent key) from f's tags as reads see them, with the same propagation
 // delay, as the instance metadata service does for an instance with
-// instance metadata tags enabled. Everything else, the IMDSv2 session
+// instance metadata tags enabled, and the instance-id path with id, so
+// that one mock stands for any instance of the group. Everything else, the IMDSv2 session
 // token handshake included, goes to the metadata mock at mockURL, whose
 // tags are fixed. A tags request needs a session token that the mock
 // accepts: the front asks the mock, so that IMDSv2 holds on these paths too.
@@ -423,7 +428,8 @@ func (f *Server) IMDSFront(t testing.TB, mockURL, id string) string {
 	// the instance metadata service refuses on token requests.
 	proxy := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(target) }}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != imdsTagsPath && !strings.HasPrefix(r.URL.Path, imdsTagsPath+"/") {
+		self := r.URL.Path == imdsInstanceIDPath
+		if !self && r.URL.Path != imdsTagsPath && !strings.HasPrefix(r.URL.Path, imdsTagsPath+"/") {
 			proxy.ServeHTTP(w, r)
 			return
 		}
@@ -435,9 +441,13 @@ func (f *Server) IMDSFront(t testing.TB, mockURL, id string) string {
 			w.WriteHeader(status)
 			return
 		}
+		w.Header().Set("Content-Type", "text/plain")
+		if self {
+			w.Write([]byte(id))
+			return
+		}
 		tags := f.Tags(id)
 		key := strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, imdsTagsPath), "/")
-		w.Header().Set("Content-Type", "text/plain")
 		if key == "" {
 			keys := make([]string, 0, len(tags))
 			for k := range tags {
