@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux || darwin
 
 // Package supervise runs a command for as long as a lease is held and makes
 // sure that the command and everything it started are gone by the lease's
