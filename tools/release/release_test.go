@@ -571,6 +571,14 @@ func TestPlatformsFlag(t *testing.T) {
 			t.Errorf("-platforms %s: %v, want a usage error saying %q", tt.flag, err, tt.want)
 		}
 	}
+	for _, f := range strings.Split(defaultPlatforms, ",") {
+		if _, err := parsePlatform(f); err != nil {
+			t.Errorf("default platform %s: %v", f, err)
+		}
+	}
+	if !strings.Contains(defaultPlatforms, "darwin/arm64") || !strings.Contains(defaultPlatforms, "darwin/amd64") {
+		t.Errorf("defaultPlatforms = %q, want the darwin archives too", defaultPlatforms)
+	}
 	err := runMain(t.Context(), []string{"-repo", t.TempDir(), "-tag", "1.0"}, io.Discard)
 	var ue *usageError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "semantic version") {
