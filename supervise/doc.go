@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux || darwin
 
 // Package supervise runs a command for as long as a lease is held and makes
 // sure that the command and everything it started are gone by the lease's
@@ -7,7 +7,7 @@
 // deadline; Runner runs it for each term a baton.Elector wins, restarting
 // it when it exits by itself. `baton run` is a Runner, `baton cron` starts
 // its command with one for each slot, and Go programs that embed baton can
-// do the same (Linux only).
+// do the same (Linux; macOS with weaker guarantees, below).
 //
 // # Guarantees
 //
@@ -56,7 +56,25 @@
 // descendants. A process in uninterruptible sleep dies only when its I/O
 // returns, and one that SIGKILL does not end keeps Stop waiting.
 //
-// Start re-executes /proc/self/exe as the guard, which this package's
+// # macOS
+//
+// macOS has no child subreaper, parent-death signal or cgroups, so there the
+// guard runs in a weaker process-group mode (PlatformGuard says which mode
+// a build has). The guard starts the command in a process group of its
+// own and stops that group and the descendants still below it, at the
+// deadline, when the caller dies (its socket closes) and on Stop, the same
+// way as above; after the command exits, it polls the process table for
+// members of the group orphaned to launchd and stops them too before it
+// exits. Not covered: a descendant that left the command's process group
+// (setsid, a double-forked daemon) once its parent has exited; the command
+// and its group when the caller and the guard are both killed; a guard
+// killed alone loses the descendants outside the command's group
+// (ErrDescendantsLost). BecomeSubreaper returns an error wrapping
+// errors.ErrUnsupported. It suits development on a Mac, not production.
+// Building with -tags batonpgroup on Linux selects the same mode, so that
+// its tests run there.
+//
+// Start re-executes /proc/self/exe (on macOS, os.Executable) as the guard, which this package's
 // initialiser runs (see GuardMain), before the initialisers of most of the
 // program's other packages. A program that uses this package should still
 // call GuardMain first thing in main (and in TestMain). A guard's start is

@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux || darwin
 
 package supervise
 
@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/batonhq/baton/internal/proctree"
 	"golang.org/x/sys/unix"
@@ -62,10 +61,7 @@ func guardMain() int {
 	// The command's parent-death signal fires when the thread that forked
 	// it exits; this thread never does before the process.
 	runtime.LockOSThread()
-	// ps shows "exe" for /proc/self/exe otherwise.
-	if name, err := unix.BytePtrFromString(guardName); err == nil {
-		_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(name)), 0, 0, 0)
-	}
+	nameGuard()
 	fail := func(format string, args ...any) int {
 		fmt.Fprintf(os.Stderr, "baton guard: "+format+"\n", args...)
 		return 2
@@ -113,8 +109,8 @@ func guardMain() int {
 	}
 	// Orphans below the guard, double-forked or setsid or not, become its
 	// children instead of init's: none can leave the tree it reaps.
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		return fail("prctl(PR_SET_CHILD_SUBREAPER): %v", err)
+	if err := guardSubreaper(); err != nil {
+		return fail("%v", err)
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -155,6 +151,12 @@ type guard struct {
 	pid int     // the command, also its process group
 	cg  *cgroup // the command's cgroup, or nil
 
+	// lingering: the command was reaped and the guard has no child left,
+	// but members of the command's process group live on elsewhere in the
+	// process tree (only where the guard is not a subreaper: see
+	// groupLingers). The guard polls the group until it is empty.
+	lingering bool
+
 	notes chan string // for printer
 
 	stopping bool  // SIGTERM sent
@@ -168,58 +170,6 @@ type guard struct {
 func (g *guard) send(b []byte) {
 	_ = g.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
 	_, _ = g.conn.Write(b)
-}
-
-// start starts the command in a process group of its own and, where
-// cgroup v2 allows, in a new cgroup.
-func (g *guard) start(path string, argv, env []string) error {
-	sys := &syscall.SysProcAttr{
-		// A group of its own lets signals reach the command's whole tree
-		// with one kill(-pgid) while sparing the guard.
-		Setpgid: true,
-		// Should the guard itself be killed, the command dies with it.
-		// The kernel clears this when the command execs a set-user-ID or
-		// file-capability binary.
-		Pdeathsig: syscall.SIGKILL,
-	}
-	if g.cgroupOK {
-		g.cg = newCgroup()
-	}
-	if g.cg != nil {
-		// clone3(CLONE_INTO_CGROUP): the command is in its cgroup from its
-		// first instruction, so no fork can slip out before it is moved.
-		sys.UseCgroupFD = true
-		sys.CgroupFD = g.cg.fd
-	}
-	attr := &syscall.ProcAttr{Env: env, Files: []uintptr{0, 1, 2}, Sys: sys}
-	pid, err := syscall.ForkExec(path, argv, attr)
-	if err != nil && g.cg != nil && !isExecError(err) {
-		// A kernel or sandbox without CLONE_INTO_CGROUP: do without.
-		g.cg.remove()
-		g.cg = nil
-		sys.UseCgroupFD, sys.CgroupFD = false, 0
-		pid, err = syscall.ForkExec(path, argv, attr)
-	}
-	if err != nil {
-		if g.cg != nil {
-			g.cg.remove()
-		}
-		return err
-	}
-	g.pid = pid
-	if g.cg != nil {
-		g.cg.closeFD()
-		g.send(encodeString(msgCgroup, g.cg.dir))
-	}
-	g.send(encode(msgStarted, int64(pid)))
-	return nil
-}
-
-// isExecError reports whether err is about the command's file rather than
-// the cgroup.
-func isExecError(err error) bool {
-	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.EACCES) ||
-		errors.Is(err, syscall.ENOEXEC) || errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ETXTBSY)
 }
 
 type reaped struct {
@@ -335,6 +285,11 @@ func (g *guard) run(sigs <-chan os.Signal) int {
 				again <- struct{}{}
 			}
 		case r := <-reaps:
+			if r.none && g.groupLingers() {
+				reaps = nil
+				g.lingering = true
+				break
+			}
 			if r.none {
 				if g.cg != nil {
 					g.cg.remove()
@@ -351,6 +306,9 @@ func (g *guard) run(sigs <-chan os.Signal) int {
 		case <-timer.C:
 		}
 		g.tick()
+		if g.lingering && !g.groupLingers() {
+			return 0
+		}
 	}
 }
 
@@ -405,6 +363,9 @@ func (g *guard) arm(timer *time.Timer) {
 	consider(g.killAt)
 	if g.killing {
 		consider(monotonicNow() + int64(killRetry))
+	}
+	if g.lingering {
+		consider(monotonicNow() + int64(lingerPoll))
 	}
 	timer.Stop()
 	if next == 0 {
@@ -498,19 +459,6 @@ func (g *guard) signalGroup(sig syscall.Signal) {
 	if pgid, err := syscall.Getpgid(g.pid); err == nil && pgid != g.pid {
 		_ = syscall.Kill(g.pid, sig)
 	}
-}
-
-// groupAlive reports whether the command's process group still has a
-// member among ds, the guard's descendants. Once the command was reaped and
-// its group emptied, its pid (the group's id) may be reused by an unrelated
-// process: the group must not be signalled then.
-func (g *guard) groupAlive(ds []proctree.Proc) bool {
-	for _, d := range ds {
-		if d.PGID == g.pid {
-			return true
-		}
-	}
-	return false
 }
 
 // signalTree sends sig to the command's process group and to every other

@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux || darwin
 
 package supervise
 
@@ -107,11 +107,12 @@ func encodeStartErr(errno int64, text string) []byte {
 // monotonicNow reads CLOCK_MONOTONIC, the clock Go's timers run on, which
 // every process of the host shares: an absolute reading means the same
 // instant to the parent and the guard, so a deadline in transit does not
-// stretch.
+// stretch. On macOS it also counts time asleep, which Go's own clock may
+// not: a Mac's sleep brings the guard's deadline closer, never further.
 func monotonicNow() int64 {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		// CLOCK_MONOTONIC always exists on Linux.
+		// CLOCK_MONOTONIC always exists on Linux and macOS.
 		panic("supervise: clock_gettime(CLOCK_MONOTONIC): " + err.Error())
 	}
 	return ts.Nano()

@@ -1,10 +1,9 @@
-//go:build linux
+//go:build linux || darwin
 
 package supervise
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/proctree"
-	"golang.org/x/sys/unix"
 )
 
 // ErrDescendantsLost is wrapped by the error Process.Stop returns, and by
@@ -37,38 +35,6 @@ var reaper struct {
 	// guards are the guards started and not yet waited for: children of
 	// this process that are not orphans.
 	guards map[int]bool
-}
-
-// BecomeSubreaper makes this process a child subreaper
-// (prctl(PR_SET_CHILD_SUBREAPER)): a process orphaned anywhere below it is
-// re-parented to it instead of to init. Then a guard killed by a signal it
-// cannot catch (SIGKILL from another process), with no cgroup to hold the
-// command's tree, hands the command's escaped descendants (those that
-// double-forked or called setsid) over to this process, which kills and
-// reaps them before Process.Stop returns; without it they go to init, and
-// Stop reports ErrDescendantsLost.
-//
-// It is process-wide and cannot be undone, and it imposes a rule: once a
-// guard has died, every child of this process that is not a guard started
-// by Start counts as an orphan of that guard's tree, and is killed and
-// reaped, also a child the program started by other means (os/exec), whose
-// Wait then fails. Call it, before the first Start, only in a program that
-// starts child processes through this package alone, as `baton run` and
-// `baton cron` do. Orphans of the program's other descendants stay zombies
-// until a guard dies.
-//
-// It is safe for concurrent use, and calling it again does nothing.
-func BecomeSubreaper() error {
-	reaper.mu.Lock()
-	defer reaper.mu.Unlock()
-	if reaper.on {
-		return nil
-	}
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("supervise: prctl(PR_SET_CHILD_SUBREAPER): %w", err)
-	}
-	reaper.on = true
-	return nil
 }
 
 // startGuard starts cmd, a guard, and records it as one, so that a

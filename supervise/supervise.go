@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux || darwin
 
 package supervise
 
@@ -48,10 +48,6 @@ const (
 	// writeTimeout bounds a write to a guard that does not read (stopped):
 	// the caller must never hang on its guard.
 	writeTimeout = time.Second
-
-	// guardExe is what Start re-executes: this program's file, even if the
-	// path it was started from has since been replaced or removed.
-	guardExe = "/proc/self/exe"
 )
 
 // Config describes the command to supervise. The zero value of every field
@@ -203,7 +199,11 @@ func Start(cfg Config) (*Process, error) {
 
 // startGuardProcess starts a guard, which waits for its command.
 func startGuardProcess(cfg Config) (*Process, error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	exe, err := guardExe()
+	if err != nil {
+		return nil, fmt.Errorf("supervise: finding this program's file to start the guard: %w", err)
+	}
+	fds, err := socketpair()
 	if err != nil {
 		return nil, fmt.Errorf("supervise: socket for the guard: %w", err)
 	}
@@ -217,7 +217,7 @@ func startGuardProcess(cfg Config) (*Process, error) {
 	theirs := os.NewFile(uintptr(fds[1]), "supervise-guard")
 	defer theirs.Close()
 	guard := &exec.Cmd{
-		Path: guardExe,
+		Path: exe,
 		Args: []string{guardName},
 		// The guard's own environment; the command's comes over the socket.
 		Env:        append(os.Environ(), guardEnv+"=1"),
@@ -242,7 +242,7 @@ func startGuardProcess(cfg Config) (*Process, error) {
 	}
 	if err := startGuard(guard); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("supervise: starting the guard (%s): %w", guardExe, err)
+		return nil, fmt.Errorf("supervise: starting the guard (%s): %w", exe, err)
 	}
 	return p, nil
 }

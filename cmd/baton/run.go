@@ -214,8 +214,10 @@ func (c *leaderFlags) lead(ctx context.Context, spec *backendurl.Spec, ttl time.
 
 	log := c.common.logger(c.app.stderr())
 	if c.app.Subreaper {
-		// baton starts no children but its commands' guards.
-		if err := supervise.BecomeSubreaper(); err != nil {
+		// baton starts no children but its commands' guards. A platform
+		// without a subreaper (macOS) runs the guard's process-group mode,
+		// whose gaps docs/guarantees.md states.
+		if err := supervise.BecomeSubreaper(); err != nil && !errors.Is(err, errors.ErrUnsupported) {
 			return err
 		}
 	}

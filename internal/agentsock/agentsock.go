@@ -18,7 +18,8 @@
 //
 // Not guaranteed: that the serving process is `baton agent` rather than
 // another program of the same user (or root), who can read the agent's
-// token file anyway. Linux only: elsewhere Dial refuses.
+// token file anyway. Linux and macOS (LOCAL_PEERCRED) only: elsewhere Dial
+// refuses.
 //
 // Listen is the agent's side: it refuses a directory the checks above
 // would refuse, refuses a path where another live server answers, and its

@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !linux && !darwin
 
 package agentsock
 
@@ -8,7 +8,8 @@ import (
 )
 
 // PeerUID returns the user of the process at the other end of c. Only
-// Linux is supported: elsewhere it returns an error, and Dial refuses.
+// Linux and macOS are supported: elsewhere it returns an error, and Dial
+// refuses.
 func PeerUID(net.Conn) (uint32, error) {
-	return 0, errors.New("agentsock: the agent's socket is checked (SO_PEERCRED) on Linux only")
+	return 0, errors.New("agentsock: the agent's socket is checked (SO_PEERCRED) on Linux and macOS only")
 }

@@ -17,12 +17,14 @@
 //     from either commit, since nested modules are not part of it), and the
 //     nested modules' tags (aws/v1.2.3, backend/etcd/v1.2.3, …) are made on
 //     it in the local repository: pushing them publishes what proxy/ holds.
-//   - baton_1.2.3_linux_ARCH.tar.gz for each -platforms entry: the binary that
+//   - baton_1.2.3_OS_ARCH.tar.gz for each -platforms entry (linux and
+//     darwin, amd64 and arm64): the binary that
 //     `go install …/cmd/baton@v1.2.3` builds from proxy/, with -trimpath,
 //     symbols stripped (-s -w) and the tag's commit stamped in, so that
 //     `baton version` prints the version and the commit; beside each, its
-//     CycloneDX SBOM (baton_1.2.3_linux_ARCH.sbom.cdx.json). There are no
-//     darwin archives: the CLI builds on Linux only (package supervise).
+//     CycloneDX SBOM (baton_1.2.3_OS_ARCH.sbom.cdx.json). The darwin
+//     binaries run the guard in its process-group mode (docs/guarantees.md:
+//     for development on a Mac, not for production).
 //   - oci/: an OCI image layout holding one image index with an image per
 //     linux platform: the binary and the build machine's CA certificates,
 //     run as user 65532.
@@ -46,7 +48,7 @@ import (
 )
 
 // defaultPlatforms are the release's targets.
-const defaultPlatforms = "linux/amd64,linux/arm64"
+const defaultPlatforms = "linux/amd64,linux/arm64,darwin/amd64,darwin/arm64"
 
 // usageError is a problem with the flags or the tree: exit status 2.
 type usageError struct{ msg string }

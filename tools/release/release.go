@@ -29,13 +29,8 @@ func parsePlatform(s string) (platform, error) {
 	switch {
 	case !ok || goos == "" || goarch == "":
 		return platform{}, fmt.Errorf("-platforms: %q is not GOOS/GOARCH (e.g. linux/amd64)", s)
-	case goos == "darwin":
-		// The package supervise (the guard and the child per term behind
-		// run, cron, agent and demo) uses cgroups, pidfds and a child
-		// subreaper, and builds on Linux only; so does the CLI.
-		return platform{}, fmt.Errorf("-platforms: %q: cmd/baton does not build for darwin (package supervise, behind run, cron, agent and demo, is Linux-only)", s)
-	case goos != "linux":
-		return platform{}, fmt.Errorf("-platforms: %q: baton is released for linux only", s)
+	case goos != "linux" && goos != "darwin":
+		return platform{}, fmt.Errorf("-platforms: %q: baton is released for linux and darwin only", s)
 	case goarch != "amd64" && goarch != "arm64":
 		return platform{}, fmt.Errorf("-platforms: %q: baton is released for amd64 and arm64 only", s)
 	}

@@ -561,8 +561,7 @@ func checkDeb(t *testing.T, res *result, commit string) {
 // error that says why, before anything is built.
 func TestPlatformsFlag(t *testing.T) {
 	for _, tt := range []struct{ flag, want string }{
-		{"darwin/arm64", "Linux-only"},
-		{"windows/amd64", "linux only"},
+		{"windows/amd64", "linux and darwin only"},
 		{"linux/386", "amd64 and arm64 only"},
 		{"linux", "not GOOS/GOARCH"},
 	} {
@@ -571,6 +570,14 @@ func TestPlatformsFlag(t *testing.T) {
 		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("-platforms %s: %v, want a usage error saying %q", tt.flag, err, tt.want)
 		}
+	}
+	for _, f := range strings.Split(defaultPlatforms, ",") {
+		if _, err := parsePlatform(f); err != nil {
+			t.Errorf("default platform %s: %v", f, err)
+		}
+	}
+	if !strings.Contains(defaultPlatforms, "darwin/arm64") || !strings.Contains(defaultPlatforms, "darwin/amd64") {
+		t.Errorf("defaultPlatforms = %q, want the darwin archives too", defaultPlatforms)
 	}
 	err := runMain(t.Context(), []string{"-repo", t.TempDir(), "-tag", "1.0"}, io.Discard)
 	var ue *usageError

@@ -1,9 +1,5 @@
 //go:build linux
 
-// Package proctree reads the process tree from /proc: a process's parent
-// and process group, and the processes below one. The guard of package
-// supervise uses it to find a command's descendants, and the chaos harness
-// to stop a candidate's whole tree.
 package proctree
 
 import (
@@ -11,11 +7,6 @@ import (
 	"strconv"
 	"strings"
 )
-
-// Proc is one live process: its id, its parent's and its process group's.
-type Proc struct {
-	PID, PPID, PGID int
-}
 
 // Descendants returns the live (not zombie) processes below root, read from
 // /proc, in no particular order. A process that forks while this runs may
@@ -97,6 +88,45 @@ func readStat(pid int) (state byte, ppid, pgid int, ok bool) {
 		return 0, 0, 0, false
 	}
 	return f[0][0], ppid, pgid, true
+}
+
+// Group returns the live (not zombie) members of process group pgid,
+// wherever they are in the process tree, read from /proc.
+func Group(pgid int) []Proc {
+	var out []Proc
+	for _, p := range all() {
+		if p.PGID == pgid {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// all returns every live process, read from /proc.
+func all() []Proc {
+	dir, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	names, err := dir.Readdirnames(-1)
+	dir.Close()
+	if err != nil {
+		return nil
+	}
+	var out []Proc
+	for _, name := range names {
+		if name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		pid, err := strconv.Atoi(name)
+		if err != nil {
+			continue
+		}
+		if p, ok := Read(pid); ok {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Children returns the processes whose parent is pid, read from /proc:
