@@ -402,8 +402,12 @@ func TestDeparturesSinceAsksForQuietMember(t *testing.T) {
 		s := word.latestSince()
 		return !s.IsZero(), fmt.Sprintf("since %v", s)
 	})
-	if s := word.latestSince(); s.After(killedAt) || s.Before(killedAt.Add(-3*time.Second)) {
-		t.Errorf("asked for a view since %v; want the victim's last answer, just before it was killed at %v", s, killedAt)
+	// The view asked for must be no older than the victim's last answer,
+	// just before it was killed. It may be newer: on a loaded machine a live
+	// member can look quiet for a moment, and the leader asks for a view
+	// newer than every quiet member's last answer, which covers the victim's.
+	if s := word.latestSince(); s.Before(killedAt.Add(-3 * time.Second)) {
+		t.Errorf("asked for a view since %v; want one no older than the victim's last answer, just before it was killed at %v", s, killedAt)
 	}
 	word.depart(victim.Addr(), "instance i-0c is no longer in Auto Scaling group web")
 	waitState(t, 10*time.Second, "the departed, dead voter is removed", func() (bool, string) {
