@@ -691,12 +691,26 @@ func (s *suite) manyLeases(t *testing.T) {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			term, err := p.Backend.Campaign(ctx, fmt.Sprintf("%s-%04d", prefix, i), baton.Candidate{ID: "many"})
-			if err != nil {
-				t.Errorf("campaign %d: %v", i, err)
-				return
+			// A campaign that found the backend unavailable (on a loaded
+			// machine, the session can lag or end while a thousand
+			// campaigns run) is tried again, as Elector.Run does; any
+			// other error fails the test.
+			var bo baton.Backoff
+			for {
+				term, err := p.Backend.Campaign(ctx, fmt.Sprintf("%s-%04d", prefix, i), baton.Candidate{ID: "many"})
+				if err == nil {
+					terms[i] = term
+					return
+				}
+				if !errors.Is(err, baton.ErrBackendUnavailable) || ctx.Err() != nil {
+					t.Errorf("campaign %d: %v", i, err)
+					return
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(bo.Next()):
+				}
 			}
-			terms[i] = term
 		})
 	}
 	wg.Wait()
