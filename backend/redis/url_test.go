@@ -41,17 +41,17 @@ func TestParseURL(t *testing.T) {
 		t.Errorf("baton_replicas=0 on a Sentinel URL: %+v, %v", c.Options, err)
 	}
 	for raw, want := range map[string]string{
-		"redis://h1:6379,h2:6379/0":               "Redis Cluster is not supported",
-		"redis+cluster://h1:7000":                 "Redis Cluster is not supported",
-		"redis+sentinel:///mymaster":              "no sentinel addresses",
-		"redis+sentinel://s1:26379":               "no master name",
-		"redis+sentinel://s1:99999/m":             "port",
-		"redis://h/0?baton_replicas=x":            "baton_replicas=x",
-		"redis://h/0?baton_colour=red":            "unknown parameter",
-		"redis://u:hunter22@h/0?bogus=1":          "bogus",
+		"redis://h1:6379,h2:6379/0":              "Redis Cluster is not supported",
+		"redis+cluster://h1:7000":                "Redis Cluster is not supported",
+		"redis+sentinel:///mymaster":             "no sentinel addresses",
+		"redis+sentinel://s1:26379":              "no master name",
+		"redis+sentinel://s1:99999/m":            "port",
+		"redis://h/0?baton_replicas=x":           "baton_replicas=x",
+		"redis://h/0?baton_colour=red":           "unknown parameter",
+		"redis://u:hunter22@h/0?bogus=1":         "bogus",
 		"redis://h/0?password_file=/nonexistent": "password_file",
-		"memcached://h":                           "not a Redis URL",
-		"redis+sentinel://u:hunter22@s/m?x=1":     "unknown parameter",
+		"memcached://h":                          "not a Redis URL",
+		"redis+sentinel://u:hunter22@s/m?x=1":    "unknown parameter",
 	} {
 		_, err := redis.ParseURL(raw)
 		var ce *baton.ConfigError
