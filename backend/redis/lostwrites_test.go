@@ -3,6 +3,7 @@ package redis_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -77,5 +78,47 @@ func TestRestoredSnapshotStartsNewEpoch(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "REDIS LOST WRITES") {
 		t.Errorf("no Error-level line about the lost writes; logs:\n%s", logs.String())
+	}
+}
+
+// TestRestartWithoutPersistence: the server restarts empty (no
+// persistence) while a holder, cut off at that moment, still acts until
+// its safe-until. The lease key is gone, but the store's marker went with
+// it, so no contender gets the lease until a TTL after the restart: after
+// the old holder stopped.
+func TestRestartWithoutPersistence(t *testing.T) {
+	srv := testserver.StartRedis(t, testserver.RedisOptions{})
+	o := redis.Options{Config: backend.Config{TTL: 2 * time.Second}}
+	proxy := testserver.StartProxy(t, srv.Addr())
+	a := newBackend(t, newClient(t, proxy.Addr(), ""), o)
+	b := newBackend(t, newClient(t, srv.Addr(), ""), o)
+	ctx := context.Background()
+	const lease = "restarted"
+	ta, err := a.Campaign(ctx, lease, baton.Candidate{ID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, aEnded := hold("a", ta)
+	proxy.Cut()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	var tb baton.Term
+	for {
+		tb, err = b.Campaign(ctx, lease, baton.Candidate{ID: "b"})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, baton.ErrBackendUnavailable) {
+			t.Fatal(err)
+		}
+	}
+	bStart := time.Now()
+	ai := <-aEnded
+	if bStart.Before(ai.end) {
+		t.Errorf("two holders at once: b (token %d) started %s before a (token %d) stopped", tb.Token(), ai.end.Sub(bStart), ai.token)
+	}
+	if tb.Token() <= ai.token {
+		t.Errorf("tokens did not rise across the restart: %d, then %d", ai.token, tb.Token())
 	}
 }

@@ -130,6 +130,10 @@ func Channel(prefix string) string {
 
 func (b *Backend) keys(name string) Keys { return KeysOf(b.o.Prefix, name) }
 
+// marker is the key whose absence tells that the store is new or lost its
+// data: Prefix+"store".
+func (b *Backend) marker() string { return b.o.Prefix + "store" }
+
 // MaxNameLen is the longest lease name, in bytes, that Campaign takes.
 const MaxNameLen = 1000
 
@@ -202,7 +206,7 @@ func (b *Backend) tryAcquire(ctx context.Context, s *backend.Session[string], sl
 	fresh := backend.EpochToken(b.epochs.Next(name, now), 1)
 	tail := strconv.FormatInt(b.ttlMS(), 10) + " " + strconv.FormatInt(now.UnixMilli(), 10) + " " + id
 	sctx, cancel := b.stmtCtx(ctx)
-	res, acked, err := b.evalWait(sctx, acquireScript, []string{k.Lease, k.Token},
+	res, acked, err := b.evalWait(sctx, acquireScript, []string{k.Lease, k.Token, b.marker()},
 		strconv.FormatUint(seen, 10), strconv.FormatUint(fresh, 10), tail, b.ttlMS(), Channel(b.o.Prefix))
 	cancel()
 	if err != nil {
@@ -221,6 +225,15 @@ func (b *Backend) tryAcquire(ctx context.Context, s *backend.Session[string], sl
 		// Our own acquisition, landed by the client's retry of a request
 		// whose reply was lost: it is ours.
 		got, r[2] = 1, int64(0)
+	}
+	if got == 2 {
+		if created, _ := r[1].(int64); created == 1 {
+			b.o.log.Warn("Redis has no record of baton: a new server, or one that restarted without persistence or was flushed, losing every lease; "+
+				"no lease is granted for a TTL, so that the holders of lost leases have stopped",
+				"marker", b.marker(), "ttl", b.o.cfg.TTL)
+		}
+		wait, _ := r[2].(int64)
+		return nil, time.Duration(wait) * time.Millisecond, nil
 	}
 	if got == 0 {
 		v := parseValue(value)

@@ -11,16 +11,37 @@ import (
 // them as the strings Redis stores and compare them as decimal strings.
 
 // acquireScript takes a free lease. KEYS[1] the lease key, KEYS[2] the
-// token key; ARGV[1] the highest token this process saw for the lease
-// ("0": none), ARGV[2] the first token of a new epoch (above ARGV[1]),
-// ARGV[3] the value's tail ("TTLMS SINCEMS HOLDER"), ARGV[4] the TTL in
-// milliseconds, ARGV[5] the channel, on which it publishes the key (for
-// the watchers of the lease). It returns {0, value, pttl} when the key is held, or
-// {1, value, lost}, lost being 1 when the token key was missing or below
-// ARGV[1]: the store lost writes, and the token starts a new epoch.
+// token key, KEYS[3] the store's marker; ARGV[1] the highest token this
+// process saw for the lease ("0": none), ARGV[2] the first token of a new
+// epoch (above ARGV[1]), ARGV[3] the value's tail ("TTLMS SINCEMS
+// HOLDER"), ARGV[4] the TTL in milliseconds, ARGV[5] the channel, on
+// which it publishes the key (for the watchers of the lease). It returns
+// {0, value, pttl} when the key is held; {2, created, wait} while the
+// store is younger than a TTL by its marker (created is 1 when this call
+// made the marker: the store is new, or lost its data); or {1, value,
+// lost}, lost being 1 when the token key was missing or below ARGV[1]:
+// the store lost writes, and the token starts a new epoch.
+//
+// The marker is a key with no expiry, holding the server's time (ms) when
+// baton first found it missing. A server that restarted without
+// persistence (or was flushed) has lost it with the lease keys, whose
+// holders may act until their safe-until, at most a TTL after their last
+// renewal, which came before the loss: so no lease is granted until a TTL
+// after the marker is made again.
 var acquireScript = goredis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur then return {0, cur, redis.call('PTTL', KEYS[1])} end
+local now = redis.call('TIME')
+local nowms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local made = redis.call('GET', KEYS[3])
+local created = 0
+if not made then
+  made = string.format('%d', nowms)
+  redis.call('SET', KEYS[3], made)
+  created = 1
+end
+local left = tonumber(made) + tonumber(ARGV[4]) - nowms
+if left > 0 then return {2, created, left} end
 local function less(a, b) if #a ~= #b then return #a < #b end return a < b end
 local tok = redis.call('GET', KEYS[2])
 local lost = 0
