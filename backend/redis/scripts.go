@@ -23,11 +23,11 @@ import (
 // the store lost writes, and the token starts a new epoch.
 //
 // The marker is a key with no expiry, holding the server's time (ms) when
-// baton first found it missing. A server that restarted without
+// baton first found it missing and the TTL (ms) of the candidate that did. A server that restarted without
 // persistence (or was flushed) has lost it with the lease keys, whose
 // holders may act until their safe-until, at most a TTL after their last
-// renewal, which came before the loss: so no lease is granted until a TTL
-// after the marker is made again.
+// renewal, which came before the loss: so no lease is granted until that
+// TTL after the marker is made again.
 var acquireScript = goredis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur then return {0, cur, redis.call('PTTL', KEYS[1])} end
@@ -36,11 +36,13 @@ local nowms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local made = redis.call('GET', KEYS[3])
 local created = 0
 if not made then
-  made = string.format('%d', nowms)
+  made = string.format('%d %d', nowms, tonumber(ARGV[4]))
   redis.call('SET', KEYS[3], made)
   created = 1
 end
-local left = tonumber(made) + tonumber(ARGV[4]) - nowms
+local at, ttl = string.match(made, '^(%d+) (%d+)')
+local left = 0
+if at then left = tonumber(at) + tonumber(ttl) - nowms end
 if left > 0 then return {2, created, left} end
 local function less(a, b) if #a ~= #b then return #a < #b end return a < b end
 local tok = redis.call('GET', KEYS[2])
