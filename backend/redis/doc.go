@@ -36,6 +36,13 @@
 //     failover without WAIT) starts a new epoch too, and the process logs
 //     it at Error level. Tokens are kept as Redis integers (int64): epochs
 //     up to 2^31 − 1 (the year 2093).
+//   - A store that lost every key (a restart without persistence, a
+//     FLUSHALL) has lost its marker key too: the first candidate to find
+//     it missing writes it with the server's time and its own TTL, and no
+//     lease is granted until that TTL has passed on the server's clock, so
+//     that holders of the lost leases (who renewed before the loss) have
+//     stopped. Processes sharing a store should use one TTL: a holder
+//     whose TTL is longer than the marker's could still act.
 //   - Renewals cost one round trip per process per RenewInterval, however
 //     many leases it holds: one script call extends all its keys.
 //   - A release (Resign, Close) deletes the key and publishes it on one
@@ -58,6 +65,7 @@
 //	                   named "baton:lease:NAME" sets its random value here)
 //	baton:token:NAME   the last fencing token, never deleted
 //	baton:state:NAME   the lease's state (baton.StateTerm)
+//	baton:store        the store's marker: "SERVER_TIME_MS TTL_MS", no expiry
 //	baton:released     the channel: each release or acquisition publishes the lease key
 //
 // # Use
