@@ -5,6 +5,8 @@
 //	zk://[user:password@]host[:port][,...][/root][?tls params] port 2181
 //	consul://host[:port][/prefix][?params]                   port 8500
 //	postgres://[user[:password]@]host[:port][,...][/db][?params]  libpq's URL; postgresql:// too
+//	redis://[user[:password]@]host[:port][/db][?params]      rediss:// for TLS
+//	redis+sentinel://[user[:password]@]s1[:port][,s2...]/MASTER[/db]  Sentinel; rediss+sentinel:// for TLS
 //	agent://[token@]/path/to/agent.sock                       a raft agent's Unix socket
 //	agent://[token@]host:port                                 a raft agent (its socket on this host)
 //	raft://                                                   a raft member
@@ -21,7 +23,7 @@
 //
 // A program that names its backend in code needs none of this: it calls
 // the backend package's New. This package imports the etcd, ZooKeeper,
-// Consul, PostgreSQL and raft backends, each a module of its own with its client, which
+// Consul, PostgreSQL, Redis and raft backends, each a module of its own with its client, which
 // is why it is part of the CLI's module and of no library module.
 package backendurl
 
@@ -52,6 +54,13 @@ var schemes = map[string]scheme{
 	// libpq's URLs, which net/url cannot split (host lists), go to pgx whole.
 	"postgres":   {form: "postgres://[user[:password]@]host[:port][,host:port][/db][?params]", parseRaw: parsePostgresURL, window: postgresWindow},
 	"postgresql": {form: "postgresql://... (as postgres://)", parseRaw: parsePostgresURL, window: postgresWindow},
+	// Sentinel URLs list several sentinels, which net/url cannot split.
+	"redis":           {form: "redis://[user[:password]@]host[:port][/db][?params]", parseRaw: parseRedisURL},
+	"rediss":          {form: "rediss://... (as redis://, over TLS)", parseRaw: parseRedisURL},
+	"redis+sentinel":  {form: "redis+sentinel://[user[:password]@]sentinel[:port][,sentinel...]/master[/db][?params]", parseRaw: parseRedisURL},
+	"rediss+sentinel": {form: "rediss+sentinel://... (as redis+sentinel://, over TLS)", parseRaw: parseRedisURL},
+	// Known, so that the refusal explains itself.
+	"redis+cluster": {form: "redis+cluster:// (refused: Redis Cluster is not supported)", parseRaw: parseRedisURL},
 }
 
 type scheme struct {
