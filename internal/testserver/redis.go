@@ -219,6 +219,13 @@ func (r *Redis) Kill() {
 	<-exited
 }
 
+// Start starts a server that Kill stopped again, on the same port,
+// configuration and directory, and returns once it answers PING.
+func (r *Redis) Start() error { return r.start() }
+
+// Dir returns the server's directory (its configuration, RDB and AOF files).
+func (r *Redis) Dir() string { return r.dir }
+
 // Restart kills the server (SIGKILL) and starts it again on the same port
 // and configuration.
 func (r *Redis) Restart() error {
