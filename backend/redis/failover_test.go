@@ -140,6 +140,15 @@ func (g *sentinelGroup) process(t *testing.T, o redis.Options) *process {
 	return &process{b: newBackend(t, c, o), dial: d}
 }
 
+// failoverRuns is how many times each failover test runs in a row: 1, or
+// BATON_TEST_REDIS_FAILOVER_RUNS.
+func failoverRuns() int {
+	if v, _ := strconv.Atoi(os.Getenv("BATON_TEST_REDIS_FAILOVER_RUNS")); v > 0 {
+		return v
+	}
+	return 1
+}
+
 // failoverReplicas is Options.Replicas in the failover tests: 1, the
 // protection. BATON_TEST_REDIS_REPLICAS=0 runs them without it, to see
 // them fail.
@@ -197,11 +206,7 @@ func hold(who string, term baton.Term) (start time.Time, ended <-chan interval) 
 // Options.Replicas = 0 the renewal counts though the replica never got
 // it, and the two overlap.
 func TestSentinelFailoverLosingRenewal(t *testing.T) {
-	runs := 1
-	if v, _ := strconv.Atoi(os.Getenv("BATON_TEST_REDIS_FAILOVER_RUNS")); v > 0 {
-		runs = v
-	}
-	for i := range runs {
+	for i := range failoverRuns() {
 		t.Run(fmt.Sprint(i), func(t *testing.T) { failoverLosingRenewal(t) })
 	}
 }
@@ -265,6 +270,12 @@ func failoverLosingRenewal(t *testing.T) {
 // the holder never acted; without it, the holder acted, and the next
 // holder gets the same token while it still acts.
 func TestSentinelFailoverLosingAcquisition(t *testing.T) {
+	for i := range failoverRuns() {
+		t.Run(fmt.Sprint(i), func(t *testing.T) { failoverLosingAcquisition(t) })
+	}
+}
+
+func failoverLosingAcquisition(t *testing.T) {
 	g := startSentinelGroup(t)
 	o := redis.Options{
 		Config:   backend.Config{TTL: 12 * time.Second, RenewInterval: 4 * time.Second},
