@@ -3,11 +3,14 @@ module github.com/batonhq/baton/integration
 go 1.26.7
 
 require (
-	github.com/batonhq/baton v0.0.0-00010101000000-000000000000
+	github.com/batonhq/baton v0.0.0
 	github.com/batonhq/baton/backend/etcd v0.0.0-00010101000000-000000000000
+	github.com/batonhq/baton/backend/redis v0.0.0-00010101000000-000000000000
 	github.com/batonhq/baton/gocronbaton v0.0.0-00010101000000-000000000000
+	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/hashicorp/consul/api v1.34.5
+	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.uber.org/zap v1.27.1
 	golang.org/x/net v0.61.0
@@ -15,6 +18,7 @@ require (
 
 require (
 	github.com/armon/go-metrics v0.4.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/fatih/color v1.19.0 // indirect
@@ -42,6 +46,7 @@ require (
 	go.opentelemetry.io/otel/metric v1.45.0 // indirect
 	go.opentelemetry.io/otel/sdk v1.45.0 // indirect
 	go.opentelemetry.io/otel/trace v1.45.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	golang.org/x/exp v0.0.0-20260218203240-3dfff04db8fa // indirect
 	golang.org/x/sys v0.49.0 // indirect
@@ -55,5 +60,6 @@ require (
 replace (
 	github.com/batonhq/baton => ..
 	github.com/batonhq/baton/backend/etcd => ../backend/etcd
+	github.com/batonhq/baton/backend/redis => ../backend/redis
 	github.com/batonhq/baton/gocronbaton => ../gocronbaton
 )

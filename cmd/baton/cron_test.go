@@ -66,6 +66,9 @@ func TestCronOncePerSlot(t *testing.T) {
 		// The last slot run is the term's state in the lease's row.
 		{"postgres", pgURL, "2s"},
 		{"pgbouncer", pgBouncerURL, "2s"},
+		// The last slot run is the lease's state key, set by a script
+		// that checks the lease key still holds the term.
+		{"redis", redisURL, "2s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -297,6 +297,7 @@ func TestRunHTTP(t *testing.T) {
 		{"consul", func(t *testing.T) (func(int) []string, []string) { return sameBackend(consulURL(t, "/services")) }, "3s", 3},
 		{"postgres", func(t *testing.T) (func(int) []string, []string) { return sameBackend(pgURL(t)) }, "2s", 3},
 		{"pgbouncer", func(t *testing.T) (func(int) []string, []string) { return sameBackend(pgBouncerURL(t)) }, "2s", 3},
+		{"redis", func(t *testing.T) (func(int) []string, []string) { return sameBackend(redisURL(t)) }, "2s", 3},
 		// The kubeconfig through KUBECONFIG, as in a shell, not in the URL.
 		{"kubernetes", func(t *testing.T) (func(int) []string, []string) {
 			return func(int) []string { return []string{"--backend", "k8s://http"} }, []string{"KUBECONFIG=" + kubeconfigFor(t, "http")}

@@ -200,6 +200,10 @@ func TestRunFailover(t *testing.T) {
 		{"postgres", pgURL, "2s"},
 		// Through PgBouncer in transaction-pooling mode: waiters poll.
 		{"pgbouncer", pgBouncerURL, "2s"},
+		// Renewal window 1.1 s at 2 s; waiters wake by pub/sub.
+		{"redis", redisURL, "2s"},
+		// Every acquisition and renewal waits for the replica (WAIT).
+		{"redis-sentinel", redisSentinelURL, "2s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -68,6 +68,15 @@ Backends (--backend URL):
                                  usual resolution (AWS_REGION, AWS_PROFILE, the
                                  instance role, AWS_ENDPOINT_URL_DYNAMODB); waiters
                                  poll every D (default the renew interval)
+  redis://[user[:password]@]host[:port][/db][?param=value&...]
+                                 Redis (rediss:// for TLS); lease NAME is the key
+                                 baton:lease:NAME, a redsync mutex's key; baton's
+                                 baton_prefix=P (default baton:), baton_replicas=N
+                                 (WAIT for N replicas), baton_pubsub=off,
+                                 password_file=F; Redis Cluster is refused
+  redis+sentinel://[user[:password]@]s1[:port][,s2...]/MASTER[/db][?...]
+                                 Redis through Sentinel (rediss+sentinel:// for TLS);
+                                 baton_replicas defaults to 1, sentinel_password_file=F
   memory://                      in-process only; lets you try 'baton run' alone
   aws-asg://[GROUP]              is-leader and leader only: the Auto Scaling group's
                                  own rule, the InService, Healthy instance with the
@@ -275,7 +284,7 @@ type commonFlags struct {
 
 func (c *commonFlags) register(fs *pflag.FlagSet, idUsage string) {
 	c.fs = fs
-	fs.StringVar(&c.backend, "backend", "", "backend URL: raft:// (this process is a member), agent://host:port or agent:///SOCKET, etcd://host:port[,host:port], zk://host:port[,host:port][/root], consul://host:port[/prefix], k8s://[namespace], postgres://..., dynamodb://TABLE, memory://, or aws-asg://[GROUP] (is-leader and leader only) (required)")
+	fs.StringVar(&c.backend, "backend", "", "backend URL: raft:// (this process is a member), agent://host:port or agent:///SOCKET, etcd://host:port[,host:port], zk://host:port[,host:port][/root], consul://host:port[/prefix], k8s://[namespace], postgres://..., dynamodb://TABLE, redis://... or redis+sentinel://..., memory://, or aws-asg://[GROUP] (is-leader and leader only) (required)")
 	fs.StringVar(&c.lease, "lease", "", "name of the lease (required, except with aws-asg://)")
 	fs.StringVar(&c.id, "id", "", idUsage)
 	fs.DurationVar(&c.ttl, "ttl", backend.DefaultTTL, "lease time-to-live: how long a dead leader keeps the lease before a standby takes over (default 20s with consul://, 5s with raft:// and agent://)")

@@ -50,11 +50,12 @@ var (
 	raftLib       = family{"hashicorp/raft", []string{"github.com/hashicorp/raft", "github.com/hashicorp/raft-*"}}
 	clientGo      = family{"client-go", []string{"k8s.io/*", "sigs.k8s.io/*"}}
 	pgxDriver     = family{"pgx", []string{"github.com/jackc/*"}}
+	goRedis       = family{"go-redis", []string{"github.com/redis/go-redis"}}
 	awsSDK        = family{"the AWS SDK", []string{"github.com/aws/aws-sdk-go-v2*", "github.com/aws/smithy-go"}}
 	gocron        = family{"gocron", []string{"github.com/go-co-op/gocron"}}
 	cobra         = family{"cobra (the CLI and chaos)", []string{"github.com/spf13/cobra"}}
 	prometheus    = family{"Prometheus (the agent's metrics)", []string{"github.com/prometheus/*"}}
-	heavyFamilies = []family{etcdClient, consulAPI, zkClient, raftLib, clientGo, pgxDriver, awsSDK, gocron, cobra, prometheus}
+	heavyFamilies = []family{etcdClient, consulAPI, zkClient, raftLib, clientGo, pgxDriver, goRedis, awsSDK, gocron, cobra, prometheus}
 )
 
 // testTooling is never in a consumer's graph, not even through its own
@@ -65,6 +66,7 @@ var testTooling = family{"test tooling", []string{
 	"k8s.io/kubernetes",
 	"github.com/chromedp/*",
 	"github.com/aws/amazon-ec2-metadata-mock",
+	"github.com/go-redsync/*", // redsync: the Redis interop tests' peer
 }}
 
 type consumer struct {
@@ -84,6 +86,7 @@ var consumers = []consumer{
 	{name: "kubernetes", imports: []string{root + "/backend/kubernetes"}, own: []family{clientGo}, modules: []string{"backend/kubernetes"}},
 	{name: "postgres", imports: []string{root + "/backend/postgres"}, own: []family{pgxDriver}, modules: []string{"backend/postgres"}},
 	{name: "dynamodb", imports: []string{root + "/backend/dynamodb"}, own: []family{awsSDK}, modules: []string{"backend/dynamodb"}},
+	{name: "redis", imports: []string{root + "/backend/redis"}, own: []family{goRedis}, modules: []string{"backend/redis"}},
 	// aws gives raft its peers and its secret, so it brings raft.
 	{name: "aws", imports: []string{root + "/aws"}, own: []family{awsSDK, raftLib}, modules: []string{"aws", "backend/raft"}},
 	{name: "gocronbaton", imports: []string{root + "/gocronbaton"}, own: []family{gocron}, modules: []string{"gocronbaton"}},

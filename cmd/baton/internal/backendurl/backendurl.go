@@ -6,6 +6,8 @@
 //	consul://host[:port][/prefix][?params]                   port 8500
 //	postgres://[user[:password]@]host[:port][,...][/db][?params]  libpq's URL; postgresql:// too
 //	dynamodb://TABLE[?region=R&profile=P&endpoint=URL&poll=D] a DynamoDB table; the SDK's region, credentials
+//	redis://[user[:password]@]host[:port][/db][?params]      rediss:// for TLS
+//	redis+sentinel://[user[:password]@]s1[:port][,s2...]/MASTER[/db]  Sentinel; rediss+sentinel:// for TLS
 //	agent://[token@]/path/to/agent.sock                       a raft agent's Unix socket
 //	agent://[token@]host:port                                 a raft agent (its socket on this host)
 //	raft://                                                   a raft member
@@ -22,7 +24,7 @@
 //
 // A program that names its backend in code needs none of this: it calls
 // the backend package's New. This package imports the etcd, ZooKeeper,
-// Consul, PostgreSQL and raft backends, each a module of its own with its client, which
+// Consul, PostgreSQL, Redis and raft backends, each a module of its own with its client, which
 // is why it is part of the CLI's module and of no library module.
 package backendurl
 
@@ -54,6 +56,13 @@ var schemes = map[string]scheme{
 	"postgres":   {form: "postgres://[user[:password]@]host[:port][,host:port][/db][?params]", parseRaw: parsePostgresURL, window: postgresWindow},
 	"postgresql": {form: "postgresql://... (as postgres://)", parseRaw: parsePostgresURL, window: postgresWindow},
 	"dynamodb":   {form: "dynamodb://TABLE[?region=R&profile=P&endpoint=URL&poll=D]", parseRaw: parseDynamoURL, checkLease: dynamoLease},
+	// Sentinel URLs list several sentinels, which net/url cannot split.
+	"redis":           {form: "redis://[user[:password]@]host[:port][/db][?params]", parseRaw: parseRedisURL},
+	"rediss":          {form: "rediss://... (as redis://, over TLS)", parseRaw: parseRedisURL},
+	"redis+sentinel":  {form: "redis+sentinel://[user[:password]@]sentinel[:port][,sentinel...]/master[/db][?params]", parseRaw: parseRedisURL},
+	"rediss+sentinel": {form: "rediss+sentinel://... (as redis+sentinel://, over TLS)", parseRaw: parseRedisURL},
+	// Known, so that the refusal explains itself.
+	"redis+cluster": {form: "redis+cluster:// (refused: Redis Cluster is not supported)", parseRaw: parseRedisURL},
 }
 
 type scheme struct {

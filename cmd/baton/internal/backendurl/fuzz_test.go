@@ -29,6 +29,9 @@ func FuzzParseBackend(f *testing.F) {
 		"postgres://u@h/db?password=pw&sslmode=x", "postgres://h/db?baton_listen=postgres://u:pw@d/db", "postgres://h:99999",
 		"postgres://u:pw@[::1]:5432/db?baton_schema=BAD", "postgres://h/db?baton_create=no&baton_listen=off", "postgres://u:p@h#x",
 		"dynamodb://baton-leases?region=eu-west-1&poll=2s", "dynamodb://k:secretpw@t", "dynamodb://t:1?endpoint=%zz", "DynamoDB://ab",
+		"redis://u:pw@h:6379/2?baton_prefix=a:", "rediss://h", "redis://h1,h2", "redis+sentinel://s1,s2:26380/m/1",
+		"redis+sentinel:///m", "redis+cluster://h:7000", "redis://h:99999", "redis://[::1]:6379/0?baton_replicas=x",
+		"redis+sentinel://u:secret@s/m?x=1", "redis://u:p%zz@h", "rediss+sentinel://[fe80::1%25lo]/m", "redis://h/0#x",
 	} {
 		f.Add(seed)
 	}
@@ -40,6 +43,9 @@ func FuzzParseBackend(f *testing.F) {
 		if err != nil {
 			if strings.TrimSpace(err.Error()) == "" {
 				t.Fatalf("Parse(%q): empty error", raw)
+			}
+			if pw := redisPassword(raw); len(pw) >= 4 && strings.Contains(err.Error(), pw) {
+				t.Fatalf("Parse(%q): the error holds the password %q: %v", raw, pw, err)
 			}
 			if pw := postgresPassword(raw); len(pw) >= 4 && strings.Contains(err.Error(), pw) && !strings.Contains(Redact(raw), pw) {
 				t.Fatalf("Parse(%q): the error holds the password %q: %v", raw, pw, err)
@@ -56,7 +62,7 @@ func FuzzParseBackend(f *testing.F) {
 			}
 		}
 		switch spec.Scheme {
-		case "etcd", "zk", "consul", "agent":
+		case "etcd", "zk", "consul", "agent", "redis", "rediss", "redis+sentinel", "rediss+sentinel":
 			if len(spec.Hosts) == 0 && spec.Socket == "" {
 				t.Fatalf("Parse(%q) accepted a %s URL without a host", raw, spec.Scheme)
 			}
@@ -92,5 +98,21 @@ func postgresPassword(raw string) string {
 	if p, err := url.PathUnescape(pw); err == nil {
 		return p
 	}
+	return pw
+}
+
+// redisPassword returns the password of a Redis URL's user information
+// (before the first / after the scheme, up to the last @), or "".
+func redisPassword(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok || !strings.HasPrefix(strings.ToLower(scheme), "redis") {
+		return ""
+	}
+	authority, _, _ := strings.Cut(rest, "/")
+	i := strings.LastIndex(authority, "@")
+	if i < 0 {
+		return ""
+	}
+	_, pw, _ := strings.Cut(authority[:i], ":")
 	return pw
 }

@@ -1,0 +1,144 @@
+package redis
+
+import (
+	"context"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// Tokens above 2^53 lose precision as Lua numbers, so the scripts keep
+// them as the strings Redis stores and compare them as decimal strings.
+
+// acquireScript takes a free lease. KEYS[1] the lease key, KEYS[2] the
+// token key, KEYS[3] the store's marker; ARGV[1] the highest token this
+// process saw for the lease ("0": none), ARGV[2] the first token of a new
+// epoch (above ARGV[1]), ARGV[3] the value's tail ("TTLMS SINCEMS
+// HOLDER"), ARGV[4] the TTL in milliseconds, ARGV[5] the channel, on
+// which it publishes the key (for the watchers of the lease). It returns
+// {0, value, pttl} when the key is held; {2, created, wait} while the
+// store is younger than a TTL by its marker (created is 1 when this call
+// made the marker: the store is new, or lost its data); or {1, value,
+// lost}, lost being 1 when the token key was missing or below ARGV[1]:
+// the store lost writes, and the token starts a new epoch.
+//
+// The marker is a key with no expiry, holding the server's time (ms) when
+// baton first found it missing and the TTL (ms) of the candidate that did. A server that restarted without
+// persistence (or was flushed) has lost it with the lease keys, whose
+// holders may act until their safe-until, at most a TTL after their last
+// renewal, which came before the loss: so no lease is granted until that
+// TTL after the marker is made again.
+var acquireScript = goredis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur then return {0, cur, redis.call('PTTL', KEYS[1])} end
+local now = redis.call('TIME')
+local nowms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local made = redis.call('GET', KEYS[3])
+local created = 0
+if not made then
+  made = string.format('%d %d', nowms, tonumber(ARGV[4]))
+  redis.call('SET', KEYS[3], made)
+  created = 1
+end
+local at, ttl = string.match(made, '^(%d+) (%d+)')
+local left = 0
+if at then left = tonumber(at) + tonumber(ttl) - nowms end
+if left > 0 then return {2, created, left} end
+local function less(a, b) if #a ~= #b then return #a < #b end return a < b end
+local tok = redis.call('GET', KEYS[2])
+local lost = 0
+if (not tok) or less(tok, ARGV[1]) then
+  if ARGV[1] ~= '0' then lost = 1 end
+  tok = ARGV[2]
+  redis.call('SET', KEYS[2], tok)
+else
+  redis.call('INCR', KEYS[2])
+  tok = redis.call('GET', KEYS[2])
+end
+local v = 'baton ' .. tok .. ' ' .. ARGV[3]
+redis.call('SET', KEYS[1], v, 'PX', ARGV[4])
+redis.call('PUBLISH', ARGV[5], KEYS[1])
+return {1, v, lost}
+`)
+
+// renewScript extends every lease key that still holds this process's
+// value. KEYS the lease keys; ARGV[1] the TTL in milliseconds, ARGV[i+1]
+// the value of KEYS[i]. It returns the indexes (1-based) of the keys that
+// no longer hold their value.
+var renewScript = goredis.NewScript(`
+local lost = {}
+for i, k in ipairs(KEYS) do
+  if redis.call('GET', k) == ARGV[i + 1] then
+    redis.call('PEXPIRE', k, ARGV[1])
+  else
+    lost[#lost + 1] = i
+  end
+end
+return lost
+`)
+
+// releaseScript deletes every lease key that still holds its value and
+// publishes its key on the channel. KEYS the lease keys; ARGV[1] the
+// channel, ARGV[i+1] the value of KEYS[i]. It returns how many it deleted.
+var releaseScript = goredis.NewScript(`
+local n = 0
+for i, k in ipairs(KEYS) do
+  if redis.call('GET', k) == ARGV[i + 1] then
+    redis.call('DEL', k)
+    redis.call('PUBLISH', ARGV[1], k)
+    n = n + 1
+  end
+end
+return n
+`)
+
+// storeStateScript sets the state key while the lease key holds the
+// term's value. KEYS[1] the lease key, KEYS[2] the state key; ARGV[1] the
+// value, ARGV[2] the state. It returns 1, or 0 when the term is over.
+var storeStateScript = goredis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2])
+return 1
+`)
+
+// evalWait runs script and then, in the same round trip, WAIT for
+// replicas (when replicas > 0). It returns the script's result and how
+// many replicas acknowledged (replicas itself when none were asked for).
+// A script the server does not have (after SCRIPT FLUSH, a restart or a
+// failover to a server that never ran it) is loaded and run again.
+func (b *Backend) evalWait(ctx context.Context, script *goredis.Script, keys []string, args ...any) (any, int, error) {
+	for try := 0; ; try++ {
+		pipe := b.c.Pipeline()
+		res := script.EvalSha(ctx, pipe, keys, args...)
+		var wait *goredis.Cmd
+		if b.o.Replicas > 0 {
+			wait = pipe.Do(ctx, "WAIT", b.o.Replicas, b.o.wait.Milliseconds())
+		}
+		_, err := pipe.Exec(ctx)
+		if err := res.Err(); err != nil && try == 0 && isNoScript(err) {
+			if err := script.Load(ctx, b.c).Err(); err != nil {
+				return nil, 0, err
+			}
+			continue
+		}
+		if err := res.Err(); err != nil {
+			return nil, 0, err
+		}
+		if err != nil && err != goredis.Nil {
+			return nil, 0, err
+		}
+		acked := b.o.Replicas
+		if wait != nil {
+			n, err := wait.Int64()
+			if err != nil {
+				return nil, 0, err
+			}
+			acked = int(n)
+		}
+		return res.Val(), acked, nil
+	}
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}

@@ -1,0 +1,182 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/backend"
+	"github.com/batonhq/baton/backend/redis"
+	"github.com/batonhq/baton/internal/testserver"
+	"github.com/go-redsync/redsync/v4"
+	rsgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+func init() { targets = append(targets, redisTarget) }
+
+// countingHook counts the round trips a client makes: one per command,
+// one per pipeline.
+type countingHook struct{ n *atomic.Int64 }
+
+func (h countingHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h countingHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h countingHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// redisClient returns a client of addr through a proxy of its own,
+// counting round trips in n.
+func redisClient(b *testing.B, addr string, n *atomic.Int64) (*goredis.Client, *testserver.Proxy) {
+	proxy := testserver.StartProxy(b, addr)
+	c := goredis.NewClient(&goredis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: time.Second})
+	c.AddHook(countingHook{n})
+	b.Cleanup(func() { _ = c.Close() })
+	return c, proxy
+}
+
+// redisTarget runs against one redis-server; every simulated process has
+// its own client behind its own proxy (killing a process cuts it off).
+func redisTarget(b *testing.B) target {
+	return redisTargetOn(testserver.StartRedis(b, testserver.RedisOptions{}))
+}
+
+// redsyncLimit bounds a redsync failover in the bench.
+const redsyncLimit = 30 * time.Second
+
+// BenchmarkRedisVsRedsync: baton's Redis backend (TTL 1 s, pub/sub) beside
+// a redsync v4 mutex at its defaults (8 s expiry, 32 tries 50–250 ms
+// apart, retried by the standby when they run out), one server: time from
+// the holder's end to the standby's lead after a crash (the holder cut
+// off) and a graceful release (Resign / Unlock), and the round trips per
+// second per process while one holds and one waits.
+func BenchmarkRedisVsRedsync(b *testing.B) {
+	srv := testserver.StartRedis(b, testserver.RedisOptions{})
+	b.Run("baton/crash", func(b *testing.B) { handOver(b, redisTargetOn(srv), true) })
+	b.Run("baton/graceful", func(b *testing.B) { handOver(b, redisTargetOn(srv), false) })
+	for _, crash := range []bool{true, false} {
+		name := "redsync/graceful"
+		if crash {
+			name = "redsync/crash"
+		}
+		b.Run(name, func(b *testing.B) {
+			var samples []time.Duration
+			var n atomic.Int64
+			for i := 0; b.Loop(); i++ {
+				key := fmt.Sprintf("redsync-%d-%d", time.Now().UnixNano(), i)
+				hc, hproxy := redisClient(b, srv.Addr(), &n)
+				wc, _ := redisClient(b, srv.Addr(), &n)
+				holder := redsync.New(rsgoredis.NewPool(hc)).NewMutex(key)
+				if err := holder.Lock(); err != nil {
+					b.Fatal(err)
+				}
+				got := make(chan time.Time, 1)
+				ctx, cancel := context.WithTimeout(context.Background(), redsyncLimit)
+				go func() {
+					m := redsync.New(rsgoredis.NewPool(wc)).NewMutex(key)
+					for ctx.Err() == nil {
+						if err := m.LockContext(ctx); err == nil {
+							got <- time.Now()
+							return
+						} else if !errors.Is(err, redsync.ErrFailed) && !isTaken(err) {
+							b.Error(err)
+						}
+					}
+					got <- time.Now()
+				}()
+				time.Sleep(100 * time.Millisecond) // let the standby start trying: a warm-up, not synchronisation
+				start := time.Now()
+				if crash {
+					hproxy.Cut()
+				} else if _, err := holder.Unlock(); err != nil {
+					b.Fatal(err)
+				}
+				samples = append(samples, (<-got).Sub(start))
+				cancel()
+			}
+			report(b, samples, "failover")
+		})
+	}
+	b.Run("baton/requests", func(b *testing.B) { steadyRequests(b, redisTargetOn(srv)) })
+	b.Run("redsync/requests", func(b *testing.B) {
+		var n atomic.Int64
+		key := fmt.Sprintf("redsync-steady-%d", time.Now().UnixNano())
+		hc, _ := redisClient(b, srv.Addr(), &n)
+		wc, _ := redisClient(b, srv.Addr(), &n)
+		holder := redsync.New(rsgoredis.NewPool(hc)).NewMutex(key)
+		if err := holder.Lock(); err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { // the holder extends its mutex halfway through its expiry
+			defer close(done)
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Until(holder.Until()) / 2):
+					_, _ = holder.ExtendContext(ctx)
+				}
+			}
+		}()
+		go func() {
+			m := redsync.New(rsgoredis.NewPool(wc)).NewMutex(key)
+			for ctx.Err() == nil {
+				_ = m.LockContext(ctx)
+			}
+		}()
+		time.Sleep(time.Second) // warm-up, not synchronisation
+		const window = 10 * time.Second
+		var rate float64
+		for b.Loop() {
+			before, start := n.Load(), time.Now()
+			time.Sleep(window) // the measurement window itself
+			rate = float64(n.Load()-before) / time.Since(start).Seconds() / 2
+		}
+		b.ReportMetric(rate, "req/s/process")
+		cancel()
+		<-done
+	})
+}
+
+// isTaken reports redsync's error for a lock another holder has.
+func isTaken(err error) bool {
+	var e *redsync.ErrTaken
+	return errors.As(err, &e)
+}
+
+// redisTargetOn is redisTarget on a server already started.
+func redisTargetOn(srv *testserver.Redis) target {
+	var n atomic.Int64
+	return target{
+		name: "redis",
+		new: func(b *testing.B, cfg backend.Config) *process {
+			c, proxy := redisClient(b, srv.Addr(), &n)
+			be, err := redis.New(context.Background(), c, redis.Options{Config: cfg})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				_ = be.Close(ctx)
+			})
+			return &process{backend: be, kill: proxy.Cut}
+		},
+		requests: n.Load,
+	}
+}
