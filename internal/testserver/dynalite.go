@@ -45,15 +45,17 @@ type DynaliteProc struct {
 // than once; the test's cleanup calls it too.
 func (d *DynaliteProc) Stop() { d.stop() }
 
-// DynaliteScript returns the path of dynalite's command-line script, or an
-// error saying how to install it.
+// DynaliteScript returns the path of the script that runs dynalite
+// (tools/dynalite/serve.js: dynalite's command line in a process that
+// survives a client hanging up mid-request), or an error saying how to
+// install it.
 func DynaliteScript() (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	script := filepath.Join(root, "tools", "dynalite", "node_modules", "dynalite", "cli.js")
-	if _, err := os.Stat(script); err != nil {
+	script := filepath.Join(root, "tools", "dynalite", "serve.js")
+	if _, err := os.Stat(filepath.Join(root, "tools", "dynalite", "node_modules", "dynalite", "cli.js")); err != nil {
 		return "", fmt.Errorf("%w\n%s", err, dynaliteHint)
 	}
 	if _, err := exec.LookPath("node"); err != nil {
