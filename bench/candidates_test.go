@@ -124,6 +124,7 @@ type candSpec struct {
 	Proc    int           // the worker's number, in candidate IDs
 	N       int           // candidates in the worker
 	TTL     time.Duration // the candidates' TTL
+	DSN     string        // PostgreSQL: the database's URL (its host is replaced by Addr)
 }
 
 // candServer is a started server for the workers.
@@ -134,6 +135,8 @@ type candServer struct {
 	// watches reports what the server holds for its waiters; nil where
 	// the server does not tell.
 	watches func() (string, error)
+	// dsn is PostgreSQL's database URL.
+	dsn string
 	// inProcess runs a worker in this process instead (memory).
 	inProcess func(spec candSpec, reqs *reqCounter) (baton.Backend, func(), error)
 }
@@ -145,6 +148,9 @@ type candBackend struct {
 	// backends opens a worker's Backends: newBackend(i) is candidate i's.
 	// close closes what they share.
 	backends func(spec candSpec) (newBackend func(i int) (baton.Backend, error), close func(), err error)
+	// maxPer, if not zero, caps the candidates per process where each
+	// costs the server a connection it cannot have that many of.
+	maxPer int
 }
 
 var candBackends = []candBackend{
@@ -428,6 +434,10 @@ type candRun struct {
 }
 
 func runCandidates(b *testing.B, cb candBackend, procs, per int) {
+	if cb.maxPer > 0 && per > cb.maxPer {
+		b.Logf("%s: %d candidates per process, not %d: each holds a connection of its own", cb.name, cb.maxPer, per)
+		per = cb.maxPer
+	}
 	r := &candRun{b: b, srv: cb.start(b), name: cb.name, lease: fmt.Sprintf("candidates-%d", time.Now().UnixNano()),
 		per: per, events: make(chan candEvent, 1024), errs: map[string]int{}}
 	for range procs {
@@ -543,7 +553,7 @@ func (r *candRun) startWorker() *candWorker {
 	b := r.b
 	w := &candWorker{idx: len(r.workers), reqs: newReqCounter(), ready: make(chan struct{})}
 	r.workers = append(r.workers, w)
-	spec := candSpec{Backend: r.name, Lease: r.lease, Proc: w.idx, N: r.per, TTL: candTTL}
+	spec := candSpec{Backend: r.name, Lease: r.lease, Proc: w.idx, N: r.per, TTL: candTTL, DSN: r.srv.dsn}
 	var out io.Reader
 	if r.srv.inProcess != nil {
 		be, disconnect, err := r.srv.inProcess(spec, w.reqs)
