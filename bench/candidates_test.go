@@ -125,6 +125,8 @@ type candSpec struct {
 	N       int           // candidates in the worker
 	TTL     time.Duration // the candidates' TTL
 	DSN     string        // PostgreSQL: the database's URL (its host is replaced by Addr)
+	Dir     string        // raft: the directory of the CA certificate and the peers file
+	Cert    string        // raft: the worker's certificate and key, less -key.pem or .pem
 }
 
 // candServer is a started server for the workers.
@@ -135,8 +137,14 @@ type candServer struct {
 	// watches reports what the server holds for its waiters; nil where
 	// the server does not tell.
 	watches func() (string, error)
-	// dsn is PostgreSQL's database URL.
-	dsn string
+	// dsn is PostgreSQL's database URL; dir, raft's directory.
+	dsn, dir string
+	// prepare, if not nil, completes a worker's spec (raft: its
+	// certificate).
+	prepare func(spec *candSpec) error
+	// server, if not nil, counts the requests the server served for all
+	// workers together, where a worker's own cannot be tapped (raft).
+	server func() map[string]int64
 	// inProcess runs a worker in this process instead (memory).
 	inProcess func(spec candSpec, reqs *reqCounter) (baton.Backend, func(), error)
 }
@@ -452,18 +460,21 @@ func runCandidates(b *testing.B, cb candBackend, procs, per int) {
 	// the steady state. Then one renew window of nothing but waiting.
 	time.Sleep(candTTL)
 	steady, window := r.snapshot(), 2*candTTL
+	served := r.served()
 	time.Sleep(window) // the measurement window itself
 	rates := r.rates(steady, r.snapshot(), window)
-	var total float64
+	servedRate := float64(total(r.served())-total(served)) / window.Seconds()
+	var sum float64
 	for _, m := range rates {
 		for _, v := range m {
-			total += v
+			sum += v
 		}
 	}
-	perProc := total / float64(len(rates))
-	b.ReportMetric(perProc, "req/s/proc")
-	b.ReportMetric(perProc/float64(per), "req/s/candidate")
+	perProc := sum / float64(len(rates))
 	b.Logf("%s: steady state, one waiting process: %.1f req/s (%s)", cb.name, perProc, r.kinds(steady, r.snapshot(), float64(len(rates))*window.Seconds()))
+	if r.srv.server != nil {
+		b.Logf("%s: steady state, served for all %d processes: %.1f req/s (%s)", cb.name, procs, servedRate, r.kinds([]map[string]int64{served}, []map[string]int64{r.served()}, window.Seconds()))
+	}
 	if r.srv.watches != nil {
 		if w, err := r.srv.watches(); err != nil {
 			b.Logf("%s: watches: %v", cb.name, err)
@@ -473,17 +484,18 @@ func runCandidates(b *testing.B, cb candBackend, procs, per int) {
 	}
 
 	var handovers, failovers []time.Duration
-	var woken, extra []float64
+	var woken, extra, servedExtra []float64
 	herd := map[string]float64{}
 	for b.Loop() {
 		for range candHandOvers {
-			before := r.snapshot()
+			before, servedBefore := r.snapshot(), r.served()
 			start := time.Now()
 			resigned, next := r.handOver(holder)
 			handovers = append(handovers, next.at.Sub(resigned))
 			time.Sleep(candSettle) // counting the hand-over's requests, not synchronisation
-			after := r.snapshot()
+			after, servedAfter := r.snapshot(), r.served()
 			el := time.Since(start)
+			servedExtra = append(servedExtra, float64(total(servedAfter)-total(servedBefore))-servedRate*el.Seconds())
 			w, x, kinds := r.excess(before, after, rates, el)
 			woken, extra = append(woken, w), append(extra, x)
 			for k, v := range kinds {
@@ -505,6 +517,14 @@ func runCandidates(b *testing.B, cb candBackend, procs, per int) {
 		w := r.startWorker()
 		r.waitReady(w)
 	}
+	// Reported after the loop: b.Loop's start deletes metrics reported
+	// before it.
+	b.ReportMetric(perProc, "req/s/proc")
+	b.ReportMetric(perProc/float64(per), "req/s/candidate")
+	if r.srv.server != nil {
+		b.ReportMetric(servedRate, "served-req/s")
+		b.ReportMetric(servedRate/float64(procs*per), "served-req/s/candidate")
+	}
 	report(b, slices.Clone(failovers), "failover")
 	b.ReportMetric(float64(bound(cb.name).Milliseconds()), "bound-ms")
 	sort.Slice(handovers, func(i, j int) bool { return handovers[i] < handovers[j] })
@@ -512,6 +532,9 @@ func runCandidates(b *testing.B, cb candBackend, procs, per int) {
 	b.ReportMetric(ms(handovers[(len(handovers)*99+99)/100-1]), "handover-p99-ms")
 	b.ReportMetric(mean(woken), "procs-active/handover")
 	b.ReportMetric(mean(extra), "req/handover")
+	if r.srv.server != nil {
+		b.ReportMetric(mean(servedExtra), "served-req/handover")
+	}
 	n := float64(len(woken))
 	var top []string
 	for _, k := range slices.SortedFunc(maps.Keys(herd), func(a, c string) int { return int(herd[c] - herd[a]) }) {
@@ -581,9 +604,17 @@ func (r *candRun) startWorker() *candWorker {
 		b.Cleanup(w.kill)
 		w.stdin, out = inW, outR
 	} else {
-		proxy := testserver.StartProxy(b, r.srv.addr)
-		proxy.TapClient(r.srv.tap(w.reqs))
-		spec.Addr = proxy.Addr()
+		if r.srv.addr != "" {
+			proxy := testserver.StartProxy(b, r.srv.addr)
+			proxy.TapClient(r.srv.tap(w.reqs))
+			spec.Addr = proxy.Addr()
+		}
+		spec.Dir = r.srv.dir
+		if r.srv.prepare != nil {
+			if err := r.srv.prepare(&spec); err != nil {
+				b.Fatal(err)
+			}
+		}
 		js, _ := json.Marshal(spec)
 		cmd := exec.Command(os.Args[0], "-test.run", "^$")
 		cmd.Env = append(os.Environ(), envCandWorker+"="+string(js))
@@ -714,6 +745,14 @@ func (r *candRun) noSecondHolder() {
 		r.b.Fatalf("%s: %q while another candidate holds", r.name, e.line)
 	default:
 	}
+}
+
+// served returns the server's own counts (candServer.server), or nil.
+func (r *candRun) served() map[string]int64 {
+	if r.srv.server == nil {
+		return nil
+	}
+	return r.srv.server()
 }
 
 // snapshot returns every live worker's request counts.
