@@ -71,38 +71,41 @@ import (
 //
 //	go test -run '^$' -bench TenThousandCandidates -benchtime 3x -timeout 60m -v ./bench
 func BenchmarkTenThousandCandidates(b *testing.B) {
-	procs, per := candidatesSize(b)
+	procs, per, ttl := candidatesSize(b)
 	for _, cb := range candBackends {
-		b.Run(cb.name, func(b *testing.B) { runCandidates(b, cb, procs, per) })
+		b.Run(cb.name, func(b *testing.B) { runCandidates(b, cb, procs, per, ttl) })
 	}
 }
 
 // candidatesSize returns how many worker processes
-// BenchmarkTenThousandCandidates starts and how many candidates each
-// holds: 10 × 1,000, BATON_BENCH_CANDIDATES=PROCSxPER (e.g. 2x10) for
-// another size, and 2 × 10 with -short, the size at which CI runs it to
-// check that it still works.
-func candidatesSize(tb testing.TB) (procs, per int) {
+// BenchmarkTenThousandCandidates starts, how many candidates each holds,
+// and their TTL: 10 × 1,000 by default, BATON_BENCH_CANDIDATES=PROCSxPER
+// (e.g. 2x10) for another size, and 2 × 10 with -short or
+// BATON_BENCH_SMALL=1, the size at which CI runs it to check that it still
+// works (internal/benchci sets that variable). The TTL is baton's default,
+// 10 s, from 1,000 candidates up, so that that many sessions renewing on a
+// busy two-core machine keep up; 3 s below, so that a small run is quick.
+func candidatesSize(tb testing.TB) (procs, per int, ttl time.Duration) {
+	procs, per = 10, 1000
 	if s := os.Getenv("BATON_BENCH_CANDIDATES"); s != "" {
 		p, n, ok := strings.Cut(s, "x")
-		procs, err1 := strconv.Atoi(p)
-		per, err2 := strconv.Atoi(n)
+		var err1, err2 error
+		procs, err1 = strconv.Atoi(p)
+		per, err2 = strconv.Atoi(n)
 		if !ok || err1 != nil || err2 != nil || procs < 2 || per < 1 {
 			tb.Fatalf("BATON_BENCH_CANDIDATES=%q: want PROCSxPER with at least 2 processes, e.g. 10x1000", s)
 		}
-		return procs, per
+	} else if testing.Short() || os.Getenv("BATON_BENCH_SMALL") == "1" {
+		procs, per = 2, 10
 	}
-	if testing.Short() {
-		return 2, 10
+	ttl = 3 * time.Second
+	if procs*per >= 1000 {
+		ttl = backend.DefaultTTL
 	}
-	return 10, 1000
+	return procs, per, ttl
 }
 
 const (
-	// candTTL is the lease TTL of every candidate: short enough that a
-	// crash failover is quick, long enough that 10,000 sessions renewing
-	// on a busy two-core machine keep up.
-	candTTL = 3 * time.Second
 	// candHandOvers is how many graceful hand-overs an iteration makes.
 	candHandOvers = 10
 	// candSettle is how long after a hand-over the workers' requests are
@@ -435,19 +438,21 @@ type candRun struct {
 	name    string
 	lease   string
 	per     int
+	ttl     time.Duration
 	workers []*candWorker
 	events  chan candEvent
 	errs    map[string]int // ERR and LOST lines, by their error
 	errMu   sync.Mutex
 }
 
-func runCandidates(b *testing.B, cb candBackend, procs, per int) {
+func runCandidates(b *testing.B, cb candBackend, procs, per int, ttl time.Duration) {
 	if cb.maxPer > 0 && per > cb.maxPer {
 		b.Logf("%s: %d candidates per process, not %d: each holds a connection of its own", cb.name, cb.maxPer, per)
 		per = cb.maxPer
 	}
 	r := &candRun{b: b, srv: cb.start(b), name: cb.name, lease: fmt.Sprintf("candidates-%d", time.Now().UnixNano()),
-		per: per, events: make(chan candEvent, 1024), errs: map[string]int{}}
+		per: per, ttl: ttl, events: make(chan candEvent, 1024), errs: map[string]int{}}
+	defer r.logErrs()
 	for range procs {
 		r.startWorker()
 	}
@@ -458,8 +463,8 @@ func runCandidates(b *testing.B, cb candBackend, procs, per int) {
 	b.Logf("%s: %d processes × %d candidates campaigning; %s holds", cb.name, procs, per, holder.id)
 	// Warm-up: the campaigns' start (sessions, keys, first reads) is not
 	// the steady state. Then one renew window of nothing but waiting.
-	time.Sleep(candTTL)
-	steady, window := r.snapshot(), 2*candTTL
+	time.Sleep(ttl)
+	steady, window := r.snapshot(), 2*ttl
 	served := r.served()
 	time.Sleep(window) // the measurement window itself
 	rates := r.rates(steady, r.snapshot(), window)
@@ -526,7 +531,7 @@ func runCandidates(b *testing.B, cb candBackend, procs, per int) {
 		b.ReportMetric(servedRate/float64(procs*per), "served-req/s/candidate")
 	}
 	report(b, slices.Clone(failovers), "failover")
-	b.ReportMetric(float64(bound(cb.name).Milliseconds()), "bound-ms")
+	b.ReportMetric(float64(bound(cb.name, ttl).Milliseconds()), "bound-ms")
 	sort.Slice(handovers, func(i, j int) bool { return handovers[i] < handovers[j] })
 	b.ReportMetric(ms(handovers[len(handovers)/2]), "handover-p50-ms")
 	b.ReportMetric(ms(handovers[(len(handovers)*99+99)/100-1]), "handover-p99-ms")
@@ -543,21 +548,25 @@ func runCandidates(b *testing.B, cb candBackend, procs, per int) {
 		}
 	}
 	b.Logf("%s: per hand-over, beyond the steady state: %s", cb.name, strings.Join(top, ", "))
-	r.errMu.Lock()
-	for e, c := range r.errs {
-		b.Logf("%s: %d× %s", cb.name, c, e)
-	}
-	r.errMu.Unlock()
 }
 
-// bound is TTL + one renew interval at candTTL, the longest a crash
-// failover may take on backend name.
-func bound(name string) time.Duration {
+// logErrs logs the workers' ERR and LOST lines, counted by their error.
+func (r *candRun) logErrs() {
+	r.errMu.Lock()
+	defer r.errMu.Unlock()
+	for e, c := range r.errs {
+		r.b.Logf("%s: %d× %s", r.name, c, e)
+	}
+}
+
+// bound is TTL + one renew interval, the longest a crash failover may
+// take on backend name at TTL ttl.
+func bound(name string, ttl time.Duration) time.Duration {
 	div := map[string]time.Duration{"etcd": 2, "consul": 4, "zookeeper": 3}[name]
 	if div == 0 {
 		div = 3
 	}
-	return candTTL + candTTL/div
+	return ttl + ttl/div
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -576,7 +585,7 @@ func (r *candRun) startWorker() *candWorker {
 	b := r.b
 	w := &candWorker{idx: len(r.workers), reqs: newReqCounter(), ready: make(chan struct{})}
 	r.workers = append(r.workers, w)
-	spec := candSpec{Backend: r.name, Lease: r.lease, Proc: w.idx, N: r.per, TTL: candTTL, DSN: r.srv.dsn}
+	spec := candSpec{Backend: r.name, Lease: r.lease, Proc: w.idx, N: r.per, TTL: r.ttl, DSN: r.srv.dsn}
 	var out io.Reader
 	if r.srv.inProcess != nil {
 		be, disconnect, err := r.srv.inProcess(spec, w.reqs)
