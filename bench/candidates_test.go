@@ -106,6 +106,9 @@ func candidatesSize(tb testing.TB) (procs, per int, ttl time.Duration) {
 }
 
 const (
+	// candStartPace is the time between the starts of two candidates of a
+	// worker: 40 a second per process, 400 for ten.
+	candStartPace = 25 * time.Millisecond
 	// candHandOvers is how many graceful hand-overs an iteration makes.
 	candHandOvers = 10
 	// candSettle is how long after a hand-over the workers' requests are
@@ -324,6 +327,11 @@ func runWorker(ctx context.Context, spec candSpec, newBackend func(int) (baton.B
 	started := make(chan struct{}, spec.N)
 	for i := range spec.N {
 		id := fmt.Sprintf("p%d-c%d", spec.Proc, i)
+		if i > 0 {
+			// A fleet's instances start over time: all 10,000 sessions
+			// and keys requested at once time out on a busy server.
+			time.Sleep(candStartPace)
+		}
 		wg.Go(func() {
 			be, err := newBackend(i)
 			if err != nil {
@@ -352,7 +360,7 @@ func runWorker(ctx context.Context, spec candSpec, newBackend func(int) (baton.B
 					say("ERR %s %v", id, oneLine(err))
 					select {
 					case <-ctx.Done():
-					case <-time.After(100 * time.Millisecond): // a retry's pace, not synchronisation
+					case <-time.After(time.Second): // a retry's pace, not synchronisation
 					}
 					continue
 				}
