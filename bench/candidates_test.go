@@ -455,7 +455,7 @@ type candRun struct {
 
 func runCandidates(b *testing.B, cb candBackend, procs, per int, ttl time.Duration) {
 	if cb.maxPer > 0 && per > cb.maxPer {
-		b.Logf("%s: %d candidates per process, not %d: each holds a connection of its own", cb.name, cb.maxPer, per)
+		b.Logf("%s: %d candidates per process, not %d (candBackend.maxPer says why)", cb.name, cb.maxPer, per)
 		per = cb.maxPer
 	}
 	r := &candRun{b: b, srv: cb.start(b), name: cb.name, lease: fmt.Sprintf("candidates-%d", time.Now().UnixNano()),
