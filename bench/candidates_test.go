@@ -65,9 +65,15 @@ import (
 //   - req/s/proc, req/s/candidate: the steady-state rate of a waiting
 //     worker (sessions renewed, watches re-armed, polls), and per
 //     candidate;
-//   - watches: what the server reports holding, where it reports it.
+//   - served-req/s, served-req/handover (raft): the same, counted where
+//     the raft leader serves the workers' calls;
+//   - in the log: requests by type, and what the server reports holding
+//     (watches, connections, subscribers) where it reports it.
 //
-// The size is candidatesSize's; run at 10,000 by hand:
+// Exactly one candidate wins each hand-over and each failover, with a
+// higher token, and none in a killed process: the benchmark fails
+// otherwise. The size is candidatesSize's (capped per backend by
+// candBackend.maxPer); run at 10,000 by hand:
 //
 //	go test -run '^$' -bench TenThousandCandidates -benchtime 3x -timeout 60m -v ./bench
 func BenchmarkTenThousandCandidates(b *testing.B) {
