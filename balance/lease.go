@@ -107,12 +107,16 @@ func (g *Group) stanceLocked(j *job, now time.Time) (bool, time.Time) {
 		return true, time.Time{} // eager
 	}
 	if !j.freeSince.IsZero() {
-		at := j.freeSince.Add(g.delayLocked())
+		at := g.takeAtLocked(j)
 		return !now.Before(at), at
 	}
 	// A live holder: stand by, so that its death is noticed (on record
-	// stores only a candidate that watched the lease for a TTL takes it over).
-	return j.scanned, time.Time{}
+	// stores only a candidate that watched the lease for a TTL takes it
+	// over), if we are one of the holder's standbys (see standbys): every
+	// instance standing by for every lease would cost N-1 open campaigns
+	// per lease, and as many wins and resigns each time a lease changes
+	// hands, racing the instance that should take it.
+	return j.scanned && g.watch[j.holder], time.Time{}
 }
 
 // delayLocked is how long a lease must have looked free before this
@@ -121,6 +125,21 @@ func (g *Group) stanceLocked(j *job, now time.Time) (bool, time.Time) {
 func (g *Group) delayLocked() time.Duration {
 	lo, _ := g.shareLocked()
 	return time.Duration(max(g.load-lo+1, 0)) * g.cfg.Delay
+}
+
+// takeAtLocked is when this instance, at its load, may campaign for j's
+// free lease and keep it: delayLocked after the lease became free, and
+// after this instance last took a lease. The second bound paces an
+// instance that wins several free leases at once (its campaigns for them
+// are all open): without it, once the first delay has run out, it would
+// keep every one it wins, above the load of instances still waiting their
+// turn, and shed the excess again later.
+func (g *Group) takeAtLocked(j *job) time.Time {
+	from := j.freeSince
+	if g.gained.After(from) {
+		from = g.gained
+	}
+	return from.Add(g.delayLocked())
 }
 
 // admitLocked decides whether to keep a lease just won.
@@ -132,7 +151,7 @@ func (g *Group) admitLocked(j *job, now time.Time) bool {
 	if g.load < lo {
 		return true
 	}
-	return !j.freeSince.IsZero() && !now.Before(j.freeSince.Add(g.delayLocked()))
+	return !j.freeSince.IsZero() && !now.Before(g.takeAtLocked(j))
 }
 
 // campaign campaigns for j's lease until it wins, ctx ends, campaigning
@@ -195,6 +214,7 @@ func (g *Group) lead(ctx context.Context, j *job, t baton.Term) error {
 			j.term, j.since, j.endLead = t, now, endLead
 			j.lastErr = nil
 			g.load++
+			g.gained = now
 			g.broadcastLocked()
 		} else if j.freeSince.IsZero() {
 			// It is free once we resign: that is when the wait of the less

@@ -20,6 +20,9 @@ const (
 	scanSpare = 8
 	// reapSuccessors is how many following members each member watches.
 	reapSuccessors = 2
+	// standbys is how many members stand by for each lease held by another:
+	// the ones after the holder in slot order.
+	standbys = 2
 	// joinChoices is how many of the lowest free slots a joining instance
 	// picks from at random, so that instances starting together rarely try
 	// the same slot.
@@ -54,8 +57,8 @@ func (g *Group) refresh(ctx context.Context) {
 			g.resign(ctx, home)
 		}
 		g.mu.Lock()
-		g.ready, g.slot, g.members, g.counts = false, -1, nil, nil
-		g.overSince, g.backoff = time.Time{}, 1
+		g.ready, g.slot, g.members, g.counts, g.watch = false, -1, nil, nil, nil
+		g.overSince, g.backoff, g.gained = time.Time{}, 1, time.Time{}
 		clear(g.sheds)
 		for _, j := range g.jobs {
 			j.scanned, j.holder, j.freeSince = false, "", time.Time{}
@@ -226,8 +229,31 @@ func (g *Group) setView(occ map[int]string, homeSlot int) {
 		g.log.Info("group size changed", "members", len(members), "leases", len(g.jobs))
 	}
 	g.members, g.slot, g.ready = members, homeSlot, true
+	g.watch = g.watched(occ)
 	g.broadcastLocked()
 	g.mu.Unlock()
+}
+
+// watched returns the members whose leases this instance stands by for:
+// those it follows within standbys places in slot order, wrapping around.
+// So every lease held by a member has that many standbys (fewer in a
+// smaller group), and each instance stands by for about
+// standbys × leases / N of them.
+func (g *Group) watched(occ map[int]string) map[string]bool {
+	slots := make([]int, 0, len(occ))
+	for i := range occ {
+		slots = append(slots, i)
+	}
+	slices.Sort(slots)
+	watch := map[string]bool{}
+	for i, s := range slots {
+		for d := 1; d <= standbys && d < len(slots); d++ {
+			if occ[slots[(i+d)%len(slots)]] == g.cfg.Candidate.ID && occ[s] != g.cfg.Candidate.ID {
+				watch[occ[s]] = true
+			}
+		}
+	}
+	return watch
 }
 
 // successors returns the slots (and holders) of the next reapSuccessors other
