@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -228,9 +229,15 @@ func (g *Group) setView(occ map[int]string, homeSlot int) {
 	if len(members) != len(g.members) {
 		g.log.Info("group size changed", "members", len(members), "leases", len(g.jobs))
 	}
-	g.members, g.slot, g.ready = members, homeSlot, true
-	g.watch = g.watched(occ)
-	g.broadcastLocked()
+	watch := g.watched(occ)
+	// Every job loop waits on the broadcast: wake them only when their
+	// stance may change, not every refresh (thousands of leases per
+	// instance, each woken every refresh, cost more than the refresh).
+	same := g.ready && g.slot == homeSlot && maps.Equal(g.members, members) && maps.Equal(g.watch, watch)
+	g.members, g.slot, g.ready, g.watch = members, homeSlot, true, watch
+	if !same {
+		g.broadcastLocked()
+	}
 	g.mu.Unlock()
 }
 
@@ -341,16 +348,22 @@ func (g *Group) scanLeases(ctx context.Context) {
 	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	changed := false // a job's stance may have changed
 	for i, name := range names {
 		j := g.jobs[name]
 		if j == nil || j.term != nil || errs[i] != nil {
 			continue
 		}
+		if !j.scanned || j.holder != holders[i] {
+			changed = true
+		}
 		j.scanned, j.holder = true, holders[i]
 		if g.liveOtherLocked(j.holder) {
-			j.freeSince = time.Time{}
+			if !j.freeSince.IsZero() {
+				j.freeSince, changed = time.Time{}, true
+			}
 		} else if j.freeSince.IsZero() {
-			j.freeSince = now
+			j.freeSince, changed = now, true
 		}
 	}
 	counts := map[string]int{}
@@ -373,7 +386,9 @@ func (g *Group) scanLeases(ctx context.Context) {
 			g.shedResult(name, counts[j.holder] <= after)
 		}
 	}
-	g.broadcastLocked()
+	if changed {
+		g.broadcastLocked()
+	}
 }
 
 // liveOtherLocked reports whether id is another instance holding a member

@@ -17,8 +17,15 @@ import (
 
 // balanceSize is BenchmarkBalanceHundredInstances's size: 100 instances and
 // 10,000 leases; with -short, 5 instances and 50 leases, the size at which
-// CI runs it as a test that it still works.
-func balanceSize() (instances, leases int) {
+// CI runs it as a test that it still works; BATON_BENCH_BALANCE_SIZE
+// ("20x2000": instances x leases) sets another.
+func balanceSize(b *testing.B) (instances, leases int) {
+	if s := os.Getenv("BATON_BENCH_BALANCE_SIZE"); s != "" {
+		if _, err := fmt.Sscanf(s, "%dx%d", &instances, &leases); err != nil || instances < 2 || leases < 1 {
+			b.Fatalf("BATON_BENCH_BALANCE_SIZE=%q: want INSTANCESxLEASES, such as 20x2000, with at least 2 instances and 1 lease", s)
+		}
+		return instances, leases
+	}
 	if testing.Short() {
 		return 5, 50
 	}
@@ -62,7 +69,7 @@ func BenchmarkBalanceHundredInstances(b *testing.B) {
 }
 
 func balanceLeaveJoin(b *testing.B, tg target) {
-	n, leases := balanceSize()
+	n, leases := balanceSize(b)
 	cfg := backend.Config{TTL: 10 * time.Second}
 	bcfg := balance.Config{
 		Group:           fmt.Sprintf("bench%d", time.Now().UnixNano()),
