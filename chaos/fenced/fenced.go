@@ -18,6 +18,7 @@ package fenced
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -41,10 +42,12 @@ type Leases struct {
 	errs   []string
 }
 
-// lease is one lease's store and the sequence numbers of its writers.
+// lease is one lease's store, the sequence numbers of its writers, and
+// the late writes as faults.
 type lease struct {
-	store *store.Store
-	seq   map[check.TermRef]int64
+	store  *store.Store
+	seq    map[check.TermRef]int64
+	faults []record.Fault
 }
 
 // New returns an empty Leases whose clock starts now.
@@ -53,15 +56,27 @@ func New() *Leases {
 }
 
 // Write records a write of candidate's term of lease, with the term's
-// fencing token, and reports whether the lease's store accepted it: it
-// refuses a token lower than the highest it has accepted.
-func (l *Leases) Write(name, candidate string, token uint64) bool {
+// fencing token and its safe-until deadline at the time of the write, and
+// reports whether the lease's store accepted it: it refuses a token lower
+// than the highest it has accepted. A write after safeUntil is late: the
+// work ran on past its deadline without noticing, as a paused process
+// does; the check counts an overlap it causes as paused (Result.Late), not
+// as a lease held twice, since no lease can stop a paused holder, only the
+// fence can (and refuses its writes once a successor wrote).
+func (l *Leases) Write(name, candidate string, token uint64, safeUntil time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ls := l.leases[name]
 	if ls == nil {
 		ls = &lease{store: store.New(func() time.Duration { return time.Since(l.start) }), seq: map[check.TermRef]int64{}}
 		l.leases[name] = ls
+	}
+	if now := time.Now(); now.After(safeUntil) {
+		ls.faults = append(ls.faults, record.Fault{
+			ID: len(ls.faults) + 1, Kind: "late", Target: candidate, Paused: true,
+			Start: safeUntil.Sub(l.start), End: now.Sub(l.start),
+			Note: "the work wrote after its term's safe-until",
+		})
 	}
 	ref := check.TermRef{Candidate: candidate, Token: token}
 	ls.seq[ref]++
@@ -84,6 +99,9 @@ type Result struct {
 	// predecessor's; Overlaps, instants two terms' work was active at once.
 	// Each must be 0.
 	Violations, Regressions, Overlaps int
+	// Late counts overlaps caused by work that wrote after its term's
+	// safe-until (see Write): a pause, which fencing covers.
+	Late int
 	// Examples describes the first problems, by lease.
 	Examples []string
 }
@@ -95,8 +113,8 @@ func (r Result) OK() bool {
 
 // String summarises r in one line.
 func (r Result) String() string {
-	s := fmt.Sprintf("%d leases, %d terms, %d writes (%d refused): %d fencing violations, %d token regressions, %d overlaps",
-		r.Leases, r.Terms, r.Writes, r.Refused, r.Violations, r.Regressions, r.Overlaps)
+	s := fmt.Sprintf("%d leases, %d terms, %d writes (%d refused): %d fencing violations, %d token regressions, %d overlaps (and %d by work past its safe-until)",
+		r.Leases, r.Terms, r.Writes, r.Refused, r.Violations, r.Regressions, r.Overlaps, r.Late)
 	if len(r.Examples) > 0 {
 		s += "; " + strings.Join(r.Examples, "; ")
 	}
@@ -121,14 +139,16 @@ func (l *Leases) Check() Result {
 	for _, name := range names {
 		l.mu.Lock()
 		writes := l.leases[name].store.Writes()
+		faults := slices.Clone(l.leases[name].faults)
 		l.mu.Unlock()
-		rep := check.Check(record.History{Run: record.Run{Backend: name}, Writes: writes})
+		rep := check.Check(record.History{Run: record.Run{Backend: name}, Writes: writes, Faults: faults})
 		r.Writes += rep.Writes
 		r.Refused += rep.Refused
 		r.Terms += rep.Terms
 		r.Violations += rep.Fencing.Violations + rep.Fencing.WronglyRefused
 		r.Regressions += rep.Tokens.Regressions
 		r.Overlaps += rep.Overlaps.Unexplained
+		r.Late += rep.Overlaps.Paused
 		if len(r.Examples) >= MaxExamples {
 			continue
 		}

@@ -17,19 +17,20 @@ import (
 // overlap, and a write with a stale token is refused; work that takes
 // turns on another lease is not reported.
 func TestDoubleHoldingIsReported(t *testing.T) {
+	later := time.Now().Add(time.Hour)
 	l := fenced.New()
 	// Lease a: b takes over (token 2) while a (token 1) still works, and
 	// a writes once more, late.
-	l.Write("a", "p1", 1)
-	l.Write("a", "p2", 2)
-	if l.Write("a", "p1", 1) {
+	l.Write("a", "p1", 1, later)
+	l.Write("a", "p2", 2, later)
+	if l.Write("a", "p1", 1, later) {
 		t.Error("a write with token 1 after token 2 was accepted")
 	}
-	l.Write("a", "p2", 2)
+	l.Write("a", "p2", 2, later)
 	// Lease b: clean turns.
 	for tok, who := range []string{"p1", "p2", "p1"} {
-		l.Write("b", who, uint64(tok+1))
-		l.Write("b", who, uint64(tok+1))
+		l.Write("b", who, uint64(tok+1), later)
+		l.Write("b", who, uint64(tok+1), later)
 	}
 	r := l.Check()
 	if r.Overlaps != 1 || r.Refused != 1 || r.OK() {
@@ -39,10 +40,21 @@ func TestDoubleHoldingIsReported(t *testing.T) {
 		t.Errorf("check: %v; want 2 leases and 5 terms", r)
 	}
 
+	// Lease c: the first holder writes once more after its safe-until
+	// (paused), after its successor began: late, not held twice.
+	past := time.Now()
+	l.Write("c", "p1", 1, later)
+	l.Write("c", "p2", 2, later)
+	l.Write("c", "p1", 1, past)
+	r = l.Check()
+	if r.Overlaps != 1 || r.Late != 1 {
+		t.Errorf("check: %v; want the overlap on lease a, and one late on c", r)
+	}
+
 	clean := fenced.New()
-	clean.Write("b", "p1", 1)
-	clean.Write("b", "p1", 1)
-	clean.Write("b", "p2", 2)
+	clean.Write("b", "p1", 1, later)
+	clean.Write("b", "p1", 1, later)
+	clean.Write("b", "p2", 2, later)
 	if r := clean.Check(); !r.OK() {
 		t.Errorf("clean turns: %v", r)
 	}
