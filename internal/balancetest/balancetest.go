@@ -139,12 +139,13 @@ func (w *World) Holders(live []*Proc) map[string]string {
 	return h
 }
 
-// Moved counts the leases whose holder in after differs from before: the
-// net moves between two snapshots of Holders.
+// Moved counts the leases held in both snapshots of Holders whose holder
+// in after differs from before: the net moves between them. (A lease
+// between two terms in a snapshot is not counted.)
 func Moved(before, after map[string]string) int {
 	n := 0
 	for name, id := range after {
-		if before[name] != id {
+		if was, ok := before[name]; ok && was != id {
 			n++
 		}
 	}
