@@ -176,10 +176,12 @@ type Group struct {
 	// The view, refreshed by the refresher.
 	ready   bool                // a member scan has succeeded since Run began
 	members map[string]struct{} // IDs holding a member slot, and ours
+	watch   map[string]bool     // members whose leases we stand by for
 	slot    int                 // our member slot, -1 when none
 	counts  map[string]int      // leases led by each other member, from the last lease scan
 
 	load      int            // leases we lead (admitted terms)
+	gained    time.Time      // when we last admitted a term
 	overSince time.Time      // when the shed condition began to hold
 	backoff   int            // multiplier of ShedAfter, 1 … maxShedBackoff
 	sheds     map[string]int // leases we shed → our load after shedding, until we see who took them

@@ -443,3 +443,30 @@ func TestTooShortTermsBackOff(t *testing.T) {
 		}
 	})
 }
+
+// One instance of ten leaves gracefully, then another joins: each time the
+// loads return to [floor, ceil] of the new share, and the leases that
+// change hands are about the fewest that can: the leaver's load on a
+// leave, the newcomer's share on a join, plus balancetest.MoveSlack. No
+// lease is ever run by two instances at once. (The same scenario with the
+// chaos harness's fenced store checking every lease: package chaos/fenced;
+// at 100 instances and 10,000 leases: bench's BenchmarkBalanceHundredInstances.)
+func TestLeaveJoinMovesFewLeases(t *testing.T) {
+	const n, leases = 10, 100
+	store := memory.NewStore()
+	w := balancetest.NewWorld(t, leases, reader(t, store))
+	var procs []*balancetest.Proc
+	for i := range n {
+		procs = append(procs, startMemory(w, store, fmt.Sprintf("p%d", i)))
+	}
+	w.AwaitSteady(procs, leases/n, ceilDiv(leases, n), 60*time.Second)
+	start := func(id string) *balancetest.Proc { return startMemory(w, store, id) }
+	leave, join, _ := w.LeaveJoin(procs, start, time.Second, 60*time.Second)
+	for what, c := range map[string]balancetest.Change{"leave": leave, "join": join} {
+		t.Logf("%s: %v", what, c)
+		if limit := c.Needed + balancetest.MoveSlack(leases, n); c.HandOvers > limit {
+			t.Errorf("%s: %d hand-overs, want at most %d (the %d needed plus the slack)", what, c.HandOvers, limit, c.Needed)
+		}
+	}
+	w.CheckNoOverlap()
+}

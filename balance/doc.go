@@ -11,9 +11,12 @@
 // when an instance campaigns for a lease, whether it keeps one it has won,
 // and when it gives one up; it never runs a callback without a live term.
 //
-// Liveness: every instance keeps a campaign open (or opens one after a short,
-// load-dependent delay) for every lease it does not hold, so a lease whose
-// holder dies or resigns is taken over as long as one instance can reach the
+// Liveness: every lease held by an instance has two standbys (the two
+// instances after its holder in member-slot order) with a campaign open
+// for it, and every instance reads the holder of every lease it does not
+// hold each RefreshInterval and campaigns, after a short load-dependent
+// delay, for one it sees without a live holder; so a lease whose holder
+// dies or resigns is taken over as long as one instance can reach the
 // backend.
 //
 // The balance bound: with L leases over N instances, once N has been stable

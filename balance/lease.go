@@ -107,12 +107,16 @@ func (g *Group) stanceLocked(j *job, now time.Time) (bool, time.Time) {
 		return true, time.Time{} // eager
 	}
 	if !j.freeSince.IsZero() {
-		at := j.freeSince.Add(g.delayLocked())
+		at := g.takeAtLocked(j)
 		return !now.Before(at), at
 	}
 	// A live holder: stand by, so that its death is noticed (on record
-	// stores only a candidate that watched the lease for a TTL takes it over).
-	return j.scanned, time.Time{}
+	// stores only a candidate that watched the lease for a TTL takes it
+	// over), if we are one of the holder's standbys (see standbys): every
+	// instance standing by for every lease would cost N-1 open campaigns
+	// per lease, and as many wins and resigns each time a lease changes
+	// hands, racing the instance that should take it.
+	return j.scanned && g.watch[j.holder], time.Time{}
 }
 
 // delayLocked is how long a lease must have looked free before this
@@ -121,6 +125,44 @@ func (g *Group) stanceLocked(j *job, now time.Time) (bool, time.Time) {
 func (g *Group) delayLocked() time.Duration {
 	lo, _ := g.shareLocked()
 	return time.Duration(max(g.load-lo+1, 0)) * g.cfg.Delay
+}
+
+// loadChangedLocked wakes the job loops after the load changed from old,
+// if that can change the stance of one that is not leading: when the load
+// crossed floor(leases/N) (eager or not), or when a lease looks free (its
+// wait depends on the load and on when we last took one). Otherwise the
+// stance of every other job is what it was, and an instance with thousands
+// of leases would wake them all for nothing on every lease it takes.
+func (g *Group) loadChangedLocked(old int) {
+	lo, _ := g.shareLocked()
+	if (old < lo) != (g.load < lo) {
+		g.broadcastLocked()
+		return
+	}
+	if g.load < lo {
+		return // eager before and after: for every lease not led
+	}
+	for _, j := range g.jobs {
+		if j.term == nil && !j.freeSince.IsZero() {
+			g.broadcastLocked()
+			return
+		}
+	}
+}
+
+// takeAtLocked is when this instance, at its load, may campaign for j's
+// free lease and keep it: delayLocked after the lease became free, and
+// after this instance last took a lease. The second bound paces an
+// instance that wins several free leases at once (its campaigns for them
+// are all open): without it, once the first delay has run out, it would
+// keep every one it wins, above the load of instances still waiting their
+// turn, and shed the excess again later.
+func (g *Group) takeAtLocked(j *job) time.Time {
+	from := j.freeSince
+	if g.gained.After(from) {
+		from = g.gained
+	}
+	return from.Add(g.delayLocked())
 }
 
 // admitLocked decides whether to keep a lease just won.
@@ -132,7 +174,7 @@ func (g *Group) admitLocked(j *job, now time.Time) bool {
 	if g.load < lo {
 		return true
 	}
-	return !j.freeSince.IsZero() && !now.Before(j.freeSince.Add(g.delayLocked()))
+	return !j.freeSince.IsZero() && !now.Before(g.takeAtLocked(j))
 }
 
 // campaign campaigns for j's lease until it wins, ctx ends, campaigning
@@ -193,13 +235,20 @@ func (g *Group) lead(ctx context.Context, j *job, t baton.Term) error {
 		admitted = g.admitLocked(j, now)
 		if admitted {
 			j.term, j.since, j.endLead = t, now, endLead
+			j.freeSince = time.Time{}
 			j.lastErr = nil
 			g.load++
-			g.broadcastLocked()
+			g.gained = now
+			g.loadChangedLocked(g.load - 1)
 		} else if j.freeSince.IsZero() {
-			// It is free once we resign: that is when the wait of the less
-			// loaded instances starts, and ours with it.
-			j.freeSince = now
+			// Won as a standby: we resign it, and campaign for it again
+			// only once a scan has seen who took it, or that nobody did
+			// (then after our Delay). An eager instance, whose campaign
+			// is open, normally takes it within milliseconds of our
+			// resign; had we counted it free from now, our Delay would be
+			// all that stood between it and us, and a busy machine can
+			// take that long to run its campaign.
+			j.scanned, j.holder = false, ""
 		}
 		load := g.load
 		g.mu.Unlock()
@@ -221,14 +270,13 @@ func (g *Group) lead(ctx context.Context, j *job, t baton.Term) error {
 	g.mu.Lock()
 	j.term, j.endLead = nil, nil
 	g.load--
-	if errors.Is(cause, errShed) {
-		// We just freed it: wait our turn like everybody else.
-		j.freeSince = time.Now()
-	}
+	// Whether a lease we shed or lost is free, and since when, is for the
+	// next scan to say: the instance it was shed to takes it first.
+	j.scanned, j.holder = false, ""
 	if ferr != nil {
 		j.lastErr = ferr
 	}
-	g.broadcastLocked()
+	g.loadChangedLocked(g.load + 1)
 	g.mu.Unlock()
 	reason := t.Err()
 	if errors.Is(cause, errShed) || errors.Is(cause, errRemoved) {

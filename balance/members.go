@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -20,6 +21,9 @@ const (
 	scanSpare = 8
 	// reapSuccessors is how many following members each member watches.
 	reapSuccessors = 2
+	// standbys is how many members stand by for each lease held by another:
+	// the ones after the holder in slot order.
+	standbys = 2
 	// joinChoices is how many of the lowest free slots a joining instance
 	// picks from at random, so that instances starting together rarely try
 	// the same slot.
@@ -54,8 +58,8 @@ func (g *Group) refresh(ctx context.Context) {
 			g.resign(ctx, home)
 		}
 		g.mu.Lock()
-		g.ready, g.slot, g.members, g.counts = false, -1, nil, nil
-		g.overSince, g.backoff = time.Time{}, 1
+		g.ready, g.slot, g.members, g.counts, g.watch = false, -1, nil, nil, nil
+		g.overSince, g.backoff, g.gained = time.Time{}, 1, time.Time{}
 		clear(g.sheds)
 		for _, j := range g.jobs {
 			j.scanned, j.holder, j.freeSince = false, "", time.Time{}
@@ -225,9 +229,38 @@ func (g *Group) setView(occ map[int]string, homeSlot int) {
 	if len(members) != len(g.members) {
 		g.log.Info("group size changed", "members", len(members), "leases", len(g.jobs))
 	}
-	g.members, g.slot, g.ready = members, homeSlot, true
-	g.broadcastLocked()
+	watch := g.watched(occ)
+	// Every job loop waits on the broadcast: wake them only when their
+	// stance may change, not every refresh (thousands of leases per
+	// instance, each woken every refresh, cost more than the refresh).
+	same := g.ready && g.slot == homeSlot && maps.Equal(g.members, members) && maps.Equal(g.watch, watch)
+	g.members, g.slot, g.ready, g.watch = members, homeSlot, true, watch
+	if !same {
+		g.broadcastLocked()
+	}
 	g.mu.Unlock()
+}
+
+// watched returns the members whose leases this instance stands by for:
+// those it follows within standbys places in slot order, wrapping around.
+// So every lease held by a member has that many standbys (fewer in a
+// smaller group), and each instance stands by for about
+// standbys × leases / N of them.
+func (g *Group) watched(occ map[int]string) map[string]bool {
+	slots := make([]int, 0, len(occ))
+	for i := range occ {
+		slots = append(slots, i)
+	}
+	slices.Sort(slots)
+	watch := map[string]bool{}
+	for i, s := range slots {
+		for d := 1; d <= standbys && d < len(slots); d++ {
+			if occ[slots[(i+d)%len(slots)]] == g.cfg.Candidate.ID && occ[s] != g.cfg.Candidate.ID {
+				watch[occ[s]] = true
+			}
+		}
+	}
+	return watch
 }
 
 // successors returns the slots (and holders) of the next reapSuccessors other
@@ -315,16 +348,22 @@ func (g *Group) scanLeases(ctx context.Context) {
 	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	changed := false // a job's stance may have changed
 	for i, name := range names {
 		j := g.jobs[name]
 		if j == nil || j.term != nil || errs[i] != nil {
 			continue
 		}
+		if !j.scanned || j.holder != holders[i] {
+			changed = true
+		}
 		j.scanned, j.holder = true, holders[i]
 		if g.liveOtherLocked(j.holder) {
-			j.freeSince = time.Time{}
+			if !j.freeSince.IsZero() {
+				j.freeSince, changed = time.Time{}, true
+			}
 		} else if j.freeSince.IsZero() {
-			j.freeSince = now
+			j.freeSince, changed = now, true
 		}
 	}
 	counts := map[string]int{}
@@ -347,7 +386,9 @@ func (g *Group) scanLeases(ctx context.Context) {
 			g.shedResult(name, counts[j.holder] <= after)
 		}
 	}
-	g.broadcastLocked()
+	if changed {
+		g.broadcastLocked()
+	}
 }
 
 // liveOtherLocked reports whether id is another instance holding a member

@@ -13,6 +13,7 @@ require (
 	github.com/batonhq/baton/backend/raft v0.0.0-00010101000000-000000000000
 	github.com/batonhq/baton/backend/redis v0.0.0-00010101000000-000000000000
 	github.com/batonhq/baton/backend/zookeeper v0.0.0-00010101000000-000000000000
+	github.com/batonhq/baton/chaos v0.0.0-00010101000000-000000000000
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/hashicorp/consul/api v1.34.5
@@ -96,4 +97,5 @@ replace (
 	github.com/batonhq/baton/backend/raft => ../backend/raft
 	github.com/batonhq/baton/backend/redis => ../backend/redis
 	github.com/batonhq/baton/backend/zookeeper => ../backend/zookeeper
+	github.com/batonhq/baton/chaos => ../chaos
 )

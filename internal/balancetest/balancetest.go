@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -40,23 +41,42 @@ type Proc struct {
 	Done chan error         // receives Run's result
 }
 
+// Fence is a downstream store that the leader-only work writes to with its
+// term's token, such as the chaos harness's fenced store: the work writes
+// once when it starts and once when its context has ended, its last act,
+// with the term's safe-until deadline at that moment (a write after it is
+// late: the holder was paused, which only the fence can stop). Write
+// reports whether the store accepted the write.
+type Fence interface {
+	Write(lease, candidate string, token uint64, safeUntil time.Time) bool
+}
+
 // World is a set of processes running the same leases, with a record of
 // which process runs which lease's Func, to catch two running at once.
 type World struct {
-	T      *testing.T    // the test the World belongs to
+	T      testing.TB    // the test or benchmark the World belongs to
 	Leases []string      // the names the processes run, job-00 on
+	Fence  Fence         // when not nil, every Func writes to it
 	reader baton.Backend // reads the store, to check that it agrees with the processes
 
 	mu      sync.Mutex
 	procs   []*Proc
-	running map[string]string // lease → id of the process whose Func runs
+	running map[string]running // lease → the process whose Func runs
+	starts  int                // Funcs started: terms led
+	late    int                // Funcs started while another ran past its safe-until
 	errs    []string
+}
+
+// running is the process whose Func runs a lease, and its term.
+type running struct {
+	id   string
+	term baton.Term
 }
 
 // NewWorld returns a World of n leases, job-00 to job-NN, whose holders
 // CheckBalanced also reads through reader (nil: not checked).
-func NewWorld(t *testing.T, n int, reader baton.Backend) *World {
-	w := &World{T: t, running: map[string]string{}, reader: reader}
+func NewWorld(t testing.TB, n int, reader baton.Backend) *World {
+	w := &World{T: t, running: map[string]running{}, reader: reader}
 	for i := range n {
 		w.Leases = append(w.Leases, fmt.Sprintf("job-%02d", i))
 	}
@@ -64,23 +84,72 @@ func NewWorld(t *testing.T, n int, reader baton.Backend) *World {
 }
 
 // Fn is the leader-only work: it marks the lease as run by id until its
-// context ends.
+// context ends, and writes to the Fence, if any, when it starts and when
+// it stops.
 func (w *World) Fn(id string) balance.Func {
 	return func(ctx context.Context, term baton.Term) error {
+		if w.Fence != nil {
+			w.Fence.Write(term.Lease(), id, term.Token(), term.SafeUntil())
+		}
 		w.mu.Lock()
 		if other, ok := w.running[term.Lease()]; ok {
-			w.errs = append(w.errs, fmt.Sprintf("%s started %s (token %d) while %s still ran it", id, term.Lease(), term.Token(), other))
+			if time.Now().Before(other.term.SafeUntil()) {
+				w.errs = append(w.errs, fmt.Sprintf("%s started %s (token %d) while %s still ran it, before its safe-until", id, term.Lease(), term.Token(), other.id))
+			} else {
+				// The other's work is still running past its term's
+				// safe-until: its goroutine has not yet been scheduled to
+				// see its context end, as if paused.
+				w.late++
+			}
 		}
-		w.running[term.Lease()] = id
+		w.running[term.Lease()] = running{id, term}
+		w.starts++
 		w.mu.Unlock()
 		<-ctx.Done()
 		w.mu.Lock()
-		if w.running[term.Lease()] == id {
+		if w.running[term.Lease()].id == id {
 			delete(w.running, term.Lease())
 		}
 		w.mu.Unlock()
+		if w.Fence != nil {
+			w.Fence.Write(term.Lease(), id, term.Token(), term.SafeUntil())
+		}
 		return nil
 	}
+}
+
+// Starts returns how many Funcs have started so far: every term led, the
+// first of each lease included. The difference across a change of the
+// group is how many times leases changed hands during it.
+func (w *World) Starts() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.starts
+}
+
+// Holders returns the process leading each lease among live, by their
+// Groups' Status; a lease led by none is absent.
+func (w *World) Holders(live []*Proc) map[string]string {
+	h := map[string]string{}
+	for _, p := range live {
+		for _, name := range p.G.Status().Leading {
+			h[name] = p.ID
+		}
+	}
+	return h
+}
+
+// Moved counts the leases held in both snapshots of Holders whose holder
+// in after differs from before: the net moves between them. (A lease
+// between two terms in a snapshot is not counted.)
+func Moved(before, after map[string]string) int {
+	n := 0
+	for name, id := range after {
+		if was, ok := before[name]; ok && was != id {
+			n++
+		}
+	}
+	return n
 }
 
 // Start adds the World's leases to g and runs g as a process whose kill
@@ -151,14 +220,25 @@ func (w *World) CheckBalanced(live []*Proc, minLoad, maxLoad int) (bool, string)
 	return ok, fmt.Sprintf("loads %s; leases without exactly one holder: %v", strings.Join(loads, " "), bad)
 }
 
-// AwaitSteady waits until checkBalanced has held for a whole second: long
+// AwaitSteady waits until CheckBalanced has held for a whole second: long
 // enough for several refreshes and sheds to have changed it if they would.
-func (w *World) AwaitSteady(live []*Proc, minLoad, maxLoad int, timeout time.Duration) {
+// It returns how long it took until the balance began to hold.
+func (w *World) AwaitSteady(live []*Proc, minLoad, maxLoad int, timeout time.Duration) time.Duration {
+	w.T.Helper()
+	return w.AwaitSteadyFor(live, minLoad, maxLoad, time.Second, timeout)
+}
+
+// AwaitSteadyFor is AwaitSteady with the time CheckBalanced must hold
+// given: a large world needs longer, since each of its refreshes does.
+// It polls less often the more leases there are, since each check reads
+// every process's Status.
+func (w *World) AwaitSteadyFor(live []*Proc, minLoad, maxLoad int, hold, timeout time.Duration) time.Duration {
 	w.T.Helper()
 	start := time.Now()
 	var since time.Time
 	var why string
-	steady := testkit.Poll(timeout, 20*time.Millisecond, func() bool {
+	poll := max(20*time.Millisecond, time.Duration(len(w.Leases)*len(live))*2500*time.Nanosecond)
+	steady := testkit.Poll(timeout, poll, func() bool {
 		var ok bool
 		ok, why = w.CheckBalanced(live, minLoad, maxLoad)
 		switch {
@@ -167,16 +247,23 @@ func (w *World) AwaitSteady(live []*Proc, minLoad, maxLoad int, timeout time.Dur
 		case since.IsZero():
 			since = time.Now()
 		}
-		return ok && time.Since(since) >= time.Second
+		return ok && time.Since(since) >= hold
 	})
 	if !steady {
 		w.T.Fatalf("not steady within %s (want loads in [%d, %d]): %s", timeout, minLoad, maxLoad, why)
 	}
-	w.T.Logf("steady after %s: %s", since.Sub(start).Round(10*time.Millisecond), why)
+	took := since.Sub(start)
+	if len(why) > 2000 {
+		why = why[:2000] + "…"
+	}
+	w.T.Logf("steady after %s: %s", took.Round(10*time.Millisecond), why)
+	return took
 }
 
 // CheckNoOverlap fails the test for each time two processes ran one
-// lease's Func at once.
+// lease's Func at once, the first before its term's safe-until. It logs how
+// many times the first ran past its safe-until (its goroutine not yet
+// scheduled after its context ended: a pause, which fencing covers).
 func (w *World) CheckNoOverlap() {
 	w.T.Helper()
 	w.mu.Lock()
@@ -184,4 +271,74 @@ func (w *World) CheckNoOverlap() {
 	for _, e := range w.errs {
 		w.T.Error(e)
 	}
+	if w.late > 0 {
+		w.T.Logf("%d times a Func started while the previous holder's still ran past its safe-until (a pause)", w.late)
+	}
+}
+
+// MoveSlack is how many hand-overs beyond the fewest needed a leave or a
+// join of one instance may cost, with leases over n instances: a lease that
+// a view up to a refresh old sends to an instance that turns out to be at
+// its share is shed on once more. One per ten instances, and at least two.
+func MoveSlack(leases, n int) int { return max(2, n/10) }
+
+// Change is what one change of the group (an instance leaving or joining)
+// cost.
+type Change struct {
+	// Needed is the fewest leases that had to change hands: the leaver's
+	// load, or the newcomer's share floor(leases/N).
+	Needed int
+	// Moved counts the leases whose holder differs after the change (net),
+	// HandOvers every term begun during it (a lease that moved twice counts
+	// twice).
+	Moved, HandOvers int
+	// Took is the time from the change until the loads were within the
+	// bound again, and stayed there.
+	Took time.Duration
+}
+
+func (c Change) String() string {
+	return fmt.Sprintf("%d needed, %d moved, %d hand-overs, even after %s", c.Needed, c.Moved, c.HandOvers, c.Took.Round(10*time.Millisecond))
+}
+
+// LeaveJoin runs the leave-and-join scenario on live, which must be steady:
+// the first process leaves gracefully (its Run's context is cancelled, and
+// Run must return context.Canceled); once the rest are steady, start starts
+// a new process with the id given; and once the group is steady again, it
+// returns what each change cost and the processes then live. Steady means
+// every lease led by exactly one process and every load in [floor, ceil] of
+// its share, for hold.
+func (w *World) LeaveJoin(live []*Proc, start func(id string) *Proc, hold, timeout time.Duration) (leave, join Change, after []*Proc) {
+	w.T.Helper()
+	n, l := len(live), len(w.Leases)
+
+	before, starts := w.Holders(live), w.Starts()
+	leaver := live[0]
+	leave.Needed = len(leaver.G.Status().Leading)
+	t0 := time.Now()
+	leaver.Stop()
+	select {
+	case err := <-leaver.Done:
+		if !errors.Is(err, context.Canceled) {
+			w.T.Fatalf("%s: Run returned %v, want context.Canceled", leaver.ID, err)
+		}
+		leaver.Done <- err // for the clean-up
+	case <-time.After(timeout):
+		w.T.Fatalf("%s: Run did not return within %s of its context's end", leaver.ID, timeout)
+	}
+	live = slices.Clone(live[1:])
+	wait := time.Since(t0)
+	leave.Took = wait + w.AwaitSteadyFor(live, l/(n-1), (l+n-2)/(n-1), hold, timeout)
+	leave.HandOvers = w.Starts() - starts
+	leave.Moved = Moved(before, w.Holders(live))
+
+	before, starts = w.Holders(live), w.Starts()
+	t0 = time.Now()
+	live = append(live, start(fmt.Sprintf("%s-new", leaver.ID)))
+	join.Needed = l / n
+	wait = time.Since(t0)
+	join.Took = wait + w.AwaitSteadyFor(live, l/n, (l+n-1)/n, hold, timeout)
+	join.HandOvers = w.Starts() - starts
+	join.Moved = Moved(before, w.Holders(live))
+	return leave, join, live
 }

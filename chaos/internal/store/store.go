@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -161,6 +162,24 @@ func (s *Store) serveWrite(w http.ResponseWriter, r *http.Request) {
 	// The status line already carries the outcome; an error writing the
 	// body is the client's problem.
 	_ = json.NewEncoder(w).Encode(Response{Accepted: accepted, Highest: strconv.FormatUint(highest, 10)})
+}
+
+// Write applies the fencing rule to one write made in-process, as a POST to
+// WritePath would: a writer in the harness's own process (many leases'
+// work in one program, package fenced) needs no HTTP round trip. It
+// returns whether the store accepted the write, and an error naming what
+// is wrong with a write the HTTP API would answer 400.
+func (s *Store) Write(candidate string, token uint64, pid int, seq int64) (bool, error) {
+	switch {
+	case candidate == "" || len(candidate) > maxCandidate:
+		return false, fmt.Errorf("store: candidate %q must be 1 to %d bytes", candidate, maxCandidate)
+	case pid <= 0 || pid > math.MaxInt32:
+		return false, fmt.Errorf("store: pid %d must be 1 to 2^31-1", pid)
+	case seq <= 0:
+		return false, fmt.Errorf("store: seq %d must be positive: number a child's writes from 1", seq)
+	}
+	accepted, _, err := s.record(write{candidate: candidate, token: token, pid: pid, seq: seq})
+	return accepted, err
 }
 
 // record applies the fencing rule to wr and records it, returning whether it

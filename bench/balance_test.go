@@ -1,0 +1,141 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
+	"github.com/batonhq/baton/balance"
+	"github.com/batonhq/baton/chaos/fenced"
+	"github.com/batonhq/baton/internal/balancetest"
+)
+
+// balanceSize is BenchmarkBalanceHundredInstances's size: 100 instances and
+// 10,000 leases; with -short, 5 instances and 50 leases, the size at which
+// CI runs it as a test that it still works; BATON_BENCH_BALANCE_SIZE
+// ("20x2000": instances x leases) sets another.
+func balanceSize(b *testing.B) (instances, leases int) {
+	if s := os.Getenv("BATON_BENCH_BALANCE_SIZE"); s != "" {
+		if _, err := fmt.Sscanf(s, "%dx%d", &instances, &leases); err != nil || instances < 2 || leases < 1 {
+			b.Fatalf("BATON_BENCH_BALANCE_SIZE=%q: want INSTANCESxLEASES, such as 20x2000, with at least 2 instances and 1 lease", s)
+		}
+		return instances, leases
+	}
+	if testing.Short() {
+		return 5, 50
+	}
+	return 100, 10000
+}
+
+// balanceTargets are the backends BenchmarkBalanceHundredInstances runs on;
+// BATON_BENCH_BALANCE_BACKENDS (a comma-separated list of their names)
+// picks some.
+var balanceTargets = map[string]func(*testing.B) target{
+	"memory": memoryTarget, "etcd": etcdTarget, "zookeeper": zookeeperTarget, "consul": consulTarget,
+}
+
+// BenchmarkBalanceHundredInstances: 10,000 leases spread by package balance
+// over 100 instances, each a balance.Group on a backend client of its own
+// (its own session), in this one process. Once the spread is even, the
+// first instance leaves gracefully, then a new one joins. Reported per
+// change: the time until every instance leads floor or ceil of the new
+// share again (and keeps it for the hold time), the leases that changed
+// hands (net), and every hand-over on the way, beside the fewest needed.
+// Every lease's work writes to the chaos harness's fenced store when it
+// starts and when it stops; the benchmark fails if any lease was held
+// twice, and reports (late-writes) the overlaps of work that ran past its
+// term's safe-until before its goroutine saw its context end (a paused
+// holder, on a machine too busy to schedule it; the fence refused those
+// writes). TTL 10 s; RefreshInterval 1 s, ShedAfter 3 s.
+func BenchmarkBalanceHundredInstances(b *testing.B) {
+	names := []string{"memory", "etcd"}
+	if s := os.Getenv("BATON_BENCH_BALANCE_BACKENDS"); s != "" {
+		names = strings.Split(s, ",")
+	}
+	for _, name := range names {
+		mk := balanceTargets[name]
+		if mk == nil {
+			b.Fatalf("BATON_BENCH_BALANCE_BACKENDS: no backend %q; the names are memory, etcd, zookeeper, consul", name)
+		}
+		tg := mk(b)
+		b.Run(tg.name, func(b *testing.B) {
+			for b.Loop() {
+				balanceLeaveJoin(b, tg)
+			}
+		})
+	}
+}
+
+func balanceLeaveJoin(b *testing.B, tg target) {
+	n, leases := balanceSize(b)
+	cfg := backend.Config{TTL: 10 * time.Second}
+	bcfg := balance.Config{
+		Group:           fmt.Sprintf("bench%d", time.Now().UnixNano()),
+		MaxMembers:      2 * n,
+		RefreshInterval: time.Second,
+		ShedAfter:       3 * time.Second,
+		RetryMax:        time.Second,
+	}
+	hold := 3 * bcfg.RefreshInterval
+	timeout := 10 * time.Minute
+
+	fence := fenced.New()
+	w := balancetest.NewWorld(b, leases, nil)
+	w.Fence = fence
+	start := func(id string) *balancetest.Proc {
+		p := tg.new(b, cfg)
+		c := bcfg
+		c.Candidate = baton.Candidate{ID: id}
+		g, err := balance.New(p.backend, c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return w.Start(g, p.kill)
+	}
+	cpu0, t0 := cpuTime(), time.Now()
+	var procs []*balancetest.Proc
+	for i := range n {
+		procs = append(procs, start(fmt.Sprintf("i%03d", i)))
+	}
+	settle := w.AwaitSteadyFor(procs, leases/n, (leases+n-1)/n, hold, timeout)
+	leave, join, live := w.LeaveJoin(procs, start, hold, timeout)
+	cpu, wall := cpuTime()-cpu0, time.Since(t0)
+	b.Logf("%s, %d instances x %d leases: spread even after %s; leave: %v; join: %v", tg.name, n, leases, settle.Round(10*time.Millisecond), leave, join)
+
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for _, p := range live {
+		p.Stop()
+	}
+	for _, p := range live {
+		select {
+		case err := <-p.Done:
+			p.Done <- err // for the clean-up
+		case <-ctx.Done():
+			b.Fatalf("%s: Run did not return", p.ID)
+		}
+	}
+	r := fence.Check()
+	b.Logf("fenced check: %v", r)
+	if !r.OK() {
+		b.Fatalf("a lease was held twice: %v", r)
+	}
+	w.CheckNoOverlap()
+	b.ReportMetric(settle.Seconds(), "start-even-s")
+	b.ReportMetric(leave.Took.Seconds(), "leave-even-s")
+	b.ReportMetric(float64(leave.Moved), "leave-moved")
+	b.ReportMetric(float64(leave.HandOvers), "leave-handovers")
+	b.ReportMetric(float64(leave.Needed), "leave-needed")
+	b.ReportMetric(join.Took.Seconds(), "join-even-s")
+	b.ReportMetric(float64(join.Moved), "join-moved")
+	b.ReportMetric(float64(join.HandOvers), "join-handovers")
+	b.ReportMetric(float64(join.Needed), "join-needed")
+	b.ReportMetric(float64(r.Overlaps+r.Violations+r.Regressions), "held-twice")
+	b.ReportMetric(float64(r.Late), "late-writes")
+	b.ReportMetric(100*cpu.Seconds()/wall.Seconds(), "cpu-%")
+}
