@@ -106,9 +106,9 @@ func (tp *TermProcess) extend() {
 }
 
 // nextLook is how long a TermProcess waits before it looks at safe-until
-// again, slack before its guard would act on the deadline it has: half of
-// that, so that a look delayed by a busy host still comes before the guard
-// acts, and at least TermPoll.
+// again, given slack, the time left until its guard would act on the
+// deadline it has: half of that, so that a look delayed by a busy host
+// still comes before the guard acts, and at least TermPoll.
 func nextLook(slack time.Duration) time.Duration {
 	return max(slack/2, TermPoll)
 }
