@@ -13,6 +13,13 @@
 //
 //	go test -run '^$' -bench RequestsVs -benchtime 1x -timeout 30m -v ./bench
 //
+// BenchmarkIdleRunVsPeers measures, the same way, the CPU per process of an
+// idle `baton run` (with its guards) beside `etcdctl lock` and `consul
+// lock`, over windows of a minute; with -short, one window of a few seconds
+// checks that it still works:
+//
+//	go test -run '^$' -bench IdleRunVsPeers -benchtime 3x -timeout 30m -v ./bench
+//
 // The figures behind the conformance suite's order checks (batontest asserts
 // what happens and in which order, with hang bounds only) are here too: a cut
 // off holder's stop and its successor's gap (BenchmarkCutOffHolderStops), a

@@ -3,6 +3,7 @@
 package supervise
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -21,12 +22,17 @@ type Term interface {
 	Err() error
 }
 
-// TermPoll is how often a TermProcess passes its term's safe-until on to
-// the guard. A term has no notification of a renewal, and a poll costs
-// nothing worth counting; it only ever makes the guard's deadline lag
-// safe-until by up to TermPoll, so the guard stops the command no later
-// than the caller would (and, when a renewal is confirmed within TermPoll
-// of the caller's stopping, a little earlier).
+// TermPoll is the shortest time between two looks of a TermProcess at its
+// term's safe-until, which it passes on to the guard when it moved. A term
+// has no notification of a renewal, so the TermProcess looks half-way to
+// the moment the guard would act on the deadline it has (the deadline less
+// the grace), then half-way again, and so on down to every TermPoll: a
+// renewal moves safe-until on long before that moment, so a term whose
+// renewals keep up costs a few wake-ups per renewal, not one per TermPoll,
+// while the last stretch before the guard acts is watched every TermPoll.
+// The guard's deadline only ever lags safe-until, never leads it, so the
+// guard stops the command no later than the caller would (earlier, by up to
+// the time since the last look, when the caller hangs or is stopped).
 const TermPoll = 20 * time.Millisecond
 
 // TermProcess is a command run for one term of a lease: started under a
@@ -38,6 +44,7 @@ const TermPoll = 20 * time.Millisecond
 type TermProcess struct {
 	*Process
 	t       Term
+	grace   time.Duration // the guard's: it acts at the deadline less grace
 	started time.Time
 
 	stopForward func()
@@ -59,6 +66,7 @@ func StartTerm(t Term, cfg Config) (*TermProcess, error) {
 	tp := &TermProcess{
 		Process:  p,
 		t:        t,
+		grace:    cmp.Or(cfg.Grace, DefaultGrace),
 		started:  time.Now(),
 		quit:     make(chan struct{}),
 		extended: make(chan struct{}),
@@ -74,18 +82,18 @@ func StartTerm(t Term, cfg Config) (*TermProcess, error) {
 // the term ends, the guard is gone, or Close.
 func (tp *TermProcess) extend() {
 	defer close(tp.extended)
-	// The first tick always sends: a renewal confirmed while the guard was
+	// The first look always sends: a renewal confirmed while the guard was
 	// starting moved safe-until past the deadline it started with.
 	var sent time.Time
-	tick := time.NewTicker(TermPoll)
-	defer tick.Stop()
+	look := time.NewTimer(TermPoll)
+	defer look.Stop()
 	for {
 		select {
 		case <-tp.quit:
 			return
 		case <-tp.t.Done():
 			return
-		case <-tick.C:
+		case <-look.C:
 		}
 		if su := tp.t.SafeUntil(); su.After(sent) {
 			if err := tp.Extend(su); err != nil {
@@ -93,7 +101,16 @@ func (tp *TermProcess) extend() {
 			}
 			sent = su
 		}
+		look.Reset(nextLook(time.Until(sent) - tp.grace))
 	}
+}
+
+// nextLook is how long a TermProcess waits before it looks at safe-until
+// again, given slack, the time left until its guard would act on the
+// deadline it has: half of that, so that a look delayed by a busy host
+// still comes before the guard acts, and at least TermPoll.
+func nextLook(slack time.Duration) time.Duration {
+	return max(slack/2, TermPoll)
 }
 
 // Wait waits until the command exits by itself, which it reports as true,
