@@ -67,7 +67,7 @@ func (s *SessionTerms) armLocked() {
 // expire runs at the safe-until the timer was armed for. A renewal may have
 // moved safe-until since: then it re-arms. Otherwise it ends every term
 // whose safe-until passed (baton.ErrExpired, with the latest renewal
-// failure), as each term's own timer would; the session itself ends when
+// failure), as a NewBasicTerm's own timer does; the session ends when
 // its renewals give up (keepAlive).
 func (s *SessionTerms) expire() {
 	s.mu.Lock()
