@@ -439,8 +439,10 @@ type StartOptions struct {
 	// term started: for registering the term where Close finds it. It must
 	// not block or call the SessionManager.
 	Started func(t *BasicTerm)
-	// Watch runs in a goroutine that Close waits for: it watches the held
-	// key or node, and ends the term when it goes.
+	// Watch, if not nil, runs in a goroutine that Close waits for: it
+	// watches the held key or node, and ends the term when it goes. A
+	// backend that watches all its held keys at once (one watch per
+	// session) leaves it nil, and needs no goroutine per term.
 	Watch func()
 }
 
@@ -468,7 +470,9 @@ func (m *SessionManager[ID]) Start(s *Session[ID], sl *Slot, lease string, token
 	if w.Started != nil {
 		w.Started(t)
 	}
-	m.wg.Go(w.Watch)
+	if w.Watch != nil {
+		m.wg.Go(w.Watch)
+	}
 	return t, nil
 }
 

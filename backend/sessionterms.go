@@ -17,6 +17,11 @@ type SessionTerms struct {
 	// settled, made by Lagging while the session lags, is closed by the
 	// next confirmed renewal or the session's end.
 	settled chan struct{}
+	// timer, armed while terms ride on the session, ends them when
+	// safe-until passes without a renewal: one timer for all of them, as
+	// they share the session's safe-until.
+	timer *time.Timer
+	armed bool
 }
 
 // NewSessionTerms returns the state of a session confirmed until safeUntil.
@@ -40,9 +45,50 @@ func (s *SessionTerms) Start(lease string, token uint64, release func(context.Co
 	if s.err != nil || !time.Now().Before(s.safeUntil) {
 		return nil, false
 	}
-	t := NewBasicTerm(lease, token, s.safeUntil, release)
+	t := newTerm(lease, token, s.safeUntil, release)
 	s.terms[t] = struct{}{}
+	s.armLocked()
 	return t, true
+}
+
+// armLocked makes sure the timer fires at safe-until.
+func (s *SessionTerms) armLocked() {
+	if s.armed {
+		return
+	}
+	s.armed = true
+	if s.timer == nil {
+		s.timer = time.AfterFunc(time.Until(s.safeUntil), s.expire)
+		return
+	}
+	s.timer.Reset(time.Until(s.safeUntil))
+}
+
+// expire runs at the safe-until the timer was armed for. A renewal may have
+// moved safe-until since: then it re-arms. Otherwise it ends every term
+// whose safe-until passed (baton.ErrExpired, with the latest renewal
+// failure), as a NewBasicTerm's own timer does; the session ends when
+// its renewals give up (keepAlive).
+func (s *SessionTerms) expire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.armed = false
+	if s.err != nil || len(s.terms) == 0 {
+		return
+	}
+	if time.Until(s.safeUntil) > 0 {
+		s.armLocked()
+		return
+	}
+	now := time.Now()
+	for t := range s.terms {
+		if t.expireIfDue(now) {
+			delete(s.terms, t)
+		}
+	}
+	if len(s.terms) > 0 {
+		s.armLocked()
+	}
 }
 
 // Forget stops extending t, whose term has ended.
@@ -119,6 +165,9 @@ func (s *SessionTerms) End(err error) bool {
 	terms := s.terms
 	s.terms = nil
 	s.settleLocked()
+	if s.timer != nil {
+		s.timer.Stop()
+	}
 	s.mu.Unlock()
 	for t := range terms {
 		t.End(err)

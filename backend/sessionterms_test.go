@@ -168,3 +168,50 @@ func TestKeepAliveRenewsEveryInterval(t *testing.T) {
 		}
 	})
 }
+
+// The terms of a session end at the session's safe-until even when nothing
+// else runs (no keepAlive ends the session): the session's one timer ends
+// them, re-armed by every extension, and not a moment before.
+func TestSessionTermsExpireAtSafeUntil(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewSessionTerms(time.Now().Add(time.Second))
+		a, _ := s.Start("a", 1, nil)
+		b, _ := s.Start("b", 2, nil)
+		until := time.Now().Add(3 * time.Second)
+		time.Sleep(500 * time.Millisecond)
+		s.Extend(until)
+		failing := errors.New("unreachable")
+		s.RenewFailed(failing)
+		time.Sleep(time.Until(until) - time.Millisecond)
+		synctest.Wait()
+		if a.Err() != nil || b.Err() != nil {
+			t.Fatalf("terms ended before their safe-until: %v, %v", a.Err(), b.Err())
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		for _, term := range []*BasicTerm{a, b} {
+			select {
+			case <-term.Done():
+			default:
+				t.Fatalf("term %s still running past its safe-until", term.Lease())
+			}
+			if !errors.Is(term.Err(), baton.ErrExpired) || !errors.Is(term.Err(), failing) {
+				t.Fatalf("term %s ended with %v; want baton.ErrExpired wrapping the renewal failure", term.Lease(), term.Err())
+			}
+		}
+		if s.Err() != nil {
+			t.Fatalf("session ended with %v; its renewals end it, not its terms' timer", s.Err())
+		}
+		// A term started after a renewal is timed again.
+		s.Extend(time.Now().Add(time.Second))
+		c, ok := s.Start("c", 3, nil)
+		if !ok {
+			t.Fatal("Start refused after a renewal")
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if !errors.Is(c.Err(), baton.ErrExpired) {
+			t.Fatalf("term c: %v; want baton.ErrExpired", c.Err())
+		}
+	})
+}

@@ -13,7 +13,8 @@ import (
 // when it acquires a lease, calls Extend after each confirmed renewal, End
 // when the store says the lease is gone, and RequestResign when the store
 // relays a request that the holder resign; BasicTerm ends itself with
-// baton.ErrExpired when SafeUntil passes without an Extend. It implements
+// baton.ErrExpired when SafeUntil passes without an Extend (the terms that
+// SessionTerms starts share its one timer instead of a timer each). It implements
 // baton.ResignRequestTerm. Safe for concurrent use.
 type BasicTerm struct {
 	lease   string
@@ -26,7 +27,7 @@ type BasicTerm struct {
 	safeUntil time.Time
 	err       error
 	renewErr  error
-	timer     *time.Timer
+	timer     *time.Timer // nil for a term that SessionTerms times
 	released  bool
 	relErr    error
 	reqErr    error // RequestResign's reason; nil until then
@@ -39,7 +40,18 @@ var _ baton.ResignRequestTerm = (*BasicTerm)(nil)
 // store; Resign calls it at most once, after the term has ended. release may
 // be nil.
 func NewBasicTerm(lease string, token uint64, safeUntil time.Time, release func(context.Context) error) *BasicTerm {
-	t := &BasicTerm{
+	t := newTerm(lease, token, safeUntil, release)
+	t.mu.Lock()
+	t.timer = time.AfterFunc(time.Until(safeUntil), t.expire)
+	t.mu.Unlock()
+	return t
+}
+
+// newTerm is NewBasicTerm without the term's own timer: the caller ends the
+// term by its safe-until (SessionTerms does, with one timer for all the
+// terms of a session).
+func newTerm(lease string, token uint64, safeUntil time.Time, release func(context.Context) error) *BasicTerm {
+	return &BasicTerm{
 		lease:     lease,
 		token:     token,
 		release:   release,
@@ -47,10 +59,6 @@ func NewBasicTerm(lease string, token uint64, safeUntil time.Time, release func(
 		resignQ:   make(chan struct{}),
 		safeUntil: safeUntil,
 	}
-	t.mu.Lock()
-	t.timer = time.AfterFunc(time.Until(safeUntil), t.expire)
-	t.mu.Unlock()
-	return t
 }
 
 // expire runs at the deadline it was armed for; a renewal may have moved the
@@ -66,12 +74,32 @@ func (t *BasicTerm) expire() {
 		t.mu.Unlock()
 		return
 	}
-	err := baton.ErrExpired
-	if t.renewErr != nil {
-		err = fmt.Errorf("%w (last renewal error: %w)", baton.ErrExpired, t.renewErr)
-	}
-	t.endLocked(err)
+	t.endLocked(expiredErr(t.renewErr))
 	t.mu.Unlock()
+}
+
+// expiredErr is the error of a term that reached its safe-until; renewErr
+// is the latest renewal failure, or nil.
+func expiredErr(renewErr error) error {
+	if renewErr != nil {
+		return fmt.Errorf("%w (last renewal error: %w)", baton.ErrExpired, renewErr)
+	}
+	return baton.ErrExpired
+}
+
+// expireIfDue ends the term with baton.ErrExpired if its safe-until has
+// passed at now, and reports whether the term has ended.
+func (t *BasicTerm) expireIfDue(now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err != nil {
+		return true
+	}
+	if now.Before(t.safeUntil) {
+		return false
+	}
+	t.endLocked(expiredErr(t.renewErr))
+	return true
 }
 
 // Lease implements baton.Term.
@@ -159,7 +187,9 @@ func (t *BasicTerm) endLocked(err error) bool {
 		return false
 	}
 	t.err = err
-	t.timer.Stop()
+	if t.timer != nil {
+		t.timer.Stop()
+	}
 	close(t.done)
 	return true
 }

@@ -84,7 +84,7 @@ func (t *term) store(ctx context.Context, value []byte) error {
 	b, h := t.b, t.h
 	// The session check alone would let a later term of the same session
 	// pass (a Backend's session locks a key again after a Resign), or a
-	// term whose key was overwritten while locked, which watchHeld counts
+	// term whose key was overwritten while locked, which judge counts
 	// as lost. The index check pins the very lock the term won: every write
 	// to the key, a release by session invalidation included, changes its
 	// ModifyIndex, and indexes never repeat.

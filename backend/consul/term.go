@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
@@ -23,6 +24,8 @@ type held struct {
 	ctx       context.Context
 	stop      context.CancelFunc // stops watching the key
 
+	judged atomic.Bool // judge found the lock gone
+
 	mu       sync.Mutex // serialises letting go of the lock
 	let      bool       // the lock is gone
 	finished bool       // the name was freed
@@ -34,7 +37,9 @@ func (b *Backend) hold(s *sess, sl *backend.Slot, name, key string, index, token
 	ctx, stop := context.WithCancel(s.Context())
 	h := &held{name: name, key: key, index: index, token: token, sl: sl, s: s, ctx: ctx, stop: stop}
 	// If Start fails, the lock goes with the session: Close destroys it,
-	// or it ends now if it has not yet.
+	// or it ends now if it has not yet. No goroutine per term: the
+	// session's timer ends it at its safe-until, and the watcher's one
+	// query calls judge with each new state of the key.
 	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, backend.StartOptions{
 		UntilGone: true,
 		Started: func(t *backend.BasicTerm) {
@@ -48,56 +53,58 @@ func (b *Backend) hold(s *sess, sl *backend.Slot, name, key string, index, token
 			b.helds[h] = struct{}{}
 			b.hmu.Unlock()
 		},
-		Watch: func() { b.watchHeld(h) },
 	})
 	if err != nil {
 		stop()
 		b.w.unsubscribe(sb)
 		return nil, err
 	}
-	b.log.Debug("acquired", "lease", name, "token", token, "session", s.ID)
-	return &term{BasicTerm: t, b: b, h: h, state: strings.TrimSuffix(key, lockKey) + stateKey}, nil
-}
-
-// watchHeld ends h's term when its key stops being this term's lock. It
-// returns when h.ctx ends: the term was released, or the session ended.
-func (b *Backend) watchHeld(h *held) {
-	defer func() {
+	// Once the term was released or lost, or the session ended:
+	context.AfterFunc(ctx, func() {
 		b.w.unsubscribe(h.sub)
 		b.forget(h)
 		if h.s.Context().Err() != nil {
 			b.finish(h) // the lock went with the session
 		}
-	}()
-	var after uint64
-	for {
-		st, _, err := b.w.next(h.ctx, h.sub, after, 0, nil)
-		if err != nil {
-			return
-		}
-		after = st.seq
-		if st.err != nil {
-			continue // the renewals' safe-until bounds how long we can be blind
-		}
-		var why string
-		switch p := st.pair; {
-		case p != nil && p.ModifyIndex < h.index:
-			continue // an answer from before we won
-		case p != nil && p.ModifyIndex == h.index && p.Session == h.s.ID:
-			continue
-		case p == nil && !st.current:
-			continue // may be from before we won
-		case p == nil:
-			why = "was deleted"
-		case p.Session == "":
-			why = "was released (its session was invalidated or destroyed)"
-		case p.Session != h.s.ID:
-			why = "is locked by session " + p.Session
-		default:
-			why = "was overwritten while locked (a plain write keeps the lock but changes its index)"
-		}
-		b.lost(h, why)
+	})
+	b.judge(h, b.w.onChange(h.sub, func(st state) { b.judge(h, st) }))
+	b.log.Debug("acquired", "lease", name, "token", token, "session", s.ID)
+	return &term{BasicTerm: t, b: b, h: h, state: strings.TrimSuffix(key, lockKey) + stateKey}, nil
+}
+
+// judge ends h's term when st, a state of its key, says that the key is no
+// longer this term's lock. It does not block: letting go of what is left
+// of the lock runs in a goroutine.
+func (b *Backend) judge(h *held, st state) {
+	if st.seq == 0 || st.err != nil || h.ctx.Err() != nil {
+		return // the renewals' safe-until bounds how long we can be blind
+	}
+	var why string
+	switch p := st.pair; {
+	case p != nil && p.ModifyIndex < h.index:
+		return // an answer from before we won
+	case p != nil && p.ModifyIndex == h.index && p.Session == h.s.ID:
 		return
+	case p == nil && !st.current:
+		return // may be from before we won
+	case p == nil:
+		why = "was deleted"
+	case p.Session == "":
+		why = "was released (its session was invalidated or destroyed)"
+	case p.Session != h.s.ID:
+		why = "is locked by session " + p.Session
+	default:
+		why = "was overwritten while locked (a plain write keeps the lock but changes its index)"
+	}
+	if !h.judged.CompareAndSwap(false, true) {
+		return
+	}
+	lose := func() {
+		b.lost(h, why)
+		h.stop()
+	}
+	if !b.sessions.Go(lose) {
+		h.stop() // closed: Close lets go of the lock
 	}
 }
 

@@ -52,6 +52,10 @@ type sub struct {
 	// force makes the next answer reach the subscriber even if its key
 	// looks unchanged (see refresh).
 	force bool
+	// hook, set by onChange, is called with each new state of the key
+	// that an answer brings, instead of poking ch: a held lease's term
+	// needs no goroutine of its own to wait for it.
+	hook func(state)
 }
 
 // state is what the watcher last learnt about a key.
@@ -167,6 +171,18 @@ func (w *watcher) restartLocked() {
 	}
 }
 
+// onChange makes the watcher call f, from its own goroutine and without
+// its mutex held, with each state of s's key that a later answer brings
+// and that differs from the one before (failures are not passed on: a
+// held lease's safe-until bounds how long it can be blind). It returns
+// s's latest state, for the caller to judge first. f must not block.
+func (w *watcher) onChange(s *sub, f func(state)) state {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s.hook = f
+	return s.st
+}
+
 // latest returns s's state.
 func (w *watcher) latest(s *sub) state {
 	w.mu.Lock()
@@ -249,8 +265,11 @@ func (w *watcher) run() {
 			continue
 		}
 		backoff = 0
-		w.answeredLocked(pairs, meta.LastIndex, issued)
+		hooks := w.answeredLocked(pairs, meta.LastIndex, issued)
 		w.mu.Unlock()
+		for _, h := range hooks {
+			h.f(h.st)
+		}
 	}
 }
 
@@ -275,9 +294,16 @@ func (w *watcher) pause(d time.Duration) {
 	}
 }
 
+// hookCall is a call of a sub's hook, made once the mutex is released.
+type hookCall struct {
+	f  func(state)
+	st state
+}
+
 // answeredLocked takes the answer to query number issued, the prefix's
-// pairs at index, and wakes the subscribers whose key's state changed.
-func (w *watcher) answeredLocked(pairs api.KVPairs, index, issued uint64) {
+// pairs at index, and wakes the subscribers whose key's state changed;
+// it returns the hooks to call with their new states.
+func (w *watcher) answeredLocked(pairs api.KVPairs, index, issued uint64) []hookCall {
 	// An index that went backwards (tombstones reaped, a snapshot
 	// restored) is used as it is: waiting on it still wakes on the next
 	// change. Zero would not block at all.
@@ -287,13 +313,19 @@ func (w *watcher) answeredLocked(pairs api.KVPairs, index, issued uint64) {
 		w.last[p.Key] = p
 	}
 	w.seq++
+	var hooks []hookCall
 	for s := range w.subs {
 		next := state{seq: w.seq, pair: w.last[s.key], index: w.index, current: issued > s.since}
 		if s.force || s.st.seq == 0 || s.st.err != nil || next.current != s.st.current || !samePair(s.st.pair, next.pair) {
 			s.st, s.force = next, false
+			if s.hook != nil {
+				hooks = append(hooks, hookCall{s.hook, next})
+				continue
+			}
 			poke(s)
 		}
 	}
+	return hooks
 }
 
 func poke(s *sub) {

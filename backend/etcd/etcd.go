@@ -29,6 +29,8 @@ type Backend struct {
 	// background, the name stays claimed, so that the clean-up cannot
 	// delete a new campaign's key.
 	sessions *backend.SessionManager[clientv3.LeaseID]
+	// held watches the keys of the leases held.
+	held *heldWatch
 
 	// epochs follows the epoch keys this Backend reads, so that an epoch
 	// it writes after etcd lost its data is above the old one, and the
@@ -63,6 +65,7 @@ func New(client *clientv3.Client, opts Options) (*Backend, error) {
 		now:    time.Now,
 	}
 	b.sessions = newSessions(b)
+	b.held = newHeldWatch(b)
 	return b, nil
 }
 

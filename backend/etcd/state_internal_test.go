@@ -35,7 +35,7 @@ func blindHolder(t *testing.T, b *Backend, lease, id string) *stateTerm {
 	if !ok {
 		t.Fatalf("Campaign returned a %T, want *stateTerm", term)
 	}
-	st.h.stop()
+	st.h.stop(b)
 	// The watcher gives the lease name back as it returns.
 	testkit.Eventually(t, 10*time.Second, "the watcher of the holder's key to stop", func() bool {
 		return !b.sessions.Claimed(lease)

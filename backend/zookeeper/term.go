@@ -69,7 +69,7 @@ func (b *Backend) lose(h *held, why string) {
 
 // watchHeld ends h's term when its node is deleted. It returns when the
 // term was released or lost, or ended otherwise: its session generation
-// ended at safe-until, or the term's own timer ended it there. In those
+// ended at safe-until, or the session's timer ended the term there. In those
 // last cases the node may outlive the term (the session may still be
 // alive on the server, or come back), so it is deleted in the background.
 func (b *Backend) watchHeld(h *held) {
