@@ -14,6 +14,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/memory"
+	"github.com/batonhq/baton/internal/benchci"
 	"github.com/batonhq/baton/internal/testkit"
 )
 
@@ -152,7 +153,9 @@ func BenchmarkSteadyState(b *testing.B) {
 
 // steadyRequests is BenchmarkSteadyState on one target.
 func steadyRequests(b *testing.B, tg target) {
-	cfg := backend.Config{TTL: 10 * time.Second} // baton's default (raft's is 2 s)
+	// baton's default (raft's is 2 s); at the small size, a TTL whose
+	// renewals fall in the short window.
+	cfg := backend.Config{TTL: benchci.Size(10*time.Second, time.Second)}
 	lease := fmt.Sprintf("steady-%d", time.Now().UnixNano())
 	holder := tg.new(b, cfg)
 	th := mustCampaign(b, holder, lease, "holder")
@@ -162,8 +165,8 @@ func steadyRequests(b *testing.B, tg target) {
 	wg.Go(func() { _, _ = waiter.backend.Campaign(ctx, lease, baton.Candidate{ID: "waiter"}) })
 	// The waiter's campaign (a few milliseconds) is left out of the
 	// measurement: a warm-up, not synchronisation.
-	time.Sleep(time.Second)
-	const window = 10 * time.Second
+	time.Sleep(benchci.Size(time.Second, 200*time.Millisecond))
+	window := benchci.Size(10*time.Second, time.Second)
 	var rate float64
 	for b.Loop() {
 		before, start := tg.requests(), time.Now()
@@ -180,12 +183,12 @@ func steadyRequests(b *testing.B, tg target) {
 // leases (TTL 10 s) through one backend.
 func BenchmarkTenThousandLeases(b *testing.B) {
 	forEachTarget(b, func(b *testing.B, tg target) {
-		const n = 10000
+		n := benchci.Size(10000, 10)
 		for b.Loop() {
 			runtime.GC()
 			var m0 runtime.MemStats
 			runtime.ReadMemStats(&m0)
-			p := tg.new(b, backend.Config{TTL: 10 * time.Second})
+			p := tg.new(b, backend.Config{TTL: benchci.Size(10*time.Second, 2*time.Second)})
 			prefix := fmt.Sprintf("many-%d", time.Now().UnixNano())
 			terms := make([]baton.Term, n)
 			var wg sync.WaitGroup
@@ -199,7 +202,7 @@ func BenchmarkTenThousandLeases(b *testing.B) {
 			}
 			wg.Wait()
 			// Hold through several renewals and measure the process's CPU.
-			const window = 10 * time.Second
+			window := benchci.Size(10*time.Second, 2*time.Second)
 			cpu0, start := cpuTime(), time.Now()
 			time.Sleep(window)
 			cpu := cpuTime() - cpu0

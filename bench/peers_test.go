@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/internal/benchci"
 	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/go-zookeeper/zk"
@@ -36,14 +37,14 @@ import (
 // each on a lease of its own: none reads or watches another's keys, so none
 // adds to another's counts, and every figure comes from the same window.
 
-const (
+var (
 	// peerWarmUp is left out of the measurement after every process
 	// contends: start-up requests (connect, grant, create) are not the
 	// steady state.
-	peerWarmUp = 5 * time.Second
+	peerWarmUp = benchci.Size(5*time.Second, time.Second)
 	// peerWindow is one measurement: long enough for several renewals at
 	// the longest TTL compared here (Curator's, 30 s as granted).
-	peerWindow = 60 * time.Second
+	peerWindow = benchci.Size(60*time.Second, 2*time.Second)
 )
 
 // roles are the processes of a trio, in the order they start.

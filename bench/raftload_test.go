@@ -20,6 +20,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/raft"
+	"github.com/batonhq/baton/internal/benchci"
 	"github.com/batonhq/baton/internal/certs"
 	"github.com/batonhq/baton/internal/testserver"
 )
@@ -541,10 +542,10 @@ func BenchmarkRaftUnderLoad(b *testing.B) {
 					switch {
 					case f.name == "hog":
 						stop := startHog(b, 2*runtime.NumCPU())
-						time.Sleep(10 * time.Second) // the fault itself
+						time.Sleep(benchci.Size(10*time.Second, time.Second)) // the fault itself
 						stop()
 					case f.name == "gc":
-						g.send(leader, "gc 256")
+						g.send(leader, fmt.Sprintf("gc %d", benchci.Size(256, 16)))
 						select {
 						case d := <-g.members[leader].stall:
 							stalls = append(stalls, d)
