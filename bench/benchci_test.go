@@ -33,11 +33,10 @@ var (
 	_ = benchci.Register(BenchmarkSteadyStateRaftTraffic, "append-rpc/s/follower>0", "heartbeat-rpc/s/follower>=0", "log-entries/s>=0")
 	// raftload_test.go
 	_ = benchci.Register(BenchmarkRaftUnderLoad, "lost/fault>=0", "elections/fault>=0", "renew-gap-max-ms>0", "stall-median-ms>=0")
-	// peers_test.go: at TTL 2 s, renewals fall in the short window.
-	_ = benchci.Register(BenchmarkRequestsVsEtcdctl, "baton@2s-req/s/proc>0", "etcdctl-lock@2s-req/s/proc>0",
-		"baton@10s-req/s/proc>=0", "etcdctl-lock@10s-req/s/proc>=0")
-	_ = benchci.Register(BenchmarkRequestsVsCurator, "baton@2s-req/s/proc>0", "Curator-LeaderLatch@2s-req/s/proc>0",
-		"baton@10s-req/s/proc>=0")
+	// peers_test.go: at TTL 2 s, renewals fall in the short window;
+	// Consul's sessions (10 s, 15 s) may renew in it or not.
+	_ = benchci.Register(BenchmarkRequestsVsEtcdctl, "baton@2s-req/s/proc>0", "etcdctl-lock@2s-req/s/proc>0")
+	_ = benchci.Register(BenchmarkRequestsVsCurator, "baton@2s-req/s/proc>0", "Curator-LeaderLatch@2s-req/s/proc>0")
 	_ = benchci.Register(BenchmarkRequestsVsConsulLock, "baton@20s-req/s/proc>=0", "baton@30s-req/s/proc>=0", "consul-lock@15s-req/s/proc>=0")
 	// postgres_test.go, postgres_load_test.go
 	_ = benchci.Register(BenchmarkPostgresVsAdvisoryLock, "crash-median-ms>0", "cut-median-ms>0", "graceful-median-ms>0", "timeouts>=0")
