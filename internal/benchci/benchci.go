@@ -337,7 +337,10 @@ func runSmall(t *testing.T, r registration) {
 	for _, l := range res.Lines {
 		t.Log(l.Raw)
 	}
-	t.Logf("%s at its small size: %d result lines in %s", r.name, len(res.Lines), took)
+	// The CPU time is the child's and that of the descendants it waited
+	// for (servers, peers' tools): the cost of the run, which the wall
+	// time shows only on a quiet machine.
+	t.Logf("%s at its small size: %d result lines in %s, %s of CPU", r.name, len(res.Lines), took, res.CPU.Round(100*time.Millisecond))
 	if runErr != nil || len(res.Failed) > 0 {
 		t.Fatalf("%s failed (%v; failed: %v); its output:\n%s", r.name, runErr, res.Failed, out)
 	}
@@ -374,7 +377,11 @@ func runChild(name string, timeout time.Duration, env ...string) (Output, string
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.WaitDelay = 5 * time.Second
 	err := cmd.Run()
-	return ParseOutput(out.String()), out.String(), err
+	res := ParseOutput(out.String())
+	if st := cmd.ProcessState; st != nil {
+		res.CPU = st.UserTime() + st.SystemTime()
+	}
+	return res, out.String(), err
 }
 
 // Output is what a benchmark run printed, as ParseOutput reads it.
@@ -382,6 +389,9 @@ type Output struct {
 	Lines   []Result
 	Failed  []string // names of the benchmarks that printed --- FAIL
 	Skipped []string // names of the benchmarks that printed --- SKIP
+	// CPU is the user and system time of the process that printed it and
+	// of the descendants it waited for, when known (Run's child processes).
+	CPU time.Duration
 }
 
 // Result is one benchmark result line: the benchmark's full name (with
