@@ -11,6 +11,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/internal/benchci"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // The benchmarks in this file report the speed figures of the scenarios
@@ -34,17 +35,13 @@ func BenchmarkCutOffHolderStops(b *testing.B) {
 			lease := fmt.Sprintf("cutoff-%d-%d", time.Now().UnixNano(), i)
 			holder, waiter := tg.new(b, benchCfg), tg.new(b, benchCfg)
 			th := mustCampaign(b, holder, lease, "holder")
-			got := make(chan time.Time, 1)
-			go func() {
-				mustCampaign(b, waiter, lease, "waiter")
-				got <- time.Now()
-			}()
+			got := testkit.CampaignAsync(b, waiter.backend, lease, "waiter")
 			waitRenewed(th)
 			cut := time.Now()
 			holder.kill()
 			<-th.Done()
 			ended := time.Now()
-			acquired := <-got
+			acquired := testkit.WaitTerm(b, got, testkit.CampaignTimeout).At
 			stops = append(stops, ended.Sub(cut))
 			gaps = append(gaps, acquired.Sub(ended))
 		}
