@@ -318,14 +318,21 @@ func isBenchmark(fn *ast.FuncDecl) bool {
 	return ok && sel.Sel.Name == "B"
 }
 
+// ChildTimeout bounds each benchmark's small run (its child process's
+// -test.timeout), or the test's own deadline less 30 s, if sooner. It is a
+// bound on a hang, not on speed: the slowest small run takes about a
+// minute on a quiet 2-core machine, a few on a busy one.
+const ChildTimeout = 6 * time.Minute
+
 // runSmall runs r's benchmark in a child process at its small size and
 // checks its output.
 func runSmall(t *testing.T, r registration) {
-	// The child's own timeout ends it with a stack dump of where it hung;
-	// the margin leaves this test the time to report it.
-	timeout := 10 * time.Minute
+	// The child's own timeout ends it with a stack dump of where it hung,
+	// and leaves the other benchmarks their time; the margin leaves this
+	// test the time to report it.
+	timeout := ChildTimeout
 	if d, ok := t.Deadline(); ok {
-		timeout = time.Until(d) - 30*time.Second
+		timeout = min(timeout, time.Until(d)-30*time.Second)
 		if timeout <= 0 {
 			t.Fatalf("no time left to run %s", r.name)
 		}
