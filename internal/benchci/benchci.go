@@ -37,7 +37,9 @@
 //	TESTBINARY -test.run='^$' -test.bench='^BenchmarkX$' -test.benchtime=1x -test.v
 //
 // with BATON_BENCH_SMALL=1 in its environment, and checks the benchmark
-// result lines it prints. A child process, rather than a call, because only
+// result lines it prints. The small runs mostly wait (TTLs, windows,
+// servers starting), so two run at once; a benchmark that loads the
+// machine on purpose registers with RegisterAlone and runs by itself. A child process, rather than a call, because only
 // the testing package's own runner gives a benchmark a *testing.B whose
 // b.Loop, b.Run and b.ReportMetric behave as under -bench, with failures
 // and logs reported; so the bodies stay what -bench measures, unchanged.
@@ -100,6 +102,7 @@ func Size[T any](full, small T) T {
 type registration struct {
 	name   string
 	checks []check
+	alone  bool // run with no other benchmark beside it
 }
 
 var (
@@ -121,8 +124,19 @@ var (
 //
 // It is safe for concurrent use.
 func Register(bench func(*testing.B), checks ...string) bool {
+	return register(bench, false, checks)
+}
+
+// RegisterAlone is Register for a benchmark that loads the machine on
+// purpose (a CPU hog, stopped processes): Run runs it before the others,
+// with none beside it, so that it disturbs none of them.
+func RegisterAlone(bench func(*testing.B), checks ...string) bool {
+	return register(bench, true, checks)
+}
+
+func register(bench func(*testing.B), alone bool, checks []string) bool {
 	name := funcName(bench)
-	r := registration{name: name}
+	r := registration{name: name, alone: alone}
 	for _, c := range checks {
 		ck, err := parseCheck(c)
 		if err != nil {
@@ -214,19 +228,31 @@ func Run(t *testing.T) {
 	t.Helper()
 	t.Run("registered", CheckRegistered)
 	mu.Lock()
-	names := make([]string, 0, len(registered))
-	for n := range registered {
-		names = append(names, n)
+	var regs []registration
+	for _, r := range registered {
+		regs = append(regs, r)
 	}
 	mu.Unlock()
-	slices.Sort(names)
-	for _, name := range names {
-		mu.Lock()
-		r := registered[name]
-		mu.Unlock()
-		t.Run(name, func(t *testing.T) { runSmall(t, r) })
+	slices.SortFunc(regs, func(a, b registration) int { return strings.Compare(a.name, b.name) })
+	// The small runs mostly wait (TTLs, windows, servers starting), so
+	// they run Parallel at a time; those registered with RegisterAlone
+	// run first, one by one (parallel subtests start once Run returns).
+	sem := make(chan struct{}, Parallel)
+	for _, r := range regs {
+		t.Run(r.name, func(t *testing.T) {
+			if !r.alone {
+				t.Parallel()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+			}
+			runSmall(t, r)
+		})
 	}
 }
+
+// Parallel is how many benchmarks Run runs at once (but those registered
+// with RegisterAlone), also bounded by -test.parallel.
+const Parallel = 2
 
 // CheckRegistered fails t for every Benchmark function declared in the
 // test files of the current directory (the package under test) that the

@@ -18,7 +18,17 @@ import (
 // "fail", "skip" or "nan".
 const envSelfTest = "BATON_BENCHCI_SELFTEST"
 
-var _ = Register(BenchmarkSelfTest, "widgets==3", "sub-ms>0")
+var (
+	_ = Register(BenchmarkSelfTest, "widgets==3", "sub-ms>0")
+	_ = RegisterAlone(BenchmarkSelfTestAlone, "alone==1")
+)
+
+// BenchmarkSelfTestAlone is registered with RegisterAlone.
+func BenchmarkSelfTestAlone(b *testing.B) {
+	for b.Loop() {
+	}
+	b.ReportMetric(1, "alone")
+}
 
 // BenchmarkSelfTest is the benchmark this package's tests run through Run:
 // it reports its size, 100 under -bench and 3 at the small size.
