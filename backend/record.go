@@ -55,7 +55,12 @@ type RecordBackend struct {
 	// back: without that, a holder that resigns and campaigns again would
 	// win every time over waiters that learn of the release by polling.
 	released map[string]time.Time
-	wg       sync.WaitGroup
+	// lines holds, by lease name, this RecordBackend's campaigns for it in
+	// turn: one reads and waits on the store, the others wait here, so
+	// that a release or a renewal (which wakes waiters too) costs the
+	// store one read per process, not one per candidate.
+	lines map[string]*waitLine
+	wg    sync.WaitGroup
 }
 
 var _ baton.Backend = (*RecordBackend)(nil)
@@ -109,7 +114,7 @@ func NewRecordBackend(store RecordStore, opts RecordOptions) (*RecordBackend, er
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	b := &RecordBackend{done: make(chan struct{}), store: store, cfg: cfg, poll: poll, log: log.WithGroup("cas"), active: map[string]*holding{}, left: map[string]uint64{}, released: map[string]time.Time{}}
+	b := &RecordBackend{done: make(chan struct{}), store: store, cfg: cfg, poll: poll, log: log.WithGroup("cas"), active: map[string]*holding{}, left: map[string]uint64{}, released: map[string]time.Time{}, lines: map[string]*waitLine{}}
 	b.notify, _ = store.(RecordNotifier)
 	if k, ok := store.(RecordKeeper); ok {
 		b.keeps = k.KeepsRecords()
@@ -139,7 +144,15 @@ func (b *RecordBackend) Campaign(ctx context.Context, name string, c baton.Candi
 	b.active[key] = h
 	b.mu.Unlock()
 
+	leave, err := b.takeTurn(ctx, name)
+	if err != nil {
+		b.mu.Lock()
+		delete(b.active, key)
+		b.mu.Unlock()
+		return nil, err
+	}
 	t, err := b.campaign(ctx, h)
+	leave()
 	if err != nil {
 		b.mu.Lock()
 		delete(b.active, key)
@@ -147,6 +160,45 @@ func (b *RecordBackend) Campaign(ctx context.Context, name string, c baton.Candi
 		return nil, err
 	}
 	return t, nil
+}
+
+// waitLine is the campaigns of one RecordBackend for one lease name: turn
+// holds a value while one of them has its turn, and n counts them all.
+// Senders blocked on a channel proceed in the order they came, so turns go
+// first come, first served.
+type waitLine struct {
+	turn chan struct{}
+	n    int // guarded by RecordBackend.mu
+}
+
+// takeTurn waits until no other campaign of b for name reads the store,
+// and returns the function that gives the turn to the next one.
+func (b *RecordBackend) takeTurn(ctx context.Context, name string) (leave func(), err error) {
+	b.mu.Lock()
+	l := b.lines[name]
+	if l == nil {
+		l = &waitLine{turn: make(chan struct{}, 1)}
+		b.lines[name] = l
+	}
+	l.n++
+	b.mu.Unlock()
+	out := func() {
+		b.mu.Lock()
+		if l.n--; l.n == 0 {
+			delete(b.lines, name)
+		}
+		b.mu.Unlock()
+	}
+	select {
+	case l.turn <- struct{}{}:
+		return func() { <-l.turn; out() }, nil
+	case <-ctx.Done():
+		out()
+		return nil, ctx.Err()
+	case <-b.done:
+		out()
+		return nil, baton.ErrClosed
+	}
 }
 
 func (b *RecordBackend) campaign(ctx context.Context, h *holding) (baton.Term, error) {

@@ -49,6 +49,9 @@ var (
 	// dynamodb_test.go
 	_ = benchci.Register(BenchmarkDynamoDBCost, "holder-WRU/h>0", "holder-RRU/h>=0", "waiter-WRU/h>=0", "waiter-RRU/h>0",
 		"holder-µ$/h>0", "waiter-µ$/h>0")
+	// candidates_test.go (its small size: 2 processes × 10 candidates)
+	_ = benchci.Register(BenchmarkTenThousandCandidates, "failover-median-ms>0", "handover-p50-ms>0", "req/s/proc>=0",
+		"procs-active/handover>=0")
 	// runhandover_test.go
 	_ = benchci.Register(BenchmarkRunHandOver, "run-sigterm-p50-ms>0", "run-sigterm-p99-ms>0", "library-resign-p50-ms>0")
 )

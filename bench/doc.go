@@ -26,6 +26,14 @@
 //
 //	go test -run '^$' -bench RunHandOver -benchtime 20x -v ./bench
 //
+// BenchmarkTenThousandCandidates puts many candidates on one lease, in
+// worker processes (this test binary run again), and measures hand-over,
+// crash failover and what each hand-over and each waiting process costs
+// the server, request by request (its Kubernetes twin is in
+// ./bench/kubernetes):
+//
+//	go test -run '^$' -bench TenThousandCandidates -benchtime 2x -timeout 60m -v ./bench
+//
 // Figures are reported as custom metrics (failover-ms, req/s, cpu-%, heap-MB,
 // stop-ms, gap-ms, campaign-ms, term-ms, and the -p50-ms and -p99-ms of
 // BenchmarkRunHandOver), never asserted: speed lives in benchmarks, not in

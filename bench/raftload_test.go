@@ -43,6 +43,8 @@ func TestMain(m *testing.M) {
 		os.Exit(raftMemberMain())
 	case os.Getenv(envHog) != "":
 		hogMain()
+	case os.Getenv(envCandWorker) != "":
+		os.Exit(candidateWorkerMain())
 	}
 	code := m.Run()
 	testserver.StopSharedPostgres()

@@ -16,4 +16,6 @@ var (
 	_ = benchci.Register(BenchmarkKubernetesCrashFailover, "failover-median-ms>0")
 	_ = benchci.Register(BenchmarkKubernetesGracefulHandOver, "failover-median-ms>0")
 	_ = benchci.Register(BenchmarkKubernetesRequests, "baton-req/s/process>0", "client-go-req/s/process>0")
+	// candidates_test.go (its small size: 2 processes × 10 candidates)
+	_ = benchci.Register(BenchmarkKubernetesTenThousandCandidates, "failover-median-ms>0", "handover-p50-ms>0", "req/s/proc>=0")
 )

@@ -57,6 +57,11 @@ type ConsulOptions struct {
 	// and a restart fails with an error naming the port if one is taken.
 	// With TLS, the certificates of the first start are reused too.
 	Persist bool
+	// HTTPMaxConnsPerClient, if not zero, is the agent's
+	// limits.http_max_conns_per_client (Consul's default: 200). Every
+	// blocking query holds a connection, and every test client connects
+	// from 127.0.0.1.
+	HTTPMaxConnsPerClient int
 }
 
 // Consul is a `consul agent -dev` (an in-memory single-server datacenter),

@@ -77,6 +77,9 @@ func startConsul(bin, dir string, opts ConsulOptions, st *consulState) (*Consul,
 	}
 }`, c.token, c.token))
 	}
+	if opts.HTTPMaxConnsPerClient != 0 {
+		extra = append(extra, fmt.Sprintf("limits { http_max_conns_per_client = %d }", opts.HTTPMaxConnsPerClient))
+	}
 	cfg := fmt.Sprintf(`ports {
 		%s
 		dns = -1
