@@ -13,11 +13,13 @@ import (
 	"github.com/batonhq/baton/balance"
 	"github.com/batonhq/baton/chaos/fenced"
 	"github.com/batonhq/baton/internal/balancetest"
+	"github.com/batonhq/baton/internal/benchci"
 )
 
 // balanceSize is BenchmarkBalanceHundredInstances's size: 100 instances and
-// 10,000 leases; with -short, 5 instances and 50 leases, the size at which
-// CI runs it as a test that it still works; BATON_BENCH_BALANCE_SIZE
+// 10,000 leases; with -short or at benchci's small size, 5 instances and
+// 50 leases, the size at which CI runs it as a test that it still works;
+// BATON_BENCH_BALANCE_SIZE
 // ("20x2000": instances x leases) sets another.
 func balanceSize(b *testing.B) (instances, leases int) {
 	if s := os.Getenv("BATON_BENCH_BALANCE_SIZE"); s != "" {
@@ -26,7 +28,7 @@ func balanceSize(b *testing.B) (instances, leases int) {
 		}
 		return instances, leases
 	}
-	if testing.Short() {
+	if testing.Short() || benchci.Small() {
 		return 5, 50
 	}
 	return 100, 10000
@@ -139,3 +141,6 @@ func balanceLeaveJoin(b *testing.B, tg target) {
 	b.ReportMetric(float64(r.Late), "late-writes")
 	b.ReportMetric(100*cpu.Seconds()/wall.Seconds(), "cpu-%")
 }
+
+var _ = benchci.Register(BenchmarkBalanceHundredInstances, "start-even-s>0", "leave-even-s>0", "join-even-s>0",
+	"leave-needed>0", "join-needed>0", "held-twice>=0", "held-twice<=0", "cpu-%>=0")

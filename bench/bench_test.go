@@ -14,6 +14,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/memory"
+	"github.com/batonhq/baton/internal/benchci"
 	"github.com/batonhq/baton/internal/testkit"
 )
 
@@ -103,11 +104,9 @@ func handOver(b *testing.B, tg target, crash bool) {
 		lease := fmt.Sprintf("handover-%v-%d-%d", crash, time.Now().UnixNano(), i)
 		holder, waiter := tg.new(b, benchCfg), tg.new(b, benchCfg)
 		th := mustCampaign(b, holder, lease, "holder")
-		got := make(chan time.Time, 1)
-		go func() {
-			mustCampaign(b, waiter, lease, "waiter")
-			got <- time.Now()
-		}()
+		// In the background, so a failed campaign fails the benchmark
+		// from its own goroutine rather than leave it waiting.
+		got := testkit.CampaignAsync(b, waiter.backend, lease, "waiter")
 		// Let the waiter start waiting and the holder renew once.
 		first := th.SafeUntil()
 		for !th.SafeUntil().After(first) {
@@ -119,7 +118,7 @@ func handOver(b *testing.B, tg target, crash bool) {
 		} else {
 			_ = th.Resign(context.Background())
 		}
-		samples = append(samples, (<-got).Sub(start))
+		samples = append(samples, testkit.WaitTerm(b, got, testkit.CampaignTimeout).At.Sub(start))
 	}
 	report(b, samples, "failover")
 }
@@ -152,7 +151,9 @@ func BenchmarkSteadyState(b *testing.B) {
 
 // steadyRequests is BenchmarkSteadyState on one target.
 func steadyRequests(b *testing.B, tg target) {
-	cfg := backend.Config{TTL: 10 * time.Second} // baton's default (raft's is 2 s)
+	// baton's default (raft's is 2 s); at the small size, a TTL whose
+	// renewals fall in the short window.
+	cfg := backend.Config{TTL: benchci.Size(10*time.Second, time.Second)}
 	lease := fmt.Sprintf("steady-%d", time.Now().UnixNano())
 	holder := tg.new(b, cfg)
 	th := mustCampaign(b, holder, lease, "holder")
@@ -162,8 +163,8 @@ func steadyRequests(b *testing.B, tg target) {
 	wg.Go(func() { _, _ = waiter.backend.Campaign(ctx, lease, baton.Candidate{ID: "waiter"}) })
 	// The waiter's campaign (a few milliseconds) is left out of the
 	// measurement: a warm-up, not synchronisation.
-	time.Sleep(time.Second)
-	const window = 10 * time.Second
+	time.Sleep(benchci.Size(time.Second, 200*time.Millisecond))
+	window := benchci.Size(10*time.Second, time.Second)
 	var rate float64
 	for b.Loop() {
 		before, start := tg.requests(), time.Now()
@@ -180,7 +181,7 @@ func steadyRequests(b *testing.B, tg target) {
 // leases (TTL 10 s) through one backend.
 func BenchmarkTenThousandLeases(b *testing.B) {
 	forEachTarget(b, func(b *testing.B, tg target) {
-		const n = 10000
+		n := benchci.Size(10000, 10)
 		for b.Loop() {
 			runtime.GC()
 			var m0 runtime.MemStats
@@ -189,9 +190,9 @@ func BenchmarkTenThousandLeases(b *testing.B) {
 			// targets' servers started in it, such as raft's voters): part
 			// of cpu-%, not this backend's cost.
 			idle0, idleStart := cpuTime(), time.Now()
-			time.Sleep(3 * time.Second)
+			time.Sleep(benchci.Size(3*time.Second, 500*time.Millisecond))
 			b.ReportMetric(100*(cpuTime()-idle0).Seconds()/time.Since(idleStart).Seconds(), "idle-cpu-%")
-			p := tg.new(b, backend.Config{TTL: 10 * time.Second})
+			p := tg.new(b, backend.Config{TTL: benchci.Size(10*time.Second, 2*time.Second)})
 			prefix := fmt.Sprintf("many-%d", time.Now().UnixNano())
 			terms := make([]baton.Term, n)
 			var wg sync.WaitGroup
@@ -205,7 +206,7 @@ func BenchmarkTenThousandLeases(b *testing.B) {
 			}
 			wg.Wait()
 			// Hold through several renewals and measure the process's CPU.
-			const window = 10 * time.Second
+			window := benchci.Size(10*time.Second, 2*time.Second)
 			cpu0, start, req0 := cpuTime(), time.Now(), tg.requests()
 			time.Sleep(window)
 			cpu := cpuTime() - cpu0

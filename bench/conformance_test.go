@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/benchci"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // The benchmarks in this file report the speed figures of the scenarios
@@ -33,17 +35,13 @@ func BenchmarkCutOffHolderStops(b *testing.B) {
 			lease := fmt.Sprintf("cutoff-%d-%d", time.Now().UnixNano(), i)
 			holder, waiter := tg.new(b, benchCfg), tg.new(b, benchCfg)
 			th := mustCampaign(b, holder, lease, "holder")
-			got := make(chan time.Time, 1)
-			go func() {
-				mustCampaign(b, waiter, lease, "waiter")
-				got <- time.Now()
-			}()
+			got := testkit.CampaignAsync(b, waiter.backend, lease, "waiter")
 			waitRenewed(th)
 			cut := time.Now()
 			holder.kill()
 			<-th.Done()
 			ended := time.Now()
-			acquired := <-got
+			acquired := testkit.WaitTerm(b, got, testkit.CampaignTimeout).At
 			stops = append(stops, ended.Sub(cut))
 			gaps = append(gaps, acquired.Sub(ended))
 		}
@@ -88,7 +86,7 @@ func BenchmarkCampaignAfterCancelledWaiter(b *testing.B) {
 // overlap and rising tokens).
 func BenchmarkElectorTerms(b *testing.B) {
 	forEachTarget(b, func(b *testing.B, tg target) {
-		const terms = 30
+		terms := int32(benchci.Size(30, 5))
 		var samples []time.Duration
 		for i := 0; b.Loop(); i++ {
 			lease := fmt.Sprintf("electors-%d-%d", time.Now().UnixNano(), i)
@@ -123,7 +121,7 @@ func BenchmarkElectorTerms(b *testing.B) {
 			if n := count.Load(); n < terms {
 				b.Fatalf("only %d of %d terms were held", n, terms)
 			}
-			samples = append(samples, time.Since(start)/terms)
+			samples = append(samples, time.Since(start)/time.Duration(terms))
 		}
 		report(b, samples, "term")
 	})

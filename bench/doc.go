@@ -45,4 +45,26 @@
 // stop-ms, gap-ms, campaign-ms, term-ms, and the -p50-ms and -p99-ms of
 // BenchmarkRunHandOver), never asserted: speed lives in benchmarks, not in
 // tests.
+//
+// # Benchmarks in CI
+//
+// Every benchmark also runs in the tests, at a small size, so that the
+// README's test command (`go test -race work`) shows at once when one no
+// longer works: TestBenchmarks runs each registered benchmark once
+// (-benchtime 1x) in a child process of the test binary with
+// BATON_BENCH_SMALL=1, and checks that it did not fail or skip and that it
+// reported its metrics, finite and within sanity bounds (a hand-over
+// happened, a count is above zero), never how fast (package
+// internal/benchci). A benchmark takes the sizes that make it slow from
+// benchci.Size, which returns the full size under -bench and the small one
+// there (a 1 s window for 10 s, 10 leases for 10,000); its measurement
+// logic is the same at both. A new benchmark is registered next to its
+// func, in one line:
+//
+//	var _ = benchci.Register(BenchmarkX, "failover-median-ms>0", "req/s/process>=0")
+//
+// TestBenchmarks/registered fails for a benchmark that is not. The small
+// run by hand, with its figures:
+//
+//	BATON_BENCH_SMALL=1 go test -run '^$' -bench . -benchtime 1x -v ./bench
 package bench

@@ -13,6 +13,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	batondynamodb "github.com/batonhq/baton/backend/dynamodb"
+	"github.com/batonhq/baton/internal/benchci"
 	"github.com/batonhq/baton/internal/testserver"
 )
 
@@ -127,7 +128,7 @@ func BenchmarkDynamoDBCost(b *testing.B) {
 	hr, hw, wr, ww := hc.reads.Load(), hc.writes.Load(), wc.reads.Load(), wc.writes.Load()
 	start := time.Now()
 	for b.Loop() {
-		time.Sleep(10 * time.Second)
+		time.Sleep(benchci.Size(10*time.Second, 2*time.Second))
 	}
 	hours := time.Since(start).Hours()
 	perHour := func(now, before int64) float64 { return float64(now-before) / hours }

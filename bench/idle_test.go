@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/internal/benchci"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/hashicorp/consul/api"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -35,11 +36,12 @@ import (
 
 // idleWindow is one measurement window, and the warm-up left out before
 // it: a minute (CPU time counts in ticks of 10 ms, so that a process at
-// 0.03 % of a core shows 2 of them), or, in -short mode, a few seconds,
+// 0.03 % of a core shows 2 of them), or, with -short or at benchci's small
+// size, a few seconds,
 // which checks that the benchmark still works (CI) without measuring
 // anything worth reading.
 func idleWindow() (window, warmUp time.Duration) {
-	if testing.Short() {
+	if testing.Short() || benchci.Small() {
 		return 3 * time.Second, time.Second
 	}
 	return time.Minute, peerWarmUp
@@ -328,3 +330,6 @@ func toolCPU(root int, comms []string) (map[int]procCPU, error) {
 	}
 	return out, nil
 }
+
+var _ = benchci.Register(BenchmarkIdleRunVsPeers, "baton-run@etcd-cpu-%/proc>=0", "etcdctl-lock@etcd-cpu-%/proc>=0",
+	"baton-run@consul-cpu-%/proc>=0", "consul-lock@consul-cpu-%/proc>=0")

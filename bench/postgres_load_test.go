@@ -15,6 +15,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/postgres"
+	"github.com/batonhq/baton/internal/benchci"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -22,7 +23,7 @@ import (
 // loadWindow is how long the load benchmarks count statements and CPU:
 // one TTL of baton's default (10 s), so that every waiter's TTL-due read
 // falls in it once.
-const loadWindow = 10 * time.Second
+var loadWindow = benchci.Size(10*time.Second, time.Second)
 
 // loadTTL is baton's default TTL, used by the load benchmarks.
 const loadTTL = 10 * time.Second
@@ -238,7 +239,7 @@ func BenchmarkPostgresLoadVsAdvisoryLock(b *testing.B) {
 			holder.held.Release()
 		}
 	})
-	const n = 10000
+	n := benchci.Size(10000, 20)
 	b.Run("10k/baton", func(b *testing.B) {
 		var hn, sn atomic.Int64
 		for i := 0; b.Loop(); i++ {
@@ -269,7 +270,7 @@ func BenchmarkPostgresLoadVsAdvisoryLock(b *testing.B) {
 					_, _ = standby.Campaign(ctx, fmt.Sprintf("%s-%05d", prefix, k), baton.Candidate{ID: "standby"})
 				})
 			}
-			waitCount(b, &sn, first+n, "standby's first reads")
+			waitCount(b, &sn, first+int64(n), "standby's first reads")
 			rates, cpu, srv2 := m.measure(&hn, &sn)
 			b.ReportMetric(rates[0], "holder-stmt/s-with-standby")
 			b.ReportMetric(rates[1], "standby-stmt/s")
@@ -313,7 +314,7 @@ func BenchmarkPostgresLoadVsAdvisoryLock(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			first := sn.Load()
 			wg := advisoryStandby(ctx, sp, keys)
-			waitCount(b, &sn, first+n, "standby's first polls")
+			waitCount(b, &sn, first+int64(n), "standby's first polls")
 			rates, cpu, srv2 := m.measure(&hn, &sn)
 			b.ReportMetric(rates[0], "holder-stmt/s-with-standby")
 			b.ReportMetric(rates[1], "standby-stmt/s")

@@ -11,6 +11,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/postgres"
+	"github.com/batonhq/baton/internal/benchci"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -87,7 +88,7 @@ const advisoryPoll = time.Second
 // loop: after a network cut of its holder, the server keeps the session,
 // and with it the lock, until TCP keepalive gives up (about two hours
 // with Linux's defaults).
-const advisoryLimit = 20 * time.Second
+var advisoryLimit = benchci.Size(20*time.Second, 2*time.Second)
 
 // advisoryProcess is one process of the hand-rolled loop: a session
 // advisory lock taken with pg_try_advisory_lock on a pooled connection,

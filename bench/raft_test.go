@@ -14,6 +14,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/raft"
+	"github.com/batonhq/baton/internal/benchci"
 	"github.com/batonhq/baton/internal/certs"
 	"github.com/batonhq/baton/internal/testhook"
 	"github.com/batonhq/baton/internal/testkit"
@@ -488,7 +489,7 @@ func BenchmarkSteadyStateRaftTraffic(b *testing.B) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	followers := len(voters) + 2 - 1 // the voters and both processes, but the leader
-	const window = 10 * time.Second
+	window := benchci.Size(10*time.Second, time.Second)
 	var rpcs, beats, entries float64
 	for b.Loop() {
 		rpc0, beat0, applied0, start := counts.appendEntries.Load(), counts.heartbeats.Load(), voters[0].Status().Applied, time.Now()

@@ -20,6 +20,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/raft"
+	"github.com/batonhq/baton/internal/benchci"
 	"github.com/batonhq/baton/internal/certs"
 	"github.com/batonhq/baton/internal/testserver"
 )
@@ -500,6 +501,9 @@ func BenchmarkRaftUnderLoad(b *testing.B) {
 		{"default", "", ""},
 		{"ht=500ms,ttl=2s", "500ms", "2s"},
 	}
+	// At the small size (benchci), the faster configuration alone: both
+	// run the same code, and its shorter TTL settles sooner.
+	configs = benchci.Size(configs, configs[1:])
 	faults := []struct {
 		name string
 		stop time.Duration
@@ -543,10 +547,10 @@ func BenchmarkRaftUnderLoad(b *testing.B) {
 					switch {
 					case f.name == "hog":
 						stop := startHog(b, 2*runtime.NumCPU())
-						time.Sleep(10 * time.Second) // the fault itself
+						time.Sleep(benchci.Size(10*time.Second, time.Second)) // the fault itself
 						stop()
 					case f.name == "gc":
-						g.send(leader, "gc 256")
+						g.send(leader, fmt.Sprintf("gc %d", benchci.Size(256, 16)))
 						select {
 						case d := <-g.members[leader].stall:
 							stalls = append(stalls, d)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/redis"
+	"github.com/batonhq/baton/internal/benchci"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/go-redsync/redsync/v4"
 	rsgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
@@ -139,8 +140,8 @@ func BenchmarkRedisVsRedsync(b *testing.B) {
 				_ = m.LockContext(ctx)
 			}
 		}()
-		time.Sleep(time.Second) // warm-up, not synchronisation
-		const window = 10 * time.Second
+		time.Sleep(benchci.Size(time.Second, 200*time.Millisecond)) // warm-up, not synchronisation
+		window := benchci.Size(10*time.Second, time.Second)
 		var rate float64
 		for b.Loop() {
 			before, start := n.Load(), time.Now()

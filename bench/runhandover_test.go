@@ -14,6 +14,7 @@ import (
 
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/etcd"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -163,11 +164,7 @@ func BenchmarkRunHandOver(b *testing.B) {
 		// The library: resign, until the waiter's campaign returns.
 		name := fmt.Sprintf("%s-lib-%d", lease, i)
 		th := mustCampaign(b, libHolder, name, "holder")
-		got := make(chan time.Time, 1)
-		go func() {
-			mustCampaign(b, libWaiter, name, "waiter")
-			got <- time.Now()
-		}()
+		got := testkit.CampaignAsync(b, libWaiter.backend, name, "waiter")
 		waitFor(b, 30*time.Second, "the library's waiter to queue", func() (bool, error) {
 			r, err := cli.Get(context.Background(), name+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 			return err == nil && r.Count >= 2, err
@@ -176,7 +173,7 @@ func BenchmarkRunHandOver(b *testing.B) {
 		if err := th.Resign(context.Background()); err != nil {
 			b.Fatal(err)
 		}
-		resigns = append(resigns, (<-got).Sub(t1))
+		resigns = append(resigns, testkit.WaitTerm(b, got, testkit.CampaignTimeout).At.Sub(t1))
 	}
 	percentiles(b, runs, "run-sigterm")
 	percentiles(b, resigns, "library-resign")

@@ -11,5 +11,8 @@
 // import client-go, which neither the root module nor package bench's
 // module requires.
 //
-// Figures are reported as custom metrics, never asserted.
+// Figures are reported as custom metrics, never asserted. TestBenchmarks
+// runs each benchmark once at a small size (a 3 s lease with client-go's
+// proportions, a 2 s window), as a test that it still works; see package
+// bench's "Benchmarks in CI".
 package kubernetes

@@ -24,35 +24,38 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/kubernetes"
+	"github.com/batonhq/baton/internal/benchci"
 	"github.com/batonhq/baton/internal/testserver"
 )
 
 // The timing of both electors: client-go's defaults (and
 // controller-runtime's), and baton's TTL at the same lease duration. baton
 // renews every TTL/3; client-go's holder renews, and its followers poll,
-// every RetryPeriod (with up to 120 % jitter).
-const (
-	leaseDuration = 15 * time.Second
-	renewDeadline = 10 * time.Second
-	retryPeriod   = 2 * time.Second
+// every RetryPeriod (with up to 120 % jitter). The small size (benchci)
+// keeps client-go's proportions.
+var (
+	leaseDuration = benchci.Size(15*time.Second, 3*time.Second)
+	renewDeadline = benchci.Size(10*time.Second, 2*time.Second)
+	retryPeriod   = benchci.Size(2*time.Second, 400*time.Millisecond)
 )
 
 // A client-go holder ends phaseMin plus up to phaseSpread (uniformly
 // drawn) after its follower first read the Lease: several of the
 // follower's retry cycles (2 to 4.4 s each), so that the end falls at a
 // random point of one.
-const (
-	phaseMin    = 5 * time.Second
-	phaseSpread = 10 * time.Second
+var (
+	phaseMin    = benchci.Size(5*time.Second, time.Second)
+	phaseSpread = benchci.Size(10*time.Second, time.Second)
 )
 
-const (
-	namespace = "default"
+const namespace = "default"
+
+var (
 	// requestsWindow is the window over which requests are counted.
-	requestsWindow = 60 * time.Second
+	requestsWindow = benchci.Size(60*time.Second, 2*time.Second)
 	// warmUp is left out of the count: the standbys' first reads and
 	// watches.
-	warmUp = 5 * time.Second
+	warmUp = benchci.Size(5*time.Second, time.Second)
 )
 
 func TestMain(m *testing.M) {
