@@ -331,5 +331,5 @@ func toolCPU(root int, comms []string) (map[int]procCPU, error) {
 	return out, nil
 }
 
-var _ = benchci.Register(BenchmarkIdleRunVsPeers, "baton-run@etcd-cpu-%/proc>=0", "etcdctl-lock@etcd-cpu-%/proc>=0",
-	"baton-run@consul-cpu-%/proc>=0", "consul-lock@consul-cpu-%/proc>=0")
+var _ = benchci.Register(BenchmarkIdleRunVsPeers, "baton@etcd-cpu-%/proc>=0", "etcdctl-lock@etcd-cpu-%/proc>=0",
+	"baton@consul-cpu-%/proc>=0", "consul-lock@consul-cpu-%/proc>=0")
