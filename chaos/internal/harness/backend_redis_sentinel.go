@@ -1,10 +1,13 @@
 package harness
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,7 +18,8 @@ import (
 )
 
 // redisSentinelBackend is a Redis primary, its replica and three sentinels
-// (real redis-server and redis-sentinel, loopback, no persistence), which
+// (real redis-server and redis-sentinel, loopback, no persistence; the
+// sentinels judge a server down after 1 s), which
 // the candidates reach by a redis+sentinel:// URL, so that every
 // acquisition and renewal waits for the replica (baton_replicas defaults
 // to 1 there).
@@ -132,22 +136,40 @@ func fields(v any) map[string]string {
 	return m
 }
 
-// waitWhole waits until every sentinel names the primary, sees one
-// replica, sound, with its link up, and knows the other sentinels.
+// waitWhole waits until every sentinel names the same server as the
+// primary, that server serves as one, the other is its replica in sync,
+// and every sentinel sees that replica sound and knows the other
+// sentinels; it records which server is the primary. (Sentinel may fail
+// over on its own, e.g. when a busy host keeps the primary from
+// answering within down-after: whichever server it chose is the
+// primary.)
 func (b *redisSentinelBackend) waitWhole() error {
-	b.mu.Lock()
-	p, r := b.servers[b.primary], b.servers[1-b.primary]
-	b.mu.Unlock()
 	name := b.sentinels.MasterName
-	return waitFor("every sentinel to see the primary and its replica sound", func() bool {
-		if !replicaInSync(r, p) {
+	primary := -1
+	err := waitFor("every sentinel to see one primary and its replica sound", func() bool {
+		addr := ""
+		for _, sp := range b.sentinels.Procs {
+			v, err := sp.Do("SENTINEL", "get-master-addr-by-name", name)
+			a, ok := v.([]any)
+			if err != nil || !ok || len(a) != 2 {
+				return false
+			}
+			got := net.JoinHostPort(fmt.Sprint(a[0]), fmt.Sprint(a[1]))
+			if addr != "" && got != addr {
+				return false
+			}
+			addr = got
+		}
+		pi := slices.IndexFunc(b.servers[:], func(s *testserver.Redis) bool { return s.Addr() == addr })
+		if pi < 0 {
+			return false
+		}
+		p, r := b.servers[pi], b.servers[1-pi]
+		v, _ := p.Do("INFO", "replication")
+		if s, _ := v.(string); !strings.Contains(s, "role:master") || !replicaInSync(r, p) {
 			return false
 		}
 		for _, sp := range b.sentinels.Procs {
-			v, err := sp.Do("SENTINEL", "get-master-addr-by-name", name)
-			if a, ok := v.([]any); err != nil || !ok || len(a) != 2 || net.JoinHostPort(fmt.Sprint(a[0]), fmt.Sprint(a[1])) != p.Addr() {
-				return false
-			}
 			m, err := sp.Do("SENTINEL", "master", name)
 			if f := fields(m); err != nil || f["flags"] != "master" {
 				return false
@@ -165,11 +187,24 @@ func (b *redisSentinelBackend) waitWhole() error {
 				return false
 			}
 		}
+		primary = pi
 		return true
 	})
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.primary = primary
+	b.mu.Unlock()
+	return nil
 }
 
 func (b *redisSentinelBackend) failover(how failoverHow, lose time.Duration) error {
+	// Which server is the primary now (Sentinel may have failed over on
+	// its own since the last fault).
+	if err := b.waitWhole(); err != nil {
+		return err
+	}
 	b.mu.Lock()
 	p, r := b.servers[b.primary], b.servers[1-b.primary]
 	b.mu.Unlock()
@@ -215,8 +250,13 @@ func (b *redisSentinelBackend) failover(how failoverHow, lose time.Duration) err
 		return err
 	}
 	if how != failoverCommand {
-		// The operator restarts the old primary as the new one's replica
-		// (Sentinel would convert it too, but only at its next look).
+		// The operator restarts the old primary, empty (the RDB file a
+		// full sync left is deleted: no persistence), as the new one's
+		// replica (Sentinel would convert it too, but only at its next
+		// look).
+		if err := os.Remove(filepath.Join(p.Dir(), "dump.rdb")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
 		if err := p.Start(); err != nil {
 			return fmt.Errorf("restart the old primary: %w", err)
 		}
@@ -225,9 +265,6 @@ func (b *redisSentinelBackend) failover(how failoverHow, lose time.Duration) err
 			return fmt.Errorf("make the old primary a replica: %w", err)
 		}
 	}
-	b.mu.Lock()
-	b.primary = 1 - b.primary
-	b.mu.Unlock()
 	return b.waitWhole()
 }
 
