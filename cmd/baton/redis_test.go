@@ -125,9 +125,18 @@ func (g *sentinelGroup) failOver(t *testing.T) {
 // addr: zero when it is not held there.
 func leaseSafeUntil(t *testing.T, addr, lease string) time.Time {
 	t.Helper()
+	v, err := getSafeUntil(addr, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// getSafeUntil is leaseSafeUntil, returning its error.
+func getSafeUntil(addr, lease string) (time.Time, error) {
 	resp, err := http.Get("http://" + addr + "/v1/leases/" + lease)
 	if err != nil {
-		t.Fatalf("GET /v1/leases/%s: %v", lease, err)
+		return time.Time{}, fmt.Errorf("GET /v1/leases/%s: %w", lease, err)
 	}
 	defer resp.Body.Close()
 	var v struct {
@@ -135,12 +144,12 @@ func leaseSafeUntil(t *testing.T, addr, lease string) time.Time {
 		SafeUntil *time.Time `json:"safe_until"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		t.Fatalf("GET /v1/leases/%s: %v", lease, err)
+		return time.Time{}, fmt.Errorf("GET /v1/leases/%s: %w", lease, err)
 	}
 	if !v.HeldHere || v.SafeUntil == nil {
-		return time.Time{}
+		return time.Time{}, nil
 	}
-	return *v.SafeUntil
+	return *v.SafeUntil, nil
 }
 
 // TestRunSentinelFailoverLosingRenewal is the Sentinel failover attack on
@@ -253,6 +262,131 @@ func runSentinelFailoverLosingRenewal(t *testing.T, query string) {
 		t.Errorf("tokens did not rise across the failover: %d, then %d", first.token, second.token)
 	}
 	// The resumed holder finds its term over; its child must not come back.
+	resumed := time.Now().UnixNano()
+	testkit.Eventually(t, 20*time.Second, "a second of heartbeats after the resume", func() bool {
+		n := 0
+		for _, e := range readEvents(file) {
+			if e.kind == "hb" && e.at > resumed {
+				n++
+			}
+		}
+		return n >= 20
+	})
+	checkNoOverlap(t, file)
+}
+
+// TestRunSentinelFailoverLosingAcquisition is the Sentinel failover attack
+// on an acquisition, with `baton run` processes as in
+// TestRunSentinelFailoverLosingRenewal: a first term, replicated, gives the
+// lease a token; then the replica stops receiving, a new `baton run`
+// acquires the free lease on the primary alone, and is stopped (SIGSTOP of
+// baton) while the primary dies and Sentinel promotes the replica, which
+// never saw the acquisition. Two more `baton run` start there. No two
+// children may act at once, and the tokens of the children that acted
+// strictly rise. With baton_replicas=0 (BATON_TEST_REDIS_REPLICAS=0) the
+// acquisition counts, its child acts, and the next holder gets the same
+// token while it still does. BATON_TEST_REDIS_FAILOVER_RUNS repeats it.
+func TestRunSentinelFailoverLosingAcquisition(t *testing.T) {
+	t.Parallel()
+	runs := 1
+	if v, _ := strconv.Atoi(os.Getenv("BATON_TEST_REDIS_FAILOVER_RUNS")); v > 0 {
+		runs = v
+	}
+	query := ""
+	if v := os.Getenv("BATON_TEST_REDIS_REPLICAS"); v != "" {
+		query = "?baton_replicas=" + v
+	}
+	for i := range runs {
+		t.Run(strconv.Itoa(i), func(t *testing.T) { runSentinelFailoverLosingAcquisition(t, query) })
+	}
+}
+
+func runSentinelFailoverLosingAcquisition(t *testing.T, query string) {
+	const lease = "sentinel-acquisition"
+	g := startSentinelGroup(t)
+	file, self := sharedEventFile(t)
+	killLeftoverChildren(t, file)
+	env := testEnv(childEnv+"=hb", childFileEnv+"="+file)
+	n := 0
+	start := func() (*batonProc, string) {
+		n++
+		addr := freePort(t)
+		return startUnprivilegedBaton(t, fmt.Sprintf("baton-%d", n), env,
+			"run", "--backend", g.url(query), "--lease", lease, "--ttl", "6s", "--grace", "300ms",
+			"--http", addr, "--log-level", "debug", "--", self), addr
+	}
+	// A first term, replicated, and released.
+	p0, _ := start()
+	testkit.Eventually(t, 60*time.Second, "the first child to start", func() bool { return len(starts(readEvents(file))) >= 1 })
+	first := starts(readEvents(file))[0]
+	testkit.Eventually(t, 10*time.Second, "the first child's heartbeats", func() bool { return heartbeatsOf(file, first.pid) >= 5 })
+	if err := p0.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p0.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("the first baton exited %d after SIGTERM, want 0", code)
+	}
+	key := "baton:lease:" + lease
+	testkit.Eventually(t, 30*time.Second, "the release replicated", func() bool {
+		v, _ := g.replica.Do("EXISTS", key)
+		return v == int64(0)
+	})
+
+	// The replica stops receiving; a new baton acquires on the primary
+	// alone: counted (its child starts) or refused for want of the
+	// replica's acknowledgement.
+	g.cutReplication(t)
+	a, aHTTP := start()
+	testkit.Eventually(t, 30*time.Second, "the acquisition's outcome", func() bool {
+		v, err := getSafeUntil(aHTTP, lease) // an error until its API is up
+		return (err == nil && !v.IsZero()) || strings.Contains(a.out.String(), "acknowledged the acquisition")
+	})
+	safe := leaseSafeUntil(t, aHTTP, lease)
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })
+	g.failOver(t)
+	start()
+	start()
+	// The children so far: the first term's, and the lost acquisition's
+	// if it counted.
+	idx := 1
+	if !safe.IsZero() {
+		idx = 2
+	}
+	var next event
+	testkit.Eventually(t, 60*time.Second, "a child to start after the failover", func() bool {
+		ss := starts(readEvents(file))
+		if len(ss) <= idx {
+			return false
+		}
+		next = ss[idx]
+		return heartbeatsOf(file, next.pid) >= 10
+	})
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if !safe.IsZero() {
+		// The acquisition counted: its child acted, and must have stopped
+		// by the safe-until its baton showed.
+		lost := starts(readEvents(file))[1]
+		var last int64
+		for _, e := range readEvents(file) {
+			if e.pid == lost.pid {
+				last = max(last, e.at)
+			}
+		}
+		if limit := safe.Add(time.Millisecond); time.Unix(0, last).After(limit) {
+			t.Errorf("the lost acquisition's child acted until %s after the safe-until its baton last showed", time.Unix(0, last).Sub(limit))
+		}
+		t.Logf("the lost acquisition (token %d) counted; its child acted until %s before its safe-until", lost.token, safe.Sub(time.Unix(0, last)).Round(time.Millisecond))
+	} else {
+		t.Logf("the lost acquisition did not count; after the failover, token %d (the first term's: %d)", next.token, first.token)
+	}
+	if next.others != 0 {
+		t.Errorf("a child started after the failover while %d other children were alive", next.others)
+	}
 	resumed := time.Now().UnixNano()
 	testkit.Eventually(t, 20*time.Second, "a second of heartbeats after the resume", func() bool {
 		n := 0
