@@ -109,7 +109,10 @@ Fault kinds (--kinds): kill, term, stop-baton, stop-tree, cut, hog (a CPU hog:
 its guard or both, or on raft of the raft leader's member, for 100 ms-1 s),
 slow (not raft), restart, wipe (opt-in: restart without data, also --wipe),
 raft-leader and raft-quorum (raft only), server-kill and server-cut
-(zookeeper-ensemble only). See docs/reliability.md.
+(zookeeper-ensemble only), failover (redis-sentinel only: a primary, a replica
+and three sentinels; a Sentinel failover, at times with the replication link
+cut first so that writes are really lost; no cut or slow there, as the
+candidates dial the servers the sentinels name). See docs/reliability.md.
 
 The run's directory keeps report.json, timeline.svg (the whole run),
 timeline-start.svg (its first minute), history.json.gz (every write and fault;
@@ -120,6 +123,7 @@ Exit status: 0 passed; 1 failed its checks; 2 bad flags; 3 the run could not
 be carried out.`,
 		Example: `  go run ./chaos --backend etcd --faults 30 --seed 1
   go run ./chaos --backend postgres --pgbouncer --wipe --faults 100
+  go run ./chaos --backend redis-sentinel --faults 1000 --ttl 6s
   go run ./chaos --backend raft --faults 1000 --interval 1.5s --seed 7 --min-availability 0.999
   go run ./chaos --backend etcd --broken ignore-deadline --kinds stop-baton --faults 5`,
 		SilenceUsage:  true,

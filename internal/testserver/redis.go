@@ -377,6 +377,20 @@ type SentinelOptions struct {
 // a failover timeout short enough for tests; they stop when the test ends.
 func StartSentinels(t testing.TB, primary *Redis, o SentinelOptions) *Sentinels {
 	t.Helper()
+	s, err := NewSentinels(t.TempDir(), primary, o)
+	if errors.Is(err, ErrRedisMissing) {
+		Unavailable(t, "redis", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// NewSentinels starts sentinels as StartSentinels does, each with its
+// files in a directory of its own under dir. The caller must Close them.
+func NewSentinels(dir string, primary *Redis, o SentinelOptions) (*Sentinels, error) {
 	if o.N == 0 {
 		o.N = 3
 	}
@@ -388,15 +402,20 @@ func StartSentinels(t testing.TB, primary *Redis, o SentinelOptions) *Sentinels 
 	}
 	bin, err := redisBin("BATON_REDIS_SENTINEL", RedisSentinelBin)
 	if err != nil {
-		Unavailable(t, "redis", err)
+		return nil, err
 	}
 	s := &Sentinels{MasterName: "mymaster"}
 	h, p, _ := net.SplitHostPort(primary.Addr())
-	for range o.N {
-		dir := t.TempDir()
+	for i := range o.N {
+		dir := filepath.Join(dir, fmt.Sprintf("sentinel-%d", i+1))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			s.Close()
+			return nil, err
+		}
 		port, err := freePort()
 		if err != nil {
-			t.Fatal(err)
+			s.Close()
+			return nil, err
 		}
 		lines := []string{
 			"bind 127.0.0.1",
@@ -416,16 +435,24 @@ func StartSentinels(t testing.TB, primary *Redis, o SentinelOptions) *Sentinels 
 		}
 		conf := filepath.Join(dir, "sentinel.conf")
 		if err := os.WriteFile(conf, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
-			t.Fatal(err)
+			s.Close()
+			return nil, err
 		}
 		r := &Redis{dir: dir, port: port, bin: bin, conf: conf}
 		if err := r.start(); err != nil {
-			t.Fatal(err)
+			s.Close()
+			return nil, err
 		}
-		t.Cleanup(r.Close)
 		s.Procs = append(s.Procs, r)
 	}
-	return s
+	return s, nil
+}
+
+// Close stops the sentinels.
+func (s *Sentinels) Close() {
+	for _, r := range s.Procs {
+		r.Close()
+	}
 }
 
 // Addrs returns the sentinels' addresses.

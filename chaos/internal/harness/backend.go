@@ -17,7 +17,7 @@ import (
 )
 
 // Backends are the names Config.Backend takes.
-var Backends = []string{"etcd", "zookeeper", "consul", "raft", "zookeeper-ensemble", "kubernetes", "postgres", "dynamodb", "redis"}
+var Backends = []string{"etcd", "zookeeper", "consul", "raft", "zookeeper-ensemble", "kubernetes", "postgres", "dynamodb", "redis", "redis-sentinel"}
 
 // backend is a real backend for the candidates, with the means to hurt it.
 type backend interface {
@@ -88,6 +88,8 @@ func newBackend(name, dir string, n int) (backend, error) {
 		return &dynamoBackend{dir: dir, n: n}, nil
 	case "redis":
 		return &redisBackend{dir: dir, n: n}, nil
+	case "redis-sentinel":
+		return &redisSentinelBackend{dir: dir, n: n}, nil
 	case "raft":
 		if n < 3 {
 			return nil, fmt.Errorf("raft needs at least 3 candidates (they are the group's voters), got %d", n)

@@ -69,6 +69,16 @@ const (
 	// member (its baton). A stall shorter than the TTL's margin must cost
 	// no lease.
 	KindStall = "stall"
+	// KindFailover is a Sentinel failover of the redis-sentinel backend,
+	// one of three ways chosen at random: the replication link cut first
+	// (the replica stopped, the primary dropping its link) and the
+	// candidates left to acquire and renew on the primary alone for
+	// 0.3–1 × TTL, then kill -9 of the primary, so that those writes are
+	// really lost; kill -9 of the primary with its replica in sync; or
+	// SENTINEL FAILOVER. Sentinel promotes the replica, the old primary
+	// comes back empty as its replica, and the fault lasts until the group
+	// is whole again.
+	KindFailover = "failover"
 )
 
 // KindsOf returns every fault kind the backend takes.
@@ -79,6 +89,10 @@ func KindsOf(backend string) []string {
 		return append(common, KindRaftLeader, KindRaftQuorum, KindRestart, KindWipe, KindRaftMajority)
 	case "zookeeper-ensemble":
 		return append(common, KindServerKill, KindServerCut, KindRestart)
+	case "redis-sentinel":
+		// The candidates dial the servers the sentinels name: no proxy
+		// to cut or slow one alone.
+		return append(slices.DeleteFunc(common, func(k string) bool { return k == KindCut }), KindFailover)
 	}
 	return append(common, KindSlow, KindRestart, KindWipe)
 }
@@ -350,6 +364,8 @@ func (h *Harness) inject(d draw) (heal func() error, id int, ok bool) {
 		return h.killServer(d, holder, scale(0.5, 2))
 	case KindServerCut:
 		return h.cutServer(d, holder, scale(0.5, 2.5))
+	case KindFailover:
+		return h.failover(d, holder, scale(0.3, 1))
 	}
 	return nil, 0, false
 }
@@ -429,6 +445,26 @@ func (h *Harness) restart(d draw, holder *candidate, down time.Duration) (func()
 			}
 		}
 		return nil
+	}, id, true
+}
+
+// failover injects KindFailover on a backend that takes it; lose is how
+// long the candidates write to the primary alone when the replication
+// link is cut first.
+func (h *Harness) failover(d draw, holder *candidate, lose time.Duration) (func() error, int, bool) {
+	fo, ok := h.be.(failoverer)
+	if !ok || !h.claimBackend() {
+		return nil, 0, false
+	}
+	how := failoverHow(int(d.x*3) % 3)
+	note := how.String()
+	if how == failoverLosing {
+		note = fmt.Sprintf("replication cut for %s, then kill -9 of the primary", lose.Round(time.Millisecond))
+	}
+	id := h.begin(d.kind, "primary", holder, false, note)
+	return func() error {
+		defer h.releaseBackend()
+		return fo.failover(how, lose)
 	}, id, true
 }
 
