@@ -271,6 +271,7 @@ func BenchmarkPostgresLoadVsAdvisoryLock(b *testing.B) {
 			}
 			waitCount(b, &sn, first+n, "standby's first reads")
 			rates, cpu, srv2 := m.measure(&hn, &sn)
+			b.Logf("the standby's notifications: %+v", standby.Notifications())
 			b.ReportMetric(rates[0], "holder-stmt/s-with-standby")
 			b.ReportMetric(rates[1], "standby-stmt/s")
 			b.ReportMetric(cpu-hcpu, "standby-cpu-%")
