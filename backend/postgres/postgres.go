@@ -291,6 +291,20 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 			cancel()
 		case <-wake:
 			cancel()
+			// Read at once, with every other waiter woken now (notifications
+			// that came back wake them all): one statement for all of them.
+			req, cancel := b.reader.request(name, time.Now())
+			select {
+			case <-ctx.Done():
+				cancel()
+				return nil, ctx.Err()
+			case <-s.Context().Done():
+				cancel()
+			case res := <-req.got:
+				if res.err == nil {
+					batched = &res
+				}
+			}
 		case res := <-req.got:
 			if res.err == nil {
 				batched = &res
