@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -61,6 +62,13 @@ type RecordBackend struct {
 	// store one read per process, not one per candidate.
 	lines map[string]*waitLine
 	wg    sync.WaitGroup
+
+	// renewing holds the terms the renewer keeps fresh; renewerOn is set
+	// once the renewer runs, and kick wakes it for a renewal due sooner
+	// than it sleeps.
+	renewing  map[*holding]struct{}
+	renewerOn bool
+	kick      chan struct{}
 }
 
 var _ baton.Backend = (*RecordBackend)(nil)
@@ -69,8 +77,12 @@ var _ baton.Backend = (*RecordBackend)(nil)
 type holding struct {
 	name, id string
 	term     *BasicTerm
-	stop     chan struct{} // closed to stop the renewer
-	stopped  chan struct{} // closed when the renewer returned
+	stop     chan struct{} // closed to stop the renewals
+	stopped  chan struct{} // closed when the renewer will no longer start one
+	// due is when the renewer renews the term next, for a retry or an
+	// adopted write; zero means at its next round. Guarded by
+	// RecordBackend.mu.
+	due time.Time
 
 	// write admits one write of the record at a time (a renewal, a
 	// StoreState, the release); version and rec belong to its holder. So
@@ -114,7 +126,8 @@ func NewRecordBackend(store RecordStore, opts RecordOptions) (*RecordBackend, er
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	b := &RecordBackend{done: make(chan struct{}), store: store, cfg: cfg, poll: poll, log: log.WithGroup("cas"), active: map[string]*holding{}, left: map[string]uint64{}, released: map[string]time.Time{}, lines: map[string]*waitLine{}}
+	b := &RecordBackend{done: make(chan struct{}), store: store, cfg: cfg, poll: poll, log: log.WithGroup("cas"), active: map[string]*holding{}, left: map[string]uint64{}, released: map[string]time.Time{},
+		lines: map[string]*waitLine{}, renewing: map[*holding]struct{}{}, kick: make(chan struct{}, 1)}
 	b.notify, _ = store.(RecordNotifier)
 	if k, ok := store.(RecordKeeper); ok {
 		b.keeps = k.KeepsRecords()
@@ -321,7 +334,12 @@ func (b *RecordBackend) acquire(ctx context.Context, h *holding, v uint64, old L
 	delete(b.released, h.name+"\x00"+h.id)
 	// Started under b.mu so that Close, which sets closed under b.mu before
 	// it waits, never misses a renewer.
-	b.wg.Go(func() { b.renew(h) })
+	b.renewing[h] = struct{}{}
+	if !b.renewerOn {
+		b.renewerOn = true
+		b.wg.Go(b.renewer)
+	}
+	b.wg.Go(func() { b.watchTerm(h) })
 	b.mu.Unlock()
 	b.log.Debug("acquired", "lease", h.name, "token", rec.Token)
 	if !b.keeps {
@@ -340,42 +358,143 @@ func (b *RecordBackend) unavailable(ctx context.Context, what string, err error)
 	return fmt.Errorf("%w: %s: %w", baton.ErrBackendUnavailable, what, err)
 }
 
-// renew keeps h's record fresh until the term ends or stop is closed.
-func (b *RecordBackend) renew(h *holding) {
-	defer close(h.stopped)
-	defer b.forget(h)
-	next := b.cfg.RenewInterval
+// renewWorkers bounds the renewals a round runs at once: enough to keep a
+// store with network round trips busy, few enough not to swamp it.
+const renewWorkers = 16
+
+// renewer keeps every held term's record fresh, for all of them: one
+// goroutine and one timer per RecordBackend, however many leases it holds,
+// rather than a timer per lease. Every RenewInterval it runs a round that
+// renews each term once; a term acquired between rounds is first renewed
+// at the next one, earlier than its own interval would have it, which only
+// moves its safe-until sooner forward. A renewal that failed is retried
+// RenewInterval/4 later, and one that adopted a lost-reply write at once,
+// outside the rounds.
+func (b *RecordBackend) renewer() {
+	round := time.Now().Add(b.cfg.RenewInterval)
+	timer := time.NewTimer(b.cfg.RenewInterval)
+	defer timer.Stop()
 	for {
-		timer := time.NewTimer(next)
 		select {
-		case <-h.stop:
-			timer.Stop()
-			return
-		case <-h.term.Done():
-			timer.Stop()
-			if errors.Is(h.term.Err(), baton.ErrExpired) {
-				b.markLeft(h, h.term.Token())
-			}
+		case <-b.done:
 			return
 		case <-timer.C:
+		case <-b.kick:
+			timer.Stop()
 		}
-		// A renewal that cannot finish before safe-until is useless: bound
-		// it, and the wait for a StoreState to finish with the record too.
-		ctx, cancel := context.WithDeadline(context.Background(), h.term.SafeUntil())
-		if h.lock(ctx) != nil {
-			// Safe-until passed while a StoreState wrote: the term is
-			// ending by itself, and the select above sees it.
-			cancel()
-			next = b.cfg.RenewInterval / 4
-			continue
+		now := time.Now()
+		full := !now.Before(round)
+		if full {
+			for !round.After(now) {
+				round = round.Add(b.cfg.RenewInterval)
+			}
 		}
-		next = b.renewOnce(ctx, h)
+		var batch []*holding
+		next := round
+		b.mu.Lock()
+		for h := range b.renewing {
+			switch {
+			case !h.due.IsZero() && !h.due.After(now), h.due.IsZero() && full:
+				h.due = time.Time{}
+				batch = append(batch, h)
+			case !h.due.IsZero() && h.due.Before(next):
+				next = h.due
+			}
+		}
+		b.mu.Unlock()
+		b.renewAll(batch)
+		b.mu.Lock()
+		for _, h := range batch {
+			if !h.due.IsZero() && h.due.Before(next) {
+				next = h.due
+			}
+		}
+		b.mu.Unlock()
+		timer.Reset(max(time.Until(next), 0))
+	}
+}
+
+// renewAll renews each term of batch once, renewWorkers at a time, the
+// nearest safe-until first: when the store or the machine is slow, the
+// terms closest to their end are the first to move it.
+func (b *RecordBackend) renewAll(batch []*holding) {
+	if len(batch) == 0 {
+		return
+	}
+	until := make(map[*holding]time.Time, len(batch))
+	for _, h := range batch {
+		until[h] = h.term.SafeUntil()
+	}
+	slices.SortFunc(batch, func(x, y *holding) int { return until[x].Compare(until[y]) })
+	// A renewal that cannot finish before safe-until is useless: bound
+	// the round's, and their waits for a StoreState to finish with the
+	// record, by the latest safe-until among them (one deadline for the
+	// round, not a timer per renewal). One that lands after its own term's
+	// safe-until extends nothing: the term has ended.
+	ctx, cancel := context.WithDeadline(context.Background(), until[batch[len(batch)-1]])
+	defer cancel()
+	work := make(chan *holding)
+	var wg sync.WaitGroup
+	for range min(len(batch), renewWorkers) {
+		wg.Go(func() {
+			for h := range work {
+				b.renewTerm(ctx, h)
+			}
+		})
+	}
+	for _, h := range batch {
+		work <- h
+	}
+	close(work)
+	wg.Wait()
+}
+
+// renewTerm renews h's record once, unless its term ended or its renewals
+// were stopped, and sets when to renew it outside the rounds.
+func (b *RecordBackend) renewTerm(ctx context.Context, h *holding) {
+	var next time.Duration
+	if h.lock(ctx) != nil {
+		// The round's deadline, every safe-until of it, passed while a
+		// StoreState wrote: the term is ending by itself.
+		next = b.cfg.RenewInterval / 4
+	} else {
+		select {
+		case <-h.stop:
+			next = -1
+		default:
+			next = b.renewOnce(ctx, h)
+		}
 		h.unlock()
-		cancel()
-		if next < 0 {
-			return
+	}
+	if next < 0 || next == b.cfg.RenewInterval {
+		return
+	}
+	b.mu.Lock()
+	h.due = time.Now().Add(next)
+	b.mu.Unlock()
+	if next == 0 {
+		select {
+		case b.kick <- struct{}{}:
+		default:
 		}
 	}
+}
+
+// watchTerm waits for h's term to end or its renewals to stop, and then
+// takes it off the renewer's list and lets its candidate campaign again.
+func (b *RecordBackend) watchTerm(h *holding) {
+	select {
+	case <-h.stop:
+	case <-h.term.Done():
+		if errors.Is(h.term.Err(), baton.ErrExpired) {
+			b.markLeft(h, h.term.Token())
+		}
+	}
+	b.mu.Lock()
+	delete(b.renewing, h)
+	b.mu.Unlock()
+	b.forget(h)
+	close(h.stopped)
 }
 
 // renewOnce rewrites h's record once, within ctx, and returns when to renew

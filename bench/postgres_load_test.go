@@ -265,13 +265,20 @@ func BenchmarkPostgresLoadVsAdvisoryLock(b *testing.B) {
 			standby := newPGBackend(b, db, &sn, cfg)
 			ctx, cancel := context.WithCancel(context.Background())
 			first := sn.Load()
+			var failed atomic.Int64
+			var firstErr atomic.Value
 			for k := range n {
 				wg.Go(func() {
-					_, _ = standby.Campaign(ctx, fmt.Sprintf("%s-%05d", prefix, k), baton.Candidate{ID: "standby"})
+					_, err := standby.Campaign(ctx, fmt.Sprintf("%s-%05d", prefix, k), baton.Candidate{ID: "standby"})
+					if err != nil && ctx.Err() == nil {
+						failed.Add(1)
+						firstErr.CompareAndSwap(nil, err.Error())
+					}
 				})
 			}
 			waitCount(b, &sn, first+int64(n), "standby's first reads")
 			rates, cpu, srv2 := m.measure(&hn, &sn)
+			b.Logf("the standby's notifications: %+v; campaigns that failed: %d (%v)", standby.Notifications(), failed.Load(), firstErr.Load())
 			b.ReportMetric(rates[0], "holder-stmt/s-with-standby")
 			b.ReportMetric(rates[1], "standby-stmt/s")
 			b.ReportMetric(cpu-hcpu, "standby-cpu-%")

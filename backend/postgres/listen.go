@@ -97,16 +97,20 @@ func (l *listener) listening() bool {
 func (l *listener) wake(name string, all bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for n, chans := range l.waiters {
-		if !all && n != name {
-			continue
-		}
+	signal := func(chans map[chan struct{}]struct{}) {
 		for ch := range chans {
 			select {
 			case ch <- struct{}{}:
 			default:
 			}
 		}
+	}
+	if !all {
+		signal(l.waiters[name])
+		return
+	}
+	for _, chans := range l.waiters {
+		signal(chans)
 	}
 }
 

@@ -28,6 +28,7 @@ type Backend struct {
 	sessions *backend.SessionManager[string]
 	epochs   backend.EpochTracker
 	listen   *listener
+	reader   *batchReader
 	ops      chan struct{} // admits statements other than renewals; see exec
 }
 
@@ -67,6 +68,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Backend, error
 		Log:        o.log,
 	})
 	b.listen = newListener(b)
+	b.reader = newBatchReader(b)
+	b.sessions.Go(func() { b.reader.run(b.sessions.Context()) })
 	if !o.NoListen {
 		b.sessions.Go(func() { b.listen.run(b.sessions.Context()) })
 	} else {
@@ -206,17 +209,26 @@ type seen struct {
 func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id string) (baton.Term, error) {
 	wake, unsubscribe := b.listen.subscribe(name)
 	defer unsubscribe()
-	var last seen
+	var (
+		last    seen
+		batched *readResult // the row as a batch read it, to go by instead of reading it
+	)
 	for {
 		s, err := b.sessions.Session(ctx)
 		if err != nil {
 			return nil, err
 		}
-		r, err := b.read(ctx, name)
-		if err != nil {
-			return nil, b.sessions.CampaignErr(ctx, s, name, "read lease", err)
-		}
+		var r leaseRow
 		now := time.Now()
+		if batched != nil {
+			r, now = batched.r, batched.at
+			batched = nil
+		} else {
+			if r, err = b.read(ctx, name); err != nil {
+				return nil, b.sessions.CampaignErr(ctx, s, name, "read lease", err)
+			}
+			now = time.Now()
+		}
 		var (
 			take bool
 			dead string
@@ -268,16 +280,37 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 		if !b.listen.listening() {
 			wait = min(wait, b.o.poll)
 		}
-		timer := time.NewTimer(max(wait, time.Millisecond))
+		// The row is read again when it comes due, in a batch with the
+		// other waiters' rows; a notification has it read at once.
+		req, cancel := b.reader.request(name, now.Add(max(wait, time.Millisecond)))
 		select {
 		case <-ctx.Done():
-			timer.Stop()
+			cancel()
 			return nil, ctx.Err()
 		case <-s.Context().Done():
-			timer.Stop()
+			cancel()
 		case <-wake:
-			timer.Stop()
-		case <-timer.C:
+			cancel()
+			// Read at once, with every other waiter woken now (notifications
+			// that came back wake them all): one statement for all of them.
+			req, cancel := b.reader.request(name, time.Now())
+			select {
+			case <-ctx.Done():
+				cancel()
+				return nil, ctx.Err()
+			case <-s.Context().Done():
+				cancel()
+			case res := <-req.got:
+				if res.err == nil {
+					batched = &res
+				}
+			}
+		case res := <-req.got:
+			if res.err == nil {
+				batched = &res
+			}
+			// A failed batch: the waiter reads the row itself, which
+			// reports the error or mends a lost schema.
 		}
 	}
 }

@@ -9,6 +9,7 @@ type queries struct {
 	exists                           string
 	grant, renew, revoke             string
 	read, insert, takeFree, takeOver string
+	readMany                         string
 	release, dropSession             string
 	loadState, storeState            string
 	sessionExists                    string
@@ -29,6 +30,10 @@ func newQueries(schema string) queries {
 			RETURNING pg_notify($2, name)`),
 		read: r.Replace(`SELECT l.holder, l.session, l.token, l.ttl_ms, s.renewals, s.ttl_ms, l.since
 			FROM @.leases l LEFT JOIN @.sessions s ON s.id = l.session WHERE l.name = $1`),
+		// read for many leases: the one statement per poll interval that
+		// reads the rows of a process's waiters as they come due.
+		readMany: r.Replace(`SELECT l.name, l.holder, l.session, l.token, l.ttl_ms, s.renewals, s.ttl_ms, l.since
+			FROM @.leases l LEFT JOIN @.sessions s ON s.id = l.session WHERE l.name = ANY($1)`),
 		// $1 name, $2 holder, $3 our session, $4 new token, $5 ttl_ms,
 		// $6 channel. Only while our session row exists: a session that a
 		// contender deleted must not take leases.

@@ -2,11 +2,14 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
+	"github.com/batonhq/baton/backend/postgres"
 	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -80,5 +83,101 @@ func TestOneRenewalPerProcess(t *testing.T) {
 	// renew interval (TTL/3) would read three times as often.
 	if limit := waiting * (int(window/ttl) + 2); reads > limit {
 		t.Errorf("%d reads by %d waiters in %s: more than one per TTL each (limit %d)", reads, waiting, window, limit)
+	}
+}
+
+// TestStandbyReadsInBatches: a process waiting for 300 leases, all held by
+// one other process, reads their rows in batches, about one statement per
+// poll interval for all of them, not one read per lease per TTL (300 a
+// second here). When the holder then vanishes without a word, the waiter
+// takes every lease over. Counted by pg_stat_statements on the server;
+// with notifications (the default) and without.
+func TestStandbyReadsInBatches(t *testing.T) {
+	for _, listen := range []bool{true, false} {
+		t.Run(map[bool]string{true: "listen", false: "poll"}[listen], func(t *testing.T) { standbyReadsInBatches(t, listen) })
+	}
+}
+
+func standbyReadsInBatches(t *testing.T, listen bool) {
+	const n = 300
+	pg := testserver.SharedPostgres(t)
+	dbURL := pg.NewDatabase(t)
+	check := newPool(t, dbURL)
+	mustExec(t, check, "CREATE EXTENSION pg_stat_statements")
+	const ttl = time.Second
+	holderPool := newPool(t, dbURL)
+	holder := newBackend(t, holderPool, ttl)
+	waiter, err := postgres.New(context.Background(), newPool(t, dbURL), postgres.Options{Config: backend.Config{TTL: ttl}, NoListen: !listen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = waiter.Close(ctx)
+	})
+	prefix := testkit.Unique("standby")
+	for i := range n {
+		testkit.Campaign(t, holder, fmt.Sprintf("%s-%03d", prefix, i), "holder")
+	}
+	if listen {
+		testkit.Eventually(t, 30*time.Second, "the waiter's LISTEN connection", func() bool {
+			return waiter.Notifications().Listening
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	won := make(chan baton.Term, n)
+	// The holder's campaigns read every lease too: count the waiter's.
+	mustExec(t, check, "SELECT pg_stat_statements_reset()")
+	for i := range n {
+		go func() {
+			// A campaign that found the database unavailable (a statement
+			// over its TTL-long bound on a loaded machine) is tried again,
+			// as Elector.Run does.
+			var bo baton.Backoff
+			for {
+				term, err := waiter.Campaign(ctx, fmt.Sprintf("%s-%03d", prefix, i), baton.Candidate{ID: "waiter"})
+				if err == nil {
+					won <- term
+					return
+				}
+				if !errors.Is(err, baton.ErrBackendUnavailable) {
+					return
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(bo.Next()):
+				}
+			}
+		}()
+	}
+	testkit.Eventually(t, 30*time.Second, "the waiters' first reads", func() bool {
+		return statements(t, check, "SELECT l.holder") >= n
+	})
+	mustExec(t, check, "SELECT pg_stat_statements_reset()")
+	before, start := renewals(t, check), time.Now()
+	// Twenty renewals of the two sessions: over three TTLs.
+	testkit.Eventually(t, 60*time.Second, "twenty renewals", func() bool { return renewals(t, check) >= before+20 })
+	window := time.Since(start)
+	single := statements(t, check, "SELECT l.holder")
+	batches := statements(t, check, "SELECT l.name, l.holder")
+	t.Logf("in %s: %d single lease reads and %d batch reads by a waiter for %d leases", window.Round(time.Millisecond), single, batches, n)
+	if single >= n {
+		t.Errorf("%d single lease reads in %s by a waiter for %d leases: its leases are read one by one, not in batches", single, window, n)
+	}
+	if limit := int(window/(ttl/3)) + 3; batches > limit || batches == 0 {
+		t.Errorf("%d batch reads in %s: want about one per poll interval (%s), at most %d", batches, window, ttl/3, limit)
+	}
+
+	// The holder vanishes: its connections go, its session row stays.
+	holderPool.Close()
+	for i := range n {
+		select {
+		case <-won:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the waiter took over %d of %d leases within 30 s of the holder's end", i, n)
+		}
 	}
 }

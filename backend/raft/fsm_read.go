@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	hraft "github.com/hashicorp/raft"
@@ -92,10 +93,19 @@ func (f *fsm) session(id string) (sessionRec, bool) {
 func (f *fsm) holdingMembers() map[string]bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// Every member asks once per heartbeat timeout: walk the sessions, and
+	// each session's leases only until one it holds, so that a process
+	// holding thousands of leases costs one look-up, not thousands.
 	out := map[string]bool{}
-	for _, l := range f.st.Leases {
-		if s := f.st.Sessions[l.Session]; s != nil && !s.Agent {
-			out[s.Node] = true
+	for id, s := range f.st.Sessions {
+		if s.Agent || out[s.Node] {
+			continue
+		}
+		for name := range f.bySes[id] {
+			if l := f.st.Leases[name]; l != nil && l.Session == id {
+				out[s.Node] = true
+				break
+			}
 		}
 	}
 	return out
@@ -136,12 +146,15 @@ func (f *fsm) table(name string) []leaseRow {
 func (f *fsm) resigns(session string) []resignOrder {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// Asked on every renewal: sort only the (usually no) orders found, not
+	// every lease the session holds.
 	var out []resignOrder
-	for _, name := range slices.Sorted(maps.Keys(f.bySes[session])) {
+	for name := range f.bySes[session] {
 		if l := f.st.Leases[name]; l != nil && l.Session == session && l.ResignRequested {
 			out = append(out, resignOrder{Lease: name, Token: l.Token})
 		}
 	}
+	slices.SortFunc(out, func(a, b resignOrder) int { return strings.Compare(a.Lease, b.Lease) })
 	return out
 }
 

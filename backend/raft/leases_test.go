@@ -597,3 +597,45 @@ func TestSnapshotKeepsStateAndResignRequests(t *testing.T) {
 		t.Fatalf("restored resign orders of s1 = %+v", got)
 	}
 }
+
+// TestHoldingMembersAndResignOrders: holdingMembers names the members whose
+// own sessions hold a lease (not a session that only waits, not an agent
+// client's), and resigns returns a session's resign orders sorted by lease,
+// among the many leases it holds.
+func TestHoldingMembersAndResignOrders(t *testing.T) {
+	f := newFSM()
+	log := &testLog{t: t}
+	apply := func(c command) *result { return log.apply(f, c) }
+	apply(command{Op: opSessionCreate, Session: "holds", Node: "n1", TTL: time.Second})
+	apply(command{Op: opSessionCreate, Session: "waits", Node: "n2", TTL: time.Second})
+	apply(command{Op: opSessionCreate, Session: "agent", Node: "n3", TTL: time.Second, Agent: true})
+	for i := range 50 {
+		if r := apply(command{Op: opAcquire, Session: "holds", Lease: fmt.Sprintf("l%02d", i), Candidate: "a", Time: time.Now()}); !r.Holder {
+			t.Fatalf("acquire l%02d: %+v", i, r)
+		}
+		apply(command{Op: opAcquire, Session: "waits", Lease: fmt.Sprintf("l%02d", i), Candidate: "b", Time: time.Now()})
+	}
+	if r := apply(command{Op: opAcquire, Session: "agent", Lease: "agent-lease", Candidate: "c", Time: time.Now()}); !r.Holder {
+		t.Fatalf("acquire agent-lease: %+v", r)
+	}
+	if got := f.holdingMembers(); len(got) != 1 || !got["n1"] {
+		t.Fatalf("holdingMembers = %v, want n1 alone", got)
+	}
+	if got := f.resigns("holds"); len(got) != 0 {
+		t.Fatalf("resign orders before any request = %+v", got)
+	}
+	for _, l := range []string{"l33", "l07", "l41"} {
+		apply(command{Op: opRequestResign, Lease: l})
+	}
+	got := f.resigns("holds")
+	if len(got) != 3 || got[0].Lease != "l07" || got[1].Lease != "l33" || got[2].Lease != "l41" {
+		t.Fatalf("resign orders = %+v, want l07, l33, l41", got)
+	}
+	if got := f.resigns("waits"); len(got) != 0 {
+		t.Fatalf("resign orders of a waiting session = %+v", got)
+	}
+	apply(command{Op: opSessionDestroy, Session: "holds"})
+	if got := f.holdingMembers(); len(got) != 1 || !got["n2"] {
+		t.Fatalf("holdingMembers after the holder's session ended = %v, want n2 (its waits were promoted)", got)
+	}
+}
