@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/consul/api"
 )
 
-func init() { targets = append(targets, consulTarget) }
+func init() { targets = append(targets, namedTarget{"consul", consulTarget}) }
 
 // consulTarget runs against one real `consul agent -dev` (v1.20.6, built
 // from the tools module); every simulated process has its own client

@@ -17,7 +17,7 @@ import (
 	"github.com/batonhq/baton/internal/testserver"
 )
 
-func init() { targets = append(targets, dynamoTarget) }
+func init() { targets = append(targets, namedTarget{"dynamodb", dynamoTarget}) }
 
 // On-demand prices assumed for the cost figures: us-east-1, as AWS
 // published them with the price cut of 1 November 2024 (dollars per

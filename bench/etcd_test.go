@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc"
 )
 
-func init() { targets = append(targets, etcdTarget) }
+func init() { targets = append(targets, namedTarget{"etcd", etcdTarget}) }
 
 // etcdTarget runs against one etcd server (a subprocess); every simulated process
 // has its own client behind its own proxy, so that killing a process cuts it

@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-func init() { targets = append(targets, postgresTarget) }
+func init() { targets = append(targets, namedTarget{"postgres", postgresTarget}) }
 
 // countingTracer counts the statements a pool sends, as the server
 // receives them.

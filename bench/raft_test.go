@@ -21,7 +21,7 @@ import (
 	metrics "github.com/hashicorp/go-metrics/compat"
 )
 
-func init() { targets = append(targets, raftTarget) }
+func init() { targets = append(targets, namedTarget{"raft", raftTarget}) }
 
 // raftTarget runs against an embedded raft group deployed as in production:
 // three voters on loopback with the default raft timings (HeartbeatTimeout
@@ -36,10 +36,9 @@ func init() { targets = append(targets, raftTarget) }
 // requests counts the Group calls that the raft leader served for every
 // Backend in the test binary (see raftCounter).
 //
-// The group starts with the first process a benchmark asks for, not when
-// forEachTarget lists the targets: its members run in the benchmark's own
-// process, and a group started for every benchmark would add its CPU to the
-// other targets' figures (BenchmarkTenThousandLeases/memory among them).
+// The group starts with the first process a benchmark asks for: its
+// members run in the benchmark's own process, and a group running beside
+// another measurement would add its CPU to that figure.
 //
 // A TTL below raft.MinTTL at the default heartbeat timeout (2.21 s), such
 // as benchCfg's 1 s, is raised to that floor, since raft.New refuses it:

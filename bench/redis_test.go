@@ -23,7 +23,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-func init() { targets = append(targets, redisTarget) }
+func init() { targets = append(targets, namedTarget{"redis", redisTarget}) }
 
 // countingHook counts the round trips a client makes: one per command,
 // one per pipeline.

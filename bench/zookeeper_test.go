@@ -13,7 +13,7 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-func init() { targets = append(targets, zookeeperTarget) }
+func init() { targets = append(targets, namedTarget{"zookeeper", zookeeperTarget}) }
 
 // zookeeperTarget runs against one real ZooKeeper 3.8 (Debian's, standalone
 // on loopback); every simulated process has its own session behind its own

@@ -16,6 +16,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/kubernetes"
+	"github.com/batonhq/baton/internal/benchci"
 	"github.com/batonhq/baton/internal/testserver"
 )
 
@@ -32,8 +33,9 @@ import (
 //
 // n=1000 is the same at a tenth of the Leases (300 updates a second), which
 // an API server on a small shared machine can take, for the cost per Lease.
+// At benchci's small size: 20 Leases, TTL 2 s, a 2 s window.
 func BenchmarkTenThousandLeases(b *testing.B) {
-	for _, n := range []int{1000, 10000} {
+	for _, n := range benchci.Size([]int{1000, 10000}, []int{20}) {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) { manyLeases(b, n) })
 	}
 }
@@ -47,7 +49,7 @@ func manyLeases(b *testing.B, n int) {
 		runtime.ReadMemStats(&m0)
 		p := manyLeasesProc(b, srv)
 		be, err := kubernetes.New(p.cs, kubernetes.Options{
-			RecordOptions: backend.RecordOptions{Config: backend.Config{TTL: 10 * time.Second}},
+			RecordOptions: backend.RecordOptions{Config: backend.Config{TTL: benchci.Size(10*time.Second, 2*time.Second)}},
 			Namespace:     namespace,
 		})
 		if err != nil {
@@ -75,7 +77,7 @@ func manyLeases(b *testing.B, n int) {
 		if b.Failed() {
 			return
 		}
-		const window = 10 * time.Second
+		window := benchci.Size(10*time.Second, 2*time.Second)
 		before := p.count.snapshot()
 		cpu0, start := cpuTime(), time.Now()
 		time.Sleep(window) // the measurement window itself, not synchronisation
