@@ -49,7 +49,7 @@
 // # Benchmarks in CI
 //
 // Every benchmark also runs in the tests, at a small size, so that the
-// README's test command (`go test -race work`) shows at once when one no
+// README's test command (`go test -race -timeout 30m work`) shows at once when one no
 // longer works: TestBenchmarks runs each registered benchmark once
 // (-benchtime 1x) in a child process of the test binary with
 // BATON_BENCH_SMALL=1, and checks that it did not fail or skip and that it

@@ -1,5 +1,5 @@
 // Package benchci runs a package's benchmarks as tests, at a small size, so
-// that the README's test command (`go test -race work`) exercises every
+// that the README's test command (`go test -race -timeout 30m work`) exercises every
 // benchmark on every CI run and a benchmark cannot rot unnoticed.
 //
 // What it guarantees: each registered benchmark completed once (one
