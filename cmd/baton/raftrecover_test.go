@@ -150,10 +150,47 @@ func TestRaftRecoverStatic(t *testing.T) {
 		return false
 	})
 
-	// Replacements find the survivor and each other, and join.
+	// Replacements find the survivor and each other, and join. Their
+	// ports are chosen now, not with the first members': other tests'
+	// processes may have taken a port chosen a minute ago, and a
+	// replacement that finds its port taken is started again on new ones.
 	repl := ms[3:]
-	for _, m := range repl {
-		start(m, []*recoverMember{survivor, repl[0], repl[1]})
+	for attempt := 1; ; attempt++ {
+		for _, m := range repl {
+			m.addr, m.http = freePort(t), freePort(t)
+		}
+		for _, m := range repl {
+			start(m, []*recoverMember{survivor, repl[0], repl[1]})
+		}
+		taken := false
+		testkit.Eventually(t, 30*time.Second, "the replacements to start, or one to find its port taken", func() bool {
+			up := 0
+			for _, m := range repl {
+				select {
+				case <-m.proc.done:
+					if strings.Contains(m.proc.out.String(), "address already in use") {
+						taken = true
+						return true
+					}
+					t.Fatalf("%s exited:\n%s", m.name, m.proc.out)
+				default:
+				}
+				if strings.Contains(m.proc.out.String(), "member started") {
+					up++
+				}
+			}
+			return up == len(repl)
+		})
+		if !taken {
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("a replacement found its port taken %d times", attempt)
+		}
+		for _, m := range repl {
+			_ = m.proc.cmd.Process.Kill()
+			<-m.proc.done
+		}
 	}
 	testkit.Eventually(t, 60*time.Second, "the survivor and the replacements to be the voters", func() bool {
 		g, ok := groupView(survivor.http)
