@@ -132,7 +132,7 @@ func TestStartTermPassesOnALateRenewal(t *testing.T) {
 
 // A term whose renewals stop: the guard still stops the command at its
 // safe-until less the grace, as the caller would, although the
-// TermProcess looked at safe-until only now and then before.
+// TermProcess looks at safe-until only now and then while it is far off.
 func TestStartTermStopsAtSafeUntilWhenRenewalsStop(t *testing.T) {
 	su := time.Now().Add(2 * time.Second)
 	term := newMovingTerm(su)
