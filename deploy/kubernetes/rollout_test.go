@@ -276,6 +276,7 @@ func TestRolloutCompletes(t *testing.T) {
 			// how long until the endpoints name it alone; and whether they
 			// ever named two pods.
 			var (
+				mu     sync.Mutex // guards lags and two
 				lags   []time.Duration
 				two    []string
 				mctx   context.Context
@@ -290,6 +291,7 @@ func TestRolloutCompletes(t *testing.T) {
 				for mctx.Err() == nil {
 					h := api.leaseHolder(mctx, ns, "my-service")
 					eps := api.endpoints(mctx, ns, "my-service-leader")
+					mu.Lock()
 					if len(eps) > 1 && two == nil {
 						two = eps
 					}
@@ -300,6 +302,7 @@ func TestRolloutCompletes(t *testing.T) {
 						lags = append(lags, time.Since(changed))
 						changed = time.Time{}
 					}
+					mu.Unlock()
 					time.Sleep(testkit.PollInterval)
 				}
 			}()
@@ -320,6 +323,13 @@ func TestRolloutCompletes(t *testing.T) {
 				got, err := api.selected(ctx, ns, selector)
 				return err == nil && slices.Contains(now, next) && slices.Equal(got, []string{next}) &&
 					slices.Equal(api.endpoints(ctx, ns, "my-service-leader"), []string{next})
+			})
+			// The monitor polls on its own schedule: the state just seen
+			// above reaches it at its next poll or two.
+			testkit.Eventually(t, time.Minute, "the monitor to see the new holder named alone", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(lags) > 0 && follow == next
 			})
 			mstop()
 			<-mdone
