@@ -1,7 +1,11 @@
 package bench
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -27,10 +31,11 @@ const (
 	dollarsPerRRU = 0.125 / 1e6
 )
 
-// dynamoCounts counts a client's requests by kind: reads (GetItem) and
-// writes (PutItem, UpdateItem), as the emulator receives them. Items are
-// all under 1 KB, so each is one request unit.
-type dynamoCounts struct{ reads, writes atomic.Int64 }
+// dynamoCounts counts a client's requests, and their request units by
+// kind: reads (an item a GetItem, a key a BatchGetItem) and writes
+// (PutItem, UpdateItem), as the emulator receives them. Items are all
+// under 1 KB, so each is one request unit.
+type dynamoCounts struct{ requests, reads, writes atomic.Int64 }
 
 type countingTransport struct {
 	next http.RoundTripper
@@ -38,9 +43,25 @@ type countingTransport struct {
 }
 
 func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	t.c.requests.Add(1)
 	switch op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "DynamoDB_20120810."); op {
 	case "GetItem":
 		t.c.reads.Add(1)
+	case "BatchGetItem":
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return nil, err
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var in struct {
+			RequestItems map[string]struct{ Keys []json.RawMessage }
+		}
+		if err := json.Unmarshal(body, &in); err != nil {
+			return nil, fmt.Errorf("BatchGetItem body: %w", err)
+		}
+		for _, t2 := range in.RequestItems {
+			t.c.reads.Add(int64(len(t2.Keys)))
+		}
 	case "PutItem", "UpdateItem":
 		t.c.writes.Add(1)
 	}
@@ -92,12 +113,14 @@ func dynamoTarget(b *testing.B) target {
 			})
 			return &process{backend: be, kill: proxy.Cut}
 		},
-		requests: func() int64 { return c.reads.Load() + c.writes.Load() },
+		requests: c.requests.Load,
 	}
 }
 
-// BenchmarkDynamoDBCost measures what a holder of 10 leases and a waiter
-// for one of them cost, in request units per hour and on-demand dollars
+// BenchmarkDynamoDBCost measures what a holder of 10 leases, a waiter
+// for one of them and a standby waiting for all 10 cost (the standby also
+// in requests: it reads its leases with BatchGetItem, and the holder's
+// session item once a poll for all of them), in request units per hour and on-demand dollars
 // per hour, at a TTL of 3 s (RenewInterval = PollInterval = 1 s), over the
 // benchmark's time; the figures scale with 1/interval (10 s TTL: a third).
 func BenchmarkDynamoDBCost(b *testing.B) {
@@ -124,8 +147,18 @@ func BenchmarkDynamoDBCost(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _, _ = waiter.Campaign(ctx, "cost-a", baton.Candidate{ID: "w"}) }()
-	time.Sleep(2 * time.Second) // past the waiter's first reads and its session's creation
+	var sc dynamoCounts
+	standby, err := batondynamodb.New(context.Background(), dynamoClient(d.Endpoint, &sc), batondynamodb.Options{Config: cfg, Table: "baton-bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer standby.Close(context.Background())
+	for i := range 10 {
+		go func() { _, _ = standby.Campaign(ctx, "cost-"+string(rune('a'+i)), baton.Candidate{ID: "s"}) }()
+	}
+	time.Sleep(2 * time.Second) // past the waiters' first reads and their sessions' creation
 	hr, hw, wr, ww := hc.reads.Load(), hc.writes.Load(), wc.reads.Load(), wc.writes.Load()
+	sr, sq := sc.reads.Load(), sc.requests.Load()
 	start := time.Now()
 	for b.Loop() {
 		time.Sleep(benchci.Size(10*time.Second, 2*time.Second))
@@ -140,4 +173,6 @@ func BenchmarkDynamoDBCost(b *testing.B) {
 	b.ReportMetric(wR, "waiter-RRU/h")
 	b.ReportMetric((hW*dollarsPerWRU+hR*dollarsPerRRU)*1e6, "holder-µ$/h")
 	b.ReportMetric((wW*dollarsPerWRU+wR*dollarsPerRRU)*1e6, "waiter-µ$/h")
+	b.ReportMetric(perHour(sc.reads.Load(), sr), "standby10-RRU/h")
+	b.ReportMetric(perHour(sc.requests.Load(), sq), "standby10-req/h")
 }
