@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/batonhq/baton/backend"
 	batondynamodb "github.com/batonhq/baton/backend/dynamodb"
 	"github.com/batonhq/baton/internal/benchci"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 )
 
@@ -175,4 +177,70 @@ func BenchmarkDynamoDBCost(b *testing.B) {
 	b.ReportMetric((wW*dollarsPerWRU+wR*dollarsPerRRU)*1e6, "waiter-µ$/h")
 	b.ReportMetric(perHour(sc.reads.Load(), sr), "standby10-RRU/h")
 	b.ReportMetric(perHour(sc.requests.Load(), sq), "standby10-req/h")
+}
+
+var _ = benchci.Register(BenchmarkDynamoDBStandby, "standby-req/s>0", "standby-req/poll>0", "standby-RRU/s>0")
+
+// BenchmarkDynamoDBStandby: a standby process waiting for 10,000 leases
+// that another process holds (TTL 10 s: a poll every 3.33 s). It reports
+// the standby's requests per second and per poll, and its read units per
+// second, over a window that starts once every waiter has read its lease
+// by itself (the first read of a campaign); the process holds both
+// Backends, so no CPU figure.
+func BenchmarkDynamoDBStandby(b *testing.B) {
+	n := benchci.Size(10000, 10)
+	d := dynamoTable(b)
+	cfg := backend.Config{TTL: 10 * time.Second}
+	var hc, sc dynamoCounts
+	holder, err := batondynamodb.New(context.Background(), dynamoClient(d.Endpoint, &hc), batondynamodb.Options{Config: cfg, Table: "baton-bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	name := func(i int) string { return fmt.Sprintf("standby-%05d", i) }
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if _, err := holder.Campaign(context.Background(), name(i), baton.Candidate{ID: "h"}); err != nil {
+				b.Errorf("holder: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if b.Failed() {
+		return
+	}
+	standby, err := batondynamodb.New(context.Background(), dynamoClient(d.Endpoint, &sc), batondynamodb.Options{Config: cfg, Table: "baton-bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer standby.Close(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer wg.Wait()
+	defer cancel()
+	for i := range n {
+		wg.Go(func() { _, _ = standby.Campaign(ctx, name(i), baton.Candidate{ID: "s"}) })
+	}
+	// Each campaign reads its lease and the holder's session by itself
+	// first: the window starts after those.
+	testkit.Eventually(b, 10*time.Minute, "the standby's first reads", func() bool { return sc.reads.Load() >= int64(2*n) })
+	filled, err := cfg.WithDefaults()
+	if err != nil {
+		b.Fatal(err)
+	}
+	poll := filled.RenewInterval // PollInterval's default
+	var reqs, reads float64
+	var wall time.Duration
+	for b.Loop() {
+		q0, r0, start := sc.requests.Load(), sc.reads.Load(), time.Now()
+		time.Sleep(benchci.Size(10*time.Second, 4*time.Second)) // the measurement window itself
+		wall = time.Since(start)
+		reqs, reads = float64(sc.requests.Load()-q0), float64(sc.reads.Load()-r0)
+	}
+	b.ReportMetric(reqs/wall.Seconds(), "standby-req/s")
+	b.ReportMetric(reqs/(wall.Seconds()/poll.Seconds()), "standby-req/poll")
+	b.ReportMetric(reads/wall.Seconds(), "standby-RRU/s")
 }
