@@ -48,7 +48,7 @@ var (
 	_ = benchci.Register(BenchmarkRedisVsRedsync, "failover-median-ms>0", "req/s/process>0")
 	// dynamodb_test.go
 	_ = benchci.Register(BenchmarkDynamoDBCost, "holder-WRU/h>0", "holder-RRU/h>=0", "waiter-WRU/h>=0", "waiter-RRU/h>0",
-		"holder-µ$/h>0", "waiter-µ$/h>0")
+		"holder-µ$/h>0", "waiter-µ$/h>0", "standby10-RRU/h>0", "standby10-req/h>0")
 	// candidates_test.go (its small size: 2 processes × 10 candidates)
 	_ = benchci.Register(BenchmarkTenThousandCandidates, "failover-median-ms>0", "handover-p50-ms>0", "req/s/proc>=0",
 		"procs-active/handover>=0")

@@ -24,6 +24,8 @@ type API interface {
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	// BatchGetItem reads the leases a process waits on, 100 a request.
+	BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
 }
 
 // Backend runs baton leases in a DynamoDB table. One Backend stands for
@@ -37,6 +39,7 @@ type Backend struct {
 	o        options
 	sessions *backend.SessionManager[string]
 	epochs   backend.EpochTracker
+	reader   *batchReader
 
 	// held is the latest term this Backend won of each lease name, until
 	// it resigns, for Close to free (releases are conditional on the
@@ -98,6 +101,8 @@ func New(ctx context.Context, client API, opts Options) (*Backend, error) {
 		},
 		Log: o.log,
 	})
+	b.reader = newBatchReader(b)
+	b.sessions.Go(func() { b.reader.run(b.sessions.Context()) })
 	return b, nil
 }
 
@@ -162,19 +167,31 @@ type seen struct {
 }
 
 func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id string) (baton.Term, error) {
-	var last seen
+	var (
+		last    seen
+		batched *readResult // the lease as a batch read it, to go by instead of reading it
+	)
 	for {
 		s, err := b.sessions.Session(ctx)
 		if err != nil {
 			return nil, err
 		}
-		readAt := time.Now()
-		r, err := b.read(ctx, name)
-		if err != nil {
-			return nil, b.campaignErr(ctx, s, name, "read lease", err)
+		var (
+			r   leaseItem
+			now time.Time
+		)
+		if batched != nil {
+			r, now = batched.r, batched.at
+			batched = nil
+		} else {
+			readAt := time.Now()
+			r, err = b.read(ctx, name)
+			if err != nil {
+				return nil, b.campaignErr(ctx, s, name, "read lease", err)
+			}
+			r.readAt = readAt
+			now = time.Now()
 		}
-		r.readAt = readAt
-		now := time.Now()
 		var (
 			take bool
 			dead string
@@ -217,14 +234,34 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 			last = seen{}
 			continue
 		}
-		timer := time.NewTimer(max(min(left, b.o.poll), time.Millisecond))
+		// The lease is read again at its next poll, in a batch with the
+		// other waiters' leases (or by itself, where batches are refused).
+		due := now.Add(max(min(left, b.o.poll), time.Millisecond))
+		req, cancel := b.reader.request(name, due)
+		if req == nil {
+			timer := time.NewTimer(time.Until(due))
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return nil, ctx.Err()
+			case <-s.Context().Done():
+				timer.Stop()
+			case <-timer.C:
+			}
+			continue
+		}
 		select {
 		case <-ctx.Done():
-			timer.Stop()
+			cancel()
 			return nil, ctx.Err()
 		case <-s.Context().Done():
-			timer.Stop()
-		case <-timer.C:
+			cancel()
+		case res := <-req.got:
+			if res.err == nil {
+				batched = &res
+			}
+			// A failed batch: the waiter reads the lease itself, which
+			// reports the error.
 		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/batonhq/baton/backend"
 )
 
 // The attributes of the items. A lease's item: holder, session, token,
@@ -77,21 +76,10 @@ func (b *Backend) read(ctx context.Context, name string) (leaseItem, error) {
 	if err != nil {
 		return leaseItem{}, err
 	}
-	r := leaseItem{renewals: -1}
 	if out.Item == nil {
-		return r, nil
+		return leaseItem{renewals: -1}, nil
 	}
-	r.exists = true
-	r.holder = getS(out.Item, attrHolder)
-	r.session = getS(out.Item, attrSession)
-	r.token = getU(out.Item, attrToken)
-	r.ttlMS = getN(out.Item, attrTTL)
-	if ms := getN(out.Item, attrSince); ms > 0 {
-		r.since = time.UnixMilli(ms)
-	}
-	if r.token>>32 != 0 {
-		b.epochs.Report(b.o.log, backend.EpochLocation{Store: "DynamoDB", Counter: "lease tokens", Lease: name, Kind: "item", Key: b.o.Table}, r.token>>32)
-	}
+	r := b.leaseFrom(name, out.Item)
 	if r.holder == "" || r.session == "" {
 		return r, nil
 	}
@@ -118,11 +106,7 @@ func (b *Backend) readSession(ctx context.Context, id string) (sessionItem, erro
 	if out.Item == nil {
 		return sessionItem{renewals: -1}, nil
 	}
-	dead := false
-	if v, ok := out.Item[attrDead].(*types.AttributeValueMemberBOOL); ok {
-		dead = v.Value
-	}
-	return sessionItem{renewals: getN(out.Item, attrRenewals), ttlMS: getN(out.Item, attrTTL), dead: dead}, nil
+	return sessionFrom(out.Item), nil
 }
 
 // encodeState prefixes the state with a version byte, so that an empty

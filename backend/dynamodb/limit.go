@@ -48,3 +48,11 @@ func (l limited) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o
 	defer func() { <-l.ops }()
 	return l.API.UpdateItem(ctx, in, opts...)
 }
+
+func (l limited) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	if err := l.acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer func() { <-l.ops }()
+	return l.API.BatchGetItem(ctx, in, opts...)
+}

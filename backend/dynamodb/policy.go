@@ -10,8 +10,8 @@ import (
 // that runs baton on the table of ARN tableARN
 // (arn:aws:dynamodb:REGION:ACCOUNT:table/TABLE) for the given lease names,
 // each a name or a pattern with * and ? (IAM's StringLike). It allows
-// DescribeTable (New's check), GetItem and UpdateItem on those leases'
-// items and on session items, and PutItem on session items only, each
+// DescribeTable (New's check), GetItem, BatchGetItem (a waiter's polls)
+// and UpdateItem on those leases' items and on session items, and PutItem on session items only, each
 // limited by dynamodb:LeadingKeys. It allows no DeleteItem: a Backend never
 // deletes an item, and a role that cannot is sure not to reset a token.
 // A role limited to some leases can still mark any process's session
@@ -47,7 +47,7 @@ func Policy(tableARN string, leases []string) (string, error) {
 		Version: "2012-10-17",
 		Statement: []statement{
 			{Sid: "BatonCheckTable", Effect: "Allow", Action: []string{"dynamodb:DescribeTable"}, Resource: tableARN},
-			{Sid: "BatonLeasesAndSessions", Effect: "Allow", Action: []string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, Resource: tableARN, Condition: leading(keys)},
+			{Sid: "BatonLeasesAndSessions", Effect: "Allow", Action: []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem"}, Resource: tableARN, Condition: leading(keys)},
 			{Sid: "BatonNewSessions", Effect: "Allow", Action: []string{"dynamodb:PutItem"}, Resource: tableARN, Condition: leading([]string{SessionPrefix + "*"})},
 		},
 	}

@@ -162,6 +162,10 @@ type fsm struct {
 	mu    sync.Mutex
 	st    state
 	bySes map[string]map[string]struct{} // session -> lease names it holds or waits for
+	// asked is session -> the names of the leases it holds whose resign
+	// was requested (a superset: resigns checks each), so that a renewal's
+	// look-up of its orders does not walk every lease the session holds.
+	asked map[string]map[string]struct{}
 	// watch has one channel per watched lease name, closed (and dropped)
 	// when that lease changes; any is closed on every change.
 	watch map[string]chan struct{}
@@ -238,10 +242,14 @@ func (f *fsm) reset(st state) {
 	}
 	f.st = st
 	f.bySes = map[string]map[string]struct{}{}
+	f.asked = map[string]map[string]struct{}{}
 	f.lastEnd, f.pred = map[string]prevTerm{}, map[string]prevTerm{}
 	for _, l := range st.Leases {
 		if l.Session != "" {
 			f.link(l.Session, l.Name)
+		}
+		if l.Session != "" && l.ResignRequested {
+			f.ask(l.Session, l.Name)
 		}
 		for _, w := range l.Queue {
 			f.link(w.Session, l.Name)
@@ -254,6 +262,16 @@ func (f *fsm) link(session, lease string) {
 	if m == nil {
 		m = map[string]struct{}{}
 		f.bySes[session] = m
+	}
+	m[lease] = struct{}{}
+}
+
+// ask notes that session was asked to resign lease.
+func (f *fsm) ask(session, lease string) {
+	m := f.asked[session]
+	if m == nil {
+		m = map[string]struct{}{}
+		f.asked[session] = m
 	}
 	m[lease] = struct{}{}
 }
@@ -452,6 +470,7 @@ func (f *fsm) requestResign(c *command) *result {
 	}
 	if !l.ResignRequested {
 		l.ResignRequested = true
+		f.ask(l.Session, c.Lease)
 		f.changed(c.Lease)
 	}
 	return &result{Holder: true, Token: l.Token}
@@ -499,6 +518,7 @@ func (f *fsm) recover(index uint64, c *command) *result {
 	f.st.Leases = map[string]*leaseRec{}
 	f.st.Sessions = map[string]*sessionRec{}
 	f.bySes = map[string]map[string]struct{}{}
+	f.asked = map[string]map[string]struct{}{}
 	f.st.Recovery = &recoveryRec{Index: index, Time: c.Time, Hold: c.Hold, OldEpoch: old}
 	if f.onEpoch != nil {
 		f.onEpoch(f.st.Epoch)
@@ -585,6 +605,12 @@ func (f *fsm) memberOf(session string) string {
 // made from this entry's index.
 func (f *fsm) free(index uint64, l *leaseRec, at time.Time) {
 	f.unlink(l.Session, l.Name)
+	if m := f.asked[l.Session]; m != nil {
+		delete(m, l.Name)
+		if len(m) == 0 {
+			delete(f.asked, l.Session)
+		}
+	}
 	l.Session, l.Candidate, l.Token, l.Since = "", "", 0, time.Time{}
 	l.ResignRequested = false
 	if len(l.Queue) > 0 {

@@ -146,10 +146,10 @@ func (f *fsm) table(name string) []leaseRow {
 func (f *fsm) resigns(session string) []resignOrder {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	// Asked on every renewal: sort only the (usually no) orders found, not
-	// every lease the session holds.
+	// Asked on every renewal: look only at the leases whose resign was
+	// requested (usually none), not at every lease the session holds.
 	var out []resignOrder
-	for name := range f.bySes[session] {
+	for name := range f.asked[session] {
 		if l := f.st.Leases[name]; l != nil && l.Session == session && l.ResignRequested {
 			out = append(out, resignOrder{Lease: name, Token: l.Token})
 		}

@@ -334,7 +334,7 @@ func (n *Node) sessionBase(ctx context.Context, term uint64) time.Time {
 }
 
 // stallWatch notices that this process stood still: its ticker, due every
-// stallTick, ran late by more than gap.
+// period, ran late by more than gap.
 type stallWatch struct {
 	gap, after time.Duration
 
@@ -343,11 +343,19 @@ type stallWatch struct {
 	resumed time.Time // the end of the last stall seen
 }
 
-const stallTick = 10 * time.Millisecond
+// period is how often the ticker runs: a quarter of gap. A stall longer
+// than gap is seen whatever the period (the ticks on either side of it are
+// at least that far apart, and recent compares now with the last tick);
+// the period only sets how far below gap the ticker's normal lateness
+// stays, and a tick late under load reads as a stall, which delays
+// renewals and is safe. Every wake-up costs an idle process CPU (a 10 ms
+// ticker per member is 100 wake-ups a second each), so the period is no
+// shorter than it needs to be.
+func (s *stallWatch) period() time.Duration { return max(s.gap/4, time.Millisecond) }
 
 func (n *Node) watchStalls() {
 	defer n.wg.Done()
-	t := time.NewTicker(stallTick)
+	t := time.NewTicker(n.stalls.period())
 	defer t.Stop()
 	for {
 		select {

@@ -50,6 +50,9 @@ func (n *Node) stepUp() {
 			n.log.Warn("raft leader could not apply the log; not serving", "err", err)
 			return
 		}
+		// The barrier committed the earlier terms' entries; followers
+		// learn so from the next AppendEntries.
+		n.nudgeFollowers()
 		if ctx.Err() != nil {
 			return
 		}
@@ -285,12 +288,41 @@ func (n *Node) applyLocal(c command) (*result, error) {
 	if !ok {
 		return nil, fmt.Errorf("raft: unexpected apply response %T", f.Response())
 	}
-	if r.Promoted {
-		// Followers learn that an entry is committed from the next one the
-		// leader sends; on an idle group that is up to two CommitTimeouts
-		// away. A waiter on a follower is handed the lease by this entry,
-		// so send the next one now.
-		n.raft.Apply(noopCommand, 0)
+	if c.Op != opNoop {
+		n.nudgeFollowers()
 	}
 	return r, nil
+}
+
+// nudgeFollowers has the leader append a no-op entry after one that
+// committed. Followers learn that an entry is committed only from the
+// next AppendEntries, and the raft leader sends one unasked only every
+// CommitTimeout, which is long (startRaft) so that an idle group costs
+// little: without the next entry, a waiter on a follower would learn that
+// it was handed a lease, and a watcher there of a change, up to two
+// CommitTimeouts late. The no-op is appended after the entry committed,
+// so the AppendEntries that carries it carries that commit. Requests
+// coalesce: at most one no-op is in flight and one more asked for, so a
+// burst of entries costs one or two no-ops, not one each.
+func (n *Node) nudgeFollowers() {
+	select {
+	case n.nudge <- struct{}{}:
+	default: // a no-op is asked for already, and will be appended after this entry committed
+	}
+}
+
+// sendNudges appends the no-ops nudgeFollowers asks for, one at a time,
+// until the member closes.
+func (n *Node) sendNudges() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-n.nudge:
+		}
+		// Not leader (any more): the new leader's barrier and its own
+		// nudges carry the commit index instead.
+		_ = n.await(n.raft.Apply(noopCommand, 0))
+	}
 }

@@ -32,6 +32,7 @@ const (
 // checks this list against the code as well as against the templates.
 var lambdaActions = []string{
 	"autoscaling:DescribeAutoScalingGroups",
+	"dynamodb:BatchGetItem",
 	"dynamodb:GetItem",
 	"dynamodb:PutItem",
 	"dynamodb:UpdateItem",

@@ -97,7 +97,7 @@ data "aws_iam_policy_document" "function" {
   }
   statement {
     sid       = "ElectionLease"
-    actions   = ["dynamodb:GetItem", "dynamodb:UpdateItem"]
+    actions   = ["dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem"]
     resources = [aws_dynamodb_table.election.arn]
     condition {
       test     = "ForAllValues:StringLike"

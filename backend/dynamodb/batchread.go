@@ -1,0 +1,275 @@
+package dynamodb
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/batonhq/baton/backend"
+)
+
+// maxBatchKeys is the most keys DynamoDB takes in one BatchGetItem.
+const maxBatchKeys = 100
+
+// batchReader reads the lease items that this Backend's waiters poll, and
+// their holders' session items, with one strongly consistent BatchGetItem
+// per 100 lease items that come due within a PollInterval, and one per
+// 100 distinct sessions they name: a standby for 10,000 leases then sends
+// 101 requests per PollInterval (100 when the leases are free) rather than
+// two GetItems per lease. A lease comes due when its waiter would have
+// polled it itself. Reading one early is always allowed: the waiter only
+// sees a fresher item, and times the holder's session from when the batch
+// returned. Read request units are the same as the GetItems' (one per item
+// under 4 KB); only the number of requests falls.
+type batchReader struct {
+	b *Backend
+
+	mu      sync.Mutex
+	waiting map[*readReq]struct{}
+	kick    chan struct{} // a request came due sooner than the reader sleeps
+	// denied is set once BatchGetItem was refused (a role from before
+	// the policy allowed it): the waiters then read their leases one by
+	// one, as they can with GetItem.
+	denied bool
+}
+
+// readReq is one waiter's request for its lease at due or later.
+type readReq struct {
+	name string
+	due  time.Time
+	got  chan readResult // buffered; receives once
+}
+
+// readResult is a lease as a batch read it, and when: sent is when the
+// batch was sent (the lease item's readAt), at when it returned (the
+// waiter's clock for the holder's session starts there, no earlier than
+// the session item was read).
+type readResult struct {
+	r   leaseItem
+	at  time.Time
+	err error
+}
+
+func newBatchReader(b *Backend) *batchReader {
+	return &batchReader{b: b, waiting: map[*readReq]struct{}{}, kick: make(chan struct{}, 1)}
+}
+
+// request asks for name's item at due or later; cancel withdraws a
+// request whose result is no longer wanted. It returns nil when batches
+// were refused: the waiter then reads by itself.
+func (br *batchReader) request(name string, due time.Time) (req *readReq, cancel func()) {
+	req = &readReq{name: name, due: due, got: make(chan readResult, 1)}
+	br.mu.Lock()
+	if br.denied {
+		br.mu.Unlock()
+		return nil, func() {}
+	}
+	br.waiting[req] = struct{}{}
+	br.mu.Unlock()
+	select {
+	case br.kick <- struct{}{}:
+	default:
+	}
+	return req, func() {
+		br.mu.Lock()
+		delete(br.waiting, req)
+		br.mu.Unlock()
+	}
+}
+
+// run reads the leases as they come due until ctx ends.
+func (br *batchReader) run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		br.mu.Lock()
+		var first time.Time
+		for req := range br.waiting {
+			if first.IsZero() || req.due.Before(first) {
+				first = req.due
+			}
+		}
+		br.mu.Unlock()
+		if first.IsZero() {
+			timer.Stop()
+		} else {
+			timer.Reset(max(time.Until(first), 0))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-br.kick:
+			continue
+		case <-timer.C:
+		}
+		// Everything due within the next PollInterval goes in this batch:
+		// the next one would come no sooner.
+		horizon := time.Now().Add(br.b.o.poll)
+		var batch []*readReq
+		br.mu.Lock()
+		for req := range br.waiting {
+			if !req.due.After(horizon) {
+				batch = append(batch, req)
+				delete(br.waiting, req)
+			}
+		}
+		br.mu.Unlock()
+		br.read(ctx, batch)
+	}
+}
+
+// read reads the items of batch and hands each waiter its lease.
+func (br *batchReader) read(ctx context.Context, batch []*readReq) {
+	if len(batch) == 0 {
+		return
+	}
+	names := make([]string, 0, len(batch))
+	seen := make(map[string]bool, len(batch))
+	for _, req := range batch {
+		if !seen[req.name] {
+			seen[req.name] = true
+			names = append(names, req.name)
+		}
+	}
+	sent := time.Now()
+	items, err := br.b.readMany(ctx, names)
+	at := time.Now()
+	if err != nil && configProblem(err) != "" && !tableMissing(err) {
+		br.mu.Lock()
+		if !br.denied {
+			br.b.o.log.Warn("BatchGetItem refused: each waiter reads its lease by itself (two GetItems per poll); allow dynamodb:BatchGetItem (dynamodb.Policy) to read 100 a request", "err", err)
+		}
+		br.denied = true
+		br.mu.Unlock()
+	}
+	for _, req := range batch {
+		r := items[req.name]
+		r.readAt = sent
+		req.got <- readResult{r: r, at: at, err: err}
+	}
+}
+
+// readMany reads the items of leases names and of the sessions they name,
+// strongly consistent, as read does for one: a name without an item is
+// absent from the map.
+func (b *Backend) readMany(ctx context.Context, names []string) (map[string]leaseItem, error) {
+	keys := make([]map[string]types.AttributeValue, len(names))
+	for i, n := range names {
+		keys[i] = leaseKey(n)
+	}
+	leases, err := b.batchGet(ctx, keys, "#pk, #h, #s, #tok, #ttl, #since",
+		map[string]string{"#pk": KeyAttribute, "#h": attrHolder, "#s": attrSession, "#tok": attrToken, "#ttl": attrTTL, "#since": attrSince})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]leaseItem, len(names))
+	var sessions []map[string]types.AttributeValue
+	wanted := map[string]bool{}
+	for _, item := range leases {
+		name := getS(item, KeyAttribute)[len(LeasePrefix):]
+		r := b.leaseFrom(name, item)
+		out[name] = r
+		if r.holder != "" && r.session != "" && !wanted[r.session] {
+			wanted[r.session] = true
+			sessions = append(sessions, sessionKey(r.session))
+		}
+	}
+	if len(sessions) == 0 {
+		return out, nil
+	}
+	items, err := b.batchGet(ctx, sessions, "#pk, #n, #ttl, #dead",
+		map[string]string{"#pk": KeyAttribute, "#n": attrRenewals, "#ttl": attrTTL, "#dead": attrDead})
+	if err != nil {
+		return nil, err
+	}
+	found := make(map[string]sessionItem, len(items))
+	for _, item := range items {
+		found[getS(item, KeyAttribute)[len(SessionPrefix):]] = sessionFrom(item)
+	}
+	for name, r := range out {
+		if r.holder == "" || r.session == "" {
+			continue
+		}
+		s, ok := found[r.session]
+		if !ok {
+			s = sessionItem{renewals: -1}
+		}
+		r.renewals, r.sessionTTL, r.sessionDead = s.renewals, s.ttlMS, s.dead
+		out[name] = r
+	}
+	return out, nil
+}
+
+// batchGet reads the items of keys, strongly consistent, maxBatchKeys a
+// request, sending again the keys DynamoDB left unprocessed (throttled).
+func (b *Backend) batchGet(ctx context.Context, keys []map[string]types.AttributeValue, projection string, attrs map[string]string) ([]map[string]types.AttributeValue, error) {
+	var out []map[string]types.AttributeValue
+	var bo backoff
+	for len(keys) > 0 {
+		n := min(len(keys), maxBatchKeys)
+		chunk := keys[:n]
+		keys = keys[n:]
+		for len(chunk) > 0 {
+			rctx, cancel := b.reqCtx(ctx)
+			res, err := b.db.BatchGetItem(rctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
+				b.o.Table: {Keys: chunk, ConsistentRead: aws.Bool(true), ProjectionExpression: aws.String(projection), ExpressionAttributeNames: attrs},
+			}})
+			cancel()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, res.Responses[b.o.Table]...)
+			chunk = res.UnprocessedKeys[b.o.Table].Keys
+			if len(chunk) > 0 {
+				if err := bo.wait(ctx); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// backoff spaces the retries of unprocessed keys, as AWS asks: 50 ms,
+// doubling up to 1 s.
+type backoff struct{ next time.Duration }
+
+func (bo *backoff) wait(ctx context.Context) error {
+	bo.next = min(max(2*bo.next, 50*time.Millisecond), time.Second)
+	t := time.NewTimer(bo.next)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// leaseFrom is a lease's item as read, without its session.
+func (b *Backend) leaseFrom(name string, item map[string]types.AttributeValue) leaseItem {
+	r := leaseItem{renewals: -1, exists: true}
+	r.holder = getS(item, attrHolder)
+	r.session = getS(item, attrSession)
+	r.token = getU(item, attrToken)
+	r.ttlMS = getN(item, attrTTL)
+	if ms := getN(item, attrSince); ms > 0 {
+		r.since = time.UnixMilli(ms)
+	}
+	if r.token>>32 != 0 {
+		b.epochs.Report(b.o.log, backend.EpochLocation{Store: "DynamoDB", Counter: "lease tokens", Lease: name, Kind: "item", Key: b.o.Table}, r.token>>32)
+	}
+	return r
+}
+
+// sessionFrom is a session's item as read.
+func sessionFrom(item map[string]types.AttributeValue) sessionItem {
+	dead := false
+	if v, ok := item[attrDead].(*types.AttributeValueMemberBOOL); ok {
+		dead = v.Value
+	}
+	return sessionItem{renewals: getN(item, attrRenewals), ttlMS: getN(item, attrTTL), dead: dead}
+}
