@@ -3,6 +3,7 @@
 package supervise
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"syscall"
 	"time"
 
@@ -77,36 +79,11 @@ func guardMain() int {
 	}
 	conn := os.NewFile(guardFD, "supervise-guard")
 
-	g := &guard{conn: conn, cgroupOK: true, notes: make(chan string, 16)}
-	// A guard started ahead of its command (Prepare) waits here until it
-	// is given one; its parent's end closing first is no failure then.
-	var path string
-	var argv, env []string
-	for started, heard := false, false; !started; heard = true {
-		m, err := readMessage(conn)
-		if errors.Is(err, io.EOF) && !heard {
-			return 0
-		}
-		if err != nil {
-			return fail("parent gone before the command started: %v", err)
-		}
-		switch m.typ {
-		case msgPath:
-			path = m.str
-		case msgArg:
-			argv = append(argv, m.str)
-		case msgEnv:
-			env = append(env, m.str)
-		case msgGrace:
-			g.grace = m.val
-		case msgNoCgroup:
-			g.cgroupOK = false
-		case msgDeadline:
-			g.deadline = m.val
-		case msgRun:
-			started = true
-		}
-	}
+	g := &guard{conn: conn, notes: make(chan string, 16)}
+	// Everything that does not depend on the command is done before it is
+	// given: a guard started ahead of its command (Prepare) then starts it
+	// with one fork, at the start of a term.
+	//
 	// Orphans below the guard, double-forked or setsid or not, become its
 	// children instead of init's: none can leave the tree it reaps.
 	if err := guardSubreaper(); err != nil {
@@ -125,6 +102,82 @@ func guardMain() int {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	signal.Notify(make(chan os.Signal, 8), DefaultForwardSignals()...)
 	go g.printer()
+	g.cg = newCgroup()
+	defer func() {
+		if g.pid == 0 && g.cg != nil {
+			g.cg.remove() // no command ran in it
+		}
+	}()
+
+	// The command, read beside the signals: a waiting guard told to stop
+	// by SIGTERM or SIGINT ends without starting one. The reader stops
+	// after msgRun; the socket is the loop's from then on. It hands over
+	// the whole command at once: this goroutine is locked to its thread,
+	// and waking that thread once per message would add up.
+	type command struct {
+		path      string
+		argv, env []string
+		grace     int64
+		deadline  int64
+		noCgroup  bool
+		heard     bool   // any message came
+		rest      []byte // read after msgRun: the loop's
+		err       error
+	}
+	given := make(chan command, 1)
+	go func() {
+		var c command
+		// Buffered: the command comes as a few writes, not a read per
+		// message.
+		br := bufio.NewReaderSize(conn, 64<<10)
+		for {
+			m, err := readMessage(br)
+			if err != nil {
+				c.err = err
+				given <- c
+				return
+			}
+			c.heard = true
+			switch m.typ {
+			case msgPath:
+				c.path = m.str
+			case msgArg:
+				c.argv = append(c.argv, m.str)
+			case msgEnv:
+				c.env = append(c.env, m.str)
+			case msgGrace:
+				c.grace = m.val
+			case msgNoCgroup:
+				c.noCgroup = true
+			case msgDeadline:
+				c.deadline = m.val
+			case msgRun:
+				c.rest = make([]byte, br.Buffered())
+				_, _ = io.ReadFull(br, c.rest)
+				given <- c
+				return
+			}
+		}
+	}()
+	var c command
+	select {
+	case c = <-given:
+	case <-sigs:
+		return 0
+	}
+	if errors.Is(c.err, io.EOF) && !c.heard {
+		return 0
+	}
+	if c.err != nil {
+		return fail("parent gone before the command started: %v", c.err)
+	}
+	path, argv, env := c.path, c.argv, c.env
+	g.inbuf = c.rest
+	g.grace, g.deadline = c.grace, c.deadline
+	if c.noCgroup && g.cg != nil {
+		g.cg.remove()
+		g.cg = nil
+	}
 
 	if path == "" || len(argv) == 0 {
 		return fail("given no command; the guard is started by supervise.Start, not by hand")
@@ -146,7 +199,6 @@ type guard struct {
 	parentGone bool  // the parent's end of the socket closed
 	grace      int64 // nanoseconds
 	deadline   int64 // CLOCK_MONOTONIC nanoseconds; 0: none
-	cgroupOK   bool  // may try cgroup v2
 
 	pid int     // the command, also its process group
 	cg  *cgroup // the command's cgroup, or nil
@@ -269,6 +321,9 @@ func (g *guard) run(sigs <-chan os.Signal) int {
 		panic("supervise: the guard's socket: " + err.Error())
 	}
 	g.rc = rc
+	if len(g.inbuf) > 0 {
+		g.drain() // what came with the command
+	}
 	ready, again := make(chan struct{}), make(chan struct{})
 	go waitReadable(rc, ready, again)
 
@@ -294,6 +349,7 @@ func (g *guard) run(sigs <-chan os.Signal) int {
 				if g.cg != nil {
 					g.cg.remove()
 				}
+				g.gone()
 				return 0
 			}
 			if r.pid == g.pid {
@@ -307,10 +363,16 @@ func (g *guard) run(sigs <-chan os.Signal) int {
 		}
 		g.tick()
 		if g.lingering && !g.groupLingers() {
+			g.gone()
 			return 0
 		}
 	}
 }
+
+// gone tells the parent that the command's tree is gone, before the guard
+// exits: the parent need not wait for this process's own teardown to act
+// on it.
+func (g *guard) gone() { g.send(encode(msgGone, 0)) }
 
 func (g *guard) handle(m message) {
 	switch m.typ {
@@ -410,23 +472,48 @@ func (g *guard) stop(reason int64) {
 	}
 	g.killAt = max(g.killAt, 1)
 	if !g.reaped {
-		// The command's group at once; the scan for the descendants that
-		// left it reads the whole process table, milliseconds on a busy
-		// host, and runs beside the loop, which meanwhile reaps the
-		// command and, if that was all, exits. SIGKILL, if it comes to
-		// that, scans in the loop, and again until nothing is left.
+		// The command's group at once, and what left the group but not
+		// the command's cgroup (a short file). What left both is found by
+		// a scan of the whole process table, tens of milliseconds of CPU
+		// on a loaded host and needed only when something outlives the
+		// group: it runs escapeScanDelay later, beside the loop, which
+		// meanwhile reaps the command and, if that was all, exits first.
+		// SIGKILL, if it comes to that, scans in the loop, and again until
+		// nothing is left.
 		_ = syscall.Kill(-g.pid, syscall.SIGTERM)
-		go signalEscaped(g.pid, syscall.SIGTERM)
+		var sent []int
+		if g.cg != nil {
+			sent = signalOutsideGroup(g.cg.pids(), g.pid, syscall.SIGTERM)
+		}
+		time.AfterFunc(escapeScanDelay, func() { signalEscaped(g.pid, syscall.SIGTERM, sent) })
 		return
 	}
 	g.signalTree(syscall.SIGTERM)
 }
 
+// escapeScanDelay is how long after a stop the guard scans the process
+// table for descendants that left the command's group and cgroup.
+const escapeScanDelay = 50 * time.Millisecond
+
+// signalOutsideGroup sends sig to each of pids outside process group pgid,
+// and returns those it sent it to.
+func signalOutsideGroup(pids []int, pgid int, sig syscall.Signal) []int {
+	var sent []int
+	for _, pid := range pids {
+		if got, err := syscall.Getpgid(pid); err == nil && got != pgid {
+			if syscall.Kill(pid, sig) == nil {
+				sent = append(sent, pid)
+			}
+		}
+	}
+	return sent
+}
+
 // signalEscaped sends sig to every live descendant of this guard outside
-// process group pgid.
-func signalEscaped(pgid int, sig syscall.Signal) {
+// process group pgid, except those in sent (signalled already).
+func signalEscaped(pgid int, sig syscall.Signal, sent []int) {
 	for _, d := range proctree.Descendants(os.Getpid()) {
-		if d.PGID != pgid {
+		if d.PGID != pgid && !slices.Contains(sent, d.PID) {
 			_ = syscall.Kill(d.PID, sig)
 		}
 	}

@@ -79,9 +79,6 @@ func (g *guard) start(path string, argv, env []string) error {
 		// file-capability binary.
 		Pdeathsig: syscall.SIGKILL,
 	}
-	if g.cgroupOK {
-		g.cg = newCgroup()
-	}
 	if g.cg != nil {
 		// clone3(CLONE_INTO_CGROUP): the command is in its cgroup from its
 		// first instruction, so no fork can slip out before it is moved.

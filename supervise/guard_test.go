@@ -46,7 +46,24 @@ func TestMain(m *testing.M) {
 }
 
 func escapee(dir string) {
-	signal.Ignore(syscall.SIGTERM)
+	if os.Getenv(escapeeTermEnv) == "1" {
+		// Stops cleanly on SIGTERM, saying so.
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGTERM)
+		go func() {
+			<-sigs
+			writeFileAtomic(filepath.Join(dir, "term"), "TERM\n")
+			os.Exit(0)
+		}()
+	} else {
+		signal.Ignore(syscall.SIGTERM)
+	}
+	if cg := os.Getenv(escapeeLeaveEnv); cg != "" {
+		// Leaves the command's cgroup too, as only root may.
+		if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+			os.Exit(3)
+		}
+	}
 	writeFileAtomic(filepath.Join(dir, "escapee"), strconv.Itoa(os.Getpid())+"\n")
 	f, err := os.OpenFile(filepath.Join(dir, "hb"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
@@ -668,5 +685,56 @@ func TestStaleCgroupRemoved(t *testing.T) {
 	testkit.Eventually(t, testTimeout, "the stale cgroup "+stale+" to be removed", func() bool {
 		_, err := os.Stat(stale)
 		return errors.Is(err, os.ErrNotExist)
+	})
+}
+
+const (
+	escapeeTermEnv  = "BATON_TEST_ESCAPEE_TERM"  // "1": the escapee stops on SIGTERM
+	escapeeLeaveEnv = "BATON_TEST_ESCAPEE_LEAVE" // a cgroup the escapee moves itself to
+)
+
+// Stop sends SIGTERM, not only the SIGKILL after the grace, to a
+// descendant that left the command's process group, in its cgroup or
+// outside it, or left both (root may move a process to another cgroup):
+// it stops cleanly, and Stop returns without waiting out the grace.
+func TestStopSendsTermToEscapees(t *testing.T) {
+	run := func(t *testing.T, noCgroup bool, leave bool) {
+		dir := t.TempDir()
+		cfg := escapingCommand(t, dir)
+		cfg.Env = append(cfg.Env, escapeeTermEnv+"=1")
+		if leave {
+			cg := newCgroup()
+			if cg == nil {
+				t.Skip("cgroup v2 is not writable here")
+			}
+			cg.remove()
+			cfg.Env = append(cfg.Env, escapeeLeaveEnv+"="+filepath.Dir(cg.dir))
+		}
+		cfg.Grace = time.Hour
+		p := startMode(t, cfg, noCgroup)
+		esc := readPid(t, filepath.Join(dir, "escapee"))
+		killAtEnd(t, esc)
+		if leave {
+			b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(esc), "cgroup"))
+			if strings.Contains(string(b), filepath.Base(p.cgroup)) {
+				t.Fatalf("the escapee %d is still in the command's cgroup: %s", esc, b)
+			}
+		}
+		if _, err := stop(t, p); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, "term")); string(b) != "TERM\n" {
+			t.Errorf("the escapee got no SIGTERM (its file says %q)", b)
+		}
+		if !dead(esc) {
+			t.Errorf("Stop returned while the escapee %d runs", esc)
+		}
+	}
+	modes(t, func(t *testing.T, noCgroup bool) { run(t, noCgroup, false) })
+	t.Run("left-the-cgroup", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("only root moves a process between cgroups it does not own")
+		}
+		run(t, false, true)
 	})
 }

@@ -34,6 +34,7 @@ const (
 	msgStarted  = 'P' // the command's pid
 	msgReason   = 'R' // the guard began stopping on its own: reason*
 	msgExited   = 'X' // the command's exit code (128+N for signal N)
+	msgGone     = 'G' // nothing below the guard is left; it exits next
 )
 
 // Why a guard began stopping the command on its own.

@@ -99,6 +99,11 @@ type Process struct {
 	log   *slog.Logger
 
 	stopOnce sync.Once
+	goneOnce sync.Once // closes gone
+
+	// outDirect: the command's Stdout and Stderr are files (or discarded),
+	// so that no output is still being copied once its tree is gone.
+	outDirect bool
 
 	// prepared are the streams of a guard started by Prepare, not yet
 	// given a command.
@@ -115,7 +120,7 @@ type Process struct {
 	err        error // valid once done is closed
 
 	done chan struct{} // the command exited (or the guard did)
-	gone chan struct{} // the guard exited: the command's tree is gone
+	gone chan struct{} // the command's tree is gone: the guard said so, or exited
 }
 
 // Start starts the command under a new guard and returns once it is
@@ -233,12 +238,13 @@ func startGuardProcess(cfg Config) (*Process, error) {
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
 	p := &Process{
-		guard:    guard,
-		conn:     conn,
-		log:      slog.New(slog.DiscardHandler),
-		exitCode: -1,
-		done:     make(chan struct{}),
-		gone:     make(chan struct{}),
+		outDirect: preparable(cfg.Stdout) && preparable(cfg.Stderr),
+		guard:     guard,
+		conn:      conn,
+		log:       slog.New(slog.DiscardHandler),
+		exitCode:  -1,
+		done:      make(chan struct{}),
+		gone:      make(chan struct{}),
 	}
 	if err := startGuard(guard); err != nil {
 		conn.Close()
@@ -290,6 +296,7 @@ func (p *Process) abandon() {
 
 // watch reads the guard's reports until it exits.
 func (p *Process) watch() {
+	reported := false // msgGone came
 	for {
 		m, err := readMessage(p.conn)
 		if err != nil {
@@ -308,12 +315,26 @@ func (p *Process) watch() {
 			}
 		case msgExited:
 			p.exited(int(m.val))
+		case msgGone:
+			// The guard found nothing left below it: its own exit adds
+			// nothing to that, and takes a millisecond or more. Output
+			// copied through pipes is complete only once it has exited.
+			reported = true
+			if p.outDirect {
+				p.exited(-1)
+				p.log.Info("the child and its descendants are gone", "pid", p.pid)
+				p.goneOnce.Do(func() { close(p.gone) })
+			}
 		}
 	}
 	p.conn.Close()
 	err := p.guard.Wait()
 	guardWaited(p.guard.Process.Pid)
 	var ee *exec.ExitError
+	if reported {
+		// How the guard ended after it said so changes nothing.
+		err = nil
+	}
 	if errors.As(err, &ee) {
 		// The guard exits 0 once its tree is gone; anything else means
 		// it was killed (or crashed) and may have left descendants: the
@@ -338,11 +359,11 @@ func (p *Process) watch() {
 			p.mu.Unlock()
 			p.log.Error("descendants of the child that left its process group may still run, and cannot be found: the guard was killed, the child has no cgroup, and this process is not a subreaper", "pid", p.pid)
 		}
-	} else {
-		p.log.Info("guard exited; the child and its descendants are gone", "pid", p.pid, "err", err)
+	} else if !p.outDirect || !reported {
+		p.log.Info("the child and its descendants are gone", "pid", p.pid, "err", err)
 	}
 	p.exited(-1)
-	close(p.gone)
+	p.goneOnce.Do(func() { close(p.gone) })
 }
 
 // exited records the command's exit code (-1: unknown) once.

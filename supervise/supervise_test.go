@@ -442,3 +442,74 @@ func TestPrepare(t *testing.T) {
 		t.Error("Prepare took a stream that is not a file")
 	}
 }
+
+// A prepared guard that is told to stop (SIGTERM) while it waits for a
+// command ends without starting one and leaves no cgroup behind; the next
+// Start starts a guard of its own. One given a command that asks for no
+// cgroup removes the one it made while it waited.
+func TestPreparedGuardStoppedOrWithoutCgroup(t *testing.T) {
+	out, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	t.Cleanup(Discard)
+	cgroupOf := func(guard int) string {
+		cg := newCgroup()
+		if cg == nil {
+			return ""
+		}
+		cg.remove()
+		return filepath.Join(filepath.Dir(cg.dir), guardCgroupPrefix+strconv.Itoa(guard))
+	}
+
+	if err := Prepare(nil, out, nil); err != nil {
+		t.Fatal(err)
+	}
+	waiting := preparedPid()
+	dir := cgroupOf(waiting)
+	if dir != "" {
+		testkit.Eventually(t, testTimeout, "the waiting guard's cgroup "+dir, func() bool {
+			_, err := os.Stat(dir)
+			return err == nil
+		})
+	}
+	if err := syscall.Kill(waiting, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitDead(t, waiting)
+	if dir != "" {
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the stopped guard left its cgroup %s: %v", dir, err)
+		}
+	}
+	p := start(t, Config{Command: []string{"sh", "-c", "echo ran"}, Stdout: out})
+	waitDone(t, p)
+	if p.guard.Process.Pid == waiting || p.ExitCode() != 0 {
+		t.Errorf("after the prepared guard was stopped: guard %d (the stopped one: %d), exit code %d", p.guard.Process.Pid, waiting, p.ExitCode())
+	}
+	if b, _ := os.ReadFile(out.Name()); string(b) != "ran\n" {
+		t.Errorf("the command printed %q, want %q", b, "ran\n")
+	}
+
+	if err := Prepare(nil, out, nil); err != nil {
+		t.Fatal(err)
+	}
+	spareGuard := preparedPid()
+	dir = cgroupOf(spareGuard)
+	q := start(t, Config{Command: []string{"sleep", "1000"}, Stdout: out, DisableCgroup: true})
+	if q.guard.Process.Pid != spareGuard {
+		t.Fatalf("the command runs under guard %d, not the prepared %d", q.guard.Process.Pid, spareGuard)
+	}
+	if q.cgroup != "" {
+		t.Errorf("a command started with DisableCgroup runs in cgroup %s", q.cgroup)
+	}
+	if dir != "" {
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the guard of a command without a cgroup kept the one it made while it waited, %s: %v", dir, err)
+		}
+	}
+	if _, err := stop(t, q); err != nil {
+		t.Fatal(err)
+	}
+}

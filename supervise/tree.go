@@ -148,6 +148,21 @@ func (c *cgroup) remove() {
 // rmdirRetry is how often remove tries again.
 const rmdirRetry = 500 * time.Microsecond
 
+// pids returns the processes in the cgroup.
+func (c *cgroup) pids() []int {
+	b, err := os.ReadFile(filepath.Join(c.dir, "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
 // killAll kills every process in the cgroup and removes it once the kernel
 // counts none: what the cgroup holds is provably gone then. A process that
 // SIGKILL does not end (uninterruptible sleep) keeps it waiting, and
