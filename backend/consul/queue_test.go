@@ -1,0 +1,199 @@
+package consul_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
+	"github.com/batonhq/baton/backend/consul"
+	"github.com/batonhq/baton/internal/testkit"
+	"github.com/batonhq/baton/internal/testserver"
+	"github.com/hashicorp/consul/api"
+)
+
+// reqLog records what one Backend's client sends: each request's sequence
+// number (one counter for all the logs of a test), and the blocking
+// queries in flight.
+type reqLog struct {
+	rt  http.RoundTripper
+	seq *atomic.Int64
+
+	mu       sync.Mutex
+	sent     []int64          // sequence numbers of the requests sent, session renewals left out
+	blocking map[int64]string // blocking queries in flight: sequence number -> path
+}
+
+func (l *reqLog) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasPrefix(r.URL.Path, "/v1/session/renew/") {
+		// A session's renewals run whatever its candidates do.
+		return l.rt.RoundTrip(r)
+	}
+	n := l.seq.Add(1)
+	idx := r.URL.Query().Get("index")
+	blocking := r.Method == http.MethodGet && idx != "" && idx != "0"
+	l.mu.Lock()
+	l.sent = append(l.sent, n)
+	if blocking {
+		l.blocking[n] = r.URL.Path
+	}
+	l.mu.Unlock()
+	if blocking {
+		defer func() {
+			l.mu.Lock()
+			delete(l.blocking, n)
+			l.mu.Unlock()
+		}()
+	}
+	return l.rt.RoundTrip(r)
+}
+
+// since counts the requests sent after sequence number n.
+func (l *reqLog) since(n int64) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := 0
+	for _, s := range l.sent {
+		if s > n {
+			c++
+		}
+	}
+	return c
+}
+
+// waitingOn reports whether a blocking query sent after sequence number n
+// is in flight, and on which path.
+func (l *reqLog) waitingOn(n int64) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for s, p := range l.blocking {
+		if s > n {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+// blockingNow reports whether any blocking query is in flight.
+func (l *reqLog) blockingNow() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.blocking) > 0
+}
+
+// TestReleaseWakesOneWaiter: N candidates, each in a Backend of its own
+// (a process each), wait for one lease; a release wakes one of them, not
+// all: the waiters that send anything per hand-over, and the requests
+// they send, do not grow with N. The waiters queue under the lease's
+// prefix, each watching the one before it, as etcd's concurrency.Election
+// and Curator's LeaderLatch do; only the first in line watches the lock
+// key.
+func TestReleaseWakesOneWaiter(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	prefix := testPrefix()
+	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}
+	const (
+		n         = 12
+		handOvers = 4
+	)
+	var seq atomic.Int64
+	logs := make([]*reqLog, n)
+	backends := make([]*consul.Backend, n)
+	for i := range backends {
+		logs[i] = &reqLog{rt: http.DefaultTransport.(*http.Transport).Clone(), seq: &seq, blocking: map[int64]string{}}
+		c, err := api.NewClient(&api.Config{Address: agent.Addr(), Token: agent.ManagementToken(), HttpClient: &http.Client{Transport: logs[i]}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		backends[i] = newBackend(t, c, opts, nil)
+	}
+	holder := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
+	term := testkit.CampaignWithin(t, holder, "herd", "holder", 10*time.Second)
+
+	type won struct {
+		i    int
+		term baton.Term
+	}
+	wins := make(chan won, n)
+	waiting := map[int]bool{}
+	for i, b := range backends {
+		waiting[i] = true
+		got := testkit.CampaignAsync(t, b, "herd", fmt.Sprintf("c%02d", i))
+		go func() {
+			w := <-got
+			wins <- won{i, w.Term}
+		}()
+		// One at a time, so that each joins the line behind the last.
+		testkit.Eventually(t, 10*time.Second, fmt.Sprintf("candidate %d to wait in a blocking query", i), logs[i].blockingNow)
+	}
+	lockPath := "/v1/kv/" + prefix + "herd/.lock"
+	// settled waits until every waiting candidate is in a blocking query
+	// and one of them, sent after mark, watches the lock key.
+	settled := func(mark int64) {
+		t.Helper()
+		testkit.Eventually(t, 10*time.Second, "the waiters to settle in their blocking queries", func() bool {
+			onLock := false
+			for i := range waiting {
+				if !logs[i].blockingNow() {
+					return false
+				}
+				if p, ok := logs[i].waitingOn(mark); ok && p == lockPath {
+					onLock = true
+				}
+			}
+			return onLock
+		})
+	}
+	settled(0)
+	var woke, sent, onLock int
+	for h := range handOvers {
+		mark := seq.Load()
+		if err := term.Resign(testkit.Context(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		var w won
+		select {
+		case w = <-wins:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("hand-over %d: no waiter took the lease within 10s of the release", h)
+		}
+		if w.term == nil {
+			t.Fatalf("hand-over %d: candidate %d's campaign failed", h, w.i)
+		}
+		if w.i != h {
+			t.Errorf("hand-over %d: candidate %d took the lease; want candidate %d, the first in line", h, w.i, h)
+		}
+		delete(waiting, w.i)
+		term = w.term
+		settled(mark)
+		for i := range waiting {
+			if c := logs[i].since(mark); c > 0 {
+				woke++
+				sent += c
+			}
+			if p, ok := logs[i].waitingOn(mark); ok && p == lockPath {
+				onLock++
+			}
+		}
+		sent += logs[w.i].since(mark)
+		t.Logf("hand-over %d: candidate %d took the lease; %d waiting candidates sent requests", h, w.i, woke)
+	}
+	t.Logf("per hand-over, %d waiting candidates: %.1f of the ones left waiting sent requests, %.1f requests in all (the new holder's included), %.1f watch the lock key",
+		n, float64(woke)/handOvers, float64(sent)/handOvers, float64(onLock)/handOvers)
+	// The new holder's successor in line moves on to watch the lock key;
+	// nobody else has anything to do.
+	if woke > handOvers {
+		t.Errorf("%d hand-overs woke %d waiting candidates that did not take the lease; want at most one each (the next in line), whatever the number waiting (%d)", handOvers, woke, n)
+	}
+	if onLock > handOvers {
+		t.Errorf("after %d hand-overs, %d blocking queries of waiting candidates watched the lock key; want one each (the first in line)", handOvers, onLock)
+	}
+	if sent > 12*handOvers {
+		t.Errorf("%d hand-overs cost %d requests of the candidates; want a handful each, whatever the number waiting (%d)", handOvers, sent, n)
+	}
+}
