@@ -235,9 +235,15 @@ func (a *attempt) refused(ctx context.Context) (baton.Term, bool, error) {
 			return nil, true, b.campaignErr(ctx, a.s, a.name, "lock "+a.key, errSessionGone)
 		}
 		a.newSession = true
-		a.queued = false // the entry, if any, went with the old session
+		// Our entry in line, if any, went with the old session: join the
+		// line again, at its end, rather than jump it.
+		wasQueued := a.queued
+		a.queued = false
 		if a.s, err = b.sessions.Session(ctx); err != nil {
 			return nil, true, err
+		}
+		if wasQueued {
+			return nil, false, nil
 		}
 		return a.act(ctx)
 	}

@@ -1,8 +1,11 @@
 package consul_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -196,4 +199,98 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 	if sent > 12*handOvers {
 		t.Errorf("%d hand-overs cost %d requests of the candidates; want a handful each, whatever the number waiting (%d)", handOvers, sent, n)
 	}
+}
+
+// TestQueueSurvivesLeavers: a waiter whose campaign ends takes its entry
+// out of the line, and one whose session ends leaves an entry that Consul
+// released; either way the waiter behind it moves up and takes the lease
+// at the next release, rather than waiting behind an entry that nobody
+// will ever release. Dead entries are deleted by the waiter behind them.
+func TestQueueSurvivesLeavers(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	c := agentClient(t, agent, agent.Addr())
+	prefix := testPrefix()
+	queue := prefix + "leave/.baton-queue/"
+	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}
+	holder := newBackend(t, c, opts, nil)
+	term := testkit.CampaignWithin(t, holder, "leave", "holder", 10*time.Second)
+	entries := func() api.KVPairs {
+		t.Helper()
+		ps, _, err := c.KV().List(queue, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.SortFunc(ps, func(x, y *api.KVPair) int { return int(x.CreateIndex) - int(y.CreateIndex) })
+		return ps
+	}
+	type outcome struct {
+		term baton.Term
+		err  error
+	}
+	// join campaigns in a Backend of its own and waits until it is in line.
+	join := func(id string, ctx context.Context) <-chan outcome {
+		t.Helper()
+		before := len(entries())
+		b := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
+		got := make(chan outcome, 1)
+		go func() {
+			term, err := b.Campaign(ctx, "leave", baton.Candidate{ID: id})
+			got <- outcome{term, err}
+		}()
+		testkit.Eventually(t, 10*time.Second, id+" to join the line", func() bool { return len(entries()) > before })
+		return got
+	}
+	wait := func(got <-chan outcome, who string) outcome {
+		t.Helper()
+		select {
+		case o := <-got:
+			return o
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s's campaign did not return within 10s", who)
+		}
+		return outcome{}
+	}
+	ctx := testkit.Context(t, time.Minute)
+	actx, cancel := context.WithCancel(ctx)
+	gotA := join("a", actx)
+	gotB := join("b", ctx)
+	gotC := join("c", ctx)
+	if n := len(entries()); n != 3 {
+		t.Fatalf("queue = %d entries, want 3", n)
+	}
+
+	cancel()
+	if o := wait(gotA, "a"); !errors.Is(o.err, context.Canceled) {
+		t.Fatalf("a's campaign ended with %v, %v; want context.Canceled", o.term, o.err)
+	}
+	testkit.Eventually(t, 10*time.Second, "a's entry to leave the line", func() bool { return len(entries()) == 2 })
+
+	// b's process loses its session (destroyed, as when its node fails):
+	// Consul releases b's entry, and c moves up behind the holder.
+	bs := entries()[0].Session
+	if _, err := c.Session().Destroy(bs, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := term.Resign(testkit.Context(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	o := wait(gotC, "c")
+	if o.err != nil {
+		t.Fatalf("c's campaign: %v", o.err)
+	}
+	select {
+	case ob := <-gotB:
+		if ob.term != nil {
+			t.Fatalf("b, whose session was destroyed, took the lease (token %d) besides c", ob.term.Token())
+		}
+	default:
+	}
+	testkit.Eventually(t, 10*time.Second, "no dead entry left in the line", func() bool {
+		for _, p := range entries() {
+			if p.Session == "" || p.Session == bs {
+				return false
+			}
+		}
+		return true
+	})
 }
