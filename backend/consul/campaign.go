@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/batonhq/baton"
@@ -72,28 +71,31 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, key, id 
 	defer func() {
 		b.w.unsubscribe(a.sb) // nil once handed to the term
 		if !a.won && (a.queued || a.dropLock) {
-			b.cleanUp(a.s, sl, name, key, a.qkeyIfQueued(), a.dropLock)
+			b.cleanUp(a.s, sl, name, key, a.qkeyIfQueued(), a.pred, a.dropLock)
 		}
 	}()
 	// The first look is one read, so that an uncontended campaign costs a
 	// read and a transaction, and no watch or queue entry. A campaign that
 	// finds the lock free and nobody in line takes it at once; otherwise
 	// it joins the line.
-	pair, queue, err := b.look(ctx, key)
+	pair, tail, err := b.look(ctx, key)
 	if err != nil {
 		return nil, b.campaignErr(ctx, s, name, "read "+key, err)
 	}
 	a.st = state{pair: pair}
-	conflict := pair != nil && pair.Flags != api.LockFlagValue // act reports it
-	free := pair == nil || pair.Session == ""
-	first := conflict || free && !slices.ContainsFunc(queue, func(p *api.KVPair) bool { return p.Session != "" })
-	known := true
+	first := pair != nil && pair.Flags != api.LockFlagValue // a conflict, which act reports
+	if !first && (pair == nil || pair.Session == "") {
+		if first, err = b.lineEmpty(ctx, tail); err != nil {
+			return nil, b.campaignErr(ctx, s, name, "read the queue's last entry", err)
+		}
+	}
+	known, tailKnown := true, true
 	for {
 		if !first {
-			if err := a.waitTurn(ctx); err != nil {
+			if err := a.waitTurn(ctx, tail, tailKnown); err != nil {
 				return nil, err
 			}
-			first = true
+			first, tailKnown = true, false
 			// Judge the lock key by an answer from now on, not by what was
 			// seen before waiting in line.
 			known, a.retry = false, 0
@@ -139,6 +141,7 @@ type attempt struct {
 
 	queued   bool   // qkey is our entry in the lease's queue
 	qkey     string // our queue entry's key, once queued
+	pred     string // the key of the entry before ours in line ("" for none), as our entry's value says
 	dropLock bool   // a lock transaction failed without a verdict: clean up its lock
 	won      bool   // the campaign returned a term
 }

@@ -14,33 +14,53 @@ import (
 // queueName is the folder below a lease's prefix where its waiting
 // candidates queue: Prefix + NAME + "/.baton-queue/SESSION", a key per
 // waiting session, locked by that session (so that Consul releases it when
-// the session ends) and ordered by CreateIndex. Each waiter watches only
-// the entry just before its own, as etcd's concurrency.Election watches the
-// key of the next lower revision and Curator's LeaderLatch the node of the
-// next lower sequence number; only the first in line watches the lock key.
-// A release then wakes one waiter, not every one.
+// the session ends), whose value is the key of the entry before it ("" for
+// none). The key Prefix + NAME + "/.baton-tail" names the last entry; a
+// waiter joins the line by moving it, with a check-and-set, to its own
+// entry. Each waiter watches only the entry before its own, as etcd's
+// concurrency.Election watches the key of the next lower revision and
+// Curator's LeaderLatch the node of the next lower sequence number; only
+// the first in line watches the lock key. A release then wakes one waiter,
+// not every one, and no request of a waiter reads more than one entry,
+// however long the line.
+//
+// The entry before ours went:
+//   - deleted: it took the lease (the transaction that locks deletes the
+//     winner's entry), so we are first in line;
+//   - released (its session ended, or its campaign was cancelled, which
+//     releases rather than deletes): its value names the entry before it,
+//     which we watch instead, after deleting the released entry. A waiter
+//     keeps its value naming the live entry before it, so that the chain
+//     skips released entries for good.
 //
 // The queue orders baton's candidates only: the lock key alone decides who
 // holds the lease, so `consul lock`, which knows nothing of the queue,
 // still contends for the key beside the first in line. Its semaphore mode
 // (-n N) counts the sessions of the keys under its prefix as alive, and
 // ignores every other key; the queue's entries are no semaphore's
-// contenders. The name does not begin with ".lock", so that a watch of the
-// lock key, a prefix query, does not cover it.
-const queueName = ".baton-queue/"
+// contenders. Neither name begins with ".lock", so that a watch of the lock
+// key, a prefix query, does not cover them.
+const (
+	queueName = ".baton-queue/"
+	tailName  = ".baton-tail"
+)
 
 // queuePrefix is the folder of the queue of the lease whose lock key is
 // key.
 func queuePrefix(key string) string { return strings.TrimSuffix(key, lockKey) + queueName }
 
-// look reads, in one transaction, the lock key (nil when absent) and the
-// entries of the lease's queue. A transaction's get-tree, unlike its get,
-// does not fail when nothing is there.
-func (b *Backend) look(ctx context.Context, key string) (*api.KVPair, []*api.KVPair, error) {
-	qp := queuePrefix(key)
+// tailKey is the key naming the last entry of the queue of the lease whose
+// lock key is key.
+func tailKey(key string) string { return strings.TrimSuffix(key, lockKey) + tailName }
+
+// look reads, in one transaction, the lock key and the queue's tail key
+// (each nil when absent). A transaction's get-tree, unlike its get, does
+// not fail when nothing is there.
+func (b *Backend) look(ctx context.Context, key string) (lock, tail *api.KVPair, err error) {
+	tk := tailKey(key)
 	resp, ok, err := b.txn(ctx, api.TxnOps{
 		{KV: &api.KVTxnOp{Verb: api.KVGetTree, Key: key}},
-		{KV: &api.KVTxnOp{Verb: api.KVGetTree, Key: qp}},
+		{KV: &api.KVTxnOp{Verb: api.KVGetTree, Key: tk}},
 	})
 	if err != nil {
 		return nil, nil, err
@@ -48,124 +68,108 @@ func (b *Backend) look(ctx context.Context, key string) (*api.KVPair, []*api.KVP
 	if !ok {
 		return nil, nil, txnErr(resp)
 	}
-	var lock *api.KVPair
-	var queue []*api.KVPair
 	for _, r := range resp.Results {
 		switch kv := r.KV; {
 		case kv == nil:
 		case kv.Key == key:
 			lock = kvPair(kv)
-		case strings.HasPrefix(kv.Key, qp):
-			queue = append(queue, kvPair(kv))
+		case kv.Key == tk:
+			tail = kvPair(kv)
 		}
 	}
-	return lock, queue, nil
+	return lock, tail, nil
+}
+
+// lineEmpty reports whether nobody alive waits in line, judging by the
+// tail as looked at: none, or its entry gone or released. A released last
+// entry with live ones before it makes a campaign take a free lock out of
+// turn, which costs fairness only.
+func (b *Backend) lineEmpty(ctx context.Context, tail *api.KVPair) (bool, error) {
+	if tail == nil || len(tail.Value) == 0 {
+		return true, nil
+	}
+	p, err := b.get(ctx, string(tail.Value))
+	if err != nil {
+		return false, err
+	}
+	return p == nil || p.Session == "", nil
 }
 
 // enqueue puts session s at the end of the queue of the lease whose lock
-// key is key, and returns its entry's key and the queue as it then was. A
-// leftover entry of s is deleted first, so that the new one is created
-// anew, at the end. ok is false when Consul refused the entry's lock: s is
+// key is key, tail being the tail key as last read (nil: absent), and
+// returns its entry's key and the key of the entry before it ("" for
+// none). A leftover entry of s is deleted first, so that the new one is
+// created anew. ok is false when Consul refused the entry's lock: s is
 // gone.
-func (b *Backend) enqueue(ctx context.Context, s *sess, key string) (qkey string, queue []*api.KVPair, ok bool, err error) {
-	qp := queuePrefix(key)
-	qkey = qp + s.ID
-	resp, ok, err := b.txn(ctx, api.TxnOps{
-		{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: qkey}},
-		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: qkey, Session: s.ID}},
-		{KV: &api.KVTxnOp{Verb: api.KVGetTree, Key: qp}},
-	})
-	if err != nil || !ok {
-		return qkey, nil, false, err
-	}
-	for _, r := range resp.Results {
-		if kv := r.KV; kv != nil && strings.HasPrefix(kv.Key, qp) {
-			queue = append(queue, kvPair(kv))
-		}
-	}
-	return qkey, dedupe(queue), true, nil
-}
-
-// dedupe keeps the last entry of each key: a transaction's results list the
-// key it locked twice, as locked and as read.
-func dedupe(queue []*api.KVPair) []*api.KVPair {
-	seen := map[string]int{}
-	var out []*api.KVPair
-	for _, p := range queue {
-		if i, ok := seen[p.Key]; ok {
-			out[i] = p
-			continue
-		}
-		seen[p.Key] = len(out)
-		out = append(out, p)
-	}
-	return out
-}
-
-// listQueue reads the queue of the lease whose lock key is key.
-func (b *Backend) listQueue(ctx context.Context, key string) ([]*api.KVPair, error) {
-	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
-	defer cancel()
-	pairs, _, err := b.kv.List(queuePrefix(key), (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
-	return pairs, permissionErr(err)
-}
-
-// place finds qkey's place in queue: the live entry just before it (nil
-// when qkey is first in line), and whether qkey is in the queue at all.
-// Entries whose session ended (Consul released them) are skipped; those
-// between the one before and qkey are deleted, so that dead entries do not
-// pile up: each is deleted by the first live waiter behind it.
-func (b *Backend) place(ctx context.Context, qkey string, queue []*api.KVPair) (pred *api.KVPair, in bool) {
-	queue = slices.Clone(queue)
-	slices.SortFunc(queue, func(x, y *api.KVPair) int {
-		switch {
-		case x.CreateIndex < y.CreateIndex:
-			return -1
-		case x.CreateIndex > y.CreateIndex:
-			return 1
-		}
-		return strings.Compare(x.Key, y.Key)
-	})
-	var dead []*api.KVPair
-	for _, p := range queue {
-		switch {
-		case p.Key == qkey:
-			in = p.Session != ""
-			for _, d := range dead {
-				// Best effort: the next waiter behind it tries again.
-				if err := b.deleteCAS(ctx, d.Key, d.ModifyIndex); err == nil {
-					b.log.Debug("deleted a queue entry whose session ended", "key", d.Key)
-				}
+func (b *Backend) enqueue(ctx context.Context, s *sess, key string, tail *api.KVPair) (qkey, pred string, ok bool, err error) {
+	tk := tailKey(key)
+	qkey = queuePrefix(key) + s.ID
+	for range 20 {
+		guard := &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: tk}
+		pred = ""
+		if tail != nil {
+			guard = &api.KVTxnOp{Verb: api.KVCheckIndex, Key: tk, Index: tail.ModifyIndex}
+			if pred = string(tail.Value); pred == qkey {
+				pred = "" // our own leftover, deleted below
 			}
-			return pred, in
-		case p.Session == "":
-			dead = append(dead, p)
-		default:
-			pred, dead = p, nil
+		}
+		resp, ok, err := b.txn(ctx, api.TxnOps{
+			{KV: guard},
+			{KV: &api.KVTxnOp{Verb: api.KVSet, Key: tk, Value: []byte(qkey)}},
+			{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: qkey}},
+			{KV: &api.KVTxnOp{Verb: api.KVLock, Key: qkey, Value: []byte(pred), Session: s.ID}},
+		})
+		if err != nil {
+			return qkey, "", false, err
+		}
+		if ok {
+			return qkey, pred, true, nil
+		}
+		if !slices.ContainsFunc(resp.Errors, func(e *api.TxnError) bool { return e.OpIndex == 0 }) {
+			return qkey, "", false, nil
+		}
+		// Someone else joined meanwhile: join behind them.
+		if tail, err = b.get(ctx, tk); err != nil {
+			return qkey, "", false, err
 		}
 	}
-	return nil, false
+	return qkey, "", false, fmt.Errorf("consul: the tail of the queue %s keeps changing", queuePrefix(key))
 }
 
-// gone reports whether st, a state of the key of pred (an entry of the
-// queue as listed), shows that entry gone or released. An absent key
-// counts only in an answer no older than the listing.
-func gone(st state, pred *api.KVPair) bool {
+// setPred records pred as the entry before ours (qkey, locked by s), so
+// that the waiter behind us finds it should we leave the line.
+func (b *Backend) setPred(ctx context.Context, s *sess, qkey, pred string) (bool, error) {
+	_, ok, err := b.txn(ctx, api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVLock, Key: qkey, Value: []byte(pred), Session: s.ID}}})
+	return ok, err
+}
+
+// gone reports whether st, a state of pred's key, shows it deleted or
+// released. An absent key counts only in an answer no older than when
+// pred was read (at index).
+func gone(st state, index uint64) bool {
 	if p := st.pair; p != nil {
-		return p.Session == "" || p.CreateIndex != pred.CreateIndex
+		return p.Session == ""
 	}
-	return st.current || st.index >= pred.ModifyIndex
+	return st.current || st.index >= index
 }
 
 // waitTurn waits in the lease's queue until no live entry is before ours,
 // joining the queue first if the campaign is not in it. On return the
 // campaign is first in line.
-func (a *attempt) waitTurn(ctx context.Context) error {
+//
+// tail is the tail key as the campaign looked at it, if known.
+func (a *attempt) waitTurn(ctx context.Context, tail *api.KVPair, tailKnown bool) error {
 	b := a.b
 	for {
-		var queue []*api.KVPair
 		if !a.queued {
-			qkey, q, ok, err := b.enqueue(ctx, a.s, a.key)
+			if !tailKnown {
+				var err error
+				if tail, err = b.get(ctx, tailKey(a.key)); err != nil {
+					return b.campaignErr(ctx, a.s, a.name, "read "+tailKey(a.key), err)
+				}
+			}
+			qkey, pred, ok, err := b.enqueue(ctx, a.s, a.key, tail)
+			tailKnown = false
 			if err != nil {
 				return b.campaignErr(ctx, a.s, a.name, "join the queue "+queuePrefix(a.key), err)
 			}
@@ -175,37 +179,64 @@ func (a *attempt) waitTurn(ctx context.Context) error {
 				}
 				continue
 			}
-			a.qkey, a.queued, queue = qkey, true, q
-		} else {
-			q, err := b.listQueue(ctx, a.key)
+			a.qkey, a.pred, a.queued = qkey, pred, true
+		}
+		// Walk back past released entries to a live one, or to none.
+		moved := false
+		var at uint64
+		for a.pred != "" {
+			p, err := b.get(ctx, a.pred)
 			if err != nil {
-				return b.campaignErr(ctx, a.s, a.name, "read the queue "+queuePrefix(a.key), err)
+				return b.campaignErr(ctx, a.s, a.name, "read "+a.pred, err)
 			}
-			queue = q
+			if p == nil {
+				a.pred, moved = "", true // it took the lease: we are first
+				break
+			}
+			if p.Session != "" {
+				at = p.ModifyIndex
+				break
+			}
+			// Best effort: should it fail, the entry stays, released, and
+			// costs the waiter behind us a read more.
+			if err := b.deleteCAS(ctx, p.Key, p.ModifyIndex); err == nil {
+				b.log.Debug("deleted a queue entry that left the line", "key", p.Key)
+			}
+			a.pred, moved = string(p.Value), true
 		}
-		pred, in := b.place(ctx, a.qkey, queue)
-		if !in {
-			// Our entry is gone (deleted by hand) or was released (our
-			// session ended): join again.
-			a.queued = false
-			continue
+		// Our value must name the live entry before us, for the waiter
+		// behind us to move up to should we leave. When there is none, the
+		// entry it names was deleted as it took the lease, which tells the
+		// same, and the write, which would wake the waiter behind us, is
+		// left out.
+		if moved && a.pred != "" {
+			ok, err := b.setPred(ctx, a.s, a.qkey, a.pred)
+			if err != nil {
+				return b.campaignErr(ctx, a.s, a.name, "update "+a.qkey, err)
+			}
+			if !ok {
+				if err := a.sessionRefused(ctx, "update "+a.qkey); err != nil {
+					return err
+				}
+				continue
+			}
 		}
-		if pred == nil {
+		if a.pred == "" {
 			return nil
 		}
-		if err := a.watch(pred.Key); err != nil {
+		if err := a.watch(a.pred); err != nil {
 			return err
 		}
 		for {
 			st, _, err := b.w.next(ctx, a.sb, a.after, 0, a.s.Context().Done())
 			if err != nil {
-				return b.campaignErr(ctx, a.s, a.name, "wait for "+pred.Key, err)
+				return b.campaignErr(ctx, a.s, a.name, "wait for "+a.pred, err)
 			}
 			a.after = st.seq
 			if st.err != nil {
-				return b.campaignErr(ctx, a.s, a.name, "watch "+pred.Key, st.err)
+				return b.campaignErr(ctx, a.s, a.name, "watch "+a.pred, st.err)
 			}
-			if gone(st, pred) {
+			if gone(st, at) {
 				break
 			}
 		}
@@ -247,8 +278,10 @@ func (a *attempt) watch(key string) error {
 	return nil
 }
 
-// cleanUp deletes what a campaign that ends without a term may have left:
-// its queue entry qkey (if not ""), and, when lock is set, the lease's
+// cleanUp undoes what a campaign that ends without a term may have left:
+// it releases its queue entry qkey (if not ""), keeping its value, the
+// entry before it, for the waiter behind it to move up to, and, when lock
+// is set, deletes the lease's
 // lock key if session s holds it (a lock transaction failed without a
 // verdict). The campaign holds the name's slot, so that such a lock can
 // only be that transaction's. It tries once, bounded by RenewInterval (the
@@ -257,7 +290,7 @@ func (a *attempt) watch(key string) error {
 // it succeeds or the session ends (which takes the lock and releases the
 // entry), as etcd's dropKey does. An entry left behind would hold up the
 // waiter behind it for as long as the session lives.
-func (b *Backend) cleanUp(s *sess, sl *backend.Slot, name, key, qkey string, lock bool) {
+func (b *Backend) cleanUp(s *sess, sl *backend.Slot, name, key, qkey, pred string, lock bool) {
 	if s.Context().Err() != nil {
 		return
 	}
@@ -269,7 +302,8 @@ func (b *Backend) cleanUp(s *sess, sl *backend.Slot, name, key, qkey string, loc
 			lock = false
 		}
 		if qkey != "" {
-			if err := b.deleteKey(ctx, qkey); err != nil {
+			// Refused: the session is gone, and Consul released the entry.
+			if _, _, err := b.txn(ctx, api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVUnlock, Key: qkey, Value: []byte(pred), Session: s.ID}}}); err != nil {
 				return err
 			}
 			qkey = ""
@@ -293,14 +327,6 @@ func (b *Backend) cleanUp(s *sess, sl *backend.Slot, name, key, qkey string, loc
 			return err
 		})
 	})
-}
-
-// deleteKey deletes key.
-func (b *Backend) deleteKey(ctx context.Context, key string) error {
-	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
-	defer cancel()
-	_, err := b.kv.Delete(key, (&api.WriteOptions{}).WithContext(ctx))
-	return permissionErr(err)
 }
 
 // kvPair copies a transaction's result entry.
