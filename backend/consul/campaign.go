@@ -89,13 +89,13 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, key, id 
 			return nil, b.campaignErr(ctx, s, name, "read the queue's last entry", err)
 		}
 	}
-	known, tailKnown := true, true
+	known := true
 	for {
 		if !first {
-			if err := a.waitTurn(ctx, tail, tailKnown); err != nil {
+			if err := a.waitTurn(ctx); err != nil {
 				return nil, err
 			}
-			first, tailKnown = true, false
+			first = true
 			// Judge the lock key by an answer from now on, not by what was
 			// seen before waiting in line.
 			known, a.retry = false, 0

@@ -26,7 +26,7 @@
 //     of at most 24 h (MaxSessionTTL), so New refuses a TTL above 48 h.
 //   - Waiting candidates queue under Prefix + NAME + "/.baton-queue/", each
 //     watching only the entry before its own, so a release wakes one
-//     waiter, first come first served.
+//     waiter, first come first served (see queueName).
 //   - A session found gone, or a key that stops being this term's lock, ends the
 //     term with baton.ErrLeaseLost. StoreState is a transaction checking the
 //     lock's session and ModifyIndex, so only the holder writes the state.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/batonhq/baton/backend"
@@ -16,8 +15,8 @@ import (
 // waiting session, locked by that session (so that Consul releases it when
 // the session ends), whose value is the key of the entry before it ("" for
 // none). The key Prefix + NAME + "/.baton-tail" names the last entry; a
-// waiter joins the line by moving it, with a check-and-set, to its own
-// entry. Each waiter watches only the entry before its own, as etcd's
+// waiter joins the line by moving it to its own entry, in a transaction
+// that reads what it named before. Each waiter watches only the entry before its own, as etcd's
 // concurrency.Election watches the key of the next lower revision and
 // Curator's LeaderLatch the node of the next lower sequence number; only
 // the first in line watches the lock key. A release then wakes one waiter,
@@ -96,44 +95,36 @@ func (b *Backend) lineEmpty(ctx context.Context, tail *api.KVPair) (bool, error)
 }
 
 // enqueue puts session s at the end of the queue of the lease whose lock
-// key is key, tail being the tail key as last read (nil: absent), and
-// returns its entry's key and the key of the entry before it ("" for
-// none). A leftover entry of s is deleted first, so that the new one is
-// created anew. ok is false when Consul refused the entry's lock: s is
-// gone.
-func (b *Backend) enqueue(ctx context.Context, s *sess, key string, tail *api.KVPair) (qkey, pred string, ok bool, err error) {
+// key is key, and returns its entry's key and the key of the entry before
+// it ("" for none). One transaction reads the tail key and moves it to our
+// entry, so that joiners never contend: each gets the one before as its
+// predecessor, in the order Consul applied them. A leftover entry of s is
+// deleted first, so that the new one is created anew. ok is false when
+// Consul refused the entry's lock: s is gone.
+func (b *Backend) enqueue(ctx context.Context, s *sess, key string) (qkey, pred string, ok bool, err error) {
 	tk := tailKey(key)
 	qkey = queuePrefix(key) + s.ID
-	for range 20 {
-		guard := &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: tk}
-		pred = ""
-		if tail != nil {
-			guard = &api.KVTxnOp{Verb: api.KVCheckIndex, Key: tk, Index: tail.ModifyIndex}
-			if pred = string(tail.Value); pred == qkey {
-				pred = "" // our own leftover, deleted below
-			}
-		}
-		resp, ok, err := b.txn(ctx, api.TxnOps{
-			{KV: guard},
-			{KV: &api.KVTxnOp{Verb: api.KVSet, Key: tk, Value: []byte(qkey)}},
-			{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: qkey}},
-			{KV: &api.KVTxnOp{Verb: api.KVLock, Key: qkey, Value: []byte(pred), Session: s.ID}},
-		})
-		if err != nil {
-			return qkey, "", false, err
-		}
-		if ok {
-			return qkey, pred, true, nil
-		}
-		if !slices.ContainsFunc(resp.Errors, func(e *api.TxnError) bool { return e.OpIndex == 0 }) {
-			return qkey, "", false, nil
-		}
-		// Someone else joined meanwhile: join behind them.
-		if tail, err = b.get(ctx, tk); err != nil {
-			return qkey, "", false, err
+	resp, ok, err := b.txn(ctx, api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVGetTree, Key: tk}},
+		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: tk, Value: []byte(qkey)}},
+		{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: qkey}},
+		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: qkey, Session: s.ID}},
+	})
+	if err != nil || !ok {
+		return qkey, "", false, err
+	}
+	// Results come in the order of the ops: the tail as it was, if any,
+	// then as set (to qkey).
+	for _, r := range resp.Results {
+		if kv := r.KV; kv != nil && kv.Key == tk {
+			pred = string(kv.Value)
+			break
 		}
 	}
-	return qkey, "", false, fmt.Errorf("consul: the tail of the queue %s keeps changing", queuePrefix(key))
+	if pred == qkey {
+		pred = "" // no tail before ours, or our own leftover, deleted
+	}
+	return qkey, pred, true, nil
 }
 
 // setPred records pred as the entry before ours (qkey, locked by s), so
@@ -156,20 +147,11 @@ func gone(st state, index uint64) bool {
 // waitTurn waits in the lease's queue until no live entry is before ours,
 // joining the queue first if the campaign is not in it. On return the
 // campaign is first in line.
-//
-// tail is the tail key as the campaign looked at it, if known.
-func (a *attempt) waitTurn(ctx context.Context, tail *api.KVPair, tailKnown bool) error {
+func (a *attempt) waitTurn(ctx context.Context) error {
 	b := a.b
 	for {
 		if !a.queued {
-			if !tailKnown {
-				var err error
-				if tail, err = b.get(ctx, tailKey(a.key)); err != nil {
-					return b.campaignErr(ctx, a.s, a.name, "read "+tailKey(a.key), err)
-				}
-			}
-			qkey, pred, ok, err := b.enqueue(ctx, a.s, a.key, tail)
-			tailKnown = false
+			qkey, pred, ok, err := b.enqueue(ctx, a.s, a.key)
 			if err != nil {
 				return b.campaignErr(ctx, a.s, a.name, "join the queue "+queuePrefix(a.key), err)
 			}
@@ -179,7 +161,22 @@ func (a *attempt) waitTurn(ctx context.Context, tail *api.KVPair, tailKnown bool
 				}
 				continue
 			}
-			a.qkey, a.pred, a.queued = qkey, pred, true
+			a.qkey, a.pred, a.queued = qkey, "", true
+			if pred != "" {
+				// Should we leave the line, the waiter behind us moves up
+				// to the entry our value names.
+				ok, err := b.setPred(ctx, a.s, a.qkey, pred)
+				if err != nil {
+					return b.campaignErr(ctx, a.s, a.name, "update "+a.qkey, err)
+				}
+				if !ok {
+					if err := a.sessionRefused(ctx, "update "+a.qkey); err != nil {
+						return err
+					}
+					continue
+				}
+				a.pred = pred
+			}
 		}
 		// Walk back past released entries to a live one, or to none.
 		moved := false
