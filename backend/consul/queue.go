@@ -2,6 +2,8 @@ package consul
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,8 +13,8 @@ import (
 )
 
 // queueName is the folder below a lease's prefix where its waiting
-// candidates queue: Prefix + NAME + "/.baton-queue/SESSION", a key per
-// waiting session, locked by that session (so that Consul releases it when
+// candidates queue: Prefix + NAME + "/.baton-queue/SESSION.RANDOM", a key
+// per waiting campaign, locked by that session (so that Consul releases it when
 // the session ends), whose value is the key of the entry before it ("" for
 // none). The key Prefix + NAME + "/.baton-tail" names the last entry; a
 // waiter joins the line by moving it to its own entry, in a transaction
@@ -98,16 +100,22 @@ func (b *Backend) lineEmpty(ctx context.Context, tail *api.KVPair) (bool, error)
 // key is key, and returns its entry's key and the key of the entry before
 // it ("" for none). One transaction reads the tail key and moves it to our
 // entry, so that joiners never contend: each gets the one before as its
-// predecessor, in the order Consul applied them. A leftover entry of s is
-// deleted first, so that the new one is created anew. ok is false when
-// Consul refused the entry's lock: s is gone.
+// predecessor, in the order Consul applied them. ok is false when Consul
+// refused the entry's lock: s is gone.
+//
+// Each campaign's entry has a key of its own, the session's ID and a
+// random suffix, never used again: a campaign that left the line and
+// joins it again must not bring its old entry, which a waiter may still
+// watch, back to life at the end of the line, where that waiter would wait
+// for something behind itself.
 func (b *Backend) enqueue(ctx context.Context, s *sess, key string) (qkey, pred string, ok bool, err error) {
 	tk := tailKey(key)
-	qkey = queuePrefix(key) + s.ID
+	var r [6]byte
+	_, _ = rand.Read(r[:]) // never fails (crypto/rand)
+	qkey = queuePrefix(key) + s.ID + "." + hex.EncodeToString(r[:])
 	resp, ok, err := b.txn(ctx, api.TxnOps{
 		{KV: &api.KVTxnOp{Verb: api.KVGetTree, Key: tk}},
 		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: tk, Value: []byte(qkey)}},
-		{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: qkey}},
 		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: qkey, Session: s.ID}},
 	})
 	if err != nil || !ok {
@@ -122,7 +130,7 @@ func (b *Backend) enqueue(ctx context.Context, s *sess, key string) (qkey, pred 
 		}
 	}
 	if pred == qkey {
-		pred = "" // no tail before ours, or our own leftover, deleted
+		pred = "" // no tail before ours: the result is the set's
 	}
 	return qkey, pred, true, nil
 }

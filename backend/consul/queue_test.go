@@ -303,3 +303,81 @@ func TestQueueSurvivesLeavers(t *testing.T) {
 		return true
 	})
 }
+
+// TestRejoinMakesNoCycle: a waiter that leaves the line and joins it again
+// at once must not bring its old entry back to life at the end of the
+// line: the waiter that was behind it, reading that entry only then, would
+// wait behind something that waits behind it, and nobody would take the
+// lease when it is released.
+func TestRejoinMakesNoCycle(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	c := agentClient(t, agent, agent.Addr())
+	prefix := testPrefix()
+	queue := prefix + "rejoin/.baton-queue/"
+	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}
+	holder := newBackend(t, c, opts, nil)
+	term := testkit.CampaignWithin(t, holder, "rejoin", "holder", 10*time.Second)
+	live := func() int {
+		t.Helper()
+		ps, _, err := c.KV().List(queue, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, p := range ps {
+			if p.Session != "" {
+				n++
+			}
+		}
+		return n
+	}
+	x := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
+	xctx, cancel := context.WithCancel(testkit.Context(t, time.Minute))
+	xdone := make(chan error, 1)
+	go func() {
+		_, err := x.Campaign(xctx, "rejoin", baton.Candidate{ID: "x"})
+		xdone <- err
+	}()
+	testkit.Eventually(t, 10*time.Second, "x to join the line", func() bool { return live() == 1 })
+
+	// s reads the entries of the line only once the gate opens.
+	var armed atomic.Bool
+	gate := make(chan struct{})
+	sc := hookedClient(t, agent, func(r *http.Request, send func() (*http.Response, error)) (*http.Response, error) {
+		if armed.Load() && r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/.baton-queue/") && !r.URL.Query().Has("index") {
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+				return nil, r.Context().Err()
+			}
+		}
+		return send()
+	})
+	s := newBackend(t, sc, opts, nil)
+	got := testkit.CampaignAsync(t, s, "rejoin", "s")
+	testkit.Eventually(t, 10*time.Second, "s to join the line behind x", func() bool { return live() == 2 })
+	armed.Store(true)
+
+	// x leaves the line and joins it again, while s has yet to read what
+	// became of x's entry.
+	cancel()
+	if err := <-xdone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("x's campaign ended with %v, want context.Canceled", err)
+	}
+	gotX := testkit.CampaignAsync(t, x, "rejoin", "x")
+	testkit.Eventually(t, 10*time.Second, "x to join the line again", func() bool { return live() == 2 })
+	close(gate)
+
+	if err := term.Resign(testkit.Context(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	w := testkit.WaitTerm(t, got, 10*time.Second)
+	if w.Term == nil {
+		t.Fatal("s's campaign failed")
+	}
+	notYet(t, gotX, 100*time.Millisecond)
+	if err := w.Term.Resign(testkit.Context(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitTerm(t, gotX, 10*time.Second)
+}
