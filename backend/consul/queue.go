@@ -229,8 +229,12 @@ func (a *attempt) waitTurn(ctx context.Context) error {
 		if a.pred == "" {
 			return nil
 		}
-		if err := a.watch(a.pred); err != nil {
-			return err
+		// A subscription of its own, which the watcher drops as soon as
+		// an answer shows the entry gone (see sub.last), so that no query
+		// is issued for it only to be abandoned.
+		a.b.w.unsubscribe(a.sb)
+		if a.sb = a.b.w.subscribeUntil(a.pred, func(st state) bool { return gone(st, at) }); a.sb == nil {
+			return fmt.Errorf("consul: %w", errStopped)
 		}
 		for {
 			st, _, err := b.w.next(ctx, a.sb, a.after, 0, a.s.Context().Done())
