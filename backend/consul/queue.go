@@ -290,9 +290,8 @@ func (a *attempt) watch(key string) error {
 // cleanUp undoes what a campaign that ends without a term may have left:
 // it releases its queue entry qkey (if not ""), keeping its value, the
 // entry before it, for the waiter behind it to move up to, and, when lock
-// is set, deletes the lease's
-// lock key if session s holds it (a lock transaction failed without a
-// verdict). The campaign holds the name's slot, so that such a lock can
+// is set, deletes the lease's lock key if session s holds it (a lock
+// transaction failed without a verdict). The campaign holds the name's slot, so that such a lock can
 // only be that transaction's. It tries once, bounded by RenewInterval (the
 // campaign's ctx may be what ended, and Campaign should not outlive it by
 // much), and then keeps trying in the background, holding the slot, until
@@ -311,7 +310,9 @@ func (b *Backend) cleanUp(s *sess, sl *backend.Slot, name, key, qkey, pred strin
 			lock = false
 		}
 		if qkey != "" {
-			// Refused: the session is gone, and Consul released the entry.
+			// A refusal leaves nothing to do: the session is gone (Consul
+			// released the entry), or so is the entry (deleted by a lock
+			// transaction whose answer was lost).
 			if _, _, err := b.txn(ctx, api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVUnlock, Key: qkey, Value: []byte(pred), Session: s.ID}}}); err != nil {
 				return err
 			}
