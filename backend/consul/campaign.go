@@ -31,36 +31,6 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 	})
 }
 
-// dropLock deletes key if session s holds it, for a campaign whose lock
-// transaction failed without a verdict and which holds the name's slot, so
-// that the lock can only be that transaction's. It tries once, bounded by
-// RenewInterval (the campaign's ctx may be what ended, and Campaign should
-// not outlive it by much), and then keeps trying in the background,
-// holding the slot, until it succeeds or the session ends (which takes the
-// lock with it), as etcd's dropKey does.
-func (b *Backend) dropLock(s *sess, sl *backend.Slot, name, key string) {
-	if s.Context().Err() != nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(s.Context(), b.cfg.RenewInterval)
-	err := b.deleteOwn(ctx, s, key)
-	cancel()
-	if err == nil {
-		return
-	}
-	b.log.Warn("could not check for a lock left by a failed campaign; retrying in the background", "lease", name, "key", key, "err", err)
-	// Close destroys the session, and the lock with it.
-	b.sessions.CleanClaimed(sl, func() {
-		backend.Retry(s.Context(), b.cfg.RenewInterval, b.reqTimeout, false, func(ctx context.Context) error {
-			err := b.deleteOwn(ctx, s, key)
-			if err != nil {
-				b.log.Debug("lock of a failed campaign not checked yet", "lease", name, "key", key, "err", err)
-			}
-			return err
-		})
-	})
-}
-
 // deleteOwn deletes key if session s holds it.
 func (b *Backend) deleteOwn(ctx context.Context, s *sess, key string) error {
 	for range 3 {
@@ -98,21 +68,57 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, key, id 
 		return nil, err
 	}
 	a := &attempt{b: b, sl: sl, name: name, key: key, id: id, s: s}
-	defer func() { b.w.unsubscribe(a.sb) }() // nil once handed to the term
-	// The first look is a plain read, so that an uncontended campaign costs
-	// a read and a transaction and no watch.
-	pair, err := b.get(ctx, key)
+	defer func() {
+		b.w.unsubscribe(a.sb) // nil once handed to the term
+		if !a.won && (a.queued || a.dropLock) {
+			b.cleanUp(a.s, sl, name, key, a.qkeyIfQueued(), a.pred, a.dropLock)
+		}
+	}()
+	// The first look is one read, so that an uncontended campaign costs a
+	// read and a transaction, and no watch or queue entry. A campaign that
+	// finds the lock free and nobody in line takes it at once; otherwise
+	// it joins the line.
+	pair, tail, err := b.look(ctx, key)
 	if err != nil {
 		return nil, b.campaignErr(ctx, s, name, "read "+key, err)
 	}
 	a.st = state{pair: pair}
+	first := pair != nil && pair.Flags != api.LockFlagValue // a conflict, which act reports
+	if !first && (pair == nil || pair.Session == "") {
+		if first, err = b.lineEmpty(ctx, tail); err != nil {
+			return nil, b.campaignErr(ctx, s, name, "read the queue's last entry", err)
+		}
+	}
+	known := true
 	for {
-		if t, done, err := a.act(ctx); done {
-			return t, err
+		if !first {
+			if err := a.waitTurn(ctx); err != nil {
+				return nil, err
+			}
+			first = true
+			// Judge the lock key by an answer from now on, not by what was
+			// seen before waiting in line.
+			known, a.retry = false, 0
+			if err := a.watch(key); err != nil {
+				return nil, err
+			}
+		}
+		if known {
+			if t, done, err := a.act(ctx); done {
+				a.won = t != nil
+				return t, err
+			}
+			if !a.queued {
+				// Lost a race for a free lock, or the lock is held: wait in
+				// line, where a release wakes only the first.
+				first = false
+				continue
+			}
 		}
 		if err := a.wait(ctx); err != nil {
 			return nil, err
 		}
+		known = true
 	}
 }
 
@@ -122,7 +128,7 @@ type attempt struct {
 	sl            *backend.Slot
 	name, key, id string
 	s             *sess
-	sb            *sub // the subscription to key; nil before the first wait, and once handed to the term
+	sb            *sub // the current subscription (the lock key, or the entry before ours in line); nil before the first wait, and once handed to the term
 
 	st          state
 	after       uint64        // the seq of the last state acted on
@@ -132,6 +138,20 @@ type attempt struct {
 	holderDelay time.Duration // its lock-delay, when known
 	freedAt     time.Time     // when we saw holder's lock go
 	newSession  bool          // a second session was started for this campaign
+
+	queued   bool   // qkey is our entry in the lease's queue
+	qkey     string // our queue entry's key, once queued
+	pred     string // the key of the entry before ours in line ("" for none), as our entry's value says
+	dropLock bool   // a lock transaction failed without a verdict: clean up its lock
+	won      bool   // the campaign returned a term
+}
+
+// qkeyIfQueued returns the key of our queue entry, or "" when not queued.
+func (a *attempt) qkeyIfQueued() string {
+	if !a.queued {
+		return ""
+	}
+	return a.qkey
 }
 
 // act acts on the key's state as last seen, and reports done once the
@@ -180,19 +200,18 @@ func (a *attempt) lock(ctx context.Context, p *api.KVPair) (baton.Term, bool, er
 	if a.sb != nil {
 		b.w.refresh(a.sb)
 	}
-	index, ep, outcome, err := b.lock(ctx, s, a.name, a.key, a.id, p)
+	index, ep, outcome, err := b.lock(ctx, s, a.name, a.key, a.id, p, a.qkeyIfQueued())
 	if err != nil {
 		// The transaction may have landed though its answer was lost (ctx
 		// ended, a timeout, a dropped connection). Our session would then
 		// hold the key with no term to release it, blocking every other
 		// candidate for as long as this Backend lives.
-		if !errors.Is(err, ErrPermissionDenied) {
-			b.dropLock(s, a.sl, a.name, a.key)
-		}
+		a.dropLock = !errors.Is(err, ErrPermissionDenied)
 		return nil, true, b.campaignErr(ctx, s, a.name, "lock "+a.key, err)
 	}
 	switch outcome {
 	case locked:
+		a.queued = false // the transaction deleted our entry
 		t, err := b.hold(s, a.sl, a.name, a.key, index, backend.EpochToken(ep, index), a.sb)
 		a.sb = nil
 		return t, true, err
@@ -219,8 +238,15 @@ func (a *attempt) refused(ctx context.Context) (baton.Term, bool, error) {
 			return nil, true, b.campaignErr(ctx, a.s, a.name, "lock "+a.key, errSessionGone)
 		}
 		a.newSession = true
+		// Our entry in line, if any, went with the old session: join the
+		// line again, at its end, rather than jump it.
+		wasQueued := a.queued
+		a.queued = false
 		if a.s, err = b.sessions.Session(ctx); err != nil {
 			return nil, true, err
+		}
+		if wasQueued {
+			return nil, false, nil
 		}
 		return a.act(ctx)
 	}
@@ -263,8 +289,10 @@ func (a *attempt) wait(ctx context.Context) error {
 // key is still as seen (nil: absent). It returns the ModifyIndex Consul
 // gave the key as it locked it, read from the transaction's own result so
 // that no later write can be mistaken for it, and the lease's epoch, read
-// in the same transaction (see epochKey).
-func (b *Backend) lock(ctx context.Context, s *sess, name, key, id string, seen *api.KVPair) (uint64, uint64, lockOutcome, error) {
+// in the same transaction (see epochKey). The same transaction deletes
+// qkey, the campaign's queue entry, unless it is "", so that the next in
+// line moves up as the lock is taken.
+func (b *Backend) lock(ctx context.Context, s *sess, name, key, id string, seen *api.KVPair, qkey string) (uint64, uint64, lockOutcome, error) {
 	guard := &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: key}
 	if seen != nil {
 		guard = &api.KVTxnOp{Verb: api.KVCheckIndex, Key: key, Index: seen.ModifyIndex}
@@ -274,6 +302,9 @@ func (b *Backend) lock(ctx context.Context, s *sess, name, key, id string, seen 
 		{KV: guard},
 		{KV: &api.KVTxnOp{Verb: api.KVGet, Key: ekey}},
 		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: key, Value: []byte(id), Flags: api.LockFlagValue, Session: s.ID}},
+	}
+	if qkey != "" {
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: qkey}})
 	}
 	for range 3 {
 		resp, ok, err := b.txn(ctx, ops)

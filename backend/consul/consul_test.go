@@ -1,11 +1,14 @@
 package consul_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -626,6 +629,30 @@ func isList(r *http.Request) bool {
 
 func isTxn(r *http.Request) bool { return r.Method == http.MethodPut && r.URL.Path == "/v1/txn" }
 
+// isLockTxn reports whether r is a transaction that locks a lease's lock
+// key (not a read, nor a queue entry's lock). It reads r's body and puts it
+// back.
+func isLockTxn(t *testing.T, r *http.Request) bool {
+	if !isTxn(r) || r.Body == nil {
+		return false
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		t.Errorf("read a transaction's body: %v", err)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var ops api.TxnOps
+	if err := json.Unmarshal(body, &ops); err != nil {
+		t.Errorf("decode a transaction: %v", err)
+	}
+	for _, op := range ops {
+		if op.KV != nil && op.KV.Verb == api.KVLock && strings.HasSuffix(op.KV.Key, "/.lock") {
+			return true
+		}
+	}
+	return false
+}
+
 // TestWaiterWakesAfterLosingARace: a waiter whose lock loses a race (the key
 // changed between the state it saw and its transaction) must wake on the
 // watch's next answer even when that answer shows the key as the waiter
@@ -667,7 +694,7 @@ func TestWaiterWakesAfterLosingARace(t *testing.T) {
 					return nil, r.Context().Err()
 				}
 			}
-		case isTxn(r) && txnArmed.CompareAndSwap(true, false):
+		case isLockTxn(t, r) && txnArmed.CompareAndSwap(true, false):
 			defer close(gate)
 			if ok, _, err := other.KV().Acquire(&api.KVPair{Key: key, Session: sid, Flags: api.LockFlagValue, Value: []byte("d")}, nil); !ok || err != nil {
 				raced <- fmt.Errorf("D's lock: %v, %v", ok, err)
@@ -728,8 +755,9 @@ func TestLostLockReplyLeavesNoLock(t *testing.T) {
 	var drop atomic.Bool
 	drop.Store(true)
 	ac := hookedClient(t, agent, func(r *http.Request, send func() (*http.Response, error)) (*http.Response, error) {
+		lock := isLockTxn(t, r)
 		resp, err := send()
-		if isTxn(r) && err == nil && drop.CompareAndSwap(true, false) {
+		if lock && err == nil && drop.CompareAndSwap(true, false) {
 			resp.Body.Close()
 			return nil, errors.New("connection reset (the test dropped the answer)")
 		}

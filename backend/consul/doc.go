@@ -24,14 +24,19 @@
 //     default); below twice the servers' minimum a campaign fails with a
 //     *SessionTTLError, a *baton.ConfigError. Consul accepts session TTLs
 //     of at most 24 h (MaxSessionTTL), so New refuses a TTL above 48 h.
+//   - Waiting candidates queue under Prefix + NAME + "/.baton-queue/", each
+//     watching only the entry before its own, so a release wakes one
+//     waiter, first come first served (see queueName).
 //   - A session found gone, or a key that stops being this term's lock, ends the
 //     term with baton.ErrLeaseLost. StoreState is a transaction checking the
 //     lock's session and ModifyIndex, so only the holder writes the state.
 //
 // Not guaranteed: an operator's delete or destroy reaches the holder a round
 // trip later, and a paused process may write late (send Term.Token
-// downstream); there is no queue or fairness; `consul lock` keeps its own
-// timing rules; Leader reports Consul's view, with a zero Record.Since.
+// downstream); the waiters' queue (see queueName) orders baton's
+// candidates only, and `consul lock` contends beside them; `consul lock`
+// keeps its own timing rules; Leader reports Consul's view, with a zero
+// Record.Since.
 //
 //	client, err := consul.NewClient(consul.ClientConfig{Address: "127.0.0.1:8500"})
 //	b, err := consul.New(client, consul.Options{Prefix: "service/"})

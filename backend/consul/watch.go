@@ -56,6 +56,15 @@ type sub struct {
 	// that an answer brings, instead of poking ch: a held lease's term
 	// needs no goroutine of its own to wait for it.
 	hook func(state)
+	// last, if set, reports a state after which the subscriber wants no
+	// more (a waiter's predecessor gone): the watcher then drops the
+	// subscription itself, before it issues its next query. An agent
+	// keeps serving a blocking query that its client abandoned, holding
+	// one of the client address's connections (http_max_conns_per_client)
+	// until the query would have answered, up to its wait time: a query
+	// issued only to be cancelled a moment later, when the subscriber
+	// moves on, costs that.
+	last func(state) bool
 }
 
 // state is what the watcher last learnt about a key.
@@ -86,13 +95,18 @@ func newWatcher(ctx context.Context, kv *api.KV, wait time.Duration, log *slog.L
 }
 
 // subscribe starts watching key. It returns nil after close.
-func (w *watcher) subscribe(key string) *sub {
+func (w *watcher) subscribe(key string) *sub { return w.subscribeUntil(key, nil) }
+
+// subscribeUntil starts watching key until a state for which last reports
+// true (see sub.last); nil means for as long as the subscriber wants. It
+// returns nil after close.
+func (w *watcher) subscribeUntil(key string, last func(state) bool) *sub {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return nil
 	}
-	s := &sub{key: key, ch: make(chan struct{}, 1), since: w.queries}
+	s := &sub{key: key, ch: make(chan struct{}, 1), since: w.queries, last: last}
 	w.subs[s] = struct{}{}
 	switch {
 	case !w.running:
@@ -106,8 +120,23 @@ func (w *watcher) subscribe(key string) *sub {
 		w.seq++
 		s.st = state{seq: w.seq, pair: w.last[key], index: w.index}
 		s.ch <- struct{}{}
+		if last != nil && last(s.st) {
+			w.dropLocked(s)
+		}
 	}
 	return s
+}
+
+// dropLocked removes s; when nothing is left to watch, the query in flight
+// is abandoned and the loop ends.
+func (w *watcher) dropLocked(s *sub) {
+	if _, ok := w.subs[s]; !ok {
+		return
+	}
+	delete(w.subs, s)
+	if len(w.subs) == 0 {
+		w.restartLocked()
+	}
 }
 
 // rebase makes only answers to queries issued from now on current for s:
@@ -142,10 +171,7 @@ func (w *watcher) unsubscribe(s *sub) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.subs, s)
-	if len(w.subs) == 0 {
-		w.restartLocked()
-	}
+	w.dropLocked(s)
 }
 
 // close ends the loop for good; later subscriptions return nil.
@@ -318,6 +344,9 @@ func (w *watcher) answeredLocked(pairs api.KVPairs, index, issued uint64) []hook
 		next := state{seq: w.seq, pair: w.last[s.key], index: w.index, current: issued > s.since}
 		if s.force || s.st.seq == 0 || s.st.err != nil || next.current != s.st.current || !samePair(s.st.pair, next.pair) {
 			s.st, s.force = next, false
+			if s.last != nil && s.last(next) {
+				delete(w.subs, s) // the loop issues no query for it: see sub.last
+			}
 			if s.hook != nil {
 				hooks = append(hooks, hookCall{s.hook, next})
 				continue
