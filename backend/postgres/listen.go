@@ -54,34 +54,43 @@ const (
 type listener struct {
 	b *Backend
 
-	mu      sync.Mutex
-	waiters map[string]map[chan struct{}]struct{}
-	up      bool // notifications flow now
-	polling bool // the last probe found that notifications do not arrive
-	reason  string
-	warned  bool // the switch to polling was logged
+	mu sync.Mutex
+	// watchers and campaigns hold, by lease name, the channels of the
+	// WatchLeader calls (woken by the schema's channel, on every release
+	// and acquisition) and of the campaigns (woken by the process's own
+	// channel, when it heads a released lease's queue).
+	watchers, campaigns map[string]map[chan struct{}]struct{}
+	up                  bool // notifications flow now
+	polling             bool // the last probe found that notifications do not arrive
+	reason              string
+	warned              bool // the switch to polling was logged
 }
 
 func newListener(b *Backend) *listener {
-	return &listener{b: b, waiters: map[string]map[chan struct{}]struct{}{}}
+	return &listener{b: b, watchers: map[string]map[chan struct{}]struct{}{}, campaigns: map[string]map[chan struct{}]struct{}{}}
 }
 
 // subscribe returns a channel that receives a value after each
-// notification about lease name (and whenever notifications may have been
-// missed), until cancel.
-func (l *listener) subscribe(name string) (<-chan struct{}, func()) {
+// notification about lease name for a campaign (its process's channel)
+// or a watcher (the schema's channel), and whenever notifications may
+// have been missed, until cancel.
+func (l *listener) subscribe(name string, campaign bool) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	l.mu.Lock()
-	if l.waiters[name] == nil {
-		l.waiters[name] = map[chan struct{}]struct{}{}
+	set := l.watchers
+	if campaign {
+		set = l.campaigns
 	}
-	l.waiters[name][ch] = struct{}{}
+	if set[name] == nil {
+		set[name] = map[chan struct{}]struct{}{}
+	}
+	set[name][ch] = struct{}{}
 	l.mu.Unlock()
 	return ch, func() {
 		l.mu.Lock()
-		delete(l.waiters[name], ch)
-		if len(l.waiters[name]) == 0 {
-			delete(l.waiters, name)
+		delete(set[name], ch)
+		if len(set[name]) == 0 {
+			delete(set, name)
 		}
 		l.mu.Unlock()
 	}
@@ -93,24 +102,36 @@ func (l *listener) listening() bool {
 	return l.up
 }
 
-// wake signals the waiters of name, or every waiter when all is true.
-func (l *listener) wake(name string, all bool) {
+// wake signals the watchers of name, or its campaigns when campaign is
+// set, and reports whether there was any.
+func (l *listener) wake(name string, campaign bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	signal := func(chans map[chan struct{}]struct{}) {
-		for ch := range chans {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
+	set := l.watchers
+	if campaign {
+		set = l.campaigns
+	}
+	signal(set[name])
+	return len(set[name]) > 0
+}
+
+// wakeAll signals every watcher and campaign.
+func (l *listener) wakeAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, set := range []map[string]map[chan struct{}]struct{}{l.watchers, l.campaigns} {
+		for _, chans := range set {
+			signal(chans)
 		}
 	}
-	if !all {
-		signal(l.waiters[name])
-		return
-	}
-	for _, chans := range l.waiters {
-		signal(chans)
+}
+
+func signal(chans map[chan struct{}]struct{}) {
+	for ch := range chans {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -126,7 +147,7 @@ func (l *listener) setUp(up bool) {
 		l.b.o.log.Info("notifications arrive again: waiters are woken at once on a release")
 	}
 	if !up {
-		l.wake("", true) // they may have missed a notification: read again
+		l.wakeAll() // they may have missed a notification: read again
 	}
 }
 
@@ -140,7 +161,7 @@ func (l *listener) off(reason string) {
 	if !warned {
 		l.b.o.log.Warn("waiters poll for releases instead of being notified", "reason", reason, "poll_interval", l.b.o.poll)
 	}
-	l.wake("", true)
+	l.wakeAll()
 }
 
 // run keeps one LISTEN connection until ctx ends, reconnecting after
@@ -209,7 +230,7 @@ func (l *listener) session(ctx context.Context) (probed bool, err error) {
 		_ = conn.Close(cl)
 		ccancel()
 	}()
-	if _, err := conn.Exec(cctx, "LISTEN "+b.q.channel+"; LISTEN "+b.q.probe, pgx.QueryExecModeSimpleProtocol); err != nil {
+	if _, err := conn.Exec(cctx, "LISTEN "+b.q.channel+"; LISTEN "+b.q.probe+"; LISTEN "+WakeChannel(b.id), pgx.QueryExecModeSimpleProtocol); err != nil {
 		cancel()
 		return false, err
 	}
@@ -237,7 +258,7 @@ func (l *listener) session(ctx context.Context) (probed bool, err error) {
 	}
 	pcancel()
 	l.setUp(true)
-	l.wake("", true) // a release may have come before we listened
+	l.wakeAll() // a release may have come before we listened
 	b.o.log.Debug("listening for releases", "channel", b.q.channel)
 	for {
 		// A wait that times out leaves the connection usable (pgx sets a
@@ -258,9 +279,15 @@ func (l *listener) session(ctx context.Context) (probed bool, err error) {
 			}
 			continue
 		}
-		if n.Channel != b.q.channel {
-			continue // a probe
+		switch n.Channel {
+		case b.q.channel:
+			l.wake(n.Payload, false)
+		case WakeChannel(b.id):
+			if !l.wake(n.Payload, true) {
+				// Woken for a lease this process no longer waits for
+				// (its campaign ended before it left the queue): pass it on.
+				b.leave(n.Payload)
+			}
 		}
-		l.wake(n.Payload, false)
 	}
 }

@@ -28,8 +28,11 @@ type Backend struct {
 	sessions *backend.SessionManager[string]
 	epochs   backend.EpochTracker
 	listen   *listener
-	reader   *batchReader
-	ops      chan struct{} // admits statements other than renewals; see exec
+	// id names this Backend in the leases' queues (the waiters table)
+	// and its notification channel (WakeChannel).
+	id     string
+	reader *batchReader
+	ops    chan struct{} // admits statements other than renewals; see exec
 }
 
 var (
@@ -51,7 +54,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Backend, error
 	if pool == nil {
 		return nil, &baton.ConfigError{Problems: []string{"postgres: the pool is nil: pass a *pgxpool.Pool from pgxpool.New"}}
 	}
-	b := &Backend{pool: pool, o: o, q: newQueries(o.schema), ops: make(chan struct{}, max(1, pool.Config().MaxConns-1))}
+	b := &Backend{pool: pool, o: o, q: newQueries(o.schema), id: randomID(), ops: make(chan struct{}, max(1, pool.Config().MaxConns-1))}
 	if err := b.ensureSchema(ctx); err != nil {
 		return nil, err
 	}
@@ -207,8 +210,14 @@ type seen struct {
 }
 
 func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id string) (baton.Term, error) {
-	wake, unsubscribe := b.listen.subscribe(name)
+	wake, unsubscribe := b.listen.subscribe(name, true)
 	defer unsubscribe()
+	joined := "" // the session under which this process joined the lease's queue
+	defer func() {
+		if joined != "" {
+			b.leave(name)
+		}
+	}()
 	var (
 		last    seen
 		batched *readResult // the row as a batch read it, to go by instead of reading it
@@ -264,8 +273,12 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 		if take {
 			t, err := b.acquire(ctx, s, sl, name, id, r, dead, last.renewals)
 			if t != nil || err != nil {
+				if t != nil {
+					joined = "" // the acquisition took the process out of the queue
+				}
 				return t, err
 			}
+			joined = "" // the acquisition's statement left the queue, whatever it took
 			// Another contender won the race, or our own session row is
 			// gone (taken over while this process was paused) and the
 			// acquisition, which requires it, did nothing. The latter
@@ -279,6 +292,17 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 		wait := left
 		if !b.listen.listening() {
 			wait = min(wait, b.o.poll)
+		} else if joined != s.ID {
+			// Queue for the lease, to be woken alone when it is released.
+			// Only while notifications arrive: a process that polls would
+			// swallow the wake-ups of those behind it.
+			sctx, cancel := b.stmtCtx(ctx)
+			_, err := b.exec(sctx, b.q.join, name, b.id, s.ID)
+			cancel()
+			if err != nil {
+				return nil, b.sessions.CampaignErr(ctx, s, name, "join the lease's queue", b.safeErr(err))
+			}
+			joined = s.ID
 		}
 		// The row is read again when it comes due, in a batch with the
 		// other waiters' rows; a notification has it read at once.
@@ -368,6 +392,21 @@ func (b *Backend) acquire(ctx context.Context, s *backend.Session[string], sl *b
 	t.BasicTerm = bt
 	b.o.log.Debug("acquired", "lease", name, "token", token, "session", s.ID)
 	return t, nil
+}
+
+// leave takes this process out of the queue of lease name, passing on a
+// wake-up it may have been sent, in the background: bounded by
+// RenewInterval, and by Close. An entry a failed leave leaves behind is
+// passed over once its session lapses, and a wake-up sent to it is passed
+// on when it arrives (listener.session).
+func (b *Backend) leave(name string) {
+	b.sessions.Go(func() {
+		ctx, cancel := context.WithTimeout(b.sessions.Context(), b.o.cfg.RenewInterval)
+		defer cancel()
+		if _, err := b.exec(ctx, b.q.leave, name, b.id); err != nil {
+			b.o.log.Debug("could not leave a lease's queue", "lease", name, "err", b.safeErr(err))
+		}
+	})
 }
 
 // checkSession ends s (baton.ErrLeaseLost) if its row is gone.

@@ -13,6 +13,27 @@ type queries struct {
 	release, dropSession             string
 	loadState, storeState            string
 	sessionExists                    string
+	join, leave                      string
+}
+
+// wakeHeads returns the common table expressions that wake, for each
+// lease named in the CTE rel (a column name), the first process in its
+// queue (@.waiters, by joined) whose session was renewed within its TTL,
+// with a notification on that process's channel (WakeChannel); except,
+// when except is a parameter, the process it names. The statement must
+// read the CTE woken for the notifications to be sent. A process whose
+// session lapsed is passed over (it is gone, or paused); a process that
+// is woken but gone (its session not yet lapsed) loses the wake-up, and
+// its successor reads the lease when its holder would have expired.
+func wakeHeads(rel, except string) string {
+	cond := ""
+	if except != "" {
+		cond = " AND w.listener <> " + except
+	}
+	return `heads AS (SELECT DISTINCT ON (w.name) w.name, w.listener FROM @.waiters w JOIN @.sessions s ON s.id = w.session
+			WHERE w.name IN (SELECT name FROM ` + rel + `) AND s.renewed_at > now() - s.ttl_ms * interval '1 millisecond'` + cond + `
+			ORDER BY w.name, w.joined),
+		woken AS (SELECT pg_notify('` + wakePrefix + `' || h.listener, h.name) FROM heads h)`
 }
 
 func newQueries(schema string) queries {
@@ -20,14 +41,15 @@ func newQueries(schema string) queries {
 	return queries{
 		channel: Channel(schema),
 		probe:   schema + "_probe",
-		exists: r.Replace(`SELECT to_regclass('@.sessions') IS NOT NULL AND to_regclass('@.leases') IS NOT NULL
+		exists: r.Replace(`SELECT to_regclass('@.sessions') IS NOT NULL AND to_regclass('@.leases') IS NOT NULL AND to_regclass('@.waiters') IS NOT NULL
 			AND to_regprocedure('@.fence(text,bigint)') IS NOT NULL`),
 		grant: r.Replace(`INSERT INTO @.sessions (id, owner, ttl_ms) VALUES ($1, $2, $3)`),
 		// The one statement per process per renew interval.
 		renew: r.Replace(`UPDATE @.sessions SET renewals = renewals + 1, renewed_at = now() WHERE id = $1`),
-		revoke: r.Replace(`WITH gone AS (DELETE FROM @.sessions WHERE id = $1)
-			UPDATE @.leases SET holder = NULL, session = NULL, since = NULL WHERE session = $1
-			RETURNING pg_notify($2, name)`),
+		revoke: r.Replace(`WITH gone AS (DELETE FROM @.sessions WHERE id = $1),
+			rel AS (UPDATE @.leases SET holder = NULL, session = NULL, since = NULL WHERE session = $1 RETURNING name),
+			` + wakeHeads("rel", "") + `
+			SELECT pg_notify($2, name) FROM rel, (SELECT count(*) FROM woken) x`),
 		read: r.Replace(`SELECT l.holder, l.session, l.token, l.ttl_ms, s.renewals, s.ttl_ms, l.since
 			FROM @.leases l LEFT JOIN @.sessions s ON s.id = l.session WHERE l.name = $1`),
 		// read for many leases: the one statement per poll interval that
@@ -37,13 +59,16 @@ func newQueries(schema string) queries {
 		// $1 name, $2 holder, $3 our session, $4 new token, $5 ttl_ms,
 		// $6 channel. Only while our session row exists: a session that a
 		// contender deleted must not take leases.
-		insert: r.Replace(`INSERT INTO @.leases (name, holder, session, token, ttl_ms, since)
+		// An acquisition takes its process out of the lease's queue.
+		insert: r.Replace(`WITH dq AS (DELETE FROM @.waiters WHERE name = $1 AND session = $3)
+			INSERT INTO @.leases (name, holder, session, token, ttl_ms, since)
 			SELECT $1, $2, $3, $4, $5, now() WHERE EXISTS (SELECT 1 FROM @.sessions WHERE id = $3)
 			ON CONFLICT (name) DO NOTHING
 			RETURNING pg_notify($6, name)`),
 		// $6 the token read, $7 channel. The token compare makes it a
 		// compare-and-swap: every acquisition moves the token.
-		takeFree: r.Replace(`UPDATE @.leases l SET holder = $2, session = $3, token = $4, ttl_ms = $5, since = now()
+		takeFree: r.Replace(`WITH dq AS (DELETE FROM @.waiters WHERE name = $1 AND session = $3)
+			UPDATE @.leases l SET holder = $2, session = $3, token = $4, ttl_ms = $5, since = now()
 			WHERE l.name = $1 AND l.token = $6
 			  AND (l.holder IS NULL OR l.session IS NULL OR l.session = $3
 			       OR NOT EXISTS (SELECT 1 FROM @.sessions x WHERE x.id = l.session))
@@ -57,17 +82,33 @@ func newQueries(schema string) queries {
 		// session's other leases are freed, and their waiters notified.
 		takeOver: r.Replace(`WITH dead AS (DELETE FROM @.sessions WHERE id = $8 AND renewals = $9 RETURNING id),
 			freed AS (UPDATE @.leases SET holder = NULL, session = NULL, since = NULL
-			          WHERE session IN (SELECT id FROM dead) AND name <> $1 RETURNING pg_notify($7, name))
-			UPDATE @.leases l SET holder = $2, session = $3, token = $4, ttl_ms = $5, since = now()
+			          WHERE session IN (SELECT id FROM dead) AND name <> $1 RETURNING pg_notify($7, name), name),
+			dq AS (DELETE FROM @.waiters WHERE name = $1 AND session = $3),
+			` + wakeHeads("freed", "") + `,
+			took AS (UPDATE @.leases l SET holder = $2, session = $3, token = $4, ttl_ms = $5, since = now()
 			WHERE l.name = $1 AND l.token = $6 AND l.session IN (SELECT id FROM dead)
 			  AND EXISTS (SELECT 1 FROM @.sessions y WHERE y.id = $3)
-			RETURNING pg_notify($7, l.name)`),
-		release: r.Replace(`UPDATE @.leases SET holder = NULL, session = NULL, since = NULL
-			WHERE name = $1 AND token = $2 AND session = $3
-			RETURNING pg_notify($4, name)`),
-		dropSession: r.Replace(`UPDATE @.leases SET holder = NULL, session = NULL, since = NULL
-			WHERE name = $1 AND session = $2
-			RETURNING pg_notify($3, name)`),
+			RETURNING l.name)
+			SELECT pg_notify($7, name) FROM took, (SELECT count(*) FROM woken) x`),
+		// A release wakes the first live process in the lease's queue.
+		release: r.Replace(`WITH rel AS (UPDATE @.leases SET holder = NULL, session = NULL, since = NULL
+			WHERE name = $1 AND token = $2 AND session = $3 RETURNING name),
+			` + wakeHeads("rel", "") + `
+			SELECT pg_notify($4, name) FROM rel, (SELECT count(*) FROM woken) x`),
+		dropSession: r.Replace(`WITH rel AS (UPDATE @.leases SET holder = NULL, session = NULL, since = NULL
+			WHERE name = $1 AND session = $2 RETURNING name),
+			` + wakeHeads("rel", "") + `
+			SELECT pg_notify($3, name) FROM rel, (SELECT count(*) FROM woken) x`),
+		// $1 name, $2 the process's listener ID, $3 its session. Once per
+		// campaign (and per session): a process keeps its place.
+		join: r.Replace(`INSERT INTO @.waiters (name, listener, session) VALUES ($1, $2, $3)
+			ON CONFLICT (name, listener) DO UPDATE SET session = EXCLUDED.session WHERE @.waiters.session <> EXCLUDED.session`),
+		// $1 name, $2 listener ID. A process that stops waiting leaves,
+		// and passes on a wake-up it may have got while the lease is free.
+		leave: r.Replace(`WITH dq AS (DELETE FROM @.waiters WHERE name = $1 AND listener = $2),
+			rel AS (SELECT $1::text AS name WHERE NOT EXISTS (SELECT 1 FROM @.leases WHERE name = $1 AND holder IS NOT NULL)),
+			` + wakeHeads("rel", "$2") + `
+			SELECT count(*) FROM woken`),
 		sessionExists: r.Replace(`SELECT count(*)::int FROM @.sessions WHERE id = $1`),
 		loadState:     r.Replace(`SELECT state FROM @.leases WHERE name = $1`),
 		storeState:    r.Replace(`UPDATE @.leases SET state = $4 WHERE name = $1 AND token = $2 AND session = $3 AND holder IS NOT NULL`),

@@ -49,7 +49,7 @@ func GrantSQL(schema, role, fencer string) string {
 	s := mustSchema(schema)
 	var b strings.Builder
 	fmt.Fprintf(&b, "GRANT USAGE ON SCHEMA %s TO %s;\n", s, role)
-	fmt.Fprintf(&b, "GRANT SELECT, INSERT, UPDATE, DELETE ON %s.sessions, %s.leases TO %s;\n", s, s, role)
+	fmt.Fprintf(&b, "GRANT SELECT, INSERT, UPDATE, DELETE ON %s.sessions, %s.leases, %s.waiters TO %s;\n", s, s, s, role)
 	fmt.Fprintf(&b, "GRANT EXECUTE ON FUNCTION %s.fence(text, bigint) TO %s;\n", s, role)
 	if fencer != "" {
 		fmt.Fprintf(&b, "GRANT USAGE ON SCHEMA %s TO %s;\n", s, fencer)
@@ -64,6 +64,15 @@ func GrantSQL(schema, role, fencer string) string {
 func FenceSQL(schema string) string {
 	return "SELECT " + mustSchema(schema) + ".fence($1::text, $2::bigint)"
 }
+
+// wakePrefix starts every process channel (WakeChannel).
+const wakePrefix = "baton_w_"
+
+// WakeChannel returns the NOTIFY channel of the process whose Backend has
+// listener ID id: a release notifies the first live process in the
+// lease's queue (the waiters table) on it, the payload being the lease
+// name. IDs are random, so one channel serves every schema.
+func WakeChannel(id string) string { return wakePrefix + id }
 
 // Channel returns the NOTIFY channel of schema (DefaultSchema when empty):
 // its payload is the name of a lease that was released or handed over.
@@ -113,6 +122,15 @@ CREATE TABLE IF NOT EXISTS @.leases (
 );
 COMMENT ON TABLE @.leases IS 'baton: one row per lease; holder/session NULL when free; token = epoch<<32 + counter, never reset';
 CREATE INDEX IF NOT EXISTS leases_session_idx ON @.leases (session) WHERE session IS NOT NULL;
+
+CREATE TABLE IF NOT EXISTS @.waiters (
+    name     text        NOT NULL,
+    listener text        NOT NULL,
+    session  text        NOT NULL,
+    joined   timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (name, listener)
+);
+COMMENT ON TABLE @.waiters IS 'baton: the processes waiting for each lease, first joined first; a release notifies the first one whose session is live on its own channel';
 
 CREATE OR REPLACE FUNCTION @.fence(lease text, token bigint) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fence$

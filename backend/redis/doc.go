@@ -45,11 +45,19 @@
 //     whose TTL is longer than the marker's could still act.
 //   - Renewals cost one round trip per process per RenewInterval, however
 //     many leases it holds: one script call extends all its keys.
-//   - A release (Resign, Close) deletes the key and publishes it on one
-//     channel; each process subscribes on one connection, so waiters wake
-//     at once. Waiters also read their lease when its key is due to expire
-//     and every PollInterval: a redsync release, an expiry and a lost
-//     message publish nothing.
+//   - A release wakes one waiting process, not all of them. The
+//     processes waiting for a lease queue in the store, first come first
+//     (each read of the lease that finds it held joins the queue or keeps
+//     the process's place); a release (Resign, Close) deletes the key and,
+//     in the same script, publishes it on the process channel of the
+//     queue's first process that is still subscribed and read its lease
+//     within three PollIntervals, dropping those that are not (a killed
+//     process's connection is closed: PUBLISH reaches nobody, and the next
+//     is woken). Each process subscribes on one connection. A process
+//     that stops waiting leaves the queue and passes on a wake-up it got.
+//     Waiters also read their lease when its key is due to expire and
+//     every PollInterval: a redsync release, an expiry and a wake-up lost
+//     to a paused process publish nothing, and polling covers them.
 //
 // Not guaranteed: Redis Cluster (New refuses it: ErrCluster); a holder
 // paused past its safe-until may still write elsewhere, which only a
@@ -66,7 +74,13 @@
 //	baton:token:NAME   the last fencing token, never deleted
 //	baton:state:NAME   the lease's state (baton.StateTerm)
 //	baton:store        the store's marker: "SERVER_TIME_MS TTL_MS", no expiry
-//	baton:released     the channel: each release or acquisition publishes the lease key
+//	baton:queue:NAME   the processes waiting for the lease (a sorted set of
+//	                   Backend IDs, by when each joined)
+//	baton:waiting:NAME when each queued process's entry lapses (server ms)
+//	baton:released     the channel: each release or acquisition publishes the
+//	                   lease key (for WatchLeader)
+//	baton:wake:ID      a process's channel: a release publishes the lease key
+//	                   to the first live process in the lease's queue
 //
 // # Use
 //

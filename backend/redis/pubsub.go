@@ -30,54 +30,83 @@ func (b *Backend) Notifications() NotifyStatus {
 	return NotifyStatus{Listening: b.listen.up, Polling: b.listen.polling, Reason: b.listen.reason}
 }
 
-// listener is a Backend's one pub/sub connection and the waiters it wakes.
+// listener is a Backend's one pub/sub connection and the waiters it
+// wakes. It subscribes to two channels: the release channel (Channel),
+// on which every release and acquisition is published, wakes the leader
+// watchers (WatchLeader); the process channel (WakeChannel), on which a
+// release wakes this process when it heads the lease's queue, wakes its
+// campaign. So a release wakes one waiting process, not all of them.
 type listener struct {
 	b *Backend
 
-	mu      sync.Mutex
-	waiters map[string]map[chan struct{}]struct{}
-	up      bool
-	polling bool
-	reason  string
+	mu sync.Mutex
+	// watchers and campaigns hold, by lease name, the channels of the
+	// WatchLeader calls and of the campaigns.
+	watchers, campaigns map[string]map[chan struct{}]struct{}
+	up                  bool
+	polling             bool
+	reason              string
 }
 
 func newListener(b *Backend) *listener {
-	return &listener{b: b, waiters: map[string]map[chan struct{}]struct{}{}}
+	return &listener{b: b, watchers: map[string]map[chan struct{}]struct{}{}, campaigns: map[string]map[chan struct{}]struct{}{}}
 }
 
-// subscribe returns a channel that receives a value after each release
-// of lease name (and whenever one may have been missed), until cancel.
-func (l *listener) subscribe(name string) (<-chan struct{}, func()) {
+// subscribe returns a channel that receives a value after each wake-up
+// for lease name (and whenever one may have been missed), until cancel:
+// for a campaign, the wake-ups on the process channel; for a watcher, the
+// releases and acquisitions on the release channel.
+func (l *listener) subscribe(name string, campaign bool) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	l.mu.Lock()
-	if l.waiters[name] == nil {
-		l.waiters[name] = map[chan struct{}]struct{}{}
+	set := l.watchers
+	if campaign {
+		set = l.campaigns
 	}
-	l.waiters[name][ch] = struct{}{}
+	if set[name] == nil {
+		set[name] = map[chan struct{}]struct{}{}
+	}
+	set[name][ch] = struct{}{}
 	l.mu.Unlock()
 	return ch, func() {
 		l.mu.Lock()
-		delete(l.waiters[name], ch)
-		if len(l.waiters[name]) == 0 {
-			delete(l.waiters, name)
+		delete(set[name], ch)
+		if len(set[name]) == 0 {
+			delete(set, name)
 		}
 		l.mu.Unlock()
 	}
 }
 
-// wake signals the waiters of name, or every waiter when all is true.
-func (l *listener) wake(name string, all bool) {
+// wake signals the watchers of name, or its campaigns when campaign is
+// set, and reports whether there was any to signal.
+func (l *listener) wake(name string, campaign bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for n, chans := range l.waiters {
-		if !all && n != name {
-			continue
+	set := l.watchers
+	if campaign {
+		set = l.campaigns
+	}
+	signal(set[name])
+	return len(set[name]) > 0
+}
+
+// wakeAll signals every watcher and campaign.
+func (l *listener) wakeAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, set := range []map[string]map[chan struct{}]struct{}{l.watchers, l.campaigns} {
+		for _, chans := range set {
+			signal(chans)
 		}
-		for ch := range chans {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
+	}
+}
+
+func signal(chans map[chan struct{}]struct{}) {
+	for ch := range chans {
+		select {
+		case ch <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -88,7 +117,7 @@ func (l *listener) setUp(up bool) {
 	l.up = up
 	l.mu.Unlock()
 	if up != was {
-		l.wake("", true) // a release may have gone unheard meanwhile
+		l.wakeAll() // a release may have gone unheard meanwhile
 	}
 }
 
@@ -106,8 +135,13 @@ func (l *listener) off(reason string) {
 func (l *listener) run(ctx context.Context) {
 	b := l.b
 	prefix := b.o.Prefix + "lease:"
-	ps := b.c.Subscribe(ctx, Channel(b.o.Prefix))
+	own := WakeChannel(b.o.Prefix, b.id)
+	ps := b.c.Subscribe(ctx, Channel(b.o.Prefix), own)
 	defer ps.Close()
+	// A receive blocks on the connection up to PollInterval, whatever
+	// ctx: closing the connection ends it when ctx ends (Close).
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer stop()
 	for ctx.Err() == nil {
 		msg, err := ps.ReceiveTimeout(ctx, b.o.poll)
 		if err != nil {
@@ -133,9 +167,20 @@ func (l *listener) run(ctx context.Context) {
 		}
 		switch m := msg.(type) {
 		case *goredis.Subscription:
-			l.setUp(m.Kind == "subscribe")
+			if m.Channel == own {
+				// Up once both channels are subscribed, own being the
+				// second.
+				l.setUp(m.Kind == "subscribe")
+			}
 		case *goredis.Message:
-			l.wake(strings.TrimPrefix(m.Payload, prefix), false)
+			name := strings.TrimPrefix(m.Payload, prefix)
+			if m.Channel != own {
+				l.wake(name, false)
+			} else if !l.wake(name, true) {
+				// Woken for a lease this process no longer waits for (its
+				// campaign ended before it left the queue): pass it on.
+				b.leave(b.keys(name))
+			}
 		case *goredis.Pong:
 			l.setUp(true)
 		}

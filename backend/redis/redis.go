@@ -27,6 +27,9 @@ type Backend struct {
 	sessions *backend.SessionManager[string]
 	epochs   backend.EpochTracker
 	listen   *listener
+	// id names this Backend in the leases' queues and its process
+	// channel (WakeChannel).
+	id string
 
 	mu       sync.Mutex
 	held     map[string]*term // lease name -> the live term's key and value
@@ -69,7 +72,7 @@ func New(ctx context.Context, client goredis.UniversalClient, opts Options) (*Ba
 	if strings.Contains(info, "cluster_enabled:1") {
 		return nil, &baton.ConfigError{Problems: []string{ErrCluster.Error() + " (the server has cluster-enabled yes)"}}
 	}
-	b := &Backend{c: client, o: o, held: map[string]*term{}, inflight: map[*int]time.Time{}, seen: map[string]uint64{}}
+	b := &Backend{c: client, o: o, id: randomID(), held: map[string]*term{}, inflight: map[*int]time.Time{}, seen: map[string]uint64{}}
 	b.sessions = backend.NewSessionManager(driver{b}, backend.SessionOptions[string]{
 		Backend:      "redis",
 		Config:       o.cfg,
@@ -108,6 +111,15 @@ type Keys struct {
 	Token string
 	// State holds the lease's state (baton.StateTerm).
 	State string
+	// Queue holds the processes waiting for the lease, first come first
+	// (a sorted set of process IDs, scored by when each joined): a
+	// release wakes only the first live one, on its process channel
+	// (WakeChannel).
+	Queue string
+	// Waiting holds, for each process in Queue, the server time (ms) until
+	// which its entry stands unrefreshed (a sorted set): a process that
+	// stopped reading its lease is passed over.
+	Waiting string
 }
 
 // KeysOf returns the keys of lease name under prefix (empty:
@@ -116,7 +128,23 @@ func KeysOf(prefix, name string) Keys {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	return Keys{Lease: prefix + "lease:" + name, Token: prefix + "token:" + name, State: prefix + "state:" + name}
+	return Keys{Lease: prefix + "lease:" + name, Token: prefix + "token:" + name, State: prefix + "state:" + name,
+		Queue: prefix + "queue:" + name, Waiting: prefix + "waiting:" + name}
+}
+
+// WakeChannel returns the pub/sub channel under prefix (empty:
+// DefaultPrefix) on which the process whose Backend has ID id is woken
+// when it heads the queue of a lease that was released: each message is
+// the lease key.
+func WakeChannel(prefix, id string) string {
+	return wakePrefix(prefix) + id
+}
+
+func wakePrefix(prefix string) string {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return prefix + "wake:"
 }
 
 // Channel returns the pub/sub channel on which releases are published
@@ -156,18 +184,28 @@ func (b *Backend) stmtCtx(ctx context.Context) (context.Context, context.CancelF
 }
 
 func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id string) (baton.Term, error) {
-	wake, unsubscribe := b.listen.subscribe(name)
+	wake, unsubscribe := b.listen.subscribe(name, true)
 	defer unsubscribe()
 	k := b.keys(name)
+	queued := false
+	defer func() {
+		if queued {
+			b.leave(k)
+		}
+	}()
 	for {
 		s, err := b.sessions.Session(ctx)
 		if err != nil {
 			return nil, err
 		}
 		t, left, err := b.tryAcquire(ctx, s, sl, name, id, k)
+		if t != nil {
+			queued = false // the acquisition took the process out of the queue
+		}
 		if t != nil || err != nil {
 			return t, err
 		}
+		queued = true
 		wait := b.o.poll
 		if left > 0 {
 			wait = min(wait, left+time.Millisecond)
@@ -206,8 +244,8 @@ func (b *Backend) tryAcquire(ctx context.Context, s *backend.Session[string], sl
 	fresh := backend.EpochToken(b.epochs.Next(name, now), 1)
 	tail := strconv.FormatInt(b.ttlMS(), 10) + " " + strconv.FormatInt(now.UnixMilli(), 10) + " " + id
 	sctx, cancel := b.stmtCtx(ctx)
-	res, acked, err := b.evalWait(sctx, acquireScript, []string{k.Lease, k.Token, b.marker()},
-		strconv.FormatUint(seen, 10), strconv.FormatUint(fresh, 10), tail, b.ttlMS(), Channel(b.o.Prefix))
+	res, acked, err := b.evalWait(sctx, acquireScript, []string{k.Lease, k.Token, b.marker(), k.Queue, k.Waiting},
+		strconv.FormatUint(seen, 10), strconv.FormatUint(fresh, 10), tail, b.ttlMS(), Channel(b.o.Prefix), b.queueID(), b.queueMS())
 	cancel()
 	if err != nil {
 		// It may have landed: delete it if so, while our slot keeps the
@@ -274,6 +312,45 @@ func (b *Backend) tryAcquire(ctx context.Context, s *backend.Session[string], sl
 	return t, 0, nil
 }
 
+// queueID is the ID under which this process queues for leases, or ""
+// when pub/sub is off: a process that is not woken does not queue.
+func (b *Backend) queueID() string {
+	if b.o.NoPubSub {
+		return ""
+	}
+	return b.id
+}
+
+// queueMS is how long (ms) a queue entry stands unrefreshed: a waiting
+// process refreshes it on each read of its lease, at least every
+// PollInterval, and an entry left three of them without one belongs to a
+// process that stopped waiting (or stopped), which a release passes over.
+func (b *Backend) queueMS() int64 {
+	return 3 * b.o.poll.Milliseconds()
+}
+
+// releaseKeys returns the keys releaseScript takes for lease key key.
+func (b *Backend) releaseKeys(key string) []string {
+	name := strings.TrimPrefix(key, b.o.Prefix+"lease:")
+	k := b.keys(name)
+	return []string{k.Lease, k.Queue, k.Waiting}
+}
+
+// leave takes this process out of the queue of the lease whose keys are
+// k, passing on a wake-up it may have been sent, in the background:
+// bounded by RenewInterval, and by Close. A leave that fails leaves an
+// entry that lapses by itself (queueMS), and a wake-up sent to it is
+// passed on when it arrives (listener.run).
+func (b *Backend) leave(k Keys) {
+	b.sessions.Go(func() {
+		ctx, cancel := context.WithTimeout(b.sessions.Context(), b.o.cfg.RenewInterval)
+		defer cancel()
+		if _, _, err := b.evalWait(ctx, leaveScript, []string{k.Lease, k.Queue, k.Waiting}, b.id, wakePrefix(b.o.Prefix)); err != nil {
+			b.o.log.Debug("could not leave a lease's queue; the entry lapses by itself", "key", k.Queue, "err", err)
+		}
+	})
+}
+
 // saw records token as seen for lease name.
 func (b *Backend) saw(name string, token uint64) {
 	b.mu.Lock()
@@ -309,7 +386,7 @@ func (b *Backend) dropLeftover(key, valueOrTail string) {
 		if v != valueOrTail && !strings.HasSuffix(v, " "+valueOrTail) {
 			return nil
 		}
-		_, _, err = b.evalWait(ctx, releaseScript, []string{key}, Channel(b.o.Prefix), v)
+		_, _, err = b.evalWait(ctx, releaseScript, b.releaseKeys(key), Channel(b.o.Prefix), wakePrefix(b.o.Prefix), v)
 		return err
 	})
 }
@@ -393,7 +470,7 @@ func (t *term) release(ctx context.Context) error {
 	t.b.forget(t)
 	sctx, cancel := t.b.stmtCtx(ctx)
 	defer cancel()
-	if _, _, err := t.b.evalWait(sctx, releaseScript, []string{t.keys.Lease}, Channel(t.b.o.Prefix), t.value); err != nil {
+	if _, _, err := t.b.evalWait(sctx, releaseScript, []string{t.keys.Lease, t.keys.Queue, t.keys.Waiting}, Channel(t.b.o.Prefix), wakePrefix(t.b.o.Prefix), t.value); err != nil {
 		return fmt.Errorf("redis: release lease %q (its key expires a TTL after its last renewal): %w", t.name, err)
 	}
 	return nil

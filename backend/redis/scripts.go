@@ -10,17 +10,48 @@ import (
 // Tokens above 2^53 lose precision as Lua numbers, so the scripts keep
 // them as the strings Redis stores and compare them as decimal strings.
 
+// wakeHeadLua is the Lua function the release scripts share: it
+// publishes key on the process channel (ARGV wake prefix + process ID) of
+// the first waiting process in queue q whose entry in w (ZSET of
+// deadlines, server time in ms) has not lapsed and that is still
+// subscribed (PUBLISH reaches at least one client). Entries that fail
+// either test are dropped: a crashed process's connection is closed, so
+// PUBLISH reaches nobody, and the next one is woken. One wake-up per
+// release, whatever the number of waiting processes.
+const wakeHeadLua = `
+local function wakeHead(q, w, wake, key, nowms)
+  for i = 1, 64 do
+    local h = redis.call('ZRANGE', q, 0, 0)[1]
+    if not h then return 0 end
+    local dl = tonumber(redis.call('ZSCORE', w, h) or '0')
+    if dl >= nowms and redis.call('PUBLISH', wake .. h, key) > 0 then return 1 end
+    redis.call('ZREM', q, h)
+    redis.call('ZREM', w, h)
+  end
+  return 0
+end
+local function servertime()
+  local now = redis.call('TIME')
+  return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+end
+`
+
 // acquireScript takes a free lease. KEYS[1] the lease key, KEYS[2] the
-// token key, KEYS[3] the store's marker; ARGV[1] the highest token this
-// process saw for the lease ("0": none), ARGV[2] the first token of a new
-// epoch (above ARGV[1]), ARGV[3] the value's tail ("TTLMS SINCEMS
-// HOLDER"), ARGV[4] the TTL in milliseconds, ARGV[5] the channel, on
-// which it publishes the key (for the watchers of the lease). It returns
-// {0, value, pttl} when the key is held; {2, created, wait} while the
-// store is younger than a TTL by its marker (created is 1 when this call
-// made the marker: the store is new, or lost its data); or {1, value,
-// lost}, lost being 1 when the token key was missing or below ARGV[1]:
-// the store lost writes, and the token starts a new epoch.
+// token key, KEYS[3] the store's marker, KEYS[4] the lease's queue of
+// waiting processes, KEYS[5] their entries' deadlines; ARGV[1] the
+// highest token this process saw for the lease ("0": none), ARGV[2] the
+// first token of a new epoch (above ARGV[1]), ARGV[3] the value's tail
+// ("TTLMS SINCEMS HOLDER"), ARGV[4] the TTL in milliseconds, ARGV[5] the
+// channel, on which it publishes the key (for the watchers of the lease),
+// ARGV[6] this process's ID ("" when it is not woken by pub/sub: it does
+// not queue), ARGV[7] how long (ms) its queue entry lasts unrefreshed.
+// It returns {0, value, pttl} when the key is held, having queued the
+// process (at the tail, or where it was) and refreshed its entry; {2,
+// created, wait} while the store is younger than a TTL by its marker
+// (created is 1 when this call made the marker: the store is new, or lost
+// its data); or {1, value, lost}, lost being 1 when the token key was
+// missing or below ARGV[1]: the store lost writes, and the token starts a
+// new epoch. A process that takes the lease leaves the queue.
 //
 // The marker is a key with no expiry, holding the server's time (ms) when
 // baton first found it missing and the TTL (ms) of the candidate that did. A server that restarted without
@@ -28,11 +59,18 @@ import (
 // holders may act until their safe-until, at most a TTL after their last
 // renewal, which came before the loss: so no lease is granted until that
 // TTL after the marker is made again.
-var acquireScript = goredis.NewScript(`
+var acquireScript = goredis.NewScript(wakeHeadLua + `
+local nowms = servertime()
 local cur = redis.call('GET', KEYS[1])
-if cur then return {0, cur, redis.call('PTTL', KEYS[1])} end
-local now = redis.call('TIME')
-local nowms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+if cur then
+  if ARGV[6] ~= '' then
+    redis.call('ZADD', KEYS[4], 'NX', nowms, ARGV[6])
+    redis.call('ZADD', KEYS[5], nowms + tonumber(ARGV[7]), ARGV[6])
+    redis.call('PEXPIRE', KEYS[4], ARGV[7])
+    redis.call('PEXPIRE', KEYS[5], ARGV[7])
+  end
+  return {0, cur, redis.call('PTTL', KEYS[1])}
+end
 local made = redis.call('GET', KEYS[3])
 local created = 0
 if not made then
@@ -57,6 +95,10 @@ else
 end
 local v = 'baton ' .. tok .. ' ' .. ARGV[3]
 redis.call('SET', KEYS[1], v, 'PX', ARGV[4])
+if ARGV[6] ~= '' then
+  redis.call('ZREM', KEYS[4], ARGV[6])
+  redis.call('ZREM', KEYS[5], ARGV[6])
+end
 redis.call('PUBLISH', ARGV[5], KEYS[1])
 return {1, v, lost}
 `)
@@ -77,19 +119,38 @@ end
 return lost
 `)
 
-// releaseScript deletes every lease key that still holds its value and
-// publishes its key on the channel. KEYS the lease keys; ARGV[1] the
-// channel, ARGV[i+1] the value of KEYS[i]. It returns how many it deleted.
-var releaseScript = goredis.NewScript(`
+// releaseScript deletes every lease key that still holds its value,
+// publishes its key on the channel (for the lease's watchers) and wakes
+// the first live process in the lease's queue (wakeHeadLua). KEYS are
+// triples: the lease key, its queue, its queue's deadlines; ARGV[1] the
+// channel, ARGV[2] the prefix of the process channels, ARGV[i+2] the value
+// of the i-th lease key. It returns how many it deleted.
+var releaseScript = goredis.NewScript(wakeHeadLua + `
 local n = 0
-for i, k in ipairs(KEYS) do
-  if redis.call('GET', k) == ARGV[i + 1] then
+local nowms = servertime()
+for i = 1, #KEYS, 3 do
+  local k = KEYS[i]
+  if redis.call('GET', k) == ARGV[(i - 1) / 3 + 3] then
     redis.call('DEL', k)
     redis.call('PUBLISH', ARGV[1], k)
+    wakeHead(KEYS[i + 1], KEYS[i + 2], ARGV[2], k, nowms)
     n = n + 1
   end
 end
 return n
+`)
+
+// leaveScript takes a process out of a lease's queue, and passes a
+// wake-up on to the next waiting process when the lease is free (the
+// leaving one may have been woken for it). KEYS[1] the lease key, KEYS[2]
+// its queue, KEYS[3] its queue's deadlines; ARGV[1] the process ID,
+// ARGV[2] the prefix of the process channels. It returns 1 when it woke
+// another process.
+var leaveScript = goredis.NewScript(wakeHeadLua + `
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+return wakeHead(KEYS[2], KEYS[3], ARGV[2], KEYS[1], servertime())
 `)
 
 // storeStateScript sets the state key while the lease key holds the

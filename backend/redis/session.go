@@ -99,15 +99,15 @@ func (d driver) Revoke(ctx context.Context, _ string, _ bool) error {
 	if len(terms) == 0 {
 		return nil
 	}
-	keys := make([]string, len(terms))
-	args := make([]any, 1, len(terms)+1)
-	args[0] = Channel(b.o.Prefix)
-	for i, t := range terms {
-		keys[i] = t.keys.Lease
+	keys := make([]string, 0, 3*len(terms))
+	args := make([]any, 2, len(terms)+2)
+	args[0], args[1] = Channel(b.o.Prefix), wakePrefix(b.o.Prefix)
+	for _, t := range terms {
+		keys = append(keys, t.keys.Lease, t.keys.Queue, t.keys.Waiting)
 		args = append(args, t.value)
 	}
 	if _, _, err := b.evalWait(ctx, releaseScript, keys, args...); err != nil {
-		return fmt.Errorf("redis: delete %d lease keys (they expire a TTL after their last renewal): %w", len(keys), err)
+		return fmt.Errorf("redis: delete %d lease keys (they expire a TTL after their last renewal): %w", len(terms), err)
 	}
 	return nil
 }
