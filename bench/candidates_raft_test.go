@@ -63,7 +63,7 @@ func candRaft(b *testing.B) candServer {
 	}
 }
 
-func candRaftBackends(spec candSpec) (func(int) (baton.Backend, error), func(), error) {
+func candRaftBackends(spec candSpec) (func() (baton.Backend, error), func(), error) {
 	tlsCfg, err := certs.Load(certs.Files{CA: filepath.Join(spec.Dir, "ca.pem"), Cert: spec.Cert + ".pem", Key: spec.Cert + "-key.pem"})
 	if err != nil {
 		return nil, nil, err
@@ -74,7 +74,7 @@ func candRaftBackends(spec candSpec) (func(int) (baton.Backend, error), func(), 
 		return nil, nil, err
 	}
 	<-n.Joined()
-	return func(int) (baton.Backend, error) {
+	return func() (baton.Backend, error) {
 		return raft.New(n, raft.Options{Config: backend.Config{TTL: spec.TTL}})
 	}, func() {}, nil
 }
