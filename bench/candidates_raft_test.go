@@ -18,15 +18,12 @@ import (
 // benchmark process runs the group's three voters (raftTarget's group, at
 // the default timings), and each worker process is a member of its own
 // that joins as a non-voter, as the fourth and later processes of a group
-// do, with its candidates' Backends on it. Its traffic is TLS between
+// do, with its candidates' Backend on it. Its traffic is TLS between
 // members, so it is counted where it is served: the Group calls that the
 // raft leader served (raftCounter), for all workers together.
 
 func init() {
-	// Each candidate is a raft session of its own, renewed through the
-	// raft leader: 1,000 of them (300 renewals a second over TLS) left a
-	// busy two-core machine's group without a leader for seconds.
-	candBackends = append(candBackends, candBackend{name: "raft", start: candRaft, backends: candRaftBackends, maxPer: 10})
+	candBackends = append(candBackends, candBackend{name: "raft", start: candRaft, backends: candRaftBackends})
 }
 
 // workerSeq numbers the certificates of the raft workers.

@@ -34,13 +34,8 @@ func init() {
 	candBackends = append(candBackends,
 		candBackend{name: "consul", start: candConsul, backends: candConsulBackends},
 		candBackend{name: "redis", start: candRedis, backends: candRedisBackends},
-		// Each PostgreSQL Backend holds a LISTEN connection of its own;
-		// the test cluster allows 300 connections in all.
-		candBackend{name: "postgres", start: candPostgres, backends: candPostgresBackends, maxPer: 10},
-		// Each DynamoDB candidate polls and renews a session item of its
-		// own: 1,000 (290 requests a second) overran dynalite, a Node.js
-		// emulator, on a busy two-core machine.
-		candBackend{name: "dynamodb", start: candDynamo, backends: candDynamoBackends, maxPer: 10},
+		candBackend{name: "postgres", start: candPostgres, backends: candPostgresBackends},
+		candBackend{name: "dynamodb", start: candDynamo, backends: candDynamoBackends},
 	)
 }
 

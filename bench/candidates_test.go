@@ -72,8 +72,7 @@ import (
 //
 // Exactly one candidate wins each hand-over and each failover, with a
 // higher token, and none in a killed process: the benchmark fails
-// otherwise. The size is candidatesSize's (capped per backend by
-// candBackend.maxPer); run at 10,000 by hand:
+// otherwise. The size is candidatesSize's; run at 10,000 by hand:
 //
 //	go test -run '^$' -bench TenThousandCandidates -benchtime 3x -timeout 60m -v ./bench
 func BenchmarkTenThousandCandidates(b *testing.B) {
@@ -168,8 +167,6 @@ type candBackend struct {
 	// backends opens a worker's one Backend, which all its candidates
 	// share; close closes what it rides on (clients, connections).
 	backends func(spec candSpec) (newBackend func() (baton.Backend, error), close func(), err error)
-	// maxPer, if not zero, caps the candidates per process.
-	maxPer int
 }
 
 var candBackends = []candBackend{
@@ -458,10 +455,6 @@ type candRun struct {
 }
 
 func runCandidates(b *testing.B, cb candBackend, procs, per int, ttl time.Duration) {
-	if cb.maxPer > 0 && per > cb.maxPer {
-		b.Logf("%s: %d candidates per process, not %d (candBackend.maxPer says why)", cb.name, cb.maxPer, per)
-		per = cb.maxPer
-	}
 	r := &candRun{b: b, srv: cb.start(b), name: cb.name, lease: fmt.Sprintf("candidates-%d", time.Now().UnixNano()),
 		per: per, ttl: ttl, events: make(chan candEvent, 1024), errs: map[string]int{}}
 	defer r.logErrs()
