@@ -65,8 +65,11 @@ func newSlots(mu sync.Locker, closed func() bool, backend string) *slots {
 //     gives the name back.
 //   - Once the campaign won (SessionManager.Start), the next claim for the
 //     name waits while the term runs, and takes the slot over once it
-//     ended: the backend's campaign copes with what the old term may have
-//     left (etcd, ZooKeeper, raft).
+//     ended and the release its Resign began (if any) returned: a campaign
+//     on the same session while the store still holds the lease for it
+//     could take the ended term's place, and token (raft); the backend's
+//     campaign copes with what a term that ended otherwise may have left
+//     (etcd, ZooKeeper, raft).
 //   - Once the campaign won with StartOptions.UntilGone, the next claim
 //     also waits, after the term ended, until Gone says that what the term
 //     held is gone (Consul).
@@ -154,13 +157,9 @@ func (s *slots) Claim(ctx context.Context, name, id string) (*Slot, error) {
 			return nil, baton.ErrClosed
 		}
 		var wait <-chan struct{}
-		switch old := s.slots[name]; {
-		case old == nil || old.cleaning == nil && old.gone == nil && old.term != nil && old.term.Err() != nil:
-			sl := &Slot{name: name, id: id, settled: make(chan struct{})}
-			s.slots[name] = sl
-			leave()
-			s.mu.Unlock()
-			return sl, nil
+		old := s.slots[name]
+		switch {
+		case old == nil:
 		case old.cleaning != nil:
 			wait = old.cleaning
 		case old.term == nil:
@@ -168,8 +167,18 @@ func (s *slots) Claim(ctx context.Context, name, id string) (*Slot, error) {
 		case old.term.Err() == nil:
 			wait = old.term.Done()
 		default:
-			// The term ended; what it held is still being let go.
-			wait = old.gone
+			// The term ended. Its Resign may still be giving the lease
+			// back, and (UntilGone) what it held may still be let go.
+			if wait = old.term.releasing(); wait == nil && old.gone != nil {
+				wait = old.gone
+			}
+		}
+		if wait == nil {
+			sl := &Slot{name: name, id: id, settled: make(chan struct{})}
+			s.slots[name] = sl
+			leave()
+			s.mu.Unlock()
+			return sl, nil
 		}
 		s.mu.Unlock()
 		select {

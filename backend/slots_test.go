@@ -354,3 +354,34 @@ func TestSlotsCandidatesTakeTurns(t *testing.T) {
 		}
 	})
 }
+
+// A claim waiting for a term that its holder resigns takes the name only
+// once the release returned: until then the store may still hold the lease
+// for the session, and a campaign on it could take the term's place and
+// token.
+func TestSlotsWaitForRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newTestSlots()
+		sl := b.mustClaim(t, "a")
+		releasing, release := make(chan struct{}), make(chan struct{})
+		term := NewBasicTerm("a", 1, time.Now().Add(time.Hour), func(context.Context) error {
+			close(releasing)
+			<-release
+			return nil
+		})
+		b.won(sl, term)
+		ch := b.goClaim(context.Background(), "a")
+		resigned := make(chan error, 1)
+		go func() { resigned <- term.Resign(context.Background()) }()
+		<-releasing
+		synctest.Wait()
+		waiting(t, ch)
+		close(release)
+		if r := <-ch; r.err != nil || r.sl == sl {
+			t.Fatalf("Claim once the release returned: %v, %v; want a new slot", r.sl, r.err)
+		}
+		if err := <-resigned; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
