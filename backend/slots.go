@@ -114,7 +114,7 @@ func (s *slots) Claim(ctx context.Context, name, id string) (*Slot, error) {
 	}
 	l := s.lines[name]
 	sl := s.slots[name]
-	if l != nil && l.ids[id] || sl != nil && sl.id == id && (sl.term == nil || sl.term.Err() == nil) {
+	if l != nil && l.ids[id] || sl != nil && sl.id == id && (!sl.isSet || sl.term != nil && sl.term.Err() == nil) {
 		s.mu.Unlock()
 		return nil, fmt.Errorf("%w: lease %q, candidate %q (%s allows one campaign per lease name per candidate)",
 			baton.ErrAlreadyCampaigning, name, id, s.backend)

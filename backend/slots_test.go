@@ -183,7 +183,9 @@ func TestSlotsCleaning(t *testing.T) {
 		if !b.Claimed("a") {
 			t.Fatal("Unclaim gave back a name being cleaned up after")
 		}
-		ch := b.goClaim(context.Background(), "a")
+		// The campaign is over: its candidate may campaign again, and
+		// waits for the clean-up like any other.
+		ch := b.goClaimAs(context.Background(), "a", "c")
 		waiting(t, ch)
 		done()
 		r := <-ch
