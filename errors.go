@@ -42,10 +42,10 @@ var (
 	// terms that were still held when it closed.
 	ErrClosed = errors.New("baton: backend closed")
 
-	// ErrAlreadyCampaigning is returned by Campaign when the same Backend is
-	// already campaigning for, or holding, the same lease: for the same
-	// candidate on record stores, for any candidate on session backends such as
-	// etcd, where a process has one election key per lease.
+	// ErrAlreadyCampaigning is returned by Campaign when the same candidate
+	// is already campaigning for, or holding, the same lease on the same
+	// Backend. Other candidates of the Backend for that lease wait their
+	// turn instead.
 	ErrAlreadyCampaigning = errors.New("baton: already campaigning for this lease")
 )
 

@@ -112,7 +112,10 @@
 // renews it every RenewInterval, or every SessionGrant.Interval (sooner
 // when that would leave less than half an interval before safe-until); its
 // end at safe-until (baton.ErrExpired) or when the server dropped it
-// (baton.ErrLeaseLost); the slots that allow one campaign per lease name;
+// (baton.ErrLeaseLost); the slots that allow one campaign per lease name
+// at a time, the Backend's other candidates for it waiting in line in the
+// process (first come, first served), so that the server sees one
+// campaign per Backend and a hand-over wakes one process;
 // the clean-ups of what a cancelled campaign or a failed release left
 // behind; and the order in which Close takes it all down.
 //

@@ -66,9 +66,14 @@ type claimed struct {
 // goClaim claims name in a goroutine, and returns once that goroutine has
 // returned or is blocked waiting.
 func (b *testSlots) goClaim(ctx context.Context, name string) <-chan claimed {
+	return b.goClaimAs(ctx, name, "c2")
+}
+
+// goClaimAs is goClaim by candidate id.
+func (b *testSlots) goClaimAs(ctx context.Context, name, id string) <-chan claimed {
 	ch := make(chan claimed, 1)
 	go func() {
-		sl, err := b.Claim(ctx, name, "c2")
+		sl, err := b.Claim(ctx, name, id)
 		ch <- claimed{sl, err}
 	}()
 	synctest.Wait()
@@ -92,11 +97,11 @@ func TestSlotsClaimUnclaim(t *testing.T) {
 	b := newTestSlots()
 	a := b.mustClaim(t, "a")
 	b.mustClaim(t, "b") // names are independent
-	_, err := b.Claim(context.Background(), "a", "c2")
+	_, err := b.Claim(context.Background(), "a", "c")
 	if !errors.Is(err, baton.ErrAlreadyCampaigning) {
-		t.Fatalf("second Claim: %v, want ErrAlreadyCampaigning", err)
+		t.Fatalf("second Claim by the same candidate: %v, want ErrAlreadyCampaigning", err)
 	}
-	want := `lease "a", candidate "c2" (test allows one campaign per lease name per Backend)`
+	want := `lease "a", candidate "c" (test allows one campaign per lease name per candidate)`
 	if !strings.Contains(err.Error(), want) {
 		t.Errorf("second Claim's error %q lacks %q", err, want)
 	}
@@ -116,22 +121,26 @@ func TestSlotsClaimUnclaim(t *testing.T) {
 }
 
 func TestSlotsWonTakenOverOnceEnded(t *testing.T) {
-	b := newTestSlots()
-	sl := b.mustClaim(t, "a")
-	term := running()
-	b.won(sl, term)
-	if _, err := b.Claim(context.Background(), "a", "c2"); !errors.Is(err, baton.ErrAlreadyCampaigning) {
-		t.Fatalf("Claim while the term runs: %v, want ErrAlreadyCampaigning", err)
-	}
-	term.End(baton.ErrLeaseLost)
-	next := b.mustClaim(t, "a")
-	if next == sl {
-		t.Fatal("Claim returned the ended term's slot")
-	}
-	b.Unclaim(sl) // the old term's clean-up finishing late
-	if !b.Claimed("a") {
-		t.Fatal("the old slot's Unclaim gave the new slot's name back")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b := newTestSlots()
+		sl := b.mustClaim(t, "a")
+		term := running()
+		b.won(sl, term)
+		if _, err := b.Claim(context.Background(), "a", "c"); !errors.Is(err, baton.ErrAlreadyCampaigning) {
+			t.Fatalf("Claim by the holder while its term runs: %v, want ErrAlreadyCampaigning", err)
+		}
+		ch := b.goClaim(context.Background(), "a")
+		waiting(t, ch)
+		term.End(baton.ErrLeaseLost)
+		r := <-ch
+		if r.err != nil || r.sl == sl {
+			t.Fatalf("Claim once the term ended: %v, %v; want a new slot", r.sl, r.err)
+		}
+		b.Unclaim(sl) // the old term's clean-up finishing late
+		if !b.Claimed("a") {
+			t.Fatal("the old slot's Unclaim gave the new slot's name back")
+		}
+	})
 }
 
 func TestSlotsWonUntilGone(t *testing.T) {
@@ -140,11 +149,10 @@ func TestSlotsWonUntilGone(t *testing.T) {
 		sl := b.mustClaim(t, "a")
 		term := running()
 		b.wonUntilGone(sl, term)
-		if _, err := b.Claim(context.Background(), "a", "c2"); !errors.Is(err, baton.ErrAlreadyCampaigning) {
-			t.Fatalf("Claim while the term runs: %v, want ErrAlreadyCampaigning", err)
-		}
-		term.End(baton.ErrLeaseLost)
 		ch := b.goClaim(context.Background(), "a")
+		waiting(t, ch)
+		term.End(baton.ErrLeaseLost)
+		synctest.Wait()
 		waiting(t, ch)
 		b.Unclaim(sl) // not what ends the wait: the name is kept until Gone
 		if !b.Claimed("a") {
@@ -175,7 +183,9 @@ func TestSlotsCleaning(t *testing.T) {
 		if !b.Claimed("a") {
 			t.Fatal("Unclaim gave back a name being cleaned up after")
 		}
-		ch := b.goClaim(context.Background(), "a")
+		// The campaign is over: its candidate may campaign again, and
+		// waits for the clean-up like any other.
+		ch := b.goClaimAs(context.Background(), "a", "c")
 		waiting(t, ch)
 		done()
 		r := <-ch
@@ -289,4 +299,91 @@ func TestSlotsCampaign(t *testing.T) {
 	if !b.Claimed("a") {
 		t.Fatal("a won campaign gave the name back")
 	}
+}
+
+// The candidates of one Backend for one name take turns, first come, first
+// served; a candidate cancelled while waiting leaves the line, whether it
+// was first in it or not, and the line goes once nobody waits.
+func TestSlotsCandidatesTakeTurns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newTestSlots()
+		sl := b.mustClaim(t, "a") // candidate c campaigns
+		cancels := map[string]context.CancelFunc{}
+		chs := map[string]<-chan claimed{}
+		for _, id := range []string{"w1", "w2", "w3", "w4"} {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancels[id] = cancel
+			chs[id] = b.goClaimAs(ctx, "a", id)
+			waiting(t, chs[id])
+		}
+		if _, err := b.Claim(context.Background(), "a", "w2"); !errors.Is(err, baton.ErrAlreadyCampaigning) {
+			t.Fatalf("Claim by a candidate already waiting: %v, want ErrAlreadyCampaigning", err)
+		}
+		// w1 is first in line, waiting for c's campaign; w3 is in the middle.
+		cancels["w1"]()
+		cancels["w3"]()
+		for _, id := range []string{"w1", "w3"} {
+			if r := <-chs[id]; r.err != context.Canceled {
+				t.Fatalf("%s canceled while waiting: %v, %v; want context.Canceled", id, r.sl, r.err)
+			}
+		}
+		synctest.Wait()
+		waiting(t, chs["w2"])
+		waiting(t, chs["w4"])
+		term := running()
+		b.won(sl, term) // c holds: w2 waits for its term
+		synctest.Wait()
+		waiting(t, chs["w2"])
+		term.End(baton.ErrResigned)
+		r := <-chs["w2"]
+		if r.err != nil {
+			t.Fatalf("w2 once c's term ended: %v", r.err)
+		}
+		synctest.Wait()
+		waiting(t, chs["w4"]) // w2's campaign runs
+		b.Unclaim(r.sl)
+		if r := <-chs["w4"]; r.err != nil || r.sl.id != "w4" {
+			t.Fatalf("w4 once w2 gave the name back: %v, %v", r.sl, r.err)
+		}
+		b.mu.Lock()
+		n := len(b.lines)
+		b.mu.Unlock()
+		if n != 0 {
+			t.Errorf("%d lines left with nobody waiting", n)
+		}
+		for _, cancel := range cancels {
+			cancel()
+		}
+	})
+}
+
+// A claim waiting for a term that its holder resigns takes the name only
+// once the release returned: until then the store may still hold the lease
+// for the session, and a campaign on it could take the term's place and
+// token.
+func TestSlotsWaitForRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newTestSlots()
+		sl := b.mustClaim(t, "a")
+		releasing, release := make(chan struct{}), make(chan struct{})
+		term := NewBasicTerm("a", 1, time.Now().Add(time.Hour), func(context.Context) error {
+			close(releasing)
+			<-release
+			return nil
+		})
+		b.won(sl, term)
+		ch := b.goClaim(context.Background(), "a")
+		resigned := make(chan error, 1)
+		go func() { resigned <- term.Resign(context.Background()) }()
+		<-releasing
+		synctest.Wait()
+		waiting(t, ch)
+		close(release)
+		if r := <-ch; r.err != nil || r.sl == sl {
+			t.Fatalf("Claim once the release returned: %v, %v; want a new slot", r.sl, r.err)
+		}
+		if err := <-resigned; err != nil {
+			t.Fatal(err)
+		}
+	})
 }

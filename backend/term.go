@@ -30,7 +30,10 @@ type BasicTerm struct {
 	timer     *time.Timer // nil for a term that SessionTerms times
 	released  bool
 	relErr    error
-	reqErr    error // RequestResign's reason; nil until then
+	// relDone, made when Resign begins the release, is closed when the
+	// release function returned.
+	relDone chan struct{}
+	reqErr  error // RequestResign's reason; nil until then
 }
 
 var _ baton.ResignRequestTerm = (*BasicTerm)(nil)
@@ -214,6 +217,7 @@ func (t *BasicTerm) Resign(ctx context.Context) error {
 		return err
 	}
 	t.released = true
+	t.relDone = make(chan struct{})
 	t.mu.Unlock()
 	var err error
 	if t.release != nil {
@@ -221,6 +225,27 @@ func (t *BasicTerm) Resign(ctx context.Context) error {
 	}
 	t.mu.Lock()
 	t.relErr = err
+	close(t.relDone)
 	t.mu.Unlock()
 	return err
+}
+
+// releasing returns a channel that is closed when the release that Resign
+// began returns, or nil when no release runs (Resign was not called, or
+// its release returned). The store may hold the lease for the session
+// until then: another campaign of the Backend must not start on the same
+// session meanwhile, or it could take the ending term's place, and token,
+// for its own.
+func (t *BasicTerm) releasing() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.released {
+		return nil
+	}
+	select {
+	case <-t.relDone:
+		return nil
+	default:
+		return t.relDone
+	}
 }

@@ -60,11 +60,21 @@ type Target struct {
 	// them.
 	NoState bool
 	// OneCampaignPerName says a Backend campaigns for a lease name once at
-	// a time, whatever the candidate (the session backends, whose key or
-	// node derives from the Backend's session): a second Campaign for the
-	// name by another candidate must fail with ErrAlreadyCampaigning too.
-	// Without it, only a second campaign by the same candidate must.
+	// a time in the store, whatever the number of its candidates (the
+	// session backends, whose key or node derives from the Backend's
+	// session): its candidates for one name take turns in the process. The
+	// suite asks every Backend to let a second candidate wait its turn and
+	// to refuse a second campaign by the same candidate; this flag names
+	// the backends whose store sees one of them at a time (see Candidates).
 	OneCampaignPerName bool
+	// Candidates, if not nil, counts the campaigns the store holds for lease
+	// (etcd: keys under the election prefix; ZooKeeper: latch nodes), and
+	// says that the store serves its waiting campaigns first come, first
+	// served. With OneCampaignPerName, the suite then checks that the store
+	// sees one campaign per Backend, and that a holder's resignation hands
+	// the lease to the next process waiting in the store, not to the
+	// holder's own next candidate.
+	Candidates func(t *testing.T, lease string) int
 	// KeepsKilledHolder says a killed holder stays named until another
 	// candidate takes the lease over (the record stores on backend.RecordBackend,
 	// which have no session to expire): LeaderWatch then expects the watch
@@ -83,6 +93,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("TokensIncreaseOverHandOvers", s.tokensIncrease)
 	t.Run("ResignWakesWaiter", s.resignWakesWaiter)
 	t.Run("SecondCampaignRefusedUntilResign", s.secondCampaign)
+	t.Run("CandidatesTakeTurnsInOneProcess", s.candidatesTakeTurns)
 	t.Run("CancelledCampaignLeavesNoTrace", s.cancelledCampaign)
 	t.Run("KilledHolderReplacedAfterTTL", s.killedHolderReplaced)
 	t.Run("CutOffHolderStopsBySafeUntil", s.cutOffHolderStops)
@@ -128,32 +139,156 @@ func resign(t *testing.T, term baton.Term) {
 	}
 }
 
-// secondCampaign: while a Backend campaigns for or holds a lease, a second
-// Campaign of the same Backend for it fails with ErrAlreadyCampaigning (by
-// the same candidate; with OneCampaignPerName, by any); once the term is
-// resigned, the Backend may campaign again, and wins a higher token.
+// secondCampaign: while a candidate campaigns for or holds a lease, its
+// second Campaign on the same Backend fails with ErrAlreadyCampaigning;
+// another candidate of the Backend waits its turn, and wins, with a higher
+// token, once the holder resigned; the first may then campaign again.
 func (s *suite) secondCampaign(t *testing.T) {
 	p := s.target.New(t, s.cfg())
 	lease := leaseName(t)
 	term := testkit.CampaignWithin(t, p.Backend, lease, "x", 10*time.Second)
-	ids := []string{"x"}
-	if s.target.OneCampaignPerName {
-		ids = append(ids, "y")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_, err := p.Backend.Campaign(ctx, lease, baton.Candidate{ID: "x"})
+	cancel()
+	if !errors.Is(err, baton.ErrAlreadyCampaigning) {
+		t.Errorf("second campaign by x while x holds: err = %v, want ErrAlreadyCampaigning", err)
 	}
-	for _, id := range ids {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := p.Backend.Campaign(ctx, lease, baton.Candidate{ID: id})
-		cancel()
-		if !errors.Is(err, baton.ErrAlreadyCampaigning) {
-			t.Errorf("second campaign by %s while x holds: err = %v, want ErrAlreadyCampaigning", id, err)
+	y := testkit.CampaignAsync(t, p.Backend, lease, "y")
+	again := s.holdsAfter(t, p, lease, term, "x", y)
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	_, err = p.Backend.Campaign(ctx, lease, baton.Candidate{ID: "y"})
+	cancel()
+	if !errors.Is(err, baton.ErrAlreadyCampaigning) {
+		t.Errorf("second campaign by y while y holds: err = %v, want ErrAlreadyCampaigning", err)
+	}
+	x := testkit.CampaignAsync(t, p.Backend, lease, "x")
+	last := s.holdsAfter(t, p, lease, again, "y", x)
+	resign(t, last)
+}
+
+// holdsAfter checks that the campaign behind next waits while held, the
+// term of holder, lasts (the store names holder through a renewal, and next
+// has not returned), then resigns held and returns next's term, which
+// must come with a higher token.
+func (s *suite) holdsAfter(t *testing.T, p *Process, lease string, held baton.Term, holder string, next <-chan testkit.Won) baton.Term {
+	t.Helper()
+	before := held.SafeUntil()
+	testkit.Eventually(t, s.hang(), holder+"'s term to be renewed while the next campaign waits", func() bool {
+		return held.SafeUntil().After(before) || len(next) > 0
+	})
+	if len(next) > 0 {
+		w := <-next
+		t.Fatalf("the next campaign returned (token %v) while %s held the lease", tokenOf(w.Term), holder)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	rec, err := p.Backend.Leader(ctx, lease)
+	cancel()
+	if err != nil || rec.Holder != holder {
+		t.Errorf("Leader with the next campaign waiting = %+v, %v; want %s", rec, err, holder)
+	}
+	resign(t, held)
+	w := testkit.WaitTerm(t, next, s.hang())
+	if w.Term.Token() <= held.Token() {
+		t.Errorf("token %d after the resign is not above %d", w.Term.Token(), held.Token())
+	}
+	return w.Term
+}
+
+// candidatesTakeTurns: many candidates of one Backend campaign for one
+// lease and take turns: each wins once, one at a time, with rising tokens;
+// candidates cancelled while waiting return the context's error and never
+// win, and leave no place behind that would stall the others. With
+// OneCampaignPerName and Candidates, the store holds one campaign per
+// Backend, and a resigning holder hands the lease to the process that
+// waited in the store, not to its own next candidate.
+func (s *suite) candidatesTakeTurns(t *testing.T) {
+	a, b := s.target.New(t, s.cfg()), s.target.New(t, s.cfg())
+	lease := leaseName(t)
+	inOrder := s.target.OneCampaignPerName && s.target.Candidates != nil
+	first := testkit.CampaignWithin(t, a.Backend, lease, "a0", 10*time.Second)
+	const n = 6
+	won := make(chan testkit.Won, n+1)
+	var cancels []context.CancelFunc
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	for i := range n {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancels = append(cancels, cancel)
+		id := fmt.Sprintf("a%d", i+1)
+		wg.Go(func() {
+			term, err := a.Backend.Campaign(ctx, lease, baton.Candidate{ID: id})
+			switch {
+			case i%2 == 1 && err != nil && !errors.Is(err, context.Canceled):
+				t.Errorf("%s, cancelled while waiting: err = %v, want context.Canceled", id, err)
+			case i%2 == 1 && term != nil:
+				t.Errorf("%s, cancelled while waiting, won token %d", id, term.Token())
+				won <- testkit.Won{Term: term}
+			case i%2 == 0 && err != nil:
+				t.Errorf("%s campaigning: %v", id, err)
+			case i%2 == 0:
+				won <- testkit.Won{Term: term, At: time.Now()}
+			}
+		})
+	}
+	bw := testkit.CampaignAsync(t, b.Backend, lease, "b0")
+	if inOrder {
+		testkit.Eventually(t, s.hang(), "the store to hold the campaigns of both processes", func() bool {
+			return s.target.Candidates(t, lease) >= 2
+		})
+		if got := s.target.Candidates(t, lease); got != 2 {
+			t.Errorf("the store holds %d campaigns for the lease, want 2: one per process with 1 holder and %d waiting candidates in a, 1 in b", got, n)
 		}
 	}
-	resign(t, term)
-	again := testkit.CampaignWithin(t, p.Backend, lease, "x", 10*time.Second)
-	if again.Token() <= term.Token() {
-		t.Errorf("token %d after the resign is not above %d", again.Token(), term.Token())
+	// Cancel every other waiting candidate of a (a2, a4, a6), which the
+	// others may queue behind.
+	for i := 1; i < n; i += 2 {
+		cancels[i]()
 	}
-	resign(t, again)
+	holders := []string{}
+	prev := first
+	held := first
+	var next baton.Term
+	for range n/2 + 1 {
+		resign(t, held)
+		select {
+		case w := <-won:
+			next = w.Term
+		case w := <-bw:
+			next = w.Term
+		case <-time.After(s.hang()):
+			t.Fatalf("no candidate won after token %d resigned (holders after a0: %v)", held.Token(), holders)
+		}
+		if next == nil {
+			t.Fatalf("a campaign failed (reported above); holders so far: %v", holders)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		rec, err := a.Backend.Leader(ctx, lease)
+		cancel()
+		if err != nil {
+			t.Fatalf("Leader: %v", err)
+		}
+		holders = append(holders, rec.Holder)
+		if next.Token() <= prev.Token() {
+			t.Errorf("%s won token %d after token %d", rec.Holder, next.Token(), prev.Token())
+		}
+		prev, held = next, next
+	}
+	resign(t, held)
+	for _, cancel := range cancels {
+		cancel()
+	}
+	seen := map[string]int{}
+	for _, h := range holders {
+		seen[h]++
+	}
+	for _, id := range []string{"a1", "a3", "a5", "b0"} {
+		if seen[id] != 1 {
+			t.Errorf("%s held %d times, want once (holders after a0: %v)", id, seen[id], holders)
+		}
+	}
+	if inOrder && len(holders) > 0 && holders[0] != "b0" {
+		t.Errorf("after a0 resigned, %s won, want b0, which waited in the store (holders after a0: %v)", holders[0], holders)
+	}
 }
 
 func (s *suite) leaderReportsHolder(t *testing.T) {

@@ -18,15 +18,12 @@ import (
 // benchmark process runs the group's three voters (raftTarget's group, at
 // the default timings), and each worker process is a member of its own
 // that joins as a non-voter, as the fourth and later processes of a group
-// do, with its candidates' Backends on it. Its traffic is TLS between
+// do, with its candidates' Backend on it. Its traffic is TLS between
 // members, so it is counted where it is served: the Group calls that the
 // raft leader served (raftCounter), for all workers together.
 
 func init() {
-	// Each candidate is a raft session of its own, renewed through the
-	// raft leader: 1,000 of them (300 renewals a second over TLS) left a
-	// busy two-core machine's group without a leader for seconds.
-	candBackends = append(candBackends, candBackend{name: "raft", start: candRaft, backends: candRaftBackends, maxPer: 10})
+	candBackends = append(candBackends, candBackend{name: "raft", start: candRaft, backends: candRaftBackends})
 }
 
 // workerSeq numbers the certificates of the raft workers.
@@ -63,7 +60,7 @@ func candRaft(b *testing.B) candServer {
 	}
 }
 
-func candRaftBackends(spec candSpec) (func(int) (baton.Backend, error), func(), error) {
+func candRaftBackends(spec candSpec) (func() (baton.Backend, error), func(), error) {
 	tlsCfg, err := certs.Load(certs.Files{CA: filepath.Join(spec.Dir, "ca.pem"), Cert: spec.Cert + ".pem", Key: spec.Cert + "-key.pem"})
 	if err != nil {
 		return nil, nil, err
@@ -74,7 +71,7 @@ func candRaftBackends(spec candSpec) (func(int) (baton.Backend, error), func(), 
 		return nil, nil, err
 	}
 	<-n.Joined()
-	return func(int) (baton.Backend, error) {
+	return func() (baton.Backend, error) {
 		return raft.New(n, raft.Options{Config: backend.Config{TTL: spec.TTL}})
 	}, func() {}, nil
 }

@@ -34,13 +34,8 @@ func init() {
 	candBackends = append(candBackends,
 		candBackend{name: "consul", start: candConsul, backends: candConsulBackends},
 		candBackend{name: "redis", start: candRedis, backends: candRedisBackends},
-		// Each PostgreSQL Backend holds a LISTEN connection of its own;
-		// the test cluster allows 300 connections in all.
-		candBackend{name: "postgres", start: candPostgres, backends: candPostgresBackends, maxPer: 10},
-		// Each DynamoDB candidate polls and renews a session item of its
-		// own: 1,000 (290 requests a second) overran dynalite, a Node.js
-		// emulator, on a busy two-core machine.
-		candBackend{name: "dynamodb", start: candDynamo, backends: candDynamoBackends, maxPer: 10},
+		candBackend{name: "postgres", start: candPostgres, backends: candPostgresBackends},
+		candBackend{name: "dynamodb", start: candDynamo, backends: candDynamoBackends},
 	)
 }
 
@@ -49,7 +44,7 @@ func candConsul(b *testing.B) candServer {
 	return candServer{addr: srv.Addr(), tap: httpTap}
 }
 
-func candConsulBackends(spec candSpec) (func(int) (baton.Backend, error), func(), error) {
+func candConsulBackends(spec candSpec) (func() (baton.Backend, error), func(), error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	// Every waiting candidate's blocking query holds a connection.
 	tr.MaxIdleConnsPerHost = spec.N + 8
@@ -57,7 +52,7 @@ func candConsulBackends(spec candSpec) (func(int) (baton.Backend, error), func()
 	if err != nil {
 		return nil, nil, err
 	}
-	return func(int) (baton.Backend, error) {
+	return func() (baton.Backend, error) {
 		return consul.New(client, consul.Options{Config: backend.Config{TTL: spec.TTL}})
 	}, tr.CloseIdleConnections, nil
 }
@@ -70,9 +65,9 @@ func candRedis(b *testing.B) candServer {
 	}}
 }
 
-func candRedisBackends(spec candSpec) (func(int) (baton.Backend, error), func(), error) {
+func candRedisBackends(spec candSpec) (func() (baton.Backend, error), func(), error) {
 	c := goredis.NewClient(&goredis.Options{Addr: spec.Addr, ContextTimeoutEnabled: true, DialTimeout: 5 * time.Second, PoolSize: 64})
-	return func(int) (baton.Backend, error) {
+	return func() (baton.Backend, error) {
 		return redis.New(context.Background(), c, redis.Options{Config: backend.Config{TTL: spec.TTL}})
 	}, func() { _ = c.Close() }, nil
 }
@@ -86,7 +81,7 @@ func candPostgres(b *testing.B) candServer {
 	return candServer{addr: u.Host, tap: pgTap, dsn: db}
 }
 
-func candPostgresBackends(spec candSpec) (func(int) (baton.Backend, error), func(), error) {
+func candPostgresBackends(spec candSpec) (func() (baton.Backend, error), func(), error) {
 	u, err := url.Parse(spec.DSN)
 	if err != nil {
 		return nil, nil, err
@@ -102,7 +97,7 @@ func candPostgresBackends(spec candSpec) (func(int) (baton.Backend, error), func
 	if err != nil {
 		return nil, nil, err
 	}
-	return func(int) (baton.Backend, error) {
+	return func() (baton.Backend, error) {
 		return postgres.New(context.Background(), pool, postgres.Options{Config: backend.Config{TTL: spec.TTL}})
 	}, pool.Close, nil
 }
@@ -112,9 +107,9 @@ func candDynamo(b *testing.B) candServer {
 	return candServer{addr: d.Addr, tap: dynamoTap}
 }
 
-func candDynamoBackends(spec candSpec) (func(int) (baton.Backend, error), func(), error) {
+func candDynamoBackends(spec candSpec) (func() (baton.Backend, error), func(), error) {
 	client := dynamoClient("http://"+spec.Addr, new(dynamoCounts))
-	return func(int) (baton.Backend, error) {
+	return func() (baton.Backend, error) {
 		return batondynamodb.New(context.Background(), client, batondynamodb.Options{Config: backend.Config{TTL: spec.TTL}, Table: "baton-bench"})
 	}, func() {}, nil
 }

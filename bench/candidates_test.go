@@ -32,20 +32,20 @@ import (
 
 // BenchmarkTenThousandCandidates: many candidates for one lease, spread
 // over worker processes (this test binary run as a worker, see TestMain),
-// each process holding its share of candidates through backends of its
-// own, as that many instances of a service would. Every worker reaches the
+// each process holding its share of candidates on one Backend of its own,
+// as that many instances of a service would. Every worker reaches the
 // server through a proxy of its own that counts its requests by type as the
 // server receives them (the taps of reqcount_test.go), so killing a worker
 // with SIGKILL is a real crash: its connections close, its sessions are
 // left to expire.
 //
-// On the session backends (etcd, ZooKeeper, ...) a Backend campaigns once
-// per lease name, so each candidate is a Backend with a session of its
-// own, on one client per process where the client multiplexes (etcd) and a
-// connection each where a session is a connection (ZooKeeper). On the
-// memory backend, whose Backend takes many candidates of one lease, each
-// "process" is one RecordBackend in this process, with a connection of its
-// own to one store.
+// A Backend's candidates for one lease take turns in the process: on the
+// session backends (etcd, ZooKeeper, ...) the store sees one session and
+// one campaign (a key, a node) per process, whatever its number of
+// candidates; a hand-over wakes the next process waiting in the store, and
+// the resigner's next candidate enters the store's queue at its back. On
+// the memory backend each "process" is one RecordBackend in this process,
+// with a connection of its own to one store.
 //
 // Each iteration makes candHandOvers graceful hand-overs (the holder
 // resigns and campaigns again, at the back of the queue) and one crash
@@ -72,8 +72,7 @@ import (
 //
 // Exactly one candidate wins each hand-over and each failover, with a
 // higher token, and none in a killed process: the benchmark fails
-// otherwise. The size is candidatesSize's (capped per backend by
-// candBackend.maxPer); run at 10,000 by hand:
+// otherwise. The size is candidatesSize's; run at 10,000 by hand:
 //
 //	go test -run '^$' -bench TenThousandCandidates -benchtime 3x -timeout 60m -v ./bench
 func BenchmarkTenThousandCandidates(b *testing.B) {
@@ -165,12 +164,9 @@ type candServer struct {
 type candBackend struct {
 	name  string
 	start func(b *testing.B) candServer
-	// backends opens a worker's Backends: newBackend(i) is candidate i's.
-	// close closes what they share.
-	backends func(spec candSpec) (newBackend func(i int) (baton.Backend, error), close func(), err error)
-	// maxPer, if not zero, caps the candidates per process where each
-	// costs the server a connection it cannot have that many of.
-	maxPer int
+	// backends opens a worker's one Backend, which all its candidates
+	// share; close closes what it rides on (clients, connections).
+	backends func(spec candSpec) (newBackend func() (baton.Backend, error), close func(), err error)
 }
 
 var candBackends = []candBackend{
@@ -214,12 +210,12 @@ func candEtcd(b *testing.B) candServer {
 	}}
 }
 
-func candEtcdBackends(spec candSpec) (func(int) (baton.Backend, error), func(), error) {
+func candEtcdBackends(spec candSpec) (func() (baton.Backend, error), func(), error) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{spec.Addr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, nil, err
 	}
-	return func(int) (baton.Backend, error) {
+	return func() (baton.Backend, error) {
 		return etcd.New(cli, etcd.Options{Config: backend.Config{TTL: spec.TTL}})
 	}, func() { _ = cli.Close() }, nil
 }
@@ -241,12 +237,12 @@ func candZooKeeper(b *testing.B) candServer {
 	}}
 }
 
-func candZooKeeperBackends(spec candSpec) (func(int) (baton.Backend, error), func(), error) {
+func candZooKeeperBackends(spec candSpec) (func() (baton.Backend, error), func(), error) {
 	var (
 		mu    sync.Mutex
 		conns []*zk.Conn
 	)
-	return func(int) (baton.Backend, error) {
+	return func() (baton.Backend, error) {
 			probe := zookeeper.NewSessionProbe(nil)
 			conn, _, err := zk.Connect([]string{spec.Addr}, spec.TTL, zk.WithDialer(probe.Dial), zk.WithLogger(quietZK{}))
 			if err != nil {
@@ -305,10 +301,10 @@ func candidateWorkerMain() int {
 	return 0
 }
 
-// runWorker campaigns with spec.N candidates for spec.Lease, each on the
-// Backend newBackend returns for it, until ctx ends or in closes. A
-// candidate that wins holds until told to resign, then campaigns again.
-// It writes, one a line:
+// runWorker campaigns with spec.N candidates for spec.Lease, all on the one
+// Backend newBackend returns, until ctx ends or in closes. A candidate that
+// wins holds until told to resign, then campaigns again. It writes, one a
+// line:
 //
 //	READY n                      every candidate has begun to campaign
 //	WON id unixnano token        a candidate's Campaign returned
@@ -316,7 +312,7 @@ func candidateWorkerMain() int {
 //	NOTHELD                      "resign", but no candidate here holds
 //	LOST id err                  a term ended other than by Resign
 //	ERR id err                   a Campaign failed (it is retried)
-func runWorker(ctx context.Context, spec candSpec, newBackend func(int) (baton.Backend, error), in io.Reader, out io.Writer) {
+func runWorker(ctx context.Context, spec candSpec, newBackend func() (baton.Backend, error), in io.Reader, out io.Writer) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -330,6 +326,18 @@ func runWorker(ctx context.Context, spec candSpec, newBackend func(int) (baton.B
 		defer outMu.Unlock()
 		fmt.Fprintf(out, format+"\n", a...)
 	}
+	be, err := newBackend()
+	if err != nil {
+		say("ERR p%d %v", spec.Proc, oneLine(err))
+		return
+	}
+	if c, ok := be.(interface{ Close(context.Context) error }); ok {
+		defer func() {
+			cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer ccancel()
+			_ = c.Close(cctx)
+		}()
+	}
 	started := make(chan struct{}, spec.N)
 	for i := range spec.N {
 		id := fmt.Sprintf("p%d-c%d", spec.Proc, i)
@@ -339,19 +347,6 @@ func runWorker(ctx context.Context, spec candSpec, newBackend func(int) (baton.B
 			time.Sleep(candStartPace)
 		}
 		wg.Go(func() {
-			be, err := newBackend(i)
-			if err != nil {
-				say("ERR %s %v", id, oneLine(err))
-				started <- struct{}{}
-				return
-			}
-			if c, ok := be.(interface{ Close(context.Context) error }); ok {
-				defer func() {
-					cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Second)
-					defer ccancel()
-					_ = c.Close(cctx)
-				}()
-			}
 			first := true
 			for ctx.Err() == nil {
 				if first {
@@ -460,10 +455,6 @@ type candRun struct {
 }
 
 func runCandidates(b *testing.B, cb candBackend, procs, per int, ttl time.Duration) {
-	if cb.maxPer > 0 && per > cb.maxPer {
-		b.Logf("%s: %d candidates per process, not %d (candBackend.maxPer says why)", cb.name, cb.maxPer, per)
-		per = cb.maxPer
-	}
 	r := &candRun{b: b, srv: cb.start(b), name: cb.name, lease: fmt.Sprintf("candidates-%d", time.Now().UnixNano()),
 		per: per, ttl: ttl, events: make(chan candEvent, 1024), errs: map[string]int{}}
 	defer r.logErrs()
@@ -612,7 +603,7 @@ func (r *candRun) startWorker() *candWorker {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			runWorker(ctx, spec, func(int) (baton.Backend, error) { return be, nil }, inR, outW)
+			runWorker(ctx, spec, func() (baton.Backend, error) { return be, nil }, inR, outW)
 			_ = outW.Close()
 		}()
 		var once sync.Once

@@ -9,10 +9,14 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Campaign implements baton.Backend. A second Campaign for a name this
-// Backend already campaigns for or holds returns an error wrapping
-// baton.ErrAlreadyCampaigning, whatever the candidate: the campaign's key is
-// derived from the Backend's session, not from the candidate.
+// Campaign implements baton.Backend. The campaign's key is derived from the
+// Backend's session, not from the candidate, so the Backend's candidates
+// for one name take turns, first come, first served: one has a key in the
+// election, the others wait in the process, and each enters the election
+// at its back when its turn comes. etcd sees one key and one watch per
+// Backend, whatever its number of candidates. A second Campaign by a
+// candidate that already campaigns for or holds the name returns an error
+// wrapping baton.ErrAlreadyCampaigning.
 func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) (baton.Term, error) {
 	if err := checkName(name); err != nil {
 		return nil, err

@@ -31,9 +31,20 @@ func TestLeaderWatch(t *testing.T) { batontest.LeaderWatch(t, target(t)) }
 // target is the conformance suite's Target: processes on one server.
 func target(t *testing.T) batontest.Target {
 	srv := testserver.StartEtcd(t)
+	counter := etcd.NewTestClient(t, srv.Endpoint())
 	return batontest.Target{
 		OneCampaignPerName: true,
 		MinTTL:             time.Second, // etcd grants whole seconds
+		// The election's keys, as concurrency.Election lays them out.
+		Candidates: func(t *testing.T, lease string) int {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			resp, err := counter.Get(ctx, lease+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if err != nil {
+				t.Fatalf("count the keys of election %s: %v", lease, err)
+			}
+			return int(resp.Count)
+		},
 		New: func(t *testing.T, cfg backend.Config) *batontest.Process {
 			// Each process reaches etcd through a proxy of its own, so that
 			// cutting one off leaves the others connected.

@@ -124,9 +124,11 @@ func New(g Group, opts Options) (*Backend, error) {
 func (b *Backend) Config() backend.Config { return b.cfg }
 
 // Campaign implements baton.Backend. Candidates queue in the log in the
-// order they asked (first come, first served); a second Campaign for a
-// name this Backend already campaigns for or holds returns an error
-// wrapping baton.ErrAlreadyCampaigning.
+// order they asked (first come, first served); the Backend's own
+// candidates for one name take turns in the process, one in the log's
+// queue at a time. A second Campaign by a candidate that already
+// campaigns for or holds the name returns an error wrapping
+// baton.ErrAlreadyCampaigning.
 func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) (baton.Term, error) {
 	if name == "" {
 		return nil, errors.New("raft: lease name must not be empty")

@@ -11,10 +11,13 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// Campaign implements baton.Backend. A second Campaign for a name this
-// Backend already campaigns for or holds returns an error wrapping
-// baton.ErrAlreadyCampaigning, whatever the candidate, as on etcd. The
-// term it returns implements baton.StateTerm: its state lives at
+// Campaign implements baton.Backend. The Backend's candidates for one name
+// take turns, first come, first served, as on etcd: one has a latch node,
+// the others wait in the process, and each creates its node (at the back of
+// the latch) when its turn comes, so ZooKeeper sees one node and one watch
+// per Backend. A second Campaign by a candidate that already campaigns for
+// or holds the name returns an error wrapping baton.ErrAlreadyCampaigning.
+// The term it returns implements baton.StateTerm: its state lives at
 // StatePath(name).
 func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) (baton.Term, error) {
 	if err := CheckName(name); err != nil {

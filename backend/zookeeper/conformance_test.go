@@ -2,6 +2,7 @@ package zookeeper_test
 
 import (
 	"os"
+	"strings"
 	"sync"
 	"testing"
 
@@ -28,8 +29,19 @@ func TestLeaderWatch(t *testing.T) { batontest.LeaderWatch(t, target(t)) }
 func target(t *testing.T) batontest.Target {
 	srv := testserver.SharedZooKeeper(t)
 	root := uniqueRoot(t)
+	counter, _ := connect(t, srv.Addr(), backend.Config{})
 	return batontest.Target{
 		OneCampaignPerName: true,
+		// The latch nodes, as Curator's LeaderLatch lays them out.
+		Candidates: func(t *testing.T, lease string) int {
+			n := 0
+			for _, c := range children(t, counter, root+"/"+lease) {
+				if strings.Contains(c, "latch-") {
+					n++
+				}
+			}
+			return n
+		},
 		// The server's minSessionTimeout; it raises shorter ones.
 		MinTTL: testserver.ZooKeeperMinSessionTimeout,
 		New: func(t *testing.T, cfg backend.Config) *batontest.Process {
