@@ -46,13 +46,18 @@ func newBackend(t testing.TB, c goredis.UniversalClient, o redis.Options) *redis
 // target is the conformance suite's Target on srv, each process through
 // a proxy of its own (to cut it off).
 func target(srv *testserver.Redis, o redis.Options) batontest.Target {
+	return targetAs(srv, o, func(t testing.TB, addr string) *goredis.Client { return newClient(t, addr, srv.Password()) })
+}
+
+// targetAs is target with each process's client made by dial.
+func targetAs(srv *testserver.Redis, o redis.Options, dial func(t testing.TB, addr string) *goredis.Client) batontest.Target {
 	return batontest.Target{
 		OneCampaignPerName: true,
 		New: func(t *testing.T, cfg backend.Config) *batontest.Process {
 			proxy := testserver.StartProxy(t, srv.Addr())
 			o := o
 			o.Config = cfg
-			b := newBackend(t, newClient(t, proxy.Addr(), srv.Password()), o)
+			b := newBackend(t, dial(t, proxy.Addr()), o)
 			if !o.NoPubSub {
 				testkit.Eventually(t, 30*time.Second, "subscribed", func() bool { return b.Notifications().Listening })
 			}
