@@ -237,8 +237,9 @@ func DefaultForwardSignals() []os.Signal {
 // group until ctx ends or the returned stop function is called; with no sigs
 // it relays DefaultForwardSignals. While forwarding, those signals no longer
 // have their default effect on this process (SIGHUP and SIGQUIT would
-// otherwise kill it). stop unregisters the relay with signal.Stop, waits for
-// its goroutine to finish, and may be called more than once.
+// otherwise kill it). stop ends the relay, returns once no signal is
+// relayed any more (unregistering it with signal.Stop follows), and may be
+// called more than once.
 //
 // SIGINT and SIGTERM are deliberately not in the default set: for baton they
 // mean "stop", which should go through Stop so the lease is released after
@@ -253,8 +254,12 @@ func (p *Process) Forward(ctx context.Context, sigs ...os.Signal) (stop func()) 
 	quit := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
-		defer close(finished)
+		// The relay has ended once finished closes; signal.Stop, which
+		// waits for the runtime's signal delivery to go idle (a
+		// millisecond, at the end of a term), comes after it, so that
+		// stop need not wait for it.
 		defer signal.Stop(ch)
+		defer close(finished)
 		for {
 			select {
 			case <-ctx.Done():
