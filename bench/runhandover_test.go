@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"os/exec"
 	"sort"
 	"strings"
@@ -185,7 +186,9 @@ func BenchmarkRunHandOver(b *testing.B) {
 func percentiles(b *testing.B, samples []time.Duration, what string) {
 	s := append([]time.Duration(nil), samples...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	at := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	// Nearest rank: the smallest sample with at least p of all at or
+	// below it (the 99th of 100 for p99; the maximum below 100 samples).
+	at := func(p float64) time.Duration { return s[max(0, int(math.Ceil(p*float64(len(s))))-1)] }
 	b.ReportMetric(float64(at(0.50).Microseconds())/1000, what+"-p50-ms")
 	b.ReportMetric(float64(at(0.99).Microseconds())/1000, what+"-p99-ms")
 }
