@@ -491,7 +491,10 @@ func (g *Group) scanLeases(ctx context.Context, lr loadRead) {
 		if _, failed := lr.failed[id]; failed {
 			continue // keep the last known load
 		}
-		delete(g.loads, id)
+		// Not published: a member that just joined (it leads nothing
+		// yet), one between the resign and the campaign that publish a
+		// new load (keep the last one: counting it as zero would make
+		// every other member shed to it), or a stale holding of its slot.
 		if g.unknown[id].IsZero() {
 			g.unknown[id] = now
 		} else if now.Sub(g.unknown[id]) >= 2*g.cfg.RefreshInterval {
