@@ -213,6 +213,7 @@ type job struct {
 	standby   bool                    // we are one of its ring members (see standbyLocked)
 	holder    string                  // holder at the last read, "" when free
 	freeSince time.Time               // since when the lease has looked without a live holder
+	freeReads int                     // reads in a row that saw it without a live holder
 	lastErr   error
 }
 

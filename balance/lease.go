@@ -110,13 +110,15 @@ func (g *Group) stanceLocked(j *job, now time.Time) (bool, time.Time) {
 	lo, _ := g.shareLocked()
 	if g.load < lo {
 		// Eager: for the leases we stand by for at once, and for the
-		// others once they have looked free for half a Delay, so that
-		// their ring members, eager too, take them first; but before an
-		// instance at its share, which waits a whole Delay.
+		// others once two refreshes in a row have read them free and they
+		// have looked free for half a Delay, so that their ring members,
+		// eager too, take them first (after a start, every instance would
+		// otherwise campaign for every lease: N × L campaigns); but before
+		// an instance at its share, which waits a whole Delay.
 		if j.standby {
 			return true, time.Time{}
 		}
-		if !j.freeSince.IsZero() {
+		if !j.freeSince.IsZero() && j.freeReads >= 2 {
 			at := j.freeSince.Add(g.cfg.Delay / 2)
 			return !now.Before(at), at
 		}
@@ -261,7 +263,7 @@ func (g *Group) lead(ctx context.Context, j *job, t baton.Term) error {
 		admitted = g.admitLocked(j, now)
 		if admitted {
 			j.term, j.since, j.endLead = t, now, endLead
-			j.freeSince = time.Time{}
+			j.freeSince, j.freeReads = time.Time{}, 0
 			j.lastErr = nil
 			g.load++
 			g.gained = now

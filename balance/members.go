@@ -88,7 +88,7 @@ func (g *Group) refresh(ctx context.Context) {
 		g.overSince, g.backoff, g.gained = time.Time{}, 1, time.Time{}
 		clear(g.sheds)
 		for _, j := range g.jobs {
-			j.unsure, j.standby, j.holder, j.freeSince = false, false, "", time.Time{}
+			j.unsure, j.standby, j.holder, j.freeSince, j.freeReads = false, false, "", time.Time{}, 0
 		}
 		g.broadcastLocked()
 		g.mu.Unlock()
@@ -569,10 +569,15 @@ func (g *Group) scanLeases(ctx context.Context, lr loadRead) {
 		j.holder = holders[i]
 		if g.liveOtherLocked(j.holder) {
 			if !j.freeSince.IsZero() {
-				j.freeSince, changed = time.Time{}, true
+				j.freeSince, j.freeReads, changed = time.Time{}, 0, true
 			}
-		} else if j.freeSince.IsZero() {
+			continue
+		}
+		if j.freeSince.IsZero() {
 			j.freeSince, changed = now, true
+		}
+		if j.freeReads++; j.freeReads == 2 {
+			changed = true
 		}
 	}
 	counts := map[string]int{}
