@@ -523,16 +523,18 @@ func (g *Group) scanLeases(ctx context.Context, lr loadRead) {
 	case g.short.IsZero():
 		g.short = now
 	}
-	knowsFree := false
+	free := 0 // leases we have seen free
 	for _, j := range g.jobs {
 		if j.term == nil && !j.freeSince.IsZero() {
-			knowsFree = true
-			break
+			free++
 		}
 	}
+	// An eager instance reads every lease until it knows of enough free
+	// ones to reach its share: one it knows of may be one it cannot win,
+	// and leases shed to it are found only so.
 	full := stale ||
-		g.load < lo && !knowsFree ||
-		short && !knowsFree && g.load < hi && now.Sub(g.short) >= g.cfg.RefreshInterval ||
+		g.load < lo && free < lo-g.load ||
+		short && free == 0 && g.load < hi && now.Sub(g.short) >= g.cfg.RefreshInterval ||
 		short && now.Sub(g.short) >= g.cfg.ShedAfter
 	var names []string
 	for name, j := range g.jobs {
