@@ -39,10 +39,11 @@ type Func func(ctx context.Context, t baton.Term) error
 // value and safe to copy.
 type Config struct {
 	// Group names the group of instances sharing the leases. The member slots
-	// are the leases "<Group>.member-0" … "<Group>.member-<MaxMembers-1>".
-	// Required; must not contain "/" (etcd and ZooKeeper reject it in lease
-	// names). Lease names added to the Group must not start with
-	// "<Group>.member-".
+	// are the leases "<Group>.member-0" … "<Group>.member-<MaxMembers-1>",
+	// and the member holding slot i publishes its load with the lease
+	// "<Group>.load-<i>". Required; must not contain "/" (etcd and ZooKeeper
+	// reject it in lease names). Lease names added to the Group must not
+	// start with "<Group>.member-" or "<Group>.load-".
 	Group string
 
 	// Candidate is who campaigns, for the member slot and for every lease.
@@ -59,8 +60,11 @@ type Config struct {
 	MaxMembers int
 
 	// RefreshInterval is how often the instance reads the member slots and
-	// the holders of the leases it does not hold. Decisions rest on a view up
-	// to this old; each refresh costs Leader requests (see the package doc).
+	// the other members' published loads, publishes its own, and reads the
+	// holders of the leases it needs to know about (those it gave up or saw
+	// free; all of them only while the published loads do not account for
+	// every lease). Decisions rest on a view up to this old; each refresh
+	// costs Leader requests (see docs/balance.md).
 	// Zero means DefaultRefreshInterval (5 s); about the backend's renew
 	// interval is a good value.
 	RefreshInterval time.Duration
@@ -159,10 +163,11 @@ func (c Config) withDefaults() (Config, error) {
 // with Add, and call Run. Its methods are safe for concurrent use; Run may
 // be active at most once at a time.
 type Group struct {
-	b      baton.Backend
-	cfg    Config
-	log    *slog.Logger
-	prefix string // of the member slot names
+	b          baton.Backend
+	cfg        Config
+	log        *slog.Logger
+	prefix     string // of the member slot names
+	loadPrefix string // of the load slot names
 
 	running atomic.Bool
 	jobWG   sync.WaitGroup // job loops started by Run or by Add during Run
@@ -174,11 +179,15 @@ type Group struct {
 	changed chan struct{}           // closed and replaced on every state change
 
 	// The view, refreshed by the refresher.
-	ready   bool                // a member scan has succeeded since Run began
-	members map[string]struct{} // IDs holding a member slot, and ours
-	watch   map[string]bool     // members whose leases we stand by for
-	slot    int                 // our member slot, -1 when none
-	counts  map[string]int      // leases led by each other member, from the last lease scan
+	ready       bool                 // a member scan has succeeded since Run began
+	members     map[string]struct{}  // IDs holding a member slot, and ours
+	ring        []ringPoint          // the members on the standby ring (see standbyLocked)
+	slot        int                  // our member slot, -1 when none
+	loads       map[string]int       // the load each other member published, when known
+	unknown     map[string]time.Time // since when a member's load has been unknown
+	counts      map[string]int       // leases led by each other member: published, else scanned
+	short       time.Time            // since when the loads have not accounted for every lease
+	eagerOthers bool                 // another member published a load below floor(leases/N)
 
 	load      int            // leases we lead (admitted terms)
 	gained    time.Time      // when we last admitted a term
@@ -200,9 +209,11 @@ type job struct {
 	term      baton.Term
 	since     time.Time               // when the current term was admitted
 	endLead   context.CancelCauseFunc // cancels the current Func (shedding)
-	scanned   bool                    // the lease scan has read this lease
-	holder    string                  // holder at the last scan, "" when free
+	unsure    bool                    // we gave it up and have not read its holder since
+	standby   bool                    // we are one of its ring members (see standbyLocked)
+	holder    string                  // holder at the last read, "" when free
 	freeSince time.Time               // since when the lease has looked without a live holder
+	freeReads int                     // reads in a row that saw it without a live holder
 	lastErr   error
 }
 
@@ -227,15 +238,16 @@ func New(b baton.Backend, cfg Config) (*Group, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Group{
-		b:       b,
-		cfg:     cfg,
-		log:     log.WithGroup("balance").With("group", cfg.Group, "id", cfg.Candidate.ID),
-		prefix:  cfg.Group + ".member-",
-		jobs:    map[string]*job{},
-		changed: make(chan struct{}),
-		slot:    -1,
-		backoff: 1,
-		sheds:   map[string]int{},
+		b:          b,
+		cfg:        cfg,
+		log:        log.WithGroup("balance").With("group", cfg.Group, "id", cfg.Candidate.ID),
+		prefix:     cfg.Group + ".member-",
+		loadPrefix: cfg.Group + ".load-",
+		jobs:       map[string]*job{},
+		changed:    make(chan struct{}),
+		slot:       -1,
+		backoff:    1,
+		sheds:      map[string]int{},
 	}, nil
 }
 
@@ -253,6 +265,8 @@ func (g *Group) Add(name string, fn Func) error {
 		return fmt.Errorf("balance: Func for lease %q is nil", name)
 	case strings.HasPrefix(name, g.prefix):
 		return fmt.Errorf("balance: lease name %q is reserved for the group's member slots (prefix %q)", name, g.prefix)
+	case strings.HasPrefix(name, g.loadPrefix):
+		return fmt.Errorf("balance: lease name %q is reserved for the group's load slots (prefix %q)", name, g.loadPrefix)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -261,6 +275,7 @@ func (g *Group) Add(name string, fn Func) error {
 	}
 	j := &job{name: name, fn: fn}
 	g.jobs[name] = j
+	j.standby = g.standbyLocked(name)
 	if g.runCtx != nil {
 		g.startLocked(j)
 	}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -467,6 +469,79 @@ func TestLeaveJoinMovesFewLeases(t *testing.T) {
 		if limit := c.Needed + balancetest.MoveSlack(leases, n); c.HandOvers > limit {
 			t.Errorf("%s: %d hand-overs, want at most %d (the %d needed plus the slack)", what, c.HandOvers, limit, c.Needed)
 		}
+	}
+	w.CheckNoOverlap()
+}
+
+// readCounter is a Backend that counts the Leader requests it passes on:
+// for member slots and for the leases themselves (load slots apart).
+type readCounter struct {
+	baton.Backend
+	slots, leases atomic.Int64
+}
+
+func (c *readCounter) Leader(ctx context.Context, name string) (baton.Record, error) {
+	switch {
+	case strings.Contains(name, ".member-"):
+		c.slots.Add(1)
+	case !strings.Contains(name, ".load-"):
+		c.leases.Add(1)
+	}
+	return c.Backend.Leader(ctx, name)
+}
+
+// Once the spread is even, a refresh reads no lease's holder: the members'
+// published loads account for every lease, so the work of a refresh does
+// not grow with the number of leases times the number of instances.
+func TestSettledRefreshReadsNoLeases(t *testing.T) {
+	const n, leases = 5, 50
+	store := memory.NewStore()
+	w := balancetest.NewWorld(t, leases, reader(t, store))
+	var procs []*balancetest.Proc
+	var counters []*readCounter
+	for i := range n {
+		b, err := memory.New(store, memory.Options{Config: testTiming})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close(context.Background()) })
+		c := &readCounter{Backend: b}
+		g, err := balance.New(c, balancetest.Config(fmt.Sprintf("p%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		counters = append(counters, c)
+		procs = append(procs, w.Start(g, b.Disconnect))
+	}
+	w.AwaitSteady(procs, leases/n, leases/n, 30*time.Second)
+
+	leaseReads := func() (sum int64) {
+		for _, c := range counters {
+			sum += c.leases.Load()
+		}
+		return sum
+	}
+	slots, before := make([]int64, n), leaseReads()
+	for i, c := range counters {
+		slots[i] = c.slots.Load()
+	}
+	// Every instance refreshes at least twice: a refresh reads at most
+	// MaxMembers (64) member slots.
+	testkit.Eventually(t, 30*time.Second, "every instance refreshing twice", func() bool {
+		for i, c := range counters {
+			if c.slots.Load()-slots[i] <= 2*balance.DefaultMaxMembers {
+				return false
+			}
+		}
+		return true
+	})
+	// Reading every lease not led each refresh would be 40 reads per
+	// instance and refresh: at least 400 here.
+	if reads := leaseReads() - before; reads >= leases {
+		t.Errorf("%d lease reads in the settled group's refreshes, want fewer than %d (one instance reading every lease once)", reads, leases)
+	}
+	if ok, why := w.CheckBalanced(procs, leases/n, leases/n); !ok {
+		t.Errorf("no longer balanced: %s", why)
 	}
 	w.CheckNoOverlap()
 }

@@ -11,13 +11,14 @@
 // when an instance campaigns for a lease, whether it keeps one it has won,
 // and when it gives one up; it never runs a callback without a live term.
 //
-// Liveness: every lease held by an instance has two standbys (the two
-// instances after its holder in member-slot order) with a campaign open
-// for it, and every instance reads the holder of every lease it does not
-// hold each RefreshInterval and campaigns, after a short load-dependent
-// delay, for one it sees without a live holder; so a lease whose holder
-// dies or resigns is taken over as long as one instance can reach the
-// backend.
+// Liveness: every lease held by an instance has two or three standbys
+// (the members next to the lease's name on a hash ring, see
+// docs/balance.md) with a campaign open for it, which notice a holder that
+// dies or resigns; and whenever the loads the members publish do not
+// account for every lease, the instances below their share read every
+// lease and campaign, after a short load-dependent delay, for one they see
+// without a live holder; so a lease whose holder dies or resigns is taken
+// over as long as one instance can reach the backend.
 //
 // The balance bound: with L leases over N instances, once N has been stable
 // for about one TTL plus RefreshInterval, every instance runs the same set of
@@ -31,8 +32,9 @@
 // after TTL + Delay (+ a refresh at worst) when every instance leads its
 // share.
 //
-// How instances count each other (member slots), choose whether to
-// campaign, shed, and what it costs in backend requests:
+// How instances count each other (member slots), publish their loads
+// (load slots), choose whether to campaign, shed, and what it costs in
+// backend requests:
 // docs/balance.md.
 //
 // # Using it

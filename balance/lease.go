@@ -102,21 +102,35 @@ func (g *Group) stanceLocked(j *job, now time.Time) (bool, time.Time) {
 	if !g.ready || j.term != nil || g.jobs[j.name] != j {
 		return false, time.Time{}
 	}
+	if j.unsure {
+		// We gave it up or won and resigned it: wait for the next refresh to
+		// say who took it (see lead).
+		return false, time.Time{}
+	}
 	lo, _ := g.shareLocked()
 	if g.load < lo {
-		return true, time.Time{} // eager
+		// Eager: for the leases we stand by for at once, and for the
+		// others once two refreshes in a row have read them free and they
+		// have looked free for half a Delay, so that their ring members,
+		// eager too, take them first (after a start, every instance would
+		// otherwise campaign for every lease: N × L campaigns); but before
+		// an instance at its share, which waits a whole Delay.
+		if j.standby {
+			return true, time.Time{}
+		}
+		if !j.freeSince.IsZero() && j.freeReads >= 2 {
+			at := j.freeSince.Add(g.cfg.Delay / 2)
+			return !now.Before(at), at
+		}
+		return false, time.Time{}
 	}
 	if !j.freeSince.IsZero() {
 		at := g.takeAtLocked(j)
 		return !now.Before(at), at
 	}
-	// A live holder: stand by, so that its death is noticed (on record
-	// stores only a candidate that watched the lease for a TTL takes it
-	// over), if we are one of the holder's standbys (see standbys): every
-	// instance standing by for every lease would cost N-1 open campaigns
-	// per lease, and as many wins and resigns each time a lease changes
-	// hands, racing the instance that should take it.
-	return j.scanned && g.watch[j.holder], time.Time{}
+	// A live holder, or one we have not read: stand by if we are one of the
+	// lease's ring members (see standbyLocked).
+	return j.standby, time.Time{}
 }
 
 // delayLocked is how long a lease must have looked free before this
@@ -162,7 +176,21 @@ func (g *Group) takeAtLocked(j *job) time.Time {
 	if g.gained.After(from) {
 		from = g.gained
 	}
-	return from.Add(g.delayLocked())
+	at := from.Add(g.delayLocked())
+	if g.eagerOthers {
+		// Another member said it leads fewer than floor(leases/N): it takes
+		// free leases at once, and we leave them to it unless it has not
+		// for ShedAfter (it cannot reach the backend, say).
+		at = later(at, j.freeSince.Add(g.cfg.ShedAfter))
+	}
+	return at
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // admitLocked decides whether to keep a lease just won.
@@ -235,20 +263,20 @@ func (g *Group) lead(ctx context.Context, j *job, t baton.Term) error {
 		admitted = g.admitLocked(j, now)
 		if admitted {
 			j.term, j.since, j.endLead = t, now, endLead
-			j.freeSince = time.Time{}
+			j.freeSince, j.freeReads = time.Time{}, 0
 			j.lastErr = nil
 			g.load++
 			g.gained = now
 			g.loadChangedLocked(g.load - 1)
 		} else if j.freeSince.IsZero() {
 			// Won as a standby: we resign it, and campaign for it again
-			// only once a scan has seen who took it, or that nobody did
-			// (then after our Delay). An eager instance, whose campaign
-			// is open, normally takes it within milliseconds of our
-			// resign; had we counted it free from now, our Delay would be
-			// all that stood between it and us, and a busy machine can
+			// only once the next refresh has read who took it, or that
+			// nobody did (then after our Delay). An eager instance whose
+			// campaign is open normally takes it within milliseconds of
+			// our resign; had we counted it free from now, our Delay would
+			// be all that stood between it and us, and a busy machine can
 			// take that long to run its campaign.
-			j.scanned, j.holder = false, ""
+			j.unsure, j.holder = true, ""
 		}
 		load := g.load
 		g.mu.Unlock()
@@ -271,8 +299,8 @@ func (g *Group) lead(ctx context.Context, j *job, t baton.Term) error {
 	j.term, j.endLead = nil, nil
 	g.load--
 	// Whether a lease we shed or lost is free, and since when, is for the
-	// next scan to say: the instance it was shed to takes it first.
-	j.scanned, j.holder = false, ""
+	// next refresh to read: the instance it was shed to takes it first.
+	j.unsure, j.holder = true, ""
 	if ferr != nil {
 		j.lastErr = ferr
 	}

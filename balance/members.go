@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,9 +23,16 @@ const (
 	scanSpare = 8
 	// reapSuccessors is how many following members each member watches.
 	reapSuccessors = 2
-	// standbys is how many members stand by for each lease held by another:
-	// the ones after the holder in slot order.
-	standbys = 2
+	// ringMembers is how many members are a lease's ring members (see
+	// standbyLocked): those of them that do not hold it stand by for it, so
+	// a held lease has two or three standbys.
+	ringMembers = 3
+	// ringPoints is how many points each member has on the standby ring, so
+	// that members stand by for about equal numbers of leases.
+	ringPoints = 16
+	// loadSep joins a member's ID and its load in the candidate ID it holds
+	// its load slot with.
+	loadSep = "|load="
 	// joinChoices is how many of the lowest free slots a joining instance
 	// picks from at random, so that instances starting together rarely try
 	// the same slot.
@@ -34,6 +43,17 @@ const (
 
 // slotName is the lease name of member slot i.
 func (g *Group) slotName(i int) string { return g.prefix + strconv.Itoa(i) }
+
+// loadName is the lease name of load slot i, where the member holding
+// member slot i publishes its load.
+func (g *Group) loadName(i int) string { return g.loadPrefix + strconv.Itoa(i) }
+
+// loadSlot is the load slot this instance holds, and the load it says.
+type loadSlot struct {
+	term baton.Term
+	slot int
+	load int
+}
 
 // reaper watches another member's slot and frees it when that member is gone.
 type reaper struct {
@@ -51,18 +71,24 @@ func (g *Group) refresh(ctx context.Context) {
 		homeSlot = -1
 		limit    = g.cfg.MaxMembers // the first scan reads every slot
 		reapers  = map[int]*reaper{}
+		occ      map[int]string // the last member view read
+		pub      *loadSlot
 	)
 	defer func() {
 		g.adjustReapers(ctx, reapers, nil)
+		if pub != nil {
+			g.resign(ctx, pub.term)
+		}
 		if home != nil {
 			g.resign(ctx, home)
 		}
 		g.mu.Lock()
-		g.ready, g.slot, g.members, g.counts, g.watch = false, -1, nil, nil, nil
+		g.ready, g.slot, g.members, g.counts, g.ring = false, -1, nil, nil, nil
+		g.loads, g.unknown, g.short, g.eagerOthers = nil, nil, time.Time{}, false
 		g.overSince, g.backoff, g.gained = time.Time{}, 1, time.Time{}
 		clear(g.sheds)
 		for _, j := range g.jobs {
-			j.scanned, j.holder, j.freeSince = false, "", time.Time{}
+			j.unsure, j.standby, j.holder, j.freeSince, j.freeReads = false, false, "", time.Time{}, 0
 		}
 		g.broadcastLocked()
 		g.mu.Unlock()
@@ -72,13 +98,14 @@ func (g *Group) refresh(ctx context.Context) {
 			g.log.Warn("lost the member slot; joining again", "slot", homeSlot, "reason", home.Err())
 			home, homeSlot = nil, -1
 		}
-		occ, err := g.scanSlots(ctx, limit)
+		read, err := g.scanSlots(ctx, limit)
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
 			g.log.Warn("reading the member slots failed; keeping the last view", "err", err)
 		default:
+			occ = read
 			if home == nil {
 				g.adjustReapers(ctx, reapers, nil) // before campaigning for a slot they might watch
 				home, homeSlot = g.join(ctx, occ, limit)
@@ -95,7 +122,8 @@ func (g *Group) refresh(ctx context.Context) {
 			g.adjustReapers(ctx, reapers, g.successors(occ, homeSlot))
 		}
 		if g.isReady() {
-			g.scanLeases(ctx)
+			pub = g.publish(ctx, pub, homeSlot)
+			g.scanLeases(ctx, g.readLoads(ctx, occ))
 			g.maybeShed(time.Now())
 		}
 		var homeDone <-chan struct{}
@@ -229,38 +257,81 @@ func (g *Group) setView(occ map[int]string, homeSlot int) {
 	if len(members) != len(g.members) {
 		g.log.Info("group size changed", "members", len(members), "leases", len(g.jobs))
 	}
-	watch := g.watched(occ)
 	// Every job loop waits on the broadcast: wake them only when their
 	// stance may change, not every refresh (thousands of leases per
 	// instance, each woken every refresh, cost more than the refresh).
-	same := g.ready && g.slot == homeSlot && maps.Equal(g.members, members) && maps.Equal(g.watch, watch)
-	g.members, g.slot, g.ready, g.watch = members, homeSlot, true, watch
+	same := g.ready && g.slot == homeSlot && maps.Equal(g.members, members)
+	g.members, g.slot, g.ready = members, homeSlot, true
 	if !same {
+		g.ring = newRing(members)
+		for name, j := range g.jobs {
+			j.standby = g.standbyLocked(name)
+		}
 		g.broadcastLocked()
 	}
 	g.mu.Unlock()
 }
 
-// watched returns the members whose leases this instance stands by for:
-// those it follows within standbys places in slot order, wrapping around.
-// So every lease held by a member has that many standbys (fewer in a
-// smaller group), and each instance stands by for about
-// standbys × leases / N of them.
-func (g *Group) watched(occ map[int]string) map[string]bool {
-	slots := make([]int, 0, len(occ))
-	for i := range occ {
-		slots = append(slots, i)
-	}
-	slices.Sort(slots)
-	watch := map[string]bool{}
-	for i, s := range slots {
-		for d := 1; d <= standbys && d < len(slots); d++ {
-			if occ[slots[(i+d)%len(slots)]] == g.cfg.Candidate.ID && occ[s] != g.cfg.Candidate.ID {
-				watch[occ[s]] = true
-			}
+// ringPoint is one of a member's points on the standby ring.
+type ringPoint struct {
+	at uint64
+	id string
+}
+
+// newRing places every member at ringPoints pseudo-random points of a
+// ring, by a hash of its ID, so that every instance builds the same ring
+// from the same members.
+func newRing(members map[string]struct{}) []ringPoint {
+	ring := make([]ringPoint, 0, len(members)*ringPoints)
+	for id := range members {
+		for i := range ringPoints {
+			ring = append(ring, ringPoint{hash64(id + "#" + strconv.Itoa(i)), id})
 		}
 	}
-	return watch
+	slices.SortFunc(ring, func(a, b ringPoint) int {
+		return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.id, b.id))
+	})
+	return ring
+}
+
+func hash64(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// standbyLocked reports whether this instance is one of the lease's ring
+// members: the first ringMembers distinct members met going round the ring
+// from the lease's hash. Those of them that do not hold the lease keep a
+// campaign open for it (they stand by), so that a dead or resigning holder
+// is noticed and the lease taken over (on record stores only a candidate
+// that watched the lease for a TTL takes it over), with no instance reading
+// who holds it. Every instance standing by for every lease would cost N-1
+// open campaigns per lease, and as many wins and resigns each time a lease
+// changes hands, racing the instance that should take it. Placing the
+// standbys by the lease's name rather than by its holder means an instance
+// knows what it stands by for without reading any holder, and a member
+// joining or leaving moves only the leases next to its points.
+func (g *Group) standbyLocked(name string) bool {
+	if len(g.ring) == 0 {
+		return false
+	}
+	h := hash64(name)
+	i, _ := slices.BinarySearchFunc(g.ring, h, func(p ringPoint, h uint64) int { return cmp.Compare(p.at, h) })
+	var seen [ringMembers]string
+	n := 0
+	for k := 0; k < len(g.ring) && n < min(ringMembers, len(g.members)); k++ {
+		id := g.ring[(i+k)%len(g.ring)].id
+		if slices.Contains(seen[:n], id) {
+			continue
+		}
+		if id == g.cfg.Candidate.ID {
+			return true
+		}
+		seen[n] = id
+		n++
+	}
+	return false
 }
 
 // successors returns the slots (and holders) of the next reapSuccessors other
@@ -326,26 +397,166 @@ func (g *Group) adjustReapers(ctx context.Context, reapers map[int]*reaper, want
 	}
 }
 
-// scanLeases reads the holder of every lease this instance does not lead,
-// and from that how many leases each member leads.
-func (g *Group) scanLeases(ctx context.Context) {
+// publish holds the load slot of our member slot with a candidate ID that
+// says our load: "<ID>|load=<k>". A changed load is published by resigning
+// the slot and campaigning again with the new ID, at most once a refresh.
+// It returns what it holds, nil when nothing.
+func (g *Group) publish(ctx context.Context, pub *loadSlot, homeSlot int) *loadSlot {
 	g.mu.Lock()
+	load := g.load
+	g.mu.Unlock()
+	if pub != nil && pub.slot == homeSlot && pub.load == load && pub.term.Err() == nil {
+		return pub
+	}
+	if pub != nil {
+		g.resign(ctx, pub.term)
+	}
+	if homeSlot < 0 {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, max(g.cfg.RefreshInterval/2, 10*time.Millisecond))
+	defer cancel()
+	t, err := g.b.Campaign(pctx, g.loadName(homeSlot), baton.Candidate{ID: g.cfg.Candidate.ID + loadSep + strconv.Itoa(load)})
+	if err != nil {
+		// Another instance's stale holding (on a record store, one that
+		// died in this slot) is taken over after a TTL; meanwhile the
+		// others count us by a scan.
+		if ctx.Err() == nil && !errors.Is(err, baton.ErrClosed) {
+			g.log.Debug("publishing the load failed; retrying at the next refresh", "slot", homeSlot, "err", err)
+		}
+		return nil
+	}
+	return &loadSlot{term: t, slot: homeSlot, load: load}
+}
+
+// loadRead is the result of reading the other members' load slots.
+type loadRead struct {
+	known  map[string]int      // load by member ID
+	failed map[string]struct{} // members whose load slot could not be read
+}
+
+// readLoads reads the load slot of every other member in occ.
+func (g *Group) readLoads(ctx context.Context, occ map[int]string) loadRead {
+	var names, ids []string
+	for slot, id := range occ {
+		if id != g.cfg.Candidate.ID {
+			names = append(names, g.loadName(slot))
+			ids = append(ids, id)
+		}
+	}
+	holders, errs := g.leaders(ctx, names)
+	r := loadRead{known: map[string]int{}, failed: map[string]struct{}{}}
+	for i, id := range ids {
+		if errs[i] != nil {
+			r.failed[id] = struct{}{}
+			continue
+		}
+		rest, ok := strings.CutPrefix(holders[i], id+loadSep)
+		if !ok {
+			continue // not published yet, or a stale holding of the slot
+		}
+		if k, err := strconv.Atoi(rest); err == nil && k >= 0 {
+			r.known[id] = k
+		}
+	}
+	if err := summarize(errs); err != nil {
+		g.log.Warn("reading the members' loads failed; keeping their last known loads", "err", err)
+	}
+	return r
+}
+
+// scanLeases takes in the members' published loads and reads the holders
+// of the leases this instance needs to know about: those it gave up or
+// stood by for and resigned (unsure), and those it saw free, to learn who
+// took them. It reads every lease it does not lead only when the published
+// loads leave leases unaccounted for and it is one that should take them
+// (see docs/balance.md), or a member's load has been unknown for two
+// refreshes: so that, once the spread is even, a refresh reads no lease.
+func (g *Group) scanLeases(ctx context.Context, lr loadRead) {
+	now := time.Now()
+	g.mu.Lock()
+	if g.loads == nil {
+		g.loads, g.unknown = map[string]int{}, map[string]time.Time{}
+	}
+	stale := false
+	for id := range g.members {
+		if id == g.cfg.Candidate.ID {
+			continue
+		}
+		if k, ok := lr.known[id]; ok {
+			g.loads[id] = k
+			delete(g.unknown, id)
+			continue
+		}
+		if _, failed := lr.failed[id]; failed {
+			continue // keep the last known load
+		}
+		// Not published: a member that just joined (it leads nothing
+		// yet), one between the resign and the campaign that publish a
+		// new load (keep the last one: counting it as zero would make
+		// every other member shed to it), or a stale holding of its slot.
+		if g.unknown[id].IsZero() {
+			g.unknown[id] = now
+		} else if now.Sub(g.unknown[id]) >= 2*g.cfg.RefreshInterval {
+			stale = true
+		}
+	}
+	for id := range g.loads {
+		if _, ok := g.members[id]; !ok {
+			delete(g.loads, id)
+		}
+	}
+	for id := range g.unknown {
+		if _, ok := g.members[id]; !ok {
+			delete(g.unknown, id)
+		}
+	}
+	lo, hi := g.shareLocked()
+	sum := g.load
+	for _, k := range g.loads {
+		sum += k
+	}
+	short := sum < len(g.jobs)
+	switch {
+	case !short:
+		g.short = time.Time{}
+	case g.short.IsZero():
+		g.short = now
+	}
+	free := 0 // leases we have seen free
+	for _, j := range g.jobs {
+		if j.term == nil && !j.freeSince.IsZero() {
+			free++
+		}
+	}
+	// An eager instance reads every lease until it knows of enough free
+	// ones to reach its share: one it knows of may be one it cannot win,
+	// and leases shed to it are found only so.
+	full := stale ||
+		g.load < lo && free < lo-g.load ||
+		short && free == 0 && g.load < hi && now.Sub(g.short) >= g.cfg.RefreshInterval ||
+		short && now.Sub(g.short) >= g.cfg.ShedAfter
 	var names []string
 	for name, j := range g.jobs {
-		if j.term == nil {
+		if j.term == nil && (full || j.unsure || !j.freeSince.IsZero()) {
 			names = append(names, name)
 		}
 	}
 	g.mu.Unlock()
-	holders, errs := g.leaders(ctx, names)
-	if ctx.Err() != nil {
-		return
-	}
-	if err := summarize(errs); err != nil {
-		g.log.Warn("reading lease holders failed; keeping their last known holders", "err", err)
+
+	var holders []string
+	var errs []error
+	if len(names) > 0 {
+		holders, errs = g.leaders(ctx, names)
+		if ctx.Err() != nil {
+			return
+		}
+		if err := summarize(errs); err != nil {
+			g.log.Warn("reading lease holders failed; keeping their last known holders", "err", err)
+		}
 	}
 
-	now := time.Now()
+	now = time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	changed := false // a job's stance may have changed
@@ -354,25 +565,53 @@ func (g *Group) scanLeases(ctx context.Context) {
 		if j == nil || j.term != nil || errs[i] != nil {
 			continue
 		}
-		if !j.scanned || j.holder != holders[i] {
-			changed = true
+		if j.unsure {
+			j.unsure, changed = false, true
 		}
-		j.scanned, j.holder = true, holders[i]
+		j.holder = holders[i]
 		if g.liveOtherLocked(j.holder) {
 			if !j.freeSince.IsZero() {
-				j.freeSince, changed = time.Time{}, true
+				j.freeSince, j.freeReads, changed = time.Time{}, 0, true
 			}
-		} else if j.freeSince.IsZero() {
+			continue
+		}
+		if j.freeSince.IsZero() {
 			j.freeSince, changed = now, true
+		}
+		if j.freeReads++; j.freeReads == 2 {
+			changed = true
 		}
 	}
 	counts := map[string]int{}
-	for _, j := range g.jobs {
-		if j.term == nil && j.scanned && g.liveOtherLocked(j.holder) {
-			counts[j.holder]++
+	for id := range g.members {
+		if id != g.cfg.Candidate.ID {
+			counts[id] = g.loads[id]
+		}
+	}
+	if full {
+		// A member whose load is unknown is counted by the scan.
+		scanned := map[string]int{}
+		for _, j := range g.jobs {
+			if j.term == nil && g.liveOtherLocked(j.holder) {
+				scanned[j.holder]++
+			}
+		}
+		for id := range counts {
+			if _, ok := g.loads[id]; !ok {
+				counts[id] = scanned[id]
+			}
 		}
 	}
 	g.counts = counts
+	eager := false
+	for id := range counts {
+		if _, known := g.loads[id]; known && counts[id] < lo {
+			eager = true
+		}
+	}
+	if eager != g.eagerOthers {
+		g.eagerOthers, changed = eager, true
+	}
 
 	// Judge our recent sheds: did the lease go to somebody less loaded?
 	for name, after := range g.sheds {
@@ -382,7 +621,7 @@ func (g *Group) scanLeases(ctx context.Context) {
 			delete(g.sheds, name)
 		case j.term != nil:
 			g.shedResult(name, false) // back with us
-		case j.scanned && g.liveOtherLocked(j.holder):
+		case !j.unsure && g.liveOtherLocked(j.holder):
 			g.shedResult(name, counts[j.holder] <= after)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,7 +54,10 @@ var balanceTargets = map[string]func(*testing.B) target{
 // twice, and reports (late-writes) the overlaps of work that ran past its
 // term's safe-until before its goroutine saw its context end (a paused
 // holder, on a machine too busy to schedule it; the fence refused those
-// writes). TTL 10 s; RefreshInterval 1 s, ShedAfter 3 s.
+// writes). Also reported: the Leader requests per instance and refresh
+// of the settled group (settled-reads-per-refresh), counted over five
+// refreshes after the start: what a refresh costs once the spread is
+// even. TTL 10 s; RefreshInterval 1 s, ShedAfter 3 s.
 func BenchmarkBalanceHundredInstances(b *testing.B) {
 	names := []string{"memory", "etcd"}
 	if s := os.Getenv("BATON_BENCH_BALANCE_BACKENDS"); s != "" {
@@ -86,6 +90,7 @@ func balanceLeaveJoin(b *testing.B, tg target) {
 	hold := 3 * bcfg.RefreshInterval
 	timeout := 10 * time.Minute
 
+	var reads atomic.Int64 // Leader requests of every instance
 	fence := fenced.New()
 	w := balancetest.NewWorld(b, leases, nil)
 	w.Fence = fence
@@ -93,7 +98,7 @@ func balanceLeaveJoin(b *testing.B, tg target) {
 		p := tg.new(b, cfg)
 		c := bcfg
 		c.Candidate = baton.Candidate{ID: id}
-		g, err := balance.New(p.backend, c)
+		g, err := balance.New(&leaderCounter{p.backend, &reads}, c)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -105,6 +110,9 @@ func balanceLeaveJoin(b *testing.B, tg target) {
 		procs = append(procs, start(fmt.Sprintf("i%03d", i)))
 	}
 	settle := w.AwaitSteadyFor(procs, leases/n, (leases+n-1)/n, hold, timeout)
+	r0, w0 := reads.Load(), time.Now()
+	time.Sleep(5 * bcfg.RefreshInterval) // the window the rate is measured over
+	settledReads := float64(reads.Load()-r0) / float64(n) / (time.Since(w0).Seconds() / bcfg.RefreshInterval.Seconds())
 	leave, join, live := w.LeaveJoin(procs, start, hold, timeout)
 	cpu, wall := cpuTime()-cpu0, time.Since(t0)
 	b.Logf("%s, %d instances x %d leases: spread even after %s; leave: %v; join: %v", tg.name, n, leases, settle.Round(10*time.Millisecond), leave, join)
@@ -129,6 +137,7 @@ func balanceLeaveJoin(b *testing.B, tg target) {
 	}
 	w.CheckNoOverlap()
 	b.ReportMetric(settle.Seconds(), "start-even-s")
+	b.ReportMetric(settledReads, "settled-reads-per-refresh")
 	b.ReportMetric(leave.Took.Seconds(), "leave-even-s")
 	b.ReportMetric(float64(leave.Moved), "leave-moved")
 	b.ReportMetric(float64(leave.HandOvers), "leave-handovers")
@@ -142,5 +151,16 @@ func balanceLeaveJoin(b *testing.B, tg target) {
 	b.ReportMetric(100*cpu.Seconds()/wall.Seconds(), "cpu-%")
 }
 
+// leaderCounter is a Backend that counts its Leader requests.
+type leaderCounter struct {
+	baton.Backend
+	n *atomic.Int64
+}
+
+func (c *leaderCounter) Leader(ctx context.Context, name string) (baton.Record, error) {
+	c.n.Add(1)
+	return c.Backend.Leader(ctx, name)
+}
+
 var _ = benchci.Register(BenchmarkBalanceHundredInstances, "start-even-s>0", "leave-even-s>0", "join-even-s>0",
-	"leave-needed>0", "join-needed>0", "held-twice>=0", "held-twice<=0", "cpu-%>=0")
+	"leave-needed>0", "join-needed>0", "settled-reads-per-refresh>0", "held-twice>=0", "held-twice<=0", "cpu-%>=0")
