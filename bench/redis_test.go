@@ -259,9 +259,9 @@ func BenchmarkRedisTenThousandLeases(b *testing.B) {
 // stdout; starts a third process again; then kills the holder's whole
 // process group with SIGKILL (a crash: the key stays until it expires, a
 // TTL after the last renewal at most) and measures the same. Reported as
-// p50 and p99 (the maximum at 20 samples) of each:
+// p50 and p99 of each (by nearest rank: the maximum below 100 samples):
 //
-//	go test -run '^$' -bench RedisRunHandOver -benchtime 20x ./bench
+//	go test -run '^$' -bench RedisRunHandOver -benchtime 100x ./bench
 func BenchmarkRedisRunHandOver(b *testing.B) {
 	srv := testserver.StartRedis(b, testserver.RedisOptions{})
 	bin := buildBaton(b)
