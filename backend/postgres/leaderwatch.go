@@ -25,7 +25,7 @@ func (b *Backend) WatchLeader(ctx context.Context, name string, fn func(baton.Re
 	if closed.Err() != nil {
 		return fmt.Errorf("%w: postgres: WatchLeader on a closed Backend", baton.ErrClosed)
 	}
-	wake, unsubscribe := b.listen.subscribe(name, false)
+	wake, unsubscribe := b.listen.w.Subscribe(name, false)
 	defer unsubscribe()
 	for {
 		rec, err := b.Leader(ctx, name)

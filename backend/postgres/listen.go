@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/batonhq/baton/backend"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -54,85 +55,26 @@ const (
 type listener struct {
 	b *Backend
 
-	mu sync.Mutex
-	// watchers and campaigns hold, by lease name, the channels of the
-	// WatchLeader calls (woken by the schema's channel, on every release
-	// and acquisition) and of the campaigns (woken by the process's own
-	// channel, when it heads a released lease's queue).
-	watchers, campaigns map[string]map[chan struct{}]struct{}
-	up                  bool // notifications flow now
-	polling             bool // the last probe found that notifications do not arrive
-	reason              string
-	warned              bool // the switch to polling was logged
+	// w are the WatchLeader calls (woken by the schema's channel, on
+	// every release and acquisition) and the campaigns (woken by the
+	// process's own channel, when it heads a released lease's queue).
+	w backend.Wakers
+
+	mu      sync.Mutex
+	up      bool // notifications flow now
+	polling bool // the last probe found that notifications do not arrive
+	reason  string
+	warned  bool // the switch to polling was logged
 }
 
 func newListener(b *Backend) *listener {
-	return &listener{b: b, watchers: map[string]map[chan struct{}]struct{}{}, campaigns: map[string]map[chan struct{}]struct{}{}}
-}
-
-// subscribe returns a channel that receives a value after each
-// notification about lease name for a campaign (its process's channel)
-// or a watcher (the schema's channel), and whenever notifications may
-// have been missed, until cancel.
-func (l *listener) subscribe(name string, campaign bool) (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-	l.mu.Lock()
-	set := l.watchers
-	if campaign {
-		set = l.campaigns
-	}
-	if set[name] == nil {
-		set[name] = map[chan struct{}]struct{}{}
-	}
-	set[name][ch] = struct{}{}
-	l.mu.Unlock()
-	return ch, func() {
-		l.mu.Lock()
-		delete(set[name], ch)
-		if len(set[name]) == 0 {
-			delete(set, name)
-		}
-		l.mu.Unlock()
-	}
+	return &listener{b: b}
 }
 
 func (l *listener) listening() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.up
-}
-
-// wake signals the watchers of name, or its campaigns when campaign is
-// set, and reports whether there was any.
-func (l *listener) wake(name string, campaign bool) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	set := l.watchers
-	if campaign {
-		set = l.campaigns
-	}
-	signal(set[name])
-	return len(set[name]) > 0
-}
-
-// wakeAll signals every watcher and campaign.
-func (l *listener) wakeAll() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, set := range []map[string]map[chan struct{}]struct{}{l.watchers, l.campaigns} {
-		for _, chans := range set {
-			signal(chans)
-		}
-	}
-}
-
-func signal(chans map[chan struct{}]struct{}) {
-	for ch := range chans {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
 }
 
 func (l *listener) setUp(up bool) {
@@ -147,7 +89,7 @@ func (l *listener) setUp(up bool) {
 		l.b.o.log.Info("notifications arrive again: waiters are woken at once on a release")
 	}
 	if !up {
-		l.wakeAll() // they may have missed a notification: read again
+		l.w.WakeAll() // they may have missed a notification: read again
 	}
 }
 
@@ -161,7 +103,7 @@ func (l *listener) off(reason string) {
 	if !warned {
 		l.b.o.log.Warn("waiters poll for releases instead of being notified", "reason", reason, "poll_interval", l.b.o.poll)
 	}
-	l.wakeAll()
+	l.w.WakeAll()
 }
 
 // run keeps one LISTEN connection until ctx ends, reconnecting after
@@ -258,7 +200,7 @@ func (l *listener) session(ctx context.Context) (probed bool, err error) {
 	}
 	pcancel()
 	l.setUp(true)
-	l.wakeAll() // a release may have come before we listened
+	l.w.WakeAll() // a release may have come before we listened
 	b.o.log.Debug("listening for releases", "channel", b.q.channel)
 	for {
 		// A wait that times out leaves the connection usable (pgx sets a
@@ -281,9 +223,9 @@ func (l *listener) session(ctx context.Context) (probed bool, err error) {
 		}
 		switch n.Channel {
 		case b.q.channel:
-			l.wake(n.Payload, false)
+			l.w.Wake(n.Payload, false)
 		case WakeChannel(b.id):
-			if !l.wake(n.Payload, true) {
+			if !l.w.Wake(n.Payload, true) {
 				// Woken for a lease this process no longer waits for
 				// (its campaign ended before it left the queue): pass it on.
 				b.leave(n.Payload)

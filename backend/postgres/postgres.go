@@ -210,7 +210,7 @@ type seen struct {
 }
 
 func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id string) (baton.Term, error) {
-	wake, unsubscribe := b.listen.subscribe(name, true)
+	wake, unsubscribe := b.listen.w.Subscribe(name, true)
 	defer unsubscribe()
 	joined := "" // the session under which this process joined the lease's queue
 	defer func() {

@@ -23,7 +23,7 @@ func (b *Backend) WatchLeader(ctx context.Context, name string, fn func(baton.Re
 	if closed.Err() != nil {
 		return fmt.Errorf("%w: redis: WatchLeader on a closed Backend", baton.ErrClosed)
 	}
-	wake, unsubscribe := b.listen.subscribe(name, false)
+	wake, unsubscribe := b.listen.w.Subscribe(name, false)
 	defer unsubscribe()
 	for {
 		rec, left, err := b.read(ctx, name)

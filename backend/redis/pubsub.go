@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/batonhq/baton/backend"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -39,76 +40,17 @@ func (b *Backend) Notifications() NotifyStatus {
 type listener struct {
 	b *Backend
 
-	mu sync.Mutex
-	// watchers and campaigns hold, by lease name, the channels of the
-	// WatchLeader calls and of the campaigns.
-	watchers, campaigns map[string]map[chan struct{}]struct{}
-	up                  bool
-	polling             bool
-	reason              string
+	// w are the WatchLeader calls and the campaigns.
+	w backend.Wakers
+
+	mu      sync.Mutex
+	up      bool
+	polling bool
+	reason  string
 }
 
 func newListener(b *Backend) *listener {
-	return &listener{b: b, watchers: map[string]map[chan struct{}]struct{}{}, campaigns: map[string]map[chan struct{}]struct{}{}}
-}
-
-// subscribe returns a channel that receives a value after each wake-up
-// for lease name (and whenever one may have been missed), until cancel:
-// for a campaign, the wake-ups on the process channel; for a watcher, the
-// releases and acquisitions on the release channel.
-func (l *listener) subscribe(name string, campaign bool) (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-	l.mu.Lock()
-	set := l.watchers
-	if campaign {
-		set = l.campaigns
-	}
-	if set[name] == nil {
-		set[name] = map[chan struct{}]struct{}{}
-	}
-	set[name][ch] = struct{}{}
-	l.mu.Unlock()
-	return ch, func() {
-		l.mu.Lock()
-		delete(set[name], ch)
-		if len(set[name]) == 0 {
-			delete(set, name)
-		}
-		l.mu.Unlock()
-	}
-}
-
-// wake signals the watchers of name, or its campaigns when campaign is
-// set, and reports whether there was any to signal.
-func (l *listener) wake(name string, campaign bool) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	set := l.watchers
-	if campaign {
-		set = l.campaigns
-	}
-	signal(set[name])
-	return len(set[name]) > 0
-}
-
-// wakeAll signals every watcher and campaign.
-func (l *listener) wakeAll() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, set := range []map[string]map[chan struct{}]struct{}{l.watchers, l.campaigns} {
-		for _, chans := range set {
-			signal(chans)
-		}
-	}
-}
-
-func signal(chans map[chan struct{}]struct{}) {
-	for ch := range chans {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
+	return &listener{b: b}
 }
 
 func (l *listener) setUp(up bool) {
@@ -117,7 +59,7 @@ func (l *listener) setUp(up bool) {
 	l.up = up
 	l.mu.Unlock()
 	if up != was {
-		l.wakeAll() // a release may have gone unheard meanwhile
+		l.w.WakeAll() // a release may have gone unheard meanwhile
 	}
 }
 
@@ -175,8 +117,8 @@ func (l *listener) run(ctx context.Context) {
 		case *goredis.Message:
 			name := strings.TrimPrefix(m.Payload, prefix)
 			if m.Channel != own {
-				l.wake(name, false)
-			} else if !l.wake(name, true) {
+				l.w.Wake(name, false)
+			} else if !l.w.Wake(name, true) {
 				// Woken for a lease this process no longer waits for (its
 				// campaign ended before it left the queue): pass it on.
 				b.leave(b.keys(name))

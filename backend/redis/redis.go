@@ -184,7 +184,7 @@ func (b *Backend) stmtCtx(ctx context.Context) (context.Context, context.CancelF
 }
 
 func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id string) (baton.Term, error) {
-	wake, unsubscribe := b.listen.subscribe(name, true)
+	wake, unsubscribe := b.listen.w.Subscribe(name, true)
 	defer unsubscribe()
 	k := b.keys(name)
 	queued := false
