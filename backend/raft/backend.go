@@ -168,6 +168,24 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 		}
 		break
 	}
+	if res.Holder && res.Token != 0 && res.Token == b.heldToken(name) {
+		// The log still gives the lease to this session at a token a term
+		// of this Backend held and ended: its release did not land. That
+		// token must not serve a second term (a late write of the first
+		// would pass a fence meant for the second): give the lease back,
+		// and campaign anew for a token of its own.
+		if t := b.sessions.Term(name); t != nil && t.Err() == nil && t.Token() == res.Token {
+			return nil, fmt.Errorf("%w: lease %q is held by a live term of this Backend", baton.ErrAlreadyCampaigning, name)
+		}
+		b.log.Info("the lease was still held for a term of this process that ended without its release landing; releasing it before campaigning", "lease", name, "token", res.Token)
+		rctx, cancel := s.Bound(ctx)
+		_, err := b.g.apply(rctx, command{Op: opRelease, Session: s.ID, Lease: name, Token: res.Token, Time: time.Now()})
+		cancel()
+		if err != nil {
+			return nil, b.campaignErr(ctx, s, name, "release a leftover term", err)
+		}
+		return b.campaign(ctx, sl, name, id)
+	}
 	if res.Holder {
 		return b.hold(s, sl, name, res.Token, res.Index, res.Prev)
 	}
