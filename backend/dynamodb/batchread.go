@@ -14,142 +14,31 @@ import (
 // maxBatchKeys is the most keys DynamoDB takes in one BatchGetItem.
 const maxBatchKeys = 100
 
-// batchReader reads the lease items that this Backend's waiters poll, and
-// their holders' session items, with one strongly consistent BatchGetItem
-// per 100 lease items that come due within a PollInterval, and one per
-// 100 distinct sessions they name: a standby for 10,000 leases then sends
-// 101 requests per PollInterval (100 when the leases are free) rather than
-// two GetItems per lease. A lease comes due when its waiter would have
-// polled it itself. Reading one early is always allowed: the waiter only
-// sees a fresher item, and times the holder's session from when the batch
-// returned. Read request units are the same as the GetItems' (one per item
-// under 4 KB); only the number of requests falls.
-type batchReader struct {
-	b *Backend
-
-	mu      sync.Mutex
-	waiting map[*readReq]struct{}
-	kick    chan struct{} // a request came due sooner than the reader sleeps
-	// denied is set once BatchGetItem was refused (a role from before
-	// the policy allowed it): the waiters then read their leases one by
-	// one, as they can with GetItem.
-	denied bool
-}
-
-// readReq is one waiter's request for its lease at due or later.
-type readReq struct {
-	name string
-	due  time.Time
-	got  chan readResult // buffered; receives once
-}
-
-// readResult is a lease as a batch read it, and when: sent is when the
-// batch was sent (the lease item's readAt), at when it returned (the
-// waiter's clock for the holder's session starts there, no earlier than
-// the session item was read).
-type readResult struct {
-	r   leaseItem
-	at  time.Time
-	err error
-}
-
-func newBatchReader(b *Backend) *batchReader {
-	return &batchReader{b: b, waiting: map[*readReq]struct{}{}, kick: make(chan struct{}, 1)}
-}
-
-// request asks for name's item at due or later; cancel withdraws a
-// request whose result is no longer wanted. It returns nil when batches
-// were refused: the waiter then reads by itself.
-func (br *batchReader) request(name string, due time.Time) (req *readReq, cancel func()) {
-	req = &readReq{name: name, due: due, got: make(chan readResult, 1)}
-	br.mu.Lock()
-	if br.denied {
-		br.mu.Unlock()
-		return nil, func() {}
-	}
-	br.waiting[req] = struct{}{}
-	br.mu.Unlock()
-	select {
-	case br.kick <- struct{}{}:
-	default:
-	}
-	return req, func() {
-		br.mu.Lock()
-		delete(br.waiting, req)
-		br.mu.Unlock()
-	}
-}
-
-// run reads the leases as they come due until ctx ends.
-func (br *batchReader) run(ctx context.Context) {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		br.mu.Lock()
-		var first time.Time
-		for req := range br.waiting {
-			if first.IsZero() || req.due.Before(first) {
-				first = req.due
-			}
+// newBatchReader returns the reader of the lease items that this Backend's
+// waiters poll, and their holders' session items (backend.BatchReader):
+// one strongly consistent BatchGetItem per 100 lease items that come due
+// within a PollInterval, and one per 100 distinct sessions they name. A
+// standby for 10,000 leases then sends 101 requests per PollInterval (100
+// when the leases are free) rather than two GetItems per lease. A lease
+// comes due when its waiter would have polled it itself. Read request
+// units are the same as the GetItems' (one per item under 4 KB); only the
+// number of requests falls. Once BatchGetItem is refused (a role from
+// before the policy allowed it), the reader is turned off and the waiters
+// read their leases one by one, as they can with GetItem.
+func newBatchReader(b *Backend) *backend.BatchReader[leaseItem] {
+	var br *backend.BatchReader[leaseItem]
+	var warn sync.Once
+	br = backend.NewBatchReader(b.o.poll, func(ctx context.Context, names []string) (map[string]leaseItem, error) {
+		items, err := b.readMany(ctx, names)
+		if err != nil && configProblem(err) != "" && !tableMissing(err) {
+			warn.Do(func() {
+				b.o.log.Warn("BatchGetItem refused: each waiter reads its lease by itself (two GetItems per poll); allow dynamodb:BatchGetItem (dynamodb.Policy) to read 100 a request", "err", err)
+			})
+			br.Off()
 		}
-		br.mu.Unlock()
-		if first.IsZero() {
-			timer.Stop()
-		} else {
-			timer.Reset(max(time.Until(first), 0))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-br.kick:
-			continue
-		case <-timer.C:
-		}
-		// Everything due within the next PollInterval goes in this batch:
-		// the next one would come no sooner.
-		horizon := time.Now().Add(br.b.o.poll)
-		var batch []*readReq
-		br.mu.Lock()
-		for req := range br.waiting {
-			if !req.due.After(horizon) {
-				batch = append(batch, req)
-				delete(br.waiting, req)
-			}
-		}
-		br.mu.Unlock()
-		br.read(ctx, batch)
-	}
-}
-
-// read reads the items of batch and hands each waiter its lease.
-func (br *batchReader) read(ctx context.Context, batch []*readReq) {
-	if len(batch) == 0 {
-		return
-	}
-	names := make([]string, 0, len(batch))
-	seen := make(map[string]bool, len(batch))
-	for _, req := range batch {
-		if !seen[req.name] {
-			seen[req.name] = true
-			names = append(names, req.name)
-		}
-	}
-	sent := time.Now()
-	items, err := br.b.readMany(ctx, names)
-	at := time.Now()
-	if err != nil && configProblem(err) != "" && !tableMissing(err) {
-		br.mu.Lock()
-		if !br.denied {
-			br.b.o.log.Warn("BatchGetItem refused: each waiter reads its lease by itself (two GetItems per poll); allow dynamodb:BatchGetItem (dynamodb.Policy) to read 100 a request", "err", err)
-		}
-		br.denied = true
-		br.mu.Unlock()
-	}
-	for _, req := range batch {
-		r := items[req.name]
-		r.readAt = sent
-		req.got <- readResult{r: r, at: at, err: err}
-	}
+		return items, err
+	})
+	return br
 }
 
 // readMany reads the items of leases names and of the sessions they name,

@@ -39,7 +39,7 @@ type Backend struct {
 	o        options
 	sessions *backend.SessionManager[string]
 	epochs   backend.EpochTracker
-	reader   *batchReader
+	reader   *backend.BatchReader[leaseItem]
 
 	// held is the latest term this Backend won of each lease name, until
 	// it resigns, for Close to free (releases are conditional on the
@@ -102,7 +102,7 @@ func New(ctx context.Context, client API, opts Options) (*Backend, error) {
 		Log: o.log,
 	})
 	b.reader = newBatchReader(b)
-	b.sessions.Go(func() { b.reader.run(b.sessions.Context()) })
+	b.sessions.Go(func() { b.reader.Run(b.sessions.Context()) })
 	return b, nil
 }
 
@@ -169,7 +169,7 @@ type seen struct {
 func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id string) (baton.Term, error) {
 	var (
 		last    seen
-		batched *readResult // the lease as a batch read it, to go by instead of reading it
+		batched *backend.BatchResult[leaseItem] // the lease as a batch read it, to go by instead of reading it
 	)
 	for {
 		s, err := b.sessions.Session(ctx)
@@ -181,7 +181,8 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 			now time.Time
 		)
 		if batched != nil {
-			r, now = batched.r, batched.at
+			r, now = batched.Value, batched.At
+			r.readAt = batched.Sent
 			batched = nil
 		} else {
 			readAt := time.Now()
@@ -237,7 +238,7 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 		// The lease is read again at its next poll, in a batch with the
 		// other waiters' leases (or by itself, where batches are refused).
 		due := now.Add(max(min(left, b.o.poll), time.Millisecond))
-		req, cancel := b.reader.request(name, due)
+		req, cancel := b.reader.Request(name, due)
 		if req == nil {
 			timer := time.NewTimer(time.Until(due))
 			select {
@@ -256,8 +257,8 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 			return nil, ctx.Err()
 		case <-s.Context().Done():
 			cancel()
-		case res := <-req.got:
-			if res.err == nil {
+		case res := <-req.Result():
+			if res.Err == nil {
 				batched = &res
 			}
 			// A failed batch: the waiter reads the lease itself, which

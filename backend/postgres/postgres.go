@@ -31,7 +31,7 @@ type Backend struct {
 	// id names this Backend in the leases' queues (the waiters table)
 	// and its notification channel (WakeChannel).
 	id     string
-	reader *batchReader
+	reader *backend.BatchReader[leaseRow]
 	ops    chan struct{} // admits statements other than renewals; see exec
 }
 
@@ -72,7 +72,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Backend, error
 	})
 	b.listen = newListener(b)
 	b.reader = newBatchReader(b)
-	b.sessions.Go(func() { b.reader.run(b.sessions.Context()) })
+	b.sessions.Go(func() { b.reader.Run(b.sessions.Context()) })
 	if !o.NoListen {
 		b.sessions.Go(func() { b.listen.run(b.sessions.Context()) })
 	} else {
@@ -220,7 +220,7 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 	}()
 	var (
 		last    seen
-		batched *readResult // the row as a batch read it, to go by instead of reading it
+		batched *backend.BatchResult[leaseRow] // the row as a batch read it, to go by instead of reading it
 	)
 	for {
 		s, err := b.sessions.Session(ctx)
@@ -230,7 +230,7 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 		var r leaseRow
 		now := time.Now()
 		if batched != nil {
-			r, now = batched.r, batched.at
+			r, now = batched.Value, batched.At
 			batched = nil
 		} else {
 			if r, err = b.read(ctx, name); err != nil {
@@ -306,7 +306,7 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 		}
 		// The row is read again when it comes due, in a batch with the
 		// other waiters' rows; a notification has it read at once.
-		req, cancel := b.reader.request(name, now.Add(max(wait, time.Millisecond)))
+		req, cancel := b.reader.Request(name, now.Add(max(wait, time.Millisecond)))
 		select {
 		case <-ctx.Done():
 			cancel()
@@ -317,20 +317,20 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 			cancel()
 			// Read at once, with every other waiter woken now (notifications
 			// that came back wake them all): one statement for all of them.
-			req, cancel := b.reader.request(name, time.Now())
+			req, cancel := b.reader.Request(name, time.Now())
 			select {
 			case <-ctx.Done():
 				cancel()
 				return nil, ctx.Err()
 			case <-s.Context().Done():
 				cancel()
-			case res := <-req.got:
-				if res.err == nil {
+			case res := <-req.Result():
+				if res.Err == nil {
 					batched = &res
 				}
 			}
-		case res := <-req.got:
-			if res.err == nil {
+		case res := <-req.Result():
+			if res.Err == nil {
 				batched = &res
 			}
 			// A failed batch: the waiter reads the row itself, which
