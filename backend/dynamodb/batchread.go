@@ -22,8 +22,8 @@ const maxBatchKeys = 100
 // when the leases are free) rather than two GetItems per lease. A lease
 // comes due when its waiter would have polled it itself. Read request
 // units are the same as the GetItems' (one per item under 4 KB); only the
-// number of requests falls. Once BatchGetItem is refused (a role from
-// before the policy allowed it), the reader is turned off and the waiters
+// number of requests falls. Once BatchGetItem is refused (a role whose
+// policy grants GetItem alone), the reader is turned off and the waiters
 // read their leases one by one, as they can with GetItem.
 func newBatchReader(b *Backend) *backend.BatchReader[leaseItem] {
 	var br *backend.BatchReader[leaseItem]

@@ -89,7 +89,7 @@ func TestStandbyReadsInBatches(t *testing.T) {
 }
 
 // TestBatchRefusedReadsAlone: a role that may not BatchGetItem (a policy
-// from before waiters batched) still waits and takes a released lease,
+// that grants GetItem alone) still waits and takes a released lease,
 // reading it with GetItem; the refused batch is not tried again.
 func TestBatchRefusedReadsAlone(t *testing.T) {
 	d, table := startTable(t)
