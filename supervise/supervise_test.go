@@ -457,7 +457,10 @@ func TestPreparedGuardStoppedOrWithoutCgroup(t *testing.T) {
 	cgroupOf := func(guard int) string {
 		cg := newCgroup()
 		if cg == nil {
-			return ""
+			if os.Getenv("BATON_REQUIRE_SERVERS") == "1" {
+				t.Fatal("cgroup v2 is not writable here, and BATON_REQUIRE_SERVERS=1 says it should be (CI runs as root)")
+			}
+			return "" // the cgroup half of the test has nothing to check
 		}
 		cg.remove()
 		return filepath.Join(filepath.Dir(cg.dir), guardCgroupPrefix+strconv.Itoa(guard))
