@@ -24,6 +24,13 @@ type RecordOptions struct {
 	// polling only times takeovers from dead holders.
 	PollInterval time.Duration
 
+	// RenewConcurrency bounds how many renewals a renewal round has in
+	// flight at once. Zero means 16. A round of n held leases takes about
+	// n × (one write's round trip) / RenewConcurrency, so a store whose
+	// writes are one request per lease (Kubernetes) needs it raised to
+	// renew thousands of leases within RenewInterval.
+	RenewConcurrency int
+
 	// Logger receives log lines (group "cas"). Nil means silent.
 	Logger *slog.Logger
 }
@@ -31,11 +38,15 @@ type RecordOptions struct {
 // RecordBackend runs baton leases over a RecordStore. It is safe for concurrent use. One
 // RecordBackend stands for one process; it may hold any number of leases.
 type RecordBackend struct {
-	store  RecordStore
-	cfg    Config
-	poll   time.Duration
-	log    *slog.Logger
-	notify RecordNotifier
+	store RecordStore
+	cfg   Config
+	poll  time.Duration
+	log   *slog.Logger
+	// workers is RenewConcurrency, default filled in.
+	workers int
+	notify  RecordNotifier
+	// peek is set when notify's notifications carry the record.
+	peek RecordPeeker
 	// keeps is set when the store never loses records (RecordKeeper): tokens of
 	// a new record then start at 1, not at an epoch.
 	keeps bool
@@ -118,6 +129,13 @@ func NewRecordBackend(store RecordStore, opts RecordOptions) (*RecordBackend, er
 	if opts.PollInterval < 0 {
 		return nil, &baton.ConfigError{Problems: []string{fmt.Sprintf("cas: PollInterval (%s) must be positive, or zero for RenewInterval", opts.PollInterval)}}
 	}
+	if opts.RenewConcurrency < 0 {
+		return nil, &baton.ConfigError{Problems: []string{fmt.Sprintf("cas: RenewConcurrency (%d) must be positive, or zero for %d", opts.RenewConcurrency, renewWorkers)}}
+	}
+	workers := opts.RenewConcurrency
+	if workers == 0 {
+		workers = renewWorkers
+	}
 	poll := opts.PollInterval
 	if poll == 0 {
 		poll = cfg.RenewInterval
@@ -126,9 +144,12 @@ func NewRecordBackend(store RecordStore, opts RecordOptions) (*RecordBackend, er
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	b := &RecordBackend{done: make(chan struct{}), store: store, cfg: cfg, poll: poll, log: log.WithGroup("cas"), active: map[string]*holding{}, left: map[string]uint64{}, released: map[string]time.Time{},
+	b := &RecordBackend{done: make(chan struct{}), store: store, cfg: cfg, poll: poll, workers: workers, log: log.WithGroup("cas"), active: map[string]*holding{}, left: map[string]uint64{}, released: map[string]time.Time{},
 		lines: map[string]*waitLine{}, renewing: map[*holding]struct{}{}, kick: make(chan struct{}, 1)}
 	b.notify, _ = store.(RecordNotifier)
+	if b.notify != nil {
+		b.peek, _ = store.(RecordPeeker)
+	}
 	if k, ok := store.(RecordKeeper); ok {
 		b.keeps = k.KeepsRecords()
 	}
@@ -215,12 +236,16 @@ func (b *RecordBackend) takeTurn(ctx context.Context, name string) (leave func()
 }
 
 func (b *RecordBackend) campaign(ctx context.Context, h *holding) (baton.Term, error) {
-	var wake <-chan struct{}
+	var (
+		wake <-chan struct{}
+		// peek is b.peek once notifications run for this campaign.
+		peek RecordPeeker
+	)
 	if b.notify != nil {
 		nctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		if ch, err := b.notify.Notify(nctx, h.name); err == nil {
-			wake = ch
+			wake, peek = ch, b.peek
 		} else {
 			b.log.Debug("notifications unavailable; polling", "lease", h.name, "err", err)
 		}
@@ -229,12 +254,27 @@ func (b *RecordBackend) campaign(ctx context.Context, h *holding) (baton.Term, e
 		seen   bool
 		seenV  uint64
 		seenAt time.Time
+		// woken is set when a notification woke the campaign: with a
+		// RecordPeeker it carried the record, and no read is needed.
+		woken bool
 	)
 	for {
-		rec, v, err := b.store.Get(ctx, h.name)
-		if err != nil {
-			return nil, b.unavailable(ctx, "read lease "+h.name, err)
+		var (
+			rec    LeaseRecord
+			v      uint64
+			peeked bool
+		)
+		if woken && peek != nil {
+			rec, v, peeked = peek.Peek(h.name)
 		}
+		if !peeked {
+			var err error
+			rec, v, err = b.store.Get(ctx, h.name)
+			if err != nil {
+				return nil, b.unavailable(ctx, "read lease "+h.name, err)
+			}
+		}
+		woken = false
 		now := time.Now()
 		wait := b.poll
 		switch {
@@ -251,7 +291,11 @@ func (b *RecordBackend) campaign(ctx context.Context, h *holding) (baton.Term, e
 				return t, err
 			}
 			seen = false
-			continue
+			if peek == nil {
+				continue
+			}
+			// Another writer won: its write reaches us as a notification,
+			// so wait for that (or the poll) rather than read at once.
 		case !seen || v != seenV:
 			seen, seenV, seenAt = true, v, now
 		default:
@@ -263,7 +307,9 @@ func (b *RecordBackend) campaign(ctx context.Context, h *holding) (baton.Term, e
 					return t, err
 				}
 				seen = false
-				continue
+				if peek == nil {
+					continue
+				}
 			}
 		}
 		if seen {
@@ -278,6 +324,7 @@ func (b *RecordBackend) campaign(ctx context.Context, h *holding) (baton.Term, e
 			timer.Stop()
 			return nil, baton.ErrClosed
 		case <-wake:
+			woken = true
 		case <-timer.C:
 		}
 		timer.Stop()
@@ -339,7 +386,13 @@ func (b *RecordBackend) acquire(ctx context.Context, h *holding, v uint64, old L
 		b.renewerOn = true
 		b.wg.Go(b.renewer)
 	}
-	b.wg.Go(func() { b.watchTerm(h) })
+	// Close waits for the term's end to be handled, as it waits for the
+	// renewer.
+	b.wg.Add(1)
+	t.afterEnd(func() {
+		defer b.wg.Done()
+		b.termEnded(h)
+	})
 	b.mu.Unlock()
 	b.log.Debug("acquired", "lease", h.name, "token", rec.Token)
 	if !b.keeps {
@@ -358,8 +411,8 @@ func (b *RecordBackend) unavailable(ctx context.Context, what string, err error)
 	return fmt.Errorf("%w: %s: %w", baton.ErrBackendUnavailable, what, err)
 }
 
-// renewWorkers bounds the renewals a round runs at once: enough to keep a
-// store with network round trips busy, few enough not to swamp it.
+// renewWorkers is RenewConcurrency's default: enough to keep a store with
+// network round trips busy, few enough not to swamp it.
 const renewWorkers = 16
 
 // renewer keeps every held term's record fresh, for all of them: one
@@ -402,7 +455,16 @@ func (b *RecordBackend) renewer() {
 			}
 		}
 		b.mu.Unlock()
+		began := time.Now()
 		b.renewAll(batch)
+		if took := time.Since(began); full && took > b.cfg.RenewInterval {
+			// Renewals fall behind: each term is renewed less often than
+			// every RenewInterval, and terms end at their safe-until (never
+			// held on past it) once a round takes longer than what is left
+			// of TTL after a renewal. Say so every round it happens.
+			b.log.Warn("renewals are not keeping up: a round took longer than the renew interval; terms end at their safe-until when rounds take longer than the TTL allows: hold fewer leases per process, raise the TTL, or raise RenewConcurrency if the store can take more writes at once",
+				"leases", len(batch), "round", took, "renew_interval", b.cfg.RenewInterval, "concurrency", b.workers)
+		}
 		b.mu.Lock()
 		for _, h := range batch {
 			if !h.due.IsZero() && h.due.Before(next) {
@@ -414,7 +476,7 @@ func (b *RecordBackend) renewer() {
 	}
 }
 
-// renewAll renews each term of batch once, renewWorkers at a time, the
+// renewAll renews each term of batch once, b.workers at a time, the
 // nearest safe-until first: when the store or the machine is slow, the
 // terms closest to their end are the first to move it.
 func (b *RecordBackend) renewAll(batch []*holding) {
@@ -435,7 +497,7 @@ func (b *RecordBackend) renewAll(batch []*holding) {
 	defer cancel()
 	work := make(chan *holding)
 	var wg sync.WaitGroup
-	for range min(len(batch), renewWorkers) {
+	for range min(len(batch), b.workers) {
 		wg.Go(func() {
 			for h := range work {
 				b.renewTerm(ctx, h)
@@ -480,15 +542,13 @@ func (b *RecordBackend) renewTerm(ctx context.Context, h *holding) {
 	}
 }
 
-// watchTerm waits for h's term to end or its renewals to stop, and then
-// takes it off the renewer's list and lets its candidate campaign again.
-func (b *RecordBackend) watchTerm(h *holding) {
-	select {
-	case <-h.stop:
-	case <-h.term.Done():
-		if errors.Is(h.term.Err(), baton.ErrExpired) {
-			b.markLeft(h, h.term.Token())
-		}
+// termEnded runs once h's term has ended (Resign, Close, a loss or its
+// safe-until passing; a release, which stops the renewals, always follows
+// the term's end): it takes h off the renewer's list and lets its candidate
+// campaign again.
+func (b *RecordBackend) termEnded(h *holding) {
+	if errors.Is(h.term.Err(), baton.ErrExpired) {
+		b.markLeft(h, h.term.Token())
 	}
 	b.mu.Lock()
 	delete(b.renewing, h)

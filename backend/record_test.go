@@ -1,8 +1,12 @@
 package backend_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"runtime/pprof"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -332,4 +336,39 @@ func TestCloseDuringCampaign(t *testing.T) {
 		}
 		_ = ta.Resign(t.Context())
 	})
+}
+
+// A RecordBackend holding many leases keeps no goroutine per held lease:
+// one renewer renews them all, and the end of a term is handled when it
+// comes, not by a goroutine waiting for it.
+func TestHeldLeasesNeedNoGoroutineEach(t *testing.T) {
+	const n = 300
+	b := newBackend(t, memory.NewStore(), backend.Config{TTL: 10 * time.Second})
+	terms := make([]baton.Term, n)
+	for i := range n {
+		term, err := b.Campaign(t.Context(), fmt.Sprintf("many-%d", i), baton.Candidate{ID: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		terms[i] = term
+	}
+	var buf bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&buf, 2); err != nil {
+		t.Fatal(err)
+	}
+	// Each goroutine's stack, in the debug=2 form, is a paragraph.
+	mine := 0
+	for _, g := range strings.Split(buf.String(), "\n\n") {
+		if strings.Contains(g, "backend.(*RecordBackend)") {
+			mine++
+		}
+	}
+	if mine > 4 {
+		t.Errorf("%d goroutines of the RecordBackend while it holds %d leases; want a few, not one per lease", mine, n)
+	}
+	for _, term := range terms {
+		if err := term.Resign(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

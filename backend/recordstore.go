@@ -76,3 +76,19 @@ type RecordNotifier interface {
 	// pending) after each change to name's record, until ctx ends.
 	Notify(ctx context.Context, name string) (<-chan struct{}, error)
 }
+
+// RecordPeeker is an optional RecordNotifier capability: notifications that
+// carry the record (a Kubernetes watch's events do), so that a waiter woken
+// by one needs no read. A waiter peeks only after a notification woke it;
+// it still reads (Get) when it starts, at each poll, and whenever Peek has
+// nothing. A peeked record may be older than the store's (the
+// notification of a newer write may still be on its way): that is safe,
+// since every write is a compare-and-swap against the version read, and a
+// waiter that lost one waits for the next notification rather than
+// reading.
+type RecordPeeker interface {
+	// Peek returns the newest record of name the RecordStore knows from
+	// its notifications, reads and writes, and its version; ok is false
+	// when it knows none, or no Notify for name is running.
+	Peek(name string) (rec LeaseRecord, version uint64, ok bool)
+}

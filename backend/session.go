@@ -444,6 +444,9 @@ type StartOptions struct {
 	// backend that watches all its held keys at once (one watch per
 	// session) leaves it nil, and needs no goroutine per term.
 	Watch func()
+	// Cap, if not zero, is a deadline the term's safe-until does not pass
+	// until SessionTerms.Uncap (see SessionTerms.StartCapped).
+	Cap time.Time
 }
 
 // Start begins the term of lease with token that sl's campaign won on s,
@@ -457,7 +460,13 @@ func (m *SessionManager[ID]) Start(s *Session[ID], sl *Slot, lease string, token
 	if m.closed {
 		return nil, baton.ErrClosed
 	}
-	t, ok := s.Start(lease, token, release)
+	var t *BasicTerm
+	var ok bool
+	if w.Cap.IsZero() {
+		t, ok = s.Start(lease, token, release)
+	} else {
+		t, ok = s.StartCapped(lease, token, release, w.Cap)
+	}
 	if !ok {
 		return nil, fmt.Errorf("%w: lease %q: %s ended, or reached its safe-until, as the lease was won",
 			baton.ErrBackendUnavailable, lease, m.o.Describe(s.ID))

@@ -22,6 +22,10 @@ type SessionTerms struct {
 	// they share the session's safe-until.
 	timer *time.Timer
 	armed bool
+	// caps are the terms whose safe-until may not pass a deadline of
+	// their own until Uncap (StartCapped): terms the process holds without
+	// having sent the request that made them its own.
+	caps map[*BasicTerm]time.Time
 }
 
 // NewSessionTerms returns the state of a session confirmed until safeUntil.
@@ -51,17 +55,77 @@ func (s *SessionTerms) Start(lease string, token uint64, release func(context.Co
 	return t, true
 }
 
-// armLocked makes sure the timer fires at safe-until.
+// StartCapped is Start for a term whose safe-until must not pass capUntil
+// whatever the session's renewals confirm, until Uncap: a term the store
+// granted the process without a request of its own that covers it.
+func (s *SessionTerms) StartCapped(lease string, token uint64, release func(context.Context) error, capUntil time.Time) (*BasicTerm, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if s.err != nil || !now.Before(s.safeUntil) || !now.Before(capUntil) {
+		return nil, false
+	}
+	t := newTerm(lease, token, minTime(s.safeUntil, capUntil), release)
+	s.terms[t] = struct{}{}
+	if s.caps == nil {
+		s.caps = map[*BasicTerm]time.Time{}
+	}
+	s.caps[t] = capUntil
+	if s.armed {
+		s.timer.Stop()
+		s.armed = false
+	}
+	s.armLocked()
+	return t, true
+}
+
+// Uncap lifts t's cap (StartCapped) once a request that covers t's key,
+// sent at a time that gives until, was confirmed: t's safe-until moves to
+// until, or the session's safe-until if that is earlier.
+func (s *SessionTerms) Uncap(t *BasicTerm, until time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.caps[t]; !ok {
+		return
+	}
+	delete(s.caps, t)
+	if _, ok := s.terms[t]; ok {
+		t.Extend(minTime(until, s.safeUntil))
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// deadlineLocked is the earliest safe-until of the session's terms: the
+// session's, or a capped term's cap.
+func (s *SessionTerms) deadlineLocked() time.Time {
+	d := s.safeUntil
+	for t, c := range s.caps {
+		if _, ok := s.terms[t]; !ok {
+			delete(s.caps, t)
+			continue
+		}
+		d = minTime(d, c)
+	}
+	return d
+}
+
+// armLocked makes sure the timer fires at the earliest deadline.
 func (s *SessionTerms) armLocked() {
 	if s.armed {
 		return
 	}
 	s.armed = true
 	if s.timer == nil {
-		s.timer = time.AfterFunc(time.Until(s.safeUntil), s.expire)
+		s.timer = time.AfterFunc(time.Until(s.deadlineLocked()), s.expire)
 		return
 	}
-	s.timer.Reset(time.Until(s.safeUntil))
+	s.timer.Reset(time.Until(s.deadlineLocked()))
 }
 
 // expire runs at the safe-until the timer was armed for. A renewal may have
@@ -76,7 +140,7 @@ func (s *SessionTerms) expire() {
 	if s.err != nil || len(s.terms) == 0 {
 		return
 	}
-	if time.Until(s.safeUntil) > 0 {
+	if time.Until(s.deadlineLocked()) > 0 {
 		s.armLocked()
 		return
 	}
@@ -108,8 +172,13 @@ func (s *SessionTerms) Extend(until time.Time) {
 	s.lastErr = nil
 	s.settleLocked()
 	for t := range s.terms {
-		if !t.Extend(until) {
+		u := until
+		if c, ok := s.caps[t]; ok {
+			u = minTime(u, c)
+		}
+		if !t.Extend(u) {
 			delete(s.terms, t)
+			delete(s.caps, t)
 		}
 	}
 }

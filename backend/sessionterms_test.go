@@ -215,3 +215,49 @@ func TestSessionTermsExpireAtSafeUntil(t *testing.T) {
 		}
 	})
 }
+
+// A capped term (a lease the store granted the process, not covered by a
+// request of its own) keeps its cap through the session's renewals, ends
+// at the cap when none lifts it, and follows the renewals once Uncap
+// lifts it. A renewal that did not cover its key would otherwise stretch
+// the term past the key's expiry on the server.
+func TestCappedTermKeepsCapUntilUncap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewSessionTerms(time.Now().Add(10 * time.Second))
+		capUntil := time.Now().Add(2 * time.Second)
+		capped, ok := s.StartCapped("g", 9, nil, capUntil)
+		if !ok {
+			t.Fatal("StartCapped refused on a live session")
+		}
+		free, _ := s.Start("f", 3, nil)
+		if !capped.SafeUntil().Equal(capUntil) {
+			t.Fatalf("capped term safe until %v, want its cap %v", capped.SafeUntil(), capUntil)
+		}
+		s.Extend(time.Now().Add(20 * time.Second))
+		if !capped.SafeUntil().Equal(capUntil) {
+			t.Fatalf("a renewal stretched the capped term to %v past its cap %v", capped.SafeUntil(), capUntil)
+		}
+		time.Sleep(3 * time.Second)
+		if !errors.Is(capped.Err(), baton.ErrExpired) {
+			t.Fatalf("capped term past its cap: err %v, want ErrExpired", capped.Err())
+		}
+		if free.Err() != nil {
+			t.Fatalf("the other term ended with the capped one: %v", free.Err())
+		}
+
+		second, ok := s.StartCapped("h", 10, nil, time.Now().Add(2*time.Second))
+		if !ok {
+			t.Fatal("StartCapped refused")
+		}
+		until := time.Now().Add(15 * time.Second)
+		s.Uncap(second, until)
+		if !second.SafeUntil().Equal(until) {
+			t.Fatalf("uncapped term safe until %v, want %v", second.SafeUntil(), until)
+		}
+		s.Extend(time.Now().Add(19 * time.Second))
+		if !second.SafeUntil().Equal(free.SafeUntil()) {
+			t.Fatalf("uncapped term safe until %v, the session's other term %v: want the same", second.SafeUntil(), free.SafeUntil())
+		}
+		s.End(errors.New("done"))
+	})
+}

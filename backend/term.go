@@ -33,7 +33,8 @@ type BasicTerm struct {
 	// relDone, made when Resign begins the release, is closed when the
 	// release function returned.
 	relDone chan struct{}
-	reqErr  error // RequestResign's reason; nil until then
+	reqErr  error    // RequestResign's reason; nil until then
+	onEnd   []func() // run, each in a goroutine of its own, when the term ends
 }
 
 var _ baton.ResignRequestTerm = (*BasicTerm)(nil)
@@ -194,7 +195,29 @@ func (t *BasicTerm) endLocked(err error) bool {
 		t.timer.Stop()
 	}
 	close(t.done)
+	for _, f := range t.onEnd {
+		go f()
+	}
+	t.onEnd = nil
 	return true
+}
+
+// AfterEnd arranges for f to run in a goroutine of its own once the term
+// ends, at once if it has ended: for a backend that handles the end of
+// each term without a goroutine per term waiting on Done.
+func (t *BasicTerm) AfterEnd(f func()) { t.afterEnd(f) }
+
+// afterEnd arranges for f to run in a goroutine of its own once the term
+// ends, at once if it has ended: what a goroutine waiting on Done would do,
+// without a goroutine per term for as long as the term lasts.
+func (t *BasicTerm) afterEnd(f func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err != nil {
+		go f()
+		return
+	}
+	t.onEnd = append(t.onEnd, f)
 }
 
 // Resign implements baton.Term: it ends the term with baton.ErrResigned, or with the

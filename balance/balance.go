@@ -178,9 +178,11 @@ type Group struct {
 	stopRun context.CancelCauseFunc // ends Run with a cause
 	changed chan struct{}           // closed and replaced on every state change
 
-	// The view, refreshed by the refresher.
-	ready       bool                 // a member scan has succeeded since Run began
-	members     map[string]struct{}  // IDs holding a member slot, and ours
+	// The view, refreshed by the refresher. A view still growing is acted
+	// on only once the next member scan agrees (see setView).
+	ready       bool                 // a member view has been acted on since Run began
+	members     map[string]struct{}  // IDs holding a member slot, and ours: the view acted on
+	scanned     map[string]struct{}  // the members the last scan read, ours included
 	ring        []ringPoint          // the members on the standby ring (see standbyLocked)
 	slot        int                  // our member slot, -1 when none
 	loads       map[string]int       // the load each other member published, when known
@@ -188,6 +190,8 @@ type Group struct {
 	counts      map[string]int       // leases led by each other member: published, else scanned
 	short       time.Time            // since when the loads have not accounted for every lease
 	eagerOthers bool                 // another member published a load below floor(leases/N)
+	sample      int                  // the least number of leases not led that the next full read samples
+	readCap     int                  // the most that the next full read samples, 0 for no cap (see scanLeases)
 
 	load      int            // leases we lead (admitted terms)
 	gained    time.Time      // when we last admitted a term
@@ -201,9 +205,16 @@ type job struct {
 	name string
 	fn   Func
 
-	// Set by startLocked, under Group.mu.
-	stop context.CancelCauseFunc // ends the job loop
-	done chan struct{}           // closed when the job loop returned
+	// The job's loop, while it has one (see wakeLocked); under Group.mu.
+	running bool
+	stop    context.CancelCauseFunc // ends the job loop; nil without one
+	done    chan struct{}           // closed when the job loop returned
+	// campaigning cancels the loop's open campaign, nil without one: a
+	// broadcast after which the stance no longer wants it ends it.
+	campaigning context.CancelCauseFunc
+	// bo paces the job's campaigns and retries; only its loop uses it, and
+	// it outlives a parked loop so that a failing lease keeps backing off.
+	bo baton.Backoff
 
 	// Guarded by Group.mu.
 	term      baton.Term
@@ -273,13 +284,10 @@ func (g *Group) Add(name string, fn Func) error {
 	if _, ok := g.jobs[name]; ok {
 		return fmt.Errorf("%w: %q", ErrDuplicate, name)
 	}
-	j := &job{name: name, fn: fn}
+	j := &job{name: name, fn: fn, bo: baton.Backoff{Min: g.cfg.RetryMin, Max: g.cfg.RetryMax}}
 	g.jobs[name] = j
 	j.standby = g.standbyLocked(name)
-	if g.runCtx != nil {
-		g.startLocked(j)
-	}
-	g.broadcastLocked()
+	g.broadcastLocked() // starts its loop if it should campaign
 	return nil
 }
 
@@ -300,7 +308,7 @@ func (g *Group) Remove(ctx context.Context, name string) error {
 	g.broadcastLocked()
 	g.mu.Unlock()
 	if stop == nil {
-		return nil // never started
+		return nil // no loop: not campaigning, not leading
 	}
 	stop(errRemoved)
 	select {
@@ -335,9 +343,7 @@ func (g *Group) Run(ctx context.Context) error {
 
 	g.mu.Lock()
 	g.runCtx, g.stopRun = rctx, stop
-	for _, j := range g.jobs {
-		g.startLocked(j)
-	}
+	g.wakeLocked()
 	g.mu.Unlock()
 
 	var wg sync.WaitGroup
@@ -370,19 +376,55 @@ func (g *Group) fail(err error) {
 func (g *Group) startLocked(j *job) {
 	jctx, stop := context.WithCancelCause(g.runCtx)
 	done := make(chan struct{})
-	j.stop, j.done = stop, done
+	j.running, j.stop, j.done = true, stop, done
 	g.jobWG.Add(1)
 	go func() {
 		defer g.jobWG.Done()
 		defer close(done)
-		g.runJob(jctx, j)
+		defer stop(nil) // a parked loop's context must not stay a child of Run's
+		if !g.runJob(jctx, j) {
+			g.mu.Lock()
+			j.running, j.stop, j.done = false, nil, nil
+			g.mu.Unlock()
+		}
 	}()
 }
 
-// broadcastLocked wakes everybody waiting for a change of the view or load.
+// wakeLocked starts the loop of every job without one whose stance wants a
+// campaign now or changes at a known time, and cancels the open campaigns
+// it no longer wants. A job loop exists only while its lease is led,
+// campaigned for or waited on (see runJob), so that an instance's
+// goroutines grow with the leases it leads and stands by for, not with
+// every lease of the group (a loop per lease in every instance would make
+// 10,000 leases over 100 instances a million loops). A stance changes only with the view or the
+// load, which is when broadcastLocked calls this, or at a time a waiting
+// loop knows; a wanted campaign stays wanted as time passes.
+func (g *Group) wakeLocked() {
+	if g.runCtx == nil || g.runCtx.Err() != nil {
+		return
+	}
+	now := time.Now()
+	for _, j := range g.jobs {
+		switch {
+		case j.campaigning != nil:
+			if want, _ := g.stanceLocked(j, now); !want {
+				j.campaigning(errStance)
+				j.campaigning = nil
+			}
+		case !j.running:
+			if want, at := g.stanceLocked(j, now); want || !at.IsZero() {
+				g.startLocked(j)
+			}
+		}
+	}
+}
+
+// broadcastLocked wakes everybody waiting for a change of the view or load,
+// and starts the loops of the jobs that now want one.
 func (g *Group) broadcastLocked() {
 	close(g.changed)
 	g.changed = make(chan struct{})
+	g.wakeLocked()
 }
 
 // shareLocked returns floor and ceil of leases per member.

@@ -15,14 +15,15 @@
 // (the members next to the lease's name on a hash ring, see
 // docs/balance.md) with a campaign open for it, which notice a holder that
 // dies or resigns; and whenever the loads the members publish do not
-// account for every lease, the instances below their share read every
-// lease and campaign, after a short load-dependent delay, for one they see
-// without a live holder; so a lease whose holder dies or resigns is taken
-// over as long as one instance can reach the backend.
+// account for every lease, the instances below their share read the
+// leases they do not lead (a sample sized to what they lack) and
+// campaign, after a short load-dependent delay, for one they see without
+// a live holder; so a lease whose holder dies or resigns is taken over as
+// long as one instance can reach the backend.
 //
-// The balance bound: with L leases over N instances, once N has been stable
-// for about one TTL plus RefreshInterval, every instance runs the same set of
-// leases and can reach the backend, every instance leads floor(L/N) or
+// The balance bound: with L leases over N instances, once N has been
+// stable for about one TTL plus two RefreshIntervals, every instance runs
+// the same set of leases and can reach the backend, every instance leads floor(L/N) or
 // ceil(L/N) leases, within the promised bound of ceil(L/N) + 1, and stays
 // there. Every decision uses a view up to RefreshInterval old, and while N
 // changes the bound holds only approximately, for about one TTL plus

@@ -3,16 +3,18 @@ package balance
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/batonhq/baton"
 )
 
 // runJob campaigns for j's lease whenever the balance rules want it, and runs
-// j's Func while it leads, until ctx ends.
-func (g *Group) runJob(ctx context.Context, j *job) {
-	bo := baton.Backoff{Min: g.cfg.RetryMin, Max: g.cfg.RetryMax}
+// j's Func while it leads, until ctx ends or the rules want nothing of the
+// lease until the view or the load changes: then it parks the job (clears
+// its loop under Group.mu, so that the next broadcastLocked starts a new
+// one if needed) and reports true.
+func (g *Group) runJob(ctx context.Context, j *job) (parked bool) {
+	bo := &j.bo
 	failing := false // log a run of campaign failures once, not per retry
 	failed := func(err error, _ time.Duration) bool {
 		g.mu.Lock()
@@ -29,23 +31,28 @@ func (g *Group) runJob(ctx context.Context, j *job) {
 	for ctx.Err() == nil {
 		g.mu.Lock()
 		want, at := g.stanceLocked(j, time.Now())
+		if !want && at.IsZero() {
+			j.running, j.stop, j.done = false, nil, nil
+			g.mu.Unlock()
+			return true
+		}
 		changed := g.changed
 		g.mu.Unlock()
 		if !want {
 			waitChange(ctx, changed, at)
 			continue
 		}
-		t, err := g.campaign(ctx, j, &bo, failed)
+		t, err := g.campaign(ctx, j, bo, failed)
 		switch {
 		case ctx.Err() != nil:
-			return
+			return false
 		case errors.Is(err, errStance):
 			continue
 		case err != nil:
 			// The backend was closed, or refuses the configuration
 			// (*baton.ConfigError): no retry fixes either.
 			g.fail(err)
-			return
+			return false
 		}
 		if failing {
 			g.log.Info("campaigning works again", "lease", j.name)
@@ -70,13 +77,14 @@ func (g *Group) runJob(ctx context.Context, j *job) {
 			select {
 			case <-ctx.Done():
 				timer.Stop()
-				return
+				return false
 			case <-timer.C:
 			}
 			continue
 		}
 		bo.Reset()
 	}
+	return false
 }
 
 // waitChange waits until ctx ends, changed is closed, or at passes (when not
@@ -206,35 +214,23 @@ func (g *Group) admitLocked(j *job, now time.Time) bool {
 }
 
 // campaign campaigns for j's lease until it wins, ctx ends, campaigning
-// cannot succeed, or the balance rules stop wanting it (errStance). It
-// retries failures with bo, telling failed.
+// cannot succeed, or the balance rules stop wanting it (errStance: the
+// broadcast that changes the stance cancels the campaign, see wakeLocked).
+// It retries failures with bo, telling failed.
 func (g *Group) campaign(ctx context.Context, j *job, bo *baton.Backoff, failed func(error, time.Duration) bool) (baton.Term, error) {
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			g.mu.Lock()
-			want, _ := g.stanceLocked(j, time.Now())
-			changed := g.changed
-			g.mu.Unlock()
-			if !want {
-				cancel(errStance)
-				return
-			}
-			// A wanted campaign stays wanted as time passes; only a change
-			// of the view or the load can end it.
-			select {
-			case <-stop:
-				return
-			case <-changed:
-			}
-		}
-	})
+	g.mu.Lock()
+	if want, _ := g.stanceLocked(j, time.Now()); !want {
+		g.mu.Unlock()
+		return nil, errStance
+	}
+	j.campaigning = cancel
+	g.mu.Unlock()
 	t, err := baton.Campaign(cctx, g.b, j.name, g.cfg.Candidate, bo, failed)
-	close(stop)
-	wg.Wait()
+	g.mu.Lock()
+	j.campaigning = nil
+	g.mu.Unlock()
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(cctx), errStance) {
 		return nil, errStance
 	}

@@ -83,8 +83,8 @@ func (g *Group) refresh(ctx context.Context) {
 			g.resign(ctx, home)
 		}
 		g.mu.Lock()
-		g.ready, g.slot, g.members, g.counts, g.ring = false, -1, nil, nil, nil
-		g.loads, g.unknown, g.short, g.eagerOthers = nil, nil, time.Time{}, false
+		g.ready, g.slot, g.members, g.scanned, g.counts, g.ring = false, -1, nil, nil, nil, nil
+		g.loads, g.unknown, g.short, g.eagerOthers, g.sample, g.readCap = nil, nil, time.Time{}, false, 0, 0
 		g.overSince, g.backoff, g.gained = time.Time{}, 1, time.Time{}
 		clear(g.sheds)
 		for _, j := range g.jobs {
@@ -247,13 +247,33 @@ func (g *Group) join(ctx context.Context, occ map[int]string, limit int) (baton.
 	return nil, -1
 }
 
-// setView publishes a new member view.
+// setView takes in a member scan. The view the Group acts on (the share,
+// the standby ring) takes in a scan that counts more members than the
+// last one only when the next scan reads the same members: instances that
+// start together join over a few refreshes, and
+// one that acted on its first views, which count only those that joined
+// before it, would stand by for most leases and campaign for them, then
+// cancel those campaigns as its view grows (a write each on etcd, for
+// every lease, in every instance: more than the server applies). A view
+// still growing changes nothing: before the first agreement the Group
+// campaigns for nothing, and afterwards it keeps acting on its last view,
+// which delays its response to a join by one refresh.
 func (g *Group) setView(occ map[int]string, homeSlot int) {
 	members := map[string]struct{}{g.cfg.Candidate.ID: {}}
 	for _, id := range occ {
 		members[id] = struct{}{}
 	}
 	g.mu.Lock()
+	defer g.mu.Unlock()
+	// A scan that counts no more members than the last one is not a view
+	// still growing: a member left, or one left as another joined; act on
+	// it at once, so that a group whose members churn still acts.
+	settled := maps.Equal(g.scanned, members) || g.scanned != nil && len(members) <= len(g.scanned)
+	g.scanned = members
+	if !settled {
+		g.slot = homeSlot
+		return
+	}
 	if len(members) != len(g.members) {
 		g.log.Info("group size changed", "members", len(members), "leases", len(g.jobs))
 	}
@@ -269,7 +289,6 @@ func (g *Group) setView(occ map[int]string, homeSlot int) {
 		}
 		g.broadcastLocked()
 	}
-	g.mu.Unlock()
 }
 
 // ringPoint is one of a member's points on the standby ring.
@@ -313,25 +332,26 @@ func hash64(s string) uint64 {
 // knows what it stands by for without reading any holder, and a member
 // joining or leaving moves only the leases next to its points.
 func (g *Group) standbyLocked(name string) bool {
+	return slices.Contains(g.ringMembersLocked(name), g.cfg.Candidate.ID)
+}
+
+// ringMembersLocked returns the lease's ring members: the first
+// ringMembers distinct members met going round the ring from the lease's
+// hash.
+func (g *Group) ringMembersLocked(name string) []string {
 	if len(g.ring) == 0 {
-		return false
+		return nil
 	}
 	h := hash64(name)
 	i, _ := slices.BinarySearchFunc(g.ring, h, func(p ringPoint, h uint64) int { return cmp.Compare(p.at, h) })
-	var seen [ringMembers]string
-	n := 0
-	for k := 0; k < len(g.ring) && n < min(ringMembers, len(g.members)); k++ {
+	seen := make([]string, 0, ringMembers)
+	for k := 0; k < len(g.ring) && len(seen) < min(ringMembers, len(g.members)); k++ {
 		id := g.ring[(i+k)%len(g.ring)].id
-		if slices.Contains(seen[:n], id) {
-			continue
+		if !slices.Contains(seen, id) {
+			seen = append(seen, id)
 		}
-		if id == g.cfg.Candidate.ID {
-			return true
-		}
-		seen[n] = id
-		n++
 	}
-	return false
+	return seen
 }
 
 // successors returns the slots (and holders) of the next reapSuccessors other
@@ -536,12 +556,50 @@ func (g *Group) scanLeases(ctx context.Context, lr loadRead) {
 		g.load < lo && free < lo-g.load ||
 		short && free == 0 && g.load < hi && now.Sub(g.short) >= g.cfg.RefreshInterval ||
 		short && now.Sub(g.short) >= g.cfg.ShedAfter
-	var names []string
+	// The leases this instance must follow up, and, when it reads in
+	// full, a random sample of the others not led, sized to find twice
+	// its share, 2 × ceil(L/N), if the leases the published loads leave
+	// unaccounted for are free: at a start, when most are, about that
+	// many a refresh, so that the N instances together read every lease
+	// about twice a refresh, not N times; once few are (after a leave,
+	// say), all of them. Sizing it by what the instance lacks instead
+	// would miss the leases a leaver's standbys resigned, which an
+	// instance at its share then takes after ShedAfter and sheds on. A sample that finds no free lease
+	// doubles the next one (loads not yet published make the unaccounted
+	// look more than they are), and one that finds some resets it. What
+	// the sample misses keeps its last known holder.
+	var names, others []string
 	for name, j := range g.jobs {
-		if j.term == nil && (full || j.unsure || !j.freeSince.IsZero()) {
+		switch {
+		case j.term != nil:
+		case j.unsure || !j.freeSince.IsZero():
 			names = append(names, name)
+		case full:
+			others = append(others, name)
 		}
 	}
+	budget := len(others)
+	switch unaccounted := len(g.jobs) - sum; {
+	case g.load >= hi:
+		// At its share or above, the instance reads only as the safety
+		// net (the shortfall has lasted ShedAfter): 2 × ceil(L/N) a
+		// refresh finds a lease that nobody below the share takes, in a
+		// few refreshes. Every instance reading every lease each refresh
+		// while a few leases were in flight was more than etcd served at
+		// 20 × 2,000: the reads timed out, so nobody learned anything.
+		budget = min(budget, 2*hi)
+	case unaccounted > 0:
+		budget = min(budget, max(2*hi*len(others)/unaccounted+1, g.sample))
+	}
+	if g.readCap > 0 {
+		budget = min(budget, g.readCap)
+	}
+	sampled := len(others) > budget
+	if sampled {
+		rand.Shuffle(len(others), func(a, b int) { others[a], others[b] = others[b], others[a] })
+		others = others[:budget]
+	}
+	names = append(names, others...)
 	g.mu.Unlock()
 
 	var holders []string
@@ -555,11 +613,24 @@ func (g *Group) scanLeases(ctx context.Context, lr loadRead) {
 			g.log.Warn("reading lease holders failed; keeping their last known holders", "err", err)
 		}
 	}
+	// A sample the backend did not answer in time caps the next one at
+	// half of what it answered (at least ceil(L/N)); a sample answered
+	// whole doubles the cap, until it lifts: reads that time out teach
+	// nothing, and cost the backend as much as those that do not.
+	answered, failed := 0, false
+	for _, err := range errs {
+		if err == nil {
+			answered++
+		} else {
+			failed = true
+		}
+	}
 
 	now = time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	changed := false // a job's stance may have changed
+	foundFree := false
 	for i, name := range names {
 		j := g.jobs[name]
 		if j == nil || j.term != nil || errs[i] != nil {
@@ -575,12 +646,27 @@ func (g *Group) scanLeases(ctx context.Context, lr loadRead) {
 			}
 			continue
 		}
+		foundFree = true
 		if j.freeSince.IsZero() {
 			j.freeSince, changed = now, true
 		}
 		if j.freeReads++; j.freeReads == 2 {
 			changed = true
 		}
+	}
+	switch {
+	case failed:
+		g.readCap = max(hi, answered/2)
+	case g.readCap > 0 && len(others) > 0:
+		if g.readCap *= 2; g.readCap >= len(g.jobs) {
+			g.readCap = 0
+		}
+	}
+	switch {
+	case full && sampled && !foundFree && g.load < hi:
+		g.sample = 2 * budget
+	case !full || foundFree:
+		g.sample = 0
 	}
 	counts := map[string]int{}
 	for id := range g.members {
@@ -631,12 +717,13 @@ func (g *Group) scanLeases(ctx context.Context, lr loadRead) {
 }
 
 // liveOtherLocked reports whether id is another instance holding a member
-// slot: a holder that is alive as far as the group can tell.
+// slot: a holder that is alive as far as the group can tell. It goes by the
+// last scan, not by the view acted on, which may be a refresh older.
 func (g *Group) liveOtherLocked(id string) bool {
 	if id == "" || id == g.cfg.Candidate.ID {
 		return false
 	}
-	_, ok := g.members[id]
+	_, ok := g.scanned[id]
 	return ok
 }
 
@@ -688,14 +775,40 @@ func (g *Group) maybeShed(now time.Time) {
 	}
 	g.overSince = now // the next shed needs another full ShedAfter
 
+	// The members a shed lease should go to.
+	below := lo
+	if k > hi {
+		below = hi
+	}
 	var held []*job
+	toward := map[*job]bool{} // a member below its share stands by for it
 	for _, j := range g.jobs {
-		if j.term != nil && j.endLead != nil {
-			held = append(held, j)
+		if j.term == nil || j.endLead == nil {
+			continue
+		}
+		held = append(held, j)
+		for _, id := range g.ringMembersLocked(j.name) {
+			if id != g.cfg.Candidate.ID && g.counts[id] < below {
+				toward[j] = true
+				break
+			}
 		}
 	}
-	// Newest first: the least work in progress, and the least settled.
-	slices.SortFunc(held, func(a, b *job) int { return b.since.Compare(a.since) })
+	// First the leases for which a member below its share stands by: its
+	// open campaign takes the lease as soon as it is released, where
+	// another lease would go to its standbys, which (at their share)
+	// resign it, and reach the member below its share only once that one
+	// reads it free. Then newest first: the least work in progress, and
+	// the least settled.
+	slices.SortFunc(held, func(a, b *job) int {
+		if toward[a] != toward[b] {
+			if toward[a] {
+				return -1
+			}
+			return 1
+		}
+		return b.since.Compare(a.since)
+	})
 	held = held[:min(n, len(held))]
 	names := make([]string, len(held))
 	for i, j := range held {

@@ -3,7 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -37,7 +40,10 @@ func balanceSize(b *testing.B) (instances, leases int) {
 
 // balanceTargets are the backends BenchmarkBalanceHundredInstances runs on;
 // BATON_BENCH_BALANCE_BACKENDS (a comma-separated list of their names)
-// picks some.
+// picks some. BATON_BENCH_BALANCE_LOG (debug, info, warn) prints the
+// Groups' log lines at that level on stderr;
+// BATON_BENCH_BALANCE_HEAPPROFILE (a path) writes a heap profile once the
+// spread is first even.
 var balanceTargets = map[string]func(*testing.B) target{
 	"memory": memoryTarget, "etcd": etcdTarget, "zookeeper": zookeeperTarget, "consul": consulTarget,
 }
@@ -57,7 +63,11 @@ var balanceTargets = map[string]func(*testing.B) target{
 // writes). Also reported: the Leader requests per instance and refresh
 // of the settled group (settled-reads-per-refresh), counted over five
 // refreshes after the start: what a refresh costs once the spread is
-// even. TTL 10 s; RefreshInterval 1 s, ShedAfter 3 s.
+// even; the campaigns for leases (member and load slots apart) from the
+// start until the spread was even, per lease (start-campaigns-per-lease:
+// an even spread needs a win and two or three standbys' per lease); and
+// the process's goroutines and heap in use once the spread is
+// first even, per instance. TTL 10 s; RefreshInterval 1 s, ShedAfter 3 s.
 func BenchmarkBalanceHundredInstances(b *testing.B) {
 	names := []string{"memory", "etcd"}
 	if s := os.Getenv("BATON_BENCH_BALANCE_BACKENDS"); s != "" {
@@ -87,10 +97,20 @@ func balanceLeaveJoin(b *testing.B, tg target) {
 		ShedAfter:       3 * time.Second,
 		RetryMax:        time.Second,
 	}
+	if lv := os.Getenv("BATON_BENCH_BALANCE_LOG"); lv != "" {
+		// The Groups' log lines on stderr at that level (debug, info,
+		// warn): where a run that does not even out is stuck.
+		var level slog.Level
+		if err := level.UnmarshalText([]byte(lv)); err != nil {
+			b.Fatalf("BATON_BENCH_BALANCE_LOG=%q: want debug, info, warn or error", lv)
+		}
+		bcfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	}
 	hold := 3 * bcfg.RefreshInterval
 	timeout := 10 * time.Minute
 
-	var reads atomic.Int64 // Leader requests of every instance
+	var reads atomic.Int64     // Leader requests of every instance
+	var campaigns atomic.Int64 // campaigns for leases of every instance
 	fence := fenced.New()
 	w := balancetest.NewWorld(b, leases, nil)
 	w.Fence = fence
@@ -98,7 +118,7 @@ func balanceLeaveJoin(b *testing.B, tg target) {
 		p := tg.new(b, cfg)
 		c := bcfg
 		c.Candidate = baton.Candidate{ID: id}
-		g, err := balance.New(&leaderCounter{p.backend, &reads}, c)
+		g, err := balance.New(&leaderCounter{p.backend, &reads, &campaigns, c.Group}, c)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -110,6 +130,16 @@ func balanceLeaveJoin(b *testing.B, tg target) {
 		procs = append(procs, start(fmt.Sprintf("i%03d", i)))
 	}
 	settle := w.AwaitSteadyFor(procs, leases/n, (leases+n-1)/n, hold, timeout)
+	startCampaigns := float64(campaigns.Load()) / float64(leases)
+	// What the settled group keeps: goroutines and heap of the process, all
+	// instances, per instance.
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	goroutines, heap := runtime.NumGoroutine(), ms.HeapInuse
+	if path := os.Getenv("BATON_BENCH_BALANCE_HEAPPROFILE"); path != "" {
+		writeHeapProfile(b, path)
+	}
 	r0, w0 := reads.Load(), time.Now()
 	time.Sleep(5 * bcfg.RefreshInterval) // the window the rate is measured over
 	settledReads := float64(reads.Load()-r0) / float64(n) / (time.Since(w0).Seconds() / bcfg.RefreshInterval.Seconds())
@@ -138,6 +168,7 @@ func balanceLeaveJoin(b *testing.B, tg target) {
 	w.CheckNoOverlap()
 	b.ReportMetric(settle.Seconds(), "start-even-s")
 	b.ReportMetric(settledReads, "settled-reads-per-refresh")
+	b.ReportMetric(startCampaigns, "start-campaigns-per-lease")
 	b.ReportMetric(leave.Took.Seconds(), "leave-even-s")
 	b.ReportMetric(float64(leave.Moved), "leave-moved")
 	b.ReportMetric(float64(leave.HandOvers), "leave-handovers")
@@ -149,12 +180,23 @@ func balanceLeaveJoin(b *testing.B, tg target) {
 	b.ReportMetric(float64(r.Overlaps+r.Violations+r.Regressions), "held-twice")
 	b.ReportMetric(float64(r.Late), "late-writes")
 	b.ReportMetric(100*cpu.Seconds()/wall.Seconds(), "cpu-%")
+	b.ReportMetric(float64(goroutines)/float64(n), "settled-goroutines-per-instance")
+	b.ReportMetric(float64(heap)/float64(n)/(1<<20), "settled-heap-MB-per-instance")
 }
 
-// leaderCounter is a Backend that counts its Leader requests.
+// leaderCounter is a Backend that counts its Leader requests, and its
+// campaigns for leases other than the group's member and load slots.
 type leaderCounter struct {
 	baton.Backend
-	n *atomic.Int64
+	n, campaigns *atomic.Int64
+	group        string
+}
+
+func (c *leaderCounter) Campaign(ctx context.Context, name string, cand baton.Candidate) (baton.Term, error) {
+	if !strings.HasPrefix(name, c.group+".member-") && !strings.HasPrefix(name, c.group+".load-") {
+		c.campaigns.Add(1)
+	}
+	return c.Backend.Campaign(ctx, name, cand)
 }
 
 func (c *leaderCounter) Leader(ctx context.Context, name string) (baton.Record, error) {
@@ -163,4 +205,18 @@ func (c *leaderCounter) Leader(ctx context.Context, name string) (baton.Record, 
 }
 
 var _ = benchci.Register(BenchmarkBalanceHundredInstances, "start-even-s>0", "leave-even-s>0", "join-even-s>0",
-	"leave-needed>0", "join-needed>0", "settled-reads-per-refresh>0", "held-twice>=0", "held-twice<=0", "cpu-%>=0")
+	"leave-needed>0", "join-needed>0", "settled-reads-per-refresh>0", "start-campaigns-per-lease>0", "held-twice>=0", "held-twice<=0", "cpu-%>=0",
+	"settled-goroutines-per-instance>0", "settled-heap-MB-per-instance>0")
+
+// writeHeapProfile writes the heap profile to path: what the settled group
+// keeps, where -memprofile would show the heap after the instances stopped.
+func writeHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
+}

@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -104,6 +106,27 @@ func mustCampaign(b *testing.B, p *process, lease, id string) baton.Term {
 	return testkit.Campaign(b, p.backend, lease, id)
 }
 
+// holdMany wins n leases named prefix-00000 on, as candidate "many" of
+// be, 64 campaigns at a time.
+func holdMany(b *testing.B, be baton.Backend, prefix string, n int) []baton.Term {
+	b.Helper()
+	terms := make([]baton.Term, n)
+	// 64 campaigns at a time, by 64 workers rather than a goroutine per
+	// lease: the runtime keeps every goroutine's descriptor it ever made
+	// (about 0.5 kB), which the heap figure would count.
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range min(n, 64) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				terms[i] = testkit.Campaign(b, be, fmt.Sprintf("%s-%05d", prefix, i), "many")
+			}
+		})
+	}
+	wg.Wait()
+	return terms
+}
+
 // handOver measures, per iteration, the time from the holder's end (killed
 // or resigned) to a waiting contender's acquisition.
 func handOver(b *testing.B, tg target, crash bool) {
@@ -186,7 +209,8 @@ func steadyRequests(b *testing.B, tg target) {
 }
 
 // BenchmarkTenThousandLeases: CPU and heap for one process holding 10,000
-// leases (TTL 10 s) through one backend.
+// leases (TTL 10 s) through one backend: cpu-% over a window that starts
+// as the last lease is won, settled-cpu-% over the window after it.
 func BenchmarkTenThousandLeases(b *testing.B) {
 	forEachTarget(b, func(b *testing.B, tg target) {
 		n := benchci.Size(10000, 10)
@@ -201,37 +225,36 @@ func BenchmarkTenThousandLeases(b *testing.B) {
 			time.Sleep(benchci.Size(3*time.Second, 500*time.Millisecond))
 			b.ReportMetric(100*(cpuTime()-idle0).Seconds()/time.Since(idleStart).Seconds(), "idle-cpu-%")
 			p := tg.new(b, backend.Config{TTL: benchci.Size(10*time.Second, 2*time.Second)})
-			prefix := fmt.Sprintf("many-%d", time.Now().UnixNano())
-			terms := make([]baton.Term, n)
-			var wg sync.WaitGroup
-			sem := make(chan struct{}, 64)
-			for i := range n {
-				wg.Go(func() {
-					sem <- struct{}{}
-					defer func() { <-sem }()
-					terms[i] = mustCampaign(b, p, fmt.Sprintf("%s-%05d", prefix, i), "many")
-				})
-			}
-			wg.Wait()
+			terms := holdMany(b, p.backend, fmt.Sprintf("many-%d", time.Now().UnixNano()), n)
 			// Hold through several renewals and measure the process's CPU.
 			window := benchci.Size(10*time.Second, 2*time.Second)
+			stopProfile := startWindowProfile(b)
 			cpu0, start, req0 := cpuTime(), time.Now(), tg.requests()
 			time.Sleep(window)
 			cpu := cpuTime() - cpu0
 			wall := time.Since(start)
+			stopProfile()
 			// One renewal per process per renew interval, not one per lease.
 			b.ReportMetric(float64(tg.requests()-req0)/wall.Seconds(), "req/s")
 			runtime.GC()
 			var m1 runtime.MemStats
 			runtime.ReadMemStats(&m1)
+			b.ReportMetric(100*cpu.Seconds()/wall.Seconds(), "cpu-%")
+			b.ReportMetric(float64(int64(m1.HeapInuse)-int64(m0.HeapInuse))/(1<<20), "heap-MB")
+			b.ReportMetric(float64(runtime.NumGoroutine()), "goroutines")
+			// A second window, once the first has let the acquisitions'
+			// aftermath (watches catching up with the last changes) pass:
+			// what holding alone costs.
+			cpu0, start = cpuTime(), time.Now()
+			time.Sleep(window)
+			b.ReportMetric(100*(cpuTime()-cpu0).Seconds()/time.Since(start).Seconds(), "settled-cpu-%")
 			for _, t := range terms {
 				if t.Err() != nil {
 					b.Fatalf("lease %s ended while held: %v", t.Lease(), t.Err())
 				}
 			}
-			b.ReportMetric(100*cpu.Seconds()/wall.Seconds(), "cpu-%")
-			b.ReportMetric(float64(int64(m1.HeapInuse)-int64(m0.HeapInuse))/(1<<20), "heap-MB")
-			b.ReportMetric(float64(runtime.NumGoroutine()), "goroutines")
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, 64)
 			for _, t := range terms {
 				wg.Go(func() {
 					sem <- struct{}{}
@@ -242,6 +265,33 @@ func BenchmarkTenThousandLeases(b *testing.B) {
 			wg.Wait()
 		}
 	})
+}
+
+// startWindowProfile starts, when BATON_BENCH_TENK_CPUPROFILE names a
+// file, a CPU profile of BenchmarkTenThousandLeases's first window alone
+// (-cpuprofile would hold the acquisitions too), and returns what ends it;
+// that also writes, when BATON_BENCH_TENK_HEAPPROFILE names a file, the
+// heap as the window ends. Run one target at a time with them.
+func startWindowProfile(b *testing.B) (stop func()) {
+	cpu, heap := os.Getenv("BATON_BENCH_TENK_CPUPROFILE"), os.Getenv("BATON_BENCH_TENK_HEAPPROFILE")
+	stopCPU := func() {}
+	if cpu != "" {
+		f, err := os.Create(cpu)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		stopCPU = func() { pprof.StopCPUProfile(); _ = f.Close() }
+	}
+	return func() {
+		stopCPU()
+		if heap != "" {
+			runtime.GC()
+			writeHeapProfile(b, heap)
+		}
+	}
 }
 
 // cpuTime is this process's user+system CPU time.

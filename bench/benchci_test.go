@@ -22,7 +22,7 @@ var (
 	_ = benchci.Register(BenchmarkCrashFailover, "failover-median-ms>0", "failover-max-ms>0")
 	_ = benchci.Register(BenchmarkGracefulHandOver, "failover-median-ms>=0", "failover-max-ms>=0")
 	_ = benchci.Register(BenchmarkSteadyState, "req/s/process>0")
-	_ = benchci.Register(BenchmarkTenThousandLeases, "cpu-%>=0", "heap-MB", "goroutines>0")
+	_ = benchci.Register(BenchmarkTenThousandLeases, "cpu-%>=0", "settled-cpu-%>=0", "heap-MB", "goroutines>0")
 	// conformance_test.go
 	_ = benchci.Register(BenchmarkCutOffHolderStops, "stop-median-ms>0", "gap-median-ms>=0")
 	_ = benchci.Register(BenchmarkCampaignAfterCancelledWaiter, "campaign-median-ms>0")

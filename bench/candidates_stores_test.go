@@ -5,13 +5,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,7 +73,7 @@ func candRedis(b *testing.B) candServer {
 func candRedisBackends(spec candSpec) (func() (baton.Backend, error), func(), error) {
 	c := goredis.NewClient(&goredis.Options{Addr: spec.Addr, ContextTimeoutEnabled: true, DialTimeout: 5 * time.Second, PoolSize: 64})
 	return func() (baton.Backend, error) {
-		return redis.New(context.Background(), c, redis.Options{Config: backend.Config{TTL: spec.TTL}})
+		return redis.New(context.Background(), c, redis.Options{Config: backend.Config{TTL: spec.TTL}, Logger: candTraceLog()})
 	}, func() { _ = c.Close() }, nil
 }
 
@@ -91,14 +96,18 @@ func candPostgresBackends(spec candSpec) (func() (baton.Backend, error), func(),
 	if err != nil {
 		return nil, nil, err
 	}
-	// A LISTEN connection per Backend, and room for their statements.
-	cfg.MaxConns = int32(2*spec.N + 2)
+	// The worker's one Backend: its LISTEN connection, its renewals and
+	// the statements of the one candidate that campaigns on the store at
+	// a time (the others take turns in the process), and room for a
+	// release and a leave beside them: 10 processes stay well within the
+	// test cluster's 300 connections.
+	cfg.MaxConns = 8
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		return nil, nil, err
 	}
 	return func() (baton.Backend, error) {
-		return postgres.New(context.Background(), pool, postgres.Options{Config: backend.Config{TTL: spec.TTL}})
+		return postgres.New(context.Background(), pool, postgres.Options{Config: backend.Config{TTL: spec.TTL}, Logger: candTraceLog()})
 	}, pool.Close, nil
 }
 
@@ -110,7 +119,7 @@ func candDynamo(b *testing.B) candServer {
 func candDynamoBackends(spec candSpec) (func() (baton.Backend, error), func(), error) {
 	client := dynamoClient("http://"+spec.Addr, new(dynamoCounts))
 	return func() (baton.Backend, error) {
-		return batondynamodb.New(context.Background(), client, batondynamodb.Options{Config: backend.Config{TTL: spec.TTL}, Table: "baton-bench"})
+		return batondynamodb.New(context.Background(), client, batondynamodb.Options{Config: backend.Config{TTL: spec.TTL}, Table: "baton-bench", Logger: candTraceLog()})
 	}, func() {}, nil
 }
 
@@ -252,4 +261,43 @@ func sqlKind(q string) string {
 		f = f[:6]
 	}
 	return strings.Join(f, " ")
+}
+
+// candTrace is a worker's trace (see candTraceLog), opened once.
+var candTrace = sync.OnceValue(func() *slog.Logger {
+	dir := os.Getenv("BATON_BENCH_TRACE")
+	spec := os.Getenv(envCandWorker)
+	if dir == "" || spec == "" {
+		return nil
+	}
+	var s candSpec
+	if json.Unmarshal([]byte(spec), &s) != nil {
+		return nil
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-p%d.log", s.Backend, s.Proc)))
+	if err != nil {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey && len(groups) == 0 {
+			return slog.Int64("us", a.Value.Time().UnixMicro())
+		}
+		return a
+	}}))
+})
+
+// candTraceLog returns the logger for a worker's Backend: with
+// BATON_BENCH_TRACE=DIR, its debug lines (a release sent, a wake-up
+// received, a lease acquired) and the worker's own (RESIGNED, WON), each
+// with the time in microseconds, go to DIR/BACKEND-pN.log, so that a
+// hand-over can be followed from the resigner's Resign to the winner's
+// Campaign returning (the files share one host's clock). Nil, silent,
+// without it.
+func candTraceLog() *slog.Logger { return candTrace() }
+
+// candTraceEvent writes a worker's event to its trace, if it keeps one.
+func candTraceEvent(msg string, args ...any) {
+	if l := candTrace(); l != nil {
+		l.Info(msg, args...)
+	}
 }

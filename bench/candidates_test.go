@@ -369,6 +369,7 @@ func runWorker(ctx context.Context, spec candSpec, newBackend func() (baton.Back
 				mu.Lock()
 				held = resign
 				say("WON %s %d %d", id, time.Now().UnixNano(), t.Token())
+				candTraceEvent("WON", "id", id, "token", t.Token())
 				mu.Unlock()
 				select {
 				case <-t.Done():
@@ -410,6 +411,7 @@ func runWorker(ctx context.Context, spec candSpec, newBackend func() (baton.Back
 				continue
 			}
 			say("RESIGNED %d", time.Now().UnixNano())
+			candTraceEvent("RESIGNED")
 			close(resign)
 			mu.Unlock()
 		}
@@ -537,6 +539,7 @@ func runCandidates(b *testing.B, cb candBackend, procs, per int, ttl time.Durati
 	}
 	report(b, slices.Clone(failovers), "failover")
 	b.ReportMetric(float64(bound(cb.name, ttl).Milliseconds()), "bound-ms")
+	b.Logf("%s: hand-overs in order: %v", cb.name, handovers)
 	sort.Slice(handovers, func(i, j int) bool { return handovers[i] < handovers[j] })
 	b.ReportMetric(ms(handovers[len(handovers)/2]), "handover-p50-ms")
 	b.ReportMetric(ms(handovers[(len(handovers)*99+99)/100-1]), "handover-p99-ms")

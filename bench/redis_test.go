@@ -12,11 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/redis"
 	"github.com/batonhq/baton/internal/benchci"
-	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/go-redsync/redsync/v4"
 	rsgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
@@ -214,18 +212,7 @@ func BenchmarkRedisTenThousandLeases(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		prefix := fmt.Sprintf("ten-thousand-%d", time.Now().UnixNano())
-		terms := make([]baton.Term, n)
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, 64)
-		for i := range n {
-			wg.Go(func() {
-				sem <- struct{}{}
-				defer func() { <-sem }()
-				terms[i] = testkit.Campaign(b, be, fmt.Sprintf("%s-%05d", prefix, i), "many")
-			})
-		}
-		wg.Wait()
+		terms := holdMany(b, be, fmt.Sprintf("ten-thousand-%d", time.Now().UnixNano()), n)
 		trips0, cpu0, start := trips.Load(), cpuTime(), time.Now()
 		time.Sleep(window) // the measurement window itself, not synchronisation
 		cpu, wall, calls := cpuTime()-cpu0, time.Since(start), trips.Load()-trips0
@@ -262,7 +249,16 @@ func BenchmarkRedisTenThousandLeases(b *testing.B) {
 // p50 and p99 of each (by nearest rank: the maximum below 100 samples):
 //
 //	go test -run '^$' -bench RedisRunHandOver -benchtime 100x ./bench
-func BenchmarkRedisRunHandOver(b *testing.B) {
+func BenchmarkRedisRunHandOver(b *testing.B) { redisRunHandOver(b, "") }
+
+// BenchmarkRedisRunHandOverGrant is BenchmarkRedisRunHandOver with
+// ?baton_grant=on: a release grants the lease to the waiting process at
+// the head of the queue, which needs no acquisition round trip of its own.
+//
+//	go test -run '^$' -bench RedisRunHandOverGrant -benchtime 100x ./bench
+func BenchmarkRedisRunHandOverGrant(b *testing.B) { redisRunHandOver(b, "?baton_grant=on") }
+
+func redisRunHandOver(b *testing.B, query string) {
 	srv := testserver.StartRedis(b, testserver.RedisOptions{})
 	bin := buildBaton(b)
 	lease := fmt.Sprintf("redis-run-handover-%d", time.Now().UnixNano())
@@ -273,7 +269,7 @@ func BenchmarkRedisRunHandOver(b *testing.B) {
 	)
 	start := func(i int) {
 		p := &runProc{id: fmt.Sprintf("baton-%d", i), leader: leader, out: new(testserver.SyncBuffer)}
-		p.cmd = exec.Command(bin, "run", "--backend", "redis://"+srv.Addr()+"/0", "--lease", lease, "--id", p.id,
+		p.cmd = exec.Command(bin, "run", "--backend", "redis://"+srv.Addr()+"/0"+query, "--lease", lease, "--id", p.id,
 			"--ttl", handOverTTL.String(), "--log-level", "warn", "--",
 			"sh", "-c", `echo "LEADER $BATON_HOLDER"; exec sleep 100000`)
 		p.cmd.Env = cleanEnv()
@@ -373,4 +369,5 @@ func BenchmarkRedisRunHandOver(b *testing.B) {
 var (
 	_ = benchci.Register(BenchmarkRedisTenThousandLeases, "cpu-%>=0", "heap-MB", "trips/renew-interval>0", "goroutines>0")
 	_ = benchci.Register(BenchmarkRedisRunHandOver, "run-sigterm-p50-ms>0", "run-sigterm-p99-ms>0", "run-kill-p50-ms>0")
+	_ = benchci.Register(BenchmarkRedisRunHandOverGrant, "run-sigterm-p50-ms>0", "run-sigterm-p99-ms>0", "run-kill-p50-ms>0")
 )

@@ -39,11 +39,14 @@ func zookeeperTarget(b *testing.B) target {
 			if err != nil {
 				b.Fatal(err)
 			}
-			conn, _, err := zk.Connect([]string{proxy.Addr()}, timing.TTL, zk.WithDialer(probe.Dial), zk.WithLogger(quietZK{}))
+			// The Backend follows its held nodes through the connection's
+			// event callback, as a Backend from Dial does.
+			watches := zookeeper.NewWatches()
+			conn, _, err := zk.Connect([]string{proxy.Addr()}, timing.TTL, zk.WithDialer(probe.Dial), zk.WithLogger(quietZK{}), zk.WithEventCallback(watches.Callback))
 			if err != nil {
 				b.Fatal(err)
 			}
-			be, err := zookeeper.New(conn, zookeeper.Options{Config: cfg, Probe: probe})
+			be, err := zookeeper.New(conn, zookeeper.Options{Config: cfg, Probe: probe, Watches: watches})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -138,6 +138,8 @@ be carried out.`,
 	fs.StringVar(&o.cfg.Backend, "backend", "", "backend: "+strings.Join(harness.Backends, ", ")+" (required)")
 	fs.BoolVar(&o.cfg.PgBouncer, "pgbouncer", false, "postgres only: the candidates go through a real PgBouncer in transaction-pooling mode (waiters poll)")
 	fs.IntVar(&o.cfg.Candidates, "candidates", 3, "number of baton run candidates")
+	fs.IntVar(&o.cfg.Turns, "turns", 1, "candidates per process: above 1, each process is one Backend with this many Electors taking turns (consul, redis, postgres; no stop-baton or stall: there is no guard)")
+	fs.DurationVar(&o.cfg.TermMax, "term-max", 0, "with --turns: a term's work returns after a random time up to this (default 4 x --ttl)")
 	fs.IntVar(&o.cfg.Faults, "faults", 30, "number of faults to inject")
 	fs.DurationVar(&o.cfg.Interval, "interval", 2*time.Second, "mean time between injections (exponentially distributed)")
 	fs.IntVar(&o.cfg.MaxActive, "max-active", 2, "at most this many faults in force at once")
@@ -168,6 +170,9 @@ func (o *options) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if o.wipe {
 		if len(o.cfg.Kinds) == 0 {
 			o.cfg.Kinds = harness.DefaultKinds(o.cfg.Backend)
+			if o.cfg.Turns > 1 {
+				o.cfg.Kinds = harness.TurnsKinds(o.cfg.Kinds)
+			}
 		}
 		o.cfg.Kinds = append(o.cfg.Kinds, harness.KindWipe)
 	}

@@ -3,7 +3,6 @@
 package supervise
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -109,60 +108,19 @@ func guardMain() int {
 		}
 	}()
 
-	// The command, read beside the signals: a waiting guard told to stop
-	// by SIGTERM or SIGINT ends without starting one. The reader stops
-	// after msgRun; the socket is the loop's from then on. It hands over
-	// the whole command at once: this goroutine is locked to its thread,
-	// and waking that thread once per message would add up.
-	type command struct {
-		path      string
-		argv, env []string
-		grace     int64
-		deadline  int64
-		noCgroup  bool
-		heard     bool   // any message came
-		rest      []byte // read after msgRun: the loop's
-		err       error
+	// The command, read on this thread beside the signals: a waiting guard
+	// told to stop by SIGTERM or SIGINT ends without starting one. The
+	// thread waits in poll(2) itself, so the command's arrival wakes it
+	// directly, not through another thread that hands it over (waking a
+	// locked thread from another costs a thread switch, and milliseconds at
+	// the tail on a busy machine); the command comes as a few writes, read
+	// whole.
+	wait, err := newCommandWait(sigs)
+	if err != nil {
+		return fail("%v", err)
 	}
-	given := make(chan command, 1)
-	go func() {
-		var c command
-		// Buffered: the command comes as a few writes, not a read per
-		// message.
-		br := bufio.NewReaderSize(conn, 64<<10)
-		for {
-			m, err := readMessage(br)
-			if err != nil {
-				c.err = err
-				given <- c
-				return
-			}
-			c.heard = true
-			switch m.typ {
-			case msgPath:
-				c.path = m.str
-			case msgArg:
-				c.argv = append(c.argv, m.str)
-			case msgEnv:
-				c.env = append(c.env, m.str)
-			case msgGrace:
-				c.grace = m.val
-			case msgNoCgroup:
-				c.noCgroup = true
-			case msgDeadline:
-				c.deadline = m.val
-			case msgRun:
-				c.rest = make([]byte, br.Buffered())
-				_, _ = io.ReadFull(br, c.rest)
-				given <- c
-				return
-			}
-		}
-	}()
-	var c command
-	select {
-	case c = <-given:
-	case <-sigs:
+	c, signalled := wait.read()
+	if signalled {
 		return 0
 	}
 	if errors.Is(c.err, io.EOF) && !c.heard {
@@ -188,7 +146,14 @@ func guardMain() int {
 		g.send(encodeStartErr(int64(errno), err.Error()))
 		return 1
 	}
-	return g.run(sigs)
+	// The loop runs on whichever thread the runtime has at hand: each of
+	// its wake-ups (a message, a reaped child) is then taken by the thread
+	// that saw it, not handed over to this one. This thread, which forked
+	// the command, stays alive until the guard exits (see LockOSThread
+	// above).
+	code := make(chan int, 1)
+	go func() { code <- g.run(wait.sigs) }()
+	return <-code
 }
 
 type guard struct {
@@ -403,7 +368,22 @@ func (g *guard) tick() {
 		g.stop(reasonDeadline)
 	}
 	if g.killAt != 0 && now >= g.killAt {
+		due := g.killAt
 		g.kill()
+		if done := monotonicNow(); g.deadline != 0 && done >= g.deadline {
+			// An overrun of the lease is never silent. Due KillLead
+			// before the deadline, the kill is late only when the host
+			// did not run the guard in time (CPU starvation, a pause of
+			// the guard alone), which nothing the guard does can make up
+			// for; due later, the guard's own schedule was wrong.
+			if due <= g.deadline-int64(KillLead) {
+				g.say("the SIGKILL of the command's tree was done %s after the deadline, %s after it was due: this host did not run the guard in time, and the command may have run past its lease's safe-until",
+					time.Duration(done-g.deadline).Round(time.Millisecond), time.Duration(done-due).Round(time.Millisecond))
+			} else {
+				g.say("the SIGKILL of the command's tree was due %s after the deadline (a fault in the guard), and the command may have run past its lease's safe-until",
+					time.Duration(due-g.deadline).Round(time.Millisecond))
+			}
+		}
 	}
 	if g.killing {
 		// Whatever survived the last round (it forked meanwhile) gets it now.

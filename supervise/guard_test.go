@@ -316,7 +316,15 @@ func startHelperParent(t *testing.T, noCgroup bool, deadlineIn time.Duration, se
 	if deadlineIn > 0 {
 		cmd.Env = append(cmd.Env, "DEADLINE_IN="+deadlineIn.String())
 	}
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	// The parent's and its guard's stderr go to DIR/stderr: a file, not a
+	// pipe, which the guard and the escapee would hold open past the
+	// parent's exit (cmd.Wait would wait for them).
+	errs, err := os.Create(filepath.Join(dir, "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errs.Close()
+	cmd.Stdout, cmd.Stderr = os.Stderr, errs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: setpgid}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -351,37 +359,94 @@ func TestParentKilledStopsAll(t *testing.T) {
 // A caller stopped with SIGSTOP, alone or with its whole process group,
 // extends nothing: the guard stops every descendant by the deadline on its
 // own.
+//
+// The guard sends SIGKILL KillLead before the deadline; a host that does
+// not run the guard for longer than that (load 30 on two cores does) makes
+// any guard late, which no code in the guard can prevent, and the guard
+// says so on stderr. An attempt in which it said so, or in which the
+// escapee's own 20 ms heartbeats show the host stalled near the deadline,
+// proves nothing either way and is tried again; a late kill the guard does
+// not own up to fails the test.
 func TestParentStoppedStopsAllByDeadline(t *testing.T) {
 	for _, group := range []bool{false, true} {
 		t.Run(fmt.Sprintf("group=%v", group), func(t *testing.T) {
 			modes(t, func(t *testing.T, noCgroup bool) {
-				parent, dir, esc := startHelperParent(t, noCgroup, 1500*time.Millisecond, group)
-				target := parent.Process.Pid
-				if group {
-					target = -target
+				const attempts = 4
+				for i := range attempts {
+					late, stall := parentStoppedAttempt(t, noCgroup, group)
+					switch {
+					case late == "":
+						return
+					case stall == "":
+						t.Fatal(late)
+					}
+					t.Logf("attempt %d: %s, but the host stalled: %s; trying again", i+1, late, stall)
 				}
-				if err := syscall.Kill(target, syscall.SIGSTOP); err != nil {
-					t.Fatal(err)
-				}
-				waitDead(t, esc)
-				b, err := os.ReadFile(filepath.Join(dir, "deadline"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				deadline, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-				hb := heartbeats(t, dir)
-				if len(hb) == 0 {
-					t.Fatal("no heartbeats")
-				}
-				if last := hb[len(hb)-1]; last >= deadline {
-					t.Errorf("last heartbeat %s after the deadline", time.Duration(last-deadline))
-				}
-				if _, ok := proctree.Read(parent.Process.Pid); !ok {
-					t.Error("the stopped parent is gone; the test proves nothing")
-				}
+				t.Logf("every attempt met a stalled host: inconclusive")
 			})
 		})
 	}
+}
+
+// parentStoppedAttempt runs one attempt of TestParentStoppedStopsAllByDeadline.
+// late is "" when the escapee's last heartbeat came before the deadline;
+// stall, when it did not, says how the host stalled the guard or the
+// escapee near the deadline, if it did.
+func parentStoppedAttempt(t *testing.T, noCgroup, group bool) (late, stall string) {
+	t.Helper()
+	parent, dir, esc := startHelperParent(t, noCgroup, 1500*time.Millisecond, group)
+	target := parent.Process.Pid
+	if group {
+		target = -target
+	}
+	if err := syscall.Kill(target, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitDead(t, esc)
+	b, err := os.ReadFile(filepath.Join(dir, "deadline"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	hb := heartbeats(t, dir)
+	if len(hb) == 0 {
+		t.Fatal("no heartbeats")
+	}
+	if _, ok := proctree.Read(parent.Process.Pid); !ok {
+		t.Fatal("the stopped parent is gone; the test proves nothing")
+	}
+	last := hb[len(hb)-1]
+	if last < deadline {
+		return "", ""
+	}
+	late = fmt.Sprintf("last heartbeat %s after the deadline", time.Duration(last-deadline))
+	// The guard's own account: its note that the kill came after the
+	// deadline, on the stderr it shares with the parent (DIR/stderr).
+	var said string
+	testkit.Poll(5*time.Second, 20*time.Millisecond, func() bool {
+		b, _ := os.ReadFile(filepath.Join(dir, "stderr"))
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "did not run the guard in time") {
+				said = l
+				return true
+			}
+		}
+		return false
+	})
+	if said != "" {
+		return late, "the guard said: " + said
+	}
+	var gap time.Duration
+	for i := 1; i < len(hb); i++ {
+		if hb[i] < deadline-int64(time.Second) || hb[i-1] > deadline {
+			continue
+		}
+		gap = max(gap, time.Duration(hb[i]-hb[i-1])-20*time.Millisecond)
+	}
+	if gap > KillLead {
+		return late, fmt.Sprintf("the escapee's heartbeats were %s late near the deadline", gap)
+	}
+	return late, ""
 }
 
 // The guard is in a process group of its own, so a signal to the caller's
@@ -740,4 +805,41 @@ func TestStopSendsTermToEscapees(t *testing.T) {
 		}
 		run(t, false, true)
 	})
+}
+
+// A guard told to stop (SIGTERM to its pid, as `pkill baton` or a
+// service manager's stop would send it) after its command started stops
+// the command and reports why, whether it started the command itself or
+// was kept ready: the guard's loop, not the thread that waited for the
+// command, must hear the signal.
+func TestGuardSignalledStopsCommand(t *testing.T) {
+	for _, prepared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("prepared=%v", prepared), func(t *testing.T) {
+			if prepared {
+				if err := Prepare(nil, nil, nil); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(Discard)
+			}
+			p := start(t, Config{Command: []string{"sleep", "1000"}, Deadline: time.Now().Add(time.Hour)})
+			if err := p.guard.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatalf("SIGTERM to the guard: %v", err)
+			}
+			select {
+			case <-p.Done():
+			case <-time.After(testTimeout):
+				t.Fatal("the command still runs after its guard got SIGTERM")
+			}
+			if got, want := p.ExitCode(), 128+int(syscall.SIGTERM); got != want {
+				t.Errorf("ExitCode = %d, want %d (SIGTERM)", got, want)
+			}
+			<-p.gone
+			p.mu.Lock()
+			reason := p.reason
+			p.mu.Unlock()
+			if reason != reasonSignal {
+				t.Errorf("the guard reported reason %d, want %d (signalled)", reason, reasonSignal)
+			}
+		})
+	}
 }

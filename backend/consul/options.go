@@ -38,6 +38,20 @@ const (
 	// watchWait is the wait time of the Backend's blocking query. An idle
 	// watch re-reads its keys this often; a change wakes it at once.
 	watchWait = time.Minute
+
+	// maxWatchQueries bounds the blocking queries a Backend keeps open (see
+	// watcher), each holding a connection to the agent: well under the
+	// agent's default limit of 200 per client address
+	// (limits.http_max_conns_per_client), which the Backend's other
+	// requests and other clients on the host share.
+	maxWatchQueries = 16
+	// watchSplitAt is the number of keys in one answer above which the
+	// watcher splits a group of keys (see watcher): reading a few hundred
+	// keys costs about what a request itself costs (the round trip, the agent's work).
+	watchSplitAt = 1024
+	// watchQuiet is how long a group too big to stay whole must have seen
+	// no change for its next change to split it.
+	watchQuiet = time.Second
 )
 
 // Options configures a Backend. The zero value means the documented

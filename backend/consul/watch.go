@@ -4,38 +4,61 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 )
 
-// watcher keeps one blocking query open for a Backend: a recursive read of
-// the longest common prefix of every key the Backend waits for or holds.
-// Each HTTP blocking query occupies a connection to the agent, which allows
-// only 200 per client address by default (limits.http_max_conns_per_client),
-// so a query per key would not scale to a process with many leases; one
-// query costs one connection however many keys it covers, at the price of
-// reading every key under the prefix each time one of them changes.
+// watcher keeps the blocking queries of a Backend: recursive reads of the
+// keys the Backend waits for or holds. Each HTTP blocking query occupies a
+// connection to the agent, which allows only 200 per client address by
+// default (limits.http_max_conns_per_client), so a query per key would not
+// scale to a process with many leases; and Consul's KV API has no change
+// feed for a prefix, nor a filter on a listing, so a query's every answer
+// is every key under its prefix. The watcher therefore splits the keys it
+// watches into groups (shards), each a blocking query on the common prefix
+// of its keys: a change wakes the one query whose prefix holds the key, and
+// costs a read of its group. It starts with one group and, when an answer
+// holds more than splitAt keys, splits that group by the character after
+// its common prefix at a change that follows a quiet while (see run), up
+// to maxShards queries in all.
 //
 // Subscribers see the latest state of their key, and are woken only when it
 // changed. Safe for concurrent use.
 type watcher struct {
 	kv   *api.KV
 	ctx  context.Context // the Backend's: ends at Close
-	wg   sync.WaitGroup  // the watcher's goroutine; see done
-	wait time.Duration   // the blocking query's wait time
+	wg   sync.WaitGroup  // the shards' goroutines; see done
+	wait time.Duration   // the blocking queries' wait time
 	log  *slog.Logger
 
-	mu      sync.Mutex
-	closed  bool
-	running bool // the loop goroutine is active
+	// maxShards bounds the number of groups (and so of blocking queries,
+	// and of connections they hold); splitAt is the size of an answer
+	// above which a group is split, at a change after quiet without one.
+	maxShards, splitAt int
+	quiet              time.Duration
+
+	mu     sync.Mutex
+	closed bool
+	seq    uint64   // answers (and failures) delivered so far, by any shard
+	shards []*shard // the first is the root, for keys no other shard's root prefixes
+	splits []string // the prefixes at which shards were split
+}
+
+// shard is one group of the watched keys and its blocking query. Its
+// fields are guarded by watcher.mu.
+type shard struct {
+	// root is the prefix of the keys routed to this shard (the longest
+	// root that prefixes a key wins); "" for the first shard.
+	root    string
+	running bool // the shard's goroutine is active
 	subs    map[*sub]struct{}
 	prefix  string                 // of the query in flight, or of the last answer
 	index   uint64                 // the last answer's index; 0 before the first
 	last    map[string]*api.KVPair // the last answer, by key
 	queries uint64                 // queries issued so far
-	seq     uint64                 // answers (and failures) delivered so far
 	cancel  context.CancelFunc     // of the query in flight
 	kicked  bool                   // cancel was called to re-issue the query
 	kick    chan struct{}          // wakes the loop from a back-off
@@ -47,7 +70,8 @@ type sub struct {
 	ch  chan struct{} // poked, without blocking, when st changes
 
 	// Guarded by watcher.mu.
-	since uint64 // watcher.queries when it subscribed: later queries are current
+	sh    *shard // the group whose query watches key
+	since uint64 // sh.queries when it subscribed (or moved to sh): later queries are current
 	st    state
 	// force makes the next answer reach the subscriber even if its key
 	// looks unchanged (see refresh).
@@ -85,13 +109,19 @@ type state struct {
 
 func newWatcher(ctx context.Context, kv *api.KV, wait time.Duration, log *slog.Logger) *watcher {
 	return &watcher{
-		kv:   kv,
-		ctx:  ctx,
-		wait: wait,
-		log:  log,
-		subs: map[*sub]struct{}{},
-		kick: make(chan struct{}, 1),
+		kv:        kv,
+		ctx:       ctx,
+		wait:      wait,
+		log:       log,
+		maxShards: maxWatchQueries,
+		splitAt:   watchSplitAt,
+		quiet:     watchQuiet,
+		shards:    []*shard{newShard("")},
 	}
+}
+
+func newShard(root string) *shard {
+	return &shard{root: root, subs: map[*sub]struct{}{}, kick: make(chan struct{}, 1)}
 }
 
 // subscribe starts watching key. It returns nil after close.
@@ -106,19 +136,18 @@ func (w *watcher) subscribeUntil(key string, last func(state) bool) *sub {
 	if w.closed {
 		return nil
 	}
-	s := &sub{key: key, ch: make(chan struct{}, 1), since: w.queries, last: last}
-	w.subs[s] = struct{}{}
+	sh := w.routeLocked(key)
+	s := &sub{key: key, ch: make(chan struct{}, 1), sh: sh, since: sh.queries, last: last}
+	sh.subs[s] = struct{}{}
 	switch {
-	case !w.running:
-		w.running = true
-		w.wg.Add(1)
-		go w.run()
-	case !hasPrefix(key, w.prefix):
-		w.restartLocked() // widen the query to cover key
-	case w.index > 0:
+	case !sh.running:
+		w.startLocked(sh)
+	case !hasPrefix(key, sh.prefix):
+		w.restartLocked(sh) // widen the query to cover key
+	case sh.index > 0:
 		// The last answer covers key: a waiter can act on it at once.
 		w.seq++
-		s.st = state{seq: w.seq, pair: w.last[key], index: w.index}
+		s.st = state{seq: w.seq, pair: sh.last[key], index: sh.index}
 		s.ch <- struct{}{}
 		if last != nil && last(s.st) {
 			w.dropLocked(s)
@@ -127,15 +156,51 @@ func (w *watcher) subscribeUntil(key string, last func(state) bool) *sub {
 	return s
 }
 
-// dropLocked removes s; when nothing is left to watch, the query in flight
-// is abandoned and the loop ends.
+// routeLocked returns the shard for key: the one with the longest root
+// that prefixes it. A key that only the first shard takes but that lies
+// under a prefix split before (a new lease beside the split ones) gets a
+// shard of its own at once, while maxShards allows: otherwise the first
+// shard's query would widen, key after key, abandoning a query each time.
+func (w *watcher) routeLocked(key string) *shard {
+	best := w.shards[0]
+	for _, sh := range w.shards[1:] {
+		if len(sh.root) > len(best.root) && hasPrefix(key, sh.root) {
+			best = sh
+		}
+	}
+	if best.root != "" || len(w.shards) >= w.maxShards {
+		return best
+	}
+	split := ""
+	for _, p := range w.splits {
+		if len(p) > len(split) && len(key) > len(p) && hasPrefix(key, p) {
+			split = p
+		}
+	}
+	if split == "" {
+		return best
+	}
+	sh := newShard(key[:len(split)+1])
+	w.shards = append(w.shards, sh)
+	return sh
+}
+
+func (w *watcher) startLocked(sh *shard) {
+	sh.running = true
+	w.wg.Add(1)
+	go w.run(sh)
+}
+
+// dropLocked removes s; when nothing is left for its shard to watch, the
+// query in flight is abandoned and the shard's loop ends.
 func (w *watcher) dropLocked(s *sub) {
-	if _, ok := w.subs[s]; !ok {
+	sh := s.sh
+	if _, ok := sh.subs[s]; !ok {
 		return
 	}
-	delete(w.subs, s)
-	if len(w.subs) == 0 {
-		w.restartLocked()
+	delete(sh.subs, s)
+	if len(sh.subs) == 0 {
+		w.restartLocked(sh)
 	}
 }
 
@@ -144,7 +209,7 @@ func (w *watcher) dropLocked(s *sub) {
 // whose judgements must not rest on answers from before it won.
 func (w *watcher) rebase(s *sub) {
 	w.mu.Lock()
-	s.since = w.queries
+	s.since = s.sh.queries
 	s.st.current = false
 	w.mu.Unlock()
 }
@@ -163,8 +228,8 @@ func (w *watcher) refresh(s *sub) {
 	w.mu.Unlock()
 }
 
-// unsubscribe stops watching s's key. When nothing is left to watch, the
-// query in flight is abandoned and the loop ends.
+// unsubscribe stops watching s's key. When nothing is left for its shard
+// to watch, the query in flight is abandoned and the shard's loop ends.
 func (w *watcher) unsubscribe(s *sub) {
 	if s == nil {
 		return
@@ -174,25 +239,27 @@ func (w *watcher) unsubscribe(s *sub) {
 	w.dropLocked(s)
 }
 
-// close ends the loop for good; later subscriptions return nil.
+// close ends the loops for good; later subscriptions return nil.
 func (w *watcher) close() {
 	w.mu.Lock()
 	w.closed = true
-	w.restartLocked()
+	for _, sh := range w.shards {
+		w.restartLocked(sh)
+	}
 	w.mu.Unlock()
 }
 
-// done waits for the watcher's goroutine, which returns once the context
+// done waits for the shards' goroutines, which return once the context
 // given to newWatcher ended.
 func (w *watcher) done() { w.wg.Wait() }
 
-func (w *watcher) restartLocked() {
-	if w.cancel != nil {
-		w.kicked = true
-		w.cancel()
+func (w *watcher) restartLocked(sh *shard) {
+	if sh.cancel != nil {
+		sh.kicked = true
+		sh.cancel()
 	}
 	select {
-	case w.kick <- struct{}{}:
+	case sh.kick <- struct{}{}:
 	default:
 	}
 }
@@ -247,51 +314,69 @@ func (w *watcher) next(ctx context.Context, s *sub, after uint64, retry time.Dur
 // errStopped is next's error when the caller's session or the Backend ended.
 var errStopped = errors.New("consul: watch stopped")
 
-func (w *watcher) run() {
+func (w *watcher) run(sh *shard) {
 	defer w.wg.Done()
 	backoff := time.Duration(0)
 	for {
 		w.mu.Lock()
-		if w.closed || len(w.subs) == 0 {
-			w.running = false
-			w.prefix, w.index, w.last = "", 0, nil
+		if w.closed || len(sh.subs) == 0 {
+			sh.running = false
+			sh.prefix, sh.index, sh.last = "", 0, nil
+			if sh.root != "" {
+				w.removeLocked(sh)
+			}
 			w.mu.Unlock()
 			return
 		}
-		if p := w.commonPrefixLocked(); p != w.prefix {
-			w.prefix, w.index, w.last = p, 0, nil
+		// A shard other than the first reads all of its root, so that a key
+		// routed to it later needs no wider query.
+		p := sh.root
+		if p == "" {
+			p = commonPrefix(sh.subs)
 		}
-		prefix, waitIndex := w.prefix, w.index
-		w.queries++
-		issued := w.queries
+		if p != sh.prefix {
+			sh.prefix, sh.index, sh.last = p, 0, nil
+		}
+		prefix, waitIndex := sh.prefix, sh.index
+		sh.queries++
+		issued := sh.queries
 		// The server answers after wait plus up to wait/16 of jitter; a
 		// connection that died silently must not hold the watch longer.
 		ctx, cancel := context.WithTimeout(w.ctx, w.wait+w.wait/16+5*time.Second)
-		w.cancel, w.kicked = cancel, false
+		sh.cancel, sh.kicked = cancel, false
 		w.mu.Unlock()
 
 		// Consistent, so that an answer to a query issued after a key was
 		// won reflects a state after the win (see state.current).
 		q := &api.QueryOptions{WaitIndex: waitIndex, WaitTime: w.wait, RequireConsistent: true}
+		sent := time.Now()
 		pairs, meta, err := w.kv.List(prefix, q.WithContext(ctx))
 		cancel()
 
 		w.mu.Lock()
-		w.cancel = nil
-		if w.closed || w.kicked {
+		sh.cancel = nil
+		if w.closed || sh.kicked {
 			w.mu.Unlock()
 			continue
 		}
 		if err != nil {
-			w.failedLocked(err)
+			w.failedLocked(sh, err)
 			w.mu.Unlock()
 			backoff = min(max(2*backoff, 50*time.Millisecond), time.Second)
 			w.log.Debug("watch failed; retrying", "prefix", prefix, "err", err, "retry_in", backoff)
-			w.pause(backoff)
+			w.pause(sh, backoff)
 			continue
 		}
 		backoff = 0
-		hooks := w.answeredLocked(pairs, meta.LastIndex, issued)
+		hooks := w.answeredLocked(sh, pairs, meta.LastIndex, issued)
+		// A group too big for its changes to be cheap is split at a
+		// change that came after it was quiet for a while (its query
+		// waited): while keys change faster, one query reads many
+		// changes per answer, and splitting would only multiply the
+		// requests. The answer that brought the change is read anyway.
+		if len(pairs) > w.splitAt && waitIndex > 0 && time.Since(sent) >= w.quiet {
+			w.splitLocked(sh)
+		}
 		w.mu.Unlock()
 		for _, h := range hooks {
 			h.f(h.st)
@@ -299,23 +384,84 @@ func (w *watcher) run() {
 	}
 }
 
-// failedLocked passes a failed query's error on to every subscriber.
-func (w *watcher) failedLocked(err error) {
+// splitLocked moves sh's subscribers to new shards, one per character
+// that follows the common prefix of their keys, when there are at least
+// two such characters and the new shards fit within maxShards. sh's loop
+// then ends (it has no subscribers left) and the new shards' loops start,
+// each with a query on its own keys' prefix. A key equal to the common
+// prefix has no next character: then sh stays whole.
+func (w *watcher) splitLocked(sh *shard) {
+	groups := w.groupsLocked(sh)
+	if groups == nil {
+		return
+	}
+	p := commonPrefix(sh.subs)
+	if !slices.Contains(w.splits, p) {
+		w.splits = append(w.splits, p)
+	}
+	for c, subs := range groups {
+		child := newShard(p + string(c))
+		w.shards = append(w.shards, child)
+		for _, s := range subs {
+			delete(sh.subs, s)
+			child.subs[s] = struct{}{}
+			// The child's first answer reaches s whatever it shows: s's
+			// seq orders states across shards, and an answer to a query
+			// the child issues is as current as any of sh's.
+			s.sh, s.since, s.force = child, 0, true
+		}
+		w.startLocked(child)
+	}
+	w.log.Debug("watch split", "prefix", p, "groups", len(groups), "queries", len(w.shards))
+}
+
+// groupsLocked returns sh's subscribers by the character that follows
+// the common prefix of their keys, or nil when they cannot be split: fewer
+// than two such characters, a key equal to the prefix, or more groups than
+// maxShards leaves room for.
+func (w *watcher) groupsLocked(sh *shard) map[byte][]*sub {
+	p := commonPrefix(sh.subs)
+	groups := map[byte][]*sub{}
+	for s := range sh.subs {
+		if len(s.key) == len(p) {
+			return nil
+		}
+		groups[s.key[len(p)]] = append(groups[s.key[len(p)]], s)
+	}
+	if len(groups) < 2 || len(w.shards)+len(groups) > w.maxShards {
+		return nil
+	}
+	return groups
+}
+
+// removeLocked takes sh, which watches nothing, out of the routing; keys
+// under its root go to the shard with the next longest root.
+func (w *watcher) removeLocked(sh *shard) {
+	for i, x := range w.shards {
+		if x == sh {
+			w.shards = append(w.shards[:i], w.shards[i+1:]...)
+			return
+		}
+	}
+}
+
+// failedLocked passes a failed query's error on to sh's subscribers.
+func (w *watcher) failedLocked(sh *shard, err error) {
 	w.seq++
-	for s := range w.subs {
+	for s := range sh.subs {
 		s.st.seq, s.st.err = w.seq, err
 		s.force = false
 		poke(s)
 	}
 }
 
-// pause waits d, or until the watcher is kicked or its context ends.
-func (w *watcher) pause(d time.Duration) {
+// pause waits d, or until sh is kicked or the watcher's context ends.
+func (w *watcher) pause(sh *shard, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-	case <-w.kick:
+	case <-sh.kick:
 	case <-w.ctx.Done():
 	}
 }
@@ -326,26 +472,26 @@ type hookCall struct {
 	st state
 }
 
-// answeredLocked takes the answer to query number issued, the prefix's
-// pairs at index, and wakes the subscribers whose key's state changed;
-// it returns the hooks to call with their new states.
-func (w *watcher) answeredLocked(pairs api.KVPairs, index, issued uint64) []hookCall {
+// answeredLocked takes the answer to sh's query number issued, the
+// prefix's pairs at index, and wakes the subscribers whose key's state
+// changed; it returns the hooks to call with their new states.
+func (w *watcher) answeredLocked(sh *shard, pairs api.KVPairs, index, issued uint64) []hookCall {
 	// An index that went backwards (tombstones reaped, a snapshot
 	// restored) is used as it is: waiting on it still wakes on the next
 	// change. Zero would not block at all.
-	w.index = max(index, 1)
-	w.last = make(map[string]*api.KVPair, len(pairs))
+	sh.index = max(index, 1)
+	sh.last = make(map[string]*api.KVPair, len(pairs))
 	for _, p := range pairs {
-		w.last[p.Key] = p
+		sh.last[p.Key] = p
 	}
 	w.seq++
 	var hooks []hookCall
-	for s := range w.subs {
-		next := state{seq: w.seq, pair: w.last[s.key], index: w.index, current: issued > s.since}
+	for s := range sh.subs {
+		next := state{seq: w.seq, pair: sh.last[s.key], index: sh.index, current: issued > s.since}
 		if s.force || s.st.seq == 0 || s.st.err != nil || next.current != s.st.current || !samePair(s.st.pair, next.pair) {
 			s.st, s.force = next, false
 			if s.last != nil && s.last(next) {
-				delete(w.subs, s) // the loop issues no query for it: see sub.last
+				delete(sh.subs, s) // the loop issues no query for it: see sub.last
 			}
 			if s.hook != nil {
 				hooks = append(hooks, hookCall{s.hook, next})
@@ -372,11 +518,11 @@ func samePair(a, b *api.KVPair) bool {
 	return a.ModifyIndex == b.ModifyIndex && a.Session == b.Session
 }
 
-// commonPrefixLocked returns the longest common prefix of the watched keys.
-func (w *watcher) commonPrefixLocked() string {
+// commonPrefix returns the longest common prefix of subs' keys.
+func commonPrefix(subs map[*sub]struct{}) string {
 	first := true
 	var p string
-	for s := range w.subs {
+	for s := range subs {
 		if first {
 			p, first = s.key, false
 			continue

@@ -16,12 +16,23 @@
 //   - Every write is an update conditional on the resourceVersion last read
 //     (or a create, when the Lease does not exist), so two writers never
 //     both win.
-//   - Waiters watch their Lease and read it when the watch reports a
-//     change: a release (holderIdentity "") wakes them at once, with no
-//     retry period. A waiter also reads it when the holder's lease duration
-//     has passed with no change (a dead holder, taken over then), and at
-//     least once per PollInterval (default: the TTL), in case the watch
-//     died unnoticed; it does not poll otherwise.
+//   - Waiters watch their Lease and decide from the Lease each watch event
+//     carries, with no read (backend.RecordPeeker): a release
+//     (holderIdentity "") wakes them at once, with no retry period, and the
+//     holder's renewals cost them no request. A waiter reads the Lease
+//     when it starts waiting, when the holder's lease duration has passed
+//     with no change (a dead holder, taken over then), after its watch
+//     was restarted, and at least once per PollInterval (default: the
+//     TTL), in case the watch died unnoticed; it does not poll otherwise.
+//     At a release every waiting process tries its update (one wins, the
+//     others are refused and wait for the winner's event): one update per
+//     waiting process per hand-over, no queue.
+//   - Renewals: each held Lease is one update per RenewInterval (no
+//     request renews two Leases), up to RenewConcurrency
+//     (DefaultRenewConcurrency) in flight at once. When the API server
+//     cannot take them all within RenewInterval the Backend logs a
+//     warning each round, and terms whose renewal did not land end at
+//     their safe-until, as always: never held unrenewed.
 //   - A contender takes over only after it has itself seen the Lease's
 //     resourceVersion unchanged for a full lease duration (the longer of
 //     leaseDurationSeconds and its own TTL) on its own monotonic clock. It
@@ -88,13 +99,25 @@ type Options struct {
 	// RecordOptions holds the timing (TTL, RenewInterval, DriftMargin; defaults
 	// 10 s, TTL/3, TTL/10), PollInterval (the longest a waiter goes
 	// without reading the Lease; default here the TTL, since the watch
-	// wakes waiters on every change) and the Logger.
+	// wakes waiters on every change), RenewConcurrency (default here
+	// DefaultRenewConcurrency) and the Logger, which warns when renewals
+	// fall behind RenewInterval.
 	backend.RecordOptions
 
 	// Namespace is the namespace of the Leases; empty means
 	// DefaultNamespace.
 	Namespace string
 }
+
+// DefaultRenewConcurrency is the Backend's RenewConcurrency when
+// Options.RenewConcurrency is zero: how many Lease updates its renewals
+// have in flight at once. Each Lease is an object of its own, so n held
+// Leases take n updates per RenewInterval, one request each; at a round
+// trip of d, a round takes n × d / RenewConcurrency. 128 keeps 10,000
+// Leases at the default TTL (3,000 updates a second) within their
+// interval up to a round trip of about 40 ms. client-go's rate limit
+// (rest.Config QPS and Burst) must allow that many too.
+const DefaultRenewConcurrency = 128
 
 // MaxTTL is the longest TTL a Lease can carry: its leaseDurationSeconds is
 // an int32 of seconds (about 68 years).
@@ -149,6 +172,9 @@ func New(client k8s.Interface, opts Options) (*Backend, error) {
 			opts.PollInterval = cfg.TTL
 		}
 	}
+	if opts.RenewConcurrency == 0 {
+		opts.RenewConcurrency = DefaultRenewConcurrency
+	}
 	b, err := backend.NewRecordBackend(store, opts.RecordOptions)
 	if err != nil {
 		return nil, err
@@ -157,8 +183,26 @@ func New(client k8s.Interface, opts Options) (*Backend, error) {
 	return &Backend{RecordBackend: b, store: store, closed: closed, closeWatch: closeWatch}, nil
 }
 
+// WithProtobuf returns cfg, or a copy of it that speaks protobuf when cfg
+// sets no ContentType: Kubernetes' own components speak protobuf to the
+// API server, which is cheaper than JSON to encode and decode on both
+// sides, for every renewal. JSON stays accepted for the types protobuf
+// does not cover.
+func WithProtobuf(cfg *rest.Config) *rest.Config {
+	if cfg.ContentType != "" {
+		return cfg
+	}
+	c := *cfg
+	c.ContentType = "application/vnd.kubernetes.protobuf"
+	if c.AcceptContentTypes == "" {
+		c.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	}
+	return &c
+}
+
 // NewForConfig returns a Backend with a client made from cfg: the user's
-// rest.Config, or rest.InClusterConfig() in a pod. cfg's QPS and Burst
+// rest.Config, or rest.InClusterConfig() in a pod. The client speaks
+// protobuf unless cfg sets a ContentType. cfg's QPS and Burst
 // (client-go's client-side rate limit, 5 and 10 when zero) bound the
 // Backend's requests: each held lease is written once per RenewInterval,
 // and each campaign reads its Lease once per PollInterval, so a process
@@ -167,6 +211,7 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Backend, error) {
 	if cfg == nil {
 		return nil, &baton.ConfigError{Problems: []string{"kubernetes: rest.Config is nil: use rest.InClusterConfig() in a pod, or load a kubeconfig with k8s.io/client-go/tools/clientcmd"}}
 	}
+	cfg = WithProtobuf(cfg)
 	client, err := k8s.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: client for %s: %w", cfg.Host, err)

@@ -49,11 +49,15 @@ type Store struct {
 	// that labels, other annotations and spec fields baton does not manage
 	// are kept.
 	last map[string]*coordinationv1.Lease
+	// watching counts the running Notify watches per name: while one
+	// runs, last follows the Lease's changes, and Peek serves it.
+	watching map[string]int
 }
 
 var (
 	_ backend.RecordStore    = (*Store)(nil)
 	_ backend.RecordNotifier = (*Store)(nil)
+	_ backend.RecordPeeker   = (*Store)(nil)
 )
 
 // NewStore returns a Store of the Leases in namespace, through client.
@@ -62,6 +66,7 @@ func NewStore(client k8s.Interface, namespace string) *Store {
 		leases:    client.CoordinationV1().Leases(namespace),
 		namespace: namespace,
 		last:      map[string]*coordinationv1.Lease{},
+		watching:  map[string]int{},
 	}
 }
 
@@ -149,6 +154,9 @@ func (s *Store) written(name string, got *coordinationv1.Lease, old uint64) (uin
 	return v, nil
 }
 
+// remember keeps l as the newest Lease seen for name, unless a newer one
+// (a higher resourceVersion: a watch event can arrive after a read or
+// write that saw a later one) is kept already; nil forgets it.
 func (s *Store) remember(name string, l *coordinationv1.Lease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -156,7 +164,35 @@ func (s *Store) remember(name string, l *coordinationv1.Lease) {
 		delete(s.last, name)
 		return
 	}
+	if old := s.last[name]; old != nil && rvOf(old) > rvOf(l) {
+		return
+	}
 	s.last[name] = l
+}
+
+// rvOf is l's resourceVersion as a number, 0 when it is none.
+func rvOf(l *coordinationv1.Lease) uint64 {
+	v, _ := strconv.ParseUint(l.ResourceVersion, 10, 64)
+	return v
+}
+
+// Peek implements backend.RecordPeeker: while a Notify watch follows name,
+// the newest Lease it, a read or a write delivered, so that a waiter woken
+// by the watch decides from the event's Lease and reads nothing. A holder's
+// renewals so cost its waiting processes no request.
+func (s *Store) Peek(name string) (backend.LeaseRecord, uint64, bool) {
+	s.mu.Lock()
+	l := s.last[name]
+	on := s.watching[name] > 0
+	s.mu.Unlock()
+	if !on || l == nil {
+		return backend.LeaseRecord{}, 0, false
+	}
+	rec, v, err := s.decode(l)
+	if err != nil {
+		return backend.LeaseRecord{}, 0, false
+	}
+	return rec, v, true
 }
 
 // lastAt returns the Lease last seen for name if it is at version.
@@ -270,7 +306,19 @@ func (s *Store) Notify(ctx context.Context, name string) (<-chan struct{}, error
 		return nil, err
 	}
 	ch := make(chan struct{}, 1)
-	go s.follow(ctx, name, w, ch)
+	s.mu.Lock()
+	s.watching[name]++
+	s.mu.Unlock()
+	go func() {
+		defer func() {
+			s.mu.Lock()
+			if s.watching[name]--; s.watching[name] == 0 {
+				delete(s.watching, name)
+			}
+			s.mu.Unlock()
+		}()
+		s.follow(ctx, name, w, ch)
+	}()
 	return ch, nil
 }
 
@@ -301,9 +349,16 @@ func (s *Store) follow(ctx context.Context, name string, w watch.Interface, ch c
 				// Typically 410 Gone: the resourceVersion is too old to
 				// resume from; start from the present.
 				rv = ""
+			case watch.Deleted:
+				if l, ok := ev.Object.(*coordinationv1.Lease); ok {
+					rv = l.ResourceVersion
+				}
+				s.remember(name, nil)
+				wake()
 			default:
 				if l, ok := ev.Object.(*coordinationv1.Lease); ok {
 					rv = l.ResourceVersion
+					s.remember(name, l)
 				}
 				wake()
 			}
@@ -327,6 +382,9 @@ func (s *Store) follow(ctx context.Context, name string, w watch.Interface, ch c
 			case <-time.After(watchRetry):
 			}
 		}
+		// Changes may have passed while no watch ran: the waiter reads
+		// the Lease again rather than peek at what may be stale.
+		s.remember(name, nil)
 		wake()
 	}
 }

@@ -28,7 +28,7 @@ func (b *Backend) readRows(ctx context.Context, names []string) (map[string]leas
 		return nil, err
 	}
 	defer b.done()
-	rows, err := b.pool.Query(sctx, b.q.readMany, pgx.QueryExecModeExec, names)
+	rows, err := b.pool.Query(sctx, b.q.readMany, pgx.QueryExecModeExec, names, b.id)
 	if err != nil {
 		return nil, b.safeErr(err)
 	}
@@ -38,7 +38,7 @@ func (b *Backend) readRows(ctx context.Context, names []string) (map[string]leas
 		r    leaseRow
 		tok  int64
 	)
-	_, err = pgx.ForEachRow(rows, []any{&name, &r.holder, &r.session, &tok, &r.ttlMS, &r.renewals, &r.sessionTTL, &r.since}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&name, &r.holder, &r.session, &tok, &r.ttlMS, &r.renewals, &r.sessionTTL, &r.since, &r.reservedMS}, func() error {
 		r.exists, r.token = true, uint64(tok)
 		if r.token>>32 != 0 {
 			b.epochs.Report(b.o.log, backend.EpochLocation{Store: "PostgreSQL", Counter: "lease tokens", Lease: name, Kind: "row", Key: b.o.schema + ".leases"}, r.token>>32)

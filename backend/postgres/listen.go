@@ -172,7 +172,9 @@ func (l *listener) session(ctx context.Context) (probed bool, err error) {
 		_ = conn.Close(cl)
 		ccancel()
 	}()
-	if _, err := conn.Exec(cctx, "LISTEN "+b.q.channel+"; LISTEN "+b.q.probe+"; LISTEN "+WakeChannel(b.id), pgx.QueryExecModeSimpleProtocol); err != nil {
+	// The application_name tells releases that this process listens
+	// (wakeHeads).
+	if _, err := conn.Exec(cctx, "SET application_name = '"+listenerAppName(b.id)+"'; LISTEN "+b.q.channel+"; LISTEN "+b.q.probe+"; LISTEN "+WakeChannel(b.id), pgx.QueryExecModeSimpleProtocol); err != nil {
 		cancel()
 		return false, err
 	}
@@ -225,6 +227,7 @@ func (l *listener) session(ctx context.Context) (probed bool, err error) {
 		case b.q.channel:
 			l.w.Wake(n.Payload, false)
 		case WakeChannel(b.id):
+			b.o.log.Debug("woken", "lease", n.Payload)
 			if !l.w.Wake(n.Payload, true) {
 				// Woken for a lease this process no longer waits for
 				// (its campaign ended before it left the queue): pass it on.

@@ -211,7 +211,7 @@ func listenConnectionLost(t *testing.T, lose func(t *testing.T, check *pgxpool.P
 	testkit.Eventually(t, 30*time.Second, "LISTEN", func() bool { return w.Notifications().Listening })
 	var pid int
 	if err := check.QueryRow(context.Background(), `SELECT pid FROM pg_stat_activity
-		WHERE datname = current_database() AND pid <> pg_backend_pid() AND (query LIKE 'LISTEN%' OR query = '-- ping')`).Scan(&pid); err != nil {
+		WHERE datname = current_database() AND application_name LIKE 'baton listen %'`).Scan(&pid); err != nil {
 		t.Fatalf("the LISTEN connection's server process: %v", err)
 	}
 	lease := testkit.Unique("halfopen")

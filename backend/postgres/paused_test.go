@@ -34,6 +34,9 @@ const childEnv = "BATON_PG_TEST_CHILD"
 // writes in that transaction (before-fence: a new fenced one) and commits,
 // and prints "committed" or "refused: ERR".
 func childMain(mode string) int {
+	if mode == "queue" {
+		return queueChildMain()
+	}
 	ctx := context.Background()
 	fail := func(err error) int { fmt.Println("error:", err); return 1 }
 	ttl, err := time.ParseDuration(os.Getenv("BATON_TTL"))

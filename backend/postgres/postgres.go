@@ -107,7 +107,7 @@ func (b *Backend) ensureSchema(ctx context.Context) error {
 		return nil
 	}
 	if b.o.NoCreate {
-		return &SchemaError{Schema: b.o.schema, Reason: "its tables or fence function are missing and Options.NoCreate is set", DDL: SchemaSQL(b.o.schema)}
+		return &SchemaError{Schema: b.o.schema, Reason: "its tables, their columns or the fence function are missing and Options.NoCreate is set", DDL: SchemaSQL(b.o.schema)}
 	}
 	// One creator at a time: CREATE ... IF NOT EXISTS races with itself.
 	// One simple-protocol Exec is one implicit transaction, so the
@@ -115,7 +115,7 @@ func (b *Backend) ensureSchema(ctx context.Context) error {
 	_, err = b.pool.Exec(ctx, "SELECT pg_advisory_xact_lock(7340149233470118401);\n"+SchemaSQL(b.o.schema), pgx.QueryExecModeSimpleProtocol)
 	if err != nil {
 		if s := sqlState(err); s == "42501" || s == "25006" { // insufficient_privilege, read_only_sql_transaction
-			return &SchemaError{Schema: b.o.schema, Reason: "its tables or fence function are missing, and this role may not create them (" + b.safeErr(err).Error() + ")", DDL: SchemaSQL(b.o.schema)}
+			return &SchemaError{Schema: b.o.schema, Reason: "its tables, their columns or the fence function are missing, and this role may not create them (" + b.safeErr(err).Error() + ")", DDL: SchemaSQL(b.o.schema)}
 		}
 		return fmt.Errorf("%w: postgres: create schema %q: %w", baton.ErrBackendUnavailable, b.o.schema, b.safeErr(err))
 	}
@@ -253,6 +253,11 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 			count = *r.renewals
 		}
 		switch {
+		case r.exists && r.holder == nil && r.reservedMS > 0:
+			// Free, but kept for another process's queue head, which a
+			// release woke: wait for it to take the lease, or for the
+			// reservation to end.
+			left = time.Duration(r.reservedMS) * time.Millisecond
 		case !r.exists, r.holder == nil, r.session == nil, *r.session == s.ID:
 			// Free, or left by our own session: nobody acts on it.
 			take = true
@@ -368,7 +373,7 @@ func (b *Backend) acquire(ctx context.Context, s *backend.Session[string], sl *b
 	case dead != "":
 		tag, err = b.exec(sctx, b.q.takeOver, name, id, s.ID, int64(token), b.ttlMS(), int64(r.token), b.q.channel, dead, renewals)
 	default:
-		tag, err = b.exec(sctx, b.q.takeFree, name, id, s.ID, int64(token), b.ttlMS(), int64(r.token), b.q.channel)
+		tag, err = b.exec(sctx, b.q.takeFree, name, id, s.ID, int64(token), b.ttlMS(), int64(r.token), b.q.channel, b.id)
 	}
 	if err != nil {
 		// It may have landed: release whatever our session holds of name,
@@ -445,6 +450,9 @@ type leaseRow struct {
 	renewals   *int64 // nil: no session row
 	sessionTTL *int64
 	since      *time.Time
+	// reservedMS is how long the free lease stays kept for another
+	// process's woken queue head (milliseconds); 0 when it is not.
+	reservedMS int64
 }
 
 // ttl is how long a waiter must see r's session unrenewed: the longest of
@@ -464,7 +472,7 @@ func (b *Backend) read(ctx context.Context, name string) (leaseRow, error) {
 		r   leaseRow
 		tok int64
 	)
-	err := b.scan(sctx, b.q.read, []any{name}, &r.holder, &r.session, &tok, &r.ttlMS, &r.renewals, &r.sessionTTL, &r.since)
+	err := b.scan(sctx, b.q.read, []any{name, b.id}, &r.holder, &r.session, &tok, &r.ttlMS, &r.renewals, &r.sessionTTL, &r.since, &r.reservedMS)
 	if errors.Is(err, pgx.ErrNoRows) || missingObject(err) && !b.o.NoCreate {
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			// The database lost baton's schema (restored, wiped): make it
@@ -520,6 +528,7 @@ func (t *term) release(ctx context.Context) error {
 	if _, err := t.b.exec(sctx, t.b.q.release, t.name, int64(t.Token()), t.s.ID, t.b.q.channel); err != nil && !missingObject(err) {
 		return fmt.Errorf("postgres: release lease %q (it frees itself a TTL after the session's last renewal): %w", t.name, t.b.safeErr(err))
 	}
+	t.b.o.log.Debug("released", "lease", t.name, "token", t.Token())
 	return nil
 }
 

@@ -203,3 +203,48 @@ func TestParseURL(t *testing.T) {
 		}
 	}
 }
+
+// TestSchemaWithoutReservationsIsUpgraded: a schema made by an older
+// baton has no reservation columns on baton.leases (a release keeps the
+// free lease for the queue head it woke in them). A role that may alter the
+// table adds them as it starts; one that may not gets a *SchemaError whose
+// DDL adds them, and a DBA's run of that DDL lets it start.
+func TestSchemaWithoutReservationsIsUpgraded(t *testing.T) {
+	pg := testserver.SharedPostgres(t)
+	dbURL := pg.NewDatabase(t)
+	db := strings.TrimPrefix(mustURL(t, dbURL).Path, "/")
+	role, rolePW := pg.NewRole(t)
+	fencer, _ := pg.NewRole(t)
+	admin := newPool(t, dbURL)
+	older := func() {
+		mustExec(t, admin, postgres.SchemaSQL(""))
+		mustExec(t, admin, "ALTER TABLE baton.leases DROP COLUMN reserved_for, DROP COLUMN reserved_until")
+	}
+	older()
+	mustExec(t, admin, postgres.GrantSQL("", role, fencer))
+
+	_, err := postgres.New(context.Background(), newPool(t, pg.URLAs(role, rolePW, db)), postgres.Options{})
+	var se *postgres.SchemaError
+	if !errors.As(err, &se) || !strings.Contains(se.DDL, "ADD COLUMN IF NOT EXISTS reserved_until") {
+		t.Fatalf("New as a role that may not alter the older schema: %v; want a *SchemaError whose DDL adds the reservation columns", err)
+	}
+	t.Logf("New as the role: %v", err)
+
+	b, err := postgres.New(context.Background(), admin, postgres.Options{Config: backend.Config{TTL: time.Second}})
+	if err != nil {
+		t.Fatalf("New as the schema's owner: %v", err)
+	}
+	defer b.Close(context.Background())
+	term := testkit.Campaign(t, b, testkit.Unique("upgraded"), "a")
+	if err := term.Resign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, admin, "SELECT count(*)::int FROM information_schema.columns WHERE table_schema = 'baton' AND table_name = 'leases' AND column_name IN ('reserved_for', 'reserved_until')"); n != 2 {
+		t.Errorf("%d reservation columns after the owner's start, want 2", n)
+	}
+	rb, err := postgres.New(context.Background(), newPool(t, pg.URLAs(role, rolePW, db)), postgres.Options{})
+	if err != nil {
+		t.Fatalf("New as the role once the columns exist: %v", err)
+	}
+	_ = rb.Close(context.Background())
+}

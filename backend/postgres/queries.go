@@ -22,9 +22,14 @@ type queries struct {
 // with a notification on that process's channel (WakeChannel); except,
 // when except is a parameter, the process it names. The statement must
 // read the CTE woken for the notifications to be sent. A process whose
-// session lapsed is passed over (it is gone, or paused); a process that
-// is woken but gone (its session not yet lapsed) loses the wake-up, and
-// its successor reads the lease when its holder would have expired.
+// session lapsed is passed over (it is gone, or paused), and so is one
+// whose LISTEN connection the server no longer has (by its
+// application_name, listenerAppName): it crashed, or it is reconnecting
+// and reads every lease it waits for once it listens again; a
+// notification would reach nobody. A process that is gone while the
+// server still has its connection (its host cut off, until TCP gives up
+// on the connection) loses the wake-up, and its successor reads the lease
+// when its holder would have expired.
 func wakeHeads(rel, except string) string {
 	cond := ""
 	if except != "" {
@@ -32,9 +37,16 @@ func wakeHeads(rel, except string) string {
 	}
 	return `heads AS (SELECT DISTINCT ON (w.name) w.name, w.listener FROM @.waiters w JOIN @.sessions s ON s.id = w.session
 			WHERE w.name IN (SELECT name FROM ` + rel + `) AND s.renewed_at > now() - s.ttl_ms * interval '1 millisecond'` + cond + `
+			  AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.application_name = '` + listenerAppPrefix + `' || w.listener)
 			ORDER BY w.name, w.joined),
 		woken AS (SELECT pg_notify('` + wakePrefix + `' || h.listener, h.name) FROM heads h)`
 }
+
+// reservedMS is the column of the lease reads that says how many
+// milliseconds the free lease stays kept for another process's woken queue
+// head ($2 the reader's listener ID); 0 when it is not.
+const reservedMS = `CASE WHEN l.holder IS NULL AND l.reserved_for <> $2 AND l.reserved_until > now()
+			THEN ceil(extract(epoch FROM l.reserved_until - now()) * 1000)::bigint ELSE 0 END`
 
 func newQueries(schema string) queries {
 	r := strings.NewReplacer("@", schema)
@@ -42,7 +54,8 @@ func newQueries(schema string) queries {
 		channel: Channel(schema),
 		probe:   schema + "_probe",
 		exists: r.Replace(`SELECT to_regclass('@.sessions') IS NOT NULL AND to_regclass('@.leases') IS NOT NULL AND to_regclass('@.waiters') IS NOT NULL
-			AND to_regprocedure('@.fence(text,bigint)') IS NOT NULL`),
+			AND to_regprocedure('@.fence(text,bigint)') IS NOT NULL
+			AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('@.leases') AND attname = 'reserved_until' AND NOT attisdropped)`),
 		grant: r.Replace(`INSERT INTO @.sessions (id, owner, ttl_ms) VALUES ($1, $2, $3)`),
 		// The one statement per process per renew interval.
 		renew: r.Replace(`UPDATE @.sessions SET renewals = renewals + 1, renewed_at = now() WHERE id = $1`),
@@ -50,11 +63,13 @@ func newQueries(schema string) queries {
 			rel AS (UPDATE @.leases SET holder = NULL, session = NULL, since = NULL WHERE session = $1 RETURNING name),
 			` + wakeHeads("rel", "") + `
 			SELECT pg_notify($2, name) FROM rel, (SELECT count(*) FROM woken) x`),
-		read: r.Replace(`SELECT l.holder, l.session, l.token, l.ttl_ms, s.renewals, s.ttl_ms, l.since
+		// $2 the reader's listener ID: reserved_ms is how long the free
+		// lease stays kept for another process's woken queue head.
+		read: r.Replace(`SELECT l.holder, l.session, l.token, l.ttl_ms, s.renewals, s.ttl_ms, l.since, ` + reservedMS + `
 			FROM @.leases l LEFT JOIN @.sessions s ON s.id = l.session WHERE l.name = $1`),
 		// read for many leases: the one statement per poll interval that
 		// reads the rows of a process's waiters as they come due.
-		readMany: r.Replace(`SELECT l.name, l.holder, l.session, l.token, l.ttl_ms, s.renewals, s.ttl_ms, l.since
+		readMany: r.Replace(`SELECT l.name, l.holder, l.session, l.token, l.ttl_ms, s.renewals, s.ttl_ms, l.since, ` + reservedMS + `
 			FROM @.leases l LEFT JOIN @.sessions s ON s.id = l.session WHERE l.name = ANY($1)`),
 		// $1 name, $2 holder, $3 our session, $4 new token, $5 ttl_ms,
 		// $6 channel. Only while our session row exists: a session that a
@@ -65,13 +80,18 @@ func newQueries(schema string) queries {
 			SELECT $1, $2, $3, $4, $5, now() WHERE EXISTS (SELECT 1 FROM @.sessions WHERE id = $3)
 			ON CONFLICT (name) DO NOTHING
 			RETURNING pg_notify($6, name)`),
-		// $6 the token read, $7 channel. The token compare makes it a
-		// compare-and-swap: every acquisition moves the token.
-		takeFree: r.Replace(`WITH dq AS (DELETE FROM @.waiters WHERE name = $1 AND session = $3)
-			UPDATE @.leases l SET holder = $2, session = $3, token = $4, ttl_ms = $5, since = now()
+		// $6 the token read, $7 channel, $8 our listener ID. The token
+		// compare makes it a compare-and-swap: every acquisition moves the
+		// token. A lease a release keeps for another process's woken queue
+		// head is not taken until that reservation ends; the process's
+		// queue entry stays then, and it waits.
+		takeFree: r.Replace(`WITH dq AS (DELETE FROM @.waiters WHERE name = $1 AND session = $3
+			  AND NOT EXISTS (SELECT 1 FROM @.leases r WHERE r.name = $1 AND r.reserved_for <> $8 AND r.reserved_until > now()))
+			UPDATE @.leases l SET holder = $2, session = $3, token = $4, ttl_ms = $5, since = now(), reserved_for = NULL, reserved_until = NULL
 			WHERE l.name = $1 AND l.token = $6
 			  AND (l.holder IS NULL OR l.session IS NULL OR l.session = $3
 			       OR NOT EXISTS (SELECT 1 FROM @.sessions x WHERE x.id = l.session))
+			  AND (l.reserved_for IS NULL OR l.reserved_for = $8 OR l.reserved_until <= now())
 			  AND EXISTS (SELECT 1 FROM @.sessions y WHERE y.id = $3)
 			RETURNING pg_notify($7, l.name)`),
 		// $8 the dead session, $9 the renewal count seen unchanged for a
@@ -90,10 +110,21 @@ func newQueries(schema string) queries {
 			  AND EXISTS (SELECT 1 FROM @.sessions y WHERE y.id = $3)
 			RETURNING l.name)
 			SELECT pg_notify($7, name) FROM took, (SELECT count(*) FROM woken) x`),
-		// A release wakes the first live process in the lease's queue.
-		release: r.Replace(`WITH rel AS (UPDATE @.leases SET holder = NULL, session = NULL, since = NULL
-			WHERE name = $1 AND token = $2 AND session = $3 RETURNING name),
-			` + wakeHeads("rel", "") + `
+		// A release wakes the first live process in the lease's queue,
+		// and keeps the free lease for it for a tenth of the TTL (at most
+		// a second, by the server's clock): otherwise the releasing
+		// process's own next candidate, which needs no wake-up, takes it
+		// first, and a process with many candidates passes the lease
+		// among its own while the queue waits.
+		release: r.Replace(`WITH head AS (SELECT w.listener FROM @.waiters w JOIN @.sessions s ON s.id = w.session
+			  WHERE w.name = $1 AND s.renewed_at > now() - s.ttl_ms * interval '1 millisecond'
+			    AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.application_name = '` + listenerAppPrefix + `' || w.listener)
+			  ORDER BY w.joined LIMIT 1),
+			rel AS (UPDATE @.leases SET holder = NULL, session = NULL, since = NULL,
+			    reserved_for = (SELECT listener FROM head),
+			    reserved_until = now() + least(ttl_ms / 10, 1000) * interval '1 millisecond'
+			  WHERE name = $1 AND token = $2 AND session = $3 RETURNING name),
+			woken AS (SELECT pg_notify('` + wakePrefix + `' || h.listener, $1) FROM head h WHERE EXISTS (SELECT 1 FROM rel))
 			SELECT pg_notify($4, name) FROM rel, (SELECT count(*) FROM woken) x`),
 		dropSession: r.Replace(`WITH rel AS (UPDATE @.leases SET holder = NULL, session = NULL, since = NULL
 			WHERE name = $1 AND session = $2 RETURNING name),
@@ -105,7 +136,9 @@ func newQueries(schema string) queries {
 			ON CONFLICT (name, listener) DO UPDATE SET session = EXCLUDED.session WHERE @.waiters.session <> EXCLUDED.session`),
 		// $1 name, $2 listener ID. A process that stops waiting leaves,
 		// and passes on a wake-up it may have got while the lease is free.
+		// A reservation kept for it ends too.
 		leave: r.Replace(`WITH dq AS (DELETE FROM @.waiters WHERE name = $1 AND listener = $2),
+			unreserve AS (UPDATE @.leases SET reserved_for = NULL, reserved_until = NULL WHERE name = $1 AND reserved_for = $2),
 			rel AS (SELECT $1::text AS name WHERE NOT EXISTS (SELECT 1 FROM @.leases WHERE name = $1 AND holder IS NOT NULL)),
 			` + wakeHeads("rel", "$2") + `
 			SELECT count(*) FROM woken`),

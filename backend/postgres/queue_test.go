@@ -1,8 +1,11 @@
 package postgres_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -185,4 +188,132 @@ func TestQueueHeadGoneWakesNext(t *testing.T) {
 			t.Fatal("the next process did not take the released lease within a minute: the release woke the gone head only")
 		}
 	}
+}
+
+// queueChildMain is a waiting process (childEnv "queue"): it campaigns for
+// the lease BATON_LEASE on DATABASE_URL as queueBackend's Backends do,
+// prints "campaigning", and waits to be killed.
+func queueChildMain() int {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	b, err := postgres.New(ctx, pool, postgres.Options{Config: backend.Config{TTL: 3 * time.Minute}, PollInterval: 10 * time.Minute})
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	for !b.Notifications().Listening {
+		time.Sleep(10 * time.Millisecond) // a child has no testkit; the parent bounds it
+	}
+	fmt.Println("campaigning")
+	_, err = b.Campaign(ctx, os.Getenv("BATON_LEASE"), baton.Candidate{ID: "crashed"})
+	fmt.Println("error:", err)
+	return 1
+}
+
+// TestQueueHeadCrashedWakesNext: the process at the head of the queue is
+// killed (SIGKILL) while its session row is still live (renewed within
+// its TTL, minutes); a release wakes the next process at once, not when
+// the crashed one's session lapses or the holder would have expired.
+func TestQueueHeadCrashedWakesNext(t *testing.T) {
+	pg := testserver.SharedPostgres(t)
+	dbURL := pg.NewDatabase(t)
+	check := newPool(t, dbURL)
+	lease := testkit.Unique("crashed")
+	a, next := queueBackend(t, dbURL), queueBackend(t, dbURL)
+	ctx := t.Context()
+	holder, err := a.Campaign(ctx, lease, baton.Candidate{ID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := func() int {
+		return count(t, check, "SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database()")
+	}
+	before := conns()
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=queue", "DATABASE_URL="+dbURL, "BATON_LEASE="+lease)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	t.Cleanup(func() {
+		if !killed {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	said := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Scan()
+		said <- sc.Text()
+	}()
+	select {
+	case l := <-said:
+		if l != "campaigning" {
+			t.Fatalf("the waiting process: %q", l)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the waiting process did not begin to campaign within a minute")
+	}
+	waitQueued(t, check, lease, 1)
+	results := make(chan campaignResult, 1)
+	go func() {
+		term, err := next.Campaign(ctx, lease, baton.Candidate{ID: "next"})
+		results <- campaignResult{2, term, err}
+	}()
+	waitQueued(t, check, lease, 2)
+
+	// The head crashes: its connections close, its session row stays
+	// live until its TTL passes unrenewed, and so does its queue entry.
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	killed = true
+	testkit.Eventually(t, 30*time.Second, "the crashed process's connections closed on the server", func() bool { return conns() <= before })
+	if got := count(t, check, "SELECT count(*)::int FROM baton.sessions WHERE renewed_at > now() - ttl_ms * interval '1 millisecond'"); got != 3 {
+		t.Fatalf("%d live sessions after the crash, want 3 (the crashed process's still live)", got)
+	}
+	if err := holder.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-results:
+		if r.err != nil {
+			t.Fatalf("next: %v", r.err)
+		}
+		if r.term.Token() <= holder.Token() {
+			t.Fatalf("next took the lease with token %d after token %d", r.term.Token(), holder.Token())
+		}
+		if err := r.term.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the next process did not take the released lease within a minute (the holder's expiry takes minutes): the release woke the crashed head only")
+	}
+}
+
+// TestHandOverGoesToQueueHead: two processes, each with two candidates for
+// one lease, one of each waiting in the process behind the other (a
+// Backend's candidates take turns). A holder's resign hands the lease to
+// the process that heads the lease's queue, not to the resigner's own next
+// candidate, which needs no wake-up and would otherwise take it first: a
+// process with many candidates would pass the lease among its own while
+// the others wait.
+func TestHandOverGoesToQueueHead(t *testing.T) {
+	pg := testserver.SharedPostgres(t)
+	dbURL := pg.NewDatabase(t)
+	check := newPool(t, dbURL)
+	lease := testkit.Unique("turns")
+	testkit.HandOversGoToQueueHead(t, queueBackend(t, dbURL), queueBackend(t, dbURL), lease, 6, func(n int) { waitQueued(t, check, lease, n) })
 }

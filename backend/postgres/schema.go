@@ -74,6 +74,16 @@ const wakePrefix = "baton_w_"
 // name. IDs are random, so one channel serves every schema.
 func WakeChannel(id string) string { return wakePrefix + id }
 
+// listenerAppName is the application_name of the LISTEN connection of the
+// process whose listener ID is id. A release wakes only a queued process
+// whose LISTEN connection the server still has (pg_stat_activity shows
+// every role's application_name): a process that crashed closed it, and a
+// notification on its channel would reach nobody.
+func listenerAppName(id string) string { return listenerAppPrefix + id }
+
+// listenerAppPrefix starts the application_name of a LISTEN connection.
+const listenerAppPrefix = "baton listen "
+
 // Channel returns the NOTIFY channel of schema (DefaultSchema when empty):
 // its payload is the name of a lease that was released or handed over.
 func Channel(schema string) string { return mustSchema(schema) + "_leases" }
@@ -122,6 +132,8 @@ CREATE TABLE IF NOT EXISTS @.leases (
 );
 COMMENT ON TABLE @.leases IS 'baton: one row per lease; holder/session NULL when free; token = epoch<<32 + counter, never reset';
 CREATE INDEX IF NOT EXISTS leases_session_idx ON @.leases (session) WHERE session IS NOT NULL;
+-- A release keeps the free lease for the queue head it woke, briefly.
+ALTER TABLE @.leases ADD COLUMN IF NOT EXISTS reserved_for text, ADD COLUMN IF NOT EXISTS reserved_until timestamptz;
 
 CREATE TABLE IF NOT EXISTS @.waiters (
     name     text        NOT NULL,

@@ -46,11 +46,18 @@ type Backend struct {
 	// Backend campaigns for or holds: one session has one place per lease.
 	sessions *backend.SessionManager[string]
 
-	// mu guards orphans and reaping. It is taken before the sessions'
-	// mutex when both are held.
+	// mu guards orphans, unreleased and reaping. It is taken before the
+	// sessions' mutex when both are held.
 	mu      sync.Mutex
 	orphans map[string]string // lease -> session: a queue place or a hold nobody waits for
-	reaping bool
+	// unreleased holds the terms whose release failed (lease -> its
+	// session and token): the log gives each lease to this session until
+	// a release at that token lands, which reap retries.
+	unreleased map[string]unreleasedTerm
+	reaping    bool
+	// keepUnreleased, set by tests before the first campaign, leaves a
+	// failed release to the next campaign instead of retrying it.
+	keepUnreleased bool
 
 	// epochs follows the group's epoch (the high half of the tokens), to
 	// report a group re-created under an agent client.
@@ -60,6 +67,12 @@ type Backend struct {
 	// lease, which a campaign tells the group (see sawHeld).
 	heldMu sync.Mutex
 	held   map[string]uint64
+
+	// watch, on a member, ends held terms that the member's copy of the
+	// log gives to another term, all of them with one subscription; nil
+	// on an agent client, where a goroutine per held lease long-polls the
+	// agent (watchHeld).
+	watch *heldWatch
 }
 
 var _ baton.Backend = (*Backend)(nil)
@@ -114,9 +127,12 @@ func New(g Group, opts Options) (*Backend, error) {
 	}
 	b := &Backend{
 		g: g, cfg: cfg, stale: opts.StaleReads, log: log.WithGroup("raft"),
-		orphans: map[string]string{},
+		orphans: map[string]string{}, unreleased: map[string]unreleasedTerm{},
 	}
 	b.sessions = newSessions(b)
+	if n, ok := g.(*Node); ok {
+		b.watch = newHeldWatch(b, n.fsm)
+	}
 	return b, nil
 }
 
@@ -240,19 +256,60 @@ func (b *Backend) abandon(name string, s *sess) {
 	}
 }
 
+// unreleasedTerm is a term of this Backend that ended but whose release
+// did not land.
+type unreleasedTerm struct {
+	session string
+	token   uint64
+}
+
+// releaseLater retries, in the background until it lands or the session
+// ends, the release of the term of name at token on s: until then the log
+// gives the lease to s, and no other candidate gets it. A release names
+// its token, so a late one never ends a later term.
+func (b *Backend) releaseLater(name string, s *sess, token uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sessions.Closed() || b.keepUnreleased {
+		return // Close destroys the session, and the hold with it (or a test keeps it)
+	}
+	b.unreleased[name] = unreleasedTerm{session: s.ID, token: token}
+	if !b.reaping {
+		b.reaping = b.sessions.Go(b.reap)
+	}
+}
+
+// reap gives up, in the background, the queue places of abandoned
+// campaigns (orphans) and the holds of terms whose release failed
+// (unreleased), retrying each every RenewInterval/4 until it lands or its
+// session ends.
 func (b *Backend) reap() {
 	for {
 		b.mu.Lock()
-		if len(b.orphans) == 0 || b.sessions.Closed() {
+		if (len(b.orphans) == 0 && len(b.unreleased) == 0) || b.sessions.Closed() {
 			b.reaping = false
 			b.mu.Unlock()
 			return
 		}
-		var name, sid string
-		for name, sid = range b.orphans {
+		var (
+			name, sid string
+			left      unreleasedTerm
+			isLeft    bool
+		)
+		for name, left = range b.unreleased {
+			sid, isLeft = left.session, true
 			break
 		}
+		if !isLeft {
+			for name, sid = range b.orphans {
+				break
+			}
+		}
 		b.mu.Unlock()
+		if isLeft {
+			b.retryRelease(name, left)
+			continue
+		}
 		s := b.sessions.Live()
 		if s == nil || s.ID != sid || s.Context().Err() != nil {
 			b.dropOrphan(name, sid) // the session is gone, and the place with it
@@ -270,6 +327,37 @@ func (b *Backend) reap() {
 		case <-s.Context().Done():
 		case <-time.After(b.cfg.RenewInterval / 4):
 		}
+	}
+}
+
+// retryRelease sends the release of left once, and forgets left when it
+// landed or its session is gone; else it waits a while before reap tries
+// again.
+func (b *Backend) retryRelease(name string, left unreleasedTerm) {
+	forget := func() {
+		b.mu.Lock()
+		if b.unreleased[name] == left {
+			delete(b.unreleased, name)
+		}
+		b.mu.Unlock()
+	}
+	s := b.sessions.Live()
+	if s == nil || s.ID != left.session || s.Context().Err() != nil {
+		forget() // the session is gone, and the hold with it
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.Context(), b.cfg.TTL)
+	_, err := b.g.apply(ctx, command{Op: opRelease, Session: s.ID, Lease: name, Token: left.token, Time: time.Now()})
+	cancel()
+	if err == nil {
+		b.log.Info("released in the background a lease whose release had failed", "lease", name, "token", left.token)
+		forget()
+		return
+	}
+	b.log.Debug("could not yet release a term that ended; retrying", "lease", name, "token", left.token, "err", err)
+	select {
+	case <-s.Context().Done():
+	case <-time.After(b.cfg.RenewInterval / 4):
 	}
 }
 
@@ -313,26 +401,45 @@ func (b *Backend) campaignErr(ctx context.Context, s *sess, name, what string, e
 type held struct {
 	name  string
 	token uint64
+	at    uint64 // the index of the entry that granted it
 	s     *sess
 	sl    *backend.Slot
 	term  *backend.BasicTerm
-	stop  context.CancelFunc
+	// stop ends watchHeld, on an agent client; nil on a member.
+	stop context.CancelFunc
+}
+
+// unwatch stops watching h's lease: its term ended, or is being released.
+func (b *Backend) unwatch(h *held) {
+	if h.stop != nil {
+		h.stop()
+	}
+	if b.watch != nil {
+		b.watch.remove(h)
+	}
 }
 
 // hold starts the term granted at index at with token, after prev (nil:
 // unknown).
 func (b *Backend) hold(s *sess, sl *backend.Slot, name string, token, at uint64, prev *prevTerm) (baton.Term, error) {
-	ctx, stop := context.WithCancel(s.Context())
-	h := &held{name: name, token: token, s: s, sl: sl, stop: stop}
+	h := &held{name: name, token: token, at: at, s: s, sl: sl}
+	opts := backend.StartOptions{Started: func(t *backend.BasicTerm) { h.term = t }}
+	if b.watch == nil {
+		ctx, stop := context.WithCancel(s.Context())
+		h.stop = stop
+		opts.Watch = func() { b.watchHeld(ctx, h, at) }
+	}
 	// If Start fails, the lease goes with the session: Close destroys it,
 	// or it ends now if it has not yet.
-	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, backend.StartOptions{
-		Started: func(t *backend.BasicTerm) { h.term = t },
-		Watch:   func() { b.watchHeld(ctx, h, at) },
-	})
+	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, opts)
 	if err != nil {
-		stop()
+		if h.stop != nil {
+			h.stop()
+		}
 		return nil, err
+	}
+	if b.watch != nil {
+		b.watch.add(h)
 	}
 	b.log.Debug("acquired", "lease", name, "token", token, "session", s.ID)
 	if e := token >> 32; e != 0 {
@@ -340,8 +447,14 @@ func (b *Backend) hold(s *sess, sl *backend.Slot, name string, token, at uint64,
 		b.epochs.Report(b.log, backend.EpochLocation{Store: "the raft group", Counter: "log indexes", Kind: "lease", Key: name}, e)
 	}
 	b.sawHeld(name, token)
+	if prev != nil && prev.First {
+		prev = &firstTerm // the same for every first term: not a copy per lease
+	}
 	return &term{BasicTerm: t, b: b, h: h, prev: prev}, nil
 }
+
+// firstTerm is the predecessor of a lease's first term.
+var firstTerm = prevTerm{First: true}
 
 // term is a raft Backend's baton.Term. Its state lives in the replicated
 // log, beside the lease: StoreState is a command that the log applies only
@@ -412,7 +525,7 @@ func (t *term) StoreState(ctx context.Context, value []byte) error {
 	}
 	switch {
 	case res.Lost:
-		h.stop()
+		t.b.unwatch(h)
 		h.s.Forget(h.term)
 		lost := fmt.Errorf("%w: lease %q: the group says this term (token %d) no longer holds it, so it did not store the state", baton.ErrLeaseLost, h.name, h.token)
 		if h.term.End(lost) {
@@ -429,8 +542,9 @@ func (t *term) StoreState(ctx context.Context, value []byte) error {
 }
 
 // watchHeld ends h's term when the log says the lease went to another
-// term (the raft leader expired the session, say). It returns when ctx
-// ends: the term was released, or the session ended.
+// term (the raft leader expired the session, say), on an agent client:
+// there it long-polls the agent for h's lease. It returns when ctx ends:
+// the term was released, or the session ended.
 func (b *Backend) watchHeld(ctx context.Context, h *held, at uint64) {
 	defer h.stop()
 	minIndex, after := at, uint64(0)
@@ -454,7 +568,7 @@ func (b *Backend) watchHeld(ctx context.Context, h *held, at uint64) {
 // release gives h's lease back. BasicTerm calls it once, after the term
 // ended.
 func (b *Backend) release(ctx context.Context, h *held) error {
-	h.stop()
+	b.unwatch(h)
 	h.s.Forget(h.term)
 	defer b.sessions.Unclaim(h.sl)
 	if h.s.Context().Err() != nil {
@@ -467,7 +581,8 @@ func (b *Backend) release(ctx context.Context, h *held) error {
 		if h.s.Context().Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("%w: release lease %q: %w", baton.ErrBackendUnavailable, h.name, err)
+		b.releaseLater(h.name, h.s, h.token)
+		return fmt.Errorf("%w: release lease %q (retried in the background while the session lives): %w", baton.ErrBackendUnavailable, h.name, err)
 	}
 	b.log.Debug("released", "lease", h.name, "token", h.token)
 	return nil
@@ -479,6 +594,12 @@ func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error)
 	v, err := b.g.read(ctx, name, "", b.stale)
 	if err != nil {
 		if ctx.Err() != nil {
+			if errors.Is(err, ctx.Err()) {
+				// What the group answered last (a member that knows
+				// no raft leader, one that could not reach it) says
+				// more than the deadline alone.
+				return baton.Record{}, err
+			}
 			return baton.Record{}, ctx.Err()
 		}
 		if ce := (*baton.ConfigError)(nil); errors.As(err, &ce) {

@@ -65,6 +65,11 @@ func (n *Node) checkTokenAboveHeld(lease, session string, res *result, held uint
 	if res == nil || !res.Holder || held == 0 || res.Token > held {
 		return
 	}
+	if res.Again && res.Token == held {
+		// The client's own term whose release did not land: the client
+		// releases it and campaigns anew (Backend.campaign).
+		return
+	}
 	n.log.Error("granted a fencing token not above one the client held for the lease: the group lost its state and was started again by a member whose wall clock is behind the old group's epoch; "+
 		"stores fencing with the token will refuse this holder's writes: fix the clocks (NTP), and see the raft package doc on epochs",
 		"lease", lease, "session", session, "token", res.Token, "client_held", held,

@@ -74,7 +74,10 @@ type result struct {
 	Index  uint64 `json:"index"`
 	Holder bool   `json:"holder,omitempty"` // acquire: the session holds the lease now
 	Token  uint64 `json:"token,omitempty"`  // acquire: its token when Holder
-	Err    string `json:"err,omitempty"`    // the command was refused (an unknown session, say)
+	// Again reports, for an acquire, that the session held the lease
+	// already: a retried acquire, or a term whose release did not land.
+	Again bool   `json:"again,omitempty"`
+	Err   string `json:"err,omitempty"` // the command was refused (an unknown session, say)
 	// Promoted reports that the command handed a lease to a waiter.
 	Promoted bool `json:"promoted,omitempty"`
 	// Lost reports that a state-store was refused because its term no
@@ -97,6 +100,19 @@ type sessionRec struct {
 	// raft leader acts on the client's behalf only for a caller that
 	// presents the secret (Node.ClientHandler).
 	Auth []byte `json:"auth,omitempty"`
+
+	// candidate is the candidate ID of the session's last acquire, so
+	// that the leases of a session whose candidates share an ID share one
+	// copy of it. Not in snapshots.
+	candidate string
+}
+
+// candidateID returns id, sharing the copy s kept if it is the same.
+func (s *sessionRec) candidateID(id string) string {
+	if id != s.candidate {
+		s.candidate = id
+	}
+	return s.candidate
 }
 
 // waiter is a session queued for a lease.
@@ -186,7 +202,9 @@ type fsm struct {
 	// lastEnd is the last term of each lease to end, and pred the term
 	// before each lease's current one, as this copy of the log applied
 	// them. Not in snapshots: after a restore, what came before is
-	// unknown (restored), not "none".
+	// unknown (restored), not "none". A lease's first term has no entry
+	// in pred (prevOf tells it from having no lastEnd), so that a table
+	// of leases held once costs nothing here.
 	lastEnd  map[string]prevTerm
 	pred     map[string]prevTerm // keyed by lease; Next is the current term's token
 	restored bool
@@ -414,23 +432,26 @@ func (f *fsm) acquire(index uint64, c *command) *result {
 		l = &leaseRec{Name: c.Lease}
 		f.st.Leases[c.Lease] = l
 	}
+	cand := s.candidateID(c.Candidate)
 	switch {
 	case l.Session == c.Session:
 		// A retried acquire whose first reply was lost.
-		return &result{Holder: true, Token: l.Token, Prev: f.prevOf(c.Lease, l.Token)}
+		return &result{Holder: true, Again: true, Token: l.Token, Prev: f.prevOf(c.Lease, l.Token)}
 	case l.Session == "":
 		tok := f.token(index)
-		l.Session, l.Candidate, l.Token, l.Since = c.Session, c.Candidate, tok, c.Time
+		// s.ID, not c.Session: one copy of the session's ID for all its
+		// leases, not one per command.
+		l.Session, l.Candidate, l.Token, l.Since = s.ID, cand, tok, c.Time
 		l.ResignRequested = false
-		f.link(c.Session, c.Lease)
+		f.link(s.ID, c.Lease)
 		f.emit(LeaseEvent{Lease: c.Lease, Kind: EventElected, Holder: c.Candidate, Session: c.Session,
 			Member: s.Node, Token: tok, At: c.Time})
 		f.changed(c.Lease)
 		return &result{Holder: true, Token: tok, Prev: f.prevOf(c.Lease, tok)}
 	}
 	if !slices.ContainsFunc(l.Queue, func(w waiter) bool { return w.Session == c.Session }) {
-		l.Queue = append(l.Queue, waiter{Session: c.Session, Candidate: c.Candidate})
-		f.link(c.Session, c.Lease)
+		l.Queue = append(l.Queue, waiter{Session: s.ID, Candidate: cand})
+		f.link(s.ID, c.Lease)
 		f.emit(LeaseEvent{Lease: c.Lease, Kind: EventQueued, Holder: c.Candidate, Session: c.Session,
 			Member: s.Node, At: c.Time})
 		f.changed(c.Lease)
@@ -575,9 +596,8 @@ func (f *fsm) emit(ev LeaseEvent) {
 		case ok:
 			p.Next = ev.Token
 			f.pred[ev.Lease] = p
-		case !f.restored:
-			f.pred[ev.Lease] = prevTerm{First: true, Next: ev.Token}
 		default:
+			// The first term (prevOf), or unknown after a restore.
 			delete(f.pred, ev.Lease)
 		}
 	}
@@ -586,8 +606,19 @@ func (f *fsm) emit(ev LeaseEvent) {
 
 // prevOf returns the term before lease's term with token, if known.
 func (f *fsm) prevOf(lease string, token uint64) *prevTerm {
-	if p, ok := f.pred[lease]; ok && p.Next == token {
-		return &p
+	if p, ok := f.pred[lease]; ok {
+		if p.Next == token {
+			return &p
+		}
+		return nil
+	}
+	if _, ended := f.lastEnd[lease]; ended || f.restored {
+		return nil
+	}
+	// No term of lease ended in the whole log: the current one, if it
+	// is token's, is the first.
+	if l := f.st.Leases[lease]; l != nil && l.Session != "" && l.Token == token {
+		return &prevTerm{First: true, Next: token}
 	}
 	return nil
 }

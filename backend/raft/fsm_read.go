@@ -58,6 +58,17 @@ func (f *fsm) lease(name, session string) (leaseView, <-chan struct{}) {
 	return v, ch
 }
 
+// holder returns the applied index and the session and token holding
+// name ("" and 0 when free). Unlike lease, it leaves no channel behind.
+func (f *fsm) holder(name string) (index uint64, session string, token uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if l := f.st.Leases[name]; l != nil {
+		return f.st.Index, l.Session, l.Token
+	}
+	return f.st.Index, "", 0
+}
+
 // applied returns the last applied index and a channel closed at the next
 // apply.
 func (f *fsm) applied() (uint64, <-chan struct{}) {
@@ -211,6 +222,11 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	for name := range st.Leases {
 		f.mod[name] = st.Index
+	}
+	for w := range f.watchers {
+		if w.restores {
+			w.push([]LeaseEvent{{Kind: eventRestored}})
+		}
 	}
 	close(f.any)
 	f.any = make(chan struct{})

@@ -155,33 +155,53 @@ func (n *Node) serveLeases(w http.ResponseWriter, r *http.Request) {
 // the entries the snapshot covers. stop must not be called from fn; it may
 // be called after the Node is closed, and more than once.
 func (n *Node) WatchLeases(fn func(LeaseEvent)) (stop func()) {
-	w := &leaseWatcher{fn: fn, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
-	n.fsm.mu.Lock()
-	n.fsm.watchers[w] = struct{}{}
-	n.fsm.mu.Unlock()
-	go w.run()
+	w := n.fsm.subscribe(fn, false)
+	quit := make(chan struct{})
+	go w.run(quit)
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			n.fsm.mu.Lock()
-			delete(n.fsm.watchers, w)
-			n.fsm.mu.Unlock()
-			close(w.quit)
+			n.fsm.unsubscribe(w)
+			close(quit)
 		})
 		<-w.done
 	}
 }
 
-// leaseWatcher is one WatchLeases subscription: the FSM appends events to
-// its queue (never blocking the apply), and its goroutine hands them to fn.
+// leaseWatcher is one subscription to the FSM's lease events (WatchLeases,
+// heldWatch): the FSM appends events to its queue (never blocking the
+// apply), and its goroutine (run) hands them to fn.
 type leaseWatcher struct {
-	fn   func(LeaseEvent)
-	wake chan struct{} // one pending signal
-	quit chan struct{}
-	done chan struct{}
+	fn func(LeaseEvent)
+	// restores asks for an eventRestored when the FSM restores a
+	// snapshot, whose entries give no events.
+	restores bool
+	wake     chan struct{} // one pending signal
+	done     chan struct{} // closed when run returns
 
 	mu    sync.Mutex
 	queue []LeaseEvent
+}
+
+// eventRestored is the event a leaseWatcher with restores gets when the
+// FSM restored a snapshot: any lease may have changed, unreported. Only
+// this package's watchers get it, never WatchLeases.
+const eventRestored EventKind = "restored"
+
+// subscribe adds a watcher calling fn; its events reach fn once run runs.
+func (f *fsm) subscribe(fn func(LeaseEvent), restores bool) *leaseWatcher {
+	w := &leaseWatcher{fn: fn, restores: restores, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	f.mu.Lock()
+	f.watchers[w] = struct{}{}
+	f.mu.Unlock()
+	return w
+}
+
+// unsubscribe stops giving events to w.
+func (f *fsm) unsubscribe(w *leaseWatcher) {
+	f.mu.Lock()
+	delete(f.watchers, w)
+	f.mu.Unlock()
 }
 
 func (w *leaseWatcher) push(evs []LeaseEvent) {
@@ -194,11 +214,12 @@ func (w *leaseWatcher) push(evs []LeaseEvent) {
 	}
 }
 
-func (w *leaseWatcher) run() {
+// run hands w's events to its fn until quit is closed.
+func (w *leaseWatcher) run(quit <-chan struct{}) {
 	defer close(w.done)
 	for {
 		select {
-		case <-w.quit:
+		case <-quit:
 			return
 		case <-w.wake:
 		}
@@ -208,7 +229,7 @@ func (w *leaseWatcher) run() {
 		w.mu.Unlock()
 		for _, ev := range evs {
 			select {
-			case <-w.quit:
+			case <-quit:
 				return
 			default:
 			}

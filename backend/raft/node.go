@@ -693,8 +693,8 @@ func (n *Node) startRaft() error {
 		snaps  hraft.SnapshotStore
 	)
 	if n.opts.DataDir == "" {
-		store := hraft.NewInmemStore()
-		logs, stable, snaps = store, store, hraft.NewInmemSnapshotStore()
+		store := newInmemLogs()
+		logs, stable, snaps = store, store.InmemStore, hraft.NewInmemSnapshotStore()
 	} else {
 		bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(n.opts.DataDir, "raft.db")})
 		if err != nil {

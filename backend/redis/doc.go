@@ -53,8 +53,12 @@
 //     queue's first process that is still subscribed and read its lease
 //     within three PollIntervals, dropping those that are not (a killed
 //     process's connection is closed: PUBLISH reaches nobody, and the next
-//     is woken). Each process subscribes on one connection. A process
-//     that stops waiting leaves the queue and passes on a wake-up it got.
+//     is woken). The free lease is then the woken process's alone for a
+//     tenth of the TTL (at most a second): a candidate that did not wait
+//     in the queue, the resigner's own next one say, queues behind it
+//     rather than taking the lease first. Each process subscribes on one
+//     connection. A process that stops waiting leaves the queue and
+//     passes on a wake-up it got.
 //     Waiters also read their lease when its key is due to expire and
 //     every PollInterval: a redsync release, an expiry and a wake-up lost
 //     to a paused process publish nothing, and polling covers them.
@@ -77,6 +81,8 @@
 //	baton:queue:NAME   the processes waiting for the lease (a sorted set of
 //	                   Backend IDs, by when each joined)
 //	baton:waiting:NAME when each queued process's entry lapses (server ms)
+//	baton:woken:NAME   the Backend ID of the process a release just woke, for
+//	                   a tenth of the TTL (at most a second)
 //	baton:released     the channel: each release or acquisition publishes the
 //	                   lease key (for WatchLeader)
 //	baton:wake:ID      a process's channel: a release publishes the lease key

@@ -1,13 +1,11 @@
 package redis_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,31 +15,13 @@ import (
 	"github.com/batonhq/baton/internal/testserver"
 )
 
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestRestoredSnapshotStartsNewEpoch: the server restarts from a snapshot
 // older than the last acquisition, so the lease's token key goes back. A
 // process that saw the later token says so at Error level and starts a
 // new epoch: its next token is above every token it saw, not a repeat.
 func TestRestoredSnapshotStartsNewEpoch(t *testing.T) {
 	srv := testserver.StartRedis(t, testserver.RedisOptions{})
-	var logs lockedBuffer
+	var logs testserver.SyncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	b := newBackend(t, newClient(t, srv.Addr(), ""), redis.Options{Config: backend.Config{TTL: time.Second}, Logger: log})
 	ctx := context.Background()

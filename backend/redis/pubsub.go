@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -115,10 +116,19 @@ func (l *listener) run(ctx context.Context) {
 				l.setUp(m.Kind == "subscribe")
 			}
 		case *goredis.Message:
+			if m.Channel == own && strings.HasPrefix(m.Payload, "\x00") {
+				if key, g, ok := parseGrant(m.Payload); ok {
+					b.granted(key, g)
+				}
+				break
+			}
 			name := strings.TrimPrefix(m.Payload, prefix)
 			if m.Channel != own {
 				l.w.Wake(name, false)
-			} else if !l.w.Wake(name, true) {
+				break
+			}
+			b.o.log.Debug("woken", "lease", name)
+			if !l.w.Wake(name, true) {
 				// Woken for a lease this process no longer waits for (its
 				// campaign ended before it left the queue): pass it on.
 				b.leave(b.keys(name))
@@ -132,4 +142,18 @@ func (l *listener) run(ctx context.Context) {
 func isTimeout(err error) bool {
 	t, ok := err.(interface{ Timeout() bool })
 	return ok && t.Timeout()
+}
+
+// parseGrant parses a grant sent on the process channel (wakeHeadLua):
+// NUL STAMP NUL VALUE NUL KEY.
+func parseGrant(p string) (key string, g grant, ok bool) {
+	f := strings.SplitN(p, "\x00", 4)
+	if len(f) != 4 || f[0] != "" {
+		return "", grant{}, false
+	}
+	stamp, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return "", grant{}, false
+	}
+	return f[3], grant{stamp: stamp, value: f[2]}, true
 }

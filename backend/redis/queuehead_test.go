@@ -121,3 +121,16 @@ func TestLostWakeUpPolls(t *testing.T) {
 		t.Fatal("no token")
 	}
 }
+
+// TestHandOverGoesToQueueHead: two processes, each with two candidates
+// for one lease, one of each waiting in the process behind the other (a
+// Backend's candidates take turns). A holder's resign hands the lease to
+// the process that heads the store's queue, not to the resigner's own next
+// candidate, which then queues at the back: otherwise a process with many
+// candidates passes the lease among its own while the others wait.
+func TestHandOverGoesToQueueHead(t *testing.T) {
+	srv := startQueueServer(t)
+	const lease = "turns"
+	a, b := newQueueProcess(t, srv, queueTiming), newQueueProcess(t, srv, queueTiming)
+	testkit.HandOversGoToQueueHead(t, a.b, b.b, lease, 6, func(n int) { queued(t, srv, lease, n) })
+}

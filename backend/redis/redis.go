@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/batonhq/baton"
@@ -31,10 +32,32 @@ type Backend struct {
 	// channel (WakeChannel).
 	id string
 
+	// base is the monotonic origin of the stamps of queue entries
+	// (stampOf): a stamp is microseconds since base.
+	base time.Time
+
 	mu       sync.Mutex
 	held     map[string]*term // lease name -> the live term's key and value
 	inflight map[*int]time.Time
 	seen     map[string]uint64 // the highest token seen per lease
+	// waits are the campaigns waiting in a queue, by lease name: the
+	// stamps they sent, for checking a grant's.
+	waits map[string]*waitStamps
+	// grants are the grants heard for a lease, not yet taken by its
+	// campaign.
+	grants map[string]grant
+}
+
+// waitStamps are the stamps one campaign sent with its queue entry.
+type waitStamps struct {
+	id          string // the candidate
+	first, last int64  // the first and latest stamps sent
+}
+
+// grant is a lease a release granted this process (wakeHeadLua).
+type grant struct {
+	stamp int64
+	value string
 }
 
 var (
@@ -72,7 +95,8 @@ func New(ctx context.Context, client goredis.UniversalClient, opts Options) (*Ba
 	if strings.Contains(info, "cluster_enabled:1") {
 		return nil, &baton.ConfigError{Problems: []string{ErrCluster.Error() + " (the server has cluster-enabled yes)"}}
 	}
-	b := &Backend{c: client, o: o, id: randomID(), held: map[string]*term{}, inflight: map[*int]time.Time{}, seen: map[string]uint64{}}
+	b := &Backend{c: client, o: o, id: randomID(), base: time.Now(), held: map[string]*term{}, inflight: map[*int]time.Time{}, seen: map[string]uint64{},
+		waits: map[string]*waitStamps{}, grants: map[string]grant{}}
 	b.sessions = backend.NewSessionManager(driver{b}, backend.SessionOptions[string]{
 		Backend:      "redis",
 		Config:       o.cfg,
@@ -120,6 +144,21 @@ type Keys struct {
 	// which its entry stands unrefreshed (a sorted set): a process that
 	// stopped reading its lease is passed over.
 	Waiting string
+	// Woken holds, for a moment after a release woke the first process in
+	// Queue (a fraction of the TTL, at most a second: see wakeGrace), that
+	// process's ID: the free lease is its alone meanwhile, so that a
+	// candidate that did not wait in the queue, such as the resigner's own
+	// next candidate, queues behind it rather than taking the lease first.
+	Woken string
+	// Stamps is the prefix of the grant entries of the processes in
+	// Queue: key Stamps+":"+ID holds "STAMP GRANTMS HOLDER", for as long
+	// as the process's queue entry stands. A release grants the free
+	// lease to the head of the queue directly, as a term of HOLDER that
+	// expires in GRANTMS unless the head renews it, and sends
+	// the head STAMP, which the head put in its latest refresh of the
+	// entry: the head counts the term's safe-until from that refresh's
+	// send time, which preceded the grant.
+	Stamps string
 }
 
 // KeysOf returns the keys of lease name under prefix (empty:
@@ -129,7 +168,8 @@ func KeysOf(prefix, name string) Keys {
 		prefix = DefaultPrefix
 	}
 	return Keys{Lease: prefix + "lease:" + name, Token: prefix + "token:" + name, State: prefix + "state:" + name,
-		Queue: prefix + "queue:" + name, Waiting: prefix + "waiting:" + name}
+		Queue: prefix + "queue:" + name, Waiting: prefix + "waiting:" + name, Woken: prefix + "woken:" + name,
+		Stamps: prefix + "stamp:" + name}
 }
 
 // WakeChannel returns the pub/sub channel under prefix (empty:
@@ -185,10 +225,20 @@ func (b *Backend) stmtCtx(ctx context.Context) (context.Context, context.CancelF
 
 func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id string) (baton.Term, error) {
 	wake, unsubscribe := b.listen.w.Subscribe(name, true)
-	defer unsubscribe()
 	k := b.keys(name)
 	queued := false
+	b.mu.Lock()
+	b.waits[name] = &waitStamps{id: id, first: -1}
+	b.mu.Unlock()
 	defer func() {
+		unsubscribe()
+		b.mu.Lock()
+		delete(b.waits, name)
+		b.mu.Unlock()
+		// A grant heard after the campaign ended is passed on.
+		if g, ok := b.takeGrant(name); ok {
+			b.passOn(k.Lease, g.value)
+		}
 		if queued {
 			b.leave(k)
 		}
@@ -197,6 +247,13 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 		s, err := b.sessions.Session(ctx)
 		if err != nil {
 			return nil, err
+		}
+		if g, ok := b.takeGrant(name); ok {
+			t, err := b.takeGranted(s, sl, name, id, k, g)
+			if t != nil || err != nil {
+				queued = false
+				return t, err
+			}
 		}
 		t, left, err := b.tryAcquire(ctx, s, sl, name, id, k)
 		if t != nil {
@@ -224,6 +281,130 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 	}
 }
 
+// stampOf is the stamp of a request sent at at: microseconds since
+// b.base, on the monotonic clock.
+func (b *Backend) stampOf(at time.Time) int64 { return at.Sub(b.base).Microseconds() }
+
+// takeGrant takes the grant heard for lease name, if any.
+func (b *Backend) takeGrant(name string) (grant, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	g, ok := b.grants[name]
+	delete(b.grants, name)
+	return g, ok
+}
+
+// granted hands a grant heard on the process channel to the campaign for
+// its lease, or passes it on when none waits.
+func (b *Backend) granted(key string, g grant) {
+	name := strings.TrimPrefix(key, b.o.Prefix+"lease:")
+	b.mu.Lock()
+	b.grants[name] = g
+	b.mu.Unlock()
+	b.o.log.Debug("granted", "lease", name)
+	if !b.listen.w.Wake(name, true) {
+		if g, ok := b.takeGrant(name); ok {
+			b.passOn(key, g.value)
+		}
+	}
+}
+
+// passOn releases a lease granted to this process that it does not take,
+// in the background: the release grants it to the next process. A value
+// that a live term of this process holds is its own, and stays.
+func (b *Backend) passOn(key, value string) {
+	name := strings.TrimPrefix(key, b.o.Prefix+"lease:")
+	b.mu.Lock()
+	t := b.held[name]
+	b.mu.Unlock()
+	if t != nil && t.value == value && t.Err() == nil {
+		return
+	}
+	b.sessions.Go(func() { b.dropLeftover(key, value) })
+}
+
+// grantMS is how long (ms) a key granted to this process by a release
+// lives unless renewed (wakeHeadLua): the TTL less a millisecond. The
+// term counts from the send of the stamp the grant carries, which may be
+// up to a PollInterval old, and must start with more left than an
+// Elector's StopEarly (below the renewal window) or the Elector resigns
+// it at once: so nearly a full TTL. The millisecond tells a granted value
+// from the process's own acquisition (whose value carries the full TTL).
+func (b *Backend) grantMS() int64 { return max(1, b.ttlMS()-1) }
+
+// takeGranted starts the term a release granted this process (g), or
+// passes the lease on and returns nothing when the grant is not one it
+// can count safely: not for candidate id, a stamp this campaign did not
+// send, a token not above every token seen, or too old to act on.
+//
+// The term's safe-until is counted from the send time of the request
+// that carried g's stamp, which the server executed before the grant:
+// the granted key expires grantMS after the grant, so the term is safe
+// until that send time plus grantMS, less DriftMargin; never from when
+// the grant was heard, which may be long after it. A renewal of the key that
+// this process sends itself lifts the cap (confirmGrant, and the
+// renewals of the session).
+func (b *Backend) takeGranted(s *backend.Session[string], sl *backend.Slot, name, id string, k Keys, g grant) (baton.Term, error) {
+	v := parseValue(g.value)
+	b.mu.Lock()
+	w := b.waits[name]
+	seen := b.seen[name]
+	b.mu.Unlock()
+	grace := time.Duration(b.grantMS()) * time.Millisecond
+	ok := v.baton && v.holder == id && w != nil && w.id == id && w.first >= 0 &&
+		g.stamp >= w.first && g.stamp <= w.last && v.token > seen && v.ttl == grace
+	if !ok {
+		b.o.log.Debug("a grant this campaign cannot count on: passed on", "lease", name, "value", g.value)
+		b.passOn(k.Lease, g.value)
+		return nil, nil
+	}
+	sent := b.base.Add(time.Duration(g.stamp) * time.Microsecond)
+	capUntil := b.o.cfg.SafeUntil(sent, grace)
+	b.saw(name, v.token)
+	t := &term{b: b, name: name, keys: k, value: g.value, session: s.ID, sess: s}
+	t.capped.Store(true)
+	_, err := b.sessions.Start(s, sl, name, v.token, t.release, backend.StartOptions{
+		Watch:   func() {},
+		Started: func(bt *backend.BasicTerm) { t.BasicTerm = bt },
+		Cap:     capUntil,
+	})
+	if err != nil {
+		b.o.log.Debug("a grant heard too late to act on: passed on", "lease", name, "err", err)
+		b.sessions.CleanClaimed(sl, func() { b.dropLeftover(k.Lease, g.value) })
+		if errors.Is(err, baton.ErrClosed) {
+			return nil, err
+		}
+		return nil, nil
+	}
+	b.mu.Lock()
+	b.held[name] = t
+	b.mu.Unlock()
+	b.sessions.Go(func() { b.confirmGrant(t) })
+	b.o.log.Debug("acquired by grant", "lease", name, "token", v.token)
+	return t, nil
+}
+
+// confirmGrant renews a granted term's key at once, in one round trip
+// sent after the term was registered for renewals: its reply lifts the
+// term's cap (or ends the term when the key is gone). A failure leaves the
+// cap to the session's next renewal, which covers the key too.
+func (b *Backend) confirmGrant(t *term) {
+	ctx, cancel := context.WithDeadline(b.sessions.Context(), t.SafeUntil())
+	defer cancel()
+	sent := time.Now()
+	res, acked, err := b.evalWait(ctx, renewScript, []string{t.keys.Lease}, b.ttlMS(), t.value)
+	if err != nil || acked < b.o.Replicas {
+		b.o.log.Debug("could not confirm a granted lease; the next renewal does", "lease", t.name, "err", err)
+		return
+	}
+	if lost, _ := res.([]any); len(lost) > 0 {
+		b.forget(t)
+		t.End(fmt.Errorf("%w: lease %q: its granted key %s expired before this process confirmed it", baton.ErrLeaseLost, t.name, t.keys.Lease))
+		return
+	}
+	t.uncap(b.o.cfg.SafeUntil(sent, b.o.cfg.TTL))
+}
+
 // tryAcquire runs the acquisition script once. It returns the term, or
 // (when the lease is held) how long its key has left to live.
 func (b *Backend) tryAcquire(ctx context.Context, s *backend.Session[string], sl *backend.Slot, name, id string, k Keys) (baton.Term, time.Duration, error) {
@@ -243,9 +424,25 @@ func (b *Backend) tryAcquire(ctx context.Context, s *backend.Session[string], sl
 	}
 	fresh := backend.EpochToken(b.epochs.Next(name, now), 1)
 	tail := strconv.FormatInt(b.ttlMS(), 10) + " " + strconv.FormatInt(now.UnixMilli(), 10) + " " + id
+	entry := ""
+	// With Options.Replicas, a lease is held only once the replicas have
+	// the write that took it, which a grant's holder cannot know: such a
+	// process is woken, and acquires by its own script and WAIT.
+	if b.o.Grant && b.queueID() != "" && b.o.Replicas == 0 && !strings.Contains(id, "\x00") {
+		stamp := b.stampOf(now)
+		b.mu.Lock()
+		if w := b.waits[name]; w != nil && w.id == id {
+			if w.first < 0 {
+				w.first = stamp
+			}
+			w.last = stamp
+			entry = strconv.FormatInt(stamp, 10) + " " + strconv.FormatInt(b.grantMS(), 10) + " " + id
+		}
+		b.mu.Unlock()
+	}
 	sctx, cancel := b.stmtCtx(ctx)
-	res, acked, err := b.evalWait(sctx, acquireScript, []string{k.Lease, k.Token, b.marker(), k.Queue, k.Waiting},
-		strconv.FormatUint(seen, 10), strconv.FormatUint(fresh, 10), tail, b.ttlMS(), Channel(b.o.Prefix), b.queueID(), b.queueMS())
+	res, acked, err := b.evalWait(sctx, acquireScript, []string{k.Lease, k.Token, b.marker(), k.Queue, k.Waiting, k.Woken, k.Stamps},
+		strconv.FormatUint(seen, 10), strconv.FormatUint(fresh, 10), tail, b.ttlMS(), Channel(b.o.Prefix), b.queueID(), b.queueMS(), entry)
 	cancel()
 	if err != nil {
 		// It may have landed: delete it if so, while our slot keeps the
@@ -275,7 +472,10 @@ func (b *Backend) tryAcquire(ctx context.Context, s *backend.Session[string], sl
 	}
 	if got == 0 {
 		v := parseValue(value)
-		if v.token > 0 {
+		if v.token > 0 && !(v.holder == id && v.ttl == time.Duration(b.grantMS())*time.Millisecond) {
+			// (A value granted to this campaign is not seen: its grant,
+			// heard on the process channel, is checked against the tokens
+			// seen before it.)
 			b.saw(name, v.token)
 		}
 		pttl, _ := r[2].(int64)
@@ -294,7 +494,7 @@ func (b *Backend) tryAcquire(ctx context.Context, s *backend.Session[string], sl
 			fmt.Errorf("%d of the %d replicas (Options.Replicas) acknowledged the acquisition within %s: a failover could lose it", acked, b.o.Replicas, b.o.wait))
 	}
 	b.saw(name, v.token)
-	t := &term{b: b, name: name, keys: k, value: value}
+	t := &term{b: b, name: name, keys: k, value: value, session: s.ID}
 	// Renewals sent until t is in held leave its key out; the in-flight
 	// mark keeps them from counting past its acquisition's send time.
 	_, err = b.sessions.Start(s, sl, name, v.token, t.release, backend.StartOptions{
@@ -333,7 +533,16 @@ func (b *Backend) queueMS() int64 {
 func (b *Backend) releaseKeys(key string) []string {
 	name := strings.TrimPrefix(key, b.o.Prefix+"lease:")
 	k := b.keys(name)
-	return []string{k.Lease, k.Queue, k.Waiting}
+	return []string{k.Lease, k.Queue, k.Waiting, k.Woken, k.Token, k.Stamps}
+}
+
+// wakeGrace is how long (ms) a release keeps the free lease for the
+// process it woke (Keys.Woken): a live process takes it within
+// milliseconds; one that was woken but cannot act (stopped, its campaign
+// ended without leaving the queue) delays the lease's next holder by this
+// much at most. A tenth of the TTL, at most a second.
+func (b *Backend) wakeGrace() int64 {
+	return max(1, min(b.o.cfg.TTL/10, time.Second).Milliseconds())
 }
 
 // leave takes this process out of the queue of the lease whose keys are
@@ -345,7 +554,7 @@ func (b *Backend) leave(k Keys) {
 	b.sessions.Go(func() {
 		ctx, cancel := context.WithTimeout(b.sessions.Context(), b.o.cfg.RenewInterval)
 		defer cancel()
-		if _, _, err := b.evalWait(ctx, leaveScript, []string{k.Lease, k.Queue, k.Waiting}, b.id, wakePrefix(b.o.Prefix)); err != nil {
+		if _, _, err := b.evalWait(ctx, leaveScript, []string{k.Lease, k.Queue, k.Waiting, k.Woken, k.Stamps}, b.id, wakePrefix(b.o.Prefix), b.wakeGrace()); err != nil {
 			b.o.log.Debug("could not leave a lease's queue; the entry lapses by itself", "key", k.Queue, "err", err)
 		}
 	})
@@ -386,7 +595,7 @@ func (b *Backend) dropLeftover(key, valueOrTail string) {
 		if v != valueOrTail && !strings.HasSuffix(v, " "+valueOrTail) {
 			return nil
 		}
-		_, _, err = b.evalWait(ctx, releaseScript, b.releaseKeys(key), Channel(b.o.Prefix), wakePrefix(b.o.Prefix), v)
+		_, _, err = b.evalWait(ctx, releaseScript, b.releaseKeys(key), Channel(b.o.Prefix), wakePrefix(b.o.Prefix), b.wakeGrace(), v)
 		return err
 	})
 }
@@ -462,6 +671,23 @@ type term struct {
 	name  string
 	keys  Keys
 	value string
+	// session is the ID of the session whose renewals extend the term:
+	// only they renew its key, and only its revocation deletes it.
+	session string
+	// sess and capped, for a term granted by a release: its safe-until is
+	// capped (backend.StartOptions.Cap) until a renewal of its key that
+	// this process sent is confirmed. An atomic, so that the session's
+	// renewal, which looks at every held term, takes no lock for it.
+	sess   *backend.Session[string]
+	capped atomic.Bool
+}
+
+// uncap lifts a granted term's cap once a renewal of its key, confirmed
+// until until, was sent by this process.
+func (t *term) uncap(until time.Time) {
+	if t.capped.CompareAndSwap(true, false) {
+		t.sess.Uncap(t.BasicTerm, until)
+	}
 }
 
 // release deletes the lease key if this term still holds it, and
@@ -470,9 +696,10 @@ func (t *term) release(ctx context.Context) error {
 	t.b.forget(t)
 	sctx, cancel := t.b.stmtCtx(ctx)
 	defer cancel()
-	if _, _, err := t.b.evalWait(sctx, releaseScript, []string{t.keys.Lease, t.keys.Queue, t.keys.Waiting}, Channel(t.b.o.Prefix), wakePrefix(t.b.o.Prefix), t.value); err != nil {
+	if _, _, err := t.b.evalWait(sctx, releaseScript, t.b.releaseKeys(t.keys.Lease), Channel(t.b.o.Prefix), wakePrefix(t.b.o.Prefix), t.b.wakeGrace(), t.value); err != nil {
 		return fmt.Errorf("redis: release lease %q (its key expires a TTL after its last renewal): %w", t.name, err)
 	}
+	t.b.o.log.Debug("released", "lease", t.name, "token", t.Token())
 	return nil
 }
 

@@ -34,7 +34,7 @@ func (d driver) Grant(ctx context.Context) (backend.SessionGrant[string], error)
 // was set then, and is not in this renewal). A key that no longer holds
 // its value ends its term with baton.ErrLeaseLost. A renewal the
 // replicas did not acknowledge (Options.Replicas) does not count.
-func (d driver) Renew(ctx context.Context, _ string) (time.Time, error) {
+func (d driver) Renew(ctx context.Context, id string) (time.Time, error) {
 	b := d.b
 	start := time.Now()
 	b.mu.Lock()
@@ -44,7 +44,9 @@ func (d driver) Renew(ctx context.Context, _ string) (time.Time, error) {
 			delete(b.held, name)
 			continue
 		}
-		terms = append(terms, t)
+		if t.session == id {
+			terms = append(terms, t)
+		}
 	}
 	for _, at := range b.inflight {
 		if at.Before(start) {
@@ -82,28 +84,46 @@ func (d driver) Renew(ctx context.Context, _ string) (time.Time, error) {
 	if acked < b.o.Replicas {
 		return time.Time{}, fmt.Errorf("redis: %d of the %d replicas (Options.Replicas) acknowledged the renewal within %s: a failover could lose it, so it does not count", acked, b.o.Replicas, b.o.wait)
 	}
-	return b.o.cfg.SafeUntil(start, b.o.cfg.TTL), nil
+	until := b.o.cfg.SafeUntil(start, b.o.cfg.TTL)
+	// A granted term whose key this renewal covered and kept is this
+	// process's own from the renewal's send time on: its cap is lifted.
+	for _, t := range terms {
+		if t.Err() == nil {
+			t.uncap(until)
+		}
+	}
+	return until, nil
 }
 
-// Revoke implements backend.SessionDriver: deletes every lease key the
-// process still holds, and publishes each, in one script call.
-func (d driver) Revoke(ctx context.Context, _ string, _ bool) error {
+// Revoke implements backend.SessionDriver: deletes every lease key that
+// session id still holds, and publishes each, in one script call. The
+// keys of a later session's terms are not its: a revocation retried in
+// the background while the server was unreachable may land after the
+// process took leases under a new session, whose renewals go on
+// extending those terms.
+func (d driver) Revoke(ctx context.Context, id string, _ bool) error {
 	b := d.b
 	b.mu.Lock()
-	terms := make([]*term, 0, len(b.held))
-	for _, t := range b.held {
-		terms = append(terms, t)
+	var terms []*term
+	for name, t := range b.held {
+		if t.session == id {
+			terms = append(terms, t)
+			delete(b.held, name)
+		}
 	}
-	clear(b.held)
 	b.mu.Unlock()
+	for _, t := range terms {
+		// A term is over once its session is: no renewal extends it.
+		t.End(fmt.Errorf("%w: lease %q: its session was revoked", baton.ErrLeaseLost, t.name))
+	}
 	if len(terms) == 0 {
 		return nil
 	}
-	keys := make([]string, 0, 3*len(terms))
-	args := make([]any, 2, len(terms)+2)
-	args[0], args[1] = Channel(b.o.Prefix), wakePrefix(b.o.Prefix)
+	keys := make([]string, 0, 6*len(terms))
+	args := make([]any, 3, len(terms)+3)
+	args[0], args[1], args[2] = Channel(b.o.Prefix), wakePrefix(b.o.Prefix), b.wakeGrace()
 	for _, t := range terms {
-		keys = append(keys, t.keys.Lease, t.keys.Queue, t.keys.Waiting)
+		keys = append(keys, b.releaseKeys(t.keys.Lease)...)
 		args = append(args, t.value)
 	}
 	if _, _, err := b.evalWait(ctx, releaseScript, keys, args...); err != nil {

@@ -24,6 +24,8 @@ const (
 	ParamReplicas = "baton_replicas"
 	// ParamPubSub, set to off, is Options.NoPubSub.
 	ParamPubSub = "baton_pubsub"
+	// ParamGrant, set to on, is Options.Grant.
+	ParamGrant = "baton_grant"
 	// ParamPasswordFile names a file whose first line is the password of
 	// the URL's user (or of the default user): it keeps the password out
 	// of the command line, which every local user can read.
@@ -121,6 +123,14 @@ func ParseURL(raw string) (URLConfig, error) {
 			case "on":
 			default:
 				return bad("%s=%s: want on (the default) or off (waiters poll)", k, val)
+			}
+		case ParamGrant:
+			switch val {
+			case "on":
+				out.Options.Grant = true
+			case "off":
+			default:
+				return bad("%s=%s: want on (a release grants the lease to the waiting process at the head of the queue) or off (the default: it wakes it)", k, val)
 			}
 		case ParamPasswordFile:
 			passwordFile = val

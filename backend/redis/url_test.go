@@ -37,6 +37,12 @@ func TestParseURL(t *testing.T) {
 	if c.Options.Replicas != 1 || !c.Options.NoPubSub {
 		t.Errorf("a Sentinel URL's options: %+v; want Replicas 1 by default, NoPubSub", c.Options)
 	}
+	if c, err := redis.ParseURL("redis://h/0?baton_grant=on"); err != nil || !c.Options.Grant {
+		t.Errorf("baton_grant=on: %+v, %v", c.Options, err)
+	}
+	if _, err := redis.ParseURL("redis://h/0?baton_grant=yes"); err == nil || !strings.Contains(err.Error(), "baton_grant=yes") {
+		t.Errorf("baton_grant=yes: %v, want an error naming it", err)
+	}
 	if c, err := redis.ParseURL("redis+sentinel://s1/m?baton_replicas=0"); err != nil || c.Options.Replicas != 0 {
 		t.Errorf("baton_replicas=0 on a Sentinel URL: %+v, %v", c.Options, err)
 	}

@@ -35,6 +35,7 @@ func Dial(ctx context.Context, servers []string, opts DialOptions) (*Backend, er
 		base = tlsDialer(opts.TLS)
 	}
 	probe := NewSessionProbe(base)
+	watches := NewWatches()
 	conn, _, err := zk.Connect(servers, cfg.TTL,
 		zk.WithDialer(probe.Dial),
 		zk.WithLogger(clientLogger{zlog}),
@@ -42,12 +43,13 @@ func Dial(ctx context.Context, servers []string, opts DialOptions) (*Backend, er
 			if ev.Type == zk.EventSession {
 				zlog.Debug("connection state", "state", ev.State.String(), "server", ev.Server)
 			}
+			watches.Callback(ev)
 		}),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("zookeeper: connect to %s: %w", strings.Join(servers, ","), err)
 	}
-	opts.Probe = probe
+	opts.Probe, opts.Watches = probe, watches
 	b, err := New(conn, opts.Options)
 	if err != nil {
 		conn.Close()

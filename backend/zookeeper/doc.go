@@ -46,6 +46,6 @@
 //
 // A JVM service joins with new LeaderLatch(curator, "/services/billing/leader", id).
 // Lease names must not contain "/". The derivations, SUSPENDED and LOST,
-// ACLs, TLS and sharing a connection (New with a SessionProbe) are in
+// ACLs, TLS and sharing a connection (New with a SessionProbe and Watches) are in
 // docs/backends/zookeeper.md.
 package zookeeper

@@ -21,7 +21,8 @@ type quiet struct{}
 func (quiet) Printf(string, ...any) {}
 
 // connect returns a client of the server at addr with cfg's TTL as session
-// timeout, dialing through a SessionProbe, closed when the test ends.
+// timeout, dialing through a SessionProbe and handing its events to a
+// Watches (which newBackend gives the Backend), closed when the test ends.
 func connect(t testing.TB, addr string, cfg backend.Config) (*zk.Conn, *zookeeper.SessionProbe) {
 	t.Helper()
 	cfg, err := cfg.WithDefaults()
@@ -29,13 +30,18 @@ func connect(t testing.TB, addr string, cfg backend.Config) (*zk.Conn, *zookeepe
 		t.Fatal(err)
 	}
 	probe := zookeeper.NewSessionProbe(nil)
-	conn, _, err := zk.Connect([]string{addr}, cfg.TTL, zk.WithDialer(probe.Dial), zk.WithLogger(quiet{}))
+	w := zookeeper.NewWatches()
+	conn, _, err := zk.Connect([]string{addr}, cfg.TTL, zk.WithDialer(probe.Dial), zk.WithLogger(quiet{}), zk.WithEventCallback(w.Callback))
 	if err != nil {
 		t.Fatalf("connect to %s: %v", addr, err)
 	}
+	watchesOf.Store(conn, w)
 	t.Cleanup(conn.Close)
 	return conn, probe
 }
+
+// watchesOf holds the Watches that connect wired into each client.
+var watchesOf sync.Map
 
 // rawConn returns a plain client, for looking at and meddling with the
 // tree as an operator or another program would.
@@ -46,8 +52,19 @@ func rawConn(t testing.TB, addr string) *zk.Conn {
 }
 
 // newBackend returns a Backend on conn, closed when the test ends (before
-// the conn, since cleanups run last-in first-out).
+// the conn, since cleanups run last-in first-out). Options.Watches, if nil,
+// is the one connect wired into conn.
 func newBackend(t testing.TB, conn *zk.Conn, opts zookeeper.Options) *zookeeper.Backend {
+	t.Helper()
+	if w, ok := watchesOf.Load(conn); ok && opts.Watches == nil {
+		opts.Watches = w.(*zookeeper.Watches)
+	}
+	return newBackendAsIs(t, conn, opts)
+}
+
+// newBackendAsIs is newBackend with opts as given: without Watches, a
+// goroutine per held lease waits for its node's watch.
+func newBackendAsIs(t testing.TB, conn *zk.Conn, opts zookeeper.Options) *zookeeper.Backend {
 	t.Helper()
 	b, err := zookeeper.New(conn, opts)
 	if err != nil {

@@ -60,6 +60,17 @@ type Options struct {
 	// baton.ErrBackendUnavailable rather than guess. Dial always sets it.
 	Probe *SessionProbe
 
+	// Watches, if the caller's connection hands its events to its Callback
+	// (zk.WithEventCallback(watches.Callback) in zk.Connect), is how the
+	// Backend learns that the latch node of a lease it holds was deleted
+	// or replaced, or went with the expired session: from the client's
+	// event delivery, with no goroutine per held lease. Nil means a
+	// goroutine per held lease waits for its node's watch instead. A
+	// Watches that the connection has never called fails campaigns with
+	// baton.ErrBackendUnavailable rather than miss a lost lease; one
+	// serves one Backend. Dial always sets it.
+	Watches *Watches
+
 	// Logger receives log lines (group "zookeeper"). Nil (the default)
 	// means silent.
 	Logger *slog.Logger
@@ -67,8 +78,8 @@ type Options struct {
 
 // DialOptions configures Dial. The zero value means the documented defaults.
 type DialOptions struct {
-	// Options configures the Backend; Probe is ignored, as Dial makes its
-	// own.
+	// Options configures the Backend; Probe and Watches are ignored, as
+	// Dial makes its own.
 	Options
 
 	// TLS, if not nil, makes every connection TLS with this configuration:

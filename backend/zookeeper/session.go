@@ -106,6 +106,12 @@ func (d driver) Grant(ctx context.Context) (backend.SessionGrant[*gen], error) {
 		if sid == 0 || b.conn.SessionID() != sid {
 			continue
 		}
+		if b.watches != nil && !b.watches.delivered() {
+			// The session exists, so the client has called its event
+			// callback (with StateHasSession) if it has one.
+			return backend.SessionGrant[*gen]{}, fmt.Errorf("%w: Options.Watches has had no event from the connection, so the Backend would not see a held lease's node deleted: pass zk.WithEventCallback(watches.Callback) to zk.Connect, or leave Watches nil",
+				baton.ErrBackendUnavailable)
+		}
 		timeout, known := b.sessionTimeout(sid)
 		if !known {
 			if b.conn.SessionID() != sid {
@@ -321,7 +327,7 @@ func (b *Backend) renewed(g *gen, sent time.Time, lag time.Duration) (time.Time,
 			// an earlier renewal promised by the old one; and a promise
 			// cannot be taken back (Extend never shortens it). So the
 			// generation's terms end now; their nodes are deleted (see
-			// watchHeld) and campaigns start afresh.
+			// ended) and campaigns start afresh.
 			return time.Time{}, &backend.SessionEndedError{Err: fmt.Errorf("%w: ZooKeeper session 0x%x: the server cut its timeout from %s to %s on reconnection, which could end it before the safe-until already given",
 				baton.ErrExpired, g.id, old, timeout)}
 		}
@@ -335,7 +341,7 @@ func (b *Backend) renewed(g *gen, sent time.Time, lag time.Duration) (time.Time,
 
 // Revoke implements backend.SessionDriver. A generation has nothing to revoke on
 // the server: the session lives on for the next one, and the nodes of the
-// generation that ended are deleted (see watchHeld); Close closes the
+// generation that ended are deleted (see ended); Close closes the
 // session of a connection it owns.
 func (driver) Revoke(context.Context, *gen, bool) error { return nil }
 

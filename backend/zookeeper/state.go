@@ -111,7 +111,7 @@ func (t *term) store(ctx context.Context, value []byte) error {
 	// would restart the numbering) while our node is in it. Only a node
 	// that an operator makes by hand, with a name that does not follow
 	// the latch's pattern, could sort before ours; the term's watch does
-	// not count such nodes either (see watchHeld). The node's name holds
+	// not count such nodes either (see heldWatch). The node's name holds
 	// our random protected prefix, so no other candidate's node can have
 	// its path, and an ephemeral node goes with its session: when the
 	// server expired the session, the check fails too.

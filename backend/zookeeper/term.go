@@ -21,12 +21,17 @@ type held struct {
 	sl    *backend.Slot
 	s     *sess
 	term  *backend.BasicTerm
-	ctx   context.Context
-	stop  context.CancelFunc // stops watching the node
+	ctx   context.Context    // ends with the term: bounds setting its watch
+	stop  context.CancelFunc // ends ctx
 
 	mu       sync.Mutex
 	released bool // Resign took over the node's deletion
 	gone     bool // lose ended the term: the node is known to be gone
+
+	// checking says a goroutine sets the node's watch; again, that an
+	// event came meanwhile, so it sets it once more. Guarded by
+	// heldWatch.mu.
+	checking, again bool
 }
 
 // hold starts the term of node n.
@@ -34,9 +39,10 @@ func (b *Backend) hold(s *sess, sl *backend.Slot, name string, n *node, czxid in
 	ctx, stop := context.WithCancel(s.Context())
 	h := &held{name: name, n: n, path: b.nodePath(n), czxid: czxid, sl: sl, s: s, ctx: ctx, stop: stop}
 	token := backend.EpochToken(ep, uint64(czxid))
+	// No goroutine per term: the session's timer ends it at its
+	// safe-until, heldWatch sees its node go, and ended runs once it ends.
 	t, err := b.sessions.Start(s, sl, name, token, func(ctx context.Context) error { return b.release(ctx, h) }, backend.StartOptions{
 		Started: func(t *backend.BasicTerm) { h.term = t },
-		Watch:   func() { b.watchHeld(h) },
 	})
 	if err != nil {
 		stop()
@@ -47,17 +53,20 @@ func (b *Backend) hold(s *sess, sl *backend.Slot, name string, n *node, czxid in
 		}
 		return nil, err
 	}
+	b.watch.add(h)
+	t.AfterEnd(func() { b.ended(h) })
 	b.log.Debug("acquired", "lease", name, "token", token, "czxid", czxid, "node", h.path, "session", fmt.Sprintf("0x%x", s.ID.id))
 	return &term{BasicTerm: t, b: b, h: h}, nil
 }
 
 // lose ends h's term with baton.ErrLeaseLost, its node being gone, and
-// frees the lease name. watchHeld calls it when it sees the node go, and
+// frees the lease name. heldWatch calls it when it sees the node go, and
 // StoreState when the store refused a write because the node was gone.
 func (b *Backend) lose(h *held, why string) {
 	h.mu.Lock()
 	h.gone = true
 	h.mu.Unlock()
+	b.watch.remove(h)
 	h.s.Forget(h.term)
 	if h.term.End(fmt.Errorf("%w: lease %q: latch node %s %s", baton.ErrLeaseLost, h.name, h.path, why)) {
 		b.log.Info("lease lost", "lease", h.name, "token", h.czxid, "why", why)
@@ -67,19 +76,14 @@ func (b *Backend) lose(h *held, why string) {
 	h.stop()
 }
 
-// watchHeld ends h's term when its node is deleted. It returns when the
-// term was released or lost, or ended otherwise: its session generation
-// ended at safe-until, or the session's timer ended the term there. In those
-// last cases the node may outlive the term (the session may still be
-// alive on the server, or come back), so it is deleted in the background.
-func (b *Backend) watchHeld(h *held) {
-	defer h.stop()
-	for h.ctx.Err() == nil && h.term.Err() == nil {
-		if why := b.watchOnce(h); why != "" {
-			b.lose(h, why)
-			return
-		}
-	}
+// ended runs once h's term ended, however it ended: released or lost, or
+// its session generation ended at safe-until, or the session's timer
+// ended the term there. In those last cases the node may outlive the term
+// (the session may still be alive on the server, or come back), so it is
+// deleted in the background.
+func (b *Backend) ended(h *held) {
+	b.watch.remove(h)
+	h.stop()
 	h.mu.Lock()
 	// Resign ends the term before it calls release, so the term's error
 	// may say so first.
@@ -88,7 +92,7 @@ func (b *Backend) watchHeld(h *held) {
 	h.mu.Unlock()
 	switch {
 	case gone:
-		// StoreState found the node gone, and lose did the rest.
+		// The watch or StoreState found the node gone, and lose did the rest.
 	case released:
 		// release deletes the node.
 	case b.isClosed():
@@ -103,52 +107,42 @@ func (b *Backend) watchHeld(h *held) {
 	}
 }
 
-// watchOnce sets a watch on h's node and waits for it to fire, or for the
-// term or its watch to end. It returns why the node is lost, or "" to
-// look again.
-func (b *Backend) watchOnce(h *held) string {
-	const deleted = "was deleted (by an operator, or by ZooKeeper expiring the session)"
+// setWatch sets a data watch on h's node, unless the node is gone or was
+// replaced (then it returns why the term is lost), and returns the
+// watch's channel; nil once the term ended.
+func (b *Backend) setWatch(h *held) (string, <-chan zk.Event) {
 	type watched struct {
 		stat *zk.Stat
 		ch   <-chan zk.Event
 	}
-	// While the client is cut off this waits for it to come back (or the
-	// generation to end): the node cannot be deleted before.
-	w, err := call(h.ctx, b, func() (watched, error) {
-		_, st, ch, err := b.conn.GetW(h.path)
-		return watched{st, ch}, err
-	})
-	switch {
-	case h.ctx.Err() != nil:
-	case errors.Is(err, zk.ErrNoNode):
-		return deleted
-	case errors.Is(err, zk.ErrSessionExpired):
-		return "went with its expired session"
-	case err != nil:
-		// The client failed the request while reconnecting; it sets its
-		// watches again once back.
-		select {
-		case <-h.ctx.Done():
-		case <-h.term.Done():
-		case <-time.After(b.cfg.RenewInterval / 4):
-		}
-	case w.stat.Czxid != h.czxid:
-		return "was replaced by another node"
-	default:
-		select {
-		case ev := <-w.ch:
-			switch {
-			case ev.Type == zk.EventNodeDeleted:
-				return deleted
-			case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrSessionExpired):
-				return "went with its expired session"
+	for h.ctx.Err() == nil && h.term.Err() == nil {
+		// While the client is cut off this waits for it to come back (or
+		// the term to end): the node cannot be deleted before.
+		w, err := call(h.ctx, b, func() (watched, error) {
+			_, st, ch, err := b.conn.GetW(h.path)
+			return watched{st, ch}, err
+		})
+		switch {
+		case h.ctx.Err() != nil:
+		case errors.Is(err, zk.ErrNoNode):
+			return deleted, nil
+		case errors.Is(err, zk.ErrSessionExpired):
+			return expiredWith, nil
+		case err != nil:
+			// The client failed the request while reconnecting: ask again
+			// once it may be back.
+			select {
+			case <-h.ctx.Done():
+			case <-h.term.Done():
+			case <-time.After(b.cfg.RenewInterval / 4):
 			}
-			// Its data changed, or the client closed: look again.
-		case <-h.ctx.Done():
-		case <-h.term.Done():
+		case w.stat.Czxid != h.czxid:
+			return "was replaced by another node", nil
+		default:
+			return "", w.ch
 		}
 	}
-	return ""
+	return "", nil
 }
 
 // release is the term's release function: it deletes h's node.
@@ -157,6 +151,7 @@ func (b *Backend) release(ctx context.Context, h *held) error {
 	h.released = true
 	h.mu.Unlock()
 	h.stop()
+	b.watch.remove(h)
 	h.s.Forget(h.term)
 	if err := b.deleteNode(ctx, h.n); err != nil {
 		// Our session keeps the node alive: left alone, it would block

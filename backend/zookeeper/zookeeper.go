@@ -24,6 +24,10 @@ type Backend struct {
 	acl   []zk.ACL
 	probe *SessionProbe
 	log   *slog.Logger
+	// watches, from Options, hands the connection's events to watch;
+	// watch follows the latch nodes of the leases held.
+	watches *Watches
+	watch   *heldWatch
 	// ridePings says RenewInterval was left at its default, so that on a
 	// standalone server renewals ride on the client's pings (see Renew).
 	ridePings bool
@@ -74,19 +78,27 @@ func New(conn *zk.Conn, opts Options) (*Backend, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	b := &Backend{
-		conn:  conn,
-		cfg:   cfg,
-		root:  root,
-		acl:   acl,
-		probe: opts.Probe,
-		log:   log.WithGroup("zookeeper"),
+		conn:    conn,
+		cfg:     cfg,
+		root:    root,
+		acl:     acl,
+		probe:   opts.Probe,
+		log:     log.WithGroup("zookeeper"),
+		watches: opts.Watches,
 		// A probe is what sees the pings answered.
 		ridePings: opts.Probe != nil && opts.Config.RenewInterval == 0,
 		nodes:     map[*node]struct{}{},
 		now:       time.Now,
 	}
+	b.watch = newHeldWatch(b, b.watches != nil)
+	if b.watches != nil && !b.watches.attach(b.watch) {
+		return nil, &baton.ConfigError{Problems: []string{"zookeeper: Options.Watches serves another Backend already: make one per connection with NewWatches"}}
+	}
 	b.sessions = newSessions(b)
 	b.ctx = b.sessions.Context()
+	if b.watches != nil {
+		b.sessions.Go(b.watch.run)
+	}
 	return b, nil
 }
 
@@ -208,6 +220,9 @@ func (b *Backend) Close(ctx context.Context) error {
 		}
 		return b.deleteNodes(ctx)
 	})
+	if b.watches != nil {
+		b.watches.detach(b.watch)
+	}
 	if first && b.owned {
 		b.callMu.Lock()
 		b.callsDone = true

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -30,6 +33,12 @@ import (
 // Leases; the API server (and its etcd) run as other processes on the same
 // machine. A term that ended during the window is counted (lost), not
 // fatal: on a small machine the API server may not keep up with the floor.
+//
+// The client speaks protobuf (application/vnd.kubernetes.protobuf, as
+// NewForConfig sets by default), or JSON with BATON_BENCH_KUBE_JSON=1.
+// server-cpu-% is the CPU of the benchmark's kube-apiserver and etcd
+// together (their own processes), and server-cpu-ms/update their CPU per
+// update: what the floor costs the server.
 //
 // n=1000 is the same at a tenth of the Leases (300 updates a second), which
 // an API server on a small shared machine can take, for the cost per Lease.
@@ -79,10 +88,12 @@ func manyLeases(b *testing.B, n int) {
 		}
 		window := benchci.Size(10*time.Second, 2*time.Second)
 		before := p.count.snapshot()
+		srv0 := serverCPU()
 		cpu0, start := cpuTime(), time.Now()
 		time.Sleep(window) // the measurement window itself, not synchronisation
 		cpu := cpuTime() - cpu0
 		wall := time.Since(start)
+		srvCPU := serverCPU() - srv0
 		after := p.count.snapshot()
 		runtime.GC()
 		var m1 runtime.MemStats
@@ -102,6 +113,11 @@ func manyLeases(b *testing.B, n int) {
 		b.ReportMetric(float64(after["update"]-before["update"])/wall.Seconds(), "update-per-s")
 		b.ReportMetric(float64(after["get"]-before["get"])/wall.Seconds(), "get-per-s")
 		b.ReportMetric(float64(lost), "lost")
+		b.ReportMetric(100*srvCPU.Seconds()/wall.Seconds(), "server-cpu-%")
+		if u := after["update"] - before["update"]; u > 0 {
+			b.ReportMetric(float64(srvCPU.Microseconds())/1000/float64(u), "server-cpu-ms/update")
+			b.ReportMetric(float64(cpu.Microseconds())/1000/float64(u), "cpu-ms/update")
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		_ = be.Close(ctx) // releases every Lease
 		cancel()
@@ -118,6 +134,10 @@ func manyLeasesProc(b *testing.B, srv *testserver.KubeAPIServer) *proc {
 		TLSClientConfig: rest.TLSClientConfig{CAData: srv.CAData()},
 		QPS:             -1,
 		WrapTransport:   func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt, p.count} },
+	}
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	if os.Getenv("BATON_BENCH_KUBE_JSON") == "1" {
+		cfg.ContentType = "application/json"
 	}
 	cs, err := k8s.NewForConfig(cfg)
 	if err != nil {
@@ -141,4 +161,40 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPU is the user+system CPU time of this process's children named
+// kube-apiserver and etcd (the test servers), from /proc.
+func serverCPU() time.Duration {
+	self := os.Getpid()
+	dirs, _ := os.ReadDir("/proc")
+	var ticks int64
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ... utime(14) stime(15)
+		st := string(raw)
+		open, close := strings.IndexByte(st, '('), strings.LastIndexByte(st, ')')
+		if open < 0 || close < open {
+			continue
+		}
+		comm := st[open+1 : close]
+		f := strings.Fields(st[close+1:])
+		if len(f) < 13 || (comm != "kube-apiserver" && comm != "etcd") {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(f[1]); ppid != self {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		s, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + s
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ, 100 on Linux
 }

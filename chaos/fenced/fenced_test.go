@@ -66,7 +66,10 @@ func TestDoubleHoldingIsReported(t *testing.T) {
 // balancetest.MoveSlack, and the fenced check finds no lease held twice.
 func TestBalanceLeaveJoin(t *testing.T) {
 	const n, leases = 10, 100
-	timing := backend.Config{TTL: time.Second, RenewInterval: 200 * time.Millisecond, DriftMargin: 300 * time.Millisecond}
+	// Sessions of 5 s: what is counted is the moves that balancing makes,
+	// and on a loaded machine 1 s sessions lapse and move all of their
+	// process's leases.
+	timing := backend.Config{TTL: 5 * time.Second, RenewInterval: 500 * time.Millisecond, DriftMargin: time.Second}
 	store := memory.NewStore()
 	fence := fenced.New()
 	w := balancetest.NewWorld(t, leases, nil)

@@ -19,15 +19,11 @@ import (
 	"github.com/batonhq/baton/internal/testkit"
 )
 
-// freePort returns a loopback address the kernel just handed out.
+// freePort returns a free loopback address that no other test in this
+// process was given.
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return testkit.FreeAddr(t, "127.0.0.1")
 }
 
 // A single-member group run by `baton agent`, with material from `baton

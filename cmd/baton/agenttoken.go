@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/batonhq/baton/cmd/baton/internal/backendurl"
+	"github.com/batonhq/baton/internal/agentsock"
 )
 
 // The agent's files: `baton agent` serves the calls that carry credentials
@@ -74,8 +75,8 @@ func agentTokenFileOf(socket string) string {
 // agentSocketFor returns the socket of the agent this host runs at
 // host:port, for agent://HOST:PORT: the default socket of that address,
 // or, for a loopback host, of an agent listening on every address
-// (0.0.0.0 or ::), whichever exists; false when neither does (the path
-// returned is then the address's own).
+// (0.0.0.0 or ::), whichever exists and is served; false when neither
+// is (the path returned is then the address's own).
 func agentSocketFor(lookupEnv func(string) (string, bool), host, port string) (string, bool, error) {
 	first, err := defaultAgentSocket(lookupEnv, host, port)
 	if err != nil {
@@ -89,7 +90,10 @@ func agentSocketFor(lookupEnv func(string) (string, bool), host, port string) (s
 		}
 	}
 	for _, p := range cands {
-		if st, err := os.Lstat(p); err == nil && st.Mode()&fs.ModeSocket != 0 {
+		// A socket nobody serves was left by an agent killed at this
+		// address; what answers there now (a `baton run --http`, a new
+		// agent listening elsewhere) is not behind it.
+		if st, err := os.Lstat(p); err == nil && st.Mode()&fs.ModeSocket != 0 && !agentsock.Stale(p) {
 			return p, true, nil
 		}
 	}

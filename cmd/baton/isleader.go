@@ -29,7 +29,8 @@ of a raft group: a 'baton agent', or a 'baton run' or 'baton cron' with
 --backend raft:// (which serves these reads beside its status page), so that
 checking leadership needs no second daemon; the answer goes through the raft
 leader, as from an agent. An address with no agent socket on this host is
-read over TCP, where nothing proves who answers (no credential is sent): keep
+read over TCP (so is one whose socket nobody serves, left by an agent that was
+killed), where nothing proves who answers (no credential is sent): keep
 such a --http on loopback or a network you trust. A run on another backend
 answers that it is not a raft member (exit 2): ask its backend instead.
 

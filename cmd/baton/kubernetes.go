@@ -93,7 +93,7 @@ func parseKubernetesURL(raw, lease string) (backendurl.Opener, error) {
 		if err != nil {
 			return nil, nil, &backendurl.SettingsError{Err: err}
 		}
-		cs, err := k8s.NewForConfig(cfg)
+		cs, err := k8s.NewForConfig(kubernetes.WithProtobuf(cfg))
 		if err != nil {
 			return nil, nil, &backendurl.SettingsError{Err: fmt.Errorf("kubernetes: client for %s: %w", cfg.Host, err)}
 		}

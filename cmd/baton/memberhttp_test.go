@@ -1,9 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -93,6 +94,35 @@ func TestIsLeaderReadsRunHTTP(t *testing.T) {
 	}
 }
 
+// An agent killed with SIGKILL leaves its socket file behind; a `baton run
+// --backend raft:// --http` that later takes the agent's HTTP address must
+// still be read by agent://ADDR, which would otherwise try the dead socket
+// that the file names for ADDR until --timeout.
+func TestKilledAgentSocketDoesNotHideRunHTTP(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	agent, httpAddr := startAgent(t, filepath.Join(dir, "agent"))
+	sock := agentSocketOf(t, httpAddr)
+	_ = agent.cmd.Process.Signal(syscall.SIGKILL)
+	agent.wait(t, 30*time.Second)
+	if st, err := os.Lstat(sock); err != nil || st.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("the killed agent's socket %s: %v, want a socket file left behind", sock, err)
+	}
+
+	raftMaterial(t, dir, "m1")
+	bind := freePort(t)
+	startBaton(t, "m1", testEnv("BATON_SECRET="+raftTestSecret),
+		append(append([]string{"run", "--backend", "raft://", "--lease", "job", "--id", "m1", "--voters", "1", "--http", httpAddr},
+			memberArgs(dir, "m1", bind, []string{bind}, 1)...), "--", "sleep", "600")...)
+	backend := "agent://" + httpAddr
+	testkit.Eventually(t, 60*time.Second, "is-leader --id m1 through the run's --http to say 0", func() bool {
+		return runBaton(t, 30*time.Second, "is-leader", "--backend", backend, "--lease", "job", "--id", "m1", "--timeout", "3s").code == 0
+	})
+	if r := runBaton(t, 30*time.Second, "leader", "--backend", backend, "--lease", "job", "--timeout", "3s"); r.code != 0 || !strings.Contains(r.stdout, "holder=m1") {
+		t.Errorf("leader through the run's --http beside a dead agent's socket: exit %d %q %s, want 0 naming m1", r.code, r.stdout, r.stderr)
+	}
+}
+
 // A `baton run --http` on another backend than raft serves no reads for
 // agent://, and says so, naming its backend. That answer is a
 // configuration error (exit 2: the URL points at the wrong kind of
@@ -121,15 +151,11 @@ type memberGroup struct {
 	Voters []string `json:"voters"`
 }
 
-// freePortOn returns a free port on ip, a loopback address.
+// freePortOn returns a free address on ip, a loopback address, that no
+// other test in this process was given.
 func freePortOn(t *testing.T, ip string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", ip+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return testkit.FreeAddr(t, ip)
 }
 
 // An agent started on a host whose `baton run` is already a member is not
@@ -212,16 +238,39 @@ func TestAgentBesideRunIsNotASecondVoter(t *testing.T) {
 	// Leadership reads agree through every member's --http, run or agent.
 	var holders []string
 	for _, name := range []string{"a-agent", "a-run", "b", "c"} {
-		testkit.Eventually(t, 30*time.Second, "leader through "+name+"'s --http", func() bool {
+		var lastErr string
+		if !testkit.Poll(30*time.Second, 100*time.Millisecond, func() bool {
 			r := runBaton(t, 30*time.Second, "leader", "--backend", "agent://"+https[name], "--lease", "job")
 			if r.code != 0 {
+				lastErr = fmt.Sprintf("exit %d: %s", r.code, r.stderr)
 				return false
 			}
 			holders = append(holders, strings.TrimSpace(r.stdout))
 			return true
-		})
+		}) {
+			// What each member's raft says of the group tells a stale
+			// leader address in this member from a leader none can reach.
+			var views []string
+			for _, m := range []string{"a-agent", "a-run", "b", "c"} {
+				g, _ := group(m)
+				views = append(views, fmt.Sprintf("%s: %+v", m, g))
+			}
+			// One raw read tells a member that answers 503 at once from
+			// one whose forward to the raft leader never completes.
+			raw := "no answer"
+			c := http.Client{Timeout: 5 * time.Second}
+			start := time.Now()
+			if resp, err := c.Get("http://" + https[name] + "/v1/raft/lease?name=job"); err != nil {
+				raw = fmt.Sprintf("%v after %s", err, time.Since(start).Round(time.Millisecond))
+			} else {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				raw = fmt.Sprintf("%d %s after %s", resp.StatusCode, bytes.TrimSpace(b), time.Since(start).Round(time.Millisecond))
+			}
+			t.Errorf("no leader through %s's --http within 30s; last answer: %s; a raw GET /v1/raft/lease: %s; groups: %s", name, lastErr, raw, strings.Join(views, "; "))
+		}
 	}
-	for _, h := range holders[1:] {
+	for _, h := range holders[min(1, len(holders)):] {
 		if strings.Fields(h)[0] != strings.Fields(holders[0])[0] {
 			t.Errorf("members' --http disagree on the holder: %q", holders)
 		}

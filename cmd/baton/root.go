@@ -73,7 +73,9 @@ Backends (--backend URL):
                                  baton:lease:NAME, a redsync mutex's key; baton's
                                  baton_prefix=P (default baton:), baton_replicas=N
                                  (WAIT for N replicas), baton_pubsub=off,
-                                 password_file=F; Redis Cluster is refused
+                                 baton_grant=on (a release grants the lease to the
+                                 queue's head), password_file=F; Redis Cluster is
+                                 refused
   redis+sentinel://[user[:password]@]s1[:port][,s2...]/MASTER[/db][?...]
                                  Redis through Sentinel (rediss+sentinel:// for TLS);
                                  baton_replicas defaults to 1, sentinel_password_file=F

@@ -148,6 +148,19 @@ type Listener struct {
 	once sync.Once
 }
 
+// Stale reports whether path is a socket that nobody serves: the file of
+// an agent that was killed before it could remove it, which refuses every
+// connection. A socket that accepts, or that cannot be tried (no such
+// file, no permission), is not stale.
+func Stale(path string) bool {
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		c.Close()
+		return false
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
+}
+
 // Listen makes the agent's socket at path, mode 0666 (who may connect is
 // the agent's token's business; a client's proof of the server is the
 // directory and SO_PEERCRED): it creates the directory (mode 0755) if

@@ -179,3 +179,31 @@ func TestListenKeepsToItsOwnSocket(t *testing.T) {
 	}
 	other.Close()
 }
+
+// A socket file whose server is gone (closed without removing it, as a
+// killed agent leaves it) is stale; a served one and a missing one are
+// not.
+func TestStale(t *testing.T) {
+	dir := t.TempDir()
+	live, dead := filepath.Join(dir, "live.sock"), filepath.Join(dir, "dead.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: live, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	gone, err := net.ListenUnix("unix", &net.UnixAddr{Name: dead, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone.SetUnlinkOnClose(false)
+	gone.Close()
+	if Stale(live) {
+		t.Error("a served socket is stale")
+	}
+	if !Stale(dead) {
+		t.Error("a socket nobody serves is not stale")
+	}
+	if Stale(filepath.Join(dir, "missing.sock")) {
+		t.Error("a missing socket is stale")
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -22,14 +24,25 @@ import (
 	"github.com/batonhq/baton/internal/testkit"
 )
 
+// Config is the Group configuration of the tests' processes: group "jobs",
+// candidate id, 100 ms refreshes. BATON_TEST_BALANCE_LOG (debug, info,
+// warn) sends the Groups' log lines at that level to stderr, to see why a
+// run did what it did.
 func Config(id string) balance.Config {
-	return balance.Config{
+	cfg := balance.Config{
 		Group:           "jobs",
 		Candidate:       baton.Candidate{ID: id},
 		RefreshInterval: 100 * time.Millisecond,
 		ShedAfter:       time.Second,
 		RetryMax:        time.Second,
 	}
+	if lv := os.Getenv("BATON_TEST_BALANCE_LOG"); lv != "" {
+		var level slog.Level
+		if err := level.UnmarshalText([]byte(lv)); err == nil {
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+		}
+	}
+	return cfg
 }
 
 // Proc is one simulated process: a Group on a Backend of its own.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/certs"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // ZooKeeper timing. A short tick lets sessions as short as one second be
@@ -434,15 +435,9 @@ func SharedZooKeeper(t testing.TB) *ZooKeeper {
 // removes its directory.
 func StopSharedZooKeeper() { sharedZooKeeper.stop() }
 
-// freePort returns a port that was free on 127.0.0.1 a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort returns a port that was free on 127.0.0.1 a moment ago and
+// that no other server of this process was given.
+func freePort() (int, error) { return testkit.FreePort("127.0.0.1") }
 
 // zooKeeperTLSMaterial makes a CA, a server certificate for 127.0.0.1 and a
 // client certificate, writes the server's PEM key store (key and

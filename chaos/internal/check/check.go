@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/batonhq/baton/chaos/internal/record"
@@ -232,6 +233,15 @@ func (x *history) tokens() Tokens {
 	return tk
 }
 
+// ProcessOf returns the harness's name for the process of candidate, the
+// name faults on it are recorded under: the candidate itself ("c2"), or,
+// in a run with several candidates per process (--turns), the part before
+// the dash ("c2" of "c2-3").
+func ProcessOf(candidate string) string {
+	p, _, _ := strings.Cut(candidate, "-")
+	return p
+}
+
 // faultOn returns the first fault targeting candidate whose window [Start,
 // End+PauseSlack] contains at; with paused, only faults with Paused set.
 func (x *history) faultOn(candidate string, at time.Duration, paused bool) (record.Fault, bool) {
@@ -240,7 +250,7 @@ func (x *history) faultOn(candidate string, at time.Duration, paused bool) (reco
 		if f.Start > at {
 			break
 		}
-		if f.Target == candidate && (f.Paused || !paused) && at <= f.End+slack {
+		if f.Target == ProcessOf(candidate) && (f.Paused || !paused) && at <= f.End+slack {
 			return f, true
 		}
 	}
@@ -301,7 +311,7 @@ func (x *history) eachOverlap(fn func(Overlap)) {
 				if f.Start > o.Start {
 					break
 				}
-				if f.Paused && f.Target == stale.ref.Candidate &&
+				if f.Paused && f.Target == ProcessOf(stale.ref.Candidate) &&
 					o.Start <= f.End+slack && o.End <= f.End+slack {
 					o.PausedBy = f.ID
 					break

@@ -345,3 +345,28 @@ func TestGapLastingPastAFaultIsItsToo(t *testing.T) {
 		t.Errorf("restart: interrupted %v, recovery %s; want true, 50s", fr.Interrupted, fr.Recovery)
 	}
 }
+
+// With several candidates per process (ids "cK-N", faults on process
+// "cK"), a stop-tree of a process is the paused case of each of its
+// candidates, and of no other process's.
+func TestPausedProcessOfTurns(t *testing.T) {
+	b := newBuilder().
+		child("c1-2", 101, 10, 0, time.Second).
+		child("c2-1", 201, 20, 2*time.Second, 4*time.Second).
+		child("c1-2", 101, 10, 3*time.Second, 3040*ms).
+		fault("stop-tree", "c1", time.Second, 3*time.Second, true)
+	r := Check(b.build())
+	passes(t, r)
+	if r.Overlaps.Paused != 1 {
+		t.Errorf("overlaps %+v, want one paused", r.Overlaps)
+	}
+	b.faults[0].Target = "c2"
+	failsWith(t, Check(b.build()), "1 overlaps outside the paused case")
+	// "c1" is not the process of "c10-1".
+	b = newBuilder().
+		child("c10-1", 101, 10, 0, time.Second).
+		child("c2-1", 201, 20, 2*time.Second, 4*time.Second).
+		child("c10-1", 101, 10, 3*time.Second, 3040*ms).
+		fault("stop-tree", "c1", time.Second, 3*time.Second, true)
+	failsWith(t, Check(b.build()), "1 overlaps outside the paused case")
+}

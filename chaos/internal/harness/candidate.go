@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -55,11 +56,15 @@ func (c *candidate) start() error {
 	argv = append(argv, "--")
 	argv = append(argv, c.h.cfg.Child...)
 	argv = append(argv, "--store", c.h.sock, "--candidate", c.id, "--every", c.h.cfg.Heartbeat.String())
+	bin := c.h.baton
+	if c.h.cfg.Turns > 1 {
+		bin, argv = c.turnsArgv(args)
+	}
 	var cmd *exec.Cmd
 	if host != nil {
-		cmd = host.Command(context.Background(), c.h.baton, argv...)
+		cmd = host.Command(context.Background(), bin, argv...)
 	} else {
-		cmd = exec.Command(c.h.baton, argv...)
+		cmd = exec.Command(bin, argv...)
 	}
 	cmd.Env = append(os.Environ(), env...)
 	// A process group of its own: a ^C to the harness reaches the harness
@@ -99,6 +104,27 @@ func (c *candidate) start() error {
 		}
 	}()
 	return nil
+}
+
+// turnsArgv returns the program and arguments of a candidate process
+// with several candidates (Config.Turns): `baton-chaos turns` on the
+// backend of args (baton run's --backend), with the ids c.id-1 to
+// c.id-Turns: the children's writer (Config.Child) with "turns" first
+// (see ChildMain).
+func (c *candidate) turnsArgv(args []string) (string, []string) {
+	url := ""
+	for i, a := range args {
+		if a == "--backend" && i+1 < len(args) {
+			url = args[i+1]
+		}
+	}
+	ids := make([]string, c.h.cfg.Turns)
+	for k := range ids {
+		ids[k] = fmt.Sprintf("%s-%d", c.id, k+1)
+	}
+	return c.h.cfg.Child[0], append(slices.Clone(c.h.cfg.Child[1:]), "turns", "--backend", url, "--lease", "chaos",
+		"--ids", strings.Join(ids, ","), "--ttl", c.h.cfg.TTL.String(), "--store", c.h.sock,
+		"--every", c.h.cfg.Heartbeat.String(), "--term-max", c.h.cfg.TermMax.String())
 }
 
 // scan copies the candidate's output to its log, and notes when it became

@@ -12,14 +12,19 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/chaos/internal/store"
+	"github.com/batonhq/baton/chaos/internal/turns"
 )
 
 // ChildMain is the leader-only job of a chaos run's candidates: `child
 // --store SOCKET --candidate ID --every D`. It writes to the fenced store
 // every D with BATON_TOKEN, the term's token, until SIGTERM or SIGINT,
 // and returns the process's exit code: 0 when stopped by a signal, 2 for
-// bad arguments.
+// bad arguments. `child turns ARGS` is instead a candidate process with
+// several candidates (Config.Turns): see turns.Main.
 func ChildMain(args []string, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "turns" {
+		return turns.Main(args[1:], stderr)
+	}
 	fs := flag.NewFlagSet("child", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	sock := fs.String("store", "", "the fenced store's Unix socket")

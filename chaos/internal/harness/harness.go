@@ -19,8 +19,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/batonhq/baton/chaos/internal/check"
 	"github.com/batonhq/baton/chaos/internal/record"
 	"github.com/batonhq/baton/chaos/internal/store"
+	"github.com/batonhq/baton/chaos/internal/turns"
 )
 
 // Config is a chaos run's settings. The zero value of each field but
@@ -62,6 +64,14 @@ type Config struct {
 	// Baton is the baton binary; "" builds it from the module in the
 	// working directory (with Broken's build tag).
 	Baton string
+	// Turns is the number of candidates per process (1): above 1, each
+	// candidate process is `baton-chaos turns` (package turns) with Turns
+	// Electors on one Backend, ids "cK-1" to "cK-Turns", which take turns
+	// in the process, and whose terms end on their own after up to
+	// TermMax (4 × TTL), handing the lease over.
+	Turns int
+	// TermMax bounds a term's length in a run with Turns above 1.
+	TermMax time.Duration
 	// Child is the command line of the children's writer, to which the
 	// harness adds --store, --candidate and --every (see ChildMain).
 	Child []string
@@ -98,6 +108,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Heartbeat == 0 {
 		c.Heartbeat = 20 * time.Millisecond
+	}
+	if c.Turns == 0 {
+		c.Turns = 1
+	}
+	if c.TermMax == 0 {
+		c.TermMax = 4 * c.TTL
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
@@ -137,6 +153,19 @@ func (c Config) Validate() error {
 	}
 	if c.Heartbeat <= 0 || c.Heartbeat > c.TTL/10 {
 		errs = append(errs, fmt.Errorf("heartbeat %s: want a positive duration of at most a tenth of the TTL", c.Heartbeat))
+	}
+	if c.Turns < 1 || c.TermMax < 0 {
+		errs = append(errs, fmt.Errorf("turns %d, term-max %s: want 1 or more candidates per process and a term-max ≥ 0", c.Turns, c.TermMax))
+	}
+	if c.Turns > 1 {
+		if !slices.Contains(turns.Schemes, c.Backend) || c.PgBouncer || c.Broken != "" {
+			errs = append(errs, fmt.Errorf("turns %d: a process with several candidates runs on %s only (no PgBouncer, no broken build)", c.Turns, strings.Join(turns.Schemes, ", ")))
+		}
+		for _, k := range c.Kinds {
+			if k == KindStopBaton || k == KindStall {
+				errs = append(errs, fmt.Errorf("fault kind %q: with turns the work runs in the candidate's process, which has no guard; use stop-tree", k))
+			}
+		}
 	}
 	supported := KindsOf(c.Backend)
 	for _, k := range c.Kinds {
@@ -322,7 +351,7 @@ func (h *Harness) holder() *candidate {
 		return nil
 	}
 	for _, c := range h.cands {
-		if c.id == w.Candidate {
+		if c.id == check.ProcessOf(w.Candidate) {
 			return c
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/batonhq/baton/chaos/internal/check"
 	"github.com/batonhq/baton/chaos/internal/record"
+	"github.com/batonhq/baton/chaos/internal/turns"
 	"github.com/batonhq/baton/internal/netns"
 	"github.com/batonhq/baton/internal/testserver"
 )
@@ -81,6 +82,45 @@ func TestShortRun(t *testing.T) {
 			}
 			for _, f := range rep.Failures() {
 				t.Error(f)
+			}
+		})
+	}
+}
+
+// A short seeded run per backend that keeps a queue of waiting processes,
+// with three processes of three candidates each (--turns 3) and every
+// fault kind such a process takes (wipe too): the candidates of a process
+// take turns, terms end on their own and hand the lease over, killed
+// processes leave their queue entries behind, and still no fencing
+// violation, token regression or overlap outside the paused case.
+func TestTurnsRun(t *testing.T) {
+	for i, b := range turns.Schemes {
+		t.Run(b, func(t *testing.T) {
+			t.Parallel()
+			hist, rep := run(t, Config{Backend: b, Turns: 3, Kinds: TurnsKinds(KindsOf(b)), Faults: 15,
+				Interval: time.Second, Seed: int64(200 + i)})
+			for _, f := range rep.Failures() {
+				t.Error(f)
+			}
+			// Turns were taken: some process led with two of its
+			// candidates, and more than one process led.
+			byProcess := map[string]map[string]bool{}
+			for _, w := range hist.Writes {
+				if !w.Accepted {
+					continue
+				}
+				p := check.ProcessOf(w.Candidate)
+				if byProcess[p] == nil {
+					byProcess[p] = map[string]bool{}
+				}
+				byProcess[p][w.Candidate] = true
+			}
+			most := 0
+			for _, ids := range byProcess {
+				most = max(most, len(ids))
+			}
+			if most < 2 || len(byProcess) < 2 {
+				t.Errorf("leaders by process %v: want two processes, one with two candidates that led", byProcess)
 			}
 		})
 	}

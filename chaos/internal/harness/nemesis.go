@@ -103,6 +103,14 @@ func DefaultKinds(backend string) []string {
 	return slices.DeleteFunc(KindsOf(backend), func(k string) bool { return k == KindWipe || k == KindRaftMajority })
 }
 
+// TurnsKinds returns kinds without those a run with several candidates
+// per process (Config.Turns) cannot take: stop-baton and stall, which
+// stop a baton apart from its guard, where the work runs in the
+// candidate's process with no guard (stop-tree is its paused case).
+func TurnsKinds(kinds []string) []string {
+	return slices.DeleteFunc(slices.Clone(kinds), func(k string) bool { return k == KindStopBaton || k == KindStall })
+}
+
 // draw is one injection's random numbers, always drawn in the same order,
 // so that a seed gives the same schedule whatever happens in the run.
 type draw struct {
@@ -130,6 +138,9 @@ func (h *Harness) nemesis(ctx context.Context) error {
 	kinds := h.cfg.Kinds
 	if len(kinds) == 0 {
 		kinds = DefaultKinds(h.cfg.Backend)
+		if h.cfg.Turns > 1 {
+			kinds = TurnsKinds(kinds)
+		}
 	}
 	rng := h.rng()
 	slots := make(chan struct{}, h.cfg.MaxActive)
