@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -72,6 +73,51 @@ func TestReleaseWakesWaiter(t *testing.T) {
 				t.Errorf("token %d after %d", won.Term.Token(), ta.Token())
 			}
 		})
+	}
+}
+
+// TestReleaseBeforeJoinWakesWaiter: a waiter reads the lease, held, and
+// the holder releases it before the waiter has joined the lease's queue,
+// so the release finds nobody to wake. With a TTL of 30 s and a poll
+// interval of a minute, the waiter takes the lease within 15 s only if
+// its join notices the release.
+func TestReleaseBeforeJoinWakesWaiter(t *testing.T) {
+	pg := testserver.SharedPostgres(t)
+	dbURL := pg.NewDatabase(t)
+	opts := postgres.Options{Config: backend.Config{TTL: 30 * time.Second}, PollInterval: time.Minute}
+	a, err := postgres.New(context.Background(), newPool(t, dbURL), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	reached, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	w, err := postgres.New(context.Background(), newPool(t, dbURL), postgres.WithBeforeJoin(opts, func(string) {
+		once.Do(func() {
+			close(reached)
+			<-resume
+		})
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(context.Background())
+	testkit.Eventually(t, 30*time.Second, "LISTEN", func() bool { return w.Notifications().Listening })
+	lease := testkit.Unique("joinrace")
+	ta := testkit.Campaign(t, a, lease, "a")
+	got := testkit.CampaignAsync(t, w, lease, "w")
+	select {
+	case <-reached:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter never came to join the queue")
+	}
+	if err := ta.Resign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	close(resume)
+	won := testkit.WaitTerm(t, got, 15*time.Second)
+	if won.Term.Token() <= ta.Token() {
+		t.Errorf("token %d after %d", won.Term.Token(), ta.Token())
 	}
 }
 

@@ -56,6 +56,9 @@ type Options struct {
 	// listenTiming, zero but in tests (export_test.go), replaces the
 	// LISTEN connection's health timing.
 	listenTiming listenTiming
+	// beforeJoin, nil but in tests (export_test.go), runs before a waiter
+	// joins a lease's queue.
+	beforeJoin func(name string)
 }
 
 // listenTiming is how the LISTEN connection is kept healthy: a connection

@@ -201,6 +201,15 @@ func (b *Backend) Campaign(ctx context.Context, name string, c baton.Candidate) 
 	})
 }
 
+// sameSession reports whether two lease rows name the same session (or
+// none).
+func sameSession(a, b *string) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
 // seen is a holder's session as a waiter last read it, and when (its own
 // monotonic clock) it first read that renewal count.
 type seen struct {
@@ -301,13 +310,25 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, id strin
 			// Queue for the lease, to be woken alone when it is released.
 			// Only while notifications arrive: a process that polls would
 			// swallow the wake-ups of those behind it.
+			if b.o.beforeJoin != nil {
+				b.o.beforeJoin(name)
+			}
+			var (
+				tok  int64
+				sess *string
+			)
 			sctx, cancel := b.stmtCtx(ctx)
-			_, err := b.exec(sctx, b.q.join, name, b.id, s.ID)
+			err := b.scan(sctx, b.q.join, []any{name, b.id, s.ID}, &tok, &sess)
 			cancel()
-			if err != nil {
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return nil, b.sessions.CampaignErr(ctx, s, name, "join the lease's queue", b.safeErr(err))
 			}
 			joined = s.ID
+			if err != nil || uint64(tok) != r.token || !sameSession(sess, r.session) {
+				// The lease changed between the read and the join (a
+				// release there woke nobody): read it again now.
+				continue
+			}
 		}
 		// The row is read again when it comes due, in a batch with the
 		// other waiters' rows; a notification has it read at once.
