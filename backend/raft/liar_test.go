@@ -23,7 +23,10 @@ import (
 // member and rewrites only the TTL of the renewals' replies.
 func TestClientBelievesNoTTLFromTheAgent(t *testing.T) {
 	g := newTestGroup(t, 1)
-	real, err := g.leader().ClientHandler(testClientToken)
+	// The group's member, joined but perhaps not yet its ready raft
+	// leader (g.leader would then be nil): its handler answers "not the
+	// leader" until it is, and the Client retries.
+	real, err := g.members()[0].ClientHandler(testClientToken)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -151,8 +151,9 @@ func newBackend(t testing.TB, gr Group, cfg backend.Config) *Backend {
 
 func TestGroupBootstrapsAndElects(t *testing.T) {
 	g := newTestGroup(t, 3)
-	testkit.Eventually(t, 10*time.Second, "a ready raft leader", func() bool { return g.leader() != nil })
-	st := g.leader().Status()
+	// readyLeaderOf keeps the leader it found: g.leader() again could be
+	// nil, should leadership move in between.
+	st := readyLeaderOf(t, g).Status()
 	if len(st.Voters) != 3 {
 		t.Fatalf("voters = %v, want 3", st.Voters)
 	}
