@@ -352,9 +352,9 @@ type PgBouncer struct {
 // NewPgBouncer starts a PgBouncer in front of pg, with its files in dir.
 // The caller must Close it.
 func NewPgBouncer(pg *Postgres, dir string) (*PgBouncer, error) {
-	bin, err := exec.LookPath("pgbouncer")
+	bin, err := pgbouncerBin()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrPostgresMissing, err)
+		return nil, err
 	}
 	b := &PgBouncer{pg: pg, dir: dir, log: &SyncBuffer{}}
 	if err := shareDir(dir); err != nil {
@@ -408,6 +408,23 @@ ignore_startup_parameters = extra_float_digits,statement_timeout,idle_in_transac
 			return nil, fmt.Errorf("pgbouncer did not start: %w\n%s", err, b.log.String())
 		}
 	}
+}
+
+// pgbouncerDebian is where Debian's pgbouncer package installs the program:
+// an sbin directory, which is on root's PATH but not on a plain user's.
+const pgbouncerDebian = "/usr/sbin/pgbouncer"
+
+// pgbouncerBin finds pgbouncer on PATH, else where Debian installs it, so
+// that a test run by a plain user finds the same program as one run by root.
+func pgbouncerBin() (string, error) {
+	bin, err := exec.LookPath("pgbouncer")
+	if err == nil {
+		return bin, nil
+	}
+	if _, serr := os.Stat(pgbouncerDebian); serr == nil {
+		return pgbouncerDebian, nil
+	}
+	return "", fmt.Errorf("%w: %w (nor at %s)", ErrPostgresMissing, err, pgbouncerDebian)
 }
 
 // StartPgBouncer starts a PgBouncer in front of pg for t, closed at t's end.
