@@ -131,13 +131,12 @@ func newQueries(schema string) queries {
 			` + wakeHeads("rel", "") + `
 			SELECT pg_notify($3, name) FROM rel, (SELECT count(*) FROM woken) x`),
 		// $1 name, $2 the process's listener ID, $3 its session. Once per
-		// campaign (and per session): a process keeps its place.
-		// $1 name, $2 listener ID, $3 session. The join answers the
-		// lease's token and session as they are once it is in the queue:
-		// a release that committed after the waiter's read but before the
-		// join found no queue entry to wake, and the waiter reads again
-		// at once rather than wait for the holder's TTL. FOR SHARE waits
-		// out a release in flight and answers the row it left.
+		// campaign (and per session): a process keeps its place. The join
+		// answers the lease's token and session as they are once it is in
+		// the queue: a release that committed after the waiter's read but
+		// before the join found no queue entry to wake, and the waiter
+		// reads again at once rather than wait for the holder's TTL. FOR
+		// SHARE waits out a release in flight and answers the row it left.
 		join: r.Replace(`WITH j AS (INSERT INTO @.waiters (name, listener, session) VALUES ($1, $2, $3)
 			ON CONFLICT (name, listener) DO UPDATE SET session = EXCLUDED.session WHERE @.waiters.session <> EXCLUDED.session)
 			SELECT l.token, l.session FROM @.leases l WHERE l.name = $1 FOR SHARE OF l`),
