@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,6 +50,13 @@ type RecordBackend struct {
 	notify  RecordNotifier
 	// peek is set when notify's notifications carry the record.
 	peek RecordPeeker
+	// queue is set when the store keeps a queue of waiting processes
+	// (and notifies): releases then name its head. process is this
+	// RecordBackend's name in such queues; reserve is how long other
+	// processes leave a released lease to the head it names.
+	queue   RecordQueue
+	process string
+	reserve time.Duration
 	// keeps is set when the store never loses records (RecordKeeper): tokens of
 	// a new record then start at 1, not at an epoch.
 	keeps bool
@@ -80,6 +90,10 @@ type RecordBackend struct {
 	renewing  map[*holding]struct{}
 	renewerOn bool
 	kick      chan struct{}
+
+	// seats holds, by lease name, this process's place in the lease's
+	// RecordQueue: what it should be and what the store was last told.
+	seats map[string]*queueSeat
 }
 
 var _ baton.Backend = (*RecordBackend)(nil)
@@ -145,10 +159,12 @@ func NewRecordBackend(store RecordStore, opts RecordOptions) (*RecordBackend, er
 		log = slog.New(slog.DiscardHandler)
 	}
 	b := &RecordBackend{done: make(chan struct{}), store: store, cfg: cfg, poll: poll, workers: workers, log: log.WithGroup("cas"), active: map[string]*holding{}, left: map[string]uint64{}, released: map[string]time.Time{},
-		lines: map[string]*waitLine{}, renewing: map[*holding]struct{}{}, kick: make(chan struct{}, 1)}
+		lines: map[string]*waitLine{}, renewing: map[*holding]struct{}{}, kick: make(chan struct{}, 1), seats: map[string]*queueSeat{},
+		process: newProcessID(), reserve: min(cfg.TTL/10, time.Second)}
 	b.notify, _ = store.(RecordNotifier)
 	if b.notify != nil {
 		b.peek, _ = store.(RecordPeeker)
+		b.queue, _ = store.(RecordQueue)
 	}
 	if k, ok := store.(RecordKeeper); ok {
 		b.keeps = k.KeepsRecords()
@@ -158,6 +174,30 @@ func NewRecordBackend(store RecordStore, opts RecordOptions) (*RecordBackend, er
 
 // Config returns the timing the RecordBackend uses, defaults filled in.
 func (b *RecordBackend) Config() Config { return b.cfg }
+
+// Process returns the name this RecordBackend waits under in a
+// RecordQueue: the host's name, the process ID and a random suffix, so
+// that two RecordBackends never share it.
+func (b *RecordBackend) Process() string { return b.process }
+
+// newProcessID returns a name for a RecordBackend in RecordQueues: at most
+// 64 characters of letters, digits, '.' and '-'.
+func newProcessID() string {
+	host, _ := os.Hostname()
+	host = strings.Map(func(r rune) rune {
+		if r == '.' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' {
+			return r
+		}
+		return '-'
+	}, host)
+	if len(host) > 40 {
+		host = host[:40]
+	}
+	if host == "" {
+		host = "process"
+	}
+	return fmt.Sprintf("%s-%d-%08x", host, os.Getpid(), rand.Uint32())
+}
 
 // Campaign implements baton.Backend.
 func (b *RecordBackend) Campaign(ctx context.Context, name string, c baton.Candidate) (baton.Term, error) {
@@ -187,6 +227,14 @@ func (b *RecordBackend) Campaign(ctx context.Context, name string, c baton.Candi
 	}
 	t, err := b.campaign(ctx, h)
 	leave()
+	if b.queue != nil {
+		// The process stays in the lease's queue while other campaigns of
+		// it wait, at the tail once this one won; it leaves with the last.
+		b.mu.Lock()
+		_, others := b.lines[name]
+		b.mu.Unlock()
+		b.seat(name, others, others && err == nil)
+	}
 	if err != nil {
 		b.mu.Lock()
 		delete(b.active, key)
@@ -254,6 +302,10 @@ func (b *RecordBackend) campaign(ctx context.Context, h *holding) (baton.Term, e
 		seen   bool
 		seenV  uint64
 		seenAt time.Time
+		// reservedV is the released record, naming another process as the
+		// next holder, that this campaign first saw at reservedAt.
+		reservedV  uint64
+		reservedAt time.Time
 		// woken is set when a notification woke the campaign: with a
 		// RecordPeeker it carried the record, and no read is needed.
 		woken bool
@@ -283,12 +335,32 @@ func (b *RecordBackend) campaign(ctx context.Context, h *holding) (baton.Term, e
 			// without a release: nobody acts on it, take it now. (A record that
 			// merely carries our ID could be another process misconfigured
 			// with the same ID; that one waits a TTL like any other.)
-			if d := b.yieldLeft(h); d > 0 && rec.Holder == "" {
+			mine := rec.Holder == "" && rec.Next == b.process && b.queue != nil
+			if rec.Holder == "" && rec.Next != "" && !mine && b.queue != nil {
+				// Released to the head of the lease's queue: leave it to
+				// that process for the reservation, counted from when this
+				// one first saw the release.
+				if reservedV != v {
+					reservedV, reservedAt = v, now
+				}
+				if left := b.reserve - now.Sub(reservedAt); left > 0 {
+					b.seat(h.name, true, false)
+					wait = left
+					break
+				}
+			}
+			if d := b.yieldLeft(h); d > 0 && rec.Holder == "" && !mine {
 				wait = d
 				break
 			}
 			if t, err := b.acquire(ctx, h, v, rec); t != nil || err != nil {
 				return t, err
+			}
+			if mine {
+				// Handed to this process, but another took it (the
+				// reservation had passed there, or a client that knows no
+				// queue): queue again, at the tail, in case it dropped us.
+				b.seat(h.name, true, true)
 			}
 			seen = false
 			if peek == nil {
@@ -298,6 +370,7 @@ func (b *RecordBackend) campaign(ctx context.Context, h *holding) (baton.Term, e
 			// so wait for that (or the poll) rather than read at once.
 		case !seen || v != seenV:
 			seen, seenV, seenAt = true, v, now
+			b.seat(h.name, true, false)
 		default:
 			ttl := max(rec.TTL, b.cfg.TTL)
 			left := ttl - now.Sub(seenAt)
@@ -395,6 +468,11 @@ func (b *RecordBackend) acquire(ctx context.Context, h *holding, v uint64, old L
 	})
 	b.mu.Unlock()
 	b.log.Debug("acquired", "lease", h.name, "token", rec.Token)
+	if old.Holder == "" && old.Next != "" && old.Next != b.process && b.queue != nil {
+		// The release named another process, which let its reservation
+		// pass: it is likely gone, so take it off the queue's head.
+		b.dropHead(h.name, old.Next)
+	}
 	if !b.keeps {
 		if prev, e := b.epochs.Saw(h.name, rec.Token>>32), rec.Token>>32; prev != 0 && e != prev {
 			b.log.Warn("the lease's token epoch changed: the store lost the lease's record and it was created anew",
@@ -660,6 +738,14 @@ func (b *RecordBackend) release(ctx context.Context, h *holding) error {
 	}
 	defer h.unlock()
 	free := LeaseRecord{Token: h.rec.Token, TTL: h.rec.TTL, State: h.rec.State}
+	if b.queue != nil {
+		// Hand the lease to the process that has waited longest.
+		head, err := b.queue.QueueHead(ctx, h.name)
+		if err != nil {
+			b.log.Debug("could not read the lease's queue; releasing to all waiters", "lease", h.name, "err", err)
+		}
+		free.Next = head
+	}
 	for {
 		_, err := b.store.CompareAndSwap(ctx, h.name, h.version, free)
 		if err == nil || !errors.Is(err, ErrConflict) {
@@ -723,5 +809,123 @@ func (b *RecordBackend) Close(ctx context.Context) error {
 		}
 	}
 	b.wg.Wait()
+	b.leaveQueues(ctx)
 	return errors.Join(errs...)
+}
+
+// queueSeat is a process's place in one lease's RecordQueue: want is
+// whether it should be in the queue, back counts the requests to go back
+// to its tail; in and inBack are what the store was last told. Guarded by
+// RecordBackend.mu.
+type queueSeat struct {
+	want, in     bool
+	back, inBack uint64
+	// syncing is set while a goroutine tells the store.
+	syncing bool
+}
+
+// seat sets whether this process should be in name's queue, and with
+// back set, that it go to the tail again; a goroutine tells the store,
+// so that no campaign or term waits for it.
+func (b *RecordBackend) seat(name string, want, back bool) {
+	if b.queue == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.seats[name]
+	if s == nil {
+		if !want {
+			return
+		}
+		s = &queueSeat{}
+		b.seats[name] = s
+	}
+	s.want = want
+	if back {
+		s.back++
+	}
+	if s.syncing || b.closed || s.settled() {
+		return
+	}
+	s.syncing = true
+	b.wg.Go(func() { b.syncSeat(name, s) })
+}
+
+// settled reports whether the store was told what s wants.
+func (s *queueSeat) settled() bool {
+	return s.want == s.in && (!s.want || s.back == s.inBack)
+}
+
+// syncSeat tells the store what s wants until it has told it all. A store
+// call that fails is logged and not retried: the next change of the seat
+// tries again, and Close takes the process out of every queue.
+func (b *RecordBackend) syncSeat(name string, s *queueSeat) {
+	for {
+		b.mu.Lock()
+		if s.settled() {
+			s.syncing = false
+			if !s.want && b.seats[name] == s {
+				delete(b.seats, name)
+			}
+			b.mu.Unlock()
+			return
+		}
+		want, back := s.want, s.back
+		b.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.TTL)
+		var err error
+		if want {
+			err = b.queue.JoinQueue(ctx, name, b.process)
+		} else {
+			err = b.queue.LeaveQueue(ctx, name, b.process)
+		}
+		cancel()
+		b.mu.Lock()
+		if err != nil {
+			s.syncing = false
+			b.mu.Unlock()
+			b.log.Debug("could not update the lease's queue; this process competes with the other waiters at each release", "lease", name, "join", want, "err", err)
+			return
+		}
+		s.in, s.inBack = want, back
+		b.mu.Unlock()
+	}
+}
+
+// dropHead takes process off the head of name's queue, in the background.
+func (b *RecordBackend) dropHead(name, process string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	b.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.TTL)
+		defer cancel()
+		if err := b.queue.DropQueueHead(ctx, name, process); err != nil {
+			b.log.Debug("could not drop a queue head that let its reservation pass", "lease", name, "process", process, "err", err)
+		}
+	})
+}
+
+// leaveQueues takes this process out of every queue it may be in; Close
+// calls it once no goroutine of b tells the store anything more. A queue
+// it could not leave keeps a stale entry, which costs one reservation
+// when it comes to the head and is then dropped.
+func (b *RecordBackend) leaveQueues(ctx context.Context) {
+	b.mu.Lock()
+	var names []string
+	for name, s := range b.seats {
+		if s.in || s.want {
+			names = append(names, name)
+		}
+	}
+	b.seats = map[string]*queueSeat{}
+	b.mu.Unlock()
+	for _, name := range names {
+		if err := b.queue.LeaveQueue(ctx, name, b.process); err != nil {
+			b.log.Debug("could not leave the lease's queue on close", "lease", name, "err", err)
+		}
+	}
 }

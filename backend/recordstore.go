@@ -30,6 +30,11 @@ type LeaseRecord struct {
 	// attribute in DynamoDB). A RecordStore that cannot tell nil from empty may
 	// return nil for both; an empty state then reads as none.
 	State []byte
+	// Next is, in a released record, the process the release handed the
+	// lease to: the head of the lease's RecordQueue when it was released
+	// (see RecordQueue). Empty in every other record, and always empty
+	// when the RecordStore is no RecordQueue.
+	Next string
 }
 
 // RecordStore is a compare-and-swap record store. Implementations must be safe for
@@ -91,4 +96,38 @@ type RecordPeeker interface {
 	// its notifications, reads and writes, and its version; ok is false
 	// when it knows none, or no Notify for name is running.
 	Peek(name string) (rec LeaseRecord, version uint64, ok bool)
+}
+
+// RecordQueue is an optional RecordNotifier capability: a queue of the
+// processes (RecordBackends) waiting for each lease, kept beside its
+// record. A release then names the queue's head in the record it writes
+// (LeaseRecord.Next); the head takes the lease as soon as the release's
+// notification reaches it, and every other waiting process leaves it to
+// the head for a short reservation (a tenth of the TTL, at most one
+// second) after it saw the release. So a hand-over costs one acquisition,
+// not a compare-and-swap from every waiting process of which all but one
+// fail. A process that stays in the queue after the lease went to it (its
+// candidates keep waiting for the next term) goes back to the tail, so
+// the processes take turns.
+//
+// The queue serves liveness only: every acquisition is still a
+// compare-and-swap of the record, so a queue that is lost, stale or out of
+// order, a head that died, or a process that ignores the reservation
+// (client-go's elector, say) delays a hand-over by the reservation at most
+// and never lets two candidates hold a lease. A head that let its
+// reservation pass is dropped from the queue by whoever took the lease.
+// Implementations must be safe for concurrent use.
+type RecordQueue interface {
+	// JoinQueue puts process at the tail of name's queue, moving it there
+	// when it is in the queue already.
+	JoinQueue(ctx context.Context, name, process string) error
+	// LeaveQueue takes process out of name's queue; a process that is not
+	// in it is no error.
+	LeaveQueue(ctx context.Context, name, process string) error
+	// QueueHead returns the process at the head of name's queue, or ""
+	// when the queue is empty.
+	QueueHead(ctx context.Context, name string) (string, error)
+	// DropQueueHead takes process out of name's queue if it is the head;
+	// one that joined again since (it is at the tail) stays.
+	DropQueueHead(ctx context.Context, name, process string) error
 }

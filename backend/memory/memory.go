@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -31,6 +32,8 @@ type Store struct {
 	recs    map[string]entry
 	version uint64 // one counter for all records: versions never repeat
 	watch   map[string]map[chan struct{}]struct{}
+	// queues holds each lease's waiting processes, head first.
+	queues map[string][]string
 }
 
 type entry struct {
@@ -40,12 +43,14 @@ type entry struct {
 
 // NewStore returns an empty Store.
 func NewStore() *Store {
-	return &Store{recs: map[string]entry{}, watch: map[string]map[chan struct{}]struct{}{}}
+	return &Store{recs: map[string]entry{}, watch: map[string]map[chan struct{}]struct{}{}, queues: map[string][]string{}}
 }
 
 var (
 	_ backend.RecordKeeper = (*Store)(nil)
 	_ backend.RecordKeeper = (*Conn)(nil)
+	_ backend.RecordQueue  = (*Store)(nil)
+	_ backend.RecordQueue  = (*Conn)(nil)
 )
 
 // KeepsRecords implements backend.RecordKeeper: a Store lives and dies with the
@@ -106,6 +111,60 @@ func (s *Store) Notify(ctx context.Context, name string) (<-chan struct{}, error
 		s.mu.Unlock()
 	})
 	return ch, nil
+}
+
+// JoinQueue implements backend.RecordQueue.
+func (s *Store) JoinQueue(ctx context.Context, name, process string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queues[name] = append(slices.DeleteFunc(s.queues[name], func(p string) bool { return p == process }), process)
+	return nil
+}
+
+// LeaveQueue implements backend.RecordQueue.
+func (s *Store) LeaveQueue(ctx context.Context, name, process string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q := slices.DeleteFunc(s.queues[name], func(p string) bool { return p == process }); len(q) > 0 {
+		s.queues[name] = q
+	} else {
+		delete(s.queues, name)
+	}
+	return nil
+}
+
+// QueueHead implements backend.RecordQueue.
+func (s *Store) QueueHead(ctx context.Context, name string) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q := s.queues[name]; len(q) > 0 {
+		return q[0], nil
+	}
+	return "", nil
+}
+
+// DropQueueHead implements backend.RecordQueue.
+func (s *Store) DropQueueHead(ctx context.Context, name, process string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	q := s.queues[name]
+	ok := len(q) > 0 && q[0] == process
+	s.mu.Unlock()
+	if ok {
+		return s.LeaveQueue(ctx, name, process)
+	}
+	return nil
 }
 
 // Options configures a Backend; see backend.RecordOptions.
@@ -180,6 +239,38 @@ func (c *Conn) Notify(ctx context.Context, name string) (<-chan struct{}, error)
 	// A wake-up while disconnected is harmless: the read it triggers fails,
 	// which is what a partitioned client sees.
 	return c.s.Notify(ctx, name)
+}
+
+// JoinQueue implements backend.RecordQueue.
+func (c *Conn) JoinQueue(ctx context.Context, name, process string) error {
+	if c.down.Load() {
+		return ErrDisconnected
+	}
+	return c.s.JoinQueue(ctx, name, process)
+}
+
+// LeaveQueue implements backend.RecordQueue.
+func (c *Conn) LeaveQueue(ctx context.Context, name, process string) error {
+	if c.down.Load() {
+		return ErrDisconnected
+	}
+	return c.s.LeaveQueue(ctx, name, process)
+}
+
+// QueueHead implements backend.RecordQueue.
+func (c *Conn) QueueHead(ctx context.Context, name string) (string, error) {
+	if c.down.Load() {
+		return "", ErrDisconnected
+	}
+	return c.s.QueueHead(ctx, name)
+}
+
+// DropQueueHead implements backend.RecordQueue.
+func (c *Conn) DropQueueHead(ctx context.Context, name, process string) error {
+	if c.down.Load() {
+		return ErrDisconnected
+	}
+	return c.s.DropQueueHead(ctx, name, process)
 }
 
 // Polling returns c without its notifications, so that a backend.RecordBackend over it

@@ -1,0 +1,237 @@
+package backend_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend"
+	"github.com/batonhq/baton/backend/memory"
+)
+
+// takeCounter is a process's connection to a memory store that counts the
+// compare-and-swaps it sends to take a lease (a record naming a holder
+// over one that names none), as the store's server would see them.
+type takeCounter struct {
+	*memory.Conn
+	takes atomic.Int64
+}
+
+func (c *takeCounter) CompareAndSwap(ctx context.Context, name string, version uint64, rec backend.LeaseRecord) (uint64, error) {
+	if rec.Holder != "" {
+		if old, v, err := c.Conn.Get(ctx, name); err == nil && v == version && old.Holder == "" {
+			c.takes.Add(1)
+		}
+	}
+	return c.Conn.CompareAndSwap(ctx, name, version, rec)
+}
+
+// queueProcess is one waiting process of the queue tests: a RecordBackend
+// on a connection of its own, and the terms its campaign won.
+type queueProcess struct {
+	b    *backend.RecordBackend
+	conn *takeCounter
+	won  chan baton.Term
+}
+
+func startWaiters(t *testing.T, ctx context.Context, store *memory.Store, opts backend.RecordOptions, n int) []*queueProcess {
+	t.Helper()
+	ps := make([]*queueProcess, n)
+	for i := range ps {
+		conn := &takeCounter{Conn: store.Connect()}
+		b, err := backend.NewRecordBackend(conn, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close(context.Background()) })
+		p := &queueProcess{b: b, conn: conn, won: make(chan baton.Term, 1)}
+		ps[i] = p
+		go func() {
+			term, err := b.Campaign(ctx, "l", baton.Candidate{ID: fmt.Sprintf("p%d", i)})
+			if err == nil {
+				p.won <- term
+			}
+		}()
+		// One after the other, so that the queue's order is known.
+		synctest.Wait()
+	}
+	return ps
+}
+
+// A release hands the lease to the process that has waited longest, and
+// only that process sends a write to take it: the others, told by the
+// release whom it is for, send nothing. Five hand-overs among five
+// waiting processes go to each in the order they came.
+func TestReleaseWakesOneWaitingProcess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		opts := backend.RecordOptions{Config: backend.Config{TTL: 3 * time.Second}}
+		holder, err := backend.NewRecordBackend(store.Connect(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Close(context.Background())
+		term, err := holder.Campaign(context.Background(), "l", baton.Candidate{ID: "holder"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ps := startWaiters(t, ctx, store, opts, 5)
+
+		takes := func() (n int64) {
+			for _, p := range ps {
+				n += p.conn.takes.Load()
+			}
+			return n
+		}
+		for i, p := range ps {
+			before := takes()
+			if err := term.Resign(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+			select {
+			case term = <-p.won:
+			default:
+				t.Fatalf("hand-over %d: process p%d, which has waited longest, did not get the lease", i, i)
+			}
+			for j, q := range ps {
+				if j != i && len(q.won) > 0 {
+					t.Fatalf("hand-over %d: process p%d won too", i, j)
+				}
+			}
+			if n := takes() - before; n != 1 {
+				t.Errorf("hand-over %d: the waiting processes sent %d writes to take the lease, want 1 (the head's)", i, n)
+			}
+		}
+	})
+}
+
+// A queue head that is gone when the lease is released to it holds up the
+// hand-over for the reservation only: the next process takes the lease
+// once the reservation has passed, and takes the gone head off the queue,
+// so that the next release goes to a live process at once.
+func TestGoneQueueHeadCostsOneReservation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		ttl := 3 * time.Second
+		opts := backend.RecordOptions{Config: backend.Config{TTL: ttl}}
+		holder, err := backend.NewRecordBackend(store.Connect(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Close(context.Background())
+		term, err := holder.Campaign(context.Background(), "l", baton.Candidate{ID: "holder"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ps := startWaiters(t, ctx, store, opts, 3)
+		gone := ps[0]
+		if head, _ := store.QueueHead(ctx, "l"); head != gone.b.Process() {
+			t.Fatalf("queue head %q, want the first waiting process %q", head, gone.b.Process())
+		}
+		// The head's process is cut off for good: its campaign ends
+		// unavailable at its next read, and it cannot leave the queue.
+		gone.conn.Disconnect()
+
+		released := time.Now()
+		if err := term.Resign(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if len(ps[1].won) != 0 || len(ps[2].won) != 0 {
+			t.Fatal("a process took the lease during the gone head's reservation")
+		}
+		var (
+			next       baton.Term
+			winner     *queueProcess
+			stillWaits *queueProcess
+		)
+		select {
+		case next = <-ps[1].won:
+			winner, stillWaits = ps[1], ps[2]
+		case next = <-ps[2].won:
+			winner, stillWaits = ps[2], ps[1]
+		case <-time.After(ttl):
+			t.Fatalf("nobody took the lease within a TTL of its release to a gone head")
+		}
+		reserve := ttl / 10
+		if took := time.Since(released); took < reserve || took > reserve+100*time.Millisecond {
+			t.Errorf("the next process took the lease %s after the release, want the reservation (%s)", took, reserve)
+		}
+		synctest.Wait()
+		if head, _ := store.QueueHead(ctx, "l"); head != stillWaits.b.Process() {
+			t.Errorf("queue head after the gone head was passed over: %q, want the process still waiting, %q (the winner: %q)", head, stillWaits.b.Process(), winner.b.Process())
+		}
+
+		released = time.Now()
+		if err := next.Resign(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if len(stillWaits.won) != 1 || time.Since(released) != 0 {
+			t.Errorf("the next release did not go to the live head at once")
+		}
+	})
+}
+
+// A process that cannot reach the queue (here: its queue calls fail)
+// still takes the lease when it is free: the queue only orders waiters,
+// it never keeps one out.
+func TestWaitersWithoutQueueStillTakeOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		opts := backend.RecordOptions{Config: backend.Config{TTL: 3 * time.Second}}
+		holder, err := backend.NewRecordBackend(store.Connect(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Close(context.Background())
+		term, err := holder.Campaign(context.Background(), "l", baton.Candidate{ID: "holder"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := backend.NewRecordBackend(noQueue{store.Connect()}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close(context.Background())
+		var (
+			wg  sync.WaitGroup
+			got baton.Term
+		)
+		wg.Go(func() { got, _ = b.Campaign(context.Background(), "l", baton.Candidate{ID: "w"}) })
+		synctest.Wait()
+		if err := term.Resign(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if got == nil {
+			t.Fatal("the waiter whose queue calls fail did not take the released lease")
+		}
+	})
+}
+
+// noQueue is a connection whose queue calls all fail.
+type noQueue struct{ *memory.Conn }
+
+func (noQueue) JoinQueue(context.Context, string, string) error {
+	return fmt.Errorf("queue refused")
+}
+func (noQueue) LeaveQueue(context.Context, string, string) error {
+	return fmt.Errorf("queue refused")
+}
+func (noQueue) QueueHead(context.Context, string) (string, error) {
+	return "", fmt.Errorf("queue refused")
+}
+func (noQueue) DropQueueHead(context.Context, string, string) error {
+	return fmt.Errorf("queue refused")
+}
