@@ -409,6 +409,9 @@ func (b *RecordBackend) campaign(ctx context.Context, h *holding) (baton.Term, e
 // the race, so the caller reads again.
 func (b *RecordBackend) acquire(ctx context.Context, h *holding, v uint64, old LeaseRecord) (baton.Term, error) {
 	rec := LeaseRecord{Holder: h.id, Token: old.Token + 1, TTL: b.cfg.TTL, Since: time.Now(), State: old.State}
+	if b.queue != nil {
+		rec.Process = b.process
+	}
 	if !b.keeps && (v == 0 || old.Token>>32 == 0) {
 		// A new record, or one that another kind of client created without
 		// an epoch (client-go's elector creates Leases): the store may
@@ -468,10 +471,22 @@ func (b *RecordBackend) acquire(ctx context.Context, h *holding, v uint64, old L
 	})
 	b.mu.Unlock()
 	b.log.Debug("acquired", "lease", h.name, "token", rec.Token)
-	if old.Holder == "" && old.Next != "" && old.Next != b.process && b.queue != nil {
+	switch {
+	case b.queue == nil:
+	case old.Holder == "" && old.Next != "" && old.Next != b.process:
 		// The release named another process, which let its reservation
 		// pass: it is likely gone, so take it off the queue's head.
-		b.dropHead(h.name, old.Next)
+		b.inBackground(h.name, "drop a queue head that let its reservation pass", func(ctx context.Context) error {
+			return b.queue.DropQueueHead(ctx, h.name, old.Next)
+		})
+	case old.Holder != "" && old.Process != "" && old.Process != b.process:
+		// Taken over from a holder that stopped renewing: its process
+		// (crashed, likely) would otherwise stay in the queue, where its
+		// candidates waited for their turns, and cost a reservation when
+		// it came to the head.
+		b.inBackground(h.name, "take a holder that stopped renewing out of the queue", func(ctx context.Context) error {
+			return b.queue.LeaveQueue(ctx, h.name, old.Process)
+		})
 	}
 	if !b.keeps {
 		if prev, e := b.epochs.Saw(h.name, rec.Token>>32), rec.Token>>32; prev != 0 && e != prev {
@@ -627,6 +642,16 @@ func (b *RecordBackend) renewTerm(ctx context.Context, h *holding) {
 func (b *RecordBackend) termEnded(h *holding) {
 	if errors.Is(h.term.Err(), baton.ErrExpired) {
 		b.markLeft(h, h.term.Token())
+	}
+	if b.queue != nil && (errors.Is(h.term.Err(), baton.ErrExpired) || errors.Is(h.term.Err(), baton.ErrLeaseLost)) {
+		// Whoever took the lease over may have taken this process out of
+		// its queue, as one that stopped renewing: join again when a
+		// campaign next waits.
+		b.mu.Lock()
+		if s := b.seats[h.name]; s != nil {
+			s.in = false
+		}
+		b.mu.Unlock()
 	}
 	b.mu.Lock()
 	delete(b.renewing, h)
@@ -893,8 +918,10 @@ func (b *RecordBackend) syncSeat(name string, s *queueSeat) {
 	}
 }
 
-// dropHead takes process off the head of name's queue, in the background.
-func (b *RecordBackend) dropHead(name, process string) {
+// inBackground runs the queue update f (what it does: what) in a goroutine
+// that Close waits for, within a TTL; a failure is logged only, since the
+// queue serves liveness alone.
+func (b *RecordBackend) inBackground(name, what string, f func(ctx context.Context) error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -903,8 +930,8 @@ func (b *RecordBackend) dropHead(name, process string) {
 	b.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.TTL)
 		defer cancel()
-		if err := b.queue.DropQueueHead(ctx, name, process); err != nil {
-			b.log.Debug("could not drop a queue head that let its reservation pass", "lease", name, "process", process, "err", err)
+		if err := f(ctx); err != nil {
+			b.log.Debug("could not "+what, "lease", name, "err", err)
 		}
 	})
 }

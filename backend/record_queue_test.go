@@ -235,3 +235,57 @@ func (noQueue) QueueHead(context.Context, string) (string, error) {
 func (noQueue) DropQueueHead(context.Context, string, string) error {
 	return fmt.Errorf("queue refused")
 }
+
+// A holder that crashed while more of its candidates waited leaves its
+// process in the queue; whoever takes the lease over from it (a TTL after
+// its last renewal) takes that process out, so that no later release is
+// handed to it and held up for a reservation.
+func TestCrashedHolderLeavesTheQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		ttl := 3 * time.Second
+		opts := backend.RecordOptions{Config: backend.Config{TTL: ttl}}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		crashConn := store.Connect()
+		crashed, err := backend.NewRecordBackend(crashConn, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer crashed.Close(context.Background())
+		if _, err := crashed.Campaign(ctx, "l", baton.Candidate{ID: "c0"}); err != nil {
+			t.Fatal(err)
+		}
+		// A second candidate of the holder's process waits: the process
+		// queues for the lease.
+		go crashed.Campaign(ctx, "l", baton.Candidate{ID: "c1"})
+		synctest.Wait()
+		ps := startWaiters(t, ctx, store, opts, 2)
+		if head, _ := store.QueueHead(ctx, "l"); head != crashed.Process() {
+			t.Fatalf("queue head %q, want the holder's process %q, whose second candidate waits", head, crashed.Process())
+		}
+		crashConn.Disconnect()
+
+		var next baton.Term
+		select {
+		case next = <-ps[0].won:
+		case next = <-ps[1].won:
+		case <-time.After(3 * ttl):
+			t.Fatal("nobody took over from the crashed holder")
+		}
+		synctest.Wait()
+		released := time.Now()
+		if err := next.Resign(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ps[0].won:
+		case <-ps[1].won:
+		case <-time.After(ttl):
+			t.Fatal("nobody took the released lease")
+		}
+		if took := time.Since(released); took != 0 {
+			t.Errorf("the release after the takeover went to the waiting process %s later, want at once: the crashed process stayed in the queue and was handed the lease", took)
+		}
+	})
+}

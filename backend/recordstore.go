@@ -35,6 +35,12 @@ type LeaseRecord struct {
 	// (see RecordQueue). Empty in every other record, and always empty
 	// when the RecordStore is no RecordQueue.
 	Next string
+	// Process is, in a held record, the holder's process
+	// (RecordBackend.Process), so that whoever takes the lease over from
+	// a holder that stopped renewing takes that process out of the
+	// lease's RecordQueue too. Empty when the RecordStore is no
+	// RecordQueue.
+	Process string
 }
 
 // RecordStore is a compare-and-swap record store. Implementations must be safe for

@@ -3,6 +3,7 @@ package kubernetes_test
 import (
 	"fmt"
 	"net/http"
+	"path"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +29,8 @@ func (c *requestCount) RoundTrip(r *http.Request) (*http.Response, error) {
 		c.n["WATCH"]++
 	} else {
 		c.n[r.Method]++
+		// And by the object: "PUT name".
+		c.n[r.Method+" "+path.Base(r.URL.Path)]++
 	}
 	c.mu.Unlock()
 	return c.rt.RoundTrip(r)
@@ -62,9 +65,9 @@ func countedBackend(t *testing.T, srv *testserver.KubeAPIServer, ttl time.Durati
 // TestWaitersReadNothingWhileTheHolderRenews: the watch's events carry the
 // Lease, so a waiting process learns of each renewal, and of the
 // release and the next holder's write at a hand-over, with no read. Five
-// waiting processes on one Lease make no GET while the holder renews
-// three times and then hands over; the hand-over costs one update per
-// waiting process at most (the herd's compare-and-swaps, one wins).
+// waiting processes on one Lease make no GET of it while the holder renews
+// three times and then hands over; the hand-over costs the Lease one
+// update by a waiting process (the queue's head taking it).
 func TestWaitersReadNothingWhileTheHolderRenews(t *testing.T) {
 	srv := testserver.SharedKubeAPIServer(t)
 	ttl := 1500 * time.Millisecond
@@ -84,7 +87,7 @@ func TestWaitersReadNothingWhileTheHolderRenews(t *testing.T) {
 	// Each waiter has read the Lease once and watches it.
 	testkit.Eventually(t, 30*time.Second, "every waiter reading once and watching", func() bool {
 		for _, c := range counts {
-			if c.get(http.MethodGet) == 0 || c.get("WATCH") == 0 {
+			if c.get("GET "+lease) == 0 || c.get("WATCH") == 0 {
 				return false
 			}
 		}
@@ -92,7 +95,7 @@ func TestWaitersReadNothingWhileTheHolderRenews(t *testing.T) {
 	})
 	gets := func() (n int) {
 		for _, c := range counts {
-			n += c.get(http.MethodGet)
+			n += c.get("GET " + lease)
 		}
 		return n
 	}
@@ -105,7 +108,7 @@ func TestWaitersReadNothingWhileTheHolderRenews(t *testing.T) {
 
 	updates := func() (n int) {
 		for _, c := range counts {
-			n += c.get(http.MethodPut)
+			n += c.get("PUT " + lease)
 		}
 		return n
 	}
@@ -119,10 +122,71 @@ func TestWaitersReadNothingWhileTheHolderRenews(t *testing.T) {
 	// has seen its write.
 	su := w.Term.SafeUntil()
 	testkit.Eventually(t, 30*time.Second, "the new holder renewing", func() bool { return w.Term.SafeUntil().After(su) })
-	if d := updates() - putsBefore; d > waiters+1 {
-		t.Errorf("the hand-over and one renewal took %d updates, want at most %d (one per waiting process, one renewal)", d, waiters+1)
+	if d := updates() - putsBefore; d > 2 {
+		t.Errorf("the hand-over and one renewal took %d updates of the Lease by the waiting processes, want at most 2 (the head's take, its renewal)", d)
 	}
 	if d := gets() - before; d != 0 {
 		t.Errorf("the waiting processes made %d GETs, want 0", d)
+	}
+}
+
+// TestReleaseWakesOneWaitingProcess: the processes waiting for a Lease
+// queue in a second object beside it, and a release names the queue's
+// head, so that at each hand-over one waiting process updates the Lease
+// (the head, taking it) instead of every one of them, and the Lease goes
+// to the processes in the order they came.
+func TestReleaseWakesOneWaitingProcess(t *testing.T) {
+	srv := testserver.SharedKubeAPIServer(t)
+	ttl := 3 * time.Second
+	lease := testkit.Unique("queue")
+	holder, _ := countedBackend(t, srv, ttl)
+	term := testkit.Campaign(t, holder, lease, "holder")
+
+	const waiters = 5
+	counts := make([]*requestCount, waiters)
+	won := make([]<-chan testkit.Won, waiters)
+	for i := range waiters {
+		b, c := countedBackend(t, srv, ttl)
+		counts[i] = c
+		won[i] = testkit.CampaignAsync(t, b, lease, fmt.Sprintf("waiter-%d", i))
+		// One after the other, so that the queue's order is known: each
+		// has joined the queue (created or updated its object) before the
+		// next starts.
+		testkit.Eventually(t, 30*time.Second, "the waiter queueing", func() bool {
+			return c.get("POST leases")+c.get("PUT "+lease+kubernetes.QueueSuffix) > 0
+		})
+	}
+	leaseUpdates := func(i int) int { return counts[i].get("PUT " + lease) }
+	for i := range waiters {
+		before := make([]int, waiters)
+		for j := range waiters {
+			before[j] = leaseUpdates(j)
+		}
+		resignTerm(t, term)
+		var w testkit.Won
+		winner := -1
+		testkit.Eventually(t, 30*time.Second, "a waiter taking the Lease", func() bool {
+			for j := i; j < waiters; j++ {
+				select {
+				case w = <-won[j]:
+					winner = j
+					return true
+				default:
+				}
+			}
+			return false
+		})
+		if winner != i {
+			t.Fatalf("hand-over %d went to waiter-%d, want waiter-%d, which had waited longest", i, winner, i)
+		}
+		for j := range waiters {
+			if j == i || j == i-1 {
+				continue // the winner; the releaser, which held the Lease
+			}
+			if d := leaseUpdates(j) - before[j]; d != 0 {
+				t.Errorf("hand-over %d to waiter-%d: waiter-%d updated the Lease %d times, want 0", i, i, j, d)
+			}
+		}
+		term = w.Term
 	}
 }

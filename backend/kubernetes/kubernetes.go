@@ -24,9 +24,14 @@
 //     with no change (a dead holder, taken over then), after its watch
 //     was restarted, and at least once per PollInterval (default: the
 //     TTL), in case the watch died unnoticed; it does not poll otherwise.
-//     At a release every waiting process tries its update (one wins, the
-//     others are refused and wait for the winner's event): one update per
-//     waiting process per hand-over, no queue.
+//     The waiting processes queue in a second Lease object beside it,
+//     NAME + QueueSuffix (backend.RecordQueue; AnnotationQueue lists
+//     them, head first), and a release names the queue's head in
+//     AnnotationNext: the head alone updates the Lease to take it, and
+//     the others leave it to the head for a tenth of the TTL (at most one
+//     second) after they saw the release. A process whose candidates keep
+//     waiting goes back to the tail once it took the Lease. So a hand-over
+//     costs the Lease one update by a waiting process, however many wait.
 //   - Renewals: each held Lease is one update per RenewInterval (no
 //     request renews two Leases), up to RenewConcurrency
 //     (DefaultRenewConcurrency) in flight at once. When the API server
@@ -66,7 +71,10 @@
 // holder that died, as in backend.RecordBackend.
 //
 // Permissions: the Backend's user needs get, watch, create and update on
-// leases (coordination.k8s.io) in its namespace.
+// leases (coordination.k8s.io) in its namespace: on the lease's queue
+// object too, which a Role without resourceNames allows. A process that
+// may not write the queue object competes with the others at each
+// release, as if there were no queue.
 //
 //	cfg, err := rest.InClusterConfig() // or clientcmd, from a kubeconfig
 //	b, err := kubernetes.NewForConfig(cfg, kubernetes.Options{Namespace: "prod"})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,6 +53,9 @@ type Store struct {
 	// watching counts the running Notify watches per name: while one
 	// runs, last follows the Lease's changes, and Peek serves it.
 	watching map[string]int
+	// queues is the queue object last read or written, by its name; nil
+	// when it did not exist then.
+	queues map[string]*coordinationv1.Lease
 }
 
 var (
@@ -67,6 +71,7 @@ func NewStore(client k8s.Interface, namespace string) *Store {
 		namespace: namespace,
 		last:      map[string]*coordinationv1.Lease{},
 		watching:  map[string]int{},
+		queues:    map[string]*coordinationv1.Lease{},
 	}
 }
 
@@ -235,6 +240,11 @@ func (s *Store) decode(l *coordinationv1.Lease) (backend.LeaseRecord, uint64, er
 		}
 	}
 	rec.Token = epoch<<32 | transitions
+	if rec.Holder == "" {
+		rec.Next = l.Annotations[AnnotationNext]
+	} else if p, holder, ok := strings.Cut(l.Annotations[AnnotationHolderProcess], " "); ok && holder == rec.Holder {
+		rec.Process = p
+	}
 	if a, ok := l.Annotations[AnnotationState]; ok {
 		rec.State, err = base64.StdEncoding.DecodeString(a)
 		if err != nil {
@@ -276,6 +286,16 @@ func encode(l *coordinationv1.Lease, rec backend.LeaseRecord) error {
 	}
 	if epoch := rec.Token >> 32; epoch != 0 || l.Annotations[AnnotationEpoch] != "" {
 		setAnnotation(l, AnnotationEpoch, strconv.FormatUint(epoch, 10))
+	}
+	if rec.Next == "" {
+		delete(l.Annotations, AnnotationNext)
+	} else {
+		setAnnotation(l, AnnotationNext, rec.Next)
+	}
+	if rec.Process == "" {
+		delete(l.Annotations, AnnotationHolderProcess)
+	} else {
+		setAnnotation(l, AnnotationHolderProcess, rec.Process+" "+rec.Holder)
 	}
 	if rec.State == nil {
 		delete(l.Annotations, AnnotationState)

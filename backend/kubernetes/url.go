@@ -152,10 +152,14 @@ func Open(u URL, opts Options) (*Backend, error) {
 
 // CheckLeaseName reports why name cannot be a Lease's name (it must be a
 // DNS subdomain: at most 253 lower-case letters, digits, '-' and '.',
-// starting and ending with a letter or digit), or nil.
+// starting and ending with a letter or digit, and not end in QueueSuffix,
+// which names lease queues), or nil.
 func CheckLeaseName(name string) error {
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return &baton.ConfigError{Problems: []string{fmt.Sprintf("kubernetes: lease name %q cannot name a Lease: %s", name, strings.Join(errs, "; "))}}
+	}
+	if base, ok := strings.CutSuffix(name, QueueSuffix); ok {
+		return &baton.ConfigError{Problems: []string{fmt.Sprintf("kubernetes: lease name %q ends in %q, which names the queue of the processes waiting for lease %q: choose a name without it", name, QueueSuffix, base)}}
 	}
 	return nil
 }
