@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -47,11 +48,22 @@ var errSessionGone = errors.New("session expired in the group")
 // retryNotLeader calls fn until it returns something other than
 // ErrNotLeader, or ctx ends.
 func retryNotLeader[T any](ctx context.Context, fn func(context.Context) (T, error)) (T, error) {
+	return retryNotLeaderLogged(ctx, nil, "", fn)
+}
+
+// retryNotLeaderLogged is retryNotLeader that logs each refusal at debug
+// level on log (when not nil), naming what was refused: a renewal
+// refused while the group has no raft leader is otherwise silent until
+// the session's safe-until passes.
+func retryNotLeaderLogged[T any](ctx context.Context, log *slog.Logger, what string, fn func(context.Context) (T, error)) (T, error) {
 	backoff := 20 * time.Millisecond
-	for {
+	for attempt := 1; ; attempt++ {
 		v, err := fn(ctx)
 		if err == nil || !errors.Is(err, ErrNotLeader) {
 			return v, err
+		}
+		if log != nil {
+			log.Debug(what+" refused: no raft leader to take it; retrying", "attempt", attempt, "retry_in", backoff, "err", err)
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -85,7 +97,7 @@ var errNodeClosed = errors.New("raft: member closed")
 
 func (n *Node) renew(ctx context.Context, session string) (*renewResponse, error) {
 	start := time.Now()
-	r, err := retryNotLeader(ctx, func(ctx context.Context) (*renewResponse, error) {
+	r, err := retryNotLeaderLogged(ctx, n.log, "session renewal", func(ctx context.Context) (*renewResponse, error) {
 		if n.ctx.Err() != nil {
 			return nil, errNodeClosed
 		}
