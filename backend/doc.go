@@ -50,7 +50,7 @@
 // A store that keeps a lease as one record and can compare-and-swap it
 // (PostgreSQL, Redis, DynamoDB, Kubernetes, the in-process backend/memory)
 // needs to implement only RecordStore (Get and CompareAndSwap, and
-// optionally RecordNotifier and RecordKeeper): NewRecordBackend runs the
+// optionally RecordNotifier, RecordPeeker, RecordQueue and RecordKeeper): NewRecordBackend runs the
 // whole lease loop on it (campaign, renew, release, state) and returns a
 // complete baton.Backend. Its log lines and the errors it makes itself
 // name it "cas".
@@ -74,6 +74,9 @@
 //     not mistaken for a loss.
 //   - A released record is taken at once; a waiter learns of the release from
 //     the store's RecordNotifier when it has one, otherwise at its next poll.
+//     With a RecordQueue the release names the waiting process that came
+//     first, and the others leave the record to it for a short
+//     reservation, so that one process, not every one, sends a write.
 //   - The lease's state (baton.StateTerm) lives in the record, so the store
 //     fences it: StoreState is a compare-and-swap from the version the term
 //     last wrote, refused once another holder has taken the record over.

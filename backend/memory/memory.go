@@ -25,7 +25,8 @@ import (
 // ErrDisconnected is returned by a disconnected Backend's store calls.
 var ErrDisconnected = errors.New("memory: disconnected from the store")
 
-// Store holds lease records in memory. The zero value is not usable; call
+// Store holds lease records, and the queues of the processes waiting for
+// them (backend.RecordQueue), in memory. The zero value is not usable; call
 // NewStore. Safe for concurrent use.
 type Store struct {
 	mu      sync.Mutex
