@@ -764,8 +764,10 @@ func (b *RecordBackend) release(ctx context.Context, h *holding) error {
 	defer h.unlock()
 	free := LeaseRecord{Token: h.rec.Token, TTL: h.rec.TTL, State: h.rec.State}
 	if b.queue != nil {
-		// Hand the lease to the process that has waited longest.
-		head, err := b.queue.QueueHead(ctx, h.name)
+		// Hand the lease to the process that has waited longest, never to
+		// this one: its candidates wait in line here and take the lease
+		// when no other process waits for it.
+		head, err := b.queue.QueueHead(ctx, h.name, b.process)
 		if err != nil {
 			b.log.Debug("could not read the lease's queue; releasing to all waiters", "lease", h.name, "err", err)
 		}

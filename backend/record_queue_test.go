@@ -135,7 +135,7 @@ func TestGoneQueueHeadCostsOneReservation(t *testing.T) {
 		defer cancel()
 		ps := startWaiters(t, ctx, store, opts, 3)
 		gone := ps[0]
-		if head, _ := store.QueueHead(ctx, "l"); head != gone.b.Process() {
+		if head, _ := store.QueueHead(ctx, "l", ""); head != gone.b.Process() {
 			t.Fatalf("queue head %q, want the first waiting process %q", head, gone.b.Process())
 		}
 		// The head's process is cut off for good: its campaign ends
@@ -168,7 +168,7 @@ func TestGoneQueueHeadCostsOneReservation(t *testing.T) {
 			t.Errorf("the next process took the lease %s after the release, want the reservation (%s)", took, reserve)
 		}
 		synctest.Wait()
-		if head, _ := store.QueueHead(ctx, "l"); head != stillWaits.b.Process() {
+		if head, _ := store.QueueHead(ctx, "l", ""); head != stillWaits.b.Process() {
 			t.Errorf("queue head after the gone head was passed over: %q, want the process still waiting, %q (the winner: %q)", head, stillWaits.b.Process(), winner.b.Process())
 		}
 
@@ -229,7 +229,7 @@ func (noQueue) JoinQueue(context.Context, string, string) error {
 func (noQueue) LeaveQueue(context.Context, string, string) error {
 	return fmt.Errorf("queue refused")
 }
-func (noQueue) QueueHead(context.Context, string) (string, error) {
+func (noQueue) QueueHead(context.Context, string, string) (string, error) {
 	return "", fmt.Errorf("queue refused")
 }
 func (noQueue) DropQueueHead(context.Context, string, string) error {
@@ -261,7 +261,7 @@ func TestCrashedHolderLeavesTheQueue(t *testing.T) {
 		go crashed.Campaign(ctx, "l", baton.Candidate{ID: "c1"})
 		synctest.Wait()
 		ps := startWaiters(t, ctx, store, opts, 2)
-		if head, _ := store.QueueHead(ctx, "l"); head != crashed.Process() {
+		if head, _ := store.QueueHead(ctx, "l", ""); head != crashed.Process() {
 			t.Fatalf("queue head %q, want the holder's process %q, whose second candidate waits", head, crashed.Process())
 		}
 		crashConn.Disconnect()
@@ -286,6 +286,51 @@ func TestCrashedHolderLeavesTheQueue(t *testing.T) {
 		}
 		if took := time.Since(released); took != 0 {
 			t.Errorf("the release after the takeover went to the waiting process %s later, want at once: the crashed process stayed in the queue and was handed the lease", took)
+		}
+	})
+}
+
+// A release never names the releasing process itself, though it may still
+// be at the queue's head (its move to the tail or its leaving, which
+// follow its win in the background, not yet done): the lease goes to the
+// next waiting process at once, not after a reservation.
+func TestReleaseSkipsTheReleasingProcess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		opts := backend.RecordOptions{Config: backend.Config{TTL: 3 * time.Second}}
+		holder, err := backend.NewRecordBackend(store.Connect(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Close(context.Background())
+		term, err := holder.Campaign(context.Background(), "l", baton.Candidate{ID: "holder"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ps := startWaiters(t, ctx, store, opts, 1)
+		// The holder's process heads the queue, as right after it won.
+		if err := store.JoinQueue(context.Background(), "l", holder.Process()); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.JoinQueue(context.Background(), "l", ps[0].b.Process()); err != nil {
+			t.Fatal(err)
+		}
+		if head, _ := store.QueueHead(ctx, "l", ""); head != holder.Process() {
+			t.Fatalf("queue head %q, want the holder's process", head)
+		}
+		released := time.Now()
+		if err := term.Resign(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ps[0].won:
+		case <-time.After(time.Minute):
+			t.Fatal("the waiting process did not take the released lease")
+		}
+		if took := time.Since(released); took != 0 {
+			t.Errorf("the waiting process took the lease %s after the release, want at once: the release named the releasing process", took)
 		}
 	})
 }

@@ -130,9 +130,10 @@ type RecordQueue interface {
 	// LeaveQueue takes process out of name's queue; a process that is not
 	// in it is no error.
 	LeaveQueue(ctx context.Context, name, process string) error
-	// QueueHead returns the process at the head of name's queue, or ""
-	// when the queue is empty.
-	QueueHead(ctx context.Context, name string) (string, error)
+	// QueueHead returns the process at the head of name's queue, passing
+	// over skip (the releasing process, which may be on its way out of
+	// the queue or back to its tail), or "" when there is no other.
+	QueueHead(ctx context.Context, name, skip string) (string, error)
 	// DropQueueHead takes process out of name's queue if it is the head;
 	// one that joined again since (it is at the tail) stays.
 	DropQueueHead(ctx context.Context, name, process string) error

@@ -98,7 +98,7 @@ func (s *Store) DropQueueHead(ctx context.Context, name, process string) error {
 
 // QueueHead implements backend.RecordQueue with a read of the queue
 // object (a quorum read, as Get's).
-func (s *Store) QueueHead(ctx context.Context, name string) (string, error) {
+func (s *Store) QueueHead(ctx context.Context, name, skip string) (string, error) {
 	qn := queueName(name)
 	if qn == "" {
 		return "", nil
@@ -113,10 +113,15 @@ func (s *Store) QueueHead(ctx context.Context, name string) (string, error) {
 	}
 	s.rememberQueue(qn, l)
 	q, err := decodeQueue(l)
-	if err != nil || len(q) == 0 {
+	if err != nil {
 		return "", err
 	}
-	return q[0], nil
+	for _, p := range q {
+		if p != skip {
+			return p, nil
+		}
+	}
+	return "", nil
 }
 
 // editQueue applies edit to name's queue in an update conditional on the
@@ -130,6 +135,10 @@ func (s *Store) editQueue(ctx context.Context, name string, edit func([]string) 
 	}
 	l, known := s.queueSeen(qn)
 	for attempt := 0; ; attempt++ {
+		// fresh is set when l was read in this call: a copy remembered
+		// from earlier may be stale, which a write finds out (a
+		// conflict) but a decision to write nothing would not.
+		fresh := !known
 		if !known {
 			got, err := s.leases.Get(ctx, qn, metav1.GetOptions{})
 			switch {
@@ -150,6 +159,10 @@ func (s *Store) editQueue(ctx context.Context, name string, edit func([]string) 
 			}
 		}
 		q, err := edit(slices.Clone(q))
+		if !fresh && (err == nil && q == nil || errors.Is(err, errQueueFull)) {
+			known = false // nothing to change, or full, in what we saw: read it
+			continue
+		}
 		if err != nil || q == nil {
 			return err
 		}

@@ -141,14 +141,16 @@ func (s *Store) LeaveQueue(ctx context.Context, name, process string) error {
 }
 
 // QueueHead implements backend.RecordQueue.
-func (s *Store) QueueHead(ctx context.Context, name string) (string, error) {
+func (s *Store) QueueHead(ctx context.Context, name, skip string) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if q := s.queues[name]; len(q) > 0 {
-		return q[0], nil
+	for _, p := range s.queues[name] {
+		if p != skip {
+			return p, nil
+		}
 	}
 	return "", nil
 }
@@ -259,11 +261,11 @@ func (c *Conn) LeaveQueue(ctx context.Context, name, process string) error {
 }
 
 // QueueHead implements backend.RecordQueue.
-func (c *Conn) QueueHead(ctx context.Context, name string) (string, error) {
+func (c *Conn) QueueHead(ctx context.Context, name, skip string) (string, error) {
 	if c.down.Load() {
 		return "", ErrDisconnected
 	}
-	return c.s.QueueHead(ctx, name)
+	return c.s.QueueHead(ctx, name, skip)
 }
 
 // DropQueueHead implements backend.RecordQueue.
