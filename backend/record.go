@@ -849,7 +849,17 @@ type queueSeat struct {
 	back, inBack uint64
 	// syncing is set while a goroutine tells the store.
 	syncing bool
+	// retryAt is when to tell the store again after a call failed (a
+	// Role that does not allow the queue, say): not at every renewal the
+	// waiting campaign sees. warned is set once a failure was logged at
+	// warning level.
+	retryAt time.Time
+	warned  bool
 }
+
+// queueRetry is how long a process waits, in TTLs, before it tries its
+// queue again after a call to it failed.
+const queueRetry = 6
 
 // seat sets whether this process should be in name's queue, and with
 // back set, that it go to the tail again; a goroutine tells the store,
@@ -872,7 +882,7 @@ func (b *RecordBackend) seat(name string, want, back bool) {
 	if back {
 		s.back++
 	}
-	if s.syncing || b.closed || s.settled() {
+	if s.syncing || b.closed || s.settled() || time.Now().Before(s.retryAt) {
 		return
 	}
 	s.syncing = true
@@ -885,8 +895,9 @@ func (s *queueSeat) settled() bool {
 }
 
 // syncSeat tells the store what s wants until it has told it all. A store
-// call that fails is logged and not retried: the next change of the seat
-// tries again, and Close takes the process out of every queue.
+// call that fails is logged (the first at warning level) and tried again
+// at the first change of the seat queueRetry TTLs later; Close takes the
+// process out of every queue.
 func (b *RecordBackend) syncSeat(name string, s *queueSeat) {
 	for {
 		b.mu.Lock()
@@ -911,8 +922,15 @@ func (b *RecordBackend) syncSeat(name string, s *queueSeat) {
 		b.mu.Lock()
 		if err != nil {
 			s.syncing = false
+			s.retryAt = time.Now().Add(queueRetry * b.cfg.TTL)
+			warn := !s.warned
+			s.warned = true
 			b.mu.Unlock()
-			b.log.Debug("could not update the lease's queue; this process competes with the other waiters at each release", "lease", name, "join", want, "err", err)
+			level := slog.LevelDebug
+			if warn {
+				level = slog.LevelWarn
+			}
+			b.log.Log(context.Background(), level, "could not update the queue of the processes waiting for the lease; this process competes with the others at each release until it can", "lease", name, "join", want, "retry_in", queueRetry*b.cfg.TTL, "err", err)
 			return
 		}
 		s.in, s.inBack = want, back

@@ -183,9 +183,10 @@ func TestGoneQueueHeadCostsOneReservation(t *testing.T) {
 	})
 }
 
-// A process that cannot reach the queue (here: its queue calls fail)
-// still takes the lease when it is free: the queue only orders waiters,
-// it never keeps one out.
+// A process that cannot use the queue (here: its queue calls fail, as
+// when its Role does not allow the queue object) still takes the lease
+// when it is free: the queue only orders waiters, it never keeps one out.
+// And it does not try the queue again at every renewal it sees.
 func TestWaitersWithoutQueueStillTakeOver(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
@@ -199,7 +200,8 @@ func TestWaitersWithoutQueueStillTakeOver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := backend.NewRecordBackend(noQueue{store.Connect()}, opts)
+		nq := noQueue{Conn: store.Connect(), calls: new(atomic.Int64)}
+		b, err := backend.NewRecordBackend(nq, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,6 +212,12 @@ func TestWaitersWithoutQueueStillTakeOver(t *testing.T) {
 		)
 		wg.Go(func() { got, _ = b.Campaign(context.Background(), "l", baton.Candidate{ID: "w"}) })
 		synctest.Wait()
+		// Six renewals of the holder's, each seen by the waiter.
+		time.Sleep(2 * opts.Config.TTL)
+		synctest.Wait()
+		if n := nq.calls.Load(); n != 1 {
+			t.Errorf("the waiter whose queue calls fail made %d of them over six renewals, want 1", n)
+		}
 		if err := term.Resign(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -220,19 +228,26 @@ func TestWaitersWithoutQueueStillTakeOver(t *testing.T) {
 	})
 }
 
-// noQueue is a connection whose queue calls all fail.
-type noQueue struct{ *memory.Conn }
+// noQueue is a connection whose queue calls all fail; calls counts them.
+type noQueue struct {
+	*memory.Conn
+	calls *atomic.Int64
+}
 
-func (noQueue) JoinQueue(context.Context, string, string) error {
+func (q noQueue) JoinQueue(context.Context, string, string) error {
+	q.calls.Add(1)
 	return fmt.Errorf("queue refused")
 }
-func (noQueue) LeaveQueue(context.Context, string, string) error {
+func (q noQueue) LeaveQueue(context.Context, string, string) error {
+	q.calls.Add(1)
 	return fmt.Errorf("queue refused")
 }
-func (noQueue) QueueHead(context.Context, string, string) (string, error) {
+func (q noQueue) QueueHead(context.Context, string, string) (string, error) {
+	q.calls.Add(1)
 	return "", fmt.Errorf("queue refused")
 }
-func (noQueue) DropQueueHead(context.Context, string, string) error {
+func (q noQueue) DropQueueHead(context.Context, string, string) error {
+	q.calls.Add(1)
 	return fmt.Errorf("queue refused")
 }
 
