@@ -31,6 +31,22 @@ func (c *takeCounter) CompareAndSwap(ctx context.Context, name string, version u
 	return c.Conn.CompareAndSwap(ctx, name, version, rec)
 }
 
+// holdLease starts a process on store whose candidate "holder" holds
+// lease "l".
+func holdLease(t *testing.T, store *memory.Store, opts backend.RecordOptions) (*backend.RecordBackend, baton.Term) {
+	t.Helper()
+	holder, err := backend.NewRecordBackend(store.Connect(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Close(context.Background()) })
+	term, err := holder.Campaign(context.Background(), "l", baton.Candidate{ID: "holder"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return holder, term
+}
+
 // queueProcess is one waiting process of the queue tests: a RecordBackend
 // on a connection of its own, and the terms its campaign won.
 type queueProcess struct {
@@ -71,15 +87,7 @@ func TestReleaseWakesOneWaitingProcess(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		opts := backend.RecordOptions{Config: backend.Config{TTL: 3 * time.Second}}
-		holder, err := backend.NewRecordBackend(store.Connect(), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer holder.Close(context.Background())
-		term, err := holder.Campaign(context.Background(), "l", baton.Candidate{ID: "holder"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, term := holdLease(t, store, opts)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		ps := startWaiters(t, ctx, store, opts, 5)
@@ -122,15 +130,7 @@ func TestGoneQueueHeadCostsOneReservation(t *testing.T) {
 		store := memory.NewStore()
 		ttl := 3 * time.Second
 		opts := backend.RecordOptions{Config: backend.Config{TTL: ttl}}
-		holder, err := backend.NewRecordBackend(store.Connect(), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer holder.Close(context.Background())
-		term, err := holder.Campaign(context.Background(), "l", baton.Candidate{ID: "holder"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, term := holdLease(t, store, opts)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		ps := startWaiters(t, ctx, store, opts, 3)
@@ -191,15 +191,7 @@ func TestWaitersWithoutQueueStillTakeOver(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		opts := backend.RecordOptions{Config: backend.Config{TTL: 3 * time.Second}}
-		holder, err := backend.NewRecordBackend(store.Connect(), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer holder.Close(context.Background())
-		term, err := holder.Campaign(context.Background(), "l", baton.Candidate{ID: "holder"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, term := holdLease(t, store, opts)
 		nq := noQueue{Conn: store.Connect(), calls: new(atomic.Int64)}
 		b, err := backend.NewRecordBackend(nq, opts)
 		if err != nil {
@@ -313,15 +305,7 @@ func TestReleaseSkipsTheReleasingProcess(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		opts := backend.RecordOptions{Config: backend.Config{TTL: 3 * time.Second}}
-		holder, err := backend.NewRecordBackend(store.Connect(), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer holder.Close(context.Background())
-		term, err := holder.Campaign(context.Background(), "l", baton.Candidate{ID: "holder"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		holder, term := holdLease(t, store, opts)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		ps := startWaiters(t, ctx, store, opts, 1)
