@@ -70,7 +70,10 @@ func countedBackend(t *testing.T, srv *testserver.KubeAPIServer, ttl time.Durati
 // update by a waiting process (the queue's head taking it).
 func TestWaitersReadNothingWhileTheHolderRenews(t *testing.T) {
 	srv := testserver.SharedKubeAPIServer(t)
-	ttl := 1500 * time.Millisecond
+	// A waiting process that is not the queue's head leaves a released
+	// Lease to the head for a tenth of the TTL: 600 ms, which a head on a
+	// loaded machine takes the Lease within.
+	ttl := 6 * time.Second
 	lease := testkit.Unique("herd")
 	holder, hc := countedBackend(t, srv, ttl)
 	term := testkit.Campaign(t, holder, lease, "holder")
@@ -137,7 +140,9 @@ func TestWaitersReadNothingWhileTheHolderRenews(t *testing.T) {
 // to the processes in the order they came.
 func TestReleaseWakesOneWaitingProcess(t *testing.T) {
 	srv := testserver.SharedKubeAPIServer(t)
-	ttl := 3 * time.Second
+	// The others leave a released Lease to the head for a tenth of the
+	// TTL, 1 s: long enough for a head on a loaded machine.
+	ttl := 10 * time.Second
 	lease := testkit.Unique("queue")
 	holder, _ := countedBackend(t, srv, ttl)
 	term := testkit.Campaign(t, holder, lease, "holder")
