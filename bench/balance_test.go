@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/batonhq/baton/chaos/fenced"
 	"github.com/batonhq/baton/internal/balancetest"
 	"github.com/batonhq/baton/internal/benchci"
+	"github.com/batonhq/baton/internal/testserver"
 )
 
 // balanceSize is BenchmarkBalanceHundredInstances's size: 100 instances and
@@ -38,14 +40,43 @@ func balanceSize(b *testing.B) (instances, leases int) {
 	return 100, 10000
 }
 
-// balanceTargets are the backends BenchmarkBalanceHundredInstances runs on;
-// BATON_BENCH_BALANCE_BACKENDS (a comma-separated list of their names)
-// picks some. BATON_BENCH_BALANCE_LOG (debug, info, warn) prints the
+// balanceTargets are the backends BenchmarkBalanceHundredInstances runs on,
+// all of them by default (Kubernetes: BenchmarkKubernetesBalance in
+// bench/kubernetes); BATON_BENCH_BALANCE_BACKENDS (a comma-separated list
+// of their names) picks some. BATON_BENCH_BALANCE_LOG (debug, info, warn) prints the
 // Groups' log lines at that level on stderr;
 // BATON_BENCH_BALANCE_HEAPPROFILE (a path) writes a heap profile once the
 // spread is first even.
 var balanceTargets = map[string]func(*testing.B) target{
-	"memory": memoryTarget, "etcd": etcdTarget, "zookeeper": zookeeperTarget, "consul": consulTarget,
+	"memory": memoryTarget, "etcd": etcdTarget, "zookeeper": zookeeperTarget, "consul": balanceConsulTarget,
+	"postgres": balancePostgresTarget, "redis": redisTarget, "dynamodb": dynamoTarget, "raft": raftTarget,
+}
+
+// balanceTargetNames lists balanceTargets' names, for an error message.
+func balanceTargetNames() string {
+	names := make([]string, 0, len(balanceTargets))
+	for name := range balanceTargets {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+// balanceConsulTarget is consulTarget on an agent that takes every
+// instance's connections: the benchmark's instances all connect from
+// 127.0.0.1, where in production each has its own host's agent, and each
+// holds a blocking query per group of keys it watches, beyond the
+// agent's default limit of 200 connections per client address.
+func balanceConsulTarget(b *testing.B) target {
+	return consulTargetOn(testserver.StartConsul(b, testserver.ConsulOptions{HTTPMaxConnsPerClient: 15000}))
+}
+
+// balancePostgresTarget is postgresTarget with one pooled connection per
+// instance beside its LISTEN connection, so that 100 instances stay within
+// the test server's max_connections (300); an instance's lease writes are
+// one batched statement per renew interval, which one connection carries.
+func balancePostgresTarget(b *testing.B) target {
+	return postgresTargetWith(b, 1)
 }
 
 // BenchmarkBalanceHundredInstances: 10,000 leases spread by package balance
@@ -69,14 +100,14 @@ var balanceTargets = map[string]func(*testing.B) target{
 // the process's goroutines and heap in use once the spread is
 // first even, per instance. TTL 10 s; RefreshInterval 1 s, ShedAfter 3 s.
 func BenchmarkBalanceHundredInstances(b *testing.B) {
-	names := []string{"memory", "etcd"}
+	names := strings.Split(balanceTargetNames(), ", ")
 	if s := os.Getenv("BATON_BENCH_BALANCE_BACKENDS"); s != "" {
 		names = strings.Split(s, ",")
 	}
 	for _, name := range names {
 		mk := balanceTargets[name]
 		if mk == nil {
-			b.Fatalf("BATON_BENCH_BALANCE_BACKENDS: no backend %q; the names are memory, etcd, zookeeper, consul", name)
+			b.Fatalf("BATON_BENCH_BALANCE_BACKENDS: no backend %q; the names are %s", name, balanceTargetNames())
 		}
 		tg := mk(b)
 		b.Run(tg.name, func(b *testing.B) {

@@ -23,7 +23,11 @@ func init() { targets = append(targets, namedTarget{"consul", consulTarget}) }
 // destroying its session, as kill -9 would. The agent's session_ttl_min is
 // lowered so that the one-second failover TTL is allowed.
 func consulTarget(b *testing.B) target {
-	srv := testserver.StartConsul(b, testserver.ConsulOptions{})
+	return consulTargetOn(testserver.StartConsul(b, testserver.ConsulOptions{}))
+}
+
+// consulTargetOn is consulTarget on an agent already started.
+func consulTargetOn(srv *testserver.Consul) target {
 	var n atomic.Int64
 	return target{
 		name: "consul",

@@ -33,6 +33,12 @@ func (countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEn
 // pgPool opens a pool to the database of dbURL through a proxy of its own,
 // counting statements in n (nil: not counted).
 func pgPool(b *testing.B, dbURL string, n *atomic.Int64) (*pgxpool.Pool, *testserver.Proxy) {
+	return pgPoolWith(b, dbURL, n, 0)
+}
+
+// pgPoolWith is pgPool with at most maxConns connections (0: pgxpool's
+// default).
+func pgPoolWith(b *testing.B, dbURL string, n *atomic.Int64, maxConns int32) (*pgxpool.Pool, *testserver.Proxy) {
 	u, err := url.Parse(dbURL)
 	if err != nil {
 		b.Fatal(err)
@@ -45,6 +51,9 @@ func pgPool(b *testing.B, dbURL string, n *atomic.Int64) (*pgxpool.Pool, *testse
 	}
 	if n != nil {
 		cfg.ConnConfig.Tracer = countingTracer{n}
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
@@ -59,12 +68,18 @@ func pgPool(b *testing.B, dbURL string, n *atomic.Int64) (*pgxpool.Pool, *testse
 // closes its connections (the server sees them end, as after kill -9)
 // without deleting its session row.
 func postgresTarget(b *testing.B) target {
+	return postgresTargetWith(b, 0)
+}
+
+// postgresTargetWith is postgresTarget with pools of at most maxConns
+// connections each (0: pgxpool's default, four on this machine).
+func postgresTargetWith(b *testing.B, maxConns int32) target {
 	db := testserver.SharedPostgres(b).NewDatabase(b)
 	var n atomic.Int64
 	return target{
 		name: "postgres",
 		new: func(b *testing.B, cfg backend.Config) *process {
-			pool, proxy := pgPool(b, db, &n)
+			pool, proxy := pgPoolWith(b, db, &n, maxConns)
 			be, err := postgres.New(context.Background(), pool, postgres.Options{Config: cfg})
 			if err != nil {
 				b.Fatal(err)
