@@ -9,7 +9,6 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -221,17 +220,17 @@ func BenchmarkTenThousandLeases(b *testing.B) {
 			// What the process spends before this backend exists (other
 			// targets' servers started in it, such as raft's voters): part
 			// of cpu-%, not this backend's cost.
-			idle0, idleStart := cpuTime(), time.Now()
+			idle0, idleStart := testkit.CPUTime(), time.Now()
 			time.Sleep(benchci.Size(3*time.Second, 500*time.Millisecond))
-			b.ReportMetric(100*(cpuTime()-idle0).Seconds()/time.Since(idleStart).Seconds(), "idle-cpu-%")
+			b.ReportMetric(100*(testkit.CPUTime()-idle0).Seconds()/time.Since(idleStart).Seconds(), "idle-cpu-%")
 			p := tg.new(b, backend.Config{TTL: benchci.Size(10*time.Second, 2*time.Second)})
 			terms := holdMany(b, p.backend, fmt.Sprintf("many-%d", time.Now().UnixNano()), n)
 			// Hold through several renewals and measure the process's CPU.
 			window := benchci.Size(10*time.Second, 2*time.Second)
 			stopProfile := startWindowProfile(b)
-			cpu0, start, req0 := cpuTime(), time.Now(), tg.requests()
+			cpu0, start, req0 := testkit.CPUTime(), time.Now(), tg.requests()
 			time.Sleep(window)
-			cpu := cpuTime() - cpu0
+			cpu := testkit.CPUTime() - cpu0
 			wall := time.Since(start)
 			stopProfile()
 			// One renewal per process per renew interval, not one per lease.
@@ -245,9 +244,9 @@ func BenchmarkTenThousandLeases(b *testing.B) {
 			// A second window, once the first has let the acquisitions'
 			// aftermath (watches catching up with the last changes) pass:
 			// what holding alone costs.
-			cpu0, start = cpuTime(), time.Now()
+			cpu0, start = testkit.CPUTime(), time.Now()
 			time.Sleep(window)
-			b.ReportMetric(100*(cpuTime()-cpu0).Seconds()/time.Since(start).Seconds(), "settled-cpu-%")
+			b.ReportMetric(100*(testkit.CPUTime()-cpu0).Seconds()/time.Since(start).Seconds(), "settled-cpu-%")
 			for _, t := range terms {
 				if t.Err() != nil {
 					b.Fatalf("lease %s ended while held: %v", t.Lease(), t.Err())
@@ -289,14 +288,7 @@ func startWindowProfile(b *testing.B) (stop func()) {
 		stopCPU()
 		if heap != "" {
 			runtime.GC()
-			writeHeapProfile(b, heap)
+			testkit.WriteHeapProfile(b, heap)
 		}
 	}
-}
-
-// cpuTime is this process's user+system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

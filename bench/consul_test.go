@@ -11,6 +11,7 @@ import (
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/consul"
 	"github.com/batonhq/baton/internal/benchci"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/hashicorp/consul/api"
 )
@@ -107,13 +108,13 @@ func BenchmarkConsulChangeCost(b *testing.B) {
 	}
 	terms[0] = mustCampaign(b, p, terms[0].Lease(), "many")
 	time.Sleep(benchci.Size(5*time.Second, 2*time.Second))
-	idle0, idleStart := cpuTime(), time.Now()
+	idle0, idleStart := testkit.CPUTime(), time.Now()
 	time.Sleep(benchci.Size(5*time.Second, time.Second)) // the idle rate's window
-	idleRate := float64(cpuTime()-idle0) / float64(time.Since(idleStart))
+	idleRate := float64(testkit.CPUTime()-idle0) / float64(time.Since(idleStart))
 	const changes = 10
 	var entries, cpuMs float64
 	for b.Loop() {
-		e0, cpu0, start := lc.Entries(), cpuTime(), time.Now()
+		e0, cpu0, start := lc.Entries(), testkit.CPUTime(), time.Now()
 		for c := range changes {
 			i := (c*997 + 13) % n // spread over the leases
 			if err := terms[i].Resign(context.Background()); err != nil {
@@ -122,7 +123,7 @@ func BenchmarkConsulChangeCost(b *testing.B) {
 			terms[i] = mustCampaign(b, p, terms[i].Lease(), "many")
 			time.Sleep(time.Second) // the pace of the changes, not synchronisation
 		}
-		busy := float64(cpuTime()-cpu0) - idleRate*float64(time.Since(start))
+		busy := float64(testkit.CPUTime()-cpu0) - idleRate*float64(time.Since(start))
 		entries = float64(lc.Entries()-e0) / changes
 		cpuMs = busy / 1e6 / changes
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/postgres"
 	"github.com/batonhq/baton/internal/benchci"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -103,10 +104,10 @@ func (m loadMeter) measure(counters ...*atomic.Int64) (rates []float64, cpu, ser
 	for i, c := range counters {
 		before[i] = c.Load()
 	}
-	cpu0, srv0, start := cpuTime(), m.server(), time.Now()
+	cpu0, srv0, start := testkit.CPUTime(), m.server(), time.Now()
 	time.Sleep(loadWindow) // the measurement window itself, not synchronisation
 	wall := time.Since(start)
-	cpu = 100 * (cpuTime() - cpu0).Seconds() / wall.Seconds()
+	cpu = 100 * (testkit.CPUTime() - cpu0).Seconds() / wall.Seconds()
 	server = 100 * (m.server() - srv0).Seconds() / wall.Seconds()
 	for i, c := range counters {
 		rates = append(rates, float64(c.Load()-before[i])/wall.Seconds())

@@ -15,6 +15,7 @@ import (
 	"github.com/batonhq/baton/backend"
 	"github.com/batonhq/baton/backend/redis"
 	"github.com/batonhq/baton/internal/benchci"
+	"github.com/batonhq/baton/internal/testkit"
 	"github.com/batonhq/baton/internal/testserver"
 	"github.com/go-redsync/redsync/v4"
 	rsgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
@@ -213,9 +214,9 @@ func BenchmarkRedisTenThousandLeases(b *testing.B) {
 			b.Fatal(err)
 		}
 		terms := holdMany(b, be, fmt.Sprintf("ten-thousand-%d", time.Now().UnixNano()), n)
-		trips0, cpu0, start := trips.Load(), cpuTime(), time.Now()
+		trips0, cpu0, start := trips.Load(), testkit.CPUTime(), time.Now()
 		time.Sleep(window) // the measurement window itself, not synchronisation
-		cpu, wall, calls := cpuTime()-cpu0, time.Since(start), trips.Load()-trips0
+		cpu, wall, calls := testkit.CPUTime()-cpu0, time.Since(start), trips.Load()-trips0
 		runtime.GC()
 		var m1 runtime.MemStats
 		runtime.ReadMemStats(&m1)

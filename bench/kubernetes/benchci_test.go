@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"testing"
 
+	"github.com/batonhq/baton/internal/balancetest"
 	"github.com/batonhq/baton/internal/benchci"
 )
 
@@ -20,4 +21,6 @@ var (
 	// manyleases_test.go (its small size: 20 Leases)
 	_ = benchci.Register(BenchmarkTenThousandLeases, "cpu-%>=0", "heap-MB", "goroutines>0", "update-per-s>0", "get-per-s>=0", "lost>=0", "server-cpu-%>=0")
 	_ = benchci.Register(BenchmarkKubernetesTenThousandCandidates, "failover-median-ms>0", "handover-p50-ms>0", "req/s/proc>=0")
+	// balance_test.go (its small size: 5 instances × 50 leases)
+	_ = benchci.Register(BenchmarkKubernetesBalance, balancetest.BenchMetrics...)
 )

@@ -5,6 +5,7 @@ go 1.26.7
 require (
 	github.com/batonhq/baton v0.0.0
 	github.com/batonhq/baton/backend/kubernetes v0.0.0
+	github.com/batonhq/baton/chaos v0.0.0-00010101000000-000000000000
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
 )
@@ -63,4 +64,5 @@ require (
 replace (
 	github.com/batonhq/baton => ../..
 	github.com/batonhq/baton/backend/kubernetes => ../../backend/kubernetes
+	github.com/batonhq/baton/chaos => ../../chaos
 )

@@ -22,6 +22,9 @@ import (
 	"encoding/hex"
 	"net"
 	"net/http"
+	"os"
+	"runtime/pprof"
+	"syscall"
 	"testing"
 	"time"
 
@@ -232,4 +235,25 @@ func ServeHTTP(t testing.TB, h http.Handler) string {
 		_ = srv.Close()
 	})
 	return ln.Addr().String()
+}
+
+// WriteHeapProfile writes the heap profile to path: what a benchmark holds
+// at a moment it chooses, where -memprofile shows the heap at its end.
+func WriteHeapProfile(tb testing.TB, path string) {
+	tb.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// CPUTime is the CPU time the process has used, user and system.
+func CPUTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
