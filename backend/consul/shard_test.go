@@ -79,3 +79,60 @@ func TestChangeReadsItsGroupOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestBusyBigGroupIsReadPaced: a group of more keys than the watcher splits
+// at, whose keys change faster than its answers come back, so that it is
+// never quiet long enough to split (as while many processes campaign at
+// once), is re-read at a pace, not back to back: every Backend on an agent
+// re-reading its big groups as fast as the agent answers would keep the
+// agent busy encoding them, and its other requests (reads, campaigns,
+// session renewals) would time out.
+func TestBusyBigGroupIsReadPaced(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	counter := testserver.NewConsulReads()
+	cfg := &api.Config{Address: agent.Addr(), Scheme: "http", Token: agent.ManagementToken(), HttpClient: &http.Client{Transport: counter}}
+	c, err := api.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := testPrefix()
+	other := agentClient(t, agent, agent.Addr()).KV()
+	// A key under the prefix changes every 10 ms from before the first
+	// campaign until the end of the test: the group is never quiet.
+	stop := make(chan struct{})
+	stormed := make(chan struct{})
+	go func() {
+		defer close(stormed)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			_, _ = other.Put(&api.KVPair{Key: prefix + "many-000/storm", Value: fmt.Appendf(nil, "%d", i)}, nil)
+		}
+	}()
+	defer func() { close(stop); <-stormed }()
+	b := newBackend(t, c, consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: prefix}, nil)
+	const n = 600 // two keys a lease: 1,200 in the group, above the 1,024 it splits at
+	for i := range n {
+		testkit.CampaignWithin(t, b, fmt.Sprintf("many-%03d", i), "x", 10*time.Second)
+	}
+	mark := counter.Answers()
+	const window = 3 * time.Second
+	time.Sleep(window) // the window over which the answers are counted
+	big := 0
+	for _, size := range counter.AnswersSince(mark) {
+		if size > 1024 {
+			big++
+		}
+	}
+	// Paced, the group is read about every 250 ms: 12 answers in 3 s.
+	// Back to back, the agent answers a read of 1,200 keys in a few ms.
+	if limit := 20; big > limit {
+		t.Fatalf("%d answers of the whole group in %s while one of its keys changed every 10 ms; want at most %d (paced)", big, window, limit)
+	}
+	if big == 0 {
+		t.Fatal("no answer of the whole group in the window: the group split, and the test shows nothing")
+	}
+}
