@@ -35,6 +35,12 @@ func consulTargetOn(srv *testserver.Consul) target {
 		new: func(b *testing.B, cfg backend.Config) *process {
 			proxy := testserver.StartProxy(b, srv.Addr())
 			tr := http.DefaultTransport.(*http.Transport).Clone()
+			// A process with many leases has many requests in flight
+			// (campaigns, reads, the watch's blocking queries): they
+			// reuse connections rather than each open its own (two in
+			// the proxy beside it), as an api.DefaultConfig client's
+			// pool would, sized for many more at once.
+			tr.MaxIdleConnsPerHost = 64
 			client, err := api.NewClient(&api.Config{
 				Address:    proxy.Addr(),
 				HttpClient: &http.Client{Transport: countingRoundTripper{tr, &n}},
