@@ -1,13 +1,10 @@
 package kubernetes
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/backend/kubernetes"
 	"github.com/batonhq/baton/chaos/fenced"
 	"github.com/batonhq/baton/internal/balancetest"
 	"github.com/batonhq/baton/internal/benchci"
@@ -32,19 +29,7 @@ func BenchmarkKubernetesBalance(b *testing.B) {
 			Instances: n, Leases: leases,
 			New: func(b *testing.B, cfg backend.Config) (baton.Backend, func()) {
 				p := manyLeasesProc(b, srv)
-				be, err := kubernetes.New(p.cs, kubernetes.Options{
-					RecordOptions: backend.RecordOptions{Config: cfg},
-					Namespace:     namespace,
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() {
-					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-					defer cancel()
-					_ = be.Close(ctx)
-				})
-				return be, p.crash
+				return p.batonWith(b, cfg), p.crash
 			},
 			Fence: fence,
 			Check: func() (string, int, int) {

@@ -135,8 +135,15 @@ func (p *proc) crash() { p.proxy.Cut() }
 // baton returns a baton Backend of the process, TTL leaseDuration.
 func (p *proc) baton(b *testing.B) *kubernetes.Backend {
 	b.Helper()
+	return p.batonWith(b, backend.Config{TTL: leaseDuration})
+}
+
+// batonWith returns a baton Backend of the process with cfg, closed at the
+// end of the benchmark.
+func (p *proc) batonWith(b *testing.B, cfg backend.Config) *kubernetes.Backend {
+	b.Helper()
 	be, err := kubernetes.New(p.cs, kubernetes.Options{
-		RecordOptions: backend.RecordOptions{Config: backend.Config{TTL: leaseDuration}},
+		RecordOptions: backend.RecordOptions{Config: cfg},
 		Namespace:     namespace,
 	})
 	if err != nil {
