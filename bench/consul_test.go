@@ -36,10 +36,11 @@ func consulTargetOn(srv *testserver.Consul) target {
 			proxy := testserver.StartProxy(b, srv.Addr())
 			tr := http.DefaultTransport.(*http.Transport).Clone()
 			// A process with many leases has many requests in flight
-			// (campaigns, reads, the watch's blocking queries): they
-			// reuse connections rather than each open its own (two in
-			// the proxy beside it), as an api.DefaultConfig client's
-			// pool would, sized for many more at once.
+			// (campaigns, reads, the watch's blocking queries): with
+			// the clone's 2 idle connections, each would open one of
+			// its own (and two more in the proxy beside it), and 20
+			// balance instances ran out of file descriptors; 64 keep
+			// them reused.
 			tr.MaxIdleConnsPerHost = 64
 			client, err := api.NewClient(&api.Config{
 				Address:    proxy.Addr(),
