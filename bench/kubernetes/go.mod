@@ -63,6 +63,9 @@ require (
 // root does the same); see docs/modules.md.
 replace (
 	github.com/batonhq/baton => ../..
+	github.com/batonhq/baton/backend/consul => ../../backend/consul
 	github.com/batonhq/baton/backend/kubernetes => ../../backend/kubernetes
+	github.com/batonhq/baton/backend/postgres => ../../backend/postgres
+	github.com/batonhq/baton/backend/redis => ../../backend/redis
 	github.com/batonhq/baton/chaos => ../../chaos
 )
