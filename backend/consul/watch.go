@@ -374,34 +374,14 @@ func (w *watcher) run(sh *shard) {
 		// waited): while keys change faster, one query reads many
 		// changes per answer, and splitting would only multiply the
 		// requests. The answer that brought the change is read anyway.
-		took := time.Since(sent)
-		if len(pairs) > w.splitAt && waitIndex > 0 && took >= w.quiet {
+		if len(pairs) > w.splitAt && waitIndex > 0 && time.Since(sent) >= w.quiet {
 			w.splitLocked(sh)
 		}
 		w.mu.Unlock()
 		for _, h := range hooks {
 			h.f(h.st)
 		}
-		if len(pairs) > w.splitAt && waitIndex > 0 && took < w.quiet {
-			// A big group whose keys change faster than it is read (as
-			// while many processes campaign at once) is read at a
-			// pace: back to back, every Backend on the agent would
-			// re-read its big groups as fast as the agent answers, the
-			// agent would spend its time encoding them, and the other
-			// requests (reads, campaigns, session renewals) would time
-			// out. A change in such a group reaches its subscribers up
-			// to the pause later; a new subscriber's kick ends it.
-			w.pause(sh, w.busyPause(len(pairs)))
-		}
 	}
-}
-
-// busyPause is how long a group whose answer of n keys came back without
-// waiting rests before its next query: so that a busy group is read at
-// about 4 × splitAt keys per quiet time (4,096 keys a second), however
-// big, up to four quiet times.
-func (w *watcher) busyPause(n int) time.Duration {
-	return min(4*w.quiet, time.Duration(n)*w.quiet/time.Duration(4*w.splitAt))
 }
 
 // splitLocked moves sh's subscribers to new shards, one per character
