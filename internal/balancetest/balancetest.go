@@ -2,7 +2,8 @@
 // processes that each run a balance.Group over the same leases, and checks
 // that every lease is led by exactly one of them, within the balance bound,
 // and never by two at once. The balance package's own tests run it on the
-// memory backend, the cross-module tests (module integration) on etcd. It
+// memory backend, the cross-module tests (module integration) on etcd, and
+// the benchmarks of bench and bench/kubernetes its measurement (Bench). It
 // imports nothing outside the standard library and this module, so that it
 // adds nothing to any module's graph.
 package balancetest
