@@ -39,8 +39,8 @@ func consulTargetOn(srv *testserver.Consul) target {
 			// (campaigns, reads, the watch's blocking queries): with
 			// the clone's 2 idle connections, each would open one of
 			// its own (and two more in the proxy beside it), and 20
-			// balance instances ran out of file descriptors; 64 keep
-			// them reused.
+			// balance instances would run out of file descriptors; 64
+			// keep them reused.
 			tr.MaxIdleConnsPerHost = 64
 			client, err := api.NewClient(&api.Config{
 				Address:    proxy.Addr(),
