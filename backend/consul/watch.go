@@ -39,6 +39,10 @@ type watcher struct {
 	// above which a group is split, at a change after quiet without one.
 	maxShards, splitAt int
 	quiet              time.Duration
+	// stormKeys is how many keys of a group above splitAt must have
+	// changed since its last answer, which came back without waiting,
+	// for its next query to wait a pause (see run).
+	stormKeys int
 
 	mu     sync.Mutex
 	closed bool
@@ -116,6 +120,7 @@ func newWatcher(ctx context.Context, kv *api.KV, wait time.Duration, log *slog.L
 		maxShards: maxWatchQueries,
 		splitAt:   watchSplitAt,
 		quiet:     watchQuiet,
+		stormKeys: watchStormKeys,
 		shards:    []*shard{newShard("")},
 	}
 }
@@ -374,14 +379,48 @@ func (w *watcher) run(sh *shard) {
 		// waited): while keys change faster, one query reads many
 		// changes per answer, and splitting would only multiply the
 		// requests. The answer that brought the change is read anyway.
-		if len(pairs) > w.splitAt && waitIndex > 0 && time.Since(sent) >= w.quiet {
+		took := time.Since(sent)
+		if len(pairs) > w.splitAt && waitIndex > 0 && took >= w.quiet {
 			w.splitLocked(sh)
 		}
 		w.mu.Unlock()
 		for _, h := range hooks {
 			h.f(h.st)
 		}
+		if len(pairs) > w.splitAt && waitIndex > 0 && took < w.quiet && changedSince(pairs, waitIndex) >= w.stormKeys {
+			// A storm: a big group in which many keys changed since the
+			// last answer, which came back without waiting (as while many
+			// processes campaign at once). It is read at a pace: read
+			// back to back, every Backend on the agent would re-read its
+			// big groups as fast as the agent answers, the agent would
+			// spend its time encoding them, and its other requests
+			// (reads, campaigns, session renewals) would time out. A
+			// change reaches the group's subscribers up to the pause
+			// later; a new subscriber's kick ends it. A sequence of
+			// hand-overs of one lease changes a few keys per answer, and
+			// is followed as fast as the agent answers.
+			w.pause(sh, w.stormPause(len(pairs)))
+		}
 	}
+}
+
+// changedSince counts the pairs changed after index.
+func changedSince(pairs api.KVPairs, index uint64) int {
+	n := 0
+	for _, p := range pairs {
+		if p.ModifyIndex > index {
+			n++
+		}
+	}
+	return n
+}
+
+// stormPause is how long a group whose answer of n keys came in a storm
+// rests before its next query: so that a storming group is read at about
+// 4 × splitAt keys per quiet time (4,096 keys a second), however big, up
+// to four quiet times.
+func (w *watcher) stormPause(n int) time.Duration {
+	return min(4*w.quiet, time.Duration(n)*w.quiet/time.Duration(4*w.splitAt))
 }
 
 // splitLocked moves sh's subscribers to new shards, one per character
