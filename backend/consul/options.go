@@ -52,12 +52,12 @@ const (
 	// watchQuiet is how long a group too big to stay whole must have seen
 	// no change for its next change to split it.
 	watchQuiet = time.Second
-	// watchStormKeys is how many keys changed since a big group's last
-	// answer make a storm, which the group is read at a pace through (see
-	// watcher.run): a hand-over of one lease changes a few keys (its lock,
-	// its epoch, a queue entry), and many processes campaigning at once
-	// change dozens between two answers.
-	watchStormKeys = 16
+	// watchStormLeases is how many leases with a key changed since a big
+	// group's last answer make a storm, which the group is read at a pace
+	// through (see watcher.run): a hand-over changes the keys of one lease
+	// (its lock, its epoch, a queue entry), and many processes campaigning
+	// at once change many leases' keys between two answers.
+	watchStormLeases = 2
 )
 
 // Options configures a Backend. The zero value means the documented

@@ -138,8 +138,8 @@ func bigGroupAnswers(t *testing.T, change func(kv *api.KV, prefix string, i int)
 }
 
 // TestStormingBigGroupIsReadPaced: a group of more keys than the watcher
-// splits at, in which dozens of keys change between two answers (as while
-// many processes campaign at once), is re-read at a pace, not back to
+// splits at, in which the keys of many leases change between two answers
+// (as while many processes campaign at once), is re-read at a pace, not back to
 // back: every Backend on an agent re-reading its big groups as fast as the
 // agent answers would keep the agent busy encoding them, and its other
 // requests (reads, campaigns, session renewals) would time out.
@@ -147,7 +147,7 @@ func TestStormingBigGroupIsReadPaced(t *testing.T) {
 	big := bigGroupAnswers(t, func(kv *api.KV, prefix string, i int) error {
 		var ops api.KVTxnOps
 		for k := range 32 {
-			ops = append(ops, &api.KVTxnOp{Verb: api.KVSet, Key: fmt.Sprintf("%smany-000/storm-%02d", prefix, k), Value: fmt.Appendf(nil, "%d", i)})
+			ops = append(ops, &api.KVTxnOp{Verb: api.KVSet, Key: fmt.Sprintf("%smany-%03d/storm", prefix, k), Value: fmt.Appendf(nil, "%d", i)})
 		}
 		ok, resp, _, err := kv.Txn(ops, nil)
 		if err == nil && !ok {
@@ -159,14 +159,14 @@ func TestStormingBigGroupIsReadPaced(t *testing.T) {
 	// answers in 3 s. Back to back, the agent answers a read of that
 	// size in a few ms, after each 10 ms change.
 	if limit := 20; big > limit {
-		t.Fatalf("%d answers of the whole group in 3 s while 32 of its keys changed every 10 ms; want at most %d (paced)", big, limit)
+		t.Fatalf("%d answers of the whole group in 3 s while keys of 32 of its leases changed every 10 ms; want at most %d (paced)", big, limit)
 	}
 }
 
-// TestBigGroupFollowsSingleChanges: a big group in which one key changes
-// at a time, however often (a lease handed over from process to process,
-// with thousands of candidates queued under it), is re-read after each
-// change, unpaced: a pause there would delay each hand-over.
+// TestBigGroupFollowsSingleChanges: a big group in which the keys of one
+// lease change at a time, however often (a lease handed over from process
+// to process, with thousands of candidates queued under it), is re-read
+// after each change, unpaced: a pause there would delay each hand-over.
 func TestBigGroupFollowsSingleChanges(t *testing.T) {
 	big := bigGroupAnswers(t, func(kv *api.KV, prefix string, i int) error {
 		_, err := kv.Put(&api.KVPair{Key: prefix + "many-000/turn", Value: fmt.Appendf(nil, "%d", i)}, nil)

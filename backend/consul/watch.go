@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,10 +40,10 @@ type watcher struct {
 	// above which a group is split, at a change after quiet without one.
 	maxShards, splitAt int
 	quiet              time.Duration
-	// stormKeys is how many keys of a group above splitAt must have
-	// changed since its last answer, which came back without waiting,
-	// for its next query to wait a pause (see run).
-	stormKeys int
+	// stormLeases is how many leases of a group above splitAt must have
+	// had a key changed since its last answer, which came back without
+	// waiting, for its next query to wait a pause (see run).
+	stormLeases int
 
 	mu     sync.Mutex
 	closed bool
@@ -113,15 +114,15 @@ type state struct {
 
 func newWatcher(ctx context.Context, kv *api.KV, wait time.Duration, log *slog.Logger) *watcher {
 	return &watcher{
-		kv:        kv,
-		ctx:       ctx,
-		wait:      wait,
-		log:       log,
-		maxShards: maxWatchQueries,
-		splitAt:   watchSplitAt,
-		quiet:     watchQuiet,
-		stormKeys: watchStormKeys,
-		shards:    []*shard{newShard("")},
+		kv:          kv,
+		ctx:         ctx,
+		wait:        wait,
+		log:         log,
+		maxShards:   maxWatchQueries,
+		splitAt:     watchSplitAt,
+		quiet:       watchQuiet,
+		stormLeases: watchStormLeases,
+		shards:      []*shard{newShard("")},
 	}
 }
 
@@ -387,32 +388,44 @@ func (w *watcher) run(sh *shard) {
 		for _, h := range hooks {
 			h.f(h.st)
 		}
-		if len(pairs) > w.splitAt && waitIndex > 0 && took < w.quiet && changedSince(pairs, waitIndex) >= w.stormKeys {
-			// A storm: a big group in which many keys changed since the
-			// last answer, which came back without waiting (as while many
-			// processes campaign at once). It is read at a pace: read
-			// back to back, every Backend on the agent would re-read its
-			// big groups as fast as the agent answers, the agent would
-			// spend its time encoding them, and its other requests
-			// (reads, campaigns, session renewals) would time out. A
-			// change reaches the group's subscribers up to the pause
-			// later; a new subscriber's kick ends it. A sequence of
-			// hand-overs of one lease changes a few keys per answer, and
-			// is followed as fast as the agent answers.
+		if len(pairs) > w.splitAt && waitIndex > 0 && took < w.quiet && leasesChanged(pairs, waitIndex, w.stormLeases) >= w.stormLeases {
+			// A storm: a big group in which the keys of several leases
+			// changed since the last answer, which came back without
+			// waiting (as while many processes campaign at once). It is
+			// read at a pace: read back to back, every Backend on the
+			// agent would re-read its big groups as fast as the agent
+			// answers, the agent would spend its time encoding them, and
+			// its other requests (reads, campaigns, session renewals)
+			// would time out. A change reaches the group's subscribers
+			// up to the pause later; a new subscriber's kick ends it. A
+			// sequence of hand-overs of one lease changes one lease's
+			// keys per answer, and is followed as fast as the agent
+			// answers.
 			w.pause(sh, w.stormPause(len(pairs)))
 		}
 	}
 }
 
-// changedSince counts the pairs changed after index.
-func changedSince(pairs api.KVPairs, index uint64) int {
-	n := 0
+// leasesChanged counts the leases with a key changed after index, up to
+// limit. A key's lease is its path up to its first segment that starts
+// with "." (".lock", ".baton-epoch", ".baton-state", ".baton-queue/…").
+func leasesChanged(pairs api.KVPairs, index uint64, limit int) int {
+	var seen []string
 	for _, p := range pairs {
-		if p.ModifyIndex > index {
-			n++
+		if p.ModifyIndex <= index {
+			continue
+		}
+		lease := p.Key
+		if i := strings.Index(p.Key, "/."); i >= 0 {
+			lease = p.Key[:i]
+		}
+		if !slices.Contains(seen, lease) {
+			if seen = append(seen, lease); len(seen) >= limit {
+				break
+			}
 		}
 	}
-	return n
+	return len(seen)
 }
 
 // stormPause is how long a group whose answer of n keys came in a storm
