@@ -315,10 +315,11 @@ func newRing(members map[string]struct{}) []ringPoint {
 
 // hash64 places s on the standby ring: FNV-1a, then a finalizer that
 // mixes every bit into every other (MurmurHash3's fmix64). FNV-1a alone
-// changes only its top bits a little for a change in the last byte, so
-// names that differ in their last characters ("job-0001", "job-0002",
-// and a member's points "ID#0" … "ID#15") would land next to each other:
-// one member's points at two places, and each group of names on the same
+// moves a hash by under a millionth of the ring for a change in the last
+// byte, and by under a thousandth for one in the byte before, so names
+// that differ in their last characters ("job-0001", "job-0002", and a
+// member's points "ID#0" … "ID#15") would land next to each other: one
+// member's points at two places, and each group of names on the same
 // three ring members.
 func hash64(s string) uint64 {
 	h := fnv.New64a()
