@@ -12,9 +12,9 @@ import (
 // standby ring, so that every member of 100 stands by for about 3 % of
 // 10,000 leases and shares leases' ring members with many others. Each
 // member's share of standby duty must be within a factor of 2 of the mean
-// (300); an FNV hash alone put the 16 points of a member at two places,
-// and each group of 10 names at one, so that some members stood by for
-// none and others for thousands.
+// (300): an FNV hash alone puts the 16 points of a member at two places,
+// and each group of 10 names at one, so that some members stand by for
+// none and others for 860.
 func TestRingSpreadsSimilarNames(t *testing.T) {
 	members := map[string]struct{}{}
 	for i := range 100 {
