@@ -72,13 +72,19 @@ func (c countingStore) Notify(ctx context.Context, name string) (<-chan struct{}
 }
 
 func memoryTarget(b *testing.B) target {
+	return memoryTargetWith("memory", func(c countingStore) backend.RecordStore { return c })
+}
+
+// memoryTargetWith is a memory store target whose processes each reach
+// the store through wrap (over the counting of requests).
+func memoryTargetWith(name string, wrap func(countingStore) backend.RecordStore) target {
 	store := memory.NewStore()
 	var n atomic.Int64
 	return target{
-		name: "memory",
+		name: name,
 		new: func(b *testing.B, cfg backend.Config) *process {
 			conn := store.Connect()
-			be, err := backend.NewRecordBackend(countingStore{conn, &n}, backend.RecordOptions{Config: cfg})
+			be, err := backend.NewRecordBackend(wrap(countingStore{conn, &n}), backend.RecordOptions{Config: cfg})
 			if err != nil {
 				b.Fatal(err)
 			}

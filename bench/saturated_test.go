@@ -7,13 +7,11 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
-	"github.com/batonhq/baton/backend/memory"
 	"github.com/batonhq/baton/internal/testkit"
 )
 
@@ -39,22 +37,10 @@ func saturatedMemoryTarget(b *testing.B) target {
 		}
 		rate = r
 	}
-	store := memory.NewStore()
 	turns := &turnstile{every: time.Second / time.Duration(rate)}
-	var n atomic.Int64
-	return target{
-		name: "memory-saturated",
-		new: func(b *testing.B, cfg backend.Config) *process {
-			conn := store.Connect()
-			be, err := backend.NewRecordBackend(saturatedStore{countingStore{conn, &n}, turns}, backend.RecordOptions{Config: cfg})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = be.Close(context.Background()) })
-			return &process{backend: be, kill: conn.Disconnect}
-		},
-		requests: n.Load,
-	}
+	return memoryTargetWith("memory-saturated", func(c countingStore) backend.RecordStore {
+		return saturatedStore{c, turns}
+	})
 }
 
 // turnstile hands out turns, one every every, in the order asked.
