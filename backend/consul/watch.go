@@ -408,7 +408,9 @@ func (w *watcher) run(sh *shard) {
 
 // leasesChanged counts the leases with a key changed after index, up to
 // limit. A key's lease is its path up to its first segment that starts
-// with "." (".lock", ".baton-epoch", ".baton-state", ".baton-queue/…").
+// with "." (".lock", ".baton-epoch", ".baton-state", ".baton-queue/…");
+// under a Prefix that itself holds "/.", every key counts as one lease, and
+// no group is paced.
 func leasesChanged(pairs api.KVPairs, index uint64, limit int) int {
 	var seen []string
 	for _, p := range pairs {
