@@ -96,7 +96,10 @@ type RecordBackend struct {
 	seats map[string]*queueSeat
 }
 
-var _ baton.Backend = (*RecordBackend)(nil)
+var (
+	_ baton.Backend       = (*RecordBackend)(nil)
+	_ baton.LeadersReader = (*RecordBackend)(nil)
+)
 
 // holding is one lease this process campaigns for or holds.
 type holding struct {
@@ -811,6 +814,44 @@ func (b *RecordBackend) Leader(ctx context.Context, name string) (baton.Record, 
 		return baton.Record{}, fmt.Errorf("%w for lease %q", baton.ErrNoLeader, name)
 	}
 	return baton.Record{Lease: name, Holder: rec.Holder, Token: rec.Token, Since: rec.Since}, nil
+}
+
+// Leaders implements baton.LeadersReader: one GetMany for all of names
+// when the RecordStore has it (RecordMultiGetter), else a Get per name,
+// one after another.
+func (b *RecordBackend) Leaders(ctx context.Context, names []string) ([]baton.Record, []error) {
+	recs, errs := make([]baton.Record, len(names)), make([]error, len(names))
+	got := make([]LeaseRecord, len(names))
+	if mg, ok := b.store.(RecordMultiGetter); ok && len(names) > 0 {
+		many, _, err := mg.GetMany(ctx, names)
+		if err == nil && len(many) != len(names) {
+			err = fmt.Errorf("%T.GetMany returned %d records for %d names", b.store, len(many), len(names))
+		}
+		if err != nil {
+			err = b.unavailable(ctx, fmt.Sprintf("read %d leases", len(names)), err)
+			for i := range errs {
+				errs[i] = err
+			}
+			return recs, errs
+		}
+		got = many
+	} else {
+		for i, name := range names {
+			if got[i], _, errs[i] = b.store.Get(ctx, name); errs[i] != nil {
+				errs[i] = b.unavailable(ctx, "read lease "+name, errs[i])
+			}
+		}
+	}
+	for i, rec := range got {
+		switch {
+		case errs[i] != nil:
+		case rec.Holder == "":
+			errs[i] = fmt.Errorf("%w for lease %q", baton.ErrNoLeader, names[i])
+		default:
+			recs[i] = baton.Record{Lease: names[i], Holder: rec.Holder, Token: rec.Token, Since: rec.Since}
+		}
+	}
+	return recs, errs
 }
 
 // Close ends every term this RecordBackend holds (Err wraps baton.ErrClosed),

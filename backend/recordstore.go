@@ -79,6 +79,18 @@ type RecordKeeper interface {
 	KeepsRecords() bool
 }
 
+// RecordMultiGetter is an optional RecordStore capability: the records of
+// many leases in one request. RecordBackend.Leaders uses it, so that a
+// caller reading thousands of leases (package balance) costs the store a
+// request per batch.
+type RecordMultiGetter interface {
+	// GetMany returns what Get would for each of names, as fresh: recs[i]
+	// and versions[i] for names[i], an absent record as the zero
+	// LeaseRecord at version 0. An error fails the whole request. The
+	// caller may keep each rec.State.
+	GetMany(ctx context.Context, names []string) (recs []LeaseRecord, versions []uint64, err error)
+}
+
 // RecordNotifier is an optional RecordStore capability: a push notice when a record
 // changes, so that waiters wake on a release without polling (LISTEN/NOTIFY,
 // Redis pub/sub, a Kubernetes watch).

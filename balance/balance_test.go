@@ -656,3 +656,64 @@ func TestStartCampaignsWhatTheSpreadNeeds(t *testing.T) {
 	}
 	w.CheckNoOverlap()
 }
+
+// batchCounter is a memory Backend that counts the reads it passes on:
+// Leader calls, and Leaders calls with the names they ask for.
+type batchCounter struct {
+	*memory.Backend
+	singles, batches, names, most atomic.Int64
+}
+
+func (c *batchCounter) Leader(ctx context.Context, name string) (baton.Record, error) {
+	c.singles.Add(1)
+	return c.Backend.Leader(ctx, name)
+}
+
+func (c *batchCounter) Leaders(ctx context.Context, names []string) ([]baton.Record, []error) {
+	c.batches.Add(1)
+	c.names.Add(int64(len(names)))
+	for m := c.most.Load(); int64(len(names)) > m && !c.most.CompareAndSwap(m, int64(len(names))); m = c.most.Load() {
+	}
+	return c.Backend.Leaders(ctx, names)
+}
+
+// On a Backend that reads many leases in one request (baton.LeadersReader),
+// a Group's scans of member slots, load slots and leases ask for many
+// names per request, never for one name at a time, and never for more
+// than a batch of 128.
+func TestScansReadManyLeasesPerRequest(t *testing.T) {
+	const n, leases = 3, 300
+	store := memory.NewStore()
+	w := balancetest.NewWorld(t, leases, reader(t, store))
+	var procs []*balancetest.Proc
+	var counters []*batchCounter
+	for i := range n {
+		b, err := memory.New(store, memory.Options{Config: testTiming})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close(context.Background()) })
+		c := &batchCounter{Backend: b}
+		g, err := balance.New(c, balancetest.Config(fmt.Sprintf("p%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		counters = append(counters, c)
+		procs = append(procs, w.Start(g, b.Disconnect))
+	}
+	w.AwaitSteady(procs, leases/n, leases/n, 30*time.Second)
+	for i, c := range counters {
+		singles, batches, names, most := c.singles.Load(), c.batches.Load(), c.names.Load(), c.most.Load()
+		t.Logf("p%d: %d Leader calls, %d Leaders calls for %d names (at most %d in one)", i, singles, batches, names, most)
+		if singles != 0 {
+			t.Errorf("p%d asked Leader %d times, want every read through Leaders", i, singles)
+		}
+		if batches == 0 || names < 4*batches {
+			t.Errorf("p%d asked Leaders %d times for %d names, want at least 4 names a request on average", i, batches, names)
+		}
+		if most > 128 {
+			t.Errorf("p%d asked Leaders for %d names in one request, want at most 128", i, most)
+		}
+	}
+	w.CheckNoOverlap()
+}

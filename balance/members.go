@@ -39,6 +39,9 @@ const (
 	joinChoices = 4
 	// scanParallel bounds the concurrent Leader requests of one scan.
 	scanParallel = 8
+	// leadersBatch is how many names one request of a scan asks for on a
+	// Backend that reads many at once (baton.LeadersReader).
+	leadersBatch = 128
 )
 
 // slotName is the lease name of member slot i.
@@ -154,26 +157,51 @@ func (g *Group) scanTimeout() time.Duration {
 	return max(2*g.cfg.RefreshInterval, time.Second)
 }
 
-// leaders asks for the holder of each name, a few at a time. A holder of ""
-// means nobody holds the lease; errs[i] is non-nil when the backend could not
+// leaders asks for the holder of each name: a batch of names per request
+// on a Backend that reads many at once (baton.LeadersReader), one name per
+// request on any other; a few requests at a time. A holder of "" means
+// nobody holds the lease; errs[i] is non-nil when the backend could not
 // say.
 func (g *Group) leaders(ctx context.Context, names []string) (holders []string, errs []error) {
 	ctx, cancel := context.WithTimeout(ctx, g.scanTimeout())
 	defer cancel()
 	holders, errs = make([]string, len(names)), make([]error, len(names))
+	set := func(i int, rec baton.Record, err error) {
+		switch {
+		case errors.Is(err, baton.ErrNoLeader):
+		case err != nil:
+			errs[i] = err
+		default:
+			holders[i] = rec.Holder
+		}
+	}
+	lr, batched := g.b.(baton.LeadersReader)
+	step := 1
+	if batched {
+		step = leadersBatch
+	}
 	sem := make(chan struct{}, scanParallel)
 	var wg sync.WaitGroup
-	for i, name := range names {
+	for lo := 0; lo < len(names); lo += step {
+		hi := min(lo+step, len(names))
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			rec, err := g.b.Leader(ctx, name)
-			switch {
-			case errors.Is(err, baton.ErrNoLeader):
-			case err != nil:
-				errs[i] = err
-			default:
-				holders[i] = rec.Holder
+			if !batched {
+				rec, err := g.b.Leader(ctx, names[lo])
+				set(lo, rec, err)
+				return
+			}
+			recs, rerrs := lr.Leaders(ctx, names[lo:hi])
+			if len(recs) != hi-lo || len(rerrs) != hi-lo {
+				err := fmt.Errorf("balance: %T.Leaders answered %d records and %d errors for %d names", g.b, len(recs), len(rerrs), hi-lo)
+				for i := lo; i < hi; i++ {
+					errs[i] = err
+				}
+				return
+			}
+			for k := range recs {
+				set(lo+k, recs[k], rerrs[k])
 			}
 		})
 	}

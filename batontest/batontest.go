@@ -89,6 +89,7 @@ type Target struct {
 func Run(t *testing.T, target Target) {
 	s := &suite{target: target, ttl: max(time.Second, target.MinTTL)}
 	t.Run("LeaderReportsHolder", s.leaderReportsHolder)
+	t.Run("LeadersMatchLeader", s.leadersMatchLeader)
 	t.Run("OneHolderAmongTwentyCandidates", s.oneHolderAtATime)
 	t.Run("TokensIncreaseOverHandOvers", s.tokensIncrease)
 	t.Run("ResignWakesWaiter", s.resignWakesWaiter)

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -38,6 +40,9 @@ type Backend struct {
 	epochs backend.EpochTracker
 	// now is the wall clock an epoch written is taken from.
 	now func() time.Time
+	// txnLeases is how many leases a transaction of Leaders reads:
+	// leadersPerTxn (zero), or fewer once the server refused that many.
+	txnLeases atomic.Int64
 }
 
 var _ baton.Backend = (*Backend)(nil)
@@ -101,21 +106,28 @@ func (b *Backend) leader(ctx context.Context, name string) (baton.Record, int64,
 		return baton.Record{}, 0, b.unavailable(ctx, "read election "+b.prefix+name+"/", err)
 	}
 	rev := resp.Header.Revision
-	kvs := resp.Responses[0].GetResponseRange().Kvs
+	rec, err := b.recordOf(name, resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
+	return rec, rev, err
+}
+
+// recordOf is the record of lease name as read from its election's oldest
+// key (kvs) and its epoch key (ekvs).
+func (b *Backend) recordOf(name string, kvs, ekvs []*mvccpb.KeyValue) (baton.Record, error) {
 	if len(kvs) == 0 {
-		return baton.Record{}, rev, fmt.Errorf("%w for lease %q", baton.ErrNoLeader, name)
+		return baton.Record{}, fmt.Errorf("%w for lease %q", baton.ErrNoLeader, name)
 	}
 	var e uint64
-	if ekvs := resp.Responses[1].GetResponseRange().Kvs; len(ekvs) > 0 {
+	if len(ekvs) > 0 {
 		// No epoch key: a holder outside baton (etcdctl elect) on an etcd
 		// where baton never campaigned for the lease; its token is the bare
 		// revision.
+		var err error
 		if e, err = b.sawEpoch(name, ekvs); err != nil {
-			return baton.Record{}, rev, err
+			return baton.Record{}, err
 		}
 	}
 	kv := kvs[0]
-	return baton.Record{Lease: name, Holder: string(kv.Value), Token: backend.EpochToken(e, uint64(kv.CreateRevision))}, rev, nil
+	return baton.Record{Lease: name, Holder: string(kv.Value), Token: backend.EpochToken(e, uint64(kv.CreateRevision))}, nil
 }
 
 // Close ends every term this Backend holds (Err wraps baton.ErrClosed),

@@ -52,6 +52,9 @@ var (
 	_ backend.RecordKeeper = (*Conn)(nil)
 	_ backend.RecordQueue  = (*Store)(nil)
 	_ backend.RecordQueue  = (*Conn)(nil)
+
+	_ backend.RecordMultiGetter = (*Store)(nil)
+	_ backend.RecordMultiGetter = (*Conn)(nil)
 )
 
 // KeepsRecords implements backend.RecordKeeper: a Store lives and dies with the
@@ -70,6 +73,23 @@ func (s *Store) Get(ctx context.Context, name string) (backend.LeaseRecord, uint
 	rec := e.rec
 	rec.State = bytes.Clone(rec.State) // no caller shares the stored bytes
 	return rec, e.version, nil
+}
+
+// GetMany implements backend.RecordMultiGetter: the records of names as
+// one read of the Store.
+func (s *Store) GetMany(ctx context.Context, names []string) ([]backend.LeaseRecord, []uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	recs, versions := make([]backend.LeaseRecord, len(names)), make([]uint64, len(names))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, name := range names {
+		e := s.recs[name]
+		recs[i], versions[i] = e.rec, e.version
+		recs[i].State = bytes.Clone(e.rec.State)
+	}
+	return recs, versions, nil
 }
 
 // CompareAndSwap implements backend.RecordStore. It keeps a copy of rec.State.
@@ -224,6 +244,14 @@ func (c *Conn) Get(ctx context.Context, name string) (backend.LeaseRecord, uint6
 		return backend.LeaseRecord{}, 0, ErrDisconnected
 	}
 	return c.s.Get(ctx, name)
+}
+
+// GetMany implements backend.RecordMultiGetter.
+func (c *Conn) GetMany(ctx context.Context, names []string) ([]backend.LeaseRecord, []uint64, error) {
+	if c.down.Load() {
+		return nil, nil, ErrDisconnected
+	}
+	return c.s.GetMany(ctx, names)
 }
 
 // CompareAndSwap implements backend.RecordStore.

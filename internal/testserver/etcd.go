@@ -94,7 +94,7 @@ func NewEtcdAt(dir, clientAddr string) (*Etcd, error) {
 	return newEtcd(dir, clientAddr, nil)
 }
 
-func newEtcd(dir, clientAddr string, log *SyncBuffer) (*Etcd, error) {
+func newEtcd(dir, clientAddr string, log *SyncBuffer, flags ...string) (*Etcd, error) {
 	if dir == "" {
 		return nil, errors.New("etcd: empty data dir")
 	}
@@ -107,7 +107,7 @@ func newEtcd(dir, clientAddr string, log *SyncBuffer) (*Etcd, error) {
 	// between; etcd then exits saying so, and another roll is worth it.
 	var lastErr error
 	for range etcdBindAttempts {
-		e, err := startEtcd(bin, dir, clientAddr, log)
+		e, err := startEtcd(bin, dir, clientAddr, log, flags)
 		if err == nil {
 			return e, nil
 		}
@@ -119,7 +119,7 @@ func newEtcd(dir, clientAddr string, log *SyncBuffer) (*Etcd, error) {
 	return nil, fmt.Errorf("etcd: start in %s: %w", dir, lastErr)
 }
 
-func startEtcd(bin, dir, clientAddr string, log *SyncBuffer) (*Etcd, error) {
+func startEtcd(bin, dir, clientAddr string, log *SyncBuffer, flags []string) (*Etcd, error) {
 	ports, err := freeTCPPorts(2)
 	if err != nil {
 		return nil, err
@@ -136,22 +136,22 @@ func startEtcd(bin, dir, clientAddr string, log *SyncBuffer) (*Etcd, error) {
 	if log != nil {
 		w = io.MultiWriter(out, log)
 	}
-	cmd := exec.Command(bin,
+	cmd := exec.Command(bin, append([]string{
 		"--name=baton",
-		"--data-dir="+dir,
-		"--heartbeat-interval="+strconv.FormatInt(etcdHeartbeat.Milliseconds(), 10),
-		"--election-timeout="+strconv.FormatInt(etcdElectionTimeout.Milliseconds(), 10),
-		"--listen-client-urls="+clientURL,
-		"--advertise-client-urls="+clientURL,
-		"--listen-peer-urls="+peerURL,
-		"--initial-advertise-peer-urls="+peerURL,
-		"--initial-cluster=baton="+peerURL,
+		"--data-dir=" + dir,
+		"--heartbeat-interval=" + strconv.FormatInt(etcdHeartbeat.Milliseconds(), 10),
+		"--election-timeout=" + strconv.FormatInt(etcdElectionTimeout.Milliseconds(), 10),
+		"--listen-client-urls=" + clientURL,
+		"--advertise-client-urls=" + clientURL,
+		"--listen-peer-urls=" + peerURL,
+		"--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=baton=" + peerURL,
 		// Test data need not survive a crash of the machine, and fsync
 		// would slow a CI disk down several times.
 		"--unsafe-no-fsync",
 		"--log-level=warn",
 		"--log-outputs=stderr",
-	)
+	}, flags...)...)
 	// etcd reads its flags from ETCD_* variables too; the test's settings
 	// are the flags above and nothing else.
 	for _, kv := range os.Environ() {
@@ -210,8 +210,15 @@ func (e *Etcd) awaitReady(clientURL string, out *SyncBuffer) error {
 // BATON_REQUIRE_SERVERS=1); a server that fails to start fails the test.
 func StartEtcd(t testing.TB) *Etcd {
 	t.Helper()
+	return StartEtcdFlags(t)
+}
+
+// StartEtcdFlags is StartEtcd with more flags for the server
+// ("--max-txn-ops=8", say).
+func StartEtcdFlags(t testing.TB, flags ...string) *Etcd {
+	t.Helper()
 	log := new(SyncBuffer)
-	e, err := newEtcd(t.TempDir(), "", log)
+	e, err := newEtcd(t.TempDir(), "", log, flags...)
 	var te *ToolError
 	if errors.As(err, &te) {
 		Unavailable(t, "etcd", fmt.Errorf("%w\n%s", te.Err, EtcdTool.Hint()))
