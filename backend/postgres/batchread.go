@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 
+	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 	"github.com/jackc/pgx/v5"
 )
@@ -51,4 +53,35 @@ func (b *Backend) readRows(ctx context.Context, names []string) (map[string]leas
 		return nil, b.safeErr(err)
 	}
 	return out, nil
+}
+
+var _ baton.LeadersReader = (*Backend)(nil)
+
+// Leaders implements baton.LeadersReader: what Leader says of each name,
+// from one statement for all of them.
+func (b *Backend) Leaders(ctx context.Context, names []string) ([]baton.Record, []error) {
+	recs, errs := make([]baton.Record, len(names)), make([]error, len(names))
+	if len(names) == 0 {
+		return recs, errs
+	}
+	rows, err := b.readRows(ctx, names)
+	if err != nil && missingObject(err) && !b.o.NoCreate {
+		// The database lost baton's schema, as Leader finds it: make it
+		// again; every lease reads as absent.
+		sctx, cancel := b.stmtCtx(ctx)
+		err = b.ensureSchema(sctx)
+		cancel()
+		rows = nil
+	}
+	if err != nil {
+		err = backend.Unavailable(ctx, fmt.Sprintf("postgres: read %d leases", len(names)), err)
+		for i := range errs {
+			errs[i] = err
+		}
+		return recs, errs
+	}
+	for i, name := range names {
+		recs[i], errs[i] = rows[name].record(name)
+	}
+	return recs, errs
 }

@@ -523,6 +523,11 @@ func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error)
 	if err != nil {
 		return baton.Record{}, backend.Unavailable(ctx, "postgres: read lease "+name, err)
 	}
+	return r.record(name)
+}
+
+// record is what Leader says of lease name whose row is r.
+func (r leaseRow) record(name string) (baton.Record, error) {
 	if !r.exists || r.holder == nil || r.renewals == nil {
 		return baton.Record{}, fmt.Errorf("%w for lease %q", baton.ErrNoLeader, name)
 	}
