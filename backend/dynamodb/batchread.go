@@ -2,12 +2,14 @@ package dynamodb
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
 )
 
@@ -161,4 +163,50 @@ func sessionFrom(item map[string]types.AttributeValue) sessionItem {
 		dead = v.Value
 	}
 	return sessionItem{renewals: getN(item, attrRenewals), ttlMS: getN(item, attrTTL), dead: dead}
+}
+
+var _ baton.LeadersReader = (*Backend)(nil)
+
+// Leaders implements baton.LeadersReader: what Leader says of each name,
+// from one strongly consistent BatchGetItem per 100 leases (Leader's
+// answer needs the lease items only). A role refused BatchGetItem gets
+// Leader's answers, one GetItem each.
+func (b *Backend) Leaders(ctx context.Context, names []string) ([]baton.Record, []error) {
+	recs, errs := make([]baton.Record, len(names)), make([]error, len(names))
+	if len(names) == 0 {
+		return recs, errs
+	}
+	keys := make([]map[string]types.AttributeValue, len(names))
+	for i, n := range names {
+		keys[i] = leaseKey(n)
+	}
+	items, err := b.batchGet(ctx, keys, "#pk, #h, #s, #tok, #since",
+		map[string]string{"#pk": KeyAttribute, "#h": attrHolder, "#s": attrSession, "#tok": attrToken, "#since": attrSince})
+	if err != nil && configProblem(err) != "" && !tableMissing(err) {
+		for i, name := range names {
+			recs[i], errs[i] = b.Leader(ctx, name)
+		}
+		return recs, errs
+	}
+	if err != nil {
+		err = backend.Unavailable(ctx, fmt.Sprintf("dynamodb: read %d leases", len(names)), err)
+		for i := range errs {
+			errs[i] = err
+		}
+		return recs, errs
+	}
+	found := make(map[string]leaseItem, len(items))
+	for _, item := range items {
+		name := getS(item, KeyAttribute)[len(LeasePrefix):]
+		found[name] = b.leaseFrom(name, item)
+	}
+	for i, name := range names {
+		r, ok := found[name]
+		if !ok || r.holder == "" || r.session == "" {
+			errs[i] = fmt.Errorf("%w for lease %q", baton.ErrNoLeader, name)
+			continue
+		}
+		recs[i] = baton.Record{Lease: name, Holder: r.holder, Token: r.token, Since: r.since}
+	}
+	return recs, errs
 }

@@ -2,6 +2,7 @@ package dynamodb_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -117,4 +118,32 @@ func TestBatchRefusedReadsAlone(t *testing.T) {
 		t.Errorf("%d BatchGetItems refused; want one, then reads by GetItem", c)
 	}
 	_ = w.Term.Resign(context.Background())
+}
+
+// TestLeadersBatchRefused: Leaders through a role that may not
+// BatchGetItem answers what Leader answers, from GetItems.
+func TestLeadersBatchRefused(t *testing.T) {
+	d, table := startTable(t)
+	cfg := backend.Config{TTL: 3 * time.Second}
+	holder := newBackend(t, newClient(d.Endpoint), table, cfg)
+	names := []string{testkit.Unique("refused-a"), testkit.Unique("refused-b")}
+	term := testkit.Campaign(t, holder, names[0], "holder")
+	p := startFaultProxy(t, d.Endpoint)
+	p.set(func(op string, _ []byte) action {
+		if op == "BatchGetItem" {
+			return deny
+		}
+		return pass
+	})
+	reader := newBackend(t, newClient(p.Endpoint()), table, cfg)
+	recs, errs := reader.Leaders(testkit.Context(t, 30*time.Second), names)
+	if errs[0] != nil || recs[0].Holder != "holder" || recs[0].Token != term.Token() {
+		t.Errorf("Leaders of %s, held by holder with token %d: %+v, %v", names[0], term.Token(), recs[0], errs[0])
+	}
+	if !errors.Is(errs[1], baton.ErrNoLeader) {
+		t.Errorf("Leaders of %s, held by nobody: %+v, %v; want ErrNoLeader", names[1], recs[1], errs[1])
+	}
+	if p.count("BatchGetItem") == 0 || p.count("GetItem") == 0 {
+		t.Errorf("%d BatchGetItems and %d GetItems; want the refused batch, then GetItems", p.count("BatchGetItem"), p.count("GetItem"))
+	}
 }
