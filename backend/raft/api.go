@@ -140,6 +140,7 @@ func (n *Node) handler() http.Handler {
 	mux.HandleFunc("POST /v1/raft/client/renew", func(w http.ResponseWriter, r *http.Request) { n.serveClientRenew(w, r, false) })
 	mux.HandleFunc("GET /v1/raft/lease", n.serveLease)
 	mux.HandleFunc("GET /v1/raft/leases", n.serveLeases)
+	mux.HandleFunc("POST /v1/raft/read", n.serveReadMany)
 	mux.HandleFunc("GET /v1/raft/state", n.serveState)
 	mux.HandleFunc("POST /v1/raft/join", n.serveJoin)
 	mux.HandleFunc("POST /v1/raft/leave", n.serveLeave)
@@ -178,6 +179,7 @@ func (n *Node) ClientHandler(token string) (http.Handler, error) {
 		n.serveClientRenew(w, r, true)
 	}), deny))
 	mux.HandleFunc("GET /v1/raft/lease", n.serveLease)
+	mux.HandleFunc("POST /v1/raft/read", n.serveReadMany)
 	mux.HandleFunc("GET /v1/raft/state", n.serveState)
 	return mux, nil
 }
@@ -205,13 +207,14 @@ func writeErr(w http.ResponseWriter, err error) {
 }
 
 // ReadHandler serves the reads of Clients (agent:// backends) and nothing
-// else: GET /v1/raft/lease and GET /v1/raft/state, which need no token and
-// change nothing. `baton run --http` mounts it, so that `baton is-leader`
+// else: GET /v1/raft/lease, POST /v1/raft/read (many leases) and GET
+// /v1/raft/state, which need no token and change nothing. `baton run --http` mounts it, so that `baton is-leader`
 // and `baton leader` read from a raft:// member as they read from an agent.
 // Every other path is 404.
 func (n *Node) ReadHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/raft/lease", n.serveLease)
+	mux.HandleFunc("POST /v1/raft/read", n.serveReadMany)
 	mux.HandleFunc("GET /v1/raft/state", n.serveState)
 	return mux
 }

@@ -237,3 +237,48 @@ func (n *Node) waitLease(ctx context.Context, name, session string, minIndex, af
 	}
 	return v, err
 }
+
+// readManyRequest asks for the state of many leases in one call (POST
+// /v1/raft/read): through the raft leader, or from the answering
+// member's copy of the log when Stale.
+type readManyRequest struct {
+	Names []string `json:"names"`
+	Stale bool     `json:"stale,omitempty"`
+}
+
+// maxReadMany is the most names one read call may ask for.
+const maxReadMany = 1024
+
+func (n *Node) serveReadMany(w http.ResponseWriter, r *http.Request) {
+	var req readManyRequest
+	if !readJSON(w, r, &req) {
+		return
+	}
+	if len(req.Names) > maxReadMany {
+		http.Error(w, fmt.Sprintf("%d names asked for; at most %d a call", len(req.Names), maxReadMany), http.StatusBadRequest)
+		return
+	}
+	if req.Stale {
+		writeJSON(w, n.staleMany(req.Names))
+		return
+	}
+	n.leaderOnly(w, r, &req, func() (any, error) { return n.readManyLocal(req.Names) })
+}
+
+// readManyLocal is readLocal for many leases, with one confirmation of
+// leadership for all of them.
+func (n *Node) readManyLocal(names []string) ([]leaseView, error) {
+	if err := n.raft.VerifyLeader().Error(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+	return n.staleMany(names), nil
+}
+
+// staleMany reads names from this member's copy of the log.
+func (n *Node) staleMany(names []string) []leaseView {
+	vs := make([]leaseView, len(names))
+	for i, name := range names {
+		vs[i], _ = n.fsm.lease(name, "")
+	}
+	return vs
+}

@@ -225,6 +225,19 @@ func (c *Client) read(ctx context.Context, name, session string, stale bool) (le
 	return v, err
 }
 
+func (c *Client) readMany(ctx context.Context, names []string, stale bool) ([]leaseView, error) {
+	vs, err := retryNotLeader(ctx, func(ctx context.Context) ([]leaseView, error) {
+		var vs []leaseView
+		err := c.api.call(ctx, c.host, "/v1/raft/read", &readManyRequest{Names: names, Stale: stale}, &vs, false)
+		return vs, err
+	})
+	if notServed(err) {
+		// An agent of a version without the call: one read each.
+		return readEach(ctx, names, func(ctx context.Context, name string) (leaseView, error) { return c.read(ctx, name, "", stale) })
+	}
+	return checkViews(vs, names, err)
+}
+
 // wait long-polls the agent's copy of the log.
 func (c *Client) wait(ctx context.Context, name, session string, minIndex, after uint64) (leaseView, error) {
 	for {

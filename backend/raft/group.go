@@ -25,6 +25,10 @@ type Group interface {
 	// read returns name's state: through the raft leader (linearizable),
 	// or from the nearest copy of the log when stale.
 	read(ctx context.Context, name, session string, stale bool) (leaseView, error)
+	// readMany is read for many leases (at most maxReadMany), without a
+	// session: one request, and on the raft leader one confirmation of
+	// leadership, for all of them.
+	readMany(ctx context.Context, names []string, stale bool) ([]leaseView, error)
 	// wait returns name's state once the copy of the log it reads has
 	// applied minIndex and the lease was modified after after (or the
 	// session is gone), or when ctx ends (with ctx's error).
@@ -138,6 +142,60 @@ func (n *Node) read(ctx context.Context, name, session string, stale bool) (leas
 		err := n.forwardJSON(ctx, "/v1/raft/lease?"+q.Encode(), nil, &v)
 		return v, err
 	})
+}
+
+func (n *Node) readMany(ctx context.Context, names []string, stale bool) ([]leaseView, error) {
+	if stale {
+		return n.staleMany(names), nil
+	}
+	vs, err := retryNotLeader(ctx, func(ctx context.Context) ([]leaseView, error) {
+		if n.ctx.Err() != nil {
+			return nil, errNodeClosed
+		}
+		if n.isReady() {
+			return n.readManyLocal(names)
+		}
+		var vs []leaseView
+		err := n.forwardJSON(ctx, "/v1/raft/read", &readManyRequest{Names: names}, &vs)
+		return vs, err
+	})
+	if notServed(err) {
+		// A raft leader of a version without the call: one read each.
+		return readEach(ctx, names, func(ctx context.Context, name string) (leaseView, error) { return n.read(ctx, name, "", false) })
+	}
+	return checkViews(vs, names, err)
+}
+
+// notServed reports whether err is a 404 from a member or agent: one of a
+// version that does not serve the call.
+func notServed(err error) bool {
+	var ae *apiError
+	return errors.As(err, &ae) && ae.Status == http.StatusNotFound
+}
+
+// readEach is readMany with one read per name.
+func readEach(ctx context.Context, names []string, read func(context.Context, string) (leaseView, error)) ([]leaseView, error) {
+	vs := make([]leaseView, len(names))
+	for i, name := range names {
+		v, err := read(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		vs[i] = v
+	}
+	return vs, nil
+}
+
+// checkViews returns vs, or an error when a call's answer does not have
+// one view per name asked for.
+func checkViews(vs []leaseView, names []string, err error) ([]leaseView, error) {
+	if err == nil && len(vs) != len(names) {
+		err = fmt.Errorf("raft: a read of %d leases answered %d", len(names), len(vs))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return vs, nil
 }
 
 func (n *Node) wait(ctx context.Context, name, session string, minIndex, after uint64) (leaseView, error) {
