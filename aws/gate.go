@@ -75,7 +75,8 @@ func NewGate(inst InstanceState, opts GateOptions) *Gate {
 }
 
 // Backend returns b gated by the instance's lifecycle state. It keeps b's
-// baton.LeaderWatcher, and its terms keep baton.StateTerm.
+// baton.LeaderWatcher and baton.LeadersReader (reads are not gated), and
+// its terms keep baton.StateTerm.
 func (g *Gate) Backend(b baton.Backend) baton.Backend {
 	gb := &gatedBackend{Backend: b, g: g}
 	if w, ok := b.(baton.LeaderWatcher); ok {
@@ -94,6 +95,19 @@ func (g *Gate) Wait() { g.wg.Wait() }
 type gatedBackend struct {
 	baton.Backend
 	g *Gate
+}
+
+// Leaders implements baton.LeadersReader with the gated Backend's, or,
+// for one without it, Leader for each name.
+func (b *gatedBackend) Leaders(ctx context.Context, names []string) ([]baton.Record, []error) {
+	if lr, ok := b.Backend.(baton.LeadersReader); ok {
+		return lr.Leaders(ctx, names)
+	}
+	recs, errs := make([]baton.Record, len(names)), make([]error, len(names))
+	for i, name := range names {
+		recs[i], errs[i] = b.Backend.Leader(ctx, name)
+	}
+	return recs, errs
 }
 
 // gatedWatchBackend is a gatedBackend over a baton.LeaderWatcher, which it
@@ -267,4 +281,5 @@ var (
 	_ baton.ResignRequestTerm = (*gatedTerm)(nil)
 	_ baton.StateTerm         = (*gatedStateTerm)(nil)
 	_ baton.LeaderWatcher     = (*gatedWatchBackend)(nil)
+	_ baton.LeadersReader     = (*gatedBackend)(nil)
 )

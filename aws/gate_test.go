@@ -154,3 +154,31 @@ func TestGateCampaignsOnlyInService(t *testing.T) {
 		t.Errorf("after the term and Wait, i-a still carries the leader tag: %v", got)
 	}
 }
+
+// leaderOnly is a Backend with Campaign and Leader only.
+type leaderOnly struct{ baton.Backend }
+
+// TestGateKeepsLeadersReader: a gated Backend answers Leaders as the
+// Backend it gates, out of service too (reads are not gated), whether or
+// not that Backend reads many leases at once.
+func TestGateKeepsLeadersReader(t *testing.T) {
+	store := memory.NewStore()
+	mb, err := memory.New(store, memory.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mb.Close(context.Background()) })
+	term := testkit.CampaignWithin(t, mb, "gated-a", "holder", 5*time.Second)
+	names := []string{"gated-a", "gated-b"}
+	for _, b := range []baton.Backend{mb, leaderOnly{mb}} {
+		gb := NewGate(newFakeState(false), GateOptions{}).Backend(b)
+		lr, ok := gb.(baton.LeadersReader)
+		if !ok {
+			t.Fatalf("the gate over %T is no baton.LeadersReader", b)
+		}
+		recs, errs := lr.Leaders(testkit.Context(t, 5*time.Second), names)
+		if errs[0] != nil || recs[0].Holder != "holder" || recs[0].Token != term.Token() || !errors.Is(errs[1], baton.ErrNoLeader) {
+			t.Errorf("Leaders through the gate over %T: %+v, %v; want holder, then nobody", b, recs, errs)
+		}
+	}
+}
