@@ -89,6 +89,15 @@ func (s saturatedStore) Get(ctx context.Context, name string) (backend.LeaseReco
 	return s.countingStore.Get(ctx, name)
 }
 
+// GetMany waits one turn: the turnstile serves requests, and a read of
+// many leases is one.
+func (s saturatedStore) GetMany(ctx context.Context, names []string) ([]backend.LeaseRecord, []uint64, error) {
+	if err := s.turns.wait(ctx); err != nil {
+		return nil, nil, err
+	}
+	return s.countingStore.GetMany(ctx, names)
+}
+
 func (s saturatedStore) CompareAndSwap(ctx context.Context, name string, v uint64, r backend.LeaseRecord) (uint64, error) {
 	if err := s.turns.wait(ctx); err != nil {
 		return 0, err

@@ -39,9 +39,12 @@ type Bench struct {
 // instance leads floor or ceil of the new share again (and keeps it for
 // three refreshes), the leases that changed hands (net), and every
 // hand-over on the way, beside the fewest needed. It fails if a lease was
-// held twice. Also reported: the Leader requests per instance and refresh
-// once the spread is even (settled-reads-per-refresh, counted over five
-// refreshes), the campaigns for leases (member and load slots apart) per
+// held twice. Also reported: the lease holders read per instance and
+// refresh once the spread is even (settled-reads-per-refresh, counted over
+// five refreshes) and the read requests that took (one per holder, or one
+// per batch on a baton.LeadersReader: settled-requests-per-refresh), the
+// read requests per instance from the start until even
+// (start-read-requests-per-instance), the campaigns for leases (member and load slots apart) per
 // lease from the start until even (start-campaigns-per-lease), the
 // process's CPU over the run, and its goroutines and heap in use per
 // instance once even. TTL 10 s; RefreshInterval 1 s, ShedAfter 3 s.
@@ -71,7 +74,8 @@ func (bc Bench) Run(b *testing.B, name string) {
 	hold := 3 * bcfg.RefreshInterval
 	timeout := 10 * time.Minute
 
-	var reads atomic.Int64     // Leader requests of every instance
+	var reads atomic.Int64     // lease holders read by every instance
+	var requests atomic.Int64  // read requests of every instance
 	var campaigns atomic.Int64 // campaigns for leases of every instance
 	w := NewWorld(b, leases, nil)
 	w.Fence = bc.Fence
@@ -79,7 +83,7 @@ func (bc Bench) Run(b *testing.B, name string) {
 		be, kill := bc.New(b, cfg)
 		c := bcfg
 		c.Candidate = baton.Candidate{ID: id}
-		g, err := balance.New(&leaderCounter{be, &reads, &campaigns, c.Group}, c)
+		g, err := balance.New(countLeaders(be, &reads, &requests, &campaigns, c.Group), c)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -92,6 +96,7 @@ func (bc Bench) Run(b *testing.B, name string) {
 	}
 	settle := w.AwaitSteadyFor(procs, leases/n, (leases+n-1)/n, hold, timeout)
 	startCampaigns := float64(campaigns.Load()) / float64(leases)
+	startRequests := float64(requests.Load()) / float64(n)
 	// What the settled group keeps: goroutines and heap of the process, all
 	// instances, per instance.
 	var ms runtime.MemStats
@@ -101,9 +106,11 @@ func (bc Bench) Run(b *testing.B, name string) {
 	if path := os.Getenv("BATON_BENCH_BALANCE_HEAPPROFILE"); path != "" {
 		testkit.WriteHeapProfile(b, path)
 	}
-	r0, w0 := reads.Load(), time.Now()
+	r0, q0, w0 := reads.Load(), requests.Load(), time.Now()
 	time.Sleep(5 * bcfg.RefreshInterval) // the window the rate is measured over
-	settledReads := float64(reads.Load()-r0) / float64(n) / (time.Since(w0).Seconds() / bcfg.RefreshInterval.Seconds())
+	refreshes := float64(n) * time.Since(w0).Seconds() / bcfg.RefreshInterval.Seconds()
+	settledReads := float64(reads.Load()-r0) / refreshes
+	settledRequests := float64(requests.Load()-q0) / refreshes
 	leave, join, live := w.LeaveJoin(procs, start, hold, timeout)
 	cpu, wall := testkit.CPUTime()-cpu0, time.Since(t0)
 	b.Logf("%s, %d instances x %d leases: spread even after %s; leave: %v; join: %v", name, n, leases, settle.Round(10*time.Millisecond), leave, join)
@@ -129,6 +136,8 @@ func (bc Bench) Run(b *testing.B, name string) {
 	w.CheckNoOverlap()
 	b.ReportMetric(settle.Seconds(), "start-even-s")
 	b.ReportMetric(settledReads, "settled-reads-per-refresh")
+	b.ReportMetric(settledRequests, "settled-requests-per-refresh")
+	b.ReportMetric(startRequests, "start-read-requests-per-instance")
 	b.ReportMetric(startCampaigns, "start-campaigns-per-lease")
 	b.ReportMetric(leave.Took.Seconds(), "leave-even-s")
 	b.ReportMetric(float64(leave.Moved), "leave-moved")
@@ -148,7 +157,7 @@ func (bc Bench) Run(b *testing.B, name string) {
 // BenchMetrics are the metrics Bench.Run reports with the bounds a run of
 // any size meets, for benchci.Register.
 var BenchMetrics = []string{"start-even-s>0", "leave-even-s>0", "join-even-s>0",
-	"leave-needed>0", "join-needed>0", "settled-reads-per-refresh>0", "start-campaigns-per-lease>0", "held-twice>=0", "held-twice<=0", "cpu-%>=0",
+	"leave-needed>0", "join-needed>0", "settled-reads-per-refresh>0", "settled-requests-per-refresh>0", "start-read-requests-per-instance>0", "start-campaigns-per-lease>0", "held-twice>=0", "held-twice<=0", "cpu-%>=0",
 	"settled-goroutines-per-instance>0", "settled-heap-MB-per-instance>0"}
 
 // BenchSize is the benchmark's size: 100 instances and 10,000 leases; with
@@ -168,12 +177,30 @@ func BenchSize(b *testing.B, small bool) (instances, leases int) {
 	return 100, 10000
 }
 
-// leaderCounter is a Backend that counts its Leader requests, and its
-// campaigns for leases other than the group's member and load slots.
+// leaderCounter is a Backend that counts the lease holders it reads and
+// its read requests, and its campaigns for leases other than the group's
+// member and load slots.
 type leaderCounter struct {
 	baton.Backend
-	n, campaigns *atomic.Int64
-	group        string
+	reads, requests, campaigns *atomic.Int64
+	group                      string
+}
+
+// batchLeaderCounter is a leaderCounter over a baton.LeadersReader, which
+// it stays.
+type batchLeaderCounter struct {
+	*leaderCounter
+	lr baton.LeadersReader
+}
+
+// countLeaders returns be counting into reads, requests and campaigns; a
+// baton.LeadersReader stays one.
+func countLeaders(be baton.Backend, reads, requests, campaigns *atomic.Int64, group string) baton.Backend {
+	c := &leaderCounter{be, reads, requests, campaigns, group}
+	if lr, ok := be.(baton.LeadersReader); ok {
+		return &batchLeaderCounter{c, lr}
+	}
+	return c
 }
 
 func (c *leaderCounter) Campaign(ctx context.Context, name string, cand baton.Candidate) (baton.Term, error) {
@@ -184,6 +211,13 @@ func (c *leaderCounter) Campaign(ctx context.Context, name string, cand baton.Ca
 }
 
 func (c *leaderCounter) Leader(ctx context.Context, name string) (baton.Record, error) {
-	c.n.Add(1)
+	c.reads.Add(1)
+	c.requests.Add(1)
 	return c.Backend.Leader(ctx, name)
+}
+
+func (c *batchLeaderCounter) Leaders(ctx context.Context, names []string) ([]baton.Record, []error) {
+	c.reads.Add(int64(len(names)))
+	c.requests.Add(1)
+	return c.lr.Leaders(ctx, names)
 }
