@@ -104,7 +104,8 @@ and Prometheus work; they show no credentials:
   POST /v1/raft/client/...      the calls of agent:// clients about their
                                 own sessions (token and the session's secret)
   GET  /v1/raft/lease, /v1/raft/state
-                                the reads of agent:// clients
+  POST /v1/raft/read            the reads of agent:// clients (the POST reads
+                                many leases at once; it changes nothing)
 
 ` + awsHelp + `Exit statuses: 0 stopped by SIGTERM/SIGINT (or the instance leaving, with
 --aws); 1 runtime error (--http in use; the socket cannot be made: its

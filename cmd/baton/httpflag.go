@@ -46,10 +46,11 @@ probes, Prometheus and people, on every backend:
                           timeline of the terms seen in the last hour
   GET /v1/group           raft:// only: the group as this member sees it
                           (member IDs, voters, raft leader)
-  GET /v1/raft/lease, /v1/raft/state
-                          raft:// only: the reads of agent:// clients, so
-                          that is-leader and leader --backend agent://ADDR
-                          read through this member as through an agent
+  GET /v1/raft/lease, /v1/raft/state, POST /v1/raft/read
+                          raft:// only: the reads of agent:// clients (the
+                          POST reads many leases at once), so that is-leader
+                          and leader --backend agent://ADDR read through
+                          this member as through an agent
 ADDR is PORT or HOST:PORT. A port alone (8080 or :8080) listens on loopback,
 127.0.0.1; to be reached from elsewhere, name the host: 0.0.0.0:8080 for a
 Kubernetes readiness probe. No route needs a token, none changes anything,
