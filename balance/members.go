@@ -37,7 +37,7 @@ const (
 	// picks from at random, so that instances starting together rarely try
 	// the same slot.
 	joinChoices = 4
-	// scanParallel bounds the concurrent Leader requests of one scan.
+	// scanParallel bounds the concurrent read requests of one scan.
 	scanParallel = 8
 	// leadersBatch is how many names one request of a scan asks for on a
 	// Backend that reads many at once (baton.LeadersReader).
