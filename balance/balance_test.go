@@ -717,3 +717,80 @@ func TestScansReadManyLeasesPerRequest(t *testing.T) {
 	}
 	w.CheckNoOverlap()
 }
+
+// stuckCampaigns is a memory Backend whose campaigns for the group's
+// leases (member and load slots apart) never win, as on a backend whose
+// session takes long to come: it counts the open ones, and the most open
+// at once.
+type stuckCampaigns struct {
+	*memory.Backend
+	open, most atomic.Int64
+}
+
+func (c *stuckCampaigns) Campaign(ctx context.Context, name string, cand baton.Candidate) (baton.Term, error) {
+	if strings.Contains(name, ".member-") || strings.Contains(name, ".load-") {
+		return c.Backend.Campaign(ctx, name, cand)
+	}
+	n := c.open.Add(1)
+	defer c.open.Add(-1)
+	for m := c.most.Load(); n > m && !c.most.CompareAndSwap(m, n); m = c.most.Load() {
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// An instance below its share campaigns at once for the leases it stands
+// by for, and for a bounded number of the others it has read free (twice
+// its shortfall): where campaigns do not win at once (a backend whose
+// sessions come slowly), every instance would otherwise hold a campaign,
+// and a goroutine, for nearly every lease of the group (at 100 × 10,000 on
+// raft, 387,000 goroutines).
+func TestOpenCampaignsForFreeLeasesAreBounded(t *testing.T) {
+	const n, leases = 20, 2000
+	store := memory.NewStore()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	var counters []*stuckCampaigns
+	for i := range n {
+		b, err := memory.New(store, memory.Options{Config: testTiming})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close(context.Background()) })
+		c := &stuckCampaigns{Backend: b}
+		g, err := balance.New(c, balancetest.Config(fmt.Sprintf("p%02d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range leases {
+			if err := g.Add(fmt.Sprintf("job-%04d", k), func(ctx context.Context, _ baton.Term) error { <-ctx.Done(); return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		counters = append(counters, c)
+		wg.Go(func() { _ = g.Run(ctx) })
+	}
+	// Every lease reads free at each refresh (100 ms) for the whole window:
+	// without a bound each instance's open campaigns climb towards all
+	// 2,000.
+	testkit.Eventually(t, 30*time.Second, "every instance campaigning", func() bool {
+		for _, c := range counters {
+			if c.open.Load() == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(5 * time.Second) // the window the open campaigns are watched over
+	// A member stands by for about 3 × 2,000 / 20 = 300 leases (at most
+	// half as many again with the ring's spread), and may campaign for 2
+	// × 100 free ones besides.
+	const limit = 450 + 200
+	for i, c := range counters {
+		t.Logf("p%02d: at most %d campaigns open at once", i, c.most.Load())
+		if m := c.most.Load(); m > limit {
+			t.Errorf("p%02d had %d campaigns open at once, want at most %d (its standbys and twice its shortfall)", i, m, limit)
+		}
+	}
+}
