@@ -198,12 +198,6 @@ type Group struct {
 	overSince time.Time      // when the shed condition began to hold
 	backoff   int            // multiplier of ShedAfter, 1 … maxShedBackoff
 	sheds     map[string]int // leases we shed → our load after shedding, until we see who took them
-	// freeOpen counts the open campaigns for leases read free that we do
-	// not stand by for (job.freeCampaign), which an instance below its
-	// share keeps to freeCapLocked at once; freeWaiting is set when a
-	// lease waited for room.
-	freeOpen    int
-	freeWaiting bool
 }
 
 // job is one lease of the Group.
@@ -231,10 +225,7 @@ type job struct {
 	holder    string                  // holder at the last read, "" when free
 	freeSince time.Time               // since when the lease has looked without a live holder
 	freeReads int                     // reads in a row that saw it without a live holder
-	// freeCampaign is set while the loop campaigns for the lease as one
-	// read free that we do not stand by for (counted in Group.freeOpen).
-	freeCampaign bool
-	lastErr      error
+	lastErr   error
 }
 
 // New returns a Group campaigning on b. The Backend is the caller's: the Group

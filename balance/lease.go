@@ -128,13 +128,6 @@ func (g *Group) stanceLocked(j *job, now time.Time) (bool, time.Time) {
 		}
 		if !j.freeSince.IsZero() && j.freeReads >= 2 {
 			at := j.freeSince.Add(g.cfg.Delay / 2)
-			if !now.Before(at) && !j.freeCampaign && g.freeOpen >= g.freeCapLocked() {
-				// Enough campaigns for free leases are open: this one
-				// waits for a broadcast (freeCampaignEndedLocked, a
-				// refresh).
-				g.freeWaiting = true
-				return false, time.Time{}
-			}
 			return !now.Before(at), at
 		}
 		return false, time.Time{}
@@ -146,38 +139,6 @@ func (g *Group) stanceLocked(j *job, now time.Time) (bool, time.Time) {
 	// A live holder, or one we have not read: stand by if we are one of the
 	// lease's ring members (see standbyLocked).
 	return j.standby, time.Time{}
-}
-
-// freeCapLocked is how many campaigns for leases read free that it does
-// not stand by for an instance below its share keeps open at once: twice
-// what it lacks of floor(leases/N), at least minFreeCampaigns. Where
-// campaigns win at once the bound is never reached; where they do not (a
-// backend whose sessions come slowly, a store that answers late) an
-// instance would otherwise hold a campaign, and a goroutine, for nearly
-// every lease of the group.
-func (g *Group) freeCapLocked() int {
-	lo, _ := g.shareLocked()
-	return max(minFreeCampaigns, 2*(lo-g.load))
-}
-
-// minFreeCampaigns is freeCapLocked's least bound.
-const minFreeCampaigns = 8
-
-// freeCampaignEndedLocked uncounts j's campaign for a free lease; once
-// the open ones have fallen to half the bound while a lease waited for
-// room, it wakes the job loops so that the waiting leases campaign (one
-// broadcast per half a bound of campaigns ended, not one per campaign: a
-// broadcast weighs every lease's stance).
-func (g *Group) freeCampaignEndedLocked(j *job) {
-	if !j.freeCampaign {
-		return
-	}
-	j.freeCampaign = false
-	g.freeOpen--
-	if g.freeWaiting && g.freeOpen <= g.freeCapLocked()/2 {
-		g.freeWaiting = false
-		g.broadcastLocked()
-	}
 }
 
 // delayLocked is how long a lease must have looked free before this
@@ -265,15 +226,10 @@ func (g *Group) campaign(ctx context.Context, j *job, bo *baton.Backoff, failed 
 		return nil, errStance
 	}
 	j.campaigning = cancel
-	if lo, _ := g.shareLocked(); g.load < lo && !j.standby {
-		j.freeCampaign = true
-		g.freeOpen++
-	}
 	g.mu.Unlock()
 	t, err := baton.Campaign(cctx, g.b, j.name, g.cfg.Candidate, bo, failed)
 	g.mu.Lock()
 	j.campaigning = nil
-	g.freeCampaignEndedLocked(j)
 	g.mu.Unlock()
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(cctx), errStance) {
 		return nil, errStance

@@ -88,7 +88,7 @@ func (g *Group) refresh(ctx context.Context) {
 		g.mu.Lock()
 		g.ready, g.slot, g.members, g.scanned, g.counts, g.ring = false, -1, nil, nil, nil, nil
 		g.loads, g.unknown, g.short, g.eagerOthers, g.sample, g.readCap = nil, nil, time.Time{}, false, 0, 0
-		g.overSince, g.backoff, g.gained, g.freeWaiting = time.Time{}, 1, time.Time{}, false
+		g.overSince, g.backoff, g.gained = time.Time{}, 1, time.Time{}
 		clear(g.sheds)
 		for _, j := range g.jobs {
 			j.unsure, j.standby, j.holder, j.freeSince, j.freeReads = false, false, "", time.Time{}, 0
