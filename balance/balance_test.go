@@ -64,6 +64,26 @@ func reader(t *testing.T, store *memory.Store) baton.Backend {
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
+// startWrapped starts n instances p0, p1, … on store, each a Group on the
+// Backend wrap makes of its own memory Backend.
+func startWrapped(w *balancetest.World, store *memory.Store, n int, wrap func(*memory.Backend) baton.Backend) []*balancetest.Proc {
+	w.T.Helper()
+	var procs []*balancetest.Proc
+	for i := range n {
+		b, err := memory.New(store, memory.Options{Config: testTiming})
+		if err != nil {
+			w.T.Fatal(err)
+		}
+		w.T.Cleanup(func() { _ = b.Close(context.Background()) })
+		g, err := balance.New(wrap(b), balancetest.Config(fmt.Sprintf("p%d", i)))
+		if err != nil {
+			w.T.Fatal(err)
+		}
+		procs = append(procs, w.Start(g, b.Disconnect))
+	}
+	return procs
+}
+
 // 50 leases over 5 processes on one store: every process ends up with its
 // fair share; a sixth process gets a share; when one is killed, its leases
 // move and the bound holds for the rest.
@@ -512,22 +532,12 @@ func TestSettledRefreshReadsNoLeases(t *testing.T) {
 	const n, leases = 5, 50
 	store := memory.NewStore()
 	w := balancetest.NewWorld(t, leases, reader(t, store))
-	var procs []*balancetest.Proc
 	var counters []*readCounter
-	for i := range n {
-		b, err := memory.New(store, memory.Options{Config: testTiming})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = b.Close(context.Background()) })
+	procs := startWrapped(w, store, n, func(b *memory.Backend) baton.Backend {
 		c := &readCounter{Backend: b}
-		g, err := balance.New(c, balancetest.Config(fmt.Sprintf("p%d", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
 		counters = append(counters, c)
-		procs = append(procs, w.Start(g, b.Disconnect))
-	}
+		return c
+	})
 	w.AwaitSteady(procs, leases/n, leases/n, 30*time.Second)
 
 	leaseReads := func() (sum int64) {
@@ -685,22 +695,12 @@ func TestScansReadManyLeasesPerRequest(t *testing.T) {
 	const n, leases = 3, 300
 	store := memory.NewStore()
 	w := balancetest.NewWorld(t, leases, reader(t, store))
-	var procs []*balancetest.Proc
 	var counters []*batchCounter
-	for i := range n {
-		b, err := memory.New(store, memory.Options{Config: testTiming})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = b.Close(context.Background()) })
+	procs := startWrapped(w, store, n, func(b *memory.Backend) baton.Backend {
 		c := &batchCounter{Backend: b}
-		g, err := balance.New(c, balancetest.Config(fmt.Sprintf("p%d", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
 		counters = append(counters, c)
-		procs = append(procs, w.Start(g, b.Disconnect))
-	}
+		return c
+	})
 	w.AwaitSteady(procs, leases/n, leases/n, 30*time.Second)
 	for i, c := range counters {
 		singles, batches, names, most := c.singles.Load(), c.batches.Load(), c.names.Load(), c.most.Load()
