@@ -89,6 +89,19 @@ func TestStandbyReadsInBatches(t *testing.T) {
 	}
 }
 
+// startBatchRefusingProxy is a fault proxy to target that refuses every
+// BatchGetItem, as for a role whose policy grants GetItem alone.
+func startBatchRefusingProxy(t *testing.T, target string) *faultProxy {
+	p := startFaultProxy(t, target)
+	p.set(func(op string, _ []byte) action {
+		if op == "BatchGetItem" {
+			return deny
+		}
+		return pass
+	})
+	return p
+}
+
 // TestBatchRefusedReadsAlone: a role that may not BatchGetItem (a policy
 // that grants GetItem alone) still waits and takes a released lease,
 // reading it with GetItem; the refused batch is not tried again.
@@ -98,13 +111,7 @@ func TestBatchRefusedReadsAlone(t *testing.T) {
 	holder := newBackend(t, newClient(d.Endpoint), table, cfg)
 	lease := testkit.Unique("refused")
 	term := testkit.Campaign(t, holder, lease, "holder")
-	p := startFaultProxy(t, d.Endpoint)
-	p.set(func(op string, _ []byte) action {
-		if op == "BatchGetItem" {
-			return deny
-		}
-		return pass
-	})
+	p := startBatchRefusingProxy(t, d.Endpoint)
 	waiter := newBackend(t, newClient(p.Endpoint()), table, cfg)
 	got := testkit.CampaignAsync(t, waiter, lease, "waiter")
 	testkit.Eventually(t, time.Minute, "a refused batch", func() bool { return p.count("BatchGetItem") >= 1 })
@@ -128,13 +135,7 @@ func TestLeadersBatchRefused(t *testing.T) {
 	holder := newBackend(t, newClient(d.Endpoint), table, cfg)
 	names := []string{testkit.Unique("refused-a"), testkit.Unique("refused-b")}
 	term := testkit.Campaign(t, holder, names[0], "holder")
-	p := startFaultProxy(t, d.Endpoint)
-	p.set(func(op string, _ []byte) action {
-		if op == "BatchGetItem" {
-			return deny
-		}
-		return pass
-	})
+	p := startBatchRefusingProxy(t, d.Endpoint)
 	reader := newBackend(t, newClient(p.Endpoint()), table, cfg)
 	recs, errs := reader.Leaders(testkit.Context(t, 30*time.Second), names)
 	if errs[0] != nil || recs[0].Holder != "holder" || recs[0].Token != term.Token() {
