@@ -166,11 +166,12 @@ func (n *Node) readMany(ctx context.Context, names []string, stale bool) ([]leas
 	return checkViews(vs, names, err)
 }
 
-// notServed reports whether err is a 404 from a member or agent: one of a
-// version that does not serve the call.
+// notServed reports whether err says that a member or agent of a version
+// without POST /v1/raft/read does not serve it: a 404, or the 403 with
+// which such an agent's TCP address refuses every POST.
 func notServed(err error) bool {
 	var ae *apiError
-	return errors.As(err, &ae) && ae.Status == http.StatusNotFound
+	return errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusForbidden)
 }
 
 // readEach is readMany with one read per name.

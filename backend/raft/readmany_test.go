@@ -30,8 +30,9 @@ func checkLeaders(t *testing.T, b *Backend, names []string, held map[int]string)
 
 // Leaders on a member answers a list longer than one read call takes
 // (1,024 names), linearizable and stale; a read call asking for more is
-// refused with a clear error; an agent that does not serve the read call
-// (an older version) still gets Leaders answered, one read per lease.
+// refused with a clear error; through a member or agent that does not serve
+// the read call (an earlier version: 404, or 403 on an agent's TCP
+// address) Leaders is still answered, one read per lease.
 func TestLeadersMany(t *testing.T) {
 	g := newTestGroup(t, 3)
 	n := readyLeaderOf(t, g)
@@ -69,17 +70,21 @@ func TestLeadersMany(t *testing.T) {
 		t.Errorf("a read call for %d names: %v, want 400 naming the limit", len(names), err)
 	}
 
-	old := testkit.ServeHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/raft/read" {
-			http.NotFound(w, r)
-			return
+	// An earlier version's member or agent socket answers 404; its agent's
+	// TCP address refuses every POST with 403.
+	for _, status := range []int{http.StatusNotFound, http.StatusForbidden} {
+		old := testkit.ServeHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/raft/read" {
+				http.Error(w, "not served here", status)
+				return
+			}
+			h.ServeHTTP(w, r)
+		}))
+		c, err := Dial(old, ClientOptions{Token: testClientToken, PlainTCP: true})
+		if err != nil {
+			t.Fatal(err)
 		}
-		h.ServeHTTP(w, r)
-	}))
-	c, err := Dial(old, ClientOptions{Token: testClientToken, PlainTCP: true})
-	if err != nil {
-		t.Fatal(err)
+		viaOld := newBackend(t, c, cfg)
+		checkLeaders(t, viaOld, names[:10], map[int]string{0: held[0]})
 	}
-	viaOld := newBackend(t, c, cfg)
-	checkLeaders(t, viaOld, names[:10], map[int]string{0: held[0]})
 }

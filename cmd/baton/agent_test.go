@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/backend/raft"
 	"github.com/batonhq/baton/internal/testkit"
 )
 
@@ -105,6 +108,21 @@ func TestAgentServesClients(t *testing.T) {
 	r := runBaton(t, 30*time.Second, "leader", "--backend", backend, "--lease", "ag", "--json")
 	if r.code != 0 || !strings.Contains(r.stdout, `"holder":"worker-1"`) {
 		t.Fatalf("leader --json: %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	// A client reading many leases at once (package balance does) over the
+	// agent's TCP address, with no credential: the read call is open there.
+	reads, err := raft.Dial(httpAddr, raft.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := raft.New(reads, raft.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rb.Close(context.Background()) })
+	recs, errs := rb.Leaders(testkit.Context(t, 30*time.Second), []string{"ag", "nobody-holds-this"})
+	if errs[0] != nil || recs[0].Holder != "worker-1" || !errors.Is(errs[1], baton.ErrNoLeader) {
+		t.Errorf("Leaders over the agent's TCP address: %+v, %v; want worker-1, then nobody", recs, errs)
 	}
 	_ = job.cmd.Process.Signal(syscall.SIGTERM)
 	if code := job.wait(t, 30*time.Second); code != 0 {
@@ -202,7 +220,7 @@ func TestAgentHTTPAPI(t *testing.T) {
 	sock := agentSocketOf(t, httpAddr)
 	for _, c := range []struct{ method, path, token string }{
 		{"GET", "/v1/status", ""}, {"GET", "/v1/status", token}, {"POST", "/v1/leases/web/resign", token},
-		{"GET", "/v1/leases", token}, {"POST", "/v1/raft/client/renew", ""},
+		{"GET", "/v1/leases", token}, {"POST", "/v1/raft/client/renew", ""}, {"POST", "/v1/raft/read", token},
 	} {
 		if code, body := agentCall(t, c.method, base+c.path, c.token); code != http.StatusForbidden || !strings.Contains(body, "--unix-socket "+sock) {
 			t.Errorf("%s %s over TCP (token %t): %d %s, want 403 naming the socket", c.method, c.path, c.token != "", code, body)

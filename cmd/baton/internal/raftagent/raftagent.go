@@ -228,9 +228,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 
 // ReadOnly returns the handler of the agent's TCP address: the read-only
 // routes (the status page, the lease table, the health check, the group,
-// the metrics, and the open reads of agent:// clients), with no route that
-// takes a credential. Every other request, and any request that carries an
-// Authorization header, gets 403 with a message naming socket, the Unix
+// the metrics, and the open reads of agent:// clients, among them POST
+// /v1/raft/read, which reads many leases and changes nothing), with no
+// route that takes a credential. Every other request, and any request that
+// carries an Authorization header, gets 403 with a message naming socket, the Unix
 // socket where the agent takes those calls. Over TCP nothing proves to a
 // client that the agent answers (a process of any user can bind the port
 // of an agent that crashed), so the agent takes no credential there: a
@@ -241,7 +242,8 @@ func (h *Handler) ReadOnly(socket string) http.Handler {
 			r.Method, r.URL.Path, socket, r.URL.RequestURI(), socket))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if (r.Method != http.MethodGet && r.Method != http.MethodHead) || r.Header.Get("Authorization") != "" ||
+		read := r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodPost && r.URL.Path == "/v1/raft/read"
+		if !read || r.Header.Get("Authorization") != "" ||
 			r.URL.Path == "/v1/status" || strings.HasPrefix(r.URL.Path, "/v1/raft/client/") {
 			deny(w, r)
 			return
