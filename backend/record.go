@@ -810,6 +810,11 @@ func (b *RecordBackend) Leader(ctx context.Context, name string) (baton.Record, 
 	if err != nil {
 		return baton.Record{}, b.unavailable(ctx, "read lease "+name, err)
 	}
+	return leaderOf(name, rec)
+}
+
+// leaderOf is what Leader says of lease name whose record is rec.
+func leaderOf(name string, rec LeaseRecord) (baton.Record, error) {
 	if rec.Holder == "" {
 		return baton.Record{}, fmt.Errorf("%w for lease %q", baton.ErrNoLeader, name)
 	}
@@ -843,12 +848,8 @@ func (b *RecordBackend) Leaders(ctx context.Context, names []string) ([]baton.Re
 		}
 	}
 	for i, rec := range got {
-		switch {
-		case errs[i] != nil:
-		case rec.Holder == "":
-			errs[i] = fmt.Errorf("%w for lease %q", baton.ErrNoLeader, names[i])
-		default:
-			recs[i] = baton.Record{Lease: names[i], Holder: rec.Holder, Token: rec.Token, Since: rec.Since}
+		if errs[i] == nil {
+			recs[i], errs[i] = leaderOf(names[i], rec)
 		}
 	}
 	return recs, errs

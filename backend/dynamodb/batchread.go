@@ -201,12 +201,7 @@ func (b *Backend) Leaders(ctx context.Context, names []string) ([]baton.Record, 
 		found[name] = b.leaseFrom(name, item)
 	}
 	for i, name := range names {
-		r, ok := found[name]
-		if !ok || r.holder == "" || r.session == "" {
-			errs[i] = fmt.Errorf("%w for lease %q", baton.ErrNoLeader, name)
-			continue
-		}
-		recs[i] = baton.Record{Lease: name, Holder: r.holder, Token: r.token, Since: r.since}
+		recs[i], errs[i] = found[name].record(name) // absent: the zero item, nobody
 	}
 	return recs, errs
 }

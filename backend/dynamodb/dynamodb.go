@@ -475,6 +475,11 @@ func (b *Backend) Leader(ctx context.Context, name string) (baton.Record, error)
 		}
 		return baton.Record{}, backend.Unavailable(ctx, "dynamodb: read lease "+name, err)
 	}
+	return r.record(name)
+}
+
+// record is what Leader says of lease name whose item is r.
+func (r leaseItem) record(name string) (baton.Record, error) {
 	if !r.exists || r.holder == "" || r.session == "" {
 		return baton.Record{}, fmt.Errorf("%w for lease %q", baton.ErrNoLeader, name)
 	}
