@@ -100,8 +100,12 @@ func NewClient(cc ClientConfig) (*api.Client, error) {
 	if (tc.CertFile == "") != (tc.KeyFile == "") {
 		return nil, fmt.Errorf("consul: a client certificate needs both a certificate file (%q) and a key file (%q)", tc.CertFile, tc.KeyFile)
 	}
-	// The default transport's TLS settings are applied by api.NewClient
-	// from cfg.TLSConfig.
+	// The pooled transport keeps GOMAXPROCS+1 idle connections per host; a
+	// Backend has up to DefaultMaxRequests requests and maxWatchQueries
+	// blocking queries in flight, and with a smaller pool every burst
+	// would open and close connections. The transport's TLS settings are
+	// applied by api.NewClient from cfg.TLSConfig.
+	cfg.Transport.MaxIdleConnsPerHost = DefaultMaxRequests + maxWatchQueries
 	client, err := api.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("consul: %w", err)

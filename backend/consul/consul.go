@@ -1,6 +1,7 @@
 package consul
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,7 +28,10 @@ type Backend struct {
 	prefix        string
 	sessionName   string
 	reqTimeout    time.Duration // bounds a single request while campaigning
-	log           *slog.Logger
+	// turns holds a token for each request in flight that is bounded by
+	// Options.MaxRequests (see turn).
+	turns chan struct{}
+	log   *slog.Logger
 
 	// sessions owns the session, the goroutines and the lease names this
 	// Backend campaigns for or holds. The key of a name is the same for
@@ -93,6 +97,7 @@ func New(client *api.Client, opts Options) (*Backend, error) {
 		prefix:        prefix,
 		sessionName:   name,
 		reqTimeout:    max(sessTTL, 5*time.Second),
+		turns:         make(chan struct{}, cmp.Or(opts.MaxRequests, DefaultMaxRequests)),
 		log:           log,
 		helds:         map[*held]struct{}{},
 	}

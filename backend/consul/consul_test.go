@@ -523,13 +523,14 @@ func TestInvalidOptionsAndNames(t *testing.T) {
 	agent := testserver.SharedConsul(t)
 	c := agentClient(t, agent, agent.Addr())
 	_, err := consul.New(nil, consul.Options{
-		Config:    backend.Config{TTL: 2 * time.Second, RenewInterval: 900 * time.Millisecond},
-		LockDelay: 2 * time.Minute,
-		Prefix:    "/abs/",
+		Config:      backend.Config{TTL: 2 * time.Second, RenewInterval: 900 * time.Millisecond},
+		LockDelay:   2 * time.Minute,
+		Prefix:      "/abs/",
+		MaxRequests: -1,
 	})
 	var ce *baton.ConfigError
-	if !errors.As(err, &ce) || len(ce.Problems) != 4 {
-		t.Errorf("New with four problems: err = %v; want a ConfigError listing all four", err)
+	if !errors.As(err, &ce) || len(ce.Problems) != 5 {
+		t.Errorf("New with five problems: err = %v; want a ConfigError listing all five", err)
 	}
 	for _, p := range []string{"a//b/", "a/./", "../x/"} {
 		if _, err := consul.New(c, consul.Options{Prefix: p}); err == nil {

@@ -12,6 +12,20 @@ import (
 	"github.com/hashicorp/consul/api"
 )
 
+// turn waits until fewer than Options.MaxRequests bounded requests are in
+// flight, or ctx ends, and returns the function that ends the caller's
+// turn. Every request of the Backend but its blocking queries and its
+// session's create, renew and destroy takes a turn: those are few, and a
+// renewal must never wait behind campaigns.
+func (b *Backend) turn(ctx context.Context) (done func(), err error) {
+	select {
+	case b.turns <- struct{}{}:
+		return func() { <-b.turns }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("consul: waiting for one of %d requests in flight to end: %w", cap(b.turns), context.Cause(ctx))
+	}
+}
+
 // txn runs ops as one transaction, through Raw rather than api.Txn, whose
 // errors other than a failed transaction are untyped: a 403 must be told
 // apart. ok is false when Consul refused the transaction (409), and then
@@ -21,6 +35,11 @@ import (
 func (b *Backend) txn(ctx context.Context, ops api.TxnOps) (resp api.TxnResponse, ok bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
 	defer cancel()
+	done, err := b.turn(ctx)
+	if err != nil {
+		return resp, false, err
+	}
+	defer done()
 	_, err = b.client.Raw().Write("/v1/txn", ops, &resp, (&api.WriteOptions{}).WithContext(ctx))
 	var se api.StatusError
 	if !errors.As(err, &se) || se.Code != http.StatusConflict {
@@ -44,6 +63,11 @@ func (b *Backend) txn(ctx context.Context, ops api.TxnOps) (resp api.TxnResponse
 func (b *Backend) lockDelayOf(ctx context.Context, id string) time.Duration {
 	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
 	defer cancel()
+	done, err := b.turn(ctx)
+	if err != nil {
+		return 0
+	}
+	defer done()
 	info, _, err := b.client.Session().Info(id, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil || info == nil {
 		return 0
@@ -55,6 +79,11 @@ func (b *Backend) lockDelayOf(ctx context.Context, id string) time.Duration {
 func (b *Backend) get(ctx context.Context, key string) (*api.KVPair, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
 	defer cancel()
+	done, err := b.turn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	p, _, err := b.kv.Get(key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 	return p, permissionErr(err)
 }
@@ -64,6 +93,11 @@ func (b *Backend) get(ctx context.Context, key string) (*api.KVPair, error) {
 func (b *Backend) deleteCAS(ctx context.Context, key string, index uint64) error {
 	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
 	defer cancel()
+	done, err := b.turn(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	ok, _, err := b.kv.DeleteCAS(&api.KVPair{Key: key, ModifyIndex: index}, (&api.WriteOptions{}).WithContext(ctx))
 	if err != nil {
 		return permissionErr(err)
@@ -81,6 +115,11 @@ var errCASFailed = errors.New("consul: key changed since it was read")
 func (b *Backend) describeSession(ctx context.Context, id string) string {
 	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
 	defer cancel()
+	done, err := b.turn(ctx)
+	if err != nil {
+		return "consul session " + id
+	}
+	defer done()
 	info, _, err := b.client.Session().Info(id, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil || info == nil {
 		return "consul session " + id

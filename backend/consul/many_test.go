@@ -1,9 +1,12 @@
 package consul_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,4 +54,77 @@ func TestManyLeasesNoGoroutineEach(t *testing.T) {
 	}
 	// A lost lease's name is free again.
 	testkit.CampaignWithin(t, b, "many-004", "x", 10*time.Second)
+}
+
+// connGauge counts a Proxy's open client connections and their peak.
+type connGauge struct {
+	mu         sync.Mutex
+	open, peak int
+}
+
+func (g *connGauge) tap() io.Writer {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.open++
+	g.peak = max(g.peak, g.open)
+	return gaugeConn{g}
+}
+
+func (g *connGauge) Peak() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.peak
+}
+
+type gaugeConn struct{ g *connGauge }
+
+func (c gaugeConn) Write(p []byte) (int, error) { return len(p), nil }
+
+func (c gaugeConn) Close() error {
+	c.g.mu.Lock()
+	defer c.g.mu.Unlock()
+	c.g.open--
+	return nil
+}
+
+// TestManyCampaignsAtOnceKeepFewConnections: a Backend campaigning for
+// many leases at once (a balance instance starting with thousands) keeps
+// its requests to the agent within a bounded number of connections, well
+// under the agent's default limit of 200 per client address
+// (limits.http_max_conns_per_client), past which the agent refuses
+// connections with 429, and every campaign still wins.
+func TestManyCampaignsAtOnceKeepFewConnections(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	proxy := testserver.StartProxy(t, agent.Addr())
+	var g connGauge
+	proxy.TapClient(g.tap)
+	b := newBackend(t, agentClient(t, agent, proxy.Addr()), consul.Options{Prefix: testPrefix()}, nil)
+	const n = 1000
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		failures []error
+	)
+	for i := range n {
+		wg.Go(func() {
+			_, err := b.Campaign(ctx, fmt.Sprintf("burst-%04d", i), baton.Candidate{ID: "x"})
+			if err != nil {
+				mu.Lock()
+				failures = append(failures, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(failures) > 0 {
+		t.Errorf("%d of %d campaigns for free leases failed; the first: %v", len(failures), n, failures[0])
+	}
+	t.Logf("peak connections: %d", g.Peak())
+	// DefaultMaxRequests, the watch's blocking queries, the session's
+	// requests and connections closing: well under the agent's 200.
+	if peak := g.Peak(); peak > 100 {
+		t.Errorf("the Backend opened %d connections to the agent at once; want at most 100", peak)
+	}
 }

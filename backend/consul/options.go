@@ -27,6 +27,13 @@ const (
 	// empty.
 	DefaultSessionName = "baton"
 
+	// DefaultMaxRequests is MaxRequests when Options.MaxRequests is zero.
+	// With the watch's blocking queries (at most 16) a Backend then keeps
+	// at most 80 connections to its agent, well under the agent's default
+	// limit of 200 per client address (limits.http_max_conns_per_client),
+	// past which the agent answers 429.
+	DefaultMaxRequests = 64
+
 	// MaxLockDelay is the longest lock-delay Consul applies (structs.MaxLockDelay);
 	// it silently caps longer ones, so New refuses them.
 	MaxLockDelay = 60 * time.Second
@@ -106,6 +113,17 @@ type Options struct {
 	// SessionName names the session, as /v1/session/list and the UI show
 	// it. Empty means DefaultSessionName ("baton").
 	SessionName string
+
+	// MaxRequests bounds the requests the Backend has in flight to the
+	// agent at once, besides its blocking queries and its session's own
+	// (create, renew, destroy): a campaign's read or transaction waits for
+	// a turn, within its request timeout. Each request in flight holds a
+	// connection, and the agent refuses a client address more than
+	// limits.http_max_conns_per_client (200 by default) with 429, so a
+	// process starting thousands of campaigns at once must not send them
+	// all at once. Zero means DefaultMaxRequests (64); it must not be
+	// negative. Raise it only with the agent's limit.
+	MaxRequests int
 
 	// Logger receives log lines (group "consul"). Nil (the default) means
 	// silent.
@@ -199,6 +217,9 @@ func (o Options) settle() (cfg backend.Config, sessTTL, lockDelay time.Duration,
 		return cfg, 0, 0, "", nil, err
 	}
 	lockDelay, problems = o.lockDelay(cfg, sessTTL, problems)
+	if o.MaxRequests < 0 {
+		problems = append(problems, fmt.Sprintf("MaxRequests (%d) must not be negative; zero means %d", o.MaxRequests, DefaultMaxRequests))
+	}
 	prefix = o.Prefix
 	if prefix == "" {
 		prefix = DefaultPrefix
