@@ -35,13 +35,13 @@ func consulTargetOn(srv *testserver.Consul) target {
 		new: func(b *testing.B, cfg backend.Config) *process {
 			proxy := testserver.StartProxy(b, srv.Addr())
 			tr := http.DefaultTransport.(*http.Transport).Clone()
-			// A process with many leases has many requests in flight
-			// (campaigns, reads, the watch's blocking queries): with
-			// the clone's 2 idle connections, each would open one of
-			// its own (and two more in the proxy beside it), and 20
-			// balance instances would run out of file descriptors; 64
-			// keep them reused.
-			tr.MaxIdleConnsPerHost = 64
+			// A process with many leases has up to
+			// consul.DefaultMaxRequests requests and 16 blocking
+			// queries in flight: with the clone's 2 idle connections,
+			// each would open one of its own (and two more in the
+			// proxy beside it); as many idle ones keep them reused, as
+			// consul.NewClient does.
+			tr.MaxIdleConnsPerHost = consul.DefaultMaxRequests + 16
 			client, err := api.NewClient(&api.Config{
 				Address:    proxy.Addr(),
 				HttpClient: &http.Client{Transport: countingRoundTripper{tr, &n}},

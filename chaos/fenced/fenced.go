@@ -121,6 +121,15 @@ func (r Result) String() string {
 	return s
 }
 
+// Summary runs Check and returns its one-line summary, the times a lease
+// was held twice (fencing violations, token regressions and overlaps) and
+// the overlaps by work past its safe-until, which the fence refused: the
+// checker a benchmark of balance.Group reports with.
+func (l *Leases) Summary() (summary string, heldTwice, late int) {
+	r := l.Check()
+	return r.String(), r.Violations + r.Regressions + r.Overlaps, r.Late
+}
+
 // Check runs the chaos checker over every lease's history.
 func (l *Leases) Check() Result {
 	l.mu.Lock()

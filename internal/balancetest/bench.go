@@ -24,13 +24,19 @@ type Bench struct {
 	// New returns one instance's Backend with cfg, and a func that cuts
 	// it off without releasing anything, as kill -9 would.
 	New func(b *testing.B, cfg backend.Config) (be baton.Backend, kill func())
-	// Fence is the store every lease's work writes to, and Check its
-	// checker, run once every instance has stopped: what it found
-	// (logged), the times a lease was held twice (fencing violations, token
-	// regressions and overlaps: the run fails if any), and the writes of
-	// work that ran past its term's safe-until, which the fence refused.
-	Fence Fence
-	Check func() (summary string, heldTwice, late int)
+	// Fence is the store every lease's work writes to (the chaos
+	// harness's fenced.Leases), checked once every instance has stopped.
+	Fence CheckedFence
+}
+
+// CheckedFence is a Fence that checks what was written to it. Summary
+// returns what it found (logged), the times a lease was held twice
+// (fencing violations, token regressions and overlaps: the run fails if
+// any), and the writes of work that ran past its term's safe-until, which
+// the fence refused.
+type CheckedFence interface {
+	Fence
+	Summary() (summary string, heldTwice, late int)
 }
 
 // Run starts the instances together, waits until the spread is even, then
@@ -128,7 +134,7 @@ func (bc Bench) Run(b *testing.B, name string) {
 			b.Fatalf("%s: Run did not return", p.ID)
 		}
 	}
-	summary, heldTwice, late := bc.Check()
+	summary, heldTwice, late := bc.Fence.Summary()
 	b.Logf("fenced check: %s", summary)
 	if heldTwice > 0 {
 		b.Fatalf("a lease was held twice: %s", summary)
