@@ -78,6 +78,19 @@ key_prefix "acl/" { policy = "read" }`)
 	if err != nil || rec.Holder != "x" || rec.Token != term.Token() {
 		t.Errorf("Leader = %+v, %v; want x with token %d", rec, err, term.Token())
 	}
+	recs, errs := b.Leaders(testkit.Context(t, 5*time.Second), []string{"guarded", "free"})
+	if errs[0] != nil || recs[0] != rec || !errors.Is(errs[1], baton.ErrNoLeader) {
+		t.Errorf("Leaders = %+v, %v; want %+v and no leader", recs, errs, rec)
+	}
+	// A token that may not read the keys: Consul leaves them out of a
+	// read-only transaction's answer; Leaders says so, as Leader does.
+	ab := newBackend(t, anon, opts, nil)
+	if _, err := ab.Leader(testkit.Context(t, 5*time.Second), "guarded"); !errors.Is(err, consul.ErrPermissionDenied) {
+		t.Errorf("Leader without a token: err = %v; want ErrPermissionDenied", err)
+	}
+	if _, errs := ab.Leaders(testkit.Context(t, 5*time.Second), []string{"guarded", "free"}); !errors.Is(errs[0], consul.ErrPermissionDenied) || !errors.Is(errs[1], consul.ErrPermissionDenied) {
+		t.Errorf("Leaders without a token: errs = %v; want ErrPermissionDenied for each", errs)
+	}
 	// Renewals go through with the token: the term outlives its first
 	// safe-until.
 	first := term.SafeUntil()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/batonhq/baton"
@@ -31,7 +32,11 @@ type Backend struct {
 	// turns holds a token for each request in flight that is bounded by
 	// Options.MaxRequests (see turn).
 	turns chan struct{}
-	log   *slog.Logger
+	// readEach is set once the servers turned out not to know the
+	// transaction verb get-or-empty (Consul before 1.14): Leaders then
+	// reads one lease a request, as Leader does.
+	readEach atomic.Bool
+	log      *slog.Logger
 
 	// sessions owns the session, the goroutines and the lease names this
 	// Backend campaigns for or holds. The key of a name is the same for
@@ -161,6 +166,19 @@ func (b *Backend) recordOf(ctx context.Context, name, key string, p *api.KVPair)
 	ep, err := b.get(ctx, ekey)
 	if err != nil {
 		return baton.Record{}, b.unavailable(ctx, "read "+ekey, err)
+	}
+	return b.recordWith(ctx, name, key, p, ep)
+}
+
+// recordWith is Leader's answer for lease name from its lock key's pair p
+// and its epoch key's pair ep (each nil when absent), read at the same
+// index or ep after p.
+func (b *Backend) recordWith(ctx context.Context, name, key string, p, ep *api.KVPair) (baton.Record, error) {
+	if p != nil && p.Flags != api.LockFlagValue {
+		return baton.Record{}, fmt.Errorf("lease %q: %w", name, conflictErr(key, p.Flags))
+	}
+	if p == nil || p.Session == "" {
+		return baton.Record{}, fmt.Errorf("%w for lease %q", baton.ErrNoLeader, name)
 	}
 	e, err := b.sawEpoch(name, ep)
 	if err != nil {
