@@ -13,8 +13,27 @@ import (
 	"time"
 )
 
+// maxForwarded bounds the calls a member has in flight to the raft leader
+// at once, session renewals and leaving aside: each call in flight holds a
+// connection, and each new connection costs both members a TLS handshake
+// and a proof of the secret, so a process starting a thousand campaigns at
+// once would otherwise open a thousand. It matches the idle connections
+// the member keeps (newAPIClient), so that a burst reuses them.
+const maxForwarded = 64
+
 // forwardJSON posts (or, with a nil body, gets) path on the raft leader.
+// Every call but a session renewal (its own or an agent client's) and a
+// leave waits for one of maxForwarded turns first: a renewal must never
+// wait behind campaigns.
 func (n *Node) forwardJSON(ctx context.Context, path string, body, out any) error {
+	if path != "/v1/raft/renew" && path != "/v1/raft/leave" {
+		select {
+		case n.forwards <- struct{}{}:
+			defer func() { <-n.forwards }()
+		case <-ctx.Done():
+			return fmt.Errorf("raft: waiting for one of %d calls to the raft leader to end: %w", maxForwarded, context.Cause(ctx))
+		}
+	}
 	addr, _ := n.raft.LeaderWithID()
 	if addr == "" {
 		return ErrNotLeader
@@ -47,7 +66,7 @@ func newAPIClient(cr *creds, g *gate) *apiClient {
 		// each new one costs a TLS handshake and a proof of the secret,
 		// and on a busy host a storm of them starves the raft RPCs and
 		// the renewals that share the process.
-		MaxIdleConnsPerHost: 64,
+		MaxIdleConnsPerHost: maxForwarded,
 		IdleConnTimeout:     time.Minute,
 	}
 	return &apiClient{tr: tr, hc: &http.Client{Transport: tr}, scheme: "https"}

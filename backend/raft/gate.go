@@ -14,6 +14,14 @@ type gate struct {
 	mu    sync.Mutex
 	cut   bool
 	conns map[*gatedConn]struct{}
+	peak  int // the most connections open at once
+}
+
+// peakConns returns the most connections that were open at once.
+func (g *gate) peakConns() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.peak
 }
 
 var errCut = errors.New("raft: cut off (test partition)")
@@ -33,6 +41,7 @@ func (g *gate) track(c net.Conn) (net.Conn, error) {
 	}
 	gc := &gatedConn{Conn: c, g: g}
 	g.conns[gc] = struct{}{}
+	g.peak = max(g.peak, len(g.conns))
 	return gc, nil
 }
 

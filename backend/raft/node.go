@@ -223,27 +223,30 @@ type NodeOptions struct {
 // votes (if it is a voter), serves the group API to its peers, and is the
 // Group that a Backend campaigns through. Safe for concurrent use.
 type Node struct {
-	opts    NodeOptions
-	id      string
-	addr    string // advertised
-	log     *slog.Logger
-	creds   *creds // the TLS configuration and secrets connections use
-	fsm     *fsm
-	raft    *raftHandle // the current raft instance; a recovery replaces it (recover.go)
-	trans   *hraft.NetworkTransport
-	mux     *mux
-	http    *http.Server
-	client  *apiClient
-	timers  *sessionTimers
-	heard   *heardLog   // what this member heard from raft leaders, for the next one (heard.go)
-	stalls  *stallWatch // whether this process stood still of late (heard.go)
-	rlog    *raftLog    // hashicorp/raft's records, into log (raftlog.go)
-	pilot   *autopilot.Autopilot
-	pilotMu sync.Mutex // orders the terms' autopilot stops and starts
-	stores  []io.Closer
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	opts   NodeOptions
+	id     string
+	addr   string // advertised
+	log    *slog.Logger
+	creds  *creds // the TLS configuration and secrets connections use
+	fsm    *fsm
+	raft   *raftHandle // the current raft instance; a recovery replaces it (recover.go)
+	trans  *hraft.NetworkTransport
+	mux    *mux
+	http   *http.Server
+	client *apiClient
+	// forwards holds a token for each call forwarded to the raft leader
+	// that takes a turn (see forwardJSON).
+	forwards chan struct{}
+	timers   *sessionTimers
+	heard    *heardLog   // what this member heard from raft leaders, for the next one (heard.go)
+	stalls   *stallWatch // whether this process stood still of late (heard.go)
+	rlog     *raftLog    // hashicorp/raft's records, into log (raftlog.go)
+	pilot    *autopilot.Autopilot
+	pilotMu  sync.Mutex // orders the terms' autopilot stops and starts
+	stores   []io.Closer
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 	// nudge asks nudgeFollowers' goroutine for a no-op entry (leadership.go).
 	nudge   chan struct{}
 	joined  chan struct{}
@@ -349,6 +352,7 @@ func StartNode(opts NodeOptions) (*Node, error) {
 	n.secrets = secretList(opts.Secret, opts.PreviousSecrets)
 	n.fsm.onEpoch = n.checkEpochClock
 	n.client = newAPIClient(n.creds, opts.gate)
+	n.forwards = make(chan struct{}, maxForwarded)
 	n.mux = newMux(ln, n.creds, opts.gate, n.hasJoined, n.refusals)
 	if err := n.startRaft(); err != nil {
 		n.mux.close()

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -264,7 +265,7 @@ func (w *World) AwaitSteadyFor(live []*Proc, minLoad, maxLoad int, hold, timeout
 		return ok && time.Since(since) >= hold
 	})
 	if !steady {
-		w.T.Fatalf("not steady within %s (want loads in [%d, %d]): %s", timeout, minLoad, maxLoad, why)
+		w.T.Fatalf("not steady within %s (want loads in [%d, %d]): %s%s", timeout, minLoad, maxLoad, why, lastErrors(live, minLoad))
 	}
 	took := since.Sub(start)
 	if len(why) > 2000 {
@@ -272,6 +273,24 @@ func (w *World) AwaitSteadyFor(live []*Proc, minLoad, maxLoad int, hold, timeout
 	}
 	w.T.Logf("steady after %s: %s", took.Round(10*time.Millisecond), why)
 	return took
+}
+
+// lastErrors says, for each of live below minLoad, the last errors of up
+// to five of its leases (Status.Errors): why a process short of its share
+// did not take more.
+func lastErrors(live []*Proc, minLoad int) string {
+	var b strings.Builder
+	for _, p := range live {
+		s := p.G.Status()
+		if len(s.Leading) >= minLoad || len(s.Errors) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "; %s's last errors (%d leases):", p.ID, len(s.Errors))
+		for _, name := range slices.Sorted(maps.Keys(s.Errors))[:min(5, len(s.Errors))] {
+			fmt.Fprintf(&b, " %s: %v;", name, s.Errors[name])
+		}
+	}
+	return b.String()
 }
 
 // CheckNoOverlap fails the test for each time two processes ran one
