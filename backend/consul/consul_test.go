@@ -634,6 +634,12 @@ func isTxn(r *http.Request) bool { return r.Method == http.MethodPut && r.URL.Pa
 // key (not a read, nor a queue entry's lock). It reads r's body and puts it
 // back.
 func isLockTxn(t *testing.T, r *http.Request) bool {
+	return txnHas(t, r, func(op *api.KVTxnOp) bool { return op.Verb == api.KVLock && strings.HasSuffix(op.Key, "/.lock") })
+}
+
+// txnHas reports whether r is a transaction with a KV op for which match
+// is true. It leaves r's body to be sent.
+func txnHas(t *testing.T, r *http.Request, match func(*api.KVTxnOp) bool) bool {
 	if !isTxn(r) || r.Body == nil {
 		return false
 	}
@@ -647,7 +653,7 @@ func isLockTxn(t *testing.T, r *http.Request) bool {
 		t.Errorf("decode a transaction: %v", err)
 	}
 	for _, op := range ops {
-		if op.KV != nil && op.KV.Verb == api.KVLock && strings.HasSuffix(op.KV.Key, "/.lock") {
+		if op.KV != nil && match(op.KV) {
 			return true
 		}
 	}
@@ -785,6 +791,47 @@ func TestLostLockReplyLeavesNoLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.WaitTerm(t, got, 5*time.Second)
+}
+
+// TestLostEnqueueReplyLeavesNoEntry: a transaction that joins a lease's
+// line but whose answer is lost must not leave the campaign's entry in
+// line, locked by the Backend's live session with no campaign behind it:
+// every waiter behind it would wait for as long as the Backend lives, and
+// the lease stay free.
+func TestLostEnqueueReplyLeavesNoEntry(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: testPrefix()}
+	var drop atomic.Bool
+	drop.Store(true)
+	ac := hookedClient(t, agent, func(r *http.Request, send func() (*http.Response, error)) (*http.Response, error) {
+		enqueue := txnHas(t, r, func(op *api.KVTxnOp) bool { return op.Verb == api.KVSet && strings.HasSuffix(op.Key, "/.baton-tail") })
+		resp, err := send()
+		if enqueue && err == nil && drop.CompareAndSwap(true, false) {
+			resp.Body.Close()
+			return nil, errors.New("connection reset (the test dropped the answer)")
+		}
+		return resp, err
+	})
+	a := newBackend(t, ac, opts, nil)
+	h := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
+	b := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
+	th := testkit.CampaignWithin(t, h, "line", "h", 10*time.Second)
+	_, err := a.Campaign(testkit.Context(t, 10*time.Second), "line", baton.Candidate{ID: "a"})
+	if !errors.Is(err, baton.ErrBackendUnavailable) {
+		t.Fatalf("Campaign whose joining the line lost its answer: err = %v, want ErrBackendUnavailable", err)
+	}
+	if drop.Load() {
+		t.Fatal("no transaction joined the line")
+	}
+	// b joins the line behind a's entry, if a left it there.
+	got := testkit.CampaignAsync(t, b, "line", "b")
+	notYet(t, got, 200*time.Millisecond)
+	if err := th.Resign(testkit.Context(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if w := testkit.WaitTerm(t, got, 10*time.Second); w.Term == nil {
+		t.Fatal("b's campaign failed")
+	}
 }
 
 // TestCloseBoundedWhenAgentVanishes: Close with a context without deadline

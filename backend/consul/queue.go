@@ -161,6 +161,14 @@ func (a *attempt) waitTurn(ctx context.Context) error {
 		if !a.queued {
 			qkey, pred, ok, err := b.enqueue(ctx, a.s, a.key)
 			if err != nil {
+				// The transaction may have landed though its answer was
+				// lost (ctx ended, a timeout, a dropped connection): our
+				// entry would then stand in line, locked by our live
+				// session, and every waiter behind it wait for as long as
+				// this Backend lives. The campaign's clean-up releases it
+				// (a release of an entry that is not there is refused,
+				// which is as good).
+				a.qkey, a.pred, a.queued = qkey, "", true
 				return b.campaignErr(ctx, a.s, a.name, "join the queue "+queuePrefix(a.key), err)
 			}
 			if !ok {
