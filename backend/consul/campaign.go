@@ -141,6 +141,7 @@ type attempt struct {
 
 	queued   bool   // qkey is our entry in the lease's queue
 	qkey     string // our queue entry's key, once queued
+	qindex   uint64 // its index as we last wrote it
 	pred     string // the key of the entry before ours in line ("" for none), as our entry's value says
 	dropLock bool   // a lock transaction failed without a verdict: clean up its lock
 	won      bool   // the campaign returned a term

@@ -834,6 +834,81 @@ func TestLostEnqueueReplyLeavesNoEntry(t *testing.T) {
 	}
 }
 
+// TestLateQueueWriteLeavesNoEntry: a campaign's write to its entry in line
+// (naming the entry before it) whose answer is lost may still land after
+// the campaign ended and released the entry; landing, it must not lock
+// the entry again, which would hold up every waiter behind it for as long
+// as the Backend lives.
+func TestLateQueueWriteLeavesNoEntry(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: testPrefix()}
+	late := make(chan []byte, 1)
+	ac := hookedClient(t, agent, func(r *http.Request, send func() (*http.Response, error)) (*http.Response, error) {
+		// The write naming the entry before ours: a lock of our entry
+		// with a value.
+		if txnHas(t, r, func(op *api.KVTxnOp) bool {
+			return op.Verb == api.KVLock && strings.Contains(op.Key, "/.baton-queue/") && len(op.Value) > 0
+		}) {
+			body, _ := io.ReadAll(r.Body)
+			select {
+			case late <- body:
+				return nil, errors.New("connection reset (the test holds the request back)")
+			default:
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		return send()
+	})
+	a := newBackend(t, ac, opts, nil)
+	h := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
+	c := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
+	b := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
+	th := testkit.CampaignWithin(t, h, "late", "h", 10*time.Second)
+	gotC := testkit.CampaignAsync(t, c, "late", "c")
+	testkit.Eventually(t, 10*time.Second, "c to join the line", func() bool {
+		pairs, _, err := agentClient(t, agent, agent.Addr()).KV().List(opts.Prefix+"late/.baton-queue/", nil)
+		return err == nil && len(pairs) == 1
+	})
+	// a joins behind c; its write naming c's entry is held back and fails.
+	_, err := a.Campaign(testkit.Context(t, 10*time.Second), "late", baton.Candidate{ID: "a"})
+	if !errors.Is(err, baton.ErrBackendUnavailable) {
+		t.Fatalf("Campaign whose queue write failed: err = %v, want ErrBackendUnavailable", err)
+	}
+	var body []byte
+	select {
+	case body = <-late:
+	default:
+		t.Fatal("a sent no write naming the entry before its own")
+	}
+	// The held-back write lands now, after a released its entry.
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, "http://"+agent.Addr()+"/v1/txn", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok := agent.ManagementToken(); tok != "" {
+		req.Header.Set("X-Consul-Token", tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	gotB := testkit.CampaignAsync(t, b, "late", "b")
+	if err := th.Resign(testkit.Context(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	wc := testkit.WaitTerm(t, gotC, 10*time.Second)
+	if wc.Term == nil {
+		t.Fatal("c's campaign failed")
+	}
+	if err := wc.Term.Resign(testkit.Context(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if w := testkit.WaitTerm(t, gotB, 10*time.Second); w.Term == nil {
+		t.Fatal("b's campaign failed")
+	}
+}
+
 // TestCloseBoundedWhenAgentVanishes: Close with a context without deadline
 // returns even when the agent stops answering (its connections hang, as
 // when its host vanished): it stops trying to delete its locks when the

@@ -108,7 +108,7 @@ func (b *Backend) lineEmpty(ctx context.Context, tail *api.KVPair) (bool, error)
 // joins it again must not bring its old entry, which a waiter may still
 // watch, back to life at the end of the line, where that waiter would wait
 // for something behind itself.
-func (b *Backend) enqueue(ctx context.Context, s *sess, key string) (qkey, pred string, ok bool, err error) {
+func (b *Backend) enqueue(ctx context.Context, s *sess, key string) (qkey, pred string, qindex uint64, ok bool, err error) {
 	tk := tailKey(key)
 	var r [6]byte
 	_, _ = rand.Read(r[:]) // never fails (crypto/rand)
@@ -119,27 +119,47 @@ func (b *Backend) enqueue(ctx context.Context, s *sess, key string) (qkey, pred 
 		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: qkey, Session: s.ID}},
 	})
 	if err != nil || !ok {
-		return qkey, "", false, err
+		return qkey, "", 0, false, err
 	}
 	// Results come in the order of the ops: the tail as it was, if any,
-	// then as set (to qkey).
+	// then as set (to qkey), then our entry.
+	tailSeen := false
 	for _, r := range resp.Results {
-		if kv := r.KV; kv != nil && kv.Key == tk {
-			pred = string(kv.Value)
-			break
+		switch kv := r.KV; {
+		case kv == nil:
+		case kv.Key == tk && !tailSeen:
+			pred, tailSeen = string(kv.Value), true
+		case kv.Key == qkey:
+			qindex = kv.ModifyIndex
 		}
 	}
 	if pred == qkey {
 		pred = "" // no tail before ours: the result is the set's
 	}
-	return qkey, pred, true, nil
+	return qkey, pred, qindex, true, nil
 }
 
-// setPred records pred as the entry before ours (qkey, locked by s), so
-// that the waiter behind us finds it should we leave the line.
-func (b *Backend) setPred(ctx context.Context, s *sess, qkey, pred string) (bool, error) {
-	_, ok, err := b.txn(ctx, api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVLock, Key: qkey, Value: []byte(pred), Session: s.ID}}})
-	return ok, err
+// setPred records pred as the entry before ours (qkey, locked by s, last
+// written at index), so that the waiter behind us finds it should we
+// leave the line, and returns the entry's new index. The write holds only
+// while the entry is as we last wrote it: a write whose answer was lost
+// may still land after the campaign ended and released its entry, and
+// would then lock it again, for as long as the session lives, holding up
+// every waiter behind it. ok is false when Consul refused it.
+func (b *Backend) setPred(ctx context.Context, s *sess, qkey, pred string, index uint64) (uint64, bool, error) {
+	resp, ok, err := b.txn(ctx, api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: qkey, Index: index}},
+		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: qkey, Value: []byte(pred), Session: s.ID}},
+	})
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	for _, r := range resp.Results {
+		if kv := r.KV; kv != nil && kv.Key == qkey {
+			return kv.ModifyIndex, true, nil
+		}
+	}
+	return 0, false, fmt.Errorf("consul: the transaction that updated %s returned no entry for it", qkey)
 }
 
 // gone reports whether st, a state of pred's key, shows it deleted or
@@ -159,7 +179,7 @@ func (a *attempt) waitTurn(ctx context.Context) error {
 	b := a.b
 	for {
 		if !a.queued {
-			qkey, pred, ok, err := b.enqueue(ctx, a.s, a.key)
+			qkey, pred, qindex, ok, err := b.enqueue(ctx, a.s, a.key)
 			if err != nil {
 				// The transaction may have landed though its answer was
 				// lost (ctx ended, a timeout, a dropped connection): our
@@ -177,11 +197,11 @@ func (a *attempt) waitTurn(ctx context.Context) error {
 				}
 				continue
 			}
-			a.qkey, a.pred, a.queued = qkey, "", true
+			a.qkey, a.qindex, a.pred, a.queued = qkey, qindex, "", true
 			if pred != "" {
 				// Should we leave the line, the waiter behind us moves up
 				// to the entry our value names.
-				ok, err := b.setPred(ctx, a.s, a.qkey, pred)
+				index, ok, err := b.setPred(ctx, a.s, a.qkey, pred, a.qindex)
 				if err != nil {
 					return b.campaignErr(ctx, a.s, a.name, "update "+a.qkey, err)
 				}
@@ -191,7 +211,7 @@ func (a *attempt) waitTurn(ctx context.Context) error {
 					}
 					continue
 				}
-				a.pred = pred
+				a.pred, a.qindex = pred, index
 			}
 		}
 		// Walk back past released entries to a live one, or to none.
@@ -223,7 +243,7 @@ func (a *attempt) waitTurn(ctx context.Context) error {
 		// same, and the write, which would wake the waiter behind us, is
 		// left out.
 		if moved && a.pred != "" {
-			ok, err := b.setPred(ctx, a.s, a.qkey, a.pred)
+			index, ok, err := b.setPred(ctx, a.s, a.qkey, a.pred, a.qindex)
 			if err != nil {
 				return b.campaignErr(ctx, a.s, a.name, "update "+a.qkey, err)
 			}
@@ -233,6 +253,7 @@ func (a *attempt) waitTurn(ctx context.Context) error {
 				}
 				continue
 			}
+			a.qindex = index
 		}
 		if a.pred == "" {
 			return nil
