@@ -201,7 +201,7 @@ func (a *attempt) lock(ctx context.Context, p *api.KVPair) (baton.Term, bool, er
 	if a.sb != nil {
 		b.w.refresh(a.sb)
 	}
-	index, ep, outcome, err := b.lock(ctx, s, a.name, a.key, a.id, p, a.qkeyIfQueued())
+	index, ep, outcome, err := b.lock(ctx, s, a.name, a.key, a.id, p, a.qkeyIfQueued(), a.qindex)
 	if err != nil {
 		// The transaction may have landed though its answer was lost (ctx
 		// ended, a timeout, a dropped connection). Our session would then
@@ -293,7 +293,7 @@ func (a *attempt) wait(ctx context.Context) error {
 // in the same transaction (see epochKey). The same transaction deletes
 // qkey, the campaign's queue entry, unless it is "", so that the next in
 // line moves up as the lock is taken.
-func (b *Backend) lock(ctx context.Context, s *sess, name, key, id string, seen *api.KVPair, qkey string) (uint64, uint64, lockOutcome, error) {
+func (b *Backend) lock(ctx context.Context, s *sess, name, key, id string, seen *api.KVPair, qkey string, qindex uint64) (uint64, uint64, lockOutcome, error) {
 	guard := &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: key}
 	if seen != nil {
 		guard = &api.KVTxnOp{Verb: api.KVCheckIndex, Key: key, Index: seen.ModifyIndex}
@@ -305,7 +305,13 @@ func (b *Backend) lock(ctx context.Context, s *sess, name, key, id string, seen 
 		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: key, Value: []byte(id), Flags: api.LockFlagValue, Session: s.ID}},
 	}
 	if qkey != "" {
-		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: qkey}})
+		// Only while our entry is as we last wrote it: a lock whose
+		// answer was lost may land after the campaign ended and released
+		// its entry, and would then take the key with no term to release
+		// it, for as long as the session lives.
+		ops = append(ops,
+			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: qkey, Index: qindex}},
+			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: qkey}})
 	}
 	for range 3 {
 		resp, ok, err := b.txn(ctx, ops)
@@ -320,6 +326,8 @@ func (b *Backend) lock(ctx context.Context, s *sess, name, key, id string, seen 
 					return 0, 0, changed, nil
 				case 1:
 					noEpoch = true
+				case 3:
+					return 0, 0, 0, fmt.Errorf("consul: our entry in line, %s, changed under us", qkey)
 				}
 			}
 			if noEpoch {

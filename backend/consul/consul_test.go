@@ -834,21 +834,13 @@ func TestLostEnqueueReplyLeavesNoEntry(t *testing.T) {
 	}
 }
 
-// TestLateQueueWriteLeavesNoEntry: a campaign's write to its entry in line
-// (naming the entry before it) whose answer is lost may still land after
-// the campaign ended and released the entry; landing, it must not lock
-// the entry again, which would hold up every waiter behind it for as long
-// as the Backend lives.
-func TestLateQueueWriteLeavesNoEntry(t *testing.T) {
-	agent := testserver.SharedConsul(t)
-	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: testPrefix()}
+// holdBack returns a client whose first transaction matching match is
+// not sent: the client sees its answer lost, and the test gets its body,
+// to send late with replay.
+func holdBack(t *testing.T, agent *testserver.Consul, match func(*api.KVTxnOp) bool) (*api.Client, <-chan []byte) {
 	late := make(chan []byte, 1)
-	ac := hookedClient(t, agent, func(r *http.Request, send func() (*http.Response, error)) (*http.Response, error) {
-		// The write naming the entry before ours: a lock of our entry
-		// with a value.
-		if txnHas(t, r, func(op *api.KVTxnOp) bool {
-			return op.Verb == api.KVLock && strings.Contains(op.Key, "/.baton-queue/") && len(op.Value) > 0
-		}) {
+	c := hookedClient(t, agent, func(r *http.Request, send func() (*http.Response, error)) (*http.Response, error) {
+		if txnHas(t, r, match) {
 			body, _ := io.ReadAll(r.Body)
 			select {
 			case late <- body:
@@ -858,6 +850,46 @@ func TestLateQueueWriteLeavesNoEntry(t *testing.T) {
 			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
 		return send()
+	})
+	return c, late
+}
+
+// replay sends a transaction held back by holdBack, as a server that got
+// it late would apply it.
+func replay(t *testing.T, agent *testserver.Consul, late <-chan []byte) {
+	t.Helper()
+	var body []byte
+	select {
+	case body = <-late:
+	default:
+		t.Fatal("no transaction was held back")
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, "http://"+agent.Addr()+"/v1/txn", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok := agent.ManagementToken(); tok != "" {
+		req.Header.Set("X-Consul-Token", tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+}
+
+// TestLateQueueWriteLeavesNoEntry: a campaign's write to its entry in line
+// (naming the entry before it) whose answer is lost may still land after
+// the campaign ended and released the entry; landing, it must not lock
+// the entry again, which would hold up every waiter behind it for as long
+// as the Backend lives.
+func TestLateQueueWriteLeavesNoEntry(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: testPrefix()}
+	ac, late := holdBack(t, agent, func(op *api.KVTxnOp) bool {
+		// The write naming the entry before ours: a lock of our entry
+		// with a value.
+		return op.Verb == api.KVLock && strings.Contains(op.Key, "/.baton-queue/") && len(op.Value) > 0
 	})
 	a := newBackend(t, ac, opts, nil)
 	h := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
@@ -874,25 +906,7 @@ func TestLateQueueWriteLeavesNoEntry(t *testing.T) {
 	if !errors.Is(err, baton.ErrBackendUnavailable) {
 		t.Fatalf("Campaign whose queue write failed: err = %v, want ErrBackendUnavailable", err)
 	}
-	var body []byte
-	select {
-	case body = <-late:
-	default:
-		t.Fatal("a sent no write naming the entry before its own")
-	}
-	// The held-back write lands now, after a released its entry.
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, "http://"+agent.Addr()+"/v1/txn", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tok := agent.ManagementToken(); tok != "" {
-		req.Header.Set("X-Consul-Token", tok)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	replay(t, agent, late) // after a released its entry
 	gotB := testkit.CampaignAsync(t, b, "late", "b")
 	if err := th.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
@@ -907,6 +921,49 @@ func TestLateQueueWriteLeavesNoEntry(t *testing.T) {
 	if w := testkit.WaitTerm(t, gotB, 10*time.Second); w.Term == nil {
 		t.Fatal("b's campaign failed")
 	}
+}
+
+// TestLateLockFromLineTakesNothing: the lock transaction of a campaign
+// first in line whose answer is lost may land after the campaign ended
+// and released its entry; landing, it must not take the key, which no
+// term would then release for as long as the Backend lives.
+func TestLateLockFromLineTakesNothing(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: testPrefix()}
+	ac, late := holdBack(t, agent, func(op *api.KVTxnOp) bool {
+		// A lock of the lease's key that also deletes an entry in line.
+		return op.Verb == api.KVDelete && strings.Contains(op.Key, "/.baton-queue/")
+	})
+	a := newBackend(t, ac, opts, nil)
+	h := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
+	b := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
+	th := testkit.CampaignWithin(t, h, "late", "h", 10*time.Second)
+	errA := make(chan error, 1)
+	go func() {
+		_, err := a.Campaign(testkit.Context(t, time.Minute), "late", baton.Candidate{ID: "a"})
+		errA <- err
+	}()
+	testkit.Eventually(t, 10*time.Second, "a to join the line", func() bool {
+		pairs, _, err := agentClient(t, agent, agent.Addr()).KV().List(opts.Prefix+"late/.baton-queue/", nil)
+		return err == nil && len(pairs) == 1
+	})
+	if err := th.Resign(testkit.Context(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// a, first in line, locks; its transaction is held back and fails.
+	select {
+	case err := <-errA:
+		if !errors.Is(err, baton.ErrBackendUnavailable) {
+			t.Fatalf("Campaign whose lock failed: err = %v, want ErrBackendUnavailable", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's campaign did not end after its lock failed")
+	}
+	replay(t, agent, late) // after a's campaign ended
+	if rec, err := b.Leader(testkit.Context(t, 5*time.Second), "late"); !errors.Is(err, baton.ErrNoLeader) {
+		t.Errorf("after a's late lock, Leader = %+v, %v; want nobody", rec, err)
+	}
+	testkit.CampaignWithin(t, b, "late", "b", 10*time.Second)
 }
 
 // TestCloseBoundedWhenAgentVanishes: Close with a context without deadline

@@ -154,8 +154,10 @@ func (b *Backend) setPred(ctx context.Context, s *sess, qkey, pred string, index
 	if err != nil || !ok {
 		return 0, false, err
 	}
-	for _, r := range resp.Results {
-		if kv := r.KV; kv != nil && kv.Key == qkey {
+	// The check's result is the entry as it was; the lock's, last, as
+	// written.
+	if n := len(resp.Results); n > 0 {
+		if kv := resp.Results[n-1].KV; kv != nil && kv.Key == qkey {
 			return kv.ModifyIndex, true, nil
 		}
 	}
