@@ -923,6 +923,35 @@ func TestLateQueueWriteLeavesNoEntry(t *testing.T) {
 	}
 }
 
+// TestLateEnqueueLeavesNoEntry: a transaction that joins a lease's line
+// whose answer is lost may land after the campaign ended and cleaned up;
+// landing, it must not put a live entry in line, which would hold up
+// every waiter behind it for as long as the Backend lives.
+func TestLateEnqueueLeavesNoEntry(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: testPrefix()}
+	ac, late := holdBack(t, agent, func(op *api.KVTxnOp) bool {
+		return op.Verb == api.KVSet && strings.HasSuffix(op.Key, "/.baton-tail")
+	})
+	a := newBackend(t, ac, opts, nil)
+	h := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
+	b := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
+	th := testkit.CampaignWithin(t, h, "late", "h", 10*time.Second)
+	_, err := a.Campaign(testkit.Context(t, 10*time.Second), "late", baton.Candidate{ID: "a"})
+	if !errors.Is(err, baton.ErrBackendUnavailable) {
+		t.Fatalf("Campaign whose joining the line failed: err = %v, want ErrBackendUnavailable", err)
+	}
+	replay(t, agent, late) // after a's campaign ended
+	gotB := testkit.CampaignAsync(t, b, "late", "b")
+	notYet(t, gotB, 100*time.Millisecond)
+	if err := th.Resign(testkit.Context(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if w := testkit.WaitTerm(t, gotB, 10*time.Second); w.Term == nil {
+		t.Fatal("b's campaign failed")
+	}
+}
+
 // TestLateLockFromLineTakesNothing: the lock transaction of a campaign
 // first in line whose answer is lost may land after the campaign ended
 // and released its entry; landing, it must not take the key, which no

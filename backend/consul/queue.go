@@ -114,6 +114,10 @@ func (b *Backend) enqueue(ctx context.Context, s *sess, key string) (qkey, pred 
 	_, _ = rand.Read(r[:]) // never fails (crypto/rand)
 	qkey = queuePrefix(key) + s.ID + "." + hex.EncodeToString(r[:])
 	resp, ok, err := b.txn(ctx, api.TxnOps{
+		// A campaign whose enqueue's answer was lost leaves a released
+		// entry at qkey if there was none (see cleanUp): the enqueue,
+		// should it land after that, then changes nothing.
+		{KV: &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: qkey}},
 		{KV: &api.KVTxnOp{Verb: api.KVGetTree, Key: tk}},
 		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: tk, Value: []byte(qkey)}},
 		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: qkey, Session: s.ID}},
@@ -341,11 +345,21 @@ func (b *Backend) cleanUp(s *sess, sl *backend.Slot, name, key, qkey, pred strin
 			lock = false
 		}
 		if qkey != "" {
-			// A refusal leaves nothing to do: the session is gone (Consul
-			// released the entry), or so is the entry (deleted by a lock
-			// transaction whose answer was lost).
-			if _, _, err := b.txn(ctx, api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVUnlock, Key: qkey, Value: []byte(pred), Session: s.ID}}}); err != nil {
+			// A refusal leaves nothing to do but one thing: the session is
+			// gone (Consul released the entry), or so is the entry
+			// (deleted by a lock transaction whose answer was lost), or
+			// it was never made yet: an enqueue whose answer was lost may
+			// still land. A released entry put there first makes it
+			// change nothing (see enqueue); it is left there, released,
+			// in no one's way.
+			_, ok, err := b.txn(ctx, api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVUnlock, Key: qkey, Value: []byte(pred), Session: s.ID}}})
+			if err != nil {
 				return err
+			}
+			if !ok {
+				if _, _, err := b.txn(ctx, api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: qkey, Index: 0}}}); err != nil {
+					return err
+				}
 			}
 			qkey = ""
 		}
