@@ -71,7 +71,7 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, key, id 
 	defer func() {
 		b.w.unsubscribe(a.sb) // nil once handed to the term
 		if !a.won && (a.queued || a.dropLock) {
-			b.cleanUp(a.s, sl, name, key, a.qkeyIfQueued(), a.pred, a.dropLock)
+			b.cleanUp(a.s, sl, name, key, a.qkeyIfQueued(), a.pred, a.dropLock, a.enqueueLost)
 		}
 	}()
 	// The first look is one read, so that an uncontended campaign costs a
@@ -144,7 +144,10 @@ type attempt struct {
 	qindex   uint64 // its index as we last wrote it
 	pred     string // the key of the entry before ours in line ("" for none), as our entry's value says
 	dropLock bool   // a lock transaction failed without a verdict: clean up its lock
-	won      bool   // the campaign returned a term
+	// enqueueLost: the transaction that made qkey failed without a
+	// verdict, and may still land (see cleanUp).
+	enqueueLost bool
+	won         bool // the campaign returned a term
 }
 
 // qkeyIfQueued returns the key of our queue entry, or "" when not queued.

@@ -194,7 +194,7 @@ func (a *attempt) waitTurn(ctx context.Context) error {
 				// this Backend lives. The campaign's clean-up releases it
 				// (a release of an entry that is not there is refused,
 				// which is as good).
-				a.qkey, a.pred, a.queued = qkey, "", true
+				a.qkey, a.pred, a.queued, a.enqueueLost = qkey, "", true, true
 				return b.campaignErr(ctx, a.s, a.name, "join the queue "+queuePrefix(a.key), err)
 			}
 			if !ok {
@@ -332,8 +332,9 @@ func (a *attempt) watch(key string) error {
 // much), and then keeps trying in the background, holding the slot, until
 // it succeeds or the session ends (which takes the lock and releases the
 // entry), as etcd's dropKey does. An entry left behind would hold up the
-// waiter behind it for as long as the session lives.
-func (b *Backend) cleanUp(s *sess, sl *backend.Slot, name, key, qkey, pred string, lock bool) {
+// waiter behind it for as long as the session lives. enqueueLost says that
+// the transaction making qkey failed without a verdict.
+func (b *Backend) cleanUp(s *sess, sl *backend.Slot, name, key, qkey, pred string, lock, enqueueLost bool) {
 	if s.Context().Err() != nil {
 		return
 	}
@@ -345,18 +346,18 @@ func (b *Backend) cleanUp(s *sess, sl *backend.Slot, name, key, qkey, pred strin
 			lock = false
 		}
 		if qkey != "" {
-			// A refusal leaves nothing to do but one thing: the session is
-			// gone (Consul released the entry), or so is the entry
-			// (deleted by a lock transaction whose answer was lost), or
-			// it was never made yet: an enqueue whose answer was lost may
-			// still land. A released entry put there first makes it
-			// change nothing (see enqueue); it is left there, released,
-			// in no one's way.
+			// A refusal leaves nothing to do: the session is gone (Consul
+			// released the entry), or so is the entry (deleted by a lock
+			// transaction whose answer was lost, or by the waiter behind
+			// it once released) -- unless the enqueue's answer was lost:
+			// the entry may not be made yet, and the enqueue still land.
+			// A released entry put there first makes it change nothing
+			// (see enqueue); it is left there, released, in no one's way.
 			_, ok, err := b.txn(ctx, api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVUnlock, Key: qkey, Value: []byte(pred), Session: s.ID}}})
 			if err != nil {
 				return err
 			}
-			if !ok {
+			if !ok && enqueueLost {
 				if _, _, err := b.txn(ctx, api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: qkey, Index: 0}}}); err != nil {
 					return err
 				}
