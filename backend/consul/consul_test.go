@@ -878,37 +878,62 @@ func replay(t *testing.T, agent *testserver.Consul, late <-chan []byte) {
 	resp.Body.Close()
 }
 
+// lateLine is what the tests of writes landing late share: on the shared
+// agent, under a prefix of their own, Backend a, whose first transaction
+// matching match is held back (holdBack), Backend h holding lease "late",
+// and Backend b.
+type lateLine struct {
+	agent *testserver.Consul
+	opts  consul.Options
+	a, b  *consul.Backend
+	th    baton.Term // h's term
+	late  <-chan []byte
+}
+
+func newLateLine(t *testing.T, match func(*api.KVTxnOp) bool) lateLine {
+	t.Helper()
+	l := lateLine{agent: testserver.SharedConsul(t)}
+	l.opts = consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: testPrefix()}
+	var ac *api.Client
+	ac, l.late = holdBack(t, l.agent, match)
+	l.a = newBackend(t, ac, l.opts, nil)
+	h := newBackend(t, agentClient(t, l.agent, l.agent.Addr()), l.opts, nil)
+	l.b = newBackend(t, agentClient(t, l.agent, l.agent.Addr()), l.opts, nil)
+	l.th = testkit.CampaignWithin(t, h, "late", "h", 10*time.Second)
+	return l
+}
+
+// inLine waits until the line of lease "late" has n entries.
+func (l lateLine) inLine(t *testing.T, who string, n int) {
+	t.Helper()
+	testkit.Eventually(t, 10*time.Second, who+" to join the line", func() bool {
+		pairs, _, err := agentClient(t, l.agent, l.agent.Addr()).KV().List(l.opts.Prefix+"late/.baton-queue/", nil)
+		return err == nil && len(pairs) == n
+	})
+}
+
 // TestLateQueueWriteLeavesNoEntry: a campaign's write to its entry in line
 // (naming the entry before it) whose answer is lost may still land after
 // the campaign ended and released the entry; landing, it must not lock
 // the entry again, which would hold up every waiter behind it for as long
 // as the Backend lives.
 func TestLateQueueWriteLeavesNoEntry(t *testing.T) {
-	agent := testserver.SharedConsul(t)
-	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: testPrefix()}
-	ac, late := holdBack(t, agent, func(op *api.KVTxnOp) bool {
+	l := newLateLine(t, func(op *api.KVTxnOp) bool {
 		// The write naming the entry before ours: a lock of our entry
 		// with a value.
 		return op.Verb == api.KVLock && strings.Contains(op.Key, "/.baton-queue/") && len(op.Value) > 0
 	})
-	a := newBackend(t, ac, opts, nil)
-	h := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
-	c := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
-	b := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
-	th := testkit.CampaignWithin(t, h, "late", "h", 10*time.Second)
+	c := newBackend(t, agentClient(t, l.agent, l.agent.Addr()), l.opts, nil)
 	gotC := testkit.CampaignAsync(t, c, "late", "c")
-	testkit.Eventually(t, 10*time.Second, "c to join the line", func() bool {
-		pairs, _, err := agentClient(t, agent, agent.Addr()).KV().List(opts.Prefix+"late/.baton-queue/", nil)
-		return err == nil && len(pairs) == 1
-	})
+	l.inLine(t, "c", 1)
 	// a joins behind c; its write naming c's entry is held back and fails.
-	_, err := a.Campaign(testkit.Context(t, 10*time.Second), "late", baton.Candidate{ID: "a"})
+	_, err := l.a.Campaign(testkit.Context(t, 10*time.Second), "late", baton.Candidate{ID: "a"})
 	if !errors.Is(err, baton.ErrBackendUnavailable) {
 		t.Fatalf("Campaign whose queue write failed: err = %v, want ErrBackendUnavailable", err)
 	}
-	replay(t, agent, late) // after a released its entry
-	gotB := testkit.CampaignAsync(t, b, "late", "b")
-	if err := th.Resign(testkit.Context(t, 5*time.Second)); err != nil {
+	replay(t, l.agent, l.late) // after a released its entry
+	gotB := testkit.CampaignAsync(t, l.b, "late", "b")
+	if err := l.th.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	wc := testkit.WaitTerm(t, gotC, 10*time.Second)
@@ -928,23 +953,17 @@ func TestLateQueueWriteLeavesNoEntry(t *testing.T) {
 // landing, it must not put a live entry in line, which would hold up
 // every waiter behind it for as long as the Backend lives.
 func TestLateEnqueueLeavesNoEntry(t *testing.T) {
-	agent := testserver.SharedConsul(t)
-	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: testPrefix()}
-	ac, late := holdBack(t, agent, func(op *api.KVTxnOp) bool {
+	l := newLateLine(t, func(op *api.KVTxnOp) bool {
 		return op.Verb == api.KVSet && strings.HasSuffix(op.Key, "/.baton-tail")
 	})
-	a := newBackend(t, ac, opts, nil)
-	h := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
-	b := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
-	th := testkit.CampaignWithin(t, h, "late", "h", 10*time.Second)
-	_, err := a.Campaign(testkit.Context(t, 10*time.Second), "late", baton.Candidate{ID: "a"})
+	_, err := l.a.Campaign(testkit.Context(t, 10*time.Second), "late", baton.Candidate{ID: "a"})
 	if !errors.Is(err, baton.ErrBackendUnavailable) {
 		t.Fatalf("Campaign whose joining the line failed: err = %v, want ErrBackendUnavailable", err)
 	}
-	replay(t, agent, late) // after a's campaign ended
-	gotB := testkit.CampaignAsync(t, b, "late", "b")
+	replay(t, l.agent, l.late) // after a's campaign ended
+	gotB := testkit.CampaignAsync(t, l.b, "late", "b")
 	notYet(t, gotB, 100*time.Millisecond)
-	if err := th.Resign(testkit.Context(t, 5*time.Second)); err != nil {
+	if err := l.th.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if w := testkit.WaitTerm(t, gotB, 10*time.Second); w.Term == nil {
@@ -957,26 +976,17 @@ func TestLateEnqueueLeavesNoEntry(t *testing.T) {
 // and released its entry; landing, it must not take the key, which no
 // term would then release for as long as the Backend lives.
 func TestLateLockFromLineTakesNothing(t *testing.T) {
-	agent := testserver.SharedConsul(t)
-	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: testPrefix()}
-	ac, late := holdBack(t, agent, func(op *api.KVTxnOp) bool {
+	l := newLateLine(t, func(op *api.KVTxnOp) bool {
 		// A lock of the lease's key that also deletes an entry in line.
 		return op.Verb == api.KVDelete && strings.Contains(op.Key, "/.baton-queue/")
 	})
-	a := newBackend(t, ac, opts, nil)
-	h := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
-	b := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
-	th := testkit.CampaignWithin(t, h, "late", "h", 10*time.Second)
 	errA := make(chan error, 1)
 	go func() {
-		_, err := a.Campaign(testkit.Context(t, time.Minute), "late", baton.Candidate{ID: "a"})
+		_, err := l.a.Campaign(testkit.Context(t, time.Minute), "late", baton.Candidate{ID: "a"})
 		errA <- err
 	}()
-	testkit.Eventually(t, 10*time.Second, "a to join the line", func() bool {
-		pairs, _, err := agentClient(t, agent, agent.Addr()).KV().List(opts.Prefix+"late/.baton-queue/", nil)
-		return err == nil && len(pairs) == 1
-	})
-	if err := th.Resign(testkit.Context(t, 5*time.Second)); err != nil {
+	l.inLine(t, "a", 1)
+	if err := l.th.Resign(testkit.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	// a, first in line, locks; its transaction is held back and fails.
@@ -988,11 +998,11 @@ func TestLateLockFromLineTakesNothing(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a's campaign did not end after its lock failed")
 	}
-	replay(t, agent, late) // after a's campaign ended
-	if rec, err := b.Leader(testkit.Context(t, 5*time.Second), "late"); !errors.Is(err, baton.ErrNoLeader) {
+	replay(t, l.agent, l.late) // after a's campaign ended
+	if rec, err := l.b.Leader(testkit.Context(t, 5*time.Second), "late"); !errors.Is(err, baton.ErrNoLeader) {
 		t.Errorf("after a's late lock, Leader = %+v, %v; want nobody", rec, err)
 	}
-	testkit.CampaignWithin(t, b, "late", "b", 10*time.Second)
+	testkit.CampaignWithin(t, l.b, "late", "b", 10*time.Second)
 }
 
 // TestCloseBoundedWhenAgentVanishes: Close with a context without deadline

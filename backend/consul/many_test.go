@@ -1,7 +1,6 @@
 package consul_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -99,28 +98,7 @@ func TestManyCampaignsAtOnceKeepFewConnections(t *testing.T) {
 	var g connGauge
 	proxy.TapClient(g.tap)
 	b := newBackend(t, agentClient(t, agent, proxy.Addr()), consul.Options{Prefix: testPrefix()}, nil)
-	const n = 1000
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		failures []error
-	)
-	for i := range n {
-		wg.Go(func() {
-			_, err := b.Campaign(ctx, fmt.Sprintf("burst-%04d", i), baton.Candidate{ID: "x"})
-			if err != nil {
-				mu.Lock()
-				failures = append(failures, err)
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	if len(failures) > 0 {
-		t.Errorf("%d of %d campaigns for free leases failed; the first: %v", len(failures), n, failures[0])
-	}
+	testkit.CampaignBurst(t, b, "burst", "x", 1000, 2*time.Minute)
 	t.Logf("peak connections: %d", g.Peak())
 	// DefaultMaxRequests, the watch's blocking queries, the session's
 	// requests and connections closing: well under the agent's 200.

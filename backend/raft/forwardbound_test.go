@@ -1,14 +1,11 @@
 package raft
 
 import (
-	"context"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/backend"
+	"github.com/batonhq/baton/internal/testkit"
 )
 
 // TestManyCampaignsAtOnceKeepFewConnections: a member that is not the
@@ -22,27 +19,7 @@ func TestManyCampaignsAtOnceKeepFewConnections(t *testing.T) {
 	n := g.start(t, func(o *NodeOptions) { o.gate = gt })
 	g.waitJoined(t)
 	b := newBackend(t, n, backend.Config{TTL: 3 * time.Second})
-	const leases = 1000
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		failures []error
-	)
-	for i := range leases {
-		wg.Go(func() {
-			if _, err := b.Campaign(ctx, fmt.Sprintf("burst-%04d", i), baton.Candidate{ID: "x"}); err != nil {
-				mu.Lock()
-				failures = append(failures, err)
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	if len(failures) > 0 {
-		t.Errorf("%d of %d campaigns for free leases failed; the first: %v", len(failures), leases, failures[0])
-	}
+	testkit.CampaignBurst(t, b, "burst", "x", 1000, 2*time.Minute)
 	// maxForwarded calls, connections net/http dialled for calls that an
 	// idle one freed meanwhile, renewals, the raft transport's and those
 	// the other members opened: far below one per campaign.

@@ -20,6 +20,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -122,6 +123,32 @@ func CampaignWithin(t testing.TB, b baton.Backend, lease, id string, d time.Dura
 		t.Fatalf("%s campaigning for %s: %v", id, lease, err)
 	}
 	return term
+}
+
+// CampaignBurst starts n campaigns at once on b, for leases prefix-0000
+// to prefix-(n-1), as candidate id, and waits for all of them: a process
+// starting with many leases. It fails the test, naming the first error,
+// if any campaign fails within d.
+func CampaignBurst(t testing.TB, b baton.Backend, prefix, id string, n int, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := b.Campaign(ctx, fmt.Sprintf("%s-%04d", prefix, i), baton.Candidate{ID: id})
+			errs <- err
+		}()
+	}
+	var failed []error
+	for range n {
+		if err := <-errs; err != nil {
+			failed = append(failed, err)
+		}
+	}
+	if len(failed) > 0 {
+		t.Errorf("%d of %d campaigns started at once failed; the first: %v", len(failed), n, failed[0])
+	}
 }
 
 // StateTerm returns term as a baton.StateTerm, failing the test if it
