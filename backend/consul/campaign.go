@@ -67,11 +67,11 @@ func (b *Backend) campaign(ctx context.Context, sl *backend.Slot, name, key, id 
 	if err != nil {
 		return nil, err
 	}
-	a := &attempt{b: b, sl: sl, name: name, key: key, id: id, s: s}
+	a := &attempt{b: b, sl: sl, name: name, key: key, id: id, s: s, guard: guardKey(key)}
 	defer func() {
 		b.w.unsubscribe(a.sb) // nil once handed to the term
 		if !a.won && (a.queued || a.dropLock) {
-			b.cleanUp(a.s, sl, name, key, a.qkeyIfQueued(), a.pred, a.dropLock, a.enqueueLost)
+			b.cleanUp(a.s, sl, name, key, a.qkeyIfQueued(), a.pred, a.guardIfNotQueued(), a.dropLock, a.enqueueLost)
 		}
 	}()
 	// The first look is one read, so that an uncontended campaign costs a
@@ -144,10 +144,20 @@ type attempt struct {
 	qindex   uint64 // its index as we last wrote it
 	pred     string // the key of the entry before ours in line ("" for none), as our entry's value says
 	dropLock bool   // a lock transaction failed without a verdict: clean up its lock
+	guard    string // what a lock from outside the line checks absent (see guardKey)
 	// enqueueLost: the transaction that made qkey failed without a
 	// verdict, and may still land (see cleanUp).
 	enqueueLost bool
 	won         bool // the campaign returned a term
+}
+
+// guardIfNotQueued returns the guard key, or "" when queued: a lock from
+// the line checks our entry instead.
+func (a *attempt) guardIfNotQueued() string {
+	if a.queued {
+		return ""
+	}
+	return a.guard
 }
 
 // qkeyIfQueued returns the key of our queue entry, or "" when not queued.
@@ -204,7 +214,7 @@ func (a *attempt) lock(ctx context.Context, p *api.KVPair) (baton.Term, bool, er
 	if a.sb != nil {
 		b.w.refresh(a.sb)
 	}
-	index, ep, outcome, err := b.lock(ctx, s, a.name, a.key, a.id, p, a.qkeyIfQueued(), a.qindex)
+	index, ep, outcome, err := b.lock(ctx, s, a.name, a.key, a.id, p, a.qkeyIfQueued(), a.qindex, a.guard)
 	if err != nil {
 		// The transaction may have landed though its answer was lost (ctx
 		// ended, a timeout, a dropped connection). Our session would then
@@ -296,7 +306,7 @@ func (a *attempt) wait(ctx context.Context) error {
 // in the same transaction (see epochKey). The same transaction deletes
 // qkey, the campaign's queue entry, unless it is "", so that the next in
 // line moves up as the lock is taken.
-func (b *Backend) lock(ctx context.Context, s *sess, name, key, id string, seen *api.KVPair, qkey string, qindex uint64) (uint64, uint64, lockOutcome, error) {
+func (b *Backend) lock(ctx context.Context, s *sess, name, key, id string, seen *api.KVPair, qkey string, qindex uint64, gkey string) (uint64, uint64, lockOutcome, error) {
 	guard := &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: key}
 	if seen != nil {
 		guard = &api.KVTxnOp{Verb: api.KVCheckIndex, Key: key, Index: seen.ModifyIndex}
@@ -315,6 +325,9 @@ func (b *Backend) lock(ctx context.Context, s *sess, name, key, id string, seen 
 		ops = append(ops,
 			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: qkey, Index: qindex}},
 			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: qkey}})
+	} else {
+		// Likewise from outside the line, while the guard is absent.
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: gkey}})
 	}
 	for range 3 {
 		resp, ok, err := b.txn(ctx, ops)
@@ -330,7 +343,7 @@ func (b *Backend) lock(ctx context.Context, s *sess, name, key, id string, seen 
 				case 1:
 					noEpoch = true
 				case 3:
-					return 0, 0, 0, fmt.Errorf("consul: our entry in line, %s, changed under us", qkey)
+					return 0, 0, 0, fmt.Errorf("consul: the campaign's entry in line (%q) or guard (%q) changed under it", qkey, gkey)
 				}
 			}
 			if noEpoch {

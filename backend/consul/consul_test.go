@@ -1005,6 +1005,34 @@ func TestLateLockFromLineTakesNothing(t *testing.T) {
 	testkit.CampaignWithin(t, l.b, "late", "b", 10*time.Second)
 }
 
+// TestLateFreeLockTakesNothing: the lock transaction of a campaign that
+// found the lease free and nobody in line, whose answer is lost, may land
+// after the campaign ended and cleaned up; landing, it must not take the
+// key, which no term would then release for as long as the Backend lives.
+func TestLateFreeLockTakesNothing(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	opts := consul.Options{Config: backend.Config{TTL: 20 * time.Second}, Prefix: testPrefix()}
+	ac, late := holdBack(t, agent, func(op *api.KVTxnOp) bool {
+		return op.Verb == api.KVLock && strings.HasSuffix(op.Key, "/.lock")
+	})
+	a := newBackend(t, ac, opts, nil)
+	b := newBackend(t, agentClient(t, agent, agent.Addr()), opts, nil)
+	// The lease has been held before: its epoch key exists, and a's lock
+	// is the one transaction its campaign sends.
+	if err := testkit.CampaignWithin(t, b, "late", "b", 10*time.Second).Resign(testkit.Context(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := a.Campaign(testkit.Context(t, 10*time.Second), "late", baton.Candidate{ID: "a"})
+	if !errors.Is(err, baton.ErrBackendUnavailable) {
+		t.Fatalf("Campaign whose lock failed: err = %v, want ErrBackendUnavailable", err)
+	}
+	replay(t, agent, late) // after a's campaign ended
+	if rec, err := b.Leader(testkit.Context(t, 5*time.Second), "late"); !errors.Is(err, baton.ErrNoLeader) {
+		t.Errorf("after a's late lock, Leader = %+v, %v; want nobody", rec, err)
+	}
+	testkit.CampaignWithin(t, b, "late", "b", 10*time.Second)
+}
+
 // TestCloseBoundedWhenAgentVanishes: Close with a context without deadline
 // returns even when the agent stops answering (its connections hang, as
 // when its host vanished): it stops trying to delete its locks when the

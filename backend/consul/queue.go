@@ -110,9 +110,7 @@ func (b *Backend) lineEmpty(ctx context.Context, tail *api.KVPair) (bool, error)
 // for something behind itself.
 func (b *Backend) enqueue(ctx context.Context, s *sess, key string) (qkey, pred string, qindex uint64, ok bool, err error) {
 	tk := tailKey(key)
-	var r [6]byte
-	_, _ = rand.Read(r[:]) // never fails (crypto/rand)
-	qkey = queuePrefix(key) + s.ID + "." + hex.EncodeToString(r[:])
+	qkey = queuePrefix(key) + s.ID + "." + randomHex()
 	resp, ok, err := b.txn(ctx, api.TxnOps{
 		// A campaign whose enqueue's answer was lost leaves a released
 		// entry at qkey if there was none (see cleanUp): the enqueue,
@@ -142,6 +140,20 @@ func (b *Backend) enqueue(ctx context.Context, s *sess, key string) (qkey, pred 
 	}
 	return qkey, pred, qindex, true, nil
 }
+
+// randomHex returns 12 random hexadecimal digits.
+func randomHex() string {
+	var r [6]byte
+	_, _ = rand.Read(r[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(r[:])
+}
+
+// guardKey returns a key, new each time, in the queue folder of the lease
+// whose lock key is key, that no entry ever has: a campaign's lock from
+// outside the line holds only while it is absent, and the campaign's
+// clean-up puts a released entry there should that lock's answer be lost
+// (see cleanUp).
+func guardKey(key string) string { return queuePrefix(key) + "guard." + randomHex() }
 
 // setPred records pred as the entry before ours (qkey, locked by s, last
 // written at index), so that the waiter behind us finds it should we
@@ -334,17 +346,15 @@ func (a *attempt) watch(key string) error {
 // entry), as etcd's dropKey does. An entry left behind would hold up the
 // waiter behind it for as long as the session lives. enqueueLost says that
 // the transaction making qkey failed without a verdict.
-func (b *Backend) cleanUp(s *sess, sl *backend.Slot, name, key, qkey, pred string, lock, enqueueLost bool) {
+func (b *Backend) cleanUp(s *sess, sl *backend.Slot, name, key, qkey, pred, guard string, lock, enqueueLost bool) {
 	if s.Context().Err() != nil {
 		return
 	}
+	// What a lock whose answer was lost needs, should it land yet, is
+	// made to fail first (our entry released, or the guard put there), and
+	// only then is the key read and deleted if ours: the other order would
+	// let it land in between.
 	clean := func(ctx context.Context) error {
-		if lock {
-			if err := b.deleteOwn(ctx, s, key); err != nil {
-				return err
-			}
-			lock = false
-		}
 		if qkey != "" {
 			// A refusal leaves nothing to do: the session is gone (Consul
 			// released the entry), or so is the entry (deleted by a lock
@@ -363,6 +373,18 @@ func (b *Backend) cleanUp(s *sess, sl *backend.Slot, name, key, qkey, pred strin
 				}
 			}
 			qkey = ""
+		}
+		if lock {
+			if guard != "" {
+				if _, _, err := b.txn(ctx, api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: guard, Index: 0}}}); err != nil {
+					return err
+				}
+				guard = ""
+			}
+			if err := b.deleteOwn(ctx, s, key); err != nil {
+				return err
+			}
+			lock = false
 		}
 		return nil
 	}
