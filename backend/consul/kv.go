@@ -26,6 +26,18 @@ func (b *Backend) turn(ctx context.Context) (done func(), err error) {
 	}
 }
 
+// request bounds a request by the Backend's request timeout and waits
+// for its turn (see turn); end ends both.
+func (b *Backend) request(ctx context.Context) (_ context.Context, end func(), err error) {
+	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
+	done, err := b.turn(ctx)
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return ctx, func() { done(); cancel() }, nil
+}
+
 // txn runs ops as one transaction, through Raw rather than api.Txn, whose
 // errors other than a failed transaction are untyped: a 403 must be told
 // apart. ok is false when Consul refused the transaction (409), and then
@@ -33,13 +45,11 @@ func (b *Backend) turn(ctx context.Context) (done func(), err error) {
 // an op (Consul reports those as text only, and recognises them by the
 // same words: acl.IsErrPermissionDenied), wraps ErrPermissionDenied.
 func (b *Backend) txn(ctx context.Context, ops api.TxnOps) (resp api.TxnResponse, ok bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
-	defer cancel()
-	done, err := b.turn(ctx)
+	ctx, end, err := b.request(ctx)
 	if err != nil {
 		return resp, false, err
 	}
-	defer done()
+	defer end()
 	_, err = b.client.Raw().Write("/v1/txn", ops, &resp, (&api.WriteOptions{}).WithContext(ctx))
 	var se api.StatusError
 	if !errors.As(err, &se) || se.Code != http.StatusConflict {
@@ -61,13 +71,11 @@ func (b *Backend) txn(ctx context.Context, ops api.TxnOps) (resp api.TxnResponse
 // so that a waiter knows how long a lock it saw invalidated stays
 // unavailable. It returns zero when it cannot tell.
 func (b *Backend) lockDelayOf(ctx context.Context, id string) time.Duration {
-	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
-	defer cancel()
-	done, err := b.turn(ctx)
+	ctx, end, err := b.request(ctx)
 	if err != nil {
 		return 0
 	}
-	defer done()
+	defer end()
 	info, _, err := b.client.Session().Info(id, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil || info == nil {
 		return 0
@@ -77,13 +85,11 @@ func (b *Backend) lockDelayOf(ctx context.Context, id string) time.Duration {
 
 // get reads key with a consistent read.
 func (b *Backend) get(ctx context.Context, key string) (*api.KVPair, error) {
-	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
-	defer cancel()
-	done, err := b.turn(ctx)
+	ctx, end, err := b.request(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
+	defer end()
 	p, _, err := b.kv.Get(key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 	return p, permissionErr(err)
 }
@@ -91,13 +97,11 @@ func (b *Backend) get(ctx context.Context, key string) (*api.KVPair, error) {
 // deleteCAS deletes key if its ModifyIndex is index, and returns
 // errCASFailed if it is not.
 func (b *Backend) deleteCAS(ctx context.Context, key string, index uint64) error {
-	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
-	defer cancel()
-	done, err := b.turn(ctx)
+	ctx, end, err := b.request(ctx)
 	if err != nil {
 		return err
 	}
-	defer done()
+	defer end()
 	ok, _, err := b.kv.DeleteCAS(&api.KVPair{Key: key, ModifyIndex: index}, (&api.WriteOptions{}).WithContext(ctx))
 	if err != nil {
 		return permissionErr(err)
@@ -113,13 +117,11 @@ var errCASFailed = errors.New("consul: key changed since it was read")
 
 // describeSession names the holder of a lock that carries no candidate ID.
 func (b *Backend) describeSession(ctx context.Context, id string) string {
-	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
-	defer cancel()
-	done, err := b.turn(ctx)
+	ctx, end, err := b.request(ctx)
 	if err != nil {
 		return "consul session " + id
 	}
-	defer done()
+	defer end()
 	info, _, err := b.client.Session().Info(id, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil || info == nil {
 		return "consul session " + id

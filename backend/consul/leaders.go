@@ -98,13 +98,11 @@ var errNoGetOrEmpty = errors.New("consul: the servers do not know the transactio
 // gets an error wrapping ErrPermissionDenied, as a read of one would:
 // Consul leaves such results out of a read-only transaction's answer.
 func (b *Backend) readTxn(ctx context.Context, ops api.TxnOps) (api.TxnResults, error) {
-	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
-	defer cancel()
-	done, err := b.turn(ctx)
+	ctx, end, err := b.request(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
+	defer end()
 	ok, resp, _, err := b.client.Txn().Txn(ops, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 	if err != nil {
 		return nil, permissionErr(err)

@@ -138,13 +138,11 @@ func (b *Backend) renewOnce(ctx context.Context, id string) (time.Time, time.Dur
 
 // alive reports whether Consul still knows session s.
 func (b *Backend) alive(ctx context.Context, s *sess) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, b.reqTimeout)
-	defer cancel()
-	done, err := b.turn(ctx)
+	ctx, end, err := b.request(ctx)
 	if err != nil {
 		return false, err
 	}
-	defer done()
+	defer end()
 	info, _, err := b.client.Session().Info(s.ID, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 	if err != nil {
 		return false, permissionErr(err)
