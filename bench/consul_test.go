@@ -42,6 +42,8 @@ func consulTargetOn(srv *testserver.Consul) target {
 			// proxy beside it); as many idle ones keep them reused, as
 			// consul.NewClient does.
 			tr.MaxIdleConnsPerHost = consul.DefaultMaxRequests + 16
+			// Uncompressed answers, as consul.NewClient asks for.
+			tr.DisableCompression = true
 			client, err := api.NewClient(&api.Config{
 				Address:    proxy.Addr(),
 				HttpClient: &http.Client{Transport: countingRoundTripper{tr, &n}},

@@ -106,6 +106,12 @@ func NewClient(cc ClientConfig) (*api.Client, error) {
 	// would open and close connections. The transport's TLS settings are
 	// applied by api.NewClient from cfg.TLSConfig.
 	cfg.Transport.MaxIdleConnsPerHost = DefaultMaxRequests + maxWatchQueries
+	// Go's client asks for gzip unless told not to, and the agent then
+	// compresses every answer: for a watch's list of 3,000 keys that is
+	// half again the agent's CPU of producing it. A Backend talks to its
+	// host's agent, or to servers on its network, where the bytes cost
+	// less than the agent's CPU, which every Backend on it shares.
+	cfg.Transport.DisableCompression = true
 	client, err := api.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("consul: %w", err)

@@ -1,10 +1,13 @@
 package consul_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -235,5 +238,72 @@ func TestNewClientRefusesContradictions(t *testing.T) {
 	}
 	if _, err := consul.NewClient(consul.ClientConfig{Address: "127.0.0.1:8500", CertFile: "/c.pem"}); err == nil {
 		t.Error("NewClient accepted a client certificate without a key")
+	}
+}
+
+// requestLog collects the bytes of every request a Proxy forwards.
+type requestLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *requestLog) tap() io.Writer { return l }
+
+func (l *requestLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *requestLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// TestNewClientAsksForPlainAnswers: a client from NewClient asks the agent
+// for uncompressed answers. The agent compresses an answer only when asked,
+// and compressing a Backend's largest answers, its watch's lists, costs the
+// agent more CPU than reading them; Go's HTTP client asks by default, as a
+// client from api.NewClient shows here.
+func TestNewClientAsksForPlainAnswers(t *testing.T) {
+	agent := testserver.SharedConsul(t)
+	caFile, certFile, keyFile := agent.TLSFiles()
+	for _, tc := range []struct {
+		name  string
+		plain bool
+		new   func(addr string) (*api.Client, error)
+	}{
+		{"NewClient", true, func(addr string) (*api.Client, error) {
+			return consul.NewClient(consul.ClientConfig{Address: addr, Token: agent.ManagementToken(), CAFile: caFile, CertFile: certFile, KeyFile: keyFile})
+		}},
+		{"api.NewClient", false, func(addr string) (*api.Client, error) { return agentClient(t, agent, addr), nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if caFile != "" {
+				t.Skip("the agent speaks TLS: the proxy cannot read the requests")
+			}
+			proxy := testserver.StartProxy(t, agent.Addr())
+			var log requestLog
+			proxy.TapClient(log.tap)
+			c, err := tc.new(proxy.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			prefix := testPrefix()
+			if _, _, err := c.KV().List(prefix, nil); err != nil {
+				t.Fatal(err)
+			}
+			b := newBackend(t, c, consul.Options{Prefix: prefix}, nil)
+			testkit.CampaignWithin(t, b, "plain", "x", 10*time.Second)
+			reqs := log.String()
+			if !strings.Contains(reqs, "/v1/kv/"+prefix) {
+				t.Fatalf("the proxy saw no request for the prefix; requests:\n%s", reqs)
+			}
+			asked := strings.Contains(strings.ToLower(reqs), "accept-encoding: gzip")
+			if asked == tc.plain {
+				t.Errorf("requests ask for gzip: %v; want %v", asked, !tc.plain)
+			}
+		})
 	}
 }
