@@ -56,6 +56,13 @@ type Backend struct {
 	hmu   sync.Mutex
 	helds map[*held]struct{}
 
+	// tmu guards tombs: by session ID, the released keys that campaigns'
+	// clean-ups put where a write of that session whose answer was lost
+	// might still land (see cleanUp). Once the session is gone no such
+	// write can land, and Revoke deletes them.
+	tmu   sync.Mutex
+	tombs map[string][]string
+
 	// epochs follows the epoch keys as read (see epochKey).
 	epochs backend.EpochTracker
 	// now is the wall clock an epoch written is taken from.
@@ -105,6 +112,7 @@ func New(client *api.Client, opts Options) (*Backend, error) {
 		turns:         make(chan struct{}, cmp.Or(opts.MaxRequests, DefaultMaxRequests)),
 		log:           log,
 		helds:         map[*held]struct{}{},
+		tombs:         map[string][]string{},
 	}
 	b.sessions = newSessions(b)
 	b.w = newWatcher(b.sessions.Context(), b.kv, watchWait, log)

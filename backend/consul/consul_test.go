@@ -912,6 +912,41 @@ func (l lateLine) inLine(t *testing.T, who string, n int) {
 	})
 }
 
+// tombstones returns the keys in the queue folder of lease "late" under
+// prefix that no session holds and that no line ever held (never locked):
+// the released keys a campaign's clean-up puts where a write whose answer
+// was lost might still land.
+func tombstones(t *testing.T, agent *testserver.Consul, prefix string) []string {
+	t.Helper()
+	pairs, _, err := agentClient(t, agent, agent.Addr()).KV().List(prefix+"late/.baton-queue/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, p := range pairs {
+		if p.Session == "" && p.LockIndex == 0 {
+			keys = append(keys, p.Key)
+		}
+	}
+	return keys
+}
+
+// closeLeavesNoTombstones checks that the clean-up of a's failed campaign
+// left a released key where its write might land, and that a's Close,
+// once its session is gone and no such write can land, deletes it.
+func closeLeavesNoTombstones(t *testing.T, agent *testserver.Consul, prefix string, a *consul.Backend) {
+	t.Helper()
+	if keys := tombstones(t, agent, prefix); len(keys) == 0 {
+		t.Fatal("the failed campaign's clean-up left no released key in the queue folder")
+	}
+	if err := a.Close(testkit.Context(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if keys := tombstones(t, agent, prefix); len(keys) > 0 {
+		t.Errorf("after Close, the queue folder still holds %v, released keys of the closed Backend's session", keys)
+	}
+}
+
 // TestLateQueueWriteLeavesNoEntry: a campaign's write to its entry in line
 // (naming the entry before it) whose answer is lost may still land after
 // the campaign ended and released the entry; landing, it must not lock
@@ -969,6 +1004,7 @@ func TestLateEnqueueLeavesNoEntry(t *testing.T) {
 	if w := testkit.WaitTerm(t, gotB, 10*time.Second); w.Term == nil {
 		t.Fatal("b's campaign failed")
 	}
+	closeLeavesNoTombstones(t, l.agent, l.opts.Prefix, l.a)
 }
 
 // TestLateLockFromLineTakesNothing: the lock transaction of a campaign
@@ -1031,6 +1067,7 @@ func TestLateFreeLockTakesNothing(t *testing.T) {
 		t.Errorf("after a's late lock, Leader = %+v, %v; want nobody", rec, err)
 	}
 	testkit.CampaignWithin(t, b, "late", "b", 10*time.Second)
+	closeLeavesNoTombstones(t, agent, opts.Prefix, a)
 }
 
 // TestCloseBoundedWhenAgentVanishes: Close with a context without deadline

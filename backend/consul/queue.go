@@ -368,6 +368,7 @@ func (b *Backend) cleanUp(s *sess, sl *backend.Slot, name, key, qkey, pred, guar
 				return err
 			}
 			if !ok && enqueueLost {
+				b.addTomb(s.ID, qkey)
 				if _, _, err := b.txn(ctx, api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: qkey, Index: 0}}}); err != nil {
 					return err
 				}
@@ -376,6 +377,7 @@ func (b *Backend) cleanUp(s *sess, sl *backend.Slot, name, key, qkey, pred, guar
 		}
 		if lock {
 			if guard != "" {
+				b.addTomb(s.ID, guard)
 				if _, _, err := b.txn(ctx, api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: guard, Index: 0}}}); err != nil {
 					return err
 				}
@@ -405,6 +407,39 @@ func (b *Backend) cleanUp(s *sess, sl *backend.Slot, name, key, qkey, pred, guar
 			return err
 		})
 	})
+}
+
+// addTomb records key, a released key about to be put where a write of
+// session id whose answer was lost might still land, for sweepTombs. It is
+// recorded before it is written, so that a sweep after a write that failed
+// without a verdict deletes it too.
+func (b *Backend) addTomb(id, key string) {
+	b.tmu.Lock()
+	defer b.tmu.Unlock()
+	b.tombs[id] = append(b.tombs[id], key)
+}
+
+// sweepTombs deletes the released keys recorded for session id, which the
+// servers no longer have: a write of the session landing late is then
+// refused (its lock names a session that does not exist), so the keys
+// guard nothing any more. Best effort: a key left is in no one's way.
+func (b *Backend) sweepTombs(ctx context.Context, id string) {
+	b.tmu.Lock()
+	keys := b.tombs[id]
+	delete(b.tombs, id)
+	b.tmu.Unlock()
+	for len(keys) > 0 {
+		n := min(len(keys), 64)
+		ops := make(api.TxnOps, 0, n)
+		for _, k := range keys[:n] {
+			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: k}})
+		}
+		keys = keys[n:]
+		if _, _, err := b.txn(ctx, ops); err != nil {
+			b.log.Debug("could not delete released queue keys of a session that ended", "session", id, "keys", n, "err", err)
+			return
+		}
+	}
 }
 
 // kvPair copies a transaction's result entry.

@@ -71,6 +71,7 @@ func (d driver) Revoke(ctx context.Context, id string, _ bool) error {
 	if _, err := d.b.client.Session().Destroy(id, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
 		return fmt.Errorf("destroy session %s (it expires after twice its TTL, %s): %w", id, 2*d.b.sessTTL, err)
 	}
+	d.b.sweepTombs(ctx, id)
 	return nil
 }
 
