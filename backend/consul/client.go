@@ -57,6 +57,16 @@ type ClientConfig struct {
 	// certificate. For experiments only: anyone on the path can then pose
 	// as the agent and, for instance, grant every lock.
 	InsecureSkipVerify bool
+
+	// Compress asks the agent to gzip its answers. Off by default: the
+	// agent then spends more CPU compressing a Backend's largest answers,
+	// its watch's lists of keys, than producing them, while between a
+	// process and its host's agent, or on a LAN, the bytes saved matter
+	// little. Turn it on when the process reaches the servers' HTTP API
+	// over a slow or metered link (as without client agents), where a
+	// list of thousands of keys is some hundreds of kilobytes plain and a
+	// twentieth of that compressed.
+	Compress bool
 }
 
 // NewClient returns an API client for cc. The client holds nothing that
@@ -108,10 +118,8 @@ func NewClient(cc ClientConfig) (*api.Client, error) {
 	cfg.Transport.MaxIdleConnsPerHost = DefaultMaxRequests + maxWatchQueries
 	// Go's client asks for gzip unless told not to, and the agent then
 	// compresses every answer: for a watch's list of 3,000 keys that is
-	// half again the agent's CPU of producing it. A Backend talks to its
-	// host's agent, or to servers on its network, where the bytes cost
-	// less than the agent's CPU, which every Backend on it shares.
-	cfg.Transport.DisableCompression = true
+	// half again the agent's CPU of producing it (see Compress).
+	cfg.Transport.DisableCompression = !cc.Compress
 	client, err := api.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("consul: %w", err)
@@ -122,7 +130,7 @@ func NewClient(cc ClientConfig) (*api.Client, error) {
 // ParseURL maps a backend URL of the baton CLI to a ClientConfig and the
 // Options' Prefix:
 //
-//	consul://HOST:PORT/PREFIX?tls=true&ca-file=F&cert-file=F&key-file=F&tls-server-name=N&token-file=F&dc=DC
+//	consul://HOST:PORT/PREFIX?tls=true&ca-file=F&cert-file=F&key-file=F&tls-server-name=N&token-file=F&dc=DC&compress=true
 //
 // The path, if any, is the Prefix, with a trailing "/" added: the lease
 // NAME of consul://127.0.0.1:8500/service/ is held at
@@ -175,10 +183,16 @@ func ParseURL(raw string) (ClientConfig, Options, error) {
 			cc.TokenFile = v
 		case "dc":
 			cc.Datacenter = v
+		case "compress":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("compress=%q is not a boolean", v))
+			}
+			cc.Compress = b
 		case "token":
 			problems = append(problems, "the token parameter is refused, as URLs show in process lists and logs: use token-file or CONSUL_HTTP_TOKEN")
 		default:
-			problems = append(problems, fmt.Sprintf("unknown parameter %q (known: tls, ca-file, ca-path, cert-file, key-file, tls-server-name, token-file, dc)", k))
+			problems = append(problems, fmt.Sprintf("unknown parameter %q (known: tls, ca-file, ca-path, cert-file, key-file, tls-server-name, token-file, dc, compress)", k))
 		}
 	}
 	if len(problems) > 0 {

@@ -214,6 +214,8 @@ func TestParseURL(t *testing.T) {
 			cc: consul.ClientConfig{Address: "c.example:8501", TLS: true, CAFile: "/ca.pem", CertFile: "/c.pem", KeyFile: "/k.pem",
 				TLSServerName: "consul", TokenFile: "/tok", Datacenter: "eu"},
 		},
+		{url: "consul://h:1/?compress=true", cc: consul.ClientConfig{Address: "h:1", Compress: true}},
+		{url: "consul://h:1/?compress=yes", err: "compress=\"yes\" is not a boolean"},
 		{url: "consul://h:1/?token=secret", err: "token-file"},
 		{url: "consul://h:1/?bogus=1", err: "unknown parameter"},
 		{url: "consul://u:p@h:1/", err: "user information"},
@@ -262,10 +264,11 @@ func (l *requestLog) String() string {
 }
 
 // TestNewClientAsksForPlainAnswers: a client from NewClient asks the agent
-// for uncompressed answers. The agent compresses an answer only when asked,
-// and compressing a Backend's largest answers, its watch's lists, costs the
-// agent more CPU than reading them; Go's HTTP client asks by default, as a
-// client from api.NewClient shows here.
+// for uncompressed answers unless ClientConfig.Compress is set. The agent
+// compresses an answer only when asked, and compressing a Backend's largest
+// answers, its watch's lists, costs the agent more CPU than reading them;
+// Go's HTTP client asks by default, as a client from api.NewClient shows
+// here.
 func TestNewClientAsksForPlainAnswers(t *testing.T) {
 	agent := testserver.SharedConsul(t)
 	caFile, certFile, keyFile := agent.TLSFiles()
@@ -276,6 +279,9 @@ func TestNewClientAsksForPlainAnswers(t *testing.T) {
 	}{
 		{"NewClient", true, func(addr string) (*api.Client, error) {
 			return consul.NewClient(consul.ClientConfig{Address: addr, Token: agent.ManagementToken(), CAFile: caFile, CertFile: certFile, KeyFile: keyFile})
+		}},
+		{"NewClient with Compress", false, func(addr string) (*api.Client, error) {
+			return consul.NewClient(consul.ClientConfig{Address: addr, Token: agent.ManagementToken(), CAFile: caFile, CertFile: certFile, KeyFile: keyFile, Compress: true})
 		}},
 		{"api.NewClient", false, func(addr string) (*api.Client, error) { return agentClient(t, agent, addr), nil }},
 	} {

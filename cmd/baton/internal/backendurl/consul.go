@@ -14,7 +14,7 @@ import (
 )
 
 // parseConsulURL accepts
-// consul://host[:port][/prefix][?tls=1&ca-file=F&cert-file=F&key-file=F&tls-server-name=N&token-file=F&dc=DC]
+// consul://host[:port][/prefix][?tls=1&ca-file=F&cert-file=F&key-file=F&tls-server-name=N&token-file=F&dc=DC&compress=true]
 // (consul.ParseURL), the port defaulting to 8500. Lease NAME is held at key
 // PREFIX/NAME/.lock (PREFIX defaults to baton), where `consul lock
 // PREFIX/NAME` holds it too. The rest comes from Consul's own environment
