@@ -94,6 +94,19 @@ type RecordBackend struct {
 	// seats holds, by lease name, this process's place in the lease's
 	// RecordQueue: what it should be and what the store was last told.
 	seats map[string]*queueSeat
+
+	// reserved holds, by lease name, the last record seen released to
+	// another process (the head of the lease's queue) and when this
+	// process first saw it: the reservation runs from then for every
+	// campaign of this process, so that campaigns each shorter than it,
+	// tried one after another, still take a lease whose head is gone.
+	reserved map[string]reservation
+}
+
+// reservation is a released record's version and when it was first seen.
+type reservation struct {
+	v  uint64
+	at time.Time
 }
 
 var (
@@ -162,7 +175,7 @@ func NewRecordBackend(store RecordStore, opts RecordOptions) (*RecordBackend, er
 		log = slog.New(slog.DiscardHandler)
 	}
 	b := &RecordBackend{done: make(chan struct{}), store: store, cfg: cfg, poll: poll, workers: workers, log: log.WithGroup("cas"), active: map[string]*holding{}, left: map[string]uint64{}, released: map[string]time.Time{},
-		lines: map[string]*waitLine{}, renewing: map[*holding]struct{}{}, kick: make(chan struct{}, 1), seats: map[string]*queueSeat{},
+		lines: map[string]*waitLine{}, renewing: map[*holding]struct{}{}, kick: make(chan struct{}, 1), seats: map[string]*queueSeat{}, reserved: map[string]reservation{},
 		process: newProcessID(), reserve: min(cfg.TTL/10, time.Second)}
 	b.notify, _ = store.(RecordNotifier)
 	if b.notify != nil {
@@ -256,6 +269,20 @@ type waitLine struct {
 	n    int // guarded by RecordBackend.mu
 }
 
+// reservedSince returns when this process first saw version v of lease
+// name's record, released to another process, recording now if it had not
+// (or had seen another version). One entry per lease name is kept: the
+// last reservation seen.
+func (b *RecordBackend) reservedSince(name string, v uint64, now time.Time) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r, ok := b.reserved[name]; ok && r.v == v {
+		return r.at
+	}
+	b.reserved[name] = reservation{v: v, at: now}
+	return now
+}
+
 // takeTurn waits until no other campaign of b for name reads the store,
 // and returns the function that gives the turn to the next one.
 func (b *RecordBackend) takeTurn(ctx context.Context, name string) (leave func(), err error) {
@@ -306,7 +333,7 @@ func (b *RecordBackend) campaign(ctx context.Context, h *holding) (baton.Term, e
 		seenV  uint64
 		seenAt time.Time
 		// reservedV is the released record, naming another process as the
-		// next holder, that this campaign first saw at reservedAt.
+		// next holder, that this process first saw at reservedAt.
 		reservedV  uint64
 		reservedAt time.Time
 		// woken is set when a notification woke the campaign: with a
@@ -344,7 +371,7 @@ func (b *RecordBackend) campaign(ctx context.Context, h *holding) (baton.Term, e
 				// that process for the reservation, counted from when this
 				// one first saw the release.
 				if reservedV != v {
-					reservedV, reservedAt = v, now
+					reservedV, reservedAt = v, b.reservedSince(h.name, v, now)
 				}
 				if left := b.reserve - now.Sub(reservedAt); left > 0 {
 					b.seat(h.name, true, false)

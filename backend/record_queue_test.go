@@ -333,3 +333,51 @@ func TestReleaseSkipsTheReleasingProcess(t *testing.T) {
 		}
 	})
 }
+
+// A lease released to a queue head that is gone is taken after one
+// reservation also by campaigns each shorter than the reservation, tried
+// one after another by one process (as balance tries a member slot at
+// every refresh, each try bounded by half a refresh): the reservation is
+// counted from when the process first saw the release, not from when each
+// campaign did.
+func TestShortCampaignsOutlastOneReservation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		ttl := 3 * time.Second
+		opts := backend.RecordOptions{Config: backend.Config{TTL: ttl}}
+		_, term := holdLease(t, store, opts)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		gone := startWaiters(t, ctx, store, opts, 1)[0]
+		if head, _ := store.QueueHead(ctx, "l", ""); head != gone.b.Process() {
+			t.Fatalf("queue head %q, want the waiting process %q", head, gone.b.Process())
+		}
+		gone.conn.Disconnect()
+		if err := term.Resign(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+
+		p, err := backend.NewRecordBackend(store.Connect(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close(context.Background())
+		reserve := ttl / 10
+		start := time.Now()
+		for try := 1; ; try++ {
+			cctx, ccancel := context.WithTimeout(ctx, reserve/4)
+			got, err := p.Campaign(cctx, "l", baton.Candidate{ID: "p"})
+			ccancel()
+			if err == nil {
+				t.Logf("won at try %d, %s after the release", try, time.Since(start))
+				_ = got.Resign(context.Background())
+				break
+			}
+			if time.Since(start) > ttl {
+				t.Fatalf("campaigns of %s each, one after another, did not take a lease released to a gone head within a TTL (%d tries); want it after the reservation, %s", reserve/4, try, reserve)
+			}
+			time.Sleep(reserve / 8) // the next refresh
+		}
+	})
+}
