@@ -183,6 +183,7 @@ type Group struct {
 	ready       bool                 // a member view has been acted on since Run began
 	members     map[string]struct{}  // IDs holding a member slot, and ours: the view acted on
 	scanned     map[string]struct{}  // the members the last scan read, ours included
+	fewSince    time.Time            // since when scans count less than half the members acted on (see setView)
 	ring        []ringPoint          // the members on the standby ring (see standbyLocked)
 	slot        int                  // our member slot, -1 when none
 	loads       map[string]int       // the load each other member published, when known

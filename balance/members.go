@@ -86,7 +86,7 @@ func (g *Group) refresh(ctx context.Context) {
 			g.resign(ctx, home)
 		}
 		g.mu.Lock()
-		g.ready, g.slot, g.members, g.scanned, g.counts, g.ring = false, -1, nil, nil, nil, nil
+		g.ready, g.slot, g.members, g.scanned, g.counts, g.ring, g.fewSince = false, -1, nil, nil, nil, nil, time.Time{}
 		g.loads, g.unknown, g.short, g.eagerOthers, g.sample, g.readCap = nil, nil, time.Time{}, false, 0, 0
 		g.overSince, g.backoff, g.gained = time.Time{}, 1, time.Time{}
 		clear(g.sheds)
@@ -295,8 +295,25 @@ func (g *Group) setView(occ map[int]string, homeSlot int) {
 	defer g.mu.Unlock()
 	// A scan that counts no more members than the last one is not a view
 	// still growing: a member left, or one left as another joined; act on
-	// it at once, so that a group whose members churn still acts.
-	settled := maps.Equal(g.scanned, members) || g.scanned != nil && len(members) <= len(g.scanned)
+	// it at once, so that a group whose members churn still acts. Unless
+	// it counts less than half the members of the view acted on: most
+	// sessions ended at once (the store unreachable past the TTL, or too
+	// busy to renew them in time), and the members are joining again, a
+	// few each refresh, as at a start. A view of the first few to rejoin
+	// would make each of them stand by for most leases and campaign for
+	// them, keeping a busy store busy. Such a view is taken in only once
+	// scans have counted so few for ShedAfter, the patience an instance
+	// has before it gives leases up, and the next scan agrees.
+	now := time.Now()
+	few := 2*len(members) < len(g.members)
+	switch {
+	case !few:
+		g.fewSince = time.Time{}
+	case g.fewSince.IsZero():
+		g.fewSince = now
+	}
+	shrunk := g.scanned != nil && len(members) <= len(g.scanned) && !few
+	settled := shrunk || maps.Equal(g.scanned, members) && (!few || now.Sub(g.fewSince) >= g.cfg.ShedAfter)
 	g.scanned = members
 	if !settled {
 		g.slot = homeSlot
