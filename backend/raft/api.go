@@ -141,6 +141,7 @@ func (n *Node) handler() http.Handler {
 	mux.HandleFunc("GET /v1/raft/lease", n.serveLease)
 	mux.HandleFunc("GET /v1/raft/leases", n.serveLeases)
 	mux.HandleFunc("POST /v1/raft/read", n.serveReadMany)
+	mux.HandleFunc("POST /v1/raft/held", n.serveHeld)
 	mux.HandleFunc("GET /v1/raft/state", n.serveState)
 	mux.HandleFunc("POST /v1/raft/join", n.serveJoin)
 	mux.HandleFunc("POST /v1/raft/leave", n.serveLeave)
@@ -180,6 +181,7 @@ func (n *Node) ClientHandler(token string) (http.Handler, error) {
 	}), deny))
 	mux.HandleFunc("GET /v1/raft/lease", n.serveLease)
 	mux.HandleFunc("POST /v1/raft/read", n.serveReadMany)
+	mux.HandleFunc("POST /v1/raft/held", n.serveHeld)
 	mux.HandleFunc("GET /v1/raft/state", n.serveState)
 	return mux, nil
 }
@@ -215,6 +217,7 @@ func (n *Node) ReadHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/raft/lease", n.serveLease)
 	mux.HandleFunc("POST /v1/raft/read", n.serveReadMany)
+	mux.HandleFunc("POST /v1/raft/held", n.serveHeld)
 	mux.HandleFunc("GET /v1/raft/state", n.serveState)
 	return mux
 }

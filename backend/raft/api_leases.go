@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/batonhq/baton/backend"
@@ -281,4 +282,126 @@ func (n *Node) staleMany(names []string) []leaseView {
 		vs[i], _ = n.fsm.lease(name, "")
 	}
 	return vs
+}
+
+// heldRequest asks a member which of a session's terms its copy of the log
+// no longer gives them (POST /v1/raft/held): an agent client's one
+// long-poll for every lease it holds.
+type heldRequest struct {
+	Session string `json:"session"`
+	// Terms maps each held lease's name to its term's token.
+	Terms map[string]uint64 `json:"terms"`
+	// Min is the highest index of the entries that granted the terms: the
+	// member judges once its copy of the log has applied it.
+	Min uint64 `json:"min"`
+	// Wait is how long to wait for a term to be lost (a Go duration; at
+	// most 5 minutes).
+	Wait string `json:"wait,omitempty"`
+}
+
+// heldResponse names the leases of a heldRequest whose terms the log no
+// longer gives them; none when the wait ran out first.
+type heldResponse struct {
+	Lost []string `json:"lost"`
+}
+
+// maxHeldTerms is the most terms one held call may name.
+const maxHeldTerms = 20000
+
+func (n *Node) serveHeld(w http.ResponseWriter, r *http.Request) {
+	var req heldRequest
+	if !readJSON(w, r, &req) {
+		return
+	}
+	if len(req.Terms) > maxHeldTerms {
+		http.Error(w, fmt.Sprintf("%d terms named; at most %d a call", len(req.Terms), maxHeldTerms), http.StatusBadRequest)
+		return
+	}
+	wait, _ := time.ParseDuration(req.Wait)
+	ctx, cancel := context.WithTimeout(r.Context(), min(max(wait, 0), 5*time.Minute))
+	defer cancel()
+	lost, err := n.waitHeld(ctx, req)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, heldResponse{Lost: lost})
+}
+
+// waitHeld returns the leases of req whose terms this copy of the log, once
+// it applied req.Min, gives to anything but req's session and token: at
+// once when there are some, else at the first change that makes some, or
+// with none when ctx ends. One subscription to the log's lease events
+// serves every lease named, and a change looks up only its own lease (all
+// of them after a snapshot restore, whose entries give no events).
+func (n *Node) waitHeld(ctx context.Context, req heldRequest) ([]string, error) {
+	wake := make(chan struct{}, 1)
+	var (
+		mu    sync.Mutex
+		all   = true // look up every lease: at first, and after a restore
+		dirty = map[string]bool{}
+	)
+	sub := n.fsm.subscribe(func(ev LeaseEvent) {
+		mu.Lock()
+		switch _, named := req.Terms[ev.Lease]; {
+		case ev.Kind == eventRestored:
+			all = true
+		case named:
+			dirty[ev.Lease] = true
+		default:
+			mu.Unlock()
+			return
+		}
+		mu.Unlock()
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}, true)
+	defer n.fsm.unsubscribe(sub)
+	go sub.run(ctx.Done())
+	for {
+		idx, applied := n.fsm.applied()
+		if idx >= req.Min {
+			break
+		}
+		select {
+		case <-applied:
+		case <-ctx.Done():
+			return nil, nil
+		case <-n.ctx.Done():
+			return nil, errNodeClosed
+		}
+	}
+	for {
+		mu.Lock()
+		var names []string
+		if all {
+			for name := range req.Terms {
+				names = append(names, name)
+			}
+		} else {
+			for name := range dirty {
+				names = append(names, name)
+			}
+		}
+		all, dirty = false, map[string]bool{}
+		mu.Unlock()
+		var lost []string
+		for _, name := range names {
+			if _, session, token := n.fsm.holder(name); session != req.Session || token != req.Terms[name] {
+				lost = append(lost, name)
+			}
+		}
+		if len(lost) > 0 {
+			return lost, nil
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return nil, nil
+		case <-n.ctx.Done():
+			return nil, errNodeClosed
+		}
+	}
 }

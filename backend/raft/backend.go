@@ -70,9 +70,10 @@ type Backend struct {
 
 	// watch, on a member, ends held terms that the member's copy of the
 	// log gives to another term, all of them with one subscription; nil
-	// on an agent client, where a goroutine per held lease long-polls the
-	// agent (watchHeld).
-	watch *heldWatch
+	// on an agent client, where agentWatch does, with one long-poll of
+	// the agent.
+	watch      *heldWatch
+	agentWatch *agentWatch
 }
 
 var _ baton.Backend = (*Backend)(nil)
@@ -130,8 +131,11 @@ func New(g Group, opts Options) (*Backend, error) {
 		orphans: map[string]string{}, unreleased: map[string]unreleasedTerm{},
 	}
 	b.sessions = newSessions(b)
-	if n, ok := g.(*Node); ok {
-		b.watch = newHeldWatch(b, n.fsm)
+	switch g := g.(type) {
+	case *Node:
+		b.watch = newHeldWatch(b, g.fsm)
+	case *Client:
+		b.agentWatch = newAgentWatch(b, g)
 	}
 	return b, nil
 }
@@ -405,17 +409,20 @@ type held struct {
 	s     *sess
 	sl    *backend.Slot
 	term  *backend.BasicTerm
-	// stop ends watchHeld, on an agent client; nil on a member.
+	// stop ends watchHeld, on an agent client that long-polls per lease;
+	// nil otherwise.
 	stop context.CancelFunc
 }
 
 // unwatch stops watching h's lease: its term ended, or is being released.
 func (b *Backend) unwatch(h *held) {
-	if h.stop != nil {
-		h.stop()
-	}
-	if b.watch != nil {
+	switch {
+	case b.watch != nil:
 		b.watch.remove(h)
+	case b.agentWatch != nil:
+		b.agentWatch.remove(h) // and h.stop, under its lock
+	case h.stop != nil:
+		h.stop()
 	}
 }
 
@@ -424,7 +431,7 @@ func (b *Backend) unwatch(h *held) {
 func (b *Backend) hold(s *sess, sl *backend.Slot, name string, token, at uint64, prev *prevTerm) (baton.Term, error) {
 	h := &held{name: name, token: token, at: at, s: s, sl: sl}
 	opts := backend.StartOptions{Started: func(t *backend.BasicTerm) { h.term = t }}
-	if b.watch == nil {
+	if b.watch == nil && b.agentWatch == nil {
 		ctx, stop := context.WithCancel(s.Context())
 		h.stop = stop
 		opts.Watch = func() { b.watchHeld(ctx, h, at) }
@@ -440,6 +447,9 @@ func (b *Backend) hold(s *sess, sl *backend.Slot, name string, token, at uint64,
 	}
 	if b.watch != nil {
 		b.watch.add(h)
+	}
+	if b.agentWatch != nil {
+		b.agentWatch.add(h)
 	}
 	b.log.Debug("acquired", "lease", name, "token", token, "session", s.ID)
 	if e := token >> 32; e != 0 {
@@ -554,15 +564,20 @@ func (b *Backend) watchHeld(ctx context.Context, h *held, at uint64) {
 			return
 		}
 		if v.Session != h.s.ID || v.Token != h.token {
-			h.s.Forget(h.term)
-			if h.term.End(fmt.Errorf("%w: lease %q: the group gave it to another term (this session's renewals did not reach the raft leader in time)", baton.ErrLeaseLost, h.name)) {
-				b.log.Info("lease lost", "lease", h.name, "token", h.token)
-			}
-			b.sessions.Unclaim(h.sl)
+			b.lose(h)
 			return
 		}
 		minIndex, after = v.Index, v.Modified
 	}
+}
+
+// lose ends h's term: the log gave its lease to another term.
+func (b *Backend) lose(h *held) {
+	h.s.Forget(h.term)
+	if h.term.End(fmt.Errorf("%w: lease %q: the group gave it to another term (this session's renewals did not reach the raft leader in time)", baton.ErrLeaseLost, h.name)) {
+		b.log.Info("lease lost", "lease", h.name, "token", h.token)
+	}
+	b.sessions.Unclaim(h.sl)
 }
 
 // release gives h's lease back. BasicTerm calls it once, after the term

@@ -238,6 +238,15 @@ func (c *Client) readMany(ctx context.Context, names []string, stale bool) ([]le
 	return checkViews(vs, names, err)
 }
 
+// heldLost long-polls the agent: which of session's terms (lease name to
+// token) its copy of the log, once it applied index minIndex, no longer
+// gives them; none when wait ran out first.
+func (c *Client) heldLost(ctx context.Context, session string, terms map[string]uint64, minIndex uint64, wait time.Duration) ([]string, error) {
+	var resp heldResponse
+	err := c.api.call(ctx, c.host, "/v1/raft/held", &heldRequest{Session: session, Terms: terms, Min: minIndex, Wait: wait.String()}, &resp, false)
+	return resp.Lost, err
+}
+
 // wait long-polls the agent's copy of the log.
 func (c *Client) wait(ctx context.Context, name, session string, minIndex, after uint64) (leaseView, error) {
 	for {

@@ -2,10 +2,7 @@ package raft
 
 import (
 	"context"
-	"fmt"
 	"sync"
-
-	"github.com/batonhq/baton"
 )
 
 // heldWatch ends the terms of the leases a Backend on a member holds when
@@ -98,12 +95,7 @@ func (w *heldWatch) check(h *held) {
 	if !w.remove(h) {
 		return
 	}
-	b := w.b
-	h.s.Forget(h.term)
-	if h.term.End(fmt.Errorf("%w: lease %q: the group gave it to another term (this session's renewals did not reach the raft leader in time)", baton.ErrLeaseLost, h.name)) {
-		b.log.Info("lease lost", "lease", h.name, "token", h.token)
-	}
-	b.sessions.Unclaim(h.sl)
+	w.b.lose(h)
 }
 
 // remove stops watching h, and reports whether it was watched.

@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"runtime"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -163,6 +165,112 @@ func TestHeldTermEndsWhenTheLogGivesItAway(t *testing.T) {
 			}
 			if err := ta.Err(); !errors.Is(err, baton.ErrLeaseLost) {
 				t.Fatalf("the term ended with %v, want ErrLeaseLost", err)
+			}
+		})
+	}
+}
+
+// pollGauge counts the long-polls in flight through an agent's handler:
+// POST /v1/raft/held and the per-lease GET /v1/raft/lease?wait=.
+type pollGauge struct {
+	mu                               sync.Mutex
+	held, lease, peakHeld, peakLease int
+}
+
+func (g *pollGauge) wrap(h http.Handler, refuseHeld bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var n, peak *int
+		switch {
+		case r.URL.Path == "/v1/raft/held" && refuseHeld:
+			// An agent of an earlier version.
+			http.Error(w, "404 page not found", http.StatusNotFound)
+			return
+		case r.URL.Path == "/v1/raft/held":
+			n, peak = &g.held, &g.peakHeld
+		case r.URL.Path == "/v1/raft/lease" && r.URL.Query().Get("wait") != "":
+			n, peak = &g.lease, &g.peakLease
+		}
+		if n != nil {
+			g.mu.Lock()
+			*n++
+			*peak = max(*peak, *n)
+			g.mu.Unlock()
+			defer func() {
+				g.mu.Lock()
+				*n--
+				g.mu.Unlock()
+			}()
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (g *pollGauge) now() (held, lease int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.held, g.lease
+}
+
+// An agent client holding many leases watches them all with one
+// long-poll of the agent, not one per lease (each a goroutine and a
+// connection), and still ends a term at once when the log gives its lease
+// away; an agent of an earlier version, without the call, is long-polled
+// per lease.
+func TestAgentClientWatchesHeldLeasesInOnePoll(t *testing.T) {
+	const n = 100
+	g := newTestGroup(t, 1, func(o *NodeOptions) { o.MaxTTL = 10 * time.Minute })
+	h, err := g.members()[0].ClientHandler(testClientToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := backend.Config{TTL: 5 * time.Minute}
+	for _, old := range []bool{false, true} {
+		t.Run(map[bool]string{false: "agent", true: "earlier agent"}[old], func(t *testing.T) {
+			var gauge pollGauge
+			c, err := Dial(testkit.ServeHTTP(t, gauge.wrap(h, old)), ClientOptions{Token: testClientToken, PlainTCP: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := newBackend(t, c, cfg)
+			terms := make([]baton.Term, n)
+			for i := range terms {
+				terms[i] = testkit.CampaignWithin(t, b, fmt.Sprintf("poll-%v-%d", old, i), "a", 20*time.Second)
+			}
+			wantHeld, wantLease := 1, 0
+			if old {
+				wantHeld, wantLease = 0, n
+			}
+			testkit.Eventually(t, 20*time.Second, "the held leases' long-polls", func() bool {
+				held, lease := gauge.now()
+				return held == wantHeld && lease == wantLease
+			})
+			if !old && gauge.peakLease > 0 {
+				t.Errorf("%d per-lease long-polls at once; want none", gauge.peakLease)
+			}
+			if !old && gauge.peakHeld > 2 {
+				t.Errorf("%d held polls at once; want one (two while one is restarted)", gauge.peakHeld)
+			}
+			// A release the holder did not make: the lease goes to nobody.
+			lost := terms[n/2]
+			ctx := testkit.Context(t, 20*time.Second)
+			if _, err := applyOnLeader(ctx, g, command{Op: opRelease, Session: sessionOf(b), Lease: lost.Lease(), Token: lost.Token(), Time: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			testkit.WaitDone(t, lost, 10*time.Second)
+			if !errors.Is(lost.Err(), baton.ErrLeaseLost) {
+				t.Fatalf("the given-away term ended with %v, want ErrLeaseLost", lost.Err())
+			}
+			for _, term := range terms {
+				if term != lost && term.Err() != nil {
+					t.Fatalf("lease %s ended with %v; only the given-away one may", term.Lease(), term.Err())
+				}
+			}
+			for _, term := range terms {
+				if term != lost {
+					if err := term.Resign(t.Context()); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
 		})
 	}

@@ -104,8 +104,11 @@ and Prometheus work; they show no credentials:
   POST /v1/raft/client/...      the calls of agent:// clients about their
                                 own sessions (token and the session's secret)
   GET  /v1/raft/lease, /v1/raft/state
-  POST /v1/raft/read            the reads of agent:// clients (the POST reads
-                                many leases at once; it changes nothing)
+  POST /v1/raft/read, /v1/raft/held
+                                the reads of agent:// clients (the first reads
+                                many leases at once, the second waits until a
+                                lease a client holds goes to another term;
+                                neither changes anything)
 
 ` + awsHelp + `Exit statuses: 0 stopped by SIGTERM/SIGINT (or the instance leaving, with
 --aws); 1 runtime error (--http in use; the socket cannot be made: its

@@ -226,6 +226,11 @@ func TestAgentHTTPAPI(t *testing.T) {
 			t.Errorf("%s %s over TCP (token %t): %d %s, want 403 naming the socket", c.method, c.path, c.token != "", code, body)
 		}
 	}
+	// The reads of agent:// clients are open over TCP: a held poll without
+	// a body is refused for its body, not for the transport.
+	if code, body := agentCall(t, "POST", base+"/v1/raft/held", ""); code != http.StatusBadRequest {
+		t.Errorf("POST /v1/raft/held over TCP without a body: %d %s, want 400 for the body", code, body)
+	}
 	// On the socket, what needs the token still does.
 	if code, _ := agentCall(t, "GET", viaSocket(sock, "/v1/status"), ""); code != http.StatusUnauthorized {
 		t.Errorf("GET /v1/status without the token: %d, want 401", code)

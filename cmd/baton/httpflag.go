@@ -46,9 +46,9 @@ probes, Prometheus and people, on every backend:
                           timeline of the terms seen in the last hour
   GET /v1/group           raft:// only: the group as this member sees it
                           (member IDs, voters, raft leader)
-  GET /v1/raft/lease, /v1/raft/state, POST /v1/raft/read
+  GET /v1/raft/lease, /v1/raft/state, POST /v1/raft/read, /v1/raft/held
                           raft:// only: the reads of agent:// clients (the
-                          POST reads many leases at once), so that is-leader
+                          POSTs read many leases at once), so that is-leader
                           and leader --backend agent://ADDR read through
                           this member as through an agent
 ADDR is PORT or HOST:PORT. A port alone (8080 or :8080) listens on loopback,

@@ -229,7 +229,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 // ReadOnly returns the handler of the agent's TCP address: the read-only
 // routes (the status page, the lease table, the health check, the group,
 // the metrics, and the open reads of agent:// clients, among them POST
-// /v1/raft/read, which reads many leases and changes nothing), with no
+// /v1/raft/read, which reads many leases, and POST /v1/raft/held, a client's
+// long-poll for the leases it holds, which change nothing), with no
 // route that takes a credential. Every other request, and any request that
 // carries an Authorization header, gets 403 with a message naming socket, the Unix
 // socket where the agent takes those calls. Over TCP nothing proves to a
@@ -242,7 +243,8 @@ func (h *Handler) ReadOnly(socket string) http.Handler {
 			r.Method, r.URL.Path, socket, r.URL.RequestURI(), socket))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		read := r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodPost && r.URL.Path == "/v1/raft/read"
+		read := r.Method == http.MethodGet || r.Method == http.MethodHead ||
+			r.Method == http.MethodPost && (r.URL.Path == "/v1/raft/read" || r.URL.Path == "/v1/raft/held")
 		if !read || r.Header.Get("Authorization") != "" ||
 			r.URL.Path == "/v1/status" || strings.HasPrefix(r.URL.Path, "/v1/raft/client/") {
 			deny(w, r)
