@@ -121,6 +121,21 @@ func TestReleaseWakesOneWaitingProcess(t *testing.T) {
 	})
 }
 
+// goneHead starts a holder of lease "l" and n waiting processes on store,
+// and cuts the first of them, the queue's head, off for good: its campaign
+// ends unavailable at its next read, and it cannot leave the queue. It
+// returns the holder's term and the waiting processes.
+func goneHead(t *testing.T, ctx context.Context, store *memory.Store, opts backend.RecordOptions, n int) (baton.Term, []*queueProcess) {
+	t.Helper()
+	_, term := holdLease(t, store, opts)
+	ps := startWaiters(t, ctx, store, opts, n)
+	if head, _ := store.QueueHead(ctx, "l", ""); head != ps[0].b.Process() {
+		t.Fatalf("queue head %q, want the first waiting process %q", head, ps[0].b.Process())
+	}
+	ps[0].conn.Disconnect()
+	return term, ps
+}
+
 // A queue head that is gone when the lease is released to it holds up the
 // hand-over for the reservation only: the next process takes the lease
 // once the reservation has passed, and takes the gone head off the queue,
@@ -130,17 +145,9 @@ func TestGoneQueueHeadCostsOneReservation(t *testing.T) {
 		store := memory.NewStore()
 		ttl := 3 * time.Second
 		opts := backend.RecordOptions{Config: backend.Config{TTL: ttl}}
-		_, term := holdLease(t, store, opts)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		ps := startWaiters(t, ctx, store, opts, 3)
-		gone := ps[0]
-		if head, _ := store.QueueHead(ctx, "l", ""); head != gone.b.Process() {
-			t.Fatalf("queue head %q, want the first waiting process %q", head, gone.b.Process())
-		}
-		// The head's process is cut off for good: its campaign ends
-		// unavailable at its next read, and it cannot leave the queue.
-		gone.conn.Disconnect()
+		term, ps := goneHead(t, ctx, store, opts, 3)
 
 		released := time.Now()
 		if err := term.Resign(context.Background()); err != nil {
@@ -345,14 +352,9 @@ func TestShortCampaignsOutlastOneReservation(t *testing.T) {
 		store := memory.NewStore()
 		ttl := 3 * time.Second
 		opts := backend.RecordOptions{Config: backend.Config{TTL: ttl}}
-		_, term := holdLease(t, store, opts)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		gone := startWaiters(t, ctx, store, opts, 1)[0]
-		if head, _ := store.QueueHead(ctx, "l", ""); head != gone.b.Process() {
-			t.Fatalf("queue head %q, want the waiting process %q", head, gone.b.Process())
-		}
-		gone.conn.Disconnect()
+		term, _ := goneHead(t, ctx, store, opts, 1)
 		if err := term.Resign(context.Background()); err != nil {
 			t.Fatal(err)
 		}

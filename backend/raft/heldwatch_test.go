@@ -274,4 +274,18 @@ func TestAgentClientWatchesHeldLeasesInOnePoll(t *testing.T) {
 			}
 		})
 	}
+	// A call naming more terms than a member takes is refused, naming the
+	// limit.
+	c, err := Dial(testkit.ServeHTTP(t, h), ClientOptions{Token: testClientToken, PlainTCP: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms := map[string]uint64{}
+	for i := range maxHeldTerms + 1 {
+		terms[fmt.Sprint(i)] = 1
+	}
+	_, err = c.heldLost(testkit.Context(t, 10*time.Second), "s", terms, 0, time.Second)
+	if ae := (*apiError)(nil); !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || !strings.Contains(ae.Msg, fmt.Sprint(maxHeldTerms)) {
+		t.Errorf("a held call naming %d terms: %v, want 400 naming the limit", len(terms), err)
+	}
 }
