@@ -320,10 +320,43 @@ func (h *Harness) setup(ctx context.Context) error {
 		}
 	}
 	h.log.Info("waiting for the first leader", "candidates", h.cfg.Candidates)
-	if err := h.awaitLeader(ctx, 2*time.Minute); err != nil {
+	switch err := h.awaitLeader(ctx, 2*time.Minute, h.flagsRefused); {
+	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("no candidate led within 2m of the start (see the candidates' logs in %s): %w", h.cfg.Dir, err)
+	case err != nil:
+		return err
 	}
 	return nil
+}
+
+// flagsRefused reports, before any candidate led, that every candidate
+// exited with status 2, baton's exit for bad flags: the run's settings
+// (its --ttl below the backend's floor, say) cannot work, and restarting
+// the candidates will not change that. The error quotes the first
+// candidate's last line from baton.
+func (h *Harness) flagsRefused() error {
+	h.mu.Lock()
+	refused := map[string]bool{}
+	for _, e := range h.exits {
+		if id, rest, ok := strings.Cut(e, ": "); ok && strings.HasPrefix(rest, "exit status 2 ") {
+			refused[id] = true
+		}
+	}
+	h.mu.Unlock()
+	for _, c := range h.cands {
+		if !refused[c.id] {
+			return nil
+		}
+	}
+	why := "see its log"
+	if b, err := os.ReadFile(filepath.Join(h.cfg.Dir, h.cands[0].id+".log")); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "baton: ") {
+				why = strings.TrimPrefix(line, "baton: ")
+			}
+		}
+	}
+	return fmt.Errorf("every candidate exited with status 2 (baton refused its flags) before any led: %s: %s", h.cands[0].id, why)
 }
 
 // buildBaton builds ./cmd/baton of the module in the working directory
@@ -358,8 +391,10 @@ func (h *Harness) holder() *candidate {
 	return nil
 }
 
-// awaitLeader waits until some child writes and is accepted.
-func (h *Harness) awaitLeader(ctx context.Context, d time.Duration) error {
+// awaitLeader waits until some child writes and is accepted, for at most
+// d; hopeless, if not nil, is asked at each heartbeat whether waiting is
+// pointless, and its error ends the wait.
+func (h *Harness) awaitLeader(ctx context.Context, d time.Duration, hopeless func() error) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	tick := time.NewTicker(h.cfg.Heartbeat)
@@ -369,6 +404,11 @@ func (h *Harness) awaitLeader(ctx context.Context, d time.Duration) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
+		}
+		if hopeless != nil {
+			if err := hopeless(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -380,7 +420,7 @@ func (h *Harness) settle() {
 	if h.st == nil || len(h.cands) == 0 {
 		return
 	}
-	if err := h.awaitLeader(context.Background(), h.cfg.TTL*4+30*time.Second); err != nil {
+	if err := h.awaitLeader(context.Background(), h.cfg.TTL*4+30*time.Second, nil); err != nil {
 		h.log.Warn("no leader after the last fault", "err", err)
 	}
 	// A few more heartbeats, so the last leader's run is not a point.

@@ -181,3 +181,31 @@ func schedule(seed int64, n int) []draw {
 	}
 	return out
 }
+
+// A run whose candidates all exit with status 2 before any led (baton
+// refused their flags: a --ttl below the raft group's floor, say) ends at
+// once, quoting baton's reason, instead of restarting them for the two
+// minutes the first leader may take.
+func TestRefusedFlagsEndTheStart(t *testing.T) {
+	dir := t.TempDir()
+	h := &Harness{cfg: Config{Dir: dir}}
+	for _, id := range []string{"c1", "c2"} {
+		h.cands = append(h.cands, &candidate{id: id, h: h})
+	}
+	reason := "--ttl 2s: below 2.21s, the shortest TTL the embedded raft group can honour"
+	if err := os.WriteFile(dir+"/c1.log", []byte("=== baton-chaos: c1 started\nbaton: "+reason+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.exits = []string{"c1: exit status 2 at 10ms", "c1: exit status 2 at 1.1s"}
+	if err := h.flagsRefused(); err != nil {
+		t.Fatalf("with c2 not yet refused: %v, want none", err)
+	}
+	h.exits = append(h.exits, "c2: exit status 1 at 1.2s")
+	if err := h.flagsRefused(); err != nil {
+		t.Fatalf("with c2 exited for another reason: %v, want none", err)
+	}
+	h.exits = append(h.exits, "c2: exit status 2 at 1.3s")
+	if err := h.flagsRefused(); err == nil || !strings.Contains(err.Error(), reason) {
+		t.Fatalf("with every candidate refused: %v, want an error quoting %q", err, reason)
+	}
+}
