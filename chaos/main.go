@@ -238,6 +238,12 @@ func (o *options) command() string {
 	if c.Grace > 0 {
 		parts = append(parts, "--grace", c.Grace.String())
 	}
+	if c.Turns > 1 {
+		parts = append(parts, "--turns", fmt.Sprint(c.Turns))
+		if c.TermMax > 0 {
+			parts = append(parts, "--term-max", c.TermMax.String())
+		}
+	}
 	if o.kinds != "" {
 		parts = append(parts, "--kinds", o.kinds)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Bad input exits 2 with a message naming what is wrong, before anything
@@ -36,5 +37,20 @@ func TestUsageErrors(t *testing.T) {
 		if !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("%v: stderr %q does not say %q", tc.args, stderr.String(), tc.want)
 		}
+	}
+}
+
+// The command a report gives reproduces the run: a run of processes
+// taking turns says so.
+func TestCommandReproducesTurns(t *testing.T) {
+	o := &options{}
+	o.cfg.Backend, o.cfg.Seed, o.cfg.Faults, o.cfg.Candidates, o.cfg.Turns = "consul", 29, 1000, 3, 3
+	o.cfg.TermMax = 8 * time.Second
+	if got := o.command(); !strings.Contains(got, "--turns 3 --term-max 8s") {
+		t.Errorf("command() = %q, want it to name --turns 3 --term-max 8s", got)
+	}
+	o.cfg.Turns, o.cfg.TermMax = 1, 0
+	if got := o.command(); strings.Contains(got, "--turns") {
+		t.Errorf("command() = %q for a run without turns, want no --turns", got)
 	}
 }
