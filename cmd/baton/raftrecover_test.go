@@ -78,11 +78,22 @@ func TestRaftRecoverStatic(t *testing.T) {
 		for _, j := range join {
 			addrs = append(addrs, j.addr)
 		}
-		args := append([]string{"run", "--backend", "raft://", "--bind", m.addr, "--join", "static:" + strings.Join(addrs, ","),
-			"--bootstrap-expect", "3", "--lease", "work", "--id", m.name, "--ttl", "5s", "--max-ttl", "5s",
-			"--http", m.http, "--log-level", "info"}, tlsFlags...)
-		args = append(args, "--", self)
-		m.proc = startBaton(t, "baton-"+m.name, testEnv(childEnv+"=1", childFileEnv+"="+file, secret), args...)
+		for try := 1; ; try++ {
+			args := append([]string{"run", "--backend", "raft://", "--bind", m.addr, "--join", "static:" + strings.Join(addrs, ","),
+				"--bootstrap-expect", "3", "--lease", "work", "--id", m.name, "--ttl", "5s", "--max-ttl", "5s",
+				"--http", m.http, "--log-level", "info"}, tlsFlags...)
+			args = append(args, "--", self)
+			m.proc = startBaton(t, "baton-"+m.name, testEnv(childEnv+"=1", childFileEnv+"="+file, secret), args...)
+			// A port that was free a moment ago may be taken before the
+			// member binds it (by another test's process, or as an
+			// outgoing connection's source port): the member then exits
+			// at once, saying so, and starts again on another HTTP port.
+			// Its raft address is in every member's join list, and stays.
+			if try == 3 || !exitedOnBusyHTTP(m.proc) {
+				return
+			}
+			m.http = freePort(t)
+		}
 	}
 	for _, m := range ms[:3] {
 		start(m, ms[:3])
@@ -345,4 +356,22 @@ func TestAWSRecoverLostMajority(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// exitedOnBusyHTTP waits until p serves HTTP or exits, and reports whether
+// it exited because its --http address was taken.
+func exitedOnBusyHTTP(p *batonProc) bool {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			out := p.out.String()
+			return strings.Contains(out, "--http") && strings.Contains(out, "address already in use")
+		case <-time.After(20 * time.Millisecond):
+		}
+		if strings.Contains(p.out.String(), `msg="serving HTTP"`) {
+			return false
+		}
+	}
+	return false
 }
