@@ -1,13 +1,11 @@
 package consul_test
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -243,26 +241,6 @@ func TestNewClientRefusesContradictions(t *testing.T) {
 	}
 }
 
-// requestLog collects the bytes of every request a Proxy forwards.
-type requestLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *requestLog) tap() io.Writer { return l }
-
-func (l *requestLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *requestLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // TestNewClientAsksForPlainAnswers: a client from NewClient asks the agent
 // for uncompressed answers unless ClientConfig.Compress is set. The agent
 // compresses an answer only when asked, and compressing a Backend's largest
@@ -290,8 +268,9 @@ func TestNewClientAsksForPlainAnswers(t *testing.T) {
 				t.Skip("the agent speaks TLS: the proxy cannot read the requests")
 			}
 			proxy := testserver.StartProxy(t, agent.Addr())
-			var log requestLog
-			proxy.TapClient(log.tap)
+			// Every request the proxy forwards, as the agent receives it.
+			var log testserver.SyncBuffer
+			proxy.TapClient(func() io.Writer { return &log })
 			c, err := tc.new(proxy.Addr())
 			if err != nil {
 				t.Fatal(err)
