@@ -49,10 +49,11 @@ func (w *agentWatch) add(h *held) {
 	}
 	w.held[h.name] = h
 	if !w.running {
-		if !w.b.sessions.Go(w.run) {
-			return // closed: Close ends the term
-		}
-		w.running = true
+		// The poll's first round reads h from held.
+		if w.b.sessions.Go(w.run) {
+			w.running = true
+		} // else closed: Close ends the term
+		return
 	}
 	select {
 	case w.kick <- struct{}{}:
